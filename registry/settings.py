@@ -1,0 +1,53 @@
+"""Settings, read from the environment (prefix ``MODELREG_``) by :func:`registry.bootstrap.load_settings`.
+
+Nothing here is built at import time: ``Settings()`` is called once, by bootstrap.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import Field, SecretStr
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="MODELREG_", extra="ignore")
+
+    data_dir: Path = Field(Path(".modelreg"), description="Where the embedded default keeps its state.")
+    database_url: str | None = Field(None, description="SQLAlchemy URL; default sqlite in data_dir.")
+    blob_store_url: str | None = Field(
+        None, description="file:///abs/dir or s3://bucket/prefix; default file://<data_dir>/blobs."
+    )
+    s3_endpoint_url: str | None = None
+    s3_region: str = "us-east-1"
+    s3_access_key_id: str | None = None
+    s3_secret_access_key: SecretStr | None = None
+    multipart_part_size: int = Field(64 * 1024 * 1024, ge=5 * 1024 * 1024)
+    presign_secret: SecretStr | None = Field(None, description="HMAC key for local presigned URLs.")
+
+    host: str = "127.0.0.1"
+    port: int = 8080
+    public_url: str | None = Field(None, description="Base URL clients use to reach the API.")
+    workers: int = Field(2, ge=0, description="Worker threads started by `modelreg serve`.")
+
+    signing_key_file: Path | None = Field(None, description="PEM of the ECDSA P-256 signing key.")
+    signing_key_pem: SecretStr | None = Field(None, description="The signing key PEM itself.")
+
+    hf_endpoint: str = "https://huggingface.co"
+    hf_token: SecretStr | None = None
+
+    max_files_per_version: int = 10_000
+    max_file_size: int = 1024**4
+    max_version_size: int = 4 * 1024**4
+
+    job_lease_seconds: float = 60.0
+    job_max_attempts: int = 5
+    job_backoff_base_seconds: float = 2.0
+    job_backoff_max_seconds: float = 300.0
+
+    def resolved_database_url(self) -> str:
+        return self.database_url or f"sqlite:///{(self.data_dir / 'registry.db').resolve()}"
+
+    def resolved_blob_store_url(self) -> str:
+        return self.blob_store_url or (self.data_dir / "blobs").resolve().as_uri()

@@ -1,0 +1,114 @@
+"""A real SeaweedFS S3 server for the test suite, on free loopback ports, in its own temp dir."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import boto3
+from botocore.config import Config
+
+
+def _port_pair_free(port: int) -> bool:
+    # weed also binds port+10000 for gRPC on every service.
+    for p in (port, port + 10000):
+        with socket.socket() as s:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                s.bind(("127.0.0.1", p))
+            except OSError:
+                return False
+    return True
+
+
+def free_ports(count: int, start: int = 20000, stop: int = 39000) -> list[int]:
+    """``count`` ports below 40000 whose +10000 sibling is free too, chosen from the pid for spread."""
+    ports: list[int] = []
+    candidate = start + (os.getpid() * 7919) % (stop - start)
+    for _ in range(stop - start):
+        candidate = start + (candidate - start + 1) % (stop - start)
+        if candidate in ports or any(abs(candidate - p) < 2 for p in ports):
+            continue
+        if _port_pair_free(candidate):
+            ports.append(candidate)
+            if len(ports) == count:
+                return ports
+    raise RuntimeError("no free ports for SeaweedFS")
+
+
+@dataclass
+class SeaweedS3:
+    endpoint_url: str
+    process: subprocess.Popen
+    directory: Path
+    access_key: str = "modelreg-test"
+    secret_key: str = "modelreg-test-secret"
+    region: str = "us-east-1"
+
+    def client(self):
+        return boto3.client(
+            "s3",
+            endpoint_url=self.endpoint_url,
+            aws_access_key_id=self.access_key,
+            aws_secret_access_key=self.secret_key,
+            region_name=self.region,
+            config=Config(s3={"addressing_style": "path"}, retries={"max_attempts": 3}),
+        )
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(timeout=3)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(timeout=10)
+
+
+def start_seaweed(directory: Path, timeout: float = 60.0) -> SeaweedS3:
+    weed = shutil.which("weed") or str(Path(os.__file__).parents[3] / "bin" / "weed")
+    venv_weed = Path(__import__("sys").executable).parent / "weed"
+    if venv_weed.exists():
+        weed = str(venv_weed)
+    directory.mkdir(parents=True, exist_ok=True)
+    master, volume, filer, s3 = free_ports(4)
+    config = directory / "s3.json"
+    config.write_text(
+        '{"identities": [{"name": "test", "credentials": [{"accessKey": "modelreg-test", '
+        '"secretKey": "modelreg-test-secret"}], "actions": ["Admin", "Read", "Write", "List", "Tagging"]}]}'
+    )
+    log = open(directory / "weed.log", "wb")
+    process = subprocess.Popen(
+        [
+            weed, "server", f"-dir={directory}", "-ip=127.0.0.1", "-ip.bind=127.0.0.1",
+            f"-master.port={master}", f"-volume.port={volume}", "-filer", f"-filer.port={filer}",
+            "-s3", f"-s3.port={s3}", "-s3.port.iceberg=0", "-s3.port.lance=0", f"-s3.config={config}", "-master.telemetry=false",
+            "-volume.max=0", "-master.volumeSizeLimitMB=1024",
+        ],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+    server = SeaweedS3(endpoint_url=f"http://127.0.0.1:{s3}", process=process, directory=directory)
+    deadline = time.monotonic() + timeout
+    last_error: Exception | None = None
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"weed exited with {process.returncode}; see {directory / 'weed.log'}")
+        try:
+            client = server.client()
+            client.create_bucket(Bucket="ready-probe")
+            client.put_object(Bucket="ready-probe", Key="probe", Body=b"ok")
+            assert client.get_object(Bucket="ready-probe", Key="probe")["Body"].read() == b"ok"
+            return server
+        except Exception as exc:  # not up yet
+            last_error = exc
+            time.sleep(0.5)
+    server.stop()
+    raise RuntimeError(f"SeaweedFS did not become ready: {last_error}")
