@@ -169,6 +169,24 @@ class AuditChainError(IntegrityError):
     code = "audit-chain-broken"
 
 
+class BlobStoreError(UpstreamError):
+    """The blob store (a bucket, a directory) failed or could not be reached; the cause is chained."""
+
+    code = "blob-store-unavailable"
+
+    def __init__(self, operation: str, reason: str, *, key: str | None = None) -> None:
+        super().__init__(f"blob store {operation} failed: {reason}", operation=operation, reason=reason, key=key)
+
+
+class PresignedUrlError(PermissionDeniedError):
+    """A presigned blob URL whose signature does not match, or that has expired."""
+
+    code = "bad-presigned-url"
+
+    def __init__(self, digest: str, reason: str) -> None:
+        super().__init__(f"presigned URL for blob sha256:{digest} rejected: {reason}", digest=digest, reason=reason)
+
+
 class InvalidPathError(InvalidInputError):
     code = "invalid-path"
 
