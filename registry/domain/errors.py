@@ -169,6 +169,50 @@ class AuditChainError(IntegrityError):
     code = "audit-chain-broken"
 
 
+class ManifestMismatchError(IntegrityError):
+    """A model directory differs from its signed manifest; every difference is listed, per file.
+
+    Attributes:
+        missing: Paths the manifest lists that are not in the directory.
+        extra: Paths in the directory that the manifest does not list.
+        mismatched: ``{"path", "expected", "actual"}`` sha256 hex digests of files whose bytes differ.
+        not_regular: Paths that are symbolic links or special files, which a model never contains.
+    """
+
+    code = "manifest-mismatch"
+
+    def __init__(
+        self,
+        *,
+        missing: list[str],
+        extra: list[str],
+        mismatched: list[dict[str, str]],
+        not_regular: list[str] | None = None,
+    ) -> None:
+        not_regular = not_regular or []
+        parts = [
+            f"{len(items)} {label} ({', '.join(items[:5])}{', ...' if len(items) > 5 else ''})"
+            for label, items in (
+                ("missing", missing),
+                ("extra", extra),
+                ("mismatched", [m["path"] for m in mismatched]),
+                ("not regular files", not_regular),
+            )
+            if items
+        ]
+        super().__init__(
+            "model directory does not match its manifest: " + "; ".join(parts),
+            missing=missing,
+            extra=extra,
+            mismatched=mismatched,
+            not_regular=not_regular,
+        )
+        self.missing = missing
+        self.extra = extra
+        self.mismatched = mismatched
+        self.not_regular = not_regular
+
+
 class BlobStoreError(UpstreamError):
     """The blob store (a bucket, a directory) failed or could not be reached; the cause is chained."""
 
@@ -192,6 +236,15 @@ class InvalidPathError(InvalidInputError):
 
     def __init__(self, path: str, reason: str) -> None:
         super().__init__(f"invalid file path {path!r}: {reason}", path=path, reason=reason)
+
+
+class InvalidKeyError(InvalidInputError):
+    """A key that cannot be used: unreadable, wrongly encrypted, missing, or not ECDSA P-256."""
+
+    code = "invalid-key"
+
+    def __init__(self, reason: str, **details: Any) -> None:
+        super().__init__(f"invalid key: {reason}", reason=reason, **details)
 
 
 class InvalidStateError(ConflictError):
