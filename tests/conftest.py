@@ -29,3 +29,61 @@ def s3_bucket(s3_server) -> str:
     name = f"t-{uuid.uuid4().hex[:20]}"
     s3_server.client().create_bucket(Bucket=name)
     return name
+
+
+# --- databases -------------------------------------------------------------------------------
+
+from tests.support import db as dbsupport  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def pg_url() -> str:
+    url = dbsupport.create_pg_database()
+    yield url
+    dbsupport.drop_pg_database(url)
+
+
+@pytest.fixture(scope="session")
+def sqlite_template(tmp_path_factory):
+    return dbsupport.create_sqlite_template(tmp_path_factory.mktemp("sqlite-template"))
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def database_url(request, tmp_path) -> str:
+    """A migrated, empty database: SQLite and PostgreSQL in turn."""
+    if request.param == "sqlite":
+        return dbsupport.sqlite_copy(request.getfixturevalue("sqlite_template"), tmp_path)
+    url = request.getfixturevalue("pg_url")
+    dbsupport.truncate_all(url)
+    return url
+
+
+@pytest.fixture
+def settings(database_url, tmp_path):
+    from pydantic import SecretStr
+
+    from registry.settings import Settings
+
+    return Settings(
+        data_dir=tmp_path / "data",
+        database_url=database_url,
+        blob_store_url=(tmp_path / "blobs").as_uri(),
+        presign_secret=SecretStr("test-presign-secret"),
+        job_backoff_base_seconds=0.05,
+        job_backoff_max_seconds=0.2,
+    )
+
+
+@pytest.fixture
+def container(settings):
+    from registry.bootstrap import bootstrap
+
+    c = bootstrap(settings)
+    yield c
+    c.dispose()
+
+
+@pytest.fixture
+def session(container):
+    with container.session_factory() as s:
+        yield s

@@ -1,0 +1,184 @@
+"""Principals, roles, tenants and tokens; permission checks as plain functions.
+
+Roles are held per tenant: ``submitter``, ``approver`` (with a capacity such as ``security``,
+``legal`` or ``ml``), ``auditor``, ``node`` (fetch only) and ``admin``. A principal flagged
+``is_admin`` administers every tenant. Tokens are random strings shown once; only their sha256 is
+stored. The API and the CLI call the same ``require`` checks.
+
+Example:
+    >>> principal = authenticate(session, "mr_...")  # doctest: +SKIP
+    >>> require(principal, "default", Permission.SUBMIT)  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import enum
+import hashlib
+import re
+import secrets
+from dataclasses import dataclass, field
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session, selectinload
+
+from registry.db.models import ApiToken, Principal, RoleBinding, Tenant, utcnow
+from registry.domain.errors import AuthenticationError, InvalidInputError, PermissionDeniedError
+
+TOKEN_PREFIX = "mr_"
+NAME_RE = re.compile(r"^[a-z0-9][a-z0-9._-]{0,62}$")
+
+
+class Role(str, enum.Enum):
+    SUBMITTER = "submitter"
+    APPROVER = "approver"
+    AUDITOR = "auditor"
+    NODE = "node"
+    ADMIN = "admin"
+
+
+class Permission(str, enum.Enum):
+    READ = "read"  # see models, versions, scans
+    SUBMIT = "submit"
+    APPROVE = "approve"
+    AUDIT = "audit"  # read the audit log and provenance
+    FETCH = "fetch"  # download manifests and blobs
+    ADMIN = "admin"  # tenants, principals, tokens, rescans
+
+
+ROLE_PERMISSIONS: dict[Role, frozenset[Permission]] = {
+    Role.SUBMITTER: frozenset({Permission.READ, Permission.SUBMIT}),
+    Role.APPROVER: frozenset({Permission.READ, Permission.APPROVE}),
+    Role.AUDITOR: frozenset({Permission.READ, Permission.AUDIT}),
+    Role.NODE: frozenset({Permission.FETCH}),
+    Role.ADMIN: frozenset(Permission),
+}
+
+
+@dataclass(frozen=True)
+class AuthenticatedPrincipal:
+    """Who is calling, with their roles per tenant (``tenant -> {(role, capacity)}``)."""
+
+    id: int
+    name: str
+    is_admin: bool
+    roles: dict[str, frozenset[tuple[Role, str]]] = field(default_factory=dict)
+
+    def permissions(self, tenant: str) -> frozenset[Permission]:
+        if self.is_admin:
+            return frozenset(Permission)
+        granted: set[Permission] = set()
+        for role, _capacity in self.roles.get(tenant, frozenset()):
+            granted |= ROLE_PERMISSIONS[role]
+        return frozenset(granted)
+
+    def capacities(self, tenant: str, role: Role = Role.APPROVER) -> frozenset[str]:
+        return frozenset(c for r, c in self.roles.get(tenant, frozenset()) if r == role)
+
+
+def require(principal: AuthenticatedPrincipal, tenant: str, permission: Permission) -> None:
+    """Raise PermissionDeniedError unless ``principal`` holds ``permission`` in ``tenant``."""
+    if permission not in principal.permissions(tenant):
+        raise PermissionDeniedError(
+            f"{principal.name!r} may not {permission.value} in tenant {tenant!r}",
+            principal=principal.name, tenant=tenant, permission=permission.value,
+        )
+
+
+def require_admin(principal: AuthenticatedPrincipal) -> None:
+    if not principal.is_admin:
+        raise PermissionDeniedError(
+            f"{principal.name!r} is not an administrator", principal=principal.name, permission="admin"
+        )
+
+
+def validate_name(kind: str, name: str) -> str:
+    """Tenant, model and principal names: lower-case letters, digits, ``.``, ``_``, ``-``; 1-63 chars."""
+    if not isinstance(name, str) or not NAME_RE.match(name):
+        raise InvalidInputError(
+            f"invalid {kind} name {name!r}: use 1-63 lower-case letters, digits, '.', '_' or '-'",
+            field=kind, value=str(name),
+        )
+    return name
+
+
+def hash_token(token: str) -> str:
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+@dataclass(frozen=True, slots=True)
+class IssuedToken:
+    token: str
+    """The secret, shown once."""
+    id: int
+    prefix: str
+    expires_at: dt.datetime | None
+
+
+def issue_token(
+    session: Session,
+    principal: Principal,
+    *,
+    description: str = "",
+    expires_in: dt.timedelta | None = dt.timedelta(days=90),
+) -> IssuedToken:
+    """Create a token for ``principal`` in the caller's transaction; return the secret once."""
+    secret = TOKEN_PREFIX + secrets.token_urlsafe(32)
+    expires_at = utcnow() + expires_in if expires_in is not None else None
+    row = ApiToken(
+        principal_id=principal.id,
+        token_hash=hash_token(secret),
+        prefix=secret[:10],
+        description=description,
+        expires_at=expires_at,
+    )
+    session.add(row)
+    session.flush()
+    return IssuedToken(token=secret, id=row.id, prefix=row.prefix, expires_at=expires_at)
+
+
+def authenticate(session: Session, token: str | None) -> AuthenticatedPrincipal:
+    """Resolve a bearer token to its principal and roles.
+
+    Raises:
+        AuthenticationError: no token, an unknown, expired or revoked token, or a disabled principal.
+    """
+    if not token:
+        raise AuthenticationError("missing bearer token")
+    row = session.scalar(
+        select(ApiToken)
+        .where(ApiToken.token_hash == hash_token(token))
+        .options(selectinload(ApiToken.principal).selectinload(Principal.roles).selectinload(RoleBinding.tenant))
+    )
+    now = utcnow()
+    if row is None:
+        raise AuthenticationError("unknown token")
+    if row.revoked_at is not None:
+        raise AuthenticationError("token revoked", token_prefix=row.prefix)
+    if row.expires_at is not None and row.expires_at <= now:
+        raise AuthenticationError("token expired", token_prefix=row.prefix)
+    principal = row.principal
+    if principal.disabled:
+        raise AuthenticationError("principal disabled", principal=principal.name)
+    return load_principal(principal)
+
+
+def load_principal(principal: Principal) -> AuthenticatedPrincipal:
+    roles: dict[str, set[tuple[Role, str]]] = {}
+    for binding in principal.roles:
+        roles.setdefault(binding.tenant.name, set()).add((Role(binding.role), binding.capacity))
+    return AuthenticatedPrincipal(
+        id=principal.id,
+        name=principal.name,
+        is_admin=principal.is_admin,
+        roles={t: frozenset(r) for t, r in roles.items()},
+    )
+
+
+def get_tenant(session: Session, name: str) -> Tenant:
+    from registry.domain.errors import TenantNotFoundError
+
+    tenant = session.scalar(select(Tenant).where(Tenant.name == name))
+    if tenant is None:
+        raise TenantNotFoundError(name)
+    return tenant

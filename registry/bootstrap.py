@@ -1,0 +1,140 @@
+"""The one place that builds settings, engine, blob store, signer and job queue.
+
+``serve``, ``worker``, the CLI and the tests all call :func:`bootstrap`; nothing is built at import
+time. The embedded default (no database or blob store URL set) keeps everything under the data
+directory and creates on first start what a fresh install needs: the schema, the ``default``
+tenant, an ``admin`` principal whose token is written to ``DATA_DIR/admin-token`` (mode 0600), and
+a signing key in ``DATA_DIR/keys/signing-key.pem``.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+from dataclasses import dataclass, field
+from functools import cached_property
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from sqlalchemy import Engine, select
+from sqlalchemy.orm import Session, sessionmaker
+
+from registry.db.session import make_engine, make_session_factory
+from registry.jobs import JobQueue
+from registry.settings import Settings
+
+if TYPE_CHECKING:
+    from registry.signing.keys import SigningKey
+    from registry.storage.base import BlobStore
+
+
+def load_settings(**overrides: object) -> Settings:
+    return Settings(**overrides)  # type: ignore[arg-type]
+
+
+@dataclass
+class Container:
+    """Everything a process needs, built once from settings."""
+
+    settings: Settings
+    engine: Engine
+    session_factory: sessionmaker[Session]
+    queue: JobQueue
+    _blob_store: "BlobStore | None" = field(default=None, repr=False)
+
+    @cached_property
+    def blob_store(self) -> "BlobStore":
+        if self._blob_store is not None:
+            return self._blob_store
+        from registry.storage import open_blob_store
+
+        return open_blob_store(self.settings.resolved_blob_store_url(), self.settings)
+
+    @cached_property
+    def signing_key(self) -> "SigningKey":
+        from registry.signing.keys import load_signing_key
+
+        pem = self.settings.signing_key_pem.get_secret_value() if self.settings.signing_key_pem else None
+        return load_signing_key(self.settings.signing_key_file, pem)
+
+    def dispose(self) -> None:
+        self.engine.dispose()
+
+
+def bootstrap(settings: Settings | None = None, *, migrate: bool = False) -> Container:
+    """Build the container; with ``migrate`` bring the schema to head first."""
+    settings = settings or load_settings()
+    engine = make_engine(settings.resolved_database_url())
+    if migrate:
+        from registry.db import migrate as migrations
+
+        migrations.upgrade(engine)
+    session_factory = make_session_factory(engine)
+    queue = JobQueue(
+        session_factory,
+        lease=dt.timedelta(seconds=settings.job_lease_seconds),
+        backoff_base=dt.timedelta(seconds=settings.job_backoff_base_seconds),
+        backoff_max=dt.timedelta(seconds=settings.job_backoff_max_seconds),
+    )
+    return Container(settings=settings, engine=engine, session_factory=session_factory, queue=queue)
+
+
+@dataclass(frozen=True, slots=True)
+class FirstStart:
+    admin_token_file: Path | None
+    created_admin: bool
+
+
+def prepare_embedded(settings: Settings) -> FirstStart:
+    """Create the data directory, a signing key and the key file setting for the embedded default."""
+    data_dir = settings.data_dir.resolve()
+    data_dir.mkdir(parents=True, exist_ok=True)
+    if settings.signing_key_file is None and settings.signing_key_pem is None:
+        key_file = data_dir / "keys" / "signing-key.pem"
+        if not key_file.exists():
+            from registry.signing.keys import write_new_key
+
+            key_file.parent.mkdir(mode=0o700, exist_ok=True)
+            write_new_key(key_file)
+        settings.signing_key_file = key_file
+    if settings.presign_secret is None:
+        secret_file = data_dir / "presign-secret"
+        if not secret_file.exists():
+            _write_secret(secret_file, os.urandom(32).hex())
+        from pydantic import SecretStr
+
+        settings.presign_secret = SecretStr(secret_file.read_text().strip())
+    return FirstStart(admin_token_file=None, created_admin=False)
+
+
+def ensure_initial_admin(container: Container) -> FirstStart:
+    """On an empty registry: create tenant ``default`` and principal ``admin`` with a token file."""
+    from registry import audit
+    from registry.auth import issue_token
+    from registry.db.models import Principal, Tenant
+
+    token_file = container.settings.data_dir.resolve() / "admin-token"
+    with container.session_factory() as session:
+        if session.scalar(select(Principal).limit(1)) is not None:
+            return FirstStart(admin_token_file=token_file if token_file.exists() else None, created_admin=False)
+        if session.scalar(select(Tenant).where(Tenant.name == "default")) is None:
+            session.add(Tenant(name="default"))
+        admin = Principal(name="admin", is_admin=True)
+        session.add(admin)
+        session.flush()
+        issued = issue_token(session, admin, description="initial admin token", expires_in=None)
+        audit.append(session, actor="system", action="principal.created", subject="principal/admin",
+                     details={"is_admin": True, "token_prefix": issued.prefix})
+        _write_secret(token_file, issued.token)
+        session.commit()
+    return FirstStart(admin_token_file=token_file, created_admin=True)
+
+
+def _write_secret(path: Path, value: str) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(value + "\n")
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)

@@ -1,0 +1,250 @@
+"""SQLAlchemy 2 models. Every change here comes with an Alembic revision in ``migrations/versions``.
+
+Times are timezone-aware UTC everywhere (:class:`UTCDateTime`), on PostgreSQL and SQLite alike.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any
+
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    Boolean,
+    DateTime,
+    ForeignKey,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Text,
+    TypeDecorator,
+    UniqueConstraint,
+)
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
+
+NAMING_CONVENTION = {
+    "ix": "ix_%(column_0_label)s",
+    "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+
+def utcnow() -> dt.datetime:
+    return dt.datetime.now(dt.timezone.utc)
+
+
+class UTCDateTime(TypeDecorator[dt.datetime]):
+    """Aware UTC datetimes in, aware UTC datetimes out; SQLite stores them naive."""
+
+    impl = DateTime(timezone=True)
+    cache_ok = True
+
+    def process_bind_param(self, value: dt.datetime | None, dialect: Any) -> dt.datetime | None:
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            raise ValueError("naive datetime given to a UTCDateTime column")
+        value = value.astimezone(dt.timezone.utc)
+        return value.replace(tzinfo=None) if dialect.name == "sqlite" else value
+
+    def process_result_value(self, value: dt.datetime | None, dialect: Any) -> dt.datetime | None:
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            return value.replace(tzinfo=dt.timezone.utc)
+        return value.astimezone(dt.timezone.utc)
+
+
+# 64-bit ids on PostgreSQL; SQLite only autoincrements an INTEGER PRIMARY KEY.
+BigId = BigInteger().with_variant(Integer(), "sqlite")
+
+
+class Base(DeclarativeBase):
+    metadata = MetaData(naming_convention=NAMING_CONVENTION)
+    type_annotation_map = {dt.datetime: UTCDateTime(), dict[str, Any]: JSON(), list[Any]: JSON()}
+
+
+class Tenant(Base):
+    __tablename__ = "tenants"
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True)
+    name: Mapped[str] = mapped_column(String(64), unique=True)
+    created_at: Mapped[dt.datetime] = mapped_column(default=utcnow)
+
+
+class Principal(Base):
+    """A person or a machine (a serving node, a CI pipeline) that holds tokens and roles."""
+
+    __tablename__ = "principals"
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True)
+    name: Mapped[str] = mapped_column(String(128), unique=True)
+    is_admin: Mapped[bool] = mapped_column(Boolean, default=False)
+    disabled: Mapped[bool] = mapped_column(Boolean, default=False)
+    created_at: Mapped[dt.datetime] = mapped_column(default=utcnow)
+
+    roles: Mapped[list["RoleBinding"]] = relationship(back_populates="principal", cascade="all, delete-orphan")
+
+
+class RoleBinding(Base):
+    """``principal`` holds ``role`` in ``tenant``; approvers also carry a capacity (security, legal, ml)."""
+
+    __tablename__ = "role_bindings"
+    __table_args__ = (UniqueConstraint("principal_id", "tenant_id", "role", "capacity"),)
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True)
+    principal_id: Mapped[int] = mapped_column(ForeignKey("principals.id", ondelete="CASCADE"), index=True)
+    tenant_id: Mapped[int] = mapped_column(ForeignKey("tenants.id", ondelete="CASCADE"), index=True)
+    role: Mapped[str] = mapped_column(String(32))
+    # '' rather than NULL so the unique constraint holds on both databases.
+    capacity: Mapped[str] = mapped_column(String(32), default="")
+    created_at: Mapped[dt.datetime] = mapped_column(default=utcnow)
+
+    principal: Mapped[Principal] = relationship(back_populates="roles")
+    tenant: Mapped[Tenant] = relationship()
+
+
+class ApiToken(Base):
+    """Only the sha256 of a token is stored; the token itself is shown once, at creation."""
+
+    __tablename__ = "api_tokens"
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True)
+    principal_id: Mapped[int] = mapped_column(ForeignKey("principals.id", ondelete="CASCADE"), index=True)
+    token_hash: Mapped[str] = mapped_column(String(64), unique=True)
+    prefix: Mapped[str] = mapped_column(String(16))
+    description: Mapped[str] = mapped_column(String(256), default="")
+    created_at: Mapped[dt.datetime] = mapped_column(default=utcnow)
+    expires_at: Mapped[dt.datetime | None]
+    revoked_at: Mapped[dt.datetime | None]
+
+    principal: Mapped[Principal] = relationship()
+
+
+class Model(Base):
+    __tablename__ = "models"
+    __table_args__ = (UniqueConstraint("tenant_id", "name"),)
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True)
+    tenant_id: Mapped[int] = mapped_column(ForeignKey("tenants.id"), index=True)
+    name: Mapped[str] = mapped_column(String(128))
+    next_version: Mapped[int] = mapped_column(Integer, default=1)
+    created_at: Mapped[dt.datetime] = mapped_column(default=utcnow)
+
+    tenant: Mapped[Tenant] = relationship()
+
+
+class Version(Base):
+    """One pinned, immutable version of a model: a source, a resolved revision and, once sealed, files."""
+
+    __tablename__ = "versions"
+    __table_args__ = (
+        UniqueConstraint("model_id", "number"),
+        # The same source, revision and file selection is one version, not two copies.
+        UniqueConstraint("model_id", "source_key"),
+    )
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True)
+    model_id: Mapped[int] = mapped_column(ForeignKey("models.id"), index=True)
+    number: Mapped[int] = mapped_column(Integer)
+    state: Mapped[str] = mapped_column(String(32), index=True)
+    source_kind: Mapped[str] = mapped_column(String(16))
+    source_repo: Mapped[str] = mapped_column(String(1024))
+    source_endpoint: Mapped[str | None] = mapped_column(String(1024))
+    requested_revision: Mapped[str | None] = mapped_column(String(256))
+    resolved_revision: Mapped[str] = mapped_column(String(128))
+    include: Mapped[list[Any]] = mapped_column(default=list)
+    exclude: Mapped[list[Any]] = mapped_column(default=list)
+    source_key: Mapped[str] = mapped_column(String(64))
+    license: Mapped[str | None] = mapped_column(String(128))
+    failure_reason: Mapped[str | None] = mapped_column(String(64))
+    failure_detail: Mapped[dict[str, Any] | None]
+    submitted_by: Mapped[int | None] = mapped_column(ForeignKey("principals.id"))
+    manifest_digest: Mapped[str | None] = mapped_column(String(64))
+    manifest_bundle: Mapped[dict[str, Any] | None]
+    signing_key_id: Mapped[str | None] = mapped_column(String(64))
+    created_at: Mapped[dt.datetime] = mapped_column(default=utcnow)
+    updated_at: Mapped[dt.datetime] = mapped_column(default=utcnow, onupdate=utcnow)
+    sealed_at: Mapped[dt.datetime | None]
+
+    model: Mapped[Model] = relationship()
+    files: Mapped[list["VersionFile"]] = relationship(
+        back_populates="version", order_by="VersionFile.path", cascade="all, delete-orphan"
+    )
+
+
+class VersionFile(Base):
+    __tablename__ = "version_files"
+    __table_args__ = (UniqueConstraint("version_id", "path"),)
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True)
+    version_id: Mapped[int] = mapped_column(ForeignKey("versions.id", ondelete="CASCADE"), index=True)
+    path: Mapped[str] = mapped_column(String(1024))
+    size: Mapped[int] = mapped_column(BigInteger)
+    sha256: Mapped[str | None] = mapped_column(String(64), index=True)
+    upstream_sha256: Mapped[str | None] = mapped_column(String(64))
+    upstream_git_sha1: Mapped[str | None] = mapped_column(String(40))
+    upstream_etag: Mapped[str | None] = mapped_column(String(256))
+    mirrored_at: Mapped[dt.datetime | None]
+
+    version: Mapped[Version] = relationship(back_populates="files")
+
+
+class Blob(Base):
+    """A committed blob in the store; ``versions`` reference it through ``version_files.sha256``."""
+
+    __tablename__ = "blobs"
+
+    digest: Mapped[str] = mapped_column(String(64), primary_key=True)
+    size: Mapped[int] = mapped_column(BigInteger)
+    created_at: Mapped[dt.datetime] = mapped_column(default=utcnow)
+
+
+class Job(Base):
+    __tablename__ = "jobs"
+    __table_args__ = (Index("ix_jobs_claim", "state", "run_after"),)
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True)
+    kind: Mapped[str] = mapped_column(String(64))
+    payload: Mapped[dict[str, Any]] = mapped_column(default=dict)
+    state: Mapped[str] = mapped_column(String(16), default="queued")
+    priority: Mapped[int] = mapped_column(Integer, default=100)
+    attempts: Mapped[int] = mapped_column(Integer, default=0)
+    max_attempts: Mapped[int] = mapped_column(Integer, default=5)
+    run_after: Mapped[dt.datetime] = mapped_column(default=utcnow)
+    lease_expires_at: Mapped[dt.datetime | None]
+    locked_by: Mapped[str | None] = mapped_column(String(128))
+    last_error: Mapped[str | None] = mapped_column(Text)
+    idempotency_key: Mapped[str | None] = mapped_column(String(256), unique=True)
+    created_at: Mapped[dt.datetime] = mapped_column(default=utcnow)
+    finished_at: Mapped[dt.datetime | None]
+
+
+class AuditEvent(Base):
+    """One append-only, hash-chained event; see ``registry/audit.py``."""
+
+    __tablename__ = "audit_events"
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=False)
+    at: Mapped[dt.datetime]
+    actor: Mapped[str] = mapped_column(String(128))
+    action: Mapped[str] = mapped_column(String(64), index=True)
+    subject: Mapped[str] = mapped_column(String(512), index=True)
+    tenant: Mapped[str | None] = mapped_column(String(64))
+    details: Mapped[dict[str, Any]] = mapped_column(default=dict)
+    prev_hash: Mapped[str] = mapped_column(String(64))
+    hash: Mapped[str] = mapped_column(String(64))
+
+
+class AuditHead(Base):
+    """The chain's head, updated with every append: deleting the newest events breaks it too."""
+
+    __tablename__ = "audit_head"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    last_event_id: Mapped[int] = mapped_column(BigInteger)
+    last_hash: Mapped[str] = mapped_column(String(64))

@@ -1,0 +1,54 @@
+"""Engines and sessions for PostgreSQL (psycopg 3) and SQLite (the embedded default)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import Engine, create_engine, event
+from sqlalchemy.engine import make_url
+from sqlalchemy.orm import Session, sessionmaker
+
+
+def make_engine(url: str, **kwargs: Any) -> Engine:
+    """Build an engine; SQLite gets WAL, a busy timeout and foreign keys on every connection.
+
+    ``postgresql://`` URLs are routed to psycopg 3.
+    """
+    parsed = make_url(url)
+    if parsed.drivername in ("postgresql", "postgres"):
+        parsed = parsed.set(drivername="postgresql+psycopg")
+    if parsed.get_backend_name() == "sqlite":
+        engine = create_engine(
+            parsed, connect_args={"timeout": 30, "check_same_thread": False}, **kwargs
+        )
+        _configure_sqlite(engine)
+        return engine
+    kwargs.setdefault("pool_pre_ping", True)
+    return create_engine(parsed, **kwargs)
+
+
+def _configure_sqlite(engine: Engine) -> None:
+    @event.listens_for(engine, "connect")
+    def _on_connect(dbapi_connection: Any, _record: Any) -> None:
+        # pysqlite's own transaction handling defers BEGIN; take control so that a claim can say
+        # BEGIN IMMEDIATE and take the write lock before it reads.
+        dbapi_connection.isolation_level = None
+        cursor = dbapi_connection.cursor()
+        cursor.execute("PRAGMA journal_mode=WAL")
+        cursor.execute("PRAGMA busy_timeout=30000")
+        cursor.execute("PRAGMA foreign_keys=ON")
+        cursor.execute("PRAGMA synchronous=NORMAL")
+        cursor.close()
+
+    @event.listens_for(engine, "begin")
+    def _on_begin(conn: Any) -> None:
+        conn.exec_driver_sql(conn.get_execution_options().get("sqlite_begin", "BEGIN"))
+
+
+def make_session_factory(engine: Engine) -> sessionmaker[Session]:
+    return sessionmaker(engine, expire_on_commit=False)
+
+
+def is_postgres(session_or_engine: Session | Engine) -> bool:
+    bind = session_or_engine.get_bind() if isinstance(session_or_engine, Session) else session_or_engine
+    return bind.dialect.name == "postgresql"

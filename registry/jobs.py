@@ -1,0 +1,212 @@
+"""A job queue in the database.
+
+Jobs are rows. ``enqueue`` adds one in the caller's transaction, so a job exists exactly when the
+change that made it necessary is committed. Workers ``claim`` a job with ``FOR UPDATE SKIP LOCKED``
+on PostgreSQL (many workers, no waiting) or under SQLite's single write lock (``BEGIN IMMEDIATE``),
+hold it with a lease they renew by ``heartbeat``, and finish it with ``complete`` or ``fail``.
+A job whose worker died is claimed again once its lease has run out; a failed job is retried with
+exponential backoff until ``max_attempts``, then it is ``dead`` with its last error.
+
+Example:
+    >>> enqueue(session, "mirror_file", {"file_id": 7}, idempotency_key="mirror_file:7")  # doctest: +SKIP
+    >>> session.commit()  # doctest: +SKIP
+    >>> job = queue.claim("worker-1")  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import random
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from sqlalchemy import or_, select, update
+from sqlalchemy.exc import IntegrityError as SAIntegrityError
+from sqlalchemy.orm import Session, sessionmaker
+
+from registry.db.models import Job, utcnow
+from registry.db.session import is_postgres
+
+QUEUED = "queued"
+RUNNING = "running"
+SUCCEEDED = "succeeded"
+DEAD = "dead"
+
+Clock = Callable[[], dt.datetime]
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimedJob:
+    """What a worker holds: ids and payload, never ORM objects (they belong to another session)."""
+
+    id: int
+    kind: str
+    payload: dict[str, Any]
+    attempts: int
+    max_attempts: int
+    lease_expires_at: dt.datetime
+
+
+def enqueue(
+    session: Session,
+    kind: str,
+    payload: dict[str, Any],
+    *,
+    idempotency_key: str | None = None,
+    priority: int = 100,
+    max_attempts: int = 5,
+    run_after: dt.datetime | None = None,
+) -> Job:
+    """Add a job in the caller's transaction (the caller commits).
+
+    With an ``idempotency_key`` already used by a job that is not dead, that job is returned and
+    nothing is added, so the same work is never queued twice. A dead job with the key is revived.
+    """
+    if idempotency_key is not None:
+        existing = session.scalar(select(Job).where(Job.idempotency_key == idempotency_key))
+        if existing is not None:
+            if existing.state == DEAD:
+                existing.state = QUEUED
+                existing.attempts = 0
+                existing.run_after = run_after or utcnow()
+                existing.last_error = None
+                existing.finished_at = None
+                existing.payload = payload
+            return existing
+    job = Job(
+        kind=kind,
+        payload=payload,
+        idempotency_key=idempotency_key,
+        priority=priority,
+        max_attempts=max_attempts,
+        run_after=run_after or utcnow(),
+        state=QUEUED,
+        attempts=0,
+    )
+    if idempotency_key is None:
+        session.add(job)
+        return job
+    # Two transactions may race to add the same key: the loser takes the winner's job.
+    try:
+        with session.begin_nested():
+            session.add(job)
+    except SAIntegrityError:
+        return session.scalars(select(Job).where(Job.idempotency_key == idempotency_key)).one()
+    return job
+
+
+@dataclass
+class JobQueue:
+    """Claims and settles jobs, each call in its own short transaction.
+
+    Attributes:
+        session_factory: makes sessions on the queue's database.
+        lease: how long a claim lasts without a heartbeat.
+        backoff_base, backoff_max: retry delay ``min(max, base * 2**(attempt-1))`` with jitter.
+        clock: the time source (tests move it).
+    """
+
+    session_factory: sessionmaker[Session]
+    lease: dt.timedelta = dt.timedelta(seconds=60)
+    backoff_base: dt.timedelta = dt.timedelta(seconds=2)
+    backoff_max: dt.timedelta = dt.timedelta(minutes=5)
+    clock: Clock = field(default=utcnow)
+
+    def claim(self, worker_id: str, kinds: list[str] | None = None) -> ClaimedJob | None:
+        """Take the next runnable job: queued and due, or running with an expired lease.
+
+        A job whose lease ran out after its last allowed attempt is marked dead instead.
+        """
+        while True:
+            with self.session_factory() as session:
+                now = self.clock()
+                runnable = or_(
+                    (Job.state == QUEUED) & (Job.run_after <= now),
+                    (Job.state == RUNNING) & (Job.lease_expires_at < now),
+                )
+                query = select(Job).where(runnable).order_by(Job.priority, Job.id).limit(1)
+                if kinds:
+                    query = query.where(Job.kind.in_(kinds))
+                if is_postgres(session):
+                    query = query.with_for_update(skip_locked=True)
+                else:
+                    # SQLite has no row locks: take the database's write lock before reading, so two
+                    # workers can never read the same queued row.
+                    session.connection(execution_options={"sqlite_begin": "BEGIN IMMEDIATE"})
+                job = session.scalars(query).first()
+                if job is None:
+                    session.rollback()
+                    return None
+                if job.state == RUNNING and job.attempts >= job.max_attempts:
+                    job.state = DEAD
+                    job.finished_at = now
+                    job.last_error = (job.last_error or "") + f"\nlease expired on attempt {job.attempts}"
+                    job.lease_expires_at = None
+                    session.commit()
+                    continue
+                job.state = RUNNING
+                job.attempts += 1
+                job.locked_by = worker_id
+                job.lease_expires_at = now + self.lease
+                claimed = ClaimedJob(
+                    id=job.id,
+                    kind=job.kind,
+                    payload=dict(job.payload),
+                    attempts=job.attempts,
+                    max_attempts=job.max_attempts,
+                    lease_expires_at=job.lease_expires_at,
+                )
+                session.commit()
+                return claimed
+
+    def heartbeat(self, job: ClaimedJob, worker_id: str) -> bool:
+        """Extend the lease; False when the job is no longer ours (the lease ran out and was taken)."""
+        with self.session_factory() as session:
+            result = session.execute(
+                update(Job)
+                .where(Job.id == job.id, Job.state == RUNNING, Job.locked_by == worker_id,
+                       Job.attempts == job.attempts)
+                .values(lease_expires_at=self.clock() + self.lease)
+            )
+            session.commit()
+            return result.rowcount == 1
+
+    def complete(self, job: ClaimedJob, worker_id: str) -> bool:
+        """Mark the job succeeded; False when it was no longer ours."""
+        with self.session_factory() as session:
+            result = session.execute(
+                update(Job)
+                .where(Job.id == job.id, Job.state == RUNNING, Job.locked_by == worker_id,
+                       Job.attempts == job.attempts)
+                .values(state=SUCCEEDED, finished_at=self.clock(), lease_expires_at=None, last_error=None)
+            )
+            session.commit()
+            return result.rowcount == 1
+
+    def fail(self, job: ClaimedJob, worker_id: str, error: str, *, retry: bool = True) -> str:
+        """Record a failure: requeue with backoff, or ``dead`` after the last attempt or when not retryable.
+
+        Returns:
+            The job's new state.
+        """
+        now = self.clock()
+        dead = not retry or job.attempts >= job.max_attempts
+        values: dict[str, Any] = {"last_error": error[-8000:], "lease_expires_at": None}
+        if dead:
+            values.update(state=DEAD, finished_at=now)
+        else:
+            values.update(state=QUEUED, run_after=now + self.backoff(job.attempts))
+        with self.session_factory() as session:
+            session.execute(
+                update(Job)
+                .where(Job.id == job.id, Job.state == RUNNING, Job.locked_by == worker_id,
+                       Job.attempts == job.attempts)
+                .values(**values)
+            )
+            session.commit()
+        return DEAD if dead else QUEUED
+
+    def backoff(self, attempt: int) -> dt.timedelta:
+        delay = min(self.backoff_max.total_seconds(), self.backoff_base.total_seconds() * 2 ** (attempt - 1))
+        # Jitter spreads the retries of many jobs that failed together (an upstream outage).
+        return dt.timedelta(seconds=delay * random.uniform(0.8, 1.0))

@@ -1,0 +1,127 @@
+import datetime as dt
+
+import pytest
+from sqlalchemy import select
+
+from registry.db.models import Job
+from registry.jobs import DEAD, QUEUED, SUCCEEDED, JobQueue, enqueue
+
+
+class FakeClock:
+    """A clock the test moves by hand (the queue takes any callable)."""
+
+    def __init__(self) -> None:
+        self.now = dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc)
+
+    def __call__(self) -> dt.datetime:
+        return self.now
+
+    def advance(self, **kw) -> None:
+        self.now += dt.timedelta(**kw)
+
+
+@pytest.fixture
+def clock():
+    return FakeClock()
+
+
+@pytest.fixture
+def queue(container, clock):
+    return JobQueue(container.session_factory, lease=dt.timedelta(seconds=30),
+                    backoff_base=dt.timedelta(seconds=10), backoff_max=dt.timedelta(seconds=60), clock=clock)
+
+
+def _enqueue(container, clock, kind="k", key=None, **kw):
+    with container.session_factory() as s:
+        job = enqueue(s, kind, {"n": 1}, idempotency_key=key, run_after=clock.now, **kw)
+        s.commit()
+        return job.id
+
+
+def test_enqueue_joins_callers_transaction(container, queue, clock):
+    with container.session_factory() as s:
+        enqueue(s, "k", {"n": 1}, run_after=clock.now)
+        s.rollback()
+    assert queue.claim("w") is None
+
+
+def test_claim_complete(container, queue, clock):
+    job_id = _enqueue(container, clock)
+    job = queue.claim("w1")
+    assert job.id == job_id and job.attempts == 1 and job.payload == {"n": 1}
+    assert queue.claim("w2") is None
+    assert queue.complete(job, "w1")
+    with container.session_factory() as s:
+        assert s.get(Job, job_id).state == SUCCEEDED
+
+
+def test_idempotency_key_queues_once(container, queue, clock):
+    a = _enqueue(container, clock, key="mirror:1")
+    b = _enqueue(container, clock, key="mirror:1")
+    assert a == b
+    with container.session_factory() as s:
+        assert len(s.scalars(select(Job)).all()) == 1
+
+
+def test_expired_lease_is_claimed_again(container, queue, clock):
+    _enqueue(container, clock)
+    first = queue.claim("dead-worker")
+    clock.advance(seconds=29)
+    assert queue.claim("w2") is None
+    clock.advance(seconds=2)
+    second = queue.claim("w2")
+    assert second.id == first.id and second.attempts == 2
+    # The first worker comes back: its result no longer counts.
+    assert not queue.complete(first, "dead-worker")
+    assert queue.complete(second, "w2")
+
+
+def test_heartbeat_keeps_the_lease(container, queue, clock):
+    _enqueue(container, clock)
+    job = queue.claim("w1")
+    for _ in range(3):
+        clock.advance(seconds=20)
+        assert queue.heartbeat(job, "w1")
+    assert queue.claim("w2") is None
+
+
+def test_retry_with_backoff_then_dead(container, queue, clock):
+    job_id = _enqueue(container, clock, max_attempts=3)
+    delays = []
+    for attempt in range(1, 4):
+        job = queue.claim("w")
+        assert job is not None and job.attempts == attempt
+        state = queue.fail(job, "w", f"boom {attempt}")
+        with container.session_factory() as s:
+            row = s.get(Job, job_id)
+            if state == QUEUED:
+                delays.append((row.run_after - clock.now).total_seconds())
+                assert queue.claim("w") is None  # not due yet
+                clock.advance(seconds=61)
+    assert state == DEAD
+    with container.session_factory() as s:
+        row = s.get(Job, job_id)
+        assert row.state == DEAD and row.last_error == "boom 3"
+    assert 8 <= delays[0] <= 10 and 16 <= delays[1] <= 20
+
+
+def test_lease_expiry_on_last_attempt_marks_dead(container, queue, clock):
+    job_id = _enqueue(container, clock, max_attempts=1)
+    queue.claim("w")
+    clock.advance(seconds=31)
+    assert queue.claim("w2") is None
+    with container.session_factory() as s:
+        assert s.get(Job, job_id).state == DEAD
+
+
+def test_non_retryable_failure_is_dead_at_once(container, queue, clock):
+    job_id = _enqueue(container, clock)
+    job = queue.claim("w")
+    assert queue.fail(job, "w", "bad input", retry=False) == DEAD
+
+
+def test_dead_job_revived_by_same_key(container, queue, clock):
+    job_id = _enqueue(container, clock, key="k1", max_attempts=1)
+    queue.fail(queue.claim("w"), "w", "x")
+    assert _enqueue(container, clock, key="k1") == job_id
+    assert queue.claim("w").id == job_id
