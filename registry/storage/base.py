@@ -2,7 +2,9 @@
 
 A blob store keeps immutable, content-addressed blobs under ``blobs/sha256/<first 2 hex>/<64 hex>``.
 Bytes are hashed while they stream in and committed under their digest only once the digest is known
-(and equal to the expected one, when given), so a reader never sees a half-written blob.
+(and equal to the expected one, when given), so a reader never sees a half-written blob. Every entry
+point that takes a digest validates it first (lower-case 64-hex), so a digest never becomes a path or
+key traversal such as ``../etc``.
 """
 
 from __future__ import annotations
@@ -12,16 +14,43 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import BinaryIO, Iterable, Iterator, Union
 
+from registry.domain.files import require_sha256
+
 ByteSource = Union[BinaryIO, Iterable[bytes]]
 """What ``put`` accepts: a readable binary file object, or an iterable of byte chunks.
 
 An exception raised by the source while it is being read aborts the put: nothing is committed.
 """
 
+STREAM_PATH = "<stream>"
+"""The ``path`` of a mismatch error raised for a put without an expected digest."""
+
 
 def blob_key(digest: str) -> str:
-    """The key of a blob, relative to the store's root or prefix."""
+    """The key of a blob, relative to the store's root or prefix.
+
+    Raises:
+        InvalidInputError: ``digest`` is not a lower-case hex sha256.
+    """
+    require_sha256(digest)
     return f"blobs/sha256/{digest[:2]}/{digest}"
+
+
+def iter_source(source: ByteSource, chunk_size: int) -> Iterator[bytes]:
+    """Yield the non-empty byte chunks of ``source``; a file object is read ``chunk_size`` at a time.
+
+    Args:
+        source: A readable binary file object or an iterable of ``bytes``.
+        chunk_size: Size of each ``read`` on a file object; iterables keep their own chunking.
+    """
+    read = getattr(source, "read", None)
+    if read is not None:
+        while chunk := read(chunk_size):
+            yield chunk
+        return
+    for chunk in source:  # type: ignore[union-attr]
+        if chunk:
+            yield bytes(chunk) if not isinstance(chunk, bytes) else chunk
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,7 +68,11 @@ class PutResult:
 
 
 class BlobStore(abc.ABC):
-    """Port for content-addressed blob storage; see ``LocalBlobStore`` and ``S3BlobStore``."""
+    """Port for content-addressed blob storage; see ``LocalBlobStore`` and ``S3BlobStore``.
+
+    Every method taking a ``digest`` raises ``InvalidInputError`` when it is not a lower-case hex sha256.
+    Failures of the backing store itself raise ``BlobStoreError`` with the cause chained.
+    """
 
     @abc.abstractmethod
     def put(
@@ -50,6 +83,14 @@ class BlobStore(abc.ABC):
         expected_size: int | None = None,
     ) -> PutResult:
         """Stream ``source`` into the store, hashing it in the same pass.
+
+        When ``expected_sha256`` is given and that blob already exists, ``source`` is not read at all
+        and the result has ``created=False``.
+
+        Args:
+            source: The bytes; an exception it raises while being read aborts the put and propagates.
+            expected_sha256: The digest the bytes must have (published upstream, or in a manifest).
+            expected_size: The byte count the bytes must have.
 
         Raises:
             DigestMismatchError: the bytes do not hash to ``expected_sha256``; nothing is committed.
@@ -65,7 +106,15 @@ class BlobStore(abc.ABC):
 
     @abc.abstractmethod
     def open_range(self, digest: str, start: int = 0, end: int | None = None) -> Iterator[bytes]:
-        """Yield the bytes ``[start, end)`` of a blob (``end`` None means to the end). Raises BlobNotFoundError."""
+        """Yield the bytes ``[start, end)`` of a blob (``end`` None means to the end).
+
+        ``end`` beyond the blob is clamped to its size; ``end <= start`` or ``start >= size`` yields
+        nothing. The blob's existence is checked when this is called, not at the first ``next``.
+
+        Raises:
+            BlobNotFoundError: no blob has this digest.
+            InvalidInputError: ``start`` or ``end`` is negative.
+        """
 
     @abc.abstractmethod
     def open_seekable(self, digest: str) -> BinaryIO:
@@ -76,10 +125,12 @@ class BlobStore(abc.ABC):
         """A URL that lets its holder GET the blob until it expires."""
 
     @abc.abstractmethod
-    def delete(self, digest: str) -> None: ...
+    def delete(self, digest: str) -> None:
+        """Remove a blob; deleting a missing blob is not an error (garbage collection may race)."""
 
     @abc.abstractmethod
-    def iter_blobs(self) -> Iterator[BlobInfo]: ...
+    def iter_blobs(self) -> Iterator[BlobInfo]:
+        """Every committed blob; temporary and unfinished uploads are never listed."""
 
     @abc.abstractmethod
     def sweep_incomplete(self, older_than: timedelta) -> int:

@@ -1,0 +1,316 @@
+"""A blob store in a local directory: the embedded default.
+
+Layout under ``root``::
+
+    blobs/sha256/<first 2 hex>/<64 hex>   committed blobs, read-only files
+    tmp/put-*                              puts in progress (or left by a crash; see sweep_incomplete)
+
+A put writes a temporary file in ``tmp/`` (same filesystem as ``blobs/``), hashing and counting in the
+same pass, fsyncs it and links it under its digest only when digest and size are as expected, so a
+crash at any point leaves at most a temporary file and never a half-written blob.
+
+Presigned URLs are ``{public_url}/v1/blobs/sha256/{digest}?expires=<unix>&signature=<hex>``, an
+HMAC-SHA256 the API checks with :meth:`LocalBlobStore.verify_presigned`.
+"""
+
+from __future__ import annotations
+
+import errno
+import hashlib
+import hmac
+import os
+import tempfile
+import time
+from datetime import timedelta
+from pathlib import Path
+from typing import BinaryIO, Iterator
+
+from registry.domain.errors import (
+    BlobNotFoundError,
+    BlobStoreError,
+    DigestMismatchError,
+    InvalidInputError,
+    PresignedUrlError,
+    SizeMismatchError,
+)
+from registry.domain.files import is_sha256, require_sha256
+from registry.storage.base import STREAM_PATH, BlobInfo, BlobStore, ByteSource, PutResult, blob_key, iter_source
+
+CHUNK_SIZE = 1024 * 1024
+TEMP_PREFIX = "put-"
+
+
+class LocalBlobStore(BlobStore):
+    """Content-addressed blobs in a directory.
+
+    Args:
+        root: The store's directory; ``blobs/`` and ``tmp/`` are created inside it.
+        presign_secret: HMAC key for presigned URLs; every process serving the same root needs the same one.
+        public_url: Base URL of the API that serves ``/v1/blobs``; None gives URLs relative to it.
+    """
+
+    def __init__(self, root: Path, presign_secret: bytes, public_url: str | None = None) -> None:
+        if not presign_secret:
+            raise InvalidInputError("presign_secret must not be empty")
+        self.root = Path(root)
+        self._blobs = self.root / "blobs" / "sha256"
+        self._tmp = self.root / "tmp"
+        self._secret = presign_secret
+        self._public_url = (public_url or "").rstrip("/")
+        self._blobs.mkdir(parents=True, exist_ok=True)
+        self._tmp.mkdir(parents=True, exist_ok=True)
+
+    def __repr__(self) -> str:
+        return f"LocalBlobStore({str(self.root)!r})"
+
+    def _path(self, digest: str) -> Path:
+        # blob_key validates the digest, so the joined path stays inside root.
+        return self.root / blob_key(digest)
+
+    # --- writing ---------------------------------------------------------------------------
+
+    def put(
+        self,
+        source: ByteSource,
+        *,
+        expected_sha256: str | None = None,
+        expected_size: int | None = None,
+    ) -> PutResult:
+        """Stream ``source`` into a temporary file, then commit it under its digest.
+
+        Raises:
+            DigestMismatchError: the bytes do not hash to ``expected_sha256``; nothing is committed.
+            SizeMismatchError: the byte count differs from ``expected_size``; nothing is committed.
+            InvalidInputError: ``expected_sha256`` is not a sha256 or ``expected_size`` is negative.
+            BlobStoreError: the filesystem failed (full disk, permissions).
+        """
+        if expected_sha256 is not None:
+            require_sha256(expected_sha256)
+            existing = self._stat_or_none(expected_sha256)
+            if existing is not None:
+                _check_size(expected_sha256, expected_size, existing.size)
+                return PutResult(expected_sha256, existing.size, created=False)
+        if expected_size is not None and expected_size < 0:
+            raise InvalidInputError(f"negative expected size {expected_size}", expected_size=expected_size)
+        label = expected_sha256 or STREAM_PATH
+
+        try:
+            fd, tmp_name = tempfile.mkstemp(prefix=TEMP_PREFIX, dir=self._tmp)
+        except OSError as exc:
+            raise BlobStoreError("put", str(exc), key=str(self._tmp)) from exc
+        tmp = Path(tmp_name)
+        try:
+            with os.fdopen(fd, "wb", buffering=0) as out:
+                digest, size = self._write_temp(source, out, tmp, label, expected_size)
+            _check_size(label, expected_size, size)
+            if expected_sha256 is not None and digest != expected_sha256:
+                raise DigestMismatchError(expected_sha256, expected=expected_sha256, actual=digest)
+            try:
+                created = self._commit(tmp, digest)
+            except OSError as exc:
+                raise BlobStoreError("put", str(exc), key=digest) from exc
+            return PutResult(digest, size, created)
+        finally:
+            tmp.unlink(missing_ok=True)
+
+    @staticmethod
+    def _write_temp(
+        source: ByteSource, out, tmp: Path, label: str, expected_size: int | None
+    ) -> tuple[str, int]:
+        hasher = hashlib.sha256()
+        size = 0
+        # Errors of the source (even OSErrors such as a dropped connection) propagate as they are;
+        # only our own writes are translated.
+        for chunk in iter_source(source, CHUNK_SIZE):
+            hasher.update(chunk)
+            size += len(chunk)
+            if expected_size is not None and size > expected_size:
+                # Stop reading a source that is already too long.
+                raise SizeMismatchError(label, expected=expected_size, actual=size)
+            try:
+                _write_all(out, chunk)
+            except OSError as exc:
+                raise BlobStoreError("put", str(exc), key=str(tmp)) from exc
+        try:
+            os.fsync(out.fileno())
+        except OSError as exc:
+            raise BlobStoreError("put", str(exc), key=str(tmp)) from exc
+        return hasher.hexdigest(), size
+
+    def _commit(self, tmp: Path, digest: str) -> bool:
+        final = self._path(digest)
+        final.parent.mkdir(parents=True, exist_ok=True)
+        os.chmod(tmp, 0o444)
+        try:
+            # A hard link, unlike rename, refuses to replace an existing blob: blobs are never overwritten,
+            # and a concurrent put of the same bytes is reported as created=False.
+            os.link(tmp, final)
+        except FileExistsError:
+            return False
+        except OSError as exc:
+            if exc.errno not in (errno.EPERM, errno.EOPNOTSUPP, errno.EMLINK):
+                raise
+            # Filesystems without hard links: check then rename (the race only swaps identical bytes).
+            if final.exists():
+                return False
+            os.replace(tmp, final)
+        _fsync_dir(final.parent)
+        return True
+
+    # --- reading ---------------------------------------------------------------------------
+
+    def _stat_or_none(self, digest: str) -> BlobInfo | None:
+        try:
+            return BlobInfo(digest, self._path(digest).stat().st_size)
+        except FileNotFoundError:
+            return None
+
+    def exists(self, digest: str) -> bool:
+        """Whether a blob with this digest is committed. Raises InvalidInputError on a bad digest."""
+        return self._stat_or_none(digest) is not None
+
+    def stat(self, digest: str) -> BlobInfo:
+        """Size of a committed blob. Raises BlobNotFoundError, InvalidInputError."""
+        info = self._stat_or_none(digest)
+        if info is None:
+            raise BlobNotFoundError(digest)
+        return info
+
+    def open_seekable(self, digest: str) -> BinaryIO:
+        """The blob's file, opened for reading. Raises BlobNotFoundError, InvalidInputError."""
+        try:
+            return open(self._path(digest), "rb")
+        except FileNotFoundError:
+            raise BlobNotFoundError(digest) from None
+
+    def open_range(self, digest: str, start: int = 0, end: int | None = None) -> Iterator[bytes]:
+        """Yield the bytes ``[start, end)`` of a blob, a megabyte at a time.
+
+        Raises:
+            BlobNotFoundError: no blob has this digest.
+            InvalidInputError: a bad digest, or a negative ``start``/``end``.
+        """
+        _check_range(start, end)
+        handle = self.open_seekable(digest)
+        return _iter_file_range(handle, start, end)
+
+    # --- presigned URLs --------------------------------------------------------------------
+
+    def _signature(self, digest: str, expires: int) -> str:
+        return hmac.new(self._secret, f"GET\n{digest}\n{expires}".encode(), hashlib.sha256).hexdigest()
+
+    def presign_get(self, digest: str, expires_in: timedelta) -> str:
+        """``{public_url}/v1/blobs/sha256/{digest}?expires=<unix>&signature=<hex>``, valid ``expires_in``."""
+        require_sha256(digest)
+        expires = int(time.time() + expires_in.total_seconds())
+        return (
+            f"{self._public_url}/v1/blobs/sha256/{digest}"
+            f"?expires={expires}&signature={self._signature(digest, expires)}"
+        )
+
+    def verify_presigned(self, digest: str, expires: int | str, signature: str) -> None:
+        """Check the query of a presigned URL; return nothing when it is good.
+
+        Args:
+            digest: The digest in the URL's path.
+            expires: The ``expires`` query parameter (unix seconds).
+            signature: The ``signature`` query parameter.
+
+        Raises:
+            PresignedUrlError: the signature does not match, or the URL has expired.
+            InvalidInputError: ``digest`` is not a sha256.
+        """
+        require_sha256(digest)
+        try:
+            expires_at = int(expires)
+        except (TypeError, ValueError):
+            raise PresignedUrlError(digest, "malformed expiry") from None
+        expected = self._signature(digest, expires_at)
+        if not isinstance(signature, str) or not hmac.compare_digest(expected, signature):
+            raise PresignedUrlError(digest, "signature mismatch")
+        # Checked after the signature so an attacker learns nothing about expiry of forged URLs.
+        if expires_at < time.time():
+            raise PresignedUrlError(digest, "expired")
+
+    # --- maintenance -----------------------------------------------------------------------
+
+    def delete(self, digest: str) -> None:
+        """Remove a blob if present. Raises InvalidInputError on a bad digest."""
+        try:
+            self._path(digest).unlink(missing_ok=True)
+        except OSError as exc:
+            raise BlobStoreError("delete", str(exc), key=digest) from exc
+
+    def iter_blobs(self) -> Iterator[BlobInfo]:
+        """Every committed blob, in digest order; stray names in ``blobs/`` are ignored."""
+        for shard in sorted(self._blobs.iterdir()):
+            if not shard.is_dir():
+                continue
+            for entry in sorted(os.scandir(shard), key=lambda e: e.name):
+                name = entry.name
+                if is_sha256(name) and name[:2] == shard.name and entry.is_file(follow_symlinks=False):
+                    try:
+                        yield BlobInfo(name, entry.stat().st_size)
+                    except FileNotFoundError:  # deleted while listing
+                        continue
+
+    def sweep_incomplete(self, older_than: timedelta) -> int:
+        """Delete temporary files last written more than ``older_than`` ago; return how many."""
+        cutoff = time.time() - older_than.total_seconds()
+        removed = 0
+        for entry in os.scandir(self._tmp):
+            if not entry.name.startswith(TEMP_PREFIX):
+                continue
+            try:
+                if entry.stat(follow_symlinks=False).st_mtime <= cutoff:
+                    os.unlink(entry.path)
+                    removed += 1
+            except FileNotFoundError:  # the put finished meanwhile
+                continue
+        return removed
+
+    def check(self) -> None:
+        """Raise BlobStoreError unless the blob and temp directories are writable."""
+        for directory in (self._blobs, self._tmp):
+            if not os.access(directory, os.W_OK | os.X_OK):
+                raise BlobStoreError("check", f"{directory} is not writable", key=str(directory))
+
+
+def _check_size(label: str, expected: int | None, actual: int) -> None:
+    if expected is not None and expected != actual:
+        raise SizeMismatchError(label, expected=expected, actual=actual)
+
+
+def _check_range(start: int, end: int | None) -> None:
+    if start < 0 or (end is not None and end < 0):
+        raise InvalidInputError(f"bad byte range [{start}, {end})", start=start, end=end)
+
+
+def _write_all(out, chunk: bytes) -> None:
+    # An unbuffered write may be short; loop on a view to avoid copying the rest.
+    view = memoryview(chunk)
+    while view:
+        written = out.write(view)
+        view = view[written:]
+
+
+def _iter_file_range(handle: BinaryIO, start: int, end: int | None) -> Iterator[bytes]:
+    with handle:
+        handle.seek(start)
+        remaining = None if end is None else max(0, end - start)
+        while remaining is None or remaining > 0:
+            chunk = handle.read(CHUNK_SIZE if remaining is None else min(CHUNK_SIZE, remaining))
+            if not chunk:
+                return
+            if remaining is not None:
+                remaining -= len(chunk)
+            yield chunk
+
+
+def _fsync_dir(directory: Path) -> None:
+    # The new directory entry must survive a power loss too, not only the file's bytes.
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
