@@ -135,6 +135,21 @@ class EntryNotFoundError(NotFoundError):
         super().__init__(f"file {path!r} not found in upstream {repo!r}", repo=repo, path=path)
 
 
+class UpstreamChangedError(ConflictError):
+    """An upstream object changed (or vanished) after it was resolved; resolve the source again."""
+
+    code = "upstream-changed"
+
+    def __init__(self, repo: str, path: str, *, expected: str | None, actual: str | None = None) -> None:
+        super().__init__(
+            f"{path} in upstream {repo!r} changed since it was resolved (expected {expected}, now {actual})",
+            repo=repo,
+            path=path,
+            expected=expected,
+            actual=actual,
+        )
+
+
 class DigestMismatchError(IntegrityError):
     """Bytes whose digest differs from the one expected (published upstream, or in a manifest)."""
 
