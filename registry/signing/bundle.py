@@ -95,7 +95,9 @@ def build_model_statement(
     predicate: dict[str, Any] = dict(extra_predicate or {})
     reserved = {"resources", "serialization"} & set(predicate)
     if reserved:
-        raise InvalidInputError(f"extra predicate fields {sorted(reserved)} are reserved", fields=sorted(reserved))
+        raise InvalidInputError(
+            f"extra predicate fields {sorted(reserved)} are reserved", fields=sorted(reserved)
+        )
     predicate["resources"] = [{"name": e.path, "algorithm": "sha256", "digest": e.sha256} for e in entries]
     predicate["serialization"] = {
         "method": "files",
@@ -128,10 +130,11 @@ def _check_statement(statement: Any) -> dict[str, str]:
         not isinstance(subject, list)
         or len(subject) != 1
         or not isinstance(subject[0], dict)
+        or not isinstance(subject[0].get("name"), str)
         or not isinstance(subject[0].get("digest"), dict)
         or not isinstance(subject[0]["digest"].get("sha256"), str)
     ):
-        raise _bad("expected exactly one subject with a sha256 digest")
+        raise _bad("expected exactly one subject with a name and a sha256 digest")
     predicate = statement.get("predicate")
     if not isinstance(predicate, dict):
         raise _bad("predicate is not an object")
@@ -320,5 +323,7 @@ def verify_model_directory(directory: Path, bundle: Mapping[str, Any], key: Veri
         if actual != expected[path]:
             mismatched.append({"path": path, "expected": expected[path], "actual": actual})
     if missing or extra or mismatched or not_regular:
-        raise ManifestMismatchError(missing=missing, extra=extra, mismatched=mismatched, not_regular=not_regular)
+        raise ManifestMismatchError(
+            missing=missing, extra=extra, mismatched=mismatched, not_regular=not_regular
+        )
     return statement

@@ -40,7 +40,9 @@ def pae(payload_type: str, payload: bytes) -> bytes:
     return b"DSSEv1 %d %s %d %s" % (len(type_bytes), type_bytes, len(payload), payload)
 
 
-def sign_envelope(payload: bytes, payload_type: str, key: SigningKey | Sequence[SigningKey]) -> dict[str, Any]:
+def sign_envelope(
+    payload: bytes, payload_type: str, key: SigningKey | Sequence[SigningKey]
+) -> dict[str, Any]:
     """Sign ``payload`` and wrap it in a DSSE envelope.
 
     Args:
@@ -76,7 +78,9 @@ def _b64decode(value: Any, what: str) -> bytes:
         raise SignatureError(f"envelope {what} is not valid base64", reason="malformed") from None
 
 
-def _trusted(keys: Mapping[str, VerifyingKey] | VerifyingKey | Sequence[VerifyingKey]) -> dict[str, VerifyingKey]:
+def _trusted(
+    keys: Mapping[str, VerifyingKey] | VerifyingKey | Sequence[VerifyingKey],
+) -> dict[str, VerifyingKey]:
     if isinstance(keys, VerifyingKey):
         return {keys.key_id: keys}
     if isinstance(keys, Mapping):

@@ -90,7 +90,9 @@ class VerifyingKey:
         try:
             pem = Path(path).read_bytes()
         except OSError as err:
-            raise InvalidKeyError(f"cannot read public key file {path}: {err.strerror}", path=str(path)) from None
+            raise InvalidKeyError(
+                f"cannot read public key file {path}: {err.strerror}", path=str(path)
+            ) from None
         return cls.from_pem(pem)
 
     @property

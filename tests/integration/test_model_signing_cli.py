@@ -37,7 +37,7 @@ FILES = {
 
 # Loaded into every CLI process through PYTHONPATH: records any attempt to resolve or reach a
 # network address, and makes it fail, so an attempt cannot go unnoticed behind a retry or fallback.
-SITECUSTOMIZE = '''
+SITECUSTOMIZE = """
 import os, socket, sys
 
 def _no_network(event, args):
@@ -52,7 +52,7 @@ sys.addaudithook(_no_network)
 # Proof that this process ran guarded: one line per guarded process.
 with open(os.environ["MODELREG_TEST_NETLOG"] + ".guarded", "a") as marker:
     marker.write(f"{os.getpid()}\\n")
-'''
+"""
 
 
 @pytest.fixture

@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 
 from registry.domain.errors import (
+    IntegrityError,
     InvalidInputError,
     InvalidPathError,
-    IntegrityError,
     ManifestMismatchError,
     SignatureError,
 )
@@ -113,7 +113,8 @@ def test_duplicate_paths_and_bad_digests_are_refused():
 
 def test_ignored_paths_are_not_resources():
     statement = build_model_statement(
-        "m", [("a", "0" * 64), (".gitattributes", "1" * 64), ("model.sig", "2" * 64), (".git/config", "3" * 64)]
+        "m",
+        [("a", "0" * 64), (".gitattributes", "1" * 64), ("model.sig", "2" * 64), (".git/config", "3" * 64)],
     )
     assert [r["name"] for r in statement["predicate"]["resources"]] == ["a"]
     # A name that merely starts like an ignored one is a real file.
@@ -167,7 +168,9 @@ def test_tampered_statement_is_refused(key):
 @pytest.mark.parametrize(
     "mutate",
     [
-        pytest.param(lambda b: b.update(mediaType="application/vnd.dev.sigstore.bundle+json;version=0.2"), id="media"),
+        pytest.param(
+            lambda b: b.update(mediaType="application/vnd.dev.sigstore.bundle+json;version=0.2"), id="media"
+        ),
         pytest.param(lambda b: b.update(messageSignature={}), id="extra-field"),
         pytest.param(lambda b: b["verificationMaterial"].pop("publicKey"), id="no-hint"),
         pytest.param(lambda b: b.pop("dsseEnvelope"), id="no-envelope"),
@@ -190,16 +193,27 @@ def test_malformed_bundles_are_refused(key, mutate):
     [
         pytest.param(lambda s: s["subject"][0]["digest"].update(sha256="0" * 64), "root digest", id="root"),
         pytest.param(lambda s: s["predicate"]["resources"].reverse(), "root digest", id="reordered"),
-        pytest.param(lambda s: s.update(predicateType="https://model_signing/Digests/v0.1"), "predicateType",
-                     id="predicate-type"),
-        pytest.param(lambda s: s["predicate"]["serialization"].update(method="shards"), "serialization",
-                     id="shards"),
-        pytest.param(lambda s: s["predicate"]["serialization"].update(allow_symlinks=True), "serialization",
-                     id="symlinks"),
-        pytest.param(lambda s: s["predicate"]["resources"][0].update(name="../secret.txt"), "../secret.txt",
-                     id="escaping-path"),
-        pytest.param(lambda s: s["predicate"]["resources"][0].update(algorithm="blake2b"), "sha256",
-                     id="blake2"),
+        pytest.param(
+            lambda s: s.update(predicateType="https://model_signing/Digests/v0.1"),
+            "predicateType",
+            id="predicate-type",
+        ),
+        pytest.param(
+            lambda s: s["predicate"]["serialization"].update(method="shards"), "serialization", id="shards"
+        ),
+        pytest.param(
+            lambda s: s["predicate"]["serialization"].update(allow_symlinks=True),
+            "serialization",
+            id="symlinks",
+        ),
+        pytest.param(
+            lambda s: s["predicate"]["resources"][0].update(name="../secret.txt"),
+            "../secret.txt",
+            id="escaping-path",
+        ),
+        pytest.param(
+            lambda s: s["predicate"]["resources"][0].update(algorithm="blake2b"), "sha256", id="blake2"
+        ),
     ],
 )
 def test_signed_but_invalid_statements_are_refused(key, mutate, fragment):

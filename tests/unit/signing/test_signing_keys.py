@@ -6,7 +6,6 @@ import os
 import stat
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 from cryptography.hazmat.primitives import hashes, serialization
@@ -18,10 +17,10 @@ from registry.signing.keys import SigningKey, VerifyingKey, ensure_key_file, loa
 
 
 def _pem(private_key, password: bytes | None = None) -> bytes:
-    encryption = (
-        serialization.BestAvailableEncryption(password) if password else serialization.NoEncryption()
+    encryption = serialization.BestAvailableEncryption(password) if password else serialization.NoEncryption()
+    return private_key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, encryption
     )
-    return private_key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, encryption)
 
 
 def _public_pem(private_key) -> bytes:
@@ -66,7 +65,9 @@ def test_key_id_differs_between_keys_and_is_hex_sha256():
 def test_sec1_pem_loads_with_same_key_id():
     raw = ec.generate_private_key(ec.SECP256R1())
     sec1 = raw.private_bytes(
-        serialization.Encoding.PEM, serialization.PrivateFormat.TraditionalOpenSSL, serialization.NoEncryption()
+        serialization.Encoding.PEM,
+        serialization.PrivateFormat.TraditionalOpenSSL,
+        serialization.NoEncryption(),
     )
     assert SigningKey.from_pem(sec1).key_id == VerifyingKey.from_pem(_public_pem(raw)).key_id
 
@@ -170,11 +171,10 @@ def test_repr_does_not_leak_private_key():
 
 
 def test_signing_package_imports_only_stdlib_cryptography_and_domain():
-    code = (
-        "import sys, registry.signing; "
-        "print(' '.join(sorted({m.split('.')[0] for m in sys.modules})))"
-    )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
+    code = "import sys, registry.signing; print(' '.join(sorted({m.split('.')[0] for m in sys.modules})))"
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    ).stdout.split()
     forbidden = {"sqlalchemy", "fastapi", "pydantic", "pydantic_settings", "boto3", "botocore", "httpx"}
     assert forbidden.isdisjoint(out)
     assert "cryptography" in out
