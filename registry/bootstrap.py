@@ -57,6 +57,24 @@ class Container:
         pem = self.settings.signing_key_pem.get_secret_value() if self.settings.signing_key_pem else None
         return load_signing_key(self.settings.signing_key_file, pem)
 
+    def open_source(self, uri: str, hf_endpoint: str | None, include: tuple[str, ...] = (),
+                    exclude: tuple[str, ...] = ()):
+        """Build an upstream source, with the hub endpoint and credentials from settings."""
+        from registry.sources import open_source
+        from registry.storage import make_s3_client
+
+        token = self.settings.hf_token.get_secret_value() if self.settings.hf_token else None
+        return open_source(
+            uri, hf_endpoint=hf_endpoint or self.settings.hf_endpoint, hf_token=token,
+            s3_client_factory=lambda: make_s3_client(self.settings), include=include, exclude=exclude,
+        )
+
+    def limits(self):
+        from registry.services.versions import Limits
+
+        return Limits(max_files=self.settings.max_files_per_version, max_file_size=self.settings.max_file_size,
+                      max_total_size=self.settings.max_version_size)
+
     def dispose(self) -> None:
         self.engine.dispose()
 
@@ -91,11 +109,10 @@ def prepare_embedded(settings: Settings) -> FirstStart:
     data_dir.mkdir(parents=True, exist_ok=True)
     if settings.signing_key_file is None and settings.signing_key_pem is None:
         key_file = data_dir / "keys" / "signing-key.pem"
-        if not key_file.exists():
-            from registry.signing.keys import write_new_key
+        from registry.signing.keys import ensure_key_file
 
-            key_file.parent.mkdir(mode=0o700, exist_ok=True)
-            write_new_key(key_file)
+        key_file.parent.mkdir(mode=0o700, exist_ok=True)
+        ensure_key_file(key_file)
         settings.signing_key_file = key_file
     if settings.presign_secret is None:
         secret_file = data_dir / "presign-secret"

@@ -127,10 +127,10 @@ def upgrade() -> None:
     sa.Column('source_repo', sa.String(length=1024), nullable=False),
     sa.Column('source_endpoint', sa.String(length=1024), nullable=True),
     sa.Column('requested_revision', sa.String(length=256), nullable=True),
-    sa.Column('resolved_revision', sa.String(length=128), nullable=False),
+    sa.Column('resolved_revision', sa.String(length=128), nullable=True),
     sa.Column('include', sa.JSON(), nullable=False),
     sa.Column('exclude', sa.JSON(), nullable=False),
-    sa.Column('source_key', sa.String(length=64), nullable=False),
+    sa.Column('source_key', sa.String(length=64), nullable=True),
     sa.Column('license', sa.String(length=128), nullable=True),
     sa.Column('failure_reason', sa.String(length=64), nullable=True),
     sa.Column('failure_detail', sa.JSON(), nullable=True),
@@ -144,11 +144,15 @@ def upgrade() -> None:
     sa.ForeignKeyConstraint(['model_id'], ['models.id'], name=op.f('fk_versions_model_id_models')),
     sa.ForeignKeyConstraint(['submitted_by'], ['principals.id'], name=op.f('fk_versions_submitted_by_principals')),
     sa.PrimaryKeyConstraint('id', name=op.f('pk_versions')),
-    sa.UniqueConstraint('model_id', 'number', name=op.f('uq_versions_model_id_number')),
-    sa.UniqueConstraint('model_id', 'source_key', name=op.f('uq_versions_model_id_source_key'))
+    sa.UniqueConstraint('model_id', 'number', name=op.f('uq_versions_model_id_number'))
     )
     op.create_index(op.f('ix_versions_model_id'), 'versions', ['model_id'], unique=False)
     op.create_index(op.f('ix_versions_state'), 'versions', ['state'], unique=False)
+    op.create_index(
+        'uq_versions_live_source', 'versions', ['model_id', 'source_key'], unique=True,
+        postgresql_where=sa.text("state NOT IN ('failed', 'rejected', 'revoked')"),
+        sqlite_where=sa.text("state NOT IN ('failed', 'rejected', 'revoked')"),
+    )
     op.create_table('version_files',
     sa.Column('id', sa.BigInteger().with_variant(sa.Integer(), 'sqlite'), nullable=False),
     sa.Column('version_id', sa.BigInteger().with_variant(sa.Integer(), 'sqlite'), nullable=False),
@@ -173,6 +177,7 @@ def downgrade() -> None:
     op.drop_index(op.f('ix_version_files_version_id'), table_name='version_files')
     op.drop_index(op.f('ix_version_files_sha256'), table_name='version_files')
     op.drop_table('version_files')
+    op.drop_index('uq_versions_live_source', table_name='versions')
     op.drop_index(op.f('ix_versions_state'), table_name='versions')
     op.drop_index(op.f('ix_versions_model_id'), table_name='versions')
     op.drop_table('versions')

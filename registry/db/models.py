@@ -21,6 +21,7 @@ from sqlalchemy import (
     Text,
     TypeDecorator,
     UniqueConstraint,
+    text,
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 
@@ -144,8 +145,13 @@ class Version(Base):
     __tablename__ = "versions"
     __table_args__ = (
         UniqueConstraint("model_id", "number"),
-        # The same source, revision and file selection is one version, not two copies.
-        UniqueConstraint("model_id", "source_key"),
+        # The same source, revision and file selection is one live version, not two copies; a failed
+        # or rejected one leaves the index, so the source can be submitted again.
+        Index(
+            "uq_versions_live_source", "model_id", "source_key", unique=True,
+            postgresql_where=text("state NOT IN ('failed', 'rejected', 'revoked')"),
+            sqlite_where=text("state NOT IN ('failed', 'rejected', 'revoked')"),
+        ),
     )
 
     id: Mapped[int] = mapped_column(BigId, primary_key=True)
@@ -156,10 +162,10 @@ class Version(Base):
     source_repo: Mapped[str] = mapped_column(String(1024))
     source_endpoint: Mapped[str | None] = mapped_column(String(1024))
     requested_revision: Mapped[str | None] = mapped_column(String(256))
-    resolved_revision: Mapped[str] = mapped_column(String(128))
+    resolved_revision: Mapped[str | None] = mapped_column(String(128))
     include: Mapped[list[Any]] = mapped_column(default=list)
     exclude: Mapped[list[Any]] = mapped_column(default=list)
-    source_key: Mapped[str] = mapped_column(String(64))
+    source_key: Mapped[str | None] = mapped_column(String(64))
     license: Mapped[str | None] = mapped_column(String(128))
     failure_reason: Mapped[str | None] = mapped_column(String(64))
     failure_detail: Mapped[dict[str, Any] | None]

@@ -52,3 +52,14 @@ def make_session_factory(engine: Engine) -> sessionmaker[Session]:
 def is_postgres(session_or_engine: Session | Engine) -> bool:
     bind = session_or_engine.get_bind() if isinstance(session_or_engine, Session) else session_or_engine
     return bind.dialect.name == "postgresql"
+
+
+def begin_write(session: Session) -> None:
+    """Start the session's transaction as a writer.
+
+    On SQLite a deferred transaction that reads and then writes fails when another writer committed
+    in between; ``BEGIN IMMEDIATE`` takes the write lock first. PostgreSQL needs nothing here (the
+    callers lock the rows they depend on with ``FOR UPDATE``). Call before the first query.
+    """
+    if not is_postgres(session) and not session.in_transaction():
+        session.connection(execution_options={"sqlite_begin": "BEGIN IMMEDIATE"})

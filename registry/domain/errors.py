@@ -270,3 +270,9 @@ class InvalidStateError(ConflictError):
 
 class AlreadyExistsError(ConflictError):
     code = "already-exists"
+
+
+class ServiceUnavailableError(RegistryError):
+    """A dependency (database, blob store) cannot be reached right now."""
+
+    code = "unavailable"

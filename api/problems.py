@@ -1,0 +1,82 @@
+"""The one mapping from error class to HTTP status and RFC 9457 problem type, and its handlers.
+
+Every deliberate error has a stable ``type`` URI, ``https://modelreg.dev/problems/<code>``, where
+``<code>`` is the error class's ``code``. An error that is not a RegistryError is a 500 that logs the
+traceback and says nothing more.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from registry.domain import errors
+
+log = logging.getLogger(__name__)
+
+PROBLEM_BASE = "https://modelreg.dev/problems/"
+MEDIA_TYPE = "application/problem+json"
+
+# Most specific first: the first matching class decides.
+STATUS_BY_ERROR: list[tuple[type[errors.RegistryError], int]] = [
+    (errors.LimitExceededError, 413),
+    (errors.InvalidInputError, 422),
+    (errors.AuthenticationError, 401),
+    (errors.PermissionDeniedError, 403),
+    (errors.NotFoundError, 404),
+    (errors.ConflictError, 409),
+    (errors.PolicyViolationError, 403),
+    (errors.IntegrityError, 422),
+    (errors.UpstreamError, 502),
+    (errors.ServiceUnavailableError, 503),
+    (errors.RegistryError, 400),
+]
+
+
+def status_for(exc: errors.RegistryError) -> int:
+    for cls, status in STATUS_BY_ERROR:
+        if isinstance(exc, cls):
+            return status
+    return 500
+
+
+def problem(status: int, code: str, title: str, detail: str, **extra: Any) -> JSONResponse:
+    body = {"type": PROBLEM_BASE + code, "title": title, "status": status, "detail": detail, **extra}
+    headers = {"WWW-Authenticate": "Bearer"} if status == 401 else None
+    return JSONResponse(body, status_code=status, media_type=MEDIA_TYPE, headers=headers)
+
+
+def install(app: FastAPI) -> None:
+    @app.exception_handler(errors.RegistryError)
+    async def _registry_error(_request: Request, exc: errors.RegistryError) -> JSONResponse:
+        status = status_for(exc)
+        return problem(status, exc.code, type(exc).__name__, exc.message, **_jsonable(exc.details))
+
+    @app.exception_handler(RequestValidationError)
+    async def _validation_error(_request: Request, exc: RequestValidationError) -> JSONResponse:
+        fields = [
+            {"field": ".".join(str(p) for p in e.get("loc", ()) if p != "body"), "message": e.get("msg", "")}
+            for e in exc.errors()
+        ]
+        detail = "; ".join(f"{f['field']}: {f['message']}" for f in fields) or "invalid request"
+        return problem(422, "invalid-input", "InvalidInputError", detail, errors=fields)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http_error(_request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        code = {404: "not-found", 405: "method-not-allowed", 401: "unauthenticated"}.get(exc.status_code, "http-error")
+        return problem(exc.status_code, code, "HTTPError", str(exc.detail))
+
+    @app.exception_handler(Exception)
+    async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
+        log.exception("unhandled error on %s %s", request.method, request.url.path)
+        return problem(500, "internal", "InternalError", "internal server error")
+
+
+def _jsonable(details: dict[str, Any]) -> dict[str, Any]:
+    reserved = {"type", "title", "status", "detail"}
+    return {k: v for k, v in details.items() if k not in reserved and isinstance(v, (str, int, float, bool, list, dict, type(None)))}

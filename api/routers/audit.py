@@ -1,0 +1,43 @@
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter, Query
+from sqlalchemy import select
+
+from api.deps import PrincipalDep, SessionDep
+from registry import audit as audit_log
+from registry.auth import Permission, require, require_admin
+from registry.db.models import AuditEvent
+
+router = APIRouter(prefix="/v1/audit", tags=["audit"])
+
+
+@router.get("/events")
+def list_events(
+    session: SessionDep,
+    principal: PrincipalDep,
+    tenant: str | None = None,
+    after: int = Query(0, ge=0),
+    limit: int = Query(100, ge=1, le=1000),
+) -> list[dict[str, Any]]:
+    """Events after an id; auditors see their tenant's events, administrators all."""
+    query = select(AuditEvent).where(AuditEvent.id > after).order_by(AuditEvent.id).limit(limit)
+    if tenant is None:
+        require_admin(principal)
+    else:
+        require(principal, tenant, Permission.AUDIT)
+        query = query.where(AuditEvent.tenant == tenant)
+    return [
+        {"id": e.id, "at": e.at.isoformat(), "actor": e.actor, "action": e.action, "subject": e.subject,
+         "tenant": e.tenant, "details": e.details, "prev_hash": e.prev_hash, "hash": e.hash}
+        for e in session.scalars(query)
+    ]
+
+
+@router.get("/verify")
+def verify(session: SessionDep, principal: PrincipalDep) -> dict[str, Any]:
+    """Recompute the chain; a broken chain is a 422 problem naming the first bad event."""
+    require_admin(principal)
+    report = audit_log.verify(session)
+    return {"ok": True, "events": report.events, "head_hash": report.head_hash}

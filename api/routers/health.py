@@ -1,0 +1,29 @@
+from __future__ import annotations
+
+from fastapi import APIRouter
+from sqlalchemy import text
+
+from api.deps import ContainerDep
+from registry.domain.errors import ServiceUnavailableError as NotReadyError
+
+router = APIRouter(tags=["health"])
+
+
+@router.get("/healthz")
+def healthz() -> dict[str, str]:
+    return {"status": "ok"}
+
+
+@router.get("/readyz")
+def readyz(container: ContainerDep) -> dict[str, str]:
+    """Ready when the database answers and the blob store can be reached."""
+    try:
+        with container.engine.connect() as conn:
+            conn.execute(text("SELECT 1"))
+    except Exception as exc:
+        raise NotReadyError(f"database unreachable: {type(exc).__name__}", component="database") from exc
+    try:
+        container.blob_store.check()
+    except Exception as exc:
+        raise NotReadyError(f"blob store unreachable: {type(exc).__name__}", component="blob_store") from exc
+    return {"status": "ready", "database": "ok", "blob_store": "ok"}

@@ -1,0 +1,79 @@
+"""Models and versions: submission, status, signature."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter, Response, status
+
+from api.deps import ContainerDep, PrincipalDep, SessionDep
+from api.schemas import FilePublic, VersionCreate, VersionPublic
+from registry.db.models import Version
+from registry.domain.errors import NotFoundError
+from registry.services import versions
+
+router = APIRouter(prefix="/v1/models", tags=["models"])
+
+
+def version_public(v: Version) -> VersionPublic:
+    files = [FilePublic(path=f.path, size=f.size, sha256=f.sha256, mirrored=f.sha256 is not None) for f in v.files]
+    return VersionPublic(
+        model=f"{v.model.tenant.name}/{v.model.name}",
+        version=v.number,
+        state=v.state,
+        failure_reason=v.failure_reason,
+        failure_detail=v.failure_detail,
+        source={"kind": v.source_kind, "repo": v.source_repo, "endpoint": v.source_endpoint,
+                "include": v.include, "exclude": v.exclude},
+        requested_revision=v.requested_revision,
+        resolved_revision=v.resolved_revision,
+        license=v.license,
+        manifest_digest=v.manifest_digest,
+        signing_key_id=v.signing_key_id,
+        created_at=v.created_at,
+        sealed_at=v.sealed_at,
+        files=files,
+        progress={
+            "files": len(files), "files_mirrored": sum(f.mirrored for f in files),
+            "bytes": sum(f.size for f in files), "bytes_mirrored": sum(f.size for f in files if f.mirrored),
+        },
+    )
+
+
+@router.post("/{tenant}/{name}/versions", status_code=status.HTTP_202_ACCEPTED, response_model=VersionPublic)
+def submit_version(
+    tenant: str, name: str, body: VersionCreate, response: Response, session: SessionDep,
+    principal: PrincipalDep, container: ContainerDep,
+) -> VersionPublic:
+    """Submit a version: 202 with the new version, or 200 with the live version of the same source."""
+    version, created = versions.submit(
+        session, principal, tenant, name,
+        versions.SubmitRequest(source=body.source, revision=body.revision, include=tuple(body.include),
+                               exclude=tuple(body.exclude), hf_endpoint=body.hf_endpoint),
+        open_source=container.open_source, limits=container.limits(),
+    )
+    if not created:
+        response.status_code = status.HTTP_200_OK
+    response.headers["Location"] = f"/v1/models/{tenant}/{name}/versions/{version.number}"
+    session.refresh(version)
+    return version_public(version)
+
+
+@router.get("/{tenant}/{name}/versions", response_model=list[VersionPublic])
+def list_versions(tenant: str, name: str, session: SessionDep, principal: PrincipalDep) -> list[VersionPublic]:
+    return [version_public(v) for v in versions.list_versions(session, principal, tenant, name)]
+
+
+@router.get("/{tenant}/{name}/versions/{number}", response_model=VersionPublic)
+def get_version(tenant: str, name: str, number: int, session: SessionDep, principal: PrincipalDep) -> VersionPublic:
+    return version_public(versions.read_version(session, principal, tenant, name, number))
+
+
+@router.get("/{tenant}/{name}/versions/{number}/signature")
+def get_signature(tenant: str, name: str, number: int, session: SessionDep, principal: PrincipalDep) -> dict[str, Any]:
+    """The version's OpenSSF model-signing bundle (save it as ``model.sig``)."""
+    version = versions.read_version(session, principal, tenant, name, number)
+    if version.manifest_bundle is None:
+        raise NotFoundError(f"{tenant}/{name}@{number} is not sealed yet (state {version.state})",
+                            state=version.state)
+    return version.manifest_bundle

@@ -1,0 +1,96 @@
+"""Request and response bodies of the HTTP API (``<Thing>Create``, ``<Thing>Public``)."""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class TenantCreate(Strict):
+    name: str = Field(min_length=1, max_length=63)
+
+
+class TenantPublic(BaseModel):
+    name: str
+    created_at: dt.datetime
+
+
+class PrincipalCreate(Strict):
+    name: str = Field(min_length=1, max_length=63)
+    is_admin: bool = False
+
+
+class RoleGrant(Strict):
+    tenant: str
+    role: str
+    capacity: str = ""
+
+
+class RoleBindingPublic(BaseModel):
+    tenant: str
+    role: str
+    capacity: str
+
+
+class PrincipalPublic(BaseModel):
+    name: str
+    is_admin: bool
+    disabled: bool
+    roles: list[RoleBindingPublic]
+
+
+class TokenCreate(Strict):
+    description: str = Field("", max_length=256)
+    expires_in_days: int | None = Field(90, ge=1, le=3650)
+
+
+class TokenIssued(BaseModel):
+    id: int
+    token: str = Field(description="The secret. It is shown only this once.")
+    prefix: str
+    expires_at: dt.datetime | None
+
+
+class WhoAmI(BaseModel):
+    name: str
+    is_admin: bool
+    roles: dict[str, list[dict[str, Any]]]
+
+
+class VersionCreate(Strict):
+    source: str = Field(description="hf://org/repo, s3://bucket/prefix, or an absolute directory path")
+    revision: str | None = Field(None, max_length=256, description="branch, tag or commit; default main")
+    include: list[str] = Field(default_factory=list, max_length=100)
+    exclude: list[str] = Field(default_factory=list, max_length=100)
+    hf_endpoint: str | None = Field(None, max_length=1024)
+
+
+class FilePublic(BaseModel):
+    path: str
+    size: int
+    sha256: str | None
+    mirrored: bool
+
+
+class VersionPublic(BaseModel):
+    model: str
+    version: int
+    state: str
+    failure_reason: str | None
+    failure_detail: dict[str, Any] | None
+    source: dict[str, Any]
+    requested_revision: str | None
+    resolved_revision: str | None
+    license: str | None
+    manifest_digest: str | None
+    signing_key_id: str | None
+    created_at: dt.datetime
+    sealed_at: dt.datetime | None
+    files: list[FilePublic]
+    progress: dict[str, int]

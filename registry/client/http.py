@@ -1,0 +1,73 @@
+"""A small HTTP client for the registry API, shared by the CLI and the fetch client.
+
+Imports only httpx and the domain errors: it runs on serving nodes too.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx
+
+from registry.domain.errors import RegistryError
+
+
+class RemoteError(RegistryError):
+    """The registry answered with a problem (RFC 9457); ``details`` holds its body."""
+
+    code = "remote"
+
+    def __init__(self, status: int, problem: dict[str, Any]) -> None:
+        type_ = str(problem.get("type", ""))
+        self.status = status
+        self.problem_code = type_.rsplit("/", 1)[-1] if type_ else "http-error"
+        detail = problem.get("detail") or problem.get("title") or f"HTTP {status}"
+        super().__init__(f"{detail} [{self.problem_code}, HTTP {status}]", **problem)
+
+
+class RegistryClient:
+    """Calls ``{url}/v1/...`` with a bearer token; problems become :class:`RemoteError`."""
+
+    def __init__(self, url: str, token: str | None, *, timeout: float = 60.0,
+                 transport: httpx.BaseTransport | None = None) -> None:
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        headers["User-Agent"] = "modelreg-client/0.1"
+        self.url = url.rstrip("/")
+        self.http = httpx.Client(base_url=self.url, headers=headers, timeout=timeout, transport=transport)
+
+    def request(self, method: str, path: str, **kwargs: Any) -> Any:
+        try:
+            response = self.http.request(method, path, **kwargs)
+        except httpx.HTTPError as exc:
+            raise RegistryError(f"cannot reach the registry at {self.url}: {exc}") from exc
+        if response.status_code >= 400:
+            try:
+                body = response.json()
+                if not isinstance(body, dict):
+                    raise ValueError
+            except ValueError:
+                body = {"detail": response.text[:200] or response.reason_phrase}
+            raise RemoteError(response.status_code, body)
+        if response.status_code == 204 or not response.content:
+            return None
+        if response.headers.get("content-type", "").startswith(("application/json", "application/problem+json")):
+            return response.json()
+        return response.content
+
+    def get(self, path: str, **kwargs: Any) -> Any:
+        return self.request("GET", path, **kwargs)
+
+    def post(self, path: str, **kwargs: Any) -> Any:
+        return self.request("POST", path, **kwargs)
+
+    def delete(self, path: str, **kwargs: Any) -> Any:
+        return self.request("DELETE", path, **kwargs)
+
+    def close(self) -> None:
+        self.http.close()
+
+    def __enter__(self) -> "RegistryClient":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,157 @@
+"""Use cases for tenants, principals, role bindings and tokens (administrators only)."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from registry import audit
+from registry.auth import (
+    AuthenticatedPrincipal,
+    IssuedToken,
+    Role,
+    get_tenant,
+    issue_token,
+    require_admin,
+    validate_name,
+)
+from registry.db.models import ApiToken, Principal, RoleBinding, Tenant, utcnow
+from registry.domain.errors import AlreadyExistsError, InvalidInputError, NotFoundError
+
+CAPACITY_REQUIRED = {Role.APPROVER}
+
+
+def create_tenant(session: Session, actor: AuthenticatedPrincipal, name: str) -> Tenant:
+    require_admin(actor)
+    validate_name("tenant", name)
+    if session.scalar(select(Tenant).where(Tenant.name == name)) is not None:
+        raise AlreadyExistsError(f"tenant {name!r} already exists", tenant=name)
+    tenant = Tenant(name=name)
+    session.add(tenant)
+    audit.append(session, actor=actor.name, action="tenant.created", subject=f"tenant/{name}", tenant=name)
+    session.commit()
+    return tenant
+
+
+def list_tenants(session: Session, actor: AuthenticatedPrincipal) -> list[Tenant]:
+    require_admin(actor)
+    return list(session.scalars(select(Tenant).order_by(Tenant.name)))
+
+
+def create_principal(
+    session: Session, actor: AuthenticatedPrincipal, name: str, *, is_admin: bool = False
+) -> Principal:
+    require_admin(actor)
+    validate_name("principal", name)
+    if session.scalar(select(Principal).where(Principal.name == name)) is not None:
+        raise AlreadyExistsError(f"principal {name!r} already exists", principal=name)
+    principal = Principal(name=name, is_admin=is_admin)
+    session.add(principal)
+    session.flush()
+    audit.append(session, actor=actor.name, action="principal.created", subject=f"principal/{name}",
+                 details={"is_admin": is_admin})
+    session.commit()
+    return principal
+
+
+def get_principal(session: Session, name: str) -> Principal:
+    principal = session.scalar(select(Principal).where(Principal.name == name))
+    if principal is None:
+        raise NotFoundError(f"principal {name!r} does not exist", principal=name)
+    return principal
+
+
+def grant_role(
+    session: Session,
+    actor: AuthenticatedPrincipal,
+    principal_name: str,
+    tenant_name: str,
+    role: str,
+    capacity: str = "",
+) -> RoleBinding:
+    """Give ``principal_name`` a role in a tenant; approvers need a capacity (security, legal, ml...)."""
+    require_admin(actor)
+    try:
+        parsed = Role(role)
+    except ValueError:
+        raise InvalidInputError(
+            f"unknown role {role!r}; use one of {', '.join(r.value for r in Role)}", field="role"
+        ) from None
+    if parsed in CAPACITY_REQUIRED and not capacity:
+        raise InvalidInputError("an approver needs a capacity (e.g. security, legal, ml)", field="capacity")
+    if capacity:
+        validate_name("capacity", capacity)
+    principal = get_principal(session, principal_name)
+    tenant = get_tenant(session, tenant_name)
+    existing = session.scalar(
+        select(RoleBinding).where(
+            RoleBinding.principal_id == principal.id, RoleBinding.tenant_id == tenant.id,
+            RoleBinding.role == parsed.value, RoleBinding.capacity == capacity,
+        )
+    )
+    if existing is not None:
+        return existing
+    binding = RoleBinding(principal_id=principal.id, tenant_id=tenant.id, role=parsed.value, capacity=capacity)
+    session.add(binding)
+    audit.append(session, actor=actor.name, action="role.granted", subject=f"principal/{principal_name}",
+                 tenant=tenant_name, details={"role": parsed.value, "capacity": capacity})
+    session.commit()
+    return binding
+
+
+def revoke_role(
+    session: Session, actor: AuthenticatedPrincipal, principal_name: str, tenant_name: str, role: str,
+    capacity: str = "",
+) -> None:
+    require_admin(actor)
+    principal = get_principal(session, principal_name)
+    tenant = get_tenant(session, tenant_name)
+    binding = session.scalar(
+        select(RoleBinding).where(
+            RoleBinding.principal_id == principal.id, RoleBinding.tenant_id == tenant.id,
+            RoleBinding.role == role, RoleBinding.capacity == capacity,
+        )
+    )
+    if binding is None:
+        raise NotFoundError(f"{principal_name!r} has no role {role!r} in {tenant_name!r}")
+    session.delete(binding)
+    audit.append(session, actor=actor.name, action="role.revoked", subject=f"principal/{principal_name}",
+                 tenant=tenant_name, details={"role": role, "capacity": capacity})
+    session.commit()
+
+
+def create_token(
+    session: Session,
+    actor: AuthenticatedPrincipal,
+    principal_name: str,
+    *,
+    description: str = "",
+    expires_in_days: int | None = 90,
+) -> IssuedToken:
+    require_admin(actor)
+    if expires_in_days is not None and not 0 < expires_in_days <= 3650:
+        raise InvalidInputError("expires_in_days must be between 1 and 3650", field="expires_in_days")
+    principal = get_principal(session, principal_name)
+    issued = issue_token(
+        session, principal, description=description,
+        expires_in=dt.timedelta(days=expires_in_days) if expires_in_days is not None else None,
+    )
+    audit.append(session, actor=actor.name, action="token.issued", subject=f"principal/{principal_name}",
+                 details={"token_id": issued.id, "prefix": issued.prefix,
+                          "expires_at": issued.expires_at.isoformat() if issued.expires_at else None})
+    session.commit()
+    return issued
+
+
+def revoke_token(session: Session, actor: AuthenticatedPrincipal, token_id: int) -> None:
+    require_admin(actor)
+    token = session.get(ApiToken, token_id)
+    if token is None:
+        raise NotFoundError(f"token {token_id} does not exist", token_id=token_id)
+    if token.revoked_at is None:
+        token.revoked_at = utcnow()
+        audit.append(session, actor=actor.name, action="token.revoked",
+                     subject=f"principal/{token.principal.name}", details={"token_id": token_id})
+    session.commit()

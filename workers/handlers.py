@@ -1,0 +1,59 @@
+"""The job kinds modelreg runs, each a thin call into one service function."""
+
+from __future__ import annotations
+
+from registry.bootstrap import Container
+from registry.domain.errors import UpstreamError
+from registry.services import versions
+from workers.registry import Handler, HandlerRegistry, Payload
+
+
+def _mirror_file(c: Container, payload: Payload) -> None:
+    versions.mirror_file(c.session_factory, int(payload["file_id"]), blob_store=c.blob_store,
+                         open_source=c.open_source)
+
+
+def _mirror_file_dead(c: Container, payload: Payload, error: str) -> None:
+    from registry.db.models import VersionFile
+
+    with c.session_factory() as session:
+        row = session.get(VersionFile, int(payload["file_id"]))
+        version_id, path = (row.version_id, row.path) if row else (None, None)
+    if version_id is not None:
+        versions.fail_version(c.session_factory, version_id,
+                              UpstreamError(f"mirroring {path} failed after retries: {_last_line(error)}", path=path))
+
+
+def _resolve_version(c: Container, payload: Payload) -> None:
+    versions.resolve_version(c.session_factory, int(payload["version_id"]), open_source=c.open_source,
+                             limits=c.limits())
+
+
+def _resolve_version_dead(c: Container, payload: Payload, error: str) -> None:
+    versions.fail_version(c.session_factory, int(payload["version_id"]),
+                          UpstreamError(f"resolving the upstream revision failed after retries: {_last_line(error)}"))
+
+
+def _seal_version(c: Container, payload: Payload) -> None:
+    versions.seal_version(c.session_factory, int(payload["version_id"]), signing_key=c.signing_key,
+                          registry_url=c.settings.public_url)
+
+
+def _seal_version_dead(c: Container, payload: Payload, error: str) -> None:
+    from registry.domain.errors import RegistryError
+
+    versions.fail_version(c.session_factory, int(payload["version_id"]),
+                          RegistryError(f"sealing failed: {_last_line(error)}"))
+
+
+def _last_line(error: str) -> str:
+    lines = [line for line in error.strip().splitlines() if line.strip()]
+    return lines[-1][:500] if lines else "unknown error"
+
+
+def build_handlers() -> HandlerRegistry:
+    return HandlerRegistry([
+        Handler(versions.RESOLVE_VERSION, _resolve_version, _resolve_version_dead),
+        Handler(versions.MIRROR_FILE, _mirror_file, _mirror_file_dead),
+        Handler(versions.SEAL_VERSION, _seal_version, _seal_version_dead),
+    ])
