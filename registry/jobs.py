@@ -31,6 +31,8 @@ QUEUED = "queued"
 RUNNING = "running"
 SUCCEEDED = "succeeded"
 DEAD = "dead"
+# Not a state: what ``fail`` returns when the job was no longer ours, so nothing was recorded.
+LOST = "lost"
 
 Clock = Callable[[], dt.datetime]
 
@@ -95,6 +97,17 @@ def enqueue(
     return job
 
 
+def _claimed(job: Job) -> ClaimedJob:
+    return ClaimedJob(
+        id=job.id,
+        kind=job.kind,
+        payload=dict(job.payload),
+        attempts=job.attempts,
+        max_attempts=job.max_attempts,
+        lease_expires_at=job.lease_expires_at,
+    )
+
+
 @dataclass
 class JobQueue:
     """Claims and settles jobs, each call in its own short transaction.
@@ -112,12 +125,25 @@ class JobQueue:
     backoff_max: dt.timedelta = dt.timedelta(minutes=5)
     clock: Clock = field(default=utcnow)
 
-    def claim(self, worker_id: str, kinds: list[str] | None = None) -> ClaimedJob | None:
+    def claim(
+        self,
+        worker_id: str,
+        kinds: list[str] | None = None,
+        *,
+        on_reaped: Callable[[ClaimedJob, str], None] | None = None,
+    ) -> ClaimedJob | None:
         """Take the next runnable job: queued and due, or running with an expired lease.
 
         A job whose lease ran out after its last allowed attempt is marked dead instead.
+
+        Args:
+            worker_id: who holds the lease.
+            kinds: only these kinds (all kinds when empty or None).
+            on_reaped: called, after the commit, with each job this call marked dead and its
+                last error, so the caller can run the job kind's dead-letter hook.
         """
         while True:
+            reaped: tuple[ClaimedJob, str] | None = None
             with self.session_factory() as session:
                 now = self.clock()
                 runnable = or_(
@@ -142,22 +168,19 @@ class JobQueue:
                     job.finished_at = now
                     job.last_error = (job.last_error or "") + f"\nlease expired on attempt {job.attempts}"
                     job.lease_expires_at = None
+                    reaped = (_claimed(job), job.last_error)
                     session.commit()
-                    continue
-                job.state = RUNNING
-                job.attempts += 1
-                job.locked_by = worker_id
-                job.lease_expires_at = now + self.lease
-                claimed = ClaimedJob(
-                    id=job.id,
-                    kind=job.kind,
-                    payload=dict(job.payload),
-                    attempts=job.attempts,
-                    max_attempts=job.max_attempts,
-                    lease_expires_at=job.lease_expires_at,
-                )
-                session.commit()
-                return claimed
+                else:
+                    job.state = RUNNING
+                    job.attempts += 1
+                    job.locked_by = worker_id
+                    job.lease_expires_at = now + self.lease
+                    claimed = _claimed(job)
+                    session.commit()
+                    return claimed
+            # Outside the session: the hook may take its own time and its own transaction.
+            if on_reaped is not None and reaped is not None:
+                on_reaped(*reaped)
 
     def heartbeat(self, job: ClaimedJob, worker_id: str) -> bool:
         """Extend the lease; False when the job is no longer ours (the lease ran out and was taken)."""
@@ -187,7 +210,8 @@ class JobQueue:
         """Record a failure: requeue with backoff, or ``dead`` after the last attempt or when not retryable.
 
         Returns:
-            The job's new state.
+            The job's new state, or ``LOST`` when the job was no longer ours (its lease ran out and
+            another worker took it): nothing was recorded and the other worker's outcome counts.
         """
         now = self.clock()
         dead = not retry or job.attempts >= job.max_attempts
@@ -197,13 +221,15 @@ class JobQueue:
         else:
             values.update(state=QUEUED, run_after=now + self.backoff(job.attempts))
         with self.session_factory() as session:
-            session.execute(
+            result = session.execute(
                 update(Job)
                 .where(Job.id == job.id, Job.state == RUNNING, Job.locked_by == worker_id,
                        Job.attempts == job.attempts)
                 .values(**values)
             )
             session.commit()
+        if result.rowcount != 1:
+            return LOST
         return DEAD if dead else QUEUED
 
     def backoff(self, attempt: int) -> dt.timedelta:
