@@ -170,7 +170,7 @@ class HfUpstream:
     def _serve(self, name: str) -> ThreadingHTTPServer:
         server = ThreadingHTTPServer(("127.0.0.1", 0), _make_handler(self, name))
         server.daemon_threads = True
-        thread = threading.Thread(target=server.serve_forever, name=f"hf-upstream-{name}", daemon=True)
+        thread = threading.Thread(target=server.serve_forever, args=(0.05,), name=f"hf-upstream-{name}", daemon=True)
         thread.start()
         self._servers.append(server)
         self._threads.append(thread)
@@ -298,7 +298,7 @@ class HfUpstream:
             self._corrupt[(repo_id, sha, path)] = size // 2 if offset is None else offset
 
     def drop_after(self, repo_id: str, path: str, nbytes: int, times: int = 1) -> None:
-        """Close the connection after ``nbytes`` of a GET of ``path`` (any commit), ``times`` times."""
+        """Close the connection after sending ``nbytes`` of a GET of ``path`` (any commit), ``times`` times."""
         with self._lock:
             self._drops[(repo_id, path)] = [nbytes, times]
 
@@ -589,7 +589,7 @@ def _make_handler(upstream: HfUpstream, server_name: str) -> type[BaseHTTPReques
                 drop = upstream._drops.get((repo_id, hf_file.path))
                 if drop and drop[1] > 0:
                     drop[1] -= 1
-                    stop_at = max(start, min(end, drop[0]))
+                    stop_at = min(end, start + drop[0])
             self._stream(hf_file.location, start, end, flip_at, stop_at)
 
         def _parse_range(self, header: str, size: int) -> tuple[int, int]:
