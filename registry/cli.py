@@ -136,6 +136,125 @@ def principal_token(
     _emit(issued, as_json, issued["token"])
 
 
+# --- versions --------------------------------------------------------------------------------
+
+FINAL_STATES = {"failed", "rejected", "revoked", "approved", "awaiting_approval"}
+# Sealing is the end of what `submit --wait` waits for until scanning lands after it.
+WAIT_DONE_STATES = FINAL_STATES | {"sealed", "scanning", "evaluating"}
+
+
+@app.command()
+def submit(
+    source: str = typer.Argument(..., help="hf://org/repo, s3://bucket/prefix, or a local directory"),
+    model: str = typer.Option(..., "--model", help="TENANT/NAME"),
+    revision: Optional[str] = typer.Option(None, "--revision", help="branch, tag or commit"),
+    include: list[str] = typer.Option([], "--include", help="glob of files to mirror (repeatable)"),
+    exclude: list[str] = typer.Option([], "--exclude", help="glob of files to leave out (repeatable)"),
+    hf_endpoint: Optional[str] = typer.Option(None, "--hf-endpoint", help="Hugging Face-compatible hub URL"),
+    wait: bool = typer.Option(False, "--wait", help="wait until the version is sealed or failed"),
+    timeout: float = typer.Option(3600.0, "--timeout", help="seconds --wait waits at most"),
+    url: str = UrlOpt, token: str = TokenOpt, as_json: bool = JsonOpt,
+) -> None:
+    """Submit a model version; with --wait, show progress and exit non-zero if it fails."""
+    tenant, name = _split_model(model)
+    if "://" not in source and not source.startswith("/"):
+        # A relative directory is resolved here: the server has another working directory.
+        source = str(Path(source).resolve())
+    body = {"source": source, "revision": revision, "include": include, "exclude": exclude,
+            "hf_endpoint": hf_endpoint}
+    with _client(url, token) as client:
+        version = client.post(f"/v1/models/{tenant}/{name}/versions", json=body)
+        if wait:
+            version = _wait_for(client, version, timeout, show_progress=not as_json)
+    if as_json:
+        _emit(version, True)
+    else:
+        _print_version(version)
+    if version["state"] == "failed":
+        raise typer.Exit(1)
+
+
+def _wait_for(client: Any, version: dict[str, Any], timeout: float, show_progress: bool) -> dict[str, Any]:
+    from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TransferSpeedColumn
+
+    path = f"/v1/models/{version['model']}/versions/{version['version']}"
+    deadline = time.monotonic() + timeout
+    with Progress(TextColumn("[bold]{task.description}"), BarColumn(), DownloadColumn(), TransferSpeedColumn(),
+                  TextColumn("{task.fields[files]}"), disable=not show_progress, transient=True) as progress:
+        task = progress.add_task(version["state"], total=None, files="")
+        while version["state"] not in WAIT_DONE_STATES:
+            if time.monotonic() > deadline:
+                raise CliError(f"timed out after {timeout:.0f}s waiting for {version['model']}@{version['version']} "
+                               f"(state {version['state']})")
+            p = version.get("progress") or {}
+            progress.update(task, description=version["state"], total=p.get("bytes") or None,
+                            completed=p.get("bytes_mirrored", 0),
+                            files=f"{p.get('files_mirrored', 0)}/{p.get('files', 0)} files")
+            time.sleep(0.3)
+            version = client.get(path)
+    return version
+
+
+def _print_version(v: dict[str, Any]) -> None:
+    lines = [f"{v['model']}@{v['version']}: {v['state']}"]
+    if v.get("failure_reason"):
+        detail = (v.get("failure_detail") or {}).get("message", "")
+        lines.append(f"  failed: {v['failure_reason']}: {detail}")
+    src = v["source"]
+    lines.append(f"  source: {src['kind']} {src['repo']}"
+                 f" {v.get('requested_revision') or ''} -> {v.get('resolved_revision') or '?'}")
+    for f in v.get("files", []):
+        lines.append(f"  {f['sha256'] or '(pending)':64}  {f['size']:>12}  {f['path']}")
+    typer.echo("\n".join(lines))
+
+
+@version_app.command("show")
+def version_show(
+    model: str = typer.Argument(..., help="TENANT/NAME"), number: int = typer.Argument(...),
+    url: str = UrlOpt, token: str = TokenOpt, as_json: bool = JsonOpt,
+) -> None:
+    """Show a version: state, source, pinned revision, files."""
+    tenant, name = _split_model(model)
+    with _client(url, token) as client:
+        version = client.get(f"/v1/models/{tenant}/{name}/versions/{number}")
+    if as_json:
+        _emit(version, True)
+    else:
+        _print_version(version)
+
+
+@version_app.command("signature")
+def version_signature(
+    model: str = typer.Argument(..., help="TENANT/NAME"), number: int = typer.Argument(...),
+    output: Path = typer.Option(Path("model.sig"), "--output", "-o"),
+    url: str = UrlOpt, token: str = TokenOpt,
+) -> None:
+    """Save the version's OpenSSF model-signing bundle (verify with `model_signing verify key`)."""
+    tenant, name = _split_model(model)
+    with _client(url, token) as client:
+        bundle = client.get(f"/v1/models/{tenant}/{name}/versions/{number}/signature")
+    output.write_text(json.dumps(bundle))
+    typer.echo(f"wrote {output}")
+
+
+@keys_app.command("list")
+def keys_list(url: str = UrlOpt, token: str = TokenOpt, as_json: bool = JsonOpt) -> None:
+    """The registry's public signing keys."""
+    with _client(url, token) as client:
+        keys = client.get("/v1/keys")
+    _emit(keys, as_json, "\n".join(f"{k['key_id']}  {k['algorithm']}" for k in keys["keys"]))
+
+
+@keys_app.command("export")
+def keys_export(output: Path = typer.Option(Path("registry.pub"), "--output", "-o"),
+                url: str = UrlOpt, token: str = TokenOpt) -> None:
+    """Write the registry's public key PEM (for `model_signing verify key --public_key`)."""
+    with _client(url, token) as client:
+        keys = client.get("/v1/keys")
+    output.write_text(keys["keys"][0]["public_key_pem"])
+    typer.echo(f"wrote {output}")
+
+
 # --- audit -----------------------------------------------------------------------------------
 
 
