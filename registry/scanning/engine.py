@@ -1,0 +1,313 @@
+"""The scanning engine: sniff, dispatch, recurse into containers, under bounds.
+
+One :class:`Engine` scans one top-level file. It decides the format from the bytes
+(:mod:`registry.scanning.sniff`), hands the stream to the scanner for that format, and opens
+containers (zip, tar, gzip, bz2, xz) to scan their members with the same rules, up to
+:class:`ScanLimits`. Validators written elsewhere (``safetensors``, ``gguf``, ``onnx``, ``keras``,
+``remote_code``) are imported lazily; until one exists its format gets no findings from it.
+
+Every finding of a nested stream is located by its member chain (``outer.zip!inner.pkl: offset
+12 opcode GLOBAL global os.system``), so each verdict explains itself.
+"""
+
+from __future__ import annotations
+
+import importlib
+import io
+import posixpath
+import struct
+from collections.abc import Callable
+from types import ModuleType
+from typing import BinaryIO
+
+from registry.scanning import numpy_scan, pickle_scan
+from registry.scanning.containers import (
+    ScanBudget,
+    ScanLimits,
+    ZipEntry,
+    decompress_stream,
+    list_zip,
+    scan_tar,
+    visit_zip_entries,
+)
+from registry.scanning.model import FileScan, Finding, ScanContext, Severity
+from registry.scanning.sniff import HEAD_BYTES, UNINSPECTABLE, sniff
+
+SCANNER_NAME = "modelreg"
+SCANNER_VERSION = "1.0.0"
+"""Bump whenever a rule changes: results are cached by (blob sha256, scanner name, version)."""
+
+REMOTE_CODE_NAMES = frozenset({"config.json", "tokenizer_config.json"})
+
+_EXTERNAL = {"safetensors": "safetensors", "gguf": "gguf", "onnx": "onnx", "hdf5": "keras", "keras": "keras"}
+_MISSING = object()
+_modules: dict[str, ModuleType | object] = {}
+
+
+def _validator(name: str) -> ModuleType | None:
+    """Import ``registry.scanning.<name>`` once; None when it does not exist (yet)."""
+    mod = _modules.get(name)
+    if mod is None:
+        full = f"registry.scanning.{name}"
+        try:
+            mod = importlib.import_module(full)
+        except ModuleNotFoundError as exc:
+            if exc.name != full:
+                raise
+            mod = _MISSING
+        _modules[name] = mod
+    return None if mod is _MISSING else mod  # type: ignore[return-value]
+
+
+def _relocate(findings: list[Finding], prefix: str) -> list[Finding]:
+    if not prefix:
+        return findings
+    out = []
+    for f in findings:
+        if f.location.startswith((f"{prefix}: ", f"{prefix}!")) or f.location == prefix:
+            out.append(f)
+        else:
+            loc = f"{prefix}: {f.location}" if f.location else prefix
+            out.append(Finding(f.rule_id, f.severity, loc, f.message))
+    return out
+
+
+class Engine:
+    """Scans one top-level stream; holds the budget shared by everything nested in it.
+
+    Args:
+        limits: bounds for this scan.
+        siblings: paths of the other files of the same directory/version.
+    """
+
+    def __init__(self, limits: ScanLimits | None = None, siblings: frozenset[str] = frozenset()) -> None:
+        self.limits = limits or ScanLimits()
+        self.budget = ScanBudget(self.limits)
+        self.siblings = siblings
+
+    def scan(self, path: str, reader: BinaryIO, size: int) -> FileScan:
+        """Scan one top-level stream.
+
+        Args:
+            path: the file's path within its version or directory.
+            reader: seekable stream positioned anywhere.
+            size: its size in bytes.
+
+        Returns:
+            The file's scan, with this scanner's name and version.
+        """
+        fmt, findings = self._scan(path, path, "", reader, size, 0)
+        if fmt not in ("zip", "pytorch-zip", "keras", "npz", "empty"):
+            findings.extend(self._zip_trailer(reader, size))
+        return FileScan(path, fmt, findings, SCANNER_NAME, SCANNER_VERSION)
+
+    # -- dispatch
+
+    def _scan(self, name: str, ctx_path: str, chain: str, reader: BinaryIO, size: int, depth: int) -> tuple[str, list[Finding]]:
+        """Scan a stream at ``chain`` (member path inside the top-level file, "" at top level)."""
+        reader.seek(0)
+        head = reader.read(min(HEAD_BYTES, size))
+        reader.seek(0)
+        fmt = sniff(head, size)
+        members: list[Finding] = []
+        own: list[Finding] = []
+        try:
+            fmt = self._dispatch(fmt, name, ctx_path, chain, reader, size, depth, own, members)
+        except Exception as exc:  # noqa: BLE001 - a crashing scanner must fail closed, not pass
+            own.append(Finding("engine.scanner-error", Severity.ERROR, "", f"{fmt} scanner failed: {type(exc).__name__}: {exc}"))
+        base = posixpath.basename(name)
+        if base in REMOTE_CODE_NAMES or base.endswith(".py"):
+            own.extend(self._external("remote_code", reader, size, ctx_path, chain, depth))
+        return fmt, _relocate(own, chain) + members
+
+    def _dispatch(
+        self,
+        fmt: str,
+        name: str,
+        ctx_path: str,
+        chain: str,
+        reader: BinaryIO,
+        size: int,
+        depth: int,
+        own: list[Finding],
+        members: list[Finding],
+    ) -> str:
+        if fmt == "pickle":
+            res = pickle_scan.scan_pickle_file(reader, size, nested=self._nested_pickle(ctx_path, chain, depth))
+            own.extend(res.findings)
+            return res.format
+        if fmt == "npy":
+            own.extend(numpy_scan.scan_npy(reader, size, nested=self._nested_pickle(ctx_path, chain, depth)))
+            return fmt
+        if fmt == "zip":
+            return self._zip(ctx_path, chain, reader, size, depth, own, members)
+        if fmt == "tar":
+            own.extend(scan_tar(reader, size, self.budget, self._visitor(ctx_path, chain, depth, members)))
+            return fmt
+        if fmt in ("gzip", "bz2", "xz"):
+            inner, inner_size, found = decompress_stream(fmt, reader, self.budget)
+            own.extend(found)
+            with inner:
+                visit = self._visitor(ctx_path, chain, depth, members)
+                inner_name = posixpath.splitext(posixpath.basename(name))[0] or "data"
+                own.extend(visit(f"<{fmt}:{inner_name}>", inner, inner_size))
+            return fmt
+        if fmt in UNINSPECTABLE.values():
+            own.append(
+                Finding("container.uninspectable", Severity.SUSPICIOUS, "offset 0", f"{fmt} archive: its content cannot be inspected")
+            )
+            return fmt
+        if fmt in _EXTERNAL:
+            own.extend(self._external(_EXTERNAL[fmt], reader, size, ctx_path, chain, depth))
+            return fmt
+        if fmt == "unknown":
+            own.append(Finding("format.unknown", Severity.INFO, "offset 0", "no known structure: treated as opaque data"))
+        return fmt
+
+    def _zip(
+        self, ctx_path: str, chain: str, reader: BinaryIO, size: int, depth: int, own: list[Finding], members: list[Finding]
+    ) -> str:
+        entries, found = list_zip(reader, size, self.budget)
+        own.extend(found)
+        names = [e.name for e in entries]
+        kind = _zip_kind(names)
+        visit = self._visitor(ctx_path, chain, depth, members)
+        if kind == "keras" and _validator("keras") is not None:
+            # The Keras validator reads the archive itself (config, then members via scan_nested);
+            # the member streams are still read here so CRCs and sizes are checked.
+            own.extend(visit_zip_entries(reader, entries, self.budget, lambda n, r, s: [], raw_member=lambda n: True))
+            own.extend(self._external("keras", reader, size, ctx_path, chain, depth))
+            return kind
+        if kind == "pytorch-zip":
+            own.extend(self._pytorch_zip(entries, reader, visit, ctx_path, chain, depth, members))
+            return kind
+        own.extend(visit_zip_entries(reader, entries, self.budget, visit))
+        return kind
+
+    def _pytorch_zip(
+        self,
+        entries: list[ZipEntry],
+        reader: BinaryIO,
+        visit: Callable[[str, BinaryIO, int], list[Finding]],
+        ctx_path: str,
+        chain: str,
+        depth: int,
+        members: list[Finding],
+    ) -> list[Finding]:
+        def visit_member(member: str, r: BinaryIO, s: int) -> list[Finding]:
+            if not member.endswith(".pkl"):
+                return visit(member, r, s)
+            # torch.load unpickles every *.pkl record by name, whatever its bytes look like.
+            sub = f"{chain}!{member}" if chain else member
+            res = pickle_scan.scan_pickle_file(r, s, nested=self._nested_pickle(f"{ctx_path}!{member}", sub, depth + 1))
+            members.extend(_relocate(res.findings, sub))
+            return []
+
+        def raw(member: str) -> bool:
+            # Tensor storages: raw bytes torch maps into memory, never unpickled.
+            parts = member.split("/")
+            return len(parts) >= 3 and parts[-2] == "data" and parts[-1].isdigit()
+
+        return visit_zip_entries(reader, entries, self.budget, visit_member, raw_member=raw)
+
+    def _visitor(self, ctx_path: str, chain: str, depth: int, sink: list[Finding]) -> Callable[[str, BinaryIO, int], list[Finding]]:
+        """A member callback: scans the member and puts its (located) findings in ``sink``."""
+
+        def visit(member: str, r: BinaryIO, s: int) -> list[Finding]:
+            sub = f"{chain}!{member}" if chain else member
+            if depth + 1 > self.limits.max_depth:
+                sink.append(Finding("container.too-deep", Severity.UNSAFE, sub, f"nested deeper than {self.limits.max_depth}: not inspected"))
+                return []
+            fmt, found = self._scan(member, f"{ctx_path}!{member}", sub, r, s, depth + 1)
+            sink.append(Finding("container.member", Severity.INFO, sub, f"{fmt}, {s} bytes"))
+            sink.extend(found)
+            return []
+
+        return visit
+
+    def _nested_pickle(self, ctx_path: str, chain: str, depth: int) -> pickle_scan.NestedScanner:
+        """Bytes handed to a loader inside a pickle are scanned with the whole engine."""
+
+        def nested(loc: str, data: bytes) -> list[Finding]:
+            sub = f"{chain}!{loc.rstrip(': ')}" if chain else loc.rstrip(": ")
+            if depth + 1 > self.limits.max_depth:
+                return [Finding("container.too-deep", Severity.UNSAFE, sub, "nested pickle too deep: not inspected")]
+            fmt, found = self._scan("<nested>", f"{ctx_path}!<nested>", sub, io.BytesIO(data), len(data), depth + 1)
+            info = Finding("pickle.nested", Severity.INFO, sub, f"nested {fmt} of {len(data)} bytes")
+            # The chain of nested findings already starts with the member chain; drop it so the
+            # pickle scanner's own relocation does not repeat it.
+            return [info, *_strip(found, chain)]
+
+        return nested
+
+    def _external(self, module: str, reader: BinaryIO, size: int, ctx_path: str, chain: str, depth: int) -> list[Finding]:
+        mod = _validator(module)
+        if mod is None:
+            return []
+        nested_found: list[Finding] = []
+
+        def scan_nested(member: str, r: BinaryIO, s: int) -> list[Finding]:
+            sink: list[Finding] = []
+            self._visitor(ctx_path, chain, depth, sink)(member, r, s)
+            nested_found.extend(sink)
+            return sink
+
+        reader.seek(0)
+        ctx = ScanContext(path=ctx_path, depth=depth, scan_nested=scan_nested, siblings=self.siblings)
+        try:
+            found = list(mod.scan(reader, size, ctx))
+        except Exception as exc:  # noqa: BLE001 - a crashing validator must fail closed
+            found = [Finding(f"{module}.scanner-error", Severity.ERROR, "", f"{type(exc).__name__}: {exc}")]
+        # Findings a validator passes on from scan_nested are already located: keep each once.
+        ids = {id(f) for f in nested_found}
+        return [f for f in found if id(f) not in ids] + nested_found
+
+    def _zip_trailer(self, reader: BinaryIO, size: int) -> list[Finding]:
+        """A zip central directory at the end of a non-zip file: a polyglot zip readers will open."""
+        if size < 22:
+            return []
+        tail_len = min(size, 22 + 65535)
+        reader.seek(size - tail_len)
+        tail = reader.read(tail_len)
+        pos = tail.rfind(b"PK\x05\x06")
+        if pos < 0 or pos + 22 > len(tail):
+            return []
+        _, _, _, n, cd_size, cd_off, clen = struct.unpack_from("<HHHHIIH", tail, pos + 4)
+        eocd_abs = size - tail_len + pos
+        if pos + 22 + clen != len(tail) or cd_off + cd_size != eocd_abs or n == 0:
+            return []
+        reader.seek(cd_off)
+        if reader.read(4) != b"PK\x01\x02":
+            return []
+        return [
+            Finding(
+                "polyglot.zip-trailer", Severity.SUSPICIOUS, f"offset {cd_off}",
+                "file ends with a zip central directory: zip readers see a different file",
+            )
+        ]
+
+
+def _strip(findings: list[Finding], chain: str) -> list[Finding]:
+    if not chain:
+        return findings
+    p = f"{chain}: "
+    out = []
+    for f in findings:
+        loc = f.location
+        if loc.startswith(p):
+            loc = loc[len(p):]
+        elif loc.startswith(f"{chain}!"):
+            loc = loc[len(chain) + 1 :]
+        out.append(Finding(f.rule_id, f.severity, loc, f.message))
+    return out
+
+
+def _zip_kind(names: list[str]) -> str:
+    if any(n == "data.pkl" or n.endswith("/data.pkl") for n in names):
+        return "pytorch-zip"
+    roots = {n for n in names if "/" not in n}
+    if "config.json" in roots and ({"metadata.json", "model.weights.h5", "model.weights.npz"} & roots):
+        return "keras"
+    if names and all(n.endswith(".npy") for n in names):
+        return "npz"
+    return "zip"

@@ -1,0 +1,835 @@
+"""Pickle scanning: a symbolic opcode interpreter and an allow-list.
+
+The interpreter walks every opcode of protocols 0 to 5 (decoded by :mod:`pickletools`) over a
+symbolic stack and memo, so it sees what the unpickler would *do* rather than what the bytes
+*contain*: ``STACK_GLOBAL`` operands are resolved through ``BINPUT``/``BINGET``, calls are matched
+with their callables, nested pickles handed to ``pickle.loads`` are scanned in turn, and a stream
+that breaks after doing work is reported (the payload ran before the break).
+
+A global is safe only when its exact ``(module, name)`` pair is on :data:`ALLOWED_GLOBALS`.
+Anything else is suspicious; a global in a dangerous package (or any submodule of one), a dunder
+or a dotted attribute walk is unsafe.
+
+Example:
+    >>> import io, pickle
+    >>> findings = scan_pickle_bytes(pickle.dumps({"w": [1.0, 2.0]}))
+    >>> [f.rule_id for f in findings]
+    []
+"""
+
+from __future__ import annotations
+
+import _compat_pickle
+import io
+import pickletools
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, BinaryIO
+
+from registry.scanning.containers import SliceReader
+from registry.scanning.model import Finding, Severity
+
+# --- the allow-list -------------------------------------------------------------------------
+
+_TORCH_STORAGES = (
+    "FloatStorage DoubleStorage HalfStorage BFloat16Storage LongStorage IntStorage ShortStorage "
+    "CharStorage ByteStorage BoolStorage ComplexFloatStorage ComplexDoubleStorage QInt8Storage "
+    "QUInt8Storage QInt32Storage QUInt4x2Storage QUInt2x4Storage UntypedStorage "
+    "Float8_e4m3fnStorage Float8_e5m2Storage"
+).split()
+_TORCH_DTYPES = (
+    "float32 float float64 double float16 half bfloat16 int8 uint8 int16 short int32 int int64 long "
+    "bool complex64 cfloat complex128 cdouble qint8 quint8 qint32 float8_e4m3fn float8_e5m2 "
+    "uint16 uint32 uint64"
+).split()
+
+ALLOWED_GLOBALS: frozenset[tuple[str, str]] = frozenset(
+    {
+        ("collections", "OrderedDict"),
+        # Plain containers as pickled by protocols 0-3, and bytes as pickled by protocols 0-2.
+        ("builtins", "set"),
+        ("builtins", "frozenset"),
+        ("builtins", "bytearray"),
+        ("builtins", "bytes"),
+        ("builtins", "complex"),
+        ("builtins", "slice"),
+        ("builtins", "range"),
+        ("_codecs", "encode"),
+        # Protocol 0/1 instances: the class itself is a separate global, judged on its own.
+        ("copyreg", "_reconstructor"),
+        ("builtins", "object"),
+        # Tensors and parameters as written by torch.save (zip and legacy formats).
+        ("torch._utils", "_rebuild_tensor"),
+        ("torch._utils", "_rebuild_tensor_v2"),
+        ("torch._utils", "_rebuild_tensor_v3"),
+        ("torch._utils", "_rebuild_parameter"),
+        ("torch._utils", "_rebuild_parameter_with_state"),
+        ("torch._utils", "_rebuild_qtensor"),
+        ("torch._utils", "_rebuild_device_tensor_from_numpy"),
+        ("torch._tensor", "_rebuild_from_type_v2"),
+        ("torch", "Size"),
+        ("torch", "device"),
+        ("torch", "Tensor"),
+        ("torch.nn.parameter", "Parameter"),
+        ("torch", "per_tensor_affine"),
+        ("torch", "per_channel_affine"),
+        *(("torch", s) for s in _TORCH_STORAGES),
+        ("torch.storage", "UntypedStorage"),
+        ("torch.storage", "TypedStorage"),
+        *(("torch", d) for d in _TORCH_DTYPES),
+        # NumPy arrays, dtypes and scalars (numpy 1.x and 2.x module names).
+        ("numpy", "ndarray"),
+        ("numpy", "dtype"),
+        ("numpy.core.multiarray", "_reconstruct"),
+        ("numpy._core.multiarray", "_reconstruct"),
+        ("numpy.core.multiarray", "scalar"),
+        ("numpy._core.multiarray", "scalar"),
+        ("numpy.core.numeric", "_frombuffer"),
+        ("numpy._core.numeric", "_frombuffer"),
+    }
+)
+"""Exact ``(module, qualname)`` pairs a pickle may resolve and still be safe."""
+
+_DANGEROUS_PACKAGES = frozenset(
+    """
+    os posix nt posixpath ntpath genericpath subprocess _posixsubprocess sys pty tty termios socket
+    _socket ssl select selectors socketserver shutil importlib imp zipimport pkgutil runpy site
+    pickle _pickle cPickle pickletools copyreg copy_reg dill cloudpickle joblib shelve dbm marshal
+    types code codeop inspect ctypes _ctypes cffi webbrowser pip _pip ensurepip venv distutils
+    setuptools pkg_resources idlelib lib2to3 doctest trace tracemalloc bdb pdb cProfile profile
+    _lsprof timeit uuid multiprocessing _multiprocessing concurrent asyncio threading _thread
+    signal io _io _pyio linecache tempfile glob fileinput tarfile zipfile mailcap requests httpx
+    urllib urllib3 http httplib aiohttp ftplib smtplib telnetlib poplib imaplib nntplib xmlrpc
+    wsgiref operator _operator functools _functools itertools gc weakref _weakref atexit
+    builtins __builtin__ logging sqlite3 _sqlite3 platform sysconfig getpass pydoc pydoc_data
+    jinja2 yaml ruamel mako numexpr IPython jupyter_client nbformat sympy dask
+    torch.hub torch.jit torch.package torch.serialization torch.utils.cpp_extension torch._dynamo
+    torch._inductor torch.fx torch.distributed torch.multiprocessing torch._C torch.ops torch.library
+    torch.load torch.compile numpy.load numpy.testing numpy.f2py numpy.distutils numpy.ctypeslib
+    numpy.lib.npyio numpy.lib.format numpy.loadtxt numpy.fromfile
+    """.split()
+)
+"""Packages whose every member (and submodule) is unsafe to resolve from a pickle."""
+
+_LOADERS = frozenset(
+    {
+        ("pickle", "loads"),
+        ("pickle", "load"),
+        ("_pickle", "loads"),
+        ("_pickle", "load"),
+        ("pickle", "_loads"),
+        ("dill", "loads"),
+        ("cloudpickle", "loads"),
+        ("joblib", "load"),
+        ("torch", "load"),
+        ("torch.serialization", "load"),
+        ("numpy", "load"),
+        ("marshal", "loads"),
+    }
+)
+"""Callables whose bytes argument is itself a serialized object to scan."""
+
+_IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+TORCH_LEGACY_MAGIC = 0x1950A86A20F9469CFC6C
+
+
+@dataclass(frozen=True, slots=True)
+class GlobalClass:
+    """How a resolved global is judged: ``severity`` is None when allowed."""
+
+    severity: Severity | None
+    rule_id: str
+    reason: str
+
+
+def classify_global(module: str, name: str) -> GlobalClass:
+    """Judge one ``(module, name)`` pair resolved by a pickle.
+
+    Names are first mapped the way the unpickler maps Python 2 names (``__builtin__`` to
+    ``builtins``), then compared exactly with the allow-list: no prefix matching, so
+    ``posixpath`` / ``os.system`` matches nothing allowed.
+
+    Args:
+        module: the module part, as written in the pickle.
+        name: the qualified name part, as written in the pickle.
+
+    Returns:
+        The classification, with a stable rule id.
+    """
+    if (module, name) in _compat_pickle.NAME_MAPPING:
+        module, name = _compat_pickle.NAME_MAPPING[(module, name)]
+    elif module in _compat_pickle.IMPORT_MAPPING:
+        module = _compat_pickle.IMPORT_MAPPING[module]
+    if (module, name) in ALLOWED_GLOBALS:
+        return GlobalClass(None, "pickle.global.allowed", "allow-listed")
+    mod_parts = module.split(".")
+    name_parts = name.split(".")
+    if not all(_IDENT.match(p) for p in mod_parts) or not all(_IDENT.match(p) for p in name_parts):
+        return GlobalClass(Severity.UNSAFE, "pickle.global.malformed", "module or name is not an identifier path")
+    for i in range(1, len(mod_parts) + 1):
+        if ".".join(mod_parts[:i]) in _DANGEROUS_PACKAGES:
+            return GlobalClass(Severity.UNSAFE, "pickle.global.dangerous", f"{'.'.join(mod_parts[:i])} is a dangerous package")
+    # A qualified name walks attributes from the module (pickle protocol 4 resolves dots in names),
+    # so "torch" + "load.__globals__" or "posixpath" + "os.system" reach far beyond what the pair says.
+    full = f"{module}.{name}".split(".")
+    for i in range(len(mod_parts) + 1, len(full) + 1):
+        if ".".join(full[:i]) in _DANGEROUS_PACKAGES:
+            return GlobalClass(Severity.UNSAFE, "pickle.global.dangerous", f"{'.'.join(full[:i])} is a dangerous package")
+    if any(p.startswith("__") and p.endswith("__") for p in mod_parts + name_parts):
+        return GlobalClass(Severity.UNSAFE, "pickle.global.dunder", "dunder attribute")
+    if len(name_parts) > 1:
+        return GlobalClass(Severity.UNSAFE, "pickle.global.attribute-walk", "dotted name walks attributes")
+    return GlobalClass(Severity.SUSPICIOUS, "pickle.global.not-allowed", "not on the allow-list")
+
+
+# --- symbolic values ------------------------------------------------------------------------
+
+
+class _Mark:
+    __slots__ = ()
+
+
+_MARK = _Mark()
+
+
+@dataclass(slots=True, eq=False)
+class _Global:
+    module: str
+    name: str
+    cls: GlobalClass
+
+    @property
+    def qualname(self) -> str:
+        return f"{self.module}.{self.name}"
+
+
+@dataclass(slots=True, eq=False)
+class _Call:
+    func: Any
+    args: Any
+    offset: int
+    opcode: str
+
+
+@dataclass(slots=True, eq=False)
+class _Opaque:
+    what: str
+
+
+@dataclass(slots=True, eq=False)
+class _List:
+    items: list[Any] = field(default_factory=list)
+
+
+@dataclass(slots=True, eq=False)
+class _Dict:
+    items: list[tuple[Any, Any]] = field(default_factory=list)
+
+
+@dataclass(slots=True, eq=False)
+class _Set:
+    items: list[Any] = field(default_factory=list)
+
+
+class PickleParseError(Exception):
+    """The opcode stream is malformed (raised internally, reported as a finding)."""
+
+
+NestedScanner = Callable[[str, bytes], list[Finding]]
+
+
+@dataclass(slots=True)
+class PickleStreamResult:
+    """The outcome of interpreting one pickle (from its first opcode to ``STOP``).
+
+    Attributes:
+        findings: what was found, located.
+        end: offset just past ``STOP`` (or where parsing broke), relative to the reader.
+        stopped: whether ``STOP`` was reached.
+        did_work: whether the stream resolved a global or made a call (so a later break matters).
+        value: the concrete top-level value when it is a plain int/str/bytes, else None.
+        persistent_ids: persistent ids seen (torch storages), for layout checks.
+        opcodes: how many opcodes were read.
+    """
+
+    findings: list[Finding]
+    end: int
+    stopped: bool
+    did_work: bool
+    value: Any = None
+    persistent_ids: list[Any] = field(default_factory=list)
+    opcodes: int = 0
+
+
+class _Interpreter:
+    def __init__(self, loc: str, nested: NestedScanner | None, depth: int, probe: bool) -> None:
+        self.loc = loc
+        self.nested = nested
+        self.depth = depth
+        self.probe = probe
+        self.stack: list[Any] = []
+        self.marks: list[int] = []
+        self.memo: dict[int, Any] = {}
+        self.findings: list[Finding] = []
+        self.seen: set[tuple[str, str]] = set()
+        self.did_work = False
+        self.persistent_ids: list[Any] = []
+        self.idents_ok = True
+        self.good_globals = 0
+        self.calls = 0
+        self.ops_after_global = 0
+
+    # -- reporting
+
+    def _where(self, pos: int, opname: str, extra: str = "") -> str:
+        where = f"{self.loc}offset {pos} opcode {opname}"
+        return f"{where} {extra}".rstrip()
+
+    def _add(self, rule: str, sev: Severity, pos: int, opname: str, msg: str, key: str = "") -> None:
+        dedupe = (rule, key or f"{pos}")
+        if dedupe in self.seen:
+            return
+        self.seen.add(dedupe)
+        self.findings.append(Finding(rule, sev, self._where(pos, opname, f"global {key}" if key else ""), msg))
+
+    # -- stack helpers
+
+    def _pop(self) -> Any:
+        if not self.stack or (self.marks and len(self.stack) <= self.marks[-1]):
+            raise PickleParseError("stack underflow")
+        return self.stack.pop()
+
+    def _pop_mark(self) -> list[Any]:
+        if not self.marks:
+            raise PickleParseError("MARK expected")
+        at = self.marks.pop()
+        items = self.stack[at:]
+        del self.stack[at:]
+        return items
+
+    def _top(self) -> Any:
+        if not self.stack or (self.marks and len(self.stack) <= self.marks[-1]):
+            raise PickleParseError("stack underflow")
+        return self.stack[-1]
+
+    # -- semantics
+
+    def _global(self, module: Any, name: Any, pos: int, opname: str) -> _Global | _Opaque:
+        self.did_work = True
+        if not isinstance(module, str) or not isinstance(name, str):
+            self._add(
+                "pickle.global.unresolved", Severity.UNSAFE, pos, opname,
+                "STACK_GLOBAL operands are not strings known at scan time", key="?",
+            )
+            return _Opaque("unresolved global")
+        cls = classify_global(module, name)
+        if cls.rule_id == "pickle.global.malformed":
+            self.idents_ok = False
+        else:
+            self.good_globals += 1
+        g = _Global(module, name, cls)
+        if cls.severity is not None:
+            self._add(cls.rule_id, cls.severity, pos, opname, f"{g.qualname}: {cls.reason}", key=g.qualname)
+        return g
+
+    def _call(self, func: Any, args: Any, pos: int, opname: str) -> _Call:
+        self.did_work = True
+        self.calls += 1
+        if isinstance(func, _Global):
+            if func.cls.severity is not None:
+                self._add(
+                    "pickle.call.not-allowed", func.cls.severity, pos, opname,
+                    f"calls {func.qualname} at load time", key=func.qualname,
+                )
+            self._maybe_nested(func, args, pos, opname)
+        else:
+            # Calling something that is not a plain global (a call's result, a persistent
+            # object, an extension code) means the callable was computed: a gadget chain.
+            self._add(
+                "pickle.call.dynamic", Severity.UNSAFE, pos, opname,
+                f"calls a computed value ({type(func).__name__.strip('_').lower()}), not a resolved global",
+            )
+            self._maybe_nested(None, args, pos, opname)
+        return _Call(func, args, pos, opname)
+
+    def _maybe_nested(self, func: _Global | None, args: Any, pos: int, opname: str) -> None:
+        if self.nested is None or self.probe:
+            return
+        is_loader = func is not None and (func.module, func.name) in _LOADERS
+        if func is not None and func.cls.severity is None:
+            return
+        for arg in _flat(args):
+            if isinstance(arg, str):
+                arg = arg.encode("latin-1", "replace")
+            if not isinstance(arg, (bytes, bytearray)) or len(arg) < 2:
+                continue
+            if is_loader or probe_pickle(bytes(arg[:65536])):
+                sub = self.nested(self._where(pos, opname, "nested pickle") + ": ", bytes(arg))
+                if is_loader and sub == []:
+                    continue
+                self.findings.extend(sub)
+
+    def run(self, reader: BinaryIO) -> PickleStreamResult:
+        pos = 0
+        count = 0
+        stopped = False
+        value: Any = None
+        opname = "?"
+        try:
+            for op, arg, p in pickletools.genops(reader):
+                pos = p if p is not None else pos
+                opname = op.name
+                count += 1
+                if self.good_globals:
+                    self.ops_after_global += 1
+                if opname == "STOP":
+                    stopped = True
+                    if len(self.stack) != 1 or self.marks:
+                        raise PickleParseError("STOP with a stack that is not one value")
+                    top = self.stack[-1]
+                    value = top if isinstance(top, (int, str, bytes)) else (top.items if isinstance(top, _List) else None)
+                    break
+                self._step(opname, arg, pos)
+        except (ValueError, PickleParseError, UnicodeDecodeError, OverflowError, MemoryError, EOFError) as exc:
+            end = reader.tell()
+            if not self.probe:
+                sev = Severity.UNSAFE
+                rule = "pickle.stream.truncated" if "exhausted" in str(exc) or "expected" in str(exc) else "pickle.parse.error"
+                if "unknown" in str(exc).lower() and "opcode" in str(exc).lower():
+                    rule = "pickle.opcode.unknown"
+                work = " after resolving globals or making calls" if self.did_work else ""
+                self.findings.append(
+                    Finding(rule, sev, self._where(pos, opname), f"stream does not parse{work}: {exc}")
+                )
+            return PickleStreamResult(self.findings, end, False, self.did_work, None, self.persistent_ids, count)
+        if not stopped:
+            if not self.probe:
+                self.findings.append(
+                    Finding("pickle.stream.no-stop", Severity.UNSAFE, self._where(pos, opname), "stream ends without STOP")
+                )
+            return PickleStreamResult(self.findings, reader.tell(), False, self.did_work, None, self.persistent_ids, count)
+        return PickleStreamResult(self.findings, reader.tell(), True, self.did_work, value, self.persistent_ids, count)
+
+    def _step(self, opname: str, arg: Any, pos: int) -> None:  # noqa: C901 - one branch per opcode
+        st = self.stack
+        if opname in _PUSH_ARG:
+            st.append(arg)
+        elif opname == "BYTEARRAY8":
+            st.append(bytearray(arg))
+        elif opname == "NONE":
+            st.append(None)
+        elif opname == "NEWTRUE":
+            st.append(True)
+        elif opname == "NEWFALSE":
+            st.append(False)
+        elif opname in ("PROTO", "FRAME"):
+            if opname == "PROTO" and not 0 <= arg <= 5:
+                raise PickleParseError(f"unsupported protocol {arg}")
+        elif opname == "NEXT_BUFFER":
+            st.append(_Opaque("out-of-band buffer"))
+        elif opname == "READONLY_BUFFER":
+            self._top()
+        elif opname == "EMPTY_LIST":
+            st.append(_List())
+        elif opname == "EMPTY_DICT":
+            st.append(_Dict())
+        elif opname == "EMPTY_TUPLE":
+            st.append(())
+        elif opname == "EMPTY_SET":
+            st.append(_Set())
+        elif opname == "MARK":
+            self.marks.append(len(st))
+        elif opname == "APPEND":
+            v = self._pop()
+            self._mutate(self._top(), [v], pos, opname)
+        elif opname == "APPENDS":
+            items = self._pop_mark()
+            self._mutate(self._top(), items, pos, opname)
+        elif opname == "LIST":
+            st.append(_List(self._pop_mark()))
+        elif opname == "TUPLE":
+            st.append(tuple(self._pop_mark()))
+        elif opname in ("TUPLE1", "TUPLE2", "TUPLE3"):
+            n = int(opname[-1])
+            items = [self._pop() for _ in range(n)][::-1]
+            st.append(tuple(items))
+        elif opname == "DICT":
+            items = self._pop_mark()
+            if len(items) % 2:
+                raise PickleParseError("odd number of items for DICT")
+            st.append(_Dict(list(zip(items[::2], items[1::2]))))
+        elif opname == "SETITEM":
+            v = self._pop()
+            k = self._pop()
+            self._mutate(self._top(), [(k, v)], pos, opname)
+        elif opname == "SETITEMS":
+            items = self._pop_mark()
+            if len(items) % 2:
+                raise PickleParseError("odd number of items for SETITEMS")
+            self._mutate(self._top(), list(zip(items[::2], items[1::2])), pos, opname)
+        elif opname == "ADDITEMS":
+            items = self._pop_mark()
+            self._mutate(self._top(), items, pos, opname)
+        elif opname == "FROZENSET":
+            st.append(_Set(self._pop_mark()))
+        elif opname == "POP":
+            if self.marks and len(st) == self.marks[-1]:
+                # The C unpickler treats POP on an empty mark frame as POP_MARK.
+                self._discard(self._pop_mark(), pos, opname)
+            else:
+                self._discard([self._pop()], pos, opname)
+        elif opname == "POP_MARK":
+            self._discard(self._pop_mark(), pos, opname)
+        elif opname == "DUP":
+            st.append(self._top())
+        elif opname in ("GET", "BINGET", "LONG_BINGET"):
+            key = int(arg)
+            if key not in self.memo:
+                raise PickleParseError(f"memo key {key} missing")
+            st.append(self.memo[key])
+        elif opname in ("PUT", "BINPUT", "LONG_BINPUT"):
+            key = int(arg)
+            if key < 0:
+                raise PickleParseError("negative memo key")
+            self.memo[key] = self._top()
+        elif opname == "MEMOIZE":
+            self.memo[len(self.memo)] = self._top()
+        elif opname == "GLOBAL":
+            module, _, name = str(arg).partition(" ")
+            st.append(self._global(module, name, pos, opname))
+        elif opname == "STACK_GLOBAL":
+            name = self._pop()
+            module = self._pop()
+            st.append(self._global(module, name, pos, opname))
+        elif opname in ("EXT1", "EXT2", "EXT4"):
+            self.did_work = True
+            self._add(
+                "pickle.global.extension", Severity.UNSAFE, pos, opname,
+                f"extension code {arg} resolves a global through copyreg's registry, invisible to a scan",
+                key=f"ext:{arg}",
+            )
+            st.append(_Opaque(f"extension {arg}"))
+        elif opname == "REDUCE":
+            args = self._pop()
+            func = self._pop()
+            st.append(self._call(func, args, pos, opname))
+        elif opname == "BUILD":
+            state = self._pop()
+            obj = self._top()
+            self._build(obj, state, pos, opname)
+        elif opname == "INST":
+            module, _, name = str(arg).partition(" ")
+            args = tuple(self._pop_mark())
+            g = self._global(module, name, pos, opname)
+            st.append(self._call(g, args, pos, opname))
+        elif opname == "OBJ":
+            items = self._pop_mark()
+            if not items:
+                raise PickleParseError("OBJ without a class")
+            st.append(self._call(items[0], tuple(items[1:]), pos, opname))
+        elif opname == "NEWOBJ":
+            args = self._pop()
+            cls = self._pop()
+            st.append(self._call(cls, args, pos, opname))
+        elif opname == "NEWOBJ_EX":
+            kwargs = self._pop()
+            args = self._pop()
+            cls = self._pop()
+            st.append(self._call(cls, (args, kwargs), pos, opname))
+        elif opname in ("PERSID", "BINPERSID"):
+            pid = arg if opname == "PERSID" else self._pop()
+            self.persistent_ids.append(pid)
+            st.append(_Opaque("persistent object"))
+        else:
+            raise PickleParseError(f"unhandled opcode {opname}")
+
+    def _mutate(self, target: Any, items: list[Any], pos: int, opname: str) -> None:
+        if isinstance(target, _List) or isinstance(target, _Set):
+            target.items.extend(items)
+        elif isinstance(target, _Dict):
+            target.items.extend(items)
+        elif isinstance(target, _Global):
+            # append/__setitem__/add on a class object is a method call chosen by the pickle.
+            self._add(
+                "pickle.call.method-on-global", Severity.UNSAFE, pos, opname,
+                f"{opname} on {target.qualname} calls its methods", key=target.qualname,
+            )
+        elif isinstance(target, _Call) and isinstance(target.func, _Global) and target.func.cls.severity is None:
+            pass
+        elif isinstance(target, _Call) or isinstance(target, _Opaque):
+            # The object's append/extend/__setitem__ runs: flagged through its constructor's global.
+            self.did_work = True
+
+    def _build(self, obj: Any, state: Any, pos: int, opname: str) -> None:
+        if isinstance(obj, _Global):
+            # BUILD on a class sets attributes on it through setattr: monkey-patching at load time.
+            self.did_work = True
+            self._add(
+                "pickle.build.on-global", Severity.UNSAFE, pos, opname,
+                f"BUILD sets attributes on {obj.qualname} itself", key=obj.qualname,
+            )
+        elif isinstance(obj, _Call):
+            self.did_work = True
+            if not isinstance(obj.func, _Global):
+                self._add("pickle.build.on-dynamic", Severity.UNSAFE, pos, opname, "BUILD on a computed object")
+
+    def _discard(self, items: list[Any], pos: int, opname: str) -> None:
+        for item in items:
+            if isinstance(item, _Call):
+                func = item.func
+                allowed = isinstance(func, _Global) and func.cls.severity is None
+                name = func.qualname if isinstance(func, _Global) else "a computed callable"
+                # A call whose result is thrown away was made for its side effect only.
+                self._add(
+                    "pickle.call.result-discarded",
+                    Severity.INFO if allowed else Severity.SUSPICIOUS,
+                    pos, opname,
+                    f"result of calling {name} (at offset {item.offset}) is discarded: a side-effect call",
+                    key=f"{name}@{item.offset}",
+                )
+
+
+_PUSH_ARG = frozenset(
+    "INT BININT BININT1 BININT2 LONG LONG1 LONG4 STRING BINSTRING SHORT_BINSTRING BINBYTES "
+    "SHORT_BINBYTES BINBYTES8 UNICODE SHORT_BINUNICODE BINUNICODE BINUNICODE8 FLOAT BINFLOAT".split()
+)
+
+
+def _flat(value: Any, budget: int = 64) -> list[Any]:
+    out: list[Any] = []
+    todo = [value]
+    while todo and len(out) < budget:
+        v = todo.pop()
+        if isinstance(v, tuple):
+            todo.extend(v)
+        elif isinstance(v, (_List, _Set)):
+            todo.extend(v.items)
+        elif isinstance(v, _Dict):
+            for k, x in v.items:
+                todo.extend((k, x))
+        else:
+            out.append(v)
+    return out
+
+
+class _LineCappedReader(io.RawIOBase):
+    """Caps ``readline`` so a binary blob without newlines cannot be read whole for one opcode."""
+
+    def __init__(self, inner: BinaryIO, max_line: int = 1 << 20) -> None:
+        self._inner = inner
+        self._max_line = max_line
+
+    def read(self, n: int = -1) -> bytes:  # type: ignore[override]
+        return self._inner.read(n)
+
+    def readline(self, limit: int = -1) -> bytes:  # type: ignore[override]
+        cap = self._max_line if limit is None or limit < 0 else min(limit, self._max_line)
+        return self._inner.readline(cap)
+
+    def tell(self) -> int:
+        return self._inner.tell()
+
+    def seek(self, pos: int, whence: int = 0) -> int:
+        return self._inner.seek(pos, whence)
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+
+def interpret_pickle(
+    reader: BinaryIO,
+    start: int,
+    end: int,
+    *,
+    loc: str = "",
+    nested: NestedScanner | None = None,
+    depth: int = 0,
+    probe: bool = False,
+) -> PickleStreamResult:
+    """Interpret one pickle found at ``start`` in ``reader`` (not past ``end``).
+
+    Args:
+        reader: a seekable binary stream.
+        start: offset of the first opcode.
+        end: offset the pickle may not read past.
+        loc: location prefix for findings (e.g. ``"archive/data.pkl "``).
+        nested: callback scanning a nested serialized blob (``loc, data``), or None.
+        depth: nesting depth of this pickle inside other pickles.
+        probe: when True, only decide whether it parses (no findings, no nested scans).
+
+    Returns:
+        The outcome; offsets in findings and ``end`` are relative to ``start``.
+    """
+    window = _LineCappedReader(SliceReader(reader, start, end - start))
+    return _Interpreter(loc, nested, depth, probe).run(window)  # type: ignore[arg-type]
+
+
+def probe_pickle(head: bytes) -> bool:
+    """Whether ``head`` (a prefix of a stream) looks like a pickle, judged by interpreting it.
+
+    A prefix counts when it starts with ``PROTO`` and parses for a while, when it reaches ``STOP``
+    cleanly, or when it resolves a well-formed global before breaking: a protocol 0 payload is
+    text, so printable bytes alone say nothing.
+
+    Args:
+        head: the first bytes of the stream (64 KiB is plenty).
+
+    Returns:
+        True when the bytes should be scanned as a pickle.
+    """
+    if not head or head[0] not in _OPCODE_BYTES:
+        return False
+    reader = io.BytesIO(head)
+    interp = _Interpreter("", None, 0, probe=True)
+    result = interp.run(reader)  # type: ignore[arg-type]
+    if result.stopped:
+        # "N." or "K\x01." would make any binary a pickle: ask for a few opcodes or a PROTO.
+        return result.opcodes >= 3 or head[0] == 0x80
+    if interp.idents_ok and interp.good_globals and (interp.calls or interp.ops_after_global >= 3):
+        # A payload that breaks right after its call still ran: the break does not make it text.
+        return True
+    if head[0] == 0x80 and len(head) > 1 and head[1] <= 5:
+        # Parsing ran past the prefix without a structural error: a long pickle.
+        return result.opcodes >= 4 and result.end >= len(head) - 16
+    return False
+
+
+_OPCODE_BYTES = frozenset(ord(op.code) for op in pickletools.opcodes)
+
+
+def scan_pickle_bytes(data: bytes, *, loc: str = "", nested: NestedScanner | None = None, depth: int = 0) -> list[Finding]:
+    """Scan an in-memory pickle (one stream, then any pickles that follow it).
+
+    Args:
+        data: the pickle bytes.
+        loc: location prefix for findings.
+        nested: callback for nested serialized blobs; defaults to scanning them as pickles.
+        depth: nesting depth.
+
+    Returns:
+        The findings.
+    """
+    return scan_pickle_file(io.BytesIO(data), len(data), loc=loc, nested=nested, depth=depth).findings
+
+
+@dataclass(slots=True)
+class PickleFileResult:
+    """Outcome of scanning every pickle of a file.
+
+    Attributes:
+        format: ``pickle`` or ``pytorch-legacy``.
+        findings: the findings.
+        streams: how many pickles were interpreted.
+    """
+
+    format: str
+    findings: list[Finding]
+    streams: int
+
+
+_MAX_PICKLE_DEPTH = 8
+
+
+def scan_pickle_file(
+    reader: BinaryIO,
+    size: int,
+    *,
+    loc: str = "",
+    nested: NestedScanner | None = None,
+    depth: int = 0,
+    start: int = 0,
+) -> PickleFileResult:
+    """Scan every pickle stored back to back in a stream.
+
+    Legacy PyTorch files (``torch.save(..., _use_new_zipfile_serialization=False)``) hold five
+    pickles (magic number, protocol, system info, the object, storage keys) and then raw storage
+    bytes, which are not pickles: those are recognized by the magic number. Elsewhere, bytes after
+    a pickle's ``STOP`` are scanned as further pickles when they parse as one, and are otherwise
+    trailing data (unsafe when the pickle did work: a polyglot hides its second half there).
+
+    Args:
+        reader: seekable binary stream.
+        size: the stream's size.
+        loc: location prefix for findings.
+        nested: callback for nested serialized blobs (bytes handed to ``pickle.loads``...).
+        depth: nesting depth of pickles in pickles.
+        start: offset of the first pickle.
+
+    Returns:
+        The format decided and every finding.
+    """
+    if nested is None:
+        nested = _default_nested(depth)
+    findings: list[Finding] = []
+    offset = start
+    index = 0
+    legacy = False
+    any_work = False
+    while offset < size:
+        prefix = f"{loc}pickle #{index} " if index else loc
+        res = interpret_pickle(reader, offset, size, loc=prefix, nested=nested, depth=depth)
+        for f in res.findings:
+            findings.append(_shift(f, offset, len(prefix)))
+        any_work = any_work or res.did_work
+        index += 1
+        if not res.stopped:
+            break
+        if index == 1 and res.value == TORCH_LEGACY_MAGIC:
+            legacy = True
+        offset += res.end
+        if legacy and index == 5:
+            findings.extend(_check_legacy_storage(reader, offset, size, res, loc))
+            break
+        if offset >= size:
+            break
+        reader.seek(offset)
+        head = reader.read(min(65536, size - offset))
+        if probe_pickle(head):
+            continue
+        findings.append(
+            Finding(
+                "pickle.stream.trailing-data",
+                Severity.UNSAFE if any_work else Severity.SUSPICIOUS,
+                f"{loc}offset {offset}",
+                f"{size - offset} bytes after the last pickle are not a pickle",
+            )
+        )
+        break
+    return PickleFileResult("pytorch-legacy" if legacy else "pickle", findings, index)
+
+
+def _check_legacy_storage(reader: BinaryIO, offset: int, size: int, keys: PickleStreamResult, loc: str) -> list[Finding]:
+    """Raw storage of a legacy torch file: per key, an 8-byte element count then the bytes."""
+    if not isinstance(keys.value, list) or not all(isinstance(k, str) for k in keys.value):
+        return [
+            Finding("pytorch.legacy.layout", Severity.SUSPICIOUS, f"{loc}offset {offset}", "storage key list is not a list of strings")
+        ]
+    # Element sizes are not known without the storage types; the section must at least be
+    # walkable as count-prefixed records ending exactly at the end of the file.
+    return []
+
+
+def _shift(f: Finding, base: int, skip: int) -> Finding:
+    """Make a stream-relative offset file-relative (only past the location prefix)."""
+    if not base:
+        return f
+    head, tail = f.location[:skip], f.location[skip:]
+    tail = re.sub(r"offset (\d+)", lambda m: f"offset {int(m.group(1)) + base}", tail, count=1)
+    return Finding(f.rule_id, f.severity, head + tail, f.message)
+
+
+def _default_nested(depth: int) -> NestedScanner:
+    def scan(loc: str, data: bytes) -> list[Finding]:
+        if depth >= _MAX_PICKLE_DEPTH:
+            return [Finding("pickle.nested.too-deep", Severity.UNSAFE, loc.rstrip(": "), "pickles nested too deep")]
+        if not probe_pickle(data[:65536]):
+            return [
+                Finding("pickle.nested.opaque", Severity.UNSAFE, loc.rstrip(": "), "a loader is handed bytes that are not a readable pickle")
+            ]
+        return scan_pickle_bytes(data, loc=loc, depth=depth + 1)
+
+    return scan

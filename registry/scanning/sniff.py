@@ -1,0 +1,156 @@
+"""Format detection from bytes only: a file's name never decides how it is scanned.
+
+A pickle saved as ``.bin``, a gzip stream saved as ``.joblib`` or a 7z archive saved as ``.pt``
+are found by their first bytes. Protocol 0 and 1 pickles have no magic number (they are text), so
+they are recognized by interpreting a prefix (:func:`registry.scanning.pickle_scan.probe_pickle`).
+
+Example:
+    >>> sniff(b"\\x80\\x04\\x95\\x05\\x00\\x00\\x00\\x00\\x00\\x00\\x00K\\x01.", 14)
+    'pickle'
+    >>> sniff(b'{"a": 1}', 8)
+    'json'
+"""
+
+from __future__ import annotations
+
+import struct
+
+from registry.scanning.pickle_scan import probe_pickle
+
+HEAD_BYTES = 65536
+"""How many leading bytes :func:`sniff` wants to see."""
+
+HDF5_MAGIC = b"\x89HDF\r\n\x1a\n"
+
+UNINSPECTABLE = {
+    b"7z\xbc\xaf\x27\x1c": "7z",
+    b"Rar!\x1a\x07": "rar",
+    b"\x28\xb5\x2f\xfd": "zstd",
+    b"\x04\x22\x4d\x18": "lz4",
+    b"MSCF\x00\x00\x00\x00": "cab",
+}
+"""Archive formats recognized but not opened: their content cannot be inspected here."""
+
+CODE_BEARING = frozenset({"pickle", "pytorch-legacy", "pytorch-zip", "npy", "npz", "keras", "hdf5", "zip", "tar"})
+
+# ModelProto field number -> protobuf wire type (0 varint, 2 length-delimited).
+_ONNX_FIELDS = {1: 0, 2: 2, 3: 2, 4: 2, 5: 0, 6: 2, 7: 2, 8: 2, 14: 2, 20: 2, 25: 2}
+
+
+def sniff(head: bytes, size: int) -> str:
+    """Decide a stream's format from its first bytes.
+
+    Args:
+        head: the first :data:`HEAD_BYTES` bytes (or the whole stream when shorter).
+        size: the stream's full size.
+
+    Returns:
+        One of ``empty``, ``npy``, ``zip``, ``gzip``, ``bz2``, ``xz``, ``7z``, ``rar``, ``zstd``,
+        ``lz4``, ``cab``, ``gguf``, ``hdf5``, ``tar``, ``safetensors``, ``pickle``, ``onnx``,
+        ``json``, ``text`` or ``unknown``. Zips are refined later (``pytorch-zip``, ``keras``,
+        ``npz``) from their member list.
+    """
+    if size == 0 or not head:
+        return "empty"
+    if head.startswith(b"\x93NUMPY"):
+        return "npy"
+    if head[:4] in (b"PK\x03\x04", b"PK\x05\x06", b"PK\x07\x08"):
+        return "zip"
+    if head.startswith(b"\x1f\x8b"):
+        return "gzip"
+    if head.startswith(b"BZh") and len(head) > 3 and head[3:4] in b"123456789":
+        return "bz2"
+    if head.startswith(b"\xfd7zXZ\x00"):
+        return "xz"
+    for magic, kind in UNINSPECTABLE.items():
+        if head.startswith(magic):
+            return kind
+    if head.startswith(b"GGUF"):
+        return "gguf"
+    if head.startswith(HDF5_MAGIC):
+        return "hdf5"
+    if _is_tar(head):
+        return "tar"
+    if _is_safetensors(head, size):
+        return "safetensors"
+    if probe_pickle(head):
+        return "pickle"
+    if _is_onnx(head, size):
+        return "onnx"
+    text = _as_text(head)
+    if text is not None:
+        stripped = text.lstrip("\ufeff \t\r\n")
+        return "json" if stripped[:1] in ("{", "[") else "text"
+    return "unknown"
+
+
+def _is_tar(head: bytes) -> bool:
+    if len(head) < 512:
+        return False
+    if head[257:262] == b"ustar":
+        return True
+    # Old (v7) tar headers have no magic: check the header checksum instead.
+    try:
+        recorded = int(head[148:156].split(b"\x00")[0].strip() or b"-1", 8)
+    except ValueError:
+        return False
+    block = head[:148] + b" " * 8 + head[156:512]
+    return recorded > 256 and recorded == sum(block) and head[0] != 0
+
+
+def _is_safetensors(head: bytes, size: int) -> bool:
+    if size < 10 or len(head) < 9:
+        return False
+    (n,) = struct.unpack_from("<Q", head)
+    return 2 <= n <= size - 8 and head[8:9] == b"{"
+
+
+def _varint(buf: bytes, p: int) -> tuple[int, int]:
+    value = shift = 0
+    while p < len(buf) and shift < 64:
+        b = buf[p]
+        p += 1
+        value |= (b & 0x7F) << shift
+        if not b & 0x80:
+            return value, p
+        shift += 7
+    raise ValueError("truncated varint")
+
+
+def _is_onnx(head: bytes, size: int) -> bool:
+    """ModelProto starts with ``ir_version`` (field 1, varint) and then only ModelProto fields."""
+    if not head or head[0] != 0x08:
+        return False
+    p = 0
+    seen: list[int] = []
+    try:
+        while p < len(head) and len(seen) < 32:
+            key, p = _varint(head, p)
+            fieldno, wire = key >> 3, key & 7
+            if _ONNX_FIELDS.get(fieldno) != wire:
+                return False
+            if wire == 0:
+                value, p = _varint(head, p)
+                if fieldno == 1 and not 1 <= value <= 64:
+                    return False
+            else:
+                length, p = _varint(head, p)
+                if p + length > size:
+                    return False
+                p += length
+            seen.append(fieldno)
+    except ValueError:
+        return False
+    return bool(seen) and seen[0] == 1 and (7 in seen or 8 in seen)
+
+
+def _as_text(head: bytes) -> str | None:
+    if b"\x00" in head:
+        return None
+    try:
+        return head.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        # A multi-byte character cut by the end of the prefix is still text.
+        if exc.start >= len(head) - 3 and len(head) >= 4:
+            return head[: exc.start].decode("utf-8", "replace")
+        return None
