@@ -58,13 +58,21 @@ def database_url(request, tmp_path) -> str:
     return url
 
 
+@pytest.fixture(scope="session")
+def signing_key_pem() -> str:
+    from registry.signing.keys import SigningKey
+
+    return SigningKey.generate().private_pem().decode()
+
+
 @pytest.fixture
-def settings(database_url, tmp_path):
+def settings(database_url, tmp_path, signing_key_pem):
     from pydantic import SecretStr
 
     from registry.settings import Settings
 
     return Settings(
+        signing_key_pem=SecretStr(signing_key_pem),
         data_dir=tmp_path / "data",
         database_url=database_url,
         blob_store_url=(tmp_path / "blobs").as_uri(),

@@ -1,0 +1,266 @@
+"""Submit, mirror and seal against real upstreams: the HF-compatible test hub (through the real
+huggingface_hub client), SeaweedFS S3 and a local directory; into local and S3 blob stores."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from sqlalchemy import func, select
+
+from registry.db.models import Blob, Job, Version
+from registry.services import versions
+from registry.services.versions import SubmitRequest
+from registry.signing.bundle import verify_model_bundle, verify_model_directory
+from registry.storage import S3BlobStore
+from tests.support.hf_upstream import HfUpstream
+from tests.support.registry import drain, make_admin
+from tests.support.tiny_model import tiny_model_files
+
+
+@pytest.fixture
+def hub():
+    with HfUpstream() as upstream:
+        yield upstream
+
+
+@pytest.fixture
+def admin(container):
+    return make_admin(container)
+
+
+@pytest.fixture(params=["local", pytest.param("s3", marks=pytest.mark.s3)])
+def store_container(request, container):
+    """The container with its blob store: the local directory, or a bucket on SeaweedFS."""
+    if request.param == "s3":
+        server = request.getfixturevalue("s3_server")
+        bucket = request.getfixturevalue("s3_bucket")
+        container.__dict__["blob_store"] = S3BlobStore(server.client(), bucket, "registry", 5 * 1024 * 1024)
+    return container
+
+
+def _submit(container, admin, source, **kw):
+    with container.session_factory() as session:
+        version, created = versions.submit(
+            session, admin, "acme", kw.pop("name", "tiny"), SubmitRequest(source=source, **kw),
+            open_source=container.open_source, limits=container.limits(),
+        )
+        return version.id, version.number, created
+
+
+def _version(container, version_id) -> Version:
+    with container.session_factory() as session:
+        v = session.get(Version, version_id)
+        _ = v.files, v.model.tenant
+        return v
+
+
+def _publish_tiny(hub, repo="org/tiny", seed=0):
+    files = tiny_model_files(seed)
+    hub.add_repo(repo, card_data={"license": "apache-2.0"})
+    sha = hub.commit(repo, files)
+    return files, sha
+
+
+def test_hf_branch_is_pinned_mirrored_and_sealed(store_container, admin, hub):
+    c = store_container
+    files, sha = _publish_tiny(hub)
+    version_id, number, created = _submit(c, admin, "hf://org/tiny", revision="main", hf_endpoint=hub.url)
+    assert created and number == 1
+    v = _version(c, version_id)
+    assert v.state == "mirroring" and v.requested_revision == "main" and v.resolved_revision == sha
+    # The branch moves on upstream: the version stays pinned to the commit it resolved.
+    hub.commit("org/tiny", {"config.json": b'{"changed": true}'})
+    drain(c)
+    v = _version(c, version_id)
+    assert v.state == "sealed", v.failure_detail
+    assert v.license == "apache-2.0"
+    mirrored = {f.path: f for f in v.files}
+    assert set(mirrored) == set(files) | {".gitattributes"}
+    for path, data in files.items():
+        assert mirrored[path].sha256 == hashlib.sha256(data).hexdigest()
+        assert b"".join(c.blob_store.open_range(mirrored[path].sha256)) == data
+    statement = verify_model_bundle(v.manifest_bundle, c.signing_key.public_key)
+    assert {r["name"] for r in statement["predicate"]["resources"]} == set(files)
+    assert statement["predicate"]["modelreg"]["revision"] == sha
+
+
+def test_same_source_and_revision_returns_the_existing_version(container, admin, hub):
+    _publish_tiny(hub)
+    first = _submit(container, admin, "hf://org/tiny", revision="main", hf_endpoint=hub.url)
+    second = _submit(container, admin, "hf://org/tiny", revision="main", hf_endpoint=hub.url)
+    assert second[0] == first[0] and second[2] is False
+    sha = hub.head("org/tiny")
+    third = _submit(container, admin, "hf://org/tiny", revision=sha, hf_endpoint=hub.url)
+    assert third[0] == first[0]
+    other = _submit(container, admin, "hf://org/tiny", revision="main", hf_endpoint=hub.url,
+                    include=("*.json",))
+    assert other[0] != first[0] and other[1] == 2
+
+
+def test_a_file_shared_by_two_versions_is_stored_once(container, admin, hub):
+    files, _ = _publish_tiny(hub)
+    hub.add_repo("org/tiny-b")
+    hub.commit("org/tiny-b", files)  # same bytes, another repo
+    a = _submit(container, admin, "hf://org/tiny", hf_endpoint=hub.url)
+    drain(container)
+    resolve_requests = len([r for r in hub.requests if "/resolve/" in r.path and r.method == "GET"])
+    b = _submit(container, admin, "hf://org/tiny-b", hf_endpoint=hub.url, name="tiny-b")
+    drain(container)
+    assert _version(container, a[0]).state == _version(container, b[0]).state == "sealed"
+    # Nothing was downloaded again for the second model.
+    assert len([r for r in hub.requests if "/resolve/" in r.path and r.method == "GET"]) == resolve_requests
+    with container.session_factory() as session:
+        assert session.scalar(select(func.count()).select_from(Blob)) == len(files) + 1
+    assert len(list(container.blob_store.iter_blobs())) == len(files) + 1
+
+
+def test_corrupted_byte_fails_the_version_with_both_digests(container, admin, hub):
+    files, sha = _publish_tiny(hub)
+    shard = next(p for p in files if p.endswith(".safetensors"))
+    hub.corrupt("org/tiny", shard)
+    version_id, *_ = _submit(container, admin, "hf://org/tiny", hf_endpoint=hub.url)
+    drain(container)
+    v = _version(container, version_id)
+    assert v.state == "failed" and v.failure_reason == "digest_mismatch"
+    expected = hashlib.sha256(files[shard]).hexdigest()
+    assert v.failure_detail["path"] == shard and v.failure_detail["expected"] == expected
+    assert v.failure_detail["actual"] != expected and len(v.failure_detail["actual"]) == 64
+    assert not container.blob_store.exists(v.failure_detail["actual"])
+
+
+def test_corrupted_small_git_file_fails_on_its_sha1(container, admin, hub):
+    _publish_tiny(hub)
+    hub.corrupt("org/tiny", "config.json")
+    version_id, *_ = _submit(container, admin, "hf://org/tiny", hf_endpoint=hub.url)
+    drain(container)
+    v = _version(container, version_id)
+    assert v.state == "failed" and v.failure_reason == "digest_mismatch"
+    assert v.failure_detail["path"] == "config.json" and v.failure_detail["algorithm"] == "git-sha1"
+
+
+@pytest.mark.parametrize("repo,revision,reason", [
+    ("org/missing", "main", "repo_not_found"),
+    ("org/tiny", "no-such-branch", "revision_not_found"),
+])
+def test_unknown_repo_or_revision_fails_the_version(container, admin, hub, repo, revision, reason):
+    _publish_tiny(hub)
+    version_id, *_ = _submit(container, admin, f"hf://{repo}", revision=revision, hf_endpoint=hub.url)
+    v = _version(container, version_id)
+    assert v.state == "failed" and v.failure_reason == reason
+
+
+def test_path_traversal_listing_fails_and_writes_nothing(container, admin, hub, tmp_path):
+    repo = "attacker/path-traversal"
+    hub.add_path_traversal_repo(repo)
+    version_id, *_ = _submit(container, admin, f"hf://{repo}", hf_endpoint=hub.url)
+    drain(container)
+    v = _version(container, version_id)
+    assert v.state == "failed" and v.failure_reason == "invalid_path"
+    assert list(container.blob_store.iter_blobs()) == []
+    assert not (tmp_path / "evil.txt").exists() and not (tmp_path.parent / "evil.txt").exists()
+
+
+def test_unreachable_upstream_is_retried_then_fails(container, admin, hub):
+    _publish_tiny(hub)
+    hub.unreachable()
+    version_id, *_ = _submit(container, admin, "hf://org/tiny", hf_endpoint=hub.url)
+    assert _version(container, version_id).state == "submitted"
+    # Retried with backoff (the test settings make it short) until the job is dead.
+    import time
+
+    deadline = time.monotonic() + 30
+    while _version(container, version_id).state == "submitted" and time.monotonic() < deadline:
+        drain(container)
+        time.sleep(0.05)
+    v = _version(container, version_id)
+    assert v.state == "failed" and v.failure_reason == "upstream"
+    with container.session_factory() as session:
+        job = session.scalars(select(Job).where(Job.kind == "resolve_version")).one()
+        assert job.state == "dead" and job.attempts == job.max_attempts
+
+
+def test_upstream_recovers_during_retries(container, admin, hub):
+    _publish_tiny(hub)
+    hub.unreachable()
+    version_id, *_ = _submit(container, admin, "hf://org/tiny", hf_endpoint=hub.url)
+    drain(container)
+    hub.heal()
+    import time
+
+    deadline = time.monotonic() + 30
+    while _version(container, version_id).state not in ("sealed", "failed") and time.monotonic() < deadline:
+        drain(container)
+        time.sleep(0.05)
+    assert _version(container, version_id).state == "sealed"
+
+
+def test_local_directory(container, admin, tmp_path):
+    model_dir = tmp_path / "model"
+    (model_dir / "sub").mkdir(parents=True)
+    files = tiny_model_files(3)
+    for path, data in files.items():
+        (model_dir / path).write_bytes(data)
+    (model_dir / "sub" / "empty.txt").write_bytes(b"")
+    version_id, *_ = _submit(container, admin, str(model_dir))
+    drain(container)
+    v = _version(container, version_id)
+    assert v.state == "sealed", v.failure_detail
+    assert {f.path for f in v.files} == set(files) | {"sub/empty.txt"}
+    assert len(v.resolved_revision) == 64
+
+
+@pytest.mark.s3
+def test_s3_prefix(container, admin, s3_server, s3_bucket, monkeypatch):
+    client = s3_server.client()
+    files = tiny_model_files(4)
+    for path, data in files.items():
+        client.put_object(Bucket=s3_bucket, Key=f"models/tiny/{path}", Body=data)
+    container.settings.s3_endpoint_url = s3_server.endpoint_url
+    container.settings.s3_access_key_id = s3_server.access_key
+    from pydantic import SecretStr
+
+    container.settings.s3_secret_access_key = SecretStr(s3_server.secret_key)
+    version_id, *_ = _submit(container, admin, f"s3://{s3_bucket}/models/tiny")
+    drain(container)
+    v = _version(container, version_id)
+    assert v.state == "sealed", v.failure_detail
+    assert {f.path: f.sha256 for f in v.files} == {p: hashlib.sha256(d).hexdigest() for p, d in files.items()}
+    # A changed object under the prefix is a new revision, hence a new version.
+    client.put_object(Bucket=s3_bucket, Key="models/tiny/config.json", Body=b'{"v": 2}')
+    second = _submit(container, admin, f"s3://{s3_bucket}/models/tiny")
+    assert second[2] is True and _version(container, second[0]).resolved_revision != v.resolved_revision
+
+
+def _fetch(container, v: Version, dest: Path) -> None:
+    for f in v.files:
+        target = dest / f.path
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(b"".join(container.blob_store.open_range(f.sha256)))
+
+
+def test_model_signing_cli_accepts_a_fetched_version_and_rejects_a_changed_byte(container, admin, hub, tmp_path):
+    files, _ = _publish_tiny(hub)
+    version_id, *_ = _submit(container, admin, "hf://org/tiny", hf_endpoint=hub.url)
+    drain(container)
+    v = _version(container, version_id)
+    dest = tmp_path / "tiny"
+    _fetch(container, v, dest)
+    (dest / "model.sig").write_text(json.dumps(v.manifest_bundle))
+    pub = tmp_path / "registry.pub"
+    pub.write_bytes(container.signing_key.public_key.public_pem())
+    cli = str(Path(sys.executable).parent / "model_signing")
+    cmd = [cli, "verify", "key", str(dest), "--public_key", str(pub), "--signature", str(dest / "model.sig")]
+    ok = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    assert ok.returncode == 0, ok.stderr
+    verify_model_directory(dest, v.manifest_bundle, container.signing_key.public_key)
+    shard = dest / next(p for p in files if p.endswith(".safetensors"))
+    data = bytearray(shard.read_bytes())
+    data[len(data) // 2] ^= 0x01
+    shard.write_bytes(bytes(data))
+    bad = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    assert bad.returncode != 0
