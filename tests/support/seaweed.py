@@ -89,11 +89,15 @@ def start_seaweed(directory: Path, timeout: float = 60.0) -> SeaweedS3:
             weed, "server", f"-dir={directory}", "-ip=127.0.0.1", "-ip.bind=127.0.0.1",
             f"-master.port={master}", f"-volume.port={volume}", "-filer", f"-filer.port={filer}",
             "-s3", f"-s3.port={s3}", "-s3.port.iceberg=0", "-s3.port.lance=0", f"-s3.config={config}", "-master.telemetry=false",
-            "-volume.max=0", "-master.volumeSizeLimitMB=1024",
+            "-volume.max=0", "-master.volumeSizeLimitMB=256",
         ],
         stdout=log,
         stderr=subprocess.STDOUT,
         start_new_session=True,
+        # Every bucket is a collection that by default grows 7 volumes at once; with one volume per
+        # collection (and smaller volumes, the count is free disk / size) a session can create hundreds
+        # of test buckets instead of running out ("No writable volumes") after about ten.
+        env={**os.environ, "WEED_MASTER_VOLUME_GROWTH_COPY_1": "1"},
     )
     server = SeaweedS3(endpoint_url=f"http://127.0.0.1:{s3}", process=process, directory=directory)
     deadline = time.monotonic() + timeout
