@@ -237,6 +237,57 @@ def version_signature(
     typer.echo(f"wrote {output}")
 
 
+@app.command()
+def scan(
+    path: Path = typer.Argument(..., exists=True, help="a model file or directory"),
+    as_json: bool = JsonOpt,
+) -> None:
+    """Scan local files for serialization attacks, with no server. Exit 0 safe, 1 unsafe or suspicious, 2 error."""
+    from registry.scanning import Verdict, scan_directory, scan_file
+
+    results = scan_directory(path) if path.is_dir() else [scan_file(path)]
+    worst = Verdict.worst([r.verdict for r in results])
+    if as_json:
+        _emit({"verdict": worst.value, "files": [r.as_dict() for r in results]}, True)
+    else:
+        for r in results:
+            typer.echo(f"{r.verdict.value:10} {r.format:14} {r.path}")
+            for f in r.findings:
+                typer.echo(f"    {f.severity.value:10} {f.rule_id}  {f.location}: {f.message}")
+        typer.echo(f"{len(results)} file(s): {worst.value}")
+    code = {Verdict.SAFE: 0, Verdict.SUSPICIOUS: 1, Verdict.UNSAFE: 1, Verdict.ERROR: 2}[worst]
+    if code:
+        raise typer.Exit(code)
+
+
+@app.command()
+def rescan(
+    all_files: bool = typer.Option(False, "--all", help="every stored file (required)"),
+    url: str = UrlOpt, token: str = TokenOpt, as_json: bool = JsonOpt,
+) -> None:
+    """Rescan stored files with the current scanner version (administrators)."""
+    if not all_files:
+        raise CliError("say --all: rescan queues a scan of every stored file not yet scanned by this version")
+    with _client(url, token) as client:
+        result = client.post("/v1/scans/rescan")
+    _emit(result, as_json, f"queued {result['queued']} scan(s) with {result['scanner']} {result['scanner_version']}")
+
+
+@version_app.command("scans")
+def version_scans(
+    model: str = typer.Argument(..., help="TENANT/NAME"), number: int = typer.Argument(...),
+    url: str = UrlOpt, token: str = TokenOpt, as_json: bool = JsonOpt,
+) -> None:
+    """Per-file scan verdicts of a version."""
+    tenant, name = _split_model(model)
+    with _client(url, token) as client:
+        result = client.get(f"/v1/models/{tenant}/{name}/versions/{number}/scans")
+    lines = [f"{result['model']}@{result['version']}: {result['state']}"]
+    for f in result["files"]:
+        lines.append(f"  {f['verdict'] or '(pending)':10} {f['format'] or '':14} {f['path']}")
+    _emit(result, as_json, "\n".join(lines))
+
+
 @keys_app.command("list")
 def keys_list(url: str = UrlOpt, token: str = TokenOpt, as_json: bool = JsonOpt) -> None:
     """The registry's public signing keys."""

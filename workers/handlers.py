@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from registry.bootstrap import Container
 from registry.domain.errors import UpstreamError
-from registry.services import versions
+from registry.services import scans, versions
 from workers.registry import Handler, HandlerRegistry, Payload
 
 
@@ -46,6 +46,14 @@ def _seal_version_dead(c: Container, payload: Payload, error: str) -> None:
                           RegistryError(f"sealing failed: {_last_line(error)}"))
 
 
+def _scan_blob(c: Container, payload: Payload) -> None:
+    scans.scan_blob(c.session_factory, payload["digest"], payload["path"], blob_store=c.blob_store)
+
+
+def _scan_blob_dead(c: Container, payload: Payload, error: str) -> None:
+    scans.fail_scanning_versions_of(c.session_factory, payload["digest"], payload["path"], _last_line(error))
+
+
 def _last_line(error: str) -> str:
     lines = [line for line in error.strip().splitlines() if line.strip()]
     return lines[-1][:500] if lines else "unknown error"
@@ -56,4 +64,5 @@ def build_handlers() -> HandlerRegistry:
         Handler(versions.RESOLVE_VERSION, _resolve_version, _resolve_version_dead),
         Handler(versions.MIRROR_FILE, _mirror_file, _mirror_file_dead),
         Handler(versions.SEAL_VERSION, _seal_version, _seal_version_dead),
+        Handler(scans.SCAN_BLOB, _scan_blob, _scan_blob_dead),
     ])

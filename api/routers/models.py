@@ -77,3 +77,14 @@ def get_signature(tenant: str, name: str, number: int, session: SessionDep, prin
         raise NotFoundError(f"{tenant}/{name}@{number} is not sealed yet (state {version.state})",
                             state=version.state)
     return version.manifest_bundle
+
+
+@router.get("/{tenant}/{name}/versions/{number}/scans")
+def get_scans(tenant: str, name: str, number: int, session: SessionDep, principal: PrincipalDep) -> dict[str, Any]:
+    """Per file: the verdict of modelreg's scanner and every scanner's record (modelscan beside it)."""
+    from registry.services import scans
+
+    version = versions.read_version(session, principal, tenant, name, number)
+    return {"model": f"{tenant}/{name}", "version": number, "state": version.state,
+            "flagged_at": version.flagged_at.isoformat() if version.flagged_at else None,
+            "flag_reason": version.flag_reason, "files": scans.version_scans(session, principal, version)}

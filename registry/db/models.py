@@ -176,6 +176,9 @@ class Version(Base):
     created_at: Mapped[dt.datetime] = mapped_column(default=utcnow)
     updated_at: Mapped[dt.datetime] = mapped_column(default=utcnow, onupdate=utcnow)
     sealed_at: Mapped[dt.datetime | None]
+    flagged_at: Mapped[dt.datetime | None]
+    """Set when a later rescan finds an unsafe file in a version already past scanning."""
+    flag_reason: Mapped[str | None] = mapped_column(String(256))
 
     model: Mapped[Model] = relationship()
     files: Mapped[list["VersionFile"]] = relationship(
@@ -254,3 +257,27 @@ class AuditHead(Base):
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     last_event_id: Mapped[int] = mapped_column(BigInteger)
     last_hash: Mapped[str] = mapped_column(String(64))
+
+
+class ScanResult(Base):
+    """One scanner's verdict on one blob, seen under one path.
+
+    Keyed by the bytes (``blob_digest``), the scanner and its version, and the path, because a
+    file's name is part of what is checked (``config.json`` may carry ``auto_map``; an ONNX file's
+    external data is relative to it). A blob shared by many versions under the same path is scanned
+    once; a scanner upgrade makes new rows.
+    """
+
+    __tablename__ = "scan_results"
+    __table_args__ = (UniqueConstraint("blob_digest", "scanner", "scanner_version", "path"),)
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True)
+    blob_digest: Mapped[str] = mapped_column(String(64), index=True)
+    path: Mapped[str] = mapped_column(String(1024))
+    scanner: Mapped[str] = mapped_column(String(64))
+    scanner_version: Mapped[str] = mapped_column(String(64))
+    format: Mapped[str] = mapped_column(String(64))
+    verdict: Mapped[str] = mapped_column(String(16))
+    findings: Mapped[list[Any]] = mapped_column(default=list)
+    duration_ms: Mapped[int] = mapped_column(Integer, default=0)
+    created_at: Mapped[dt.datetime] = mapped_column(default=utcnow)

@@ -276,3 +276,9 @@ class ServiceUnavailableError(RegistryError):
     """A dependency (database, blob store) cannot be reached right now."""
 
     code = "unavailable"
+
+
+class ScanFailedError(RegistryError):
+    """A file could not be scanned (the scan job ran out of attempts)."""
+
+    code = "scan-error"

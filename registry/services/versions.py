@@ -19,6 +19,7 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session, sessionmaker
 
 from registry import audit, jobs
+from registry.services import scans
 from registry.auth import AuthenticatedPrincipal, Permission, get_tenant, require, validate_name
 from registry.db.models import Blob, Model, Version, VersionFile, utcnow
 from registry.db.session import begin_write, is_postgres
@@ -469,4 +470,5 @@ def seal_version(session_factory: sessionmaker[Session], version_id: int, *, sig
                      tenant=version.model.tenant.name,
                      details={"manifest_digest": version.manifest_digest, "key_id": signing_key.key_id,
                               "files": len(entries), "bytes": sum(e.size for e in entries)})
+        scans.start_scanning(session, version)
         session.commit()

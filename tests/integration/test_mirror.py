@@ -77,7 +77,7 @@ def test_hf_branch_is_pinned_mirrored_and_sealed(store_container, admin, hub):
     hub.commit("org/tiny", {"config.json": b'{"changed": true}'})
     drain(c)
     v = _version(c, version_id)
-    assert v.state == "sealed", v.failure_detail
+    assert v.state == "awaiting_approval", v.failure_detail
     assert v.license == "apache-2.0"
     mirrored = {f.path: f for f in v.files}
     assert set(mirrored) == set(files) | {".gitattributes"}
@@ -111,7 +111,7 @@ def test_a_file_shared_by_two_versions_is_stored_once(container, admin, hub):
     resolve_requests = len([r for r in hub.requests if "/resolve/" in r.path and r.method == "GET"])
     b = _submit(container, admin, "hf://org/tiny-b", hf_endpoint=hub.url, name="tiny-b")
     drain(container)
-    assert _version(container, a[0]).state == _version(container, b[0]).state == "sealed"
+    assert _version(container, a[0]).state == _version(container, b[0]).state == "awaiting_approval"
     # Nothing was downloaded again for the second model.
     assert len([r for r in hub.requests if "/resolve/" in r.path and r.method == "GET"]) == resolve_requests
     with container.session_factory() as session:
@@ -193,10 +193,10 @@ def test_upstream_recovers_during_retries(container, admin, hub):
     import time
 
     deadline = time.monotonic() + 30
-    while _version(container, version_id).state not in ("sealed", "failed") and time.monotonic() < deadline:
+    while _version(container, version_id).state not in ("awaiting_approval", "failed") and time.monotonic() < deadline:
         drain(container)
         time.sleep(0.05)
-    assert _version(container, version_id).state == "sealed"
+    assert _version(container, version_id).state == "awaiting_approval"
 
 
 def test_local_directory(container, admin, tmp_path):
@@ -209,7 +209,7 @@ def test_local_directory(container, admin, tmp_path):
     version_id, *_ = _submit(container, admin, str(model_dir))
     drain(container)
     v = _version(container, version_id)
-    assert v.state == "sealed", v.failure_detail
+    assert v.state == "awaiting_approval", v.failure_detail
     assert {f.path for f in v.files} == set(files) | {"sub/empty.txt"}
     assert len(v.resolved_revision) == 64
 
@@ -228,7 +228,7 @@ def test_s3_prefix(container, admin, s3_server, s3_bucket, monkeypatch):
     version_id, *_ = _submit(container, admin, f"s3://{s3_bucket}/models/tiny")
     drain(container)
     v = _version(container, version_id)
-    assert v.state == "sealed", v.failure_detail
+    assert v.state == "awaiting_approval", v.failure_detail
     assert {f.path: f.sha256 for f in v.files} == {p: hashlib.sha256(d).hexdigest() for p, d in files.items()}
     # A changed object under the prefix is a new revision, hence a new version.
     client.put_object(Bucket=s3_bucket, Key="models/tiny/config.json", Body=b'{"v": 2}')
