@@ -414,7 +414,8 @@ def open_zip_member(
         if crc != e.crc:
             findings.append(_f("zip.crc", Severity.UNSAFE, where, f"CRC-32 {crc:#010x} != recorded {e.crc:#010x}"))
         return SliceReader(reader, e.data_offset, e.csize), e.csize, findings
-    dec: zlib._Decompress | bz2.BZ2Decompressor = zlib.decompressobj(-15) if e.method == 8 else bz2.BZ2Decompressor()
+    is_deflate = e.method == 8
+    dec = zlib.decompressobj(-15) if is_deflate else bz2.BZ2Decompressor()
     out = spool()
     total = 0
     cap = min(e.usize, budget.expand_left)
@@ -426,9 +427,9 @@ def open_zip_member(
                 pending = src.read(_CHUNK)
                 if not pending:
                     break
-            if isinstance(dec, zlib._Decompress):
+            if is_deflate:
                 chunk = dec.decompress(pending, _CHUNK)
-                pending = dec.unconsumed_tail
+                pending = dec.unconsumed_tail  # type: ignore[union-attr]
             else:
                 chunk = dec.decompress(pending, _CHUNK)
                 pending = b""
@@ -544,13 +545,17 @@ def decompress_stream(kind: str, reader: BinaryIO, budget: ScanBudget) -> tuple[
     Returns:
         The decompressed bytes (positioned at 0), their size, and findings.
     """
-    opener = {"gzip": gzip.GzipFile, "bz2": bz2.BZ2File, "xz": lzma.LZMAFile}[kind]
+    opener: Callable[[BinaryIO], BinaryIO] = {
+        "gzip": lambda f: gzip.GzipFile(fileobj=f, mode="rb"),
+        "bz2": lambda f: bz2.BZ2File(f, mode="rb"),
+        "xz": lambda f: lzma.LZMAFile(f, mode="rb"),
+    }[kind]  # type: ignore[assignment]
     findings: list[Finding] = []
     out = spool()
     cap = budget.expand_left
     total = 0
     try:
-        with opener(fileobj=reader, mode="rb") as src:  # type: ignore[call-arg]
+        with opener(reader) as src:
             while True:
                 block = src.read(min(_CHUNK, cap - total + 1))
                 if not block:

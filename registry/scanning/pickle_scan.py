@@ -400,7 +400,7 @@ class _Interpreter:
                     rule = "pickle.opcode.unknown"
                 work = " after resolving globals or making calls" if self.did_work else ""
                 self.findings.append(
-                    Finding(rule, sev, self._where(pos, opname), f"stream does not parse{work}: {exc}")
+                    Finding(rule, sev, f"{self.loc}offset {end}", f"stream does not parse{work} (last opcode {opname} at {pos}): {exc}")
                 )
             return PickleStreamResult(self.findings, end, False, self.did_work, None, self.persistent_ids, count)
         if not stopped:

@@ -1,0 +1,465 @@
+"""Sample builders for the scanning tests and the scan benchmark.
+
+Each malicious sample reproduces one published scanner-bypass family (see docs/scanning.md) and is
+named after the trick. Payloads are harmless stand-ins (``os.getcwd`` and friends) and are only
+ever *built* here, never loaded: the tests read bytes, they do not unpickle them.
+
+``MALICIOUS`` maps a sample name to ``(file name, bytes, least verdict expected)``; ``ORDINARY``
+maps a sample name to ``(file name, bytes)`` of files that must scan safe.
+"""
+
+from __future__ import annotations
+
+import bz2
+import collections
+import gzip
+import io
+import os
+import pickle
+import pickletools
+import random
+import struct
+import tarfile
+import zipfile
+from collections.abc import Callable
+
+SAFE, SUSPICIOUS, UNSAFE = "safe", "suspicious", "unsafe"
+
+
+# --- opcode assembly ------------------------------------------------------------------------------
+
+
+def g0(module: str, name: str) -> bytes:
+    """``GLOBAL`` opcode (protocol 0 text form)."""
+    return b"c" + module.encode() + b"\n" + name.encode() + b"\n"
+
+
+def ustr(s: str) -> bytes:
+    """``SHORT_BINUNICODE`` opcode."""
+    b = s.encode()
+    return b"\x8c" + bytes([len(b)]) + b
+
+
+class _Reduce:
+    """An object whose pickle calls ``func(*args)`` at load time (used only to build bytes)."""
+
+    def __init__(self, func: Callable[..., object], *args: object) -> None:
+        self.func, self.args = func, args
+
+    def __reduce__(self) -> tuple[object, tuple[object, ...]]:
+        return self.func, self.args
+
+
+def reduce_pickle(protocol: int = 4) -> bytes:
+    """The classic: a ``__reduce__`` payload calling ``os.getcwd`` (stand-in for ``os.system``)."""
+    return pickle.dumps(_Reduce(os.getcwd), protocol=protocol)
+
+
+# --- pickle tricks --------------------------------------------------------------------------------
+
+
+def dotted_global_posixpath_os_system() -> bytes:
+    # module "posixpath", name "os.getcwd": resolves posixpath.os.getcwd through attribute walk.
+    return b"\x80\x04" + g0("posixpath", "os.getcwd") + b")R."
+
+
+def dotted_global_allowed_module() -> bytes:
+    # An allowed-looking module with a dotted name walking to os: collections.os doesn't exist,
+    # but torch._utils imports many things; the pair is not allow-listed whatever it resolves to.
+    return b"\x80\x04" + g0("torch._utils", "_rebuild_tensor_v2.__globals__") + b"."
+
+
+def builtins_getattr_walk() -> bytes:
+    # getattr(__import__("os"), "getcwd")()
+    return (
+        b"\x80\x02" + g0("builtins", "getattr") + b"(" + g0("builtins", "__import__") + ustr("os") + b"\x85R"
+        + ustr("getcwd") + b"tR)R."
+    )
+
+
+def pip_main() -> bytes:
+    return b"\x80\x02" + g0("pip", "main") + b"]" + ustr("--version") + b"a\x85R."
+
+
+def pkgutil_resolve_name() -> bytes:
+    return b"\x80\x02" + g0("pkgutil", "resolve_name") + ustr("os:getcwd") + b"\x85R)R."
+
+
+def cprofile_run() -> bytes:
+    return b"\x80\x02" + g0("cProfile", "run") + ustr("None") + b"\x85R."
+
+
+def uuid_get_command_stdout() -> bytes:
+    return b"\x80\x02" + g0("uuid", "_get_command_stdout") + ustr("true") + b"\x85R."
+
+
+def multiprocessing_spawnv_passfds() -> bytes:
+    return b"\x80\x02" + g0("multiprocessing.util", "spawnv_passfds") + ustr("/bin/true") + b"]" + b")\x87R."
+
+
+def submodule_of_denied_package() -> bytes:
+    return b"\x80\x02" + g0("os.path", "join") + ustr("a") + ustr("b") + b"\x86R."
+
+
+def subprocess_popen() -> bytes:
+    return b"\x80\x02" + g0("subprocess", "Popen") + b"]" + ustr("true") + b"a\x85R."
+
+
+def stack_global_via_memo() -> bytes:
+    # The module and name strings are memoized first, then fetched with BINGET for STACK_GLOBAL.
+    return (
+        b"\x80\x04" + ustr("os") + b"q\x00" + b"0" + ustr("getcwd") + b"q\x01" + b"0"
+        + b"h\x00h\x01\x93)R."
+    )
+
+
+def stack_global_via_memoize() -> bytes:
+    # Same with MEMOIZE and LONG_BINGET, the strings first stored in a list.
+    return (
+        b"\x80\x04]\x94" + ustr("os") + b"\x94" + ustr("getcwd") + b"\x94" + b"\x86a0"
+        + b"j\x01\x00\x00\x00j\x02\x00\x00\x00\x93)R."
+    )
+
+
+def nested_pickle_loads() -> bytes:
+    inner = reduce_pickle(2)
+    return b"\x80\x02" + g0("pickle", "loads") + b"C" + bytes([len(inner)]) + inner + b"\x85R."
+
+
+def popped_call() -> bytes:
+    # The call's result is thrown away (POP): only its side effect mattered.
+    return b"\x80\x02" + g0("os", "getcwd") + b")R0N."
+
+
+def popped_call_unknown_global() -> bytes:
+    return b"\x80\x02" + g0("mylib.hooks", "on_load") + b")R0N."
+
+
+def float_opcode_before_payload() -> bytes:
+    # FLOAT (protocol 0) first: an analyzer that gives up on it never sees the payload.
+    return b"F1.5\n0" + g0("os", "getcwd") + b")R."
+
+
+def unknown_opcode_after_payload() -> bytes:
+    return b"\x80\x02" + g0("os", "getcwd") + b")R\xff."
+
+
+def broken_stream_after_payload() -> bytes:
+    # The payload runs, then the stream ends without STOP: the loader raises too late.
+    return b"\x80\x02" + g0("os", "getcwd") + b")R" + b"X\xff\x00\x00\x00trunc"
+
+
+def ext_opcode_copyreg() -> bytes:
+    return b"\x80\x02\x82\x01)R."
+
+
+def inst_opcode_protocol0() -> bytes:
+    return b"(" + b"i" + b"os\ngetcwd\n" + b"."
+
+
+def obj_opcode_protocol1() -> bytes:
+    return b"(" + g0("os", "getcwd") + b"o."
+
+
+def newobj_ex() -> bytes:
+    return b"\x80\x04" + ustr("os") + ustr("getcwd") + b"\x93)}\x92."
+
+
+def build_on_global_monkeypatch() -> bytes:
+    # BUILD with a slot-state dict on a class sets attributes on the class itself.
+    return b"\x80\x02" + g0("collections", "OrderedDict") + b"N}" + ustr("__eq__") + g0("os", "getcwd") + b"s\x86b."
+
+
+def protocol0_payload_text() -> bytes:
+    return b"cos\ngetcwd\n(tR."
+
+
+def unknown_class_pickle() -> bytes:
+    return b"\x80\x02" + g0("mylib.models", "Classifier") + b")R}b."
+
+
+# --- PyTorch ---------------------------------------------------------------------------------------
+
+
+def torch_state_dict(mb: float = 0.0) -> dict[str, object]:
+    import torch
+
+    n = max(4, int(mb * (1 << 20) / 4))
+    return collections.OrderedDict(
+        weight=torch.randn(n),
+        bias=torch.nn.Parameter(torch.zeros(3)),
+        half=torch.ones(2, 2, dtype=torch.float16),
+        bf16=torch.ones(4, dtype=torch.bfloat16),
+        int8=torch.arange(5, dtype=torch.int8),
+        nested={"layer": {"scale": torch.tensor(2.0, dtype=torch.float64), "steps": torch.tensor([1, 2])}, "names": ["a", "b"]},
+    )
+
+
+def torch_zip(obj: object | None = None) -> bytes:
+    import torch
+
+    buf = io.BytesIO()
+    torch.save(torch_state_dict() if obj is None else obj, buf)
+    return buf.getvalue()
+
+
+def torch_module_state_dict() -> bytes:
+    import torch
+
+    m = torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.BatchNorm1d(3), torch.nn.Conv1d(3, 2, 1))
+    return torch_zip(m.state_dict())
+
+
+def torch_legacy() -> bytes:
+    import torch
+
+    buf = io.BytesIO()
+    torch.save(torch_state_dict(), buf, _use_new_zipfile_serialization=False)
+    return buf.getvalue()
+
+
+def _pickle_spans(data: bytes, count: int) -> list[tuple[int, int]]:
+    f = io.BytesIO(data)
+    spans = []
+    for _ in range(count):
+        start = f.tell()
+        for op, _, _ in pickletools.genops(f):
+            if op.name == "STOP":
+                break
+        spans.append((start, f.tell()))
+    return spans
+
+
+def legacy_torch_payload_in_later_pickle() -> bytes:
+    """Legacy torch file whose third pickle (system info) is replaced by a payload."""
+    data = torch_legacy()
+    spans = _pickle_spans(data, 5)
+    s, e = spans[2]
+    return data[:s] + reduce_pickle(2) + data[e:]
+
+
+def rezip(members: dict[str, bytes], compression: int = zipfile.ZIP_STORED) -> bytes:
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w", compression) as z:
+        for name, body in members.items():
+            z.writestr(name, body)
+    return buf.getvalue()
+
+
+def torch_zip_payload_in_data_pkl() -> bytes:
+    z = zipfile.ZipFile(io.BytesIO(torch_zip()))
+    members = {n: z.read(n) for n in z.namelist()}
+    pkl = next(n for n in members if n.endswith("data.pkl"))
+    members[pkl] = reduce_pickle(2)
+    return rezip(members)
+
+
+# --- containers ------------------------------------------------------------------------------------
+
+
+def gzip_pickle_joblib() -> bytes:
+    return gzip.compress(reduce_pickle(), mtime=0)
+
+
+def bz2_pickle() -> bytes:
+    return bz2.compress(reduce_pickle())
+
+
+def tar_bytes(members: dict[str, bytes], mode: str = "w") -> bytes:
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode=mode) as t:  # type: ignore[call-overload]
+        for name, body in members.items():
+            info = tarfile.TarInfo(name)
+            info.size = len(body)
+            info.mtime = 0
+            t.addfile(info, io.BytesIO(body))
+    return buf.getvalue()
+
+
+def tar_with_pickle_pt() -> bytes:
+    return tar_bytes({"model.pkl": reduce_pickle(), "README.md": b"# model\n"})
+
+
+def sevenz_signature_pt() -> bytes:
+    return b"7z\xbc\xaf\x27\x1c\x00\x04" + bytes(120)
+
+
+def zip_in_zip() -> bytes:
+    inner = rezip({"weights.pkl": reduce_pickle()}, zipfile.ZIP_DEFLATED)
+    return rezip({"inner.zip": inner, "README.md": b"hello\n"})
+
+
+def _benign_zip() -> tuple[bytes, list[zipfile.ZipInfo]]:
+    data = rezip({"a.pkl": pickle.dumps({"x": 1}), "b.txt": b"hello world\n"})
+    return data, zipfile.ZipFile(io.BytesIO(data)).infolist()
+
+
+def zip_bad_crc() -> bytes:
+    data, infos = _benign_zip()
+    i = infos[0]
+    body = bytearray(data)
+    start = i.header_offset + 30 + len(i.filename.encode())
+    body[start + 3] ^= 0xFF
+    return bytes(body)
+
+
+def zip_local_central_name_mismatch() -> bytes:
+    data, infos = _benign_zip()
+    body = bytearray(data)
+    off = infos[0].header_offset + 30
+    body[off : off + 5] = b"c.pkl"
+    return bytes(body)
+
+
+def zip_encryption_flag() -> bytes:
+    data, infos = _benign_zip()
+    body = bytearray(data)
+    body[infos[1].header_offset + 6] |= 0x01
+    central = [i for i in range(len(data)) if data.startswith(b"PK\x01\x02", i)]
+    body[central[1] + 8] |= 0x01
+    return bytes(body)
+
+
+def zip_overlapping_entries() -> bytes:
+    # Two central directory entries share one local header (same name, same data).
+    data = rezip({"a.pkl": pickle.dumps({"x": 1})})
+    cd = data.index(b"PK\x01\x02")
+    eocd = data.index(b"PK\x05\x06")
+    entry = data[cd:eocd]
+    dup = entry
+    body = data[:cd] + entry + dup
+    n = 2
+    eocd_rec = struct.pack("<4sHHHHIIH", b"PK\x05\x06", 0, 0, n, n, len(entry) * 2, cd, 0)
+    return body + eocd_rec
+
+
+def zip_prefix_polyglot() -> bytes:
+    # A pickle payload with a zip appended: zipfile opens it, and the bytes before are a pickle.
+    data = rezip({"a.txt": b"hi\n"})
+    payload = reduce_pickle(2)
+    body = bytearray(payload + data)
+    z = zipfile.ZipFile(io.BytesIO(bytes(body)))
+    z.close()
+    return bytes(body)
+
+
+def zip_bomb(megabytes: int = 16) -> bytes:
+    return rezip({"weights.bin": bytes(megabytes << 20)}, zipfile.ZIP_DEFLATED)
+
+
+# --- numpy ---------------------------------------------------------------------------------------
+
+
+def numpy_object_array_payload() -> bytes:
+    import numpy as np
+
+    arr = np.empty(2, dtype=object)
+    arr[0] = _Reduce(os.getcwd)
+    arr[1] = 1
+    buf = io.BytesIO()
+    np.save(buf, arr, allow_pickle=True)
+    return buf.getvalue()
+
+
+def numpy_object_array_plain() -> bytes:
+    import numpy as np
+
+    buf = io.BytesIO()
+    np.save(buf, np.array(["a", 1, None], dtype=object), allow_pickle=True)
+    return buf.getvalue()
+
+
+def npy(arr: object) -> bytes:
+    import numpy as np
+
+    buf = io.BytesIO()
+    np.save(buf, arr)
+    return buf.getvalue()
+
+
+def npz(compressed: bool) -> bytes:
+    import numpy as np
+
+    buf = io.BytesIO()
+    arrays = {"w": np.arange(12, dtype=np.float32).reshape(3, 4), "ids": np.arange(5, dtype=np.int64), "mask": np.ones(3, bool)}
+    (np.savez_compressed if compressed else np.savez)(buf, **arrays)
+    return buf.getvalue()
+
+
+# --- the catalogue -----------------------------------------------------------------------------------
+
+MALICIOUS: dict[str, Callable[[], tuple[str, bytes, str]]] = {
+    "reduce_os_getcwd": lambda: ("model.pkl", reduce_pickle(), UNSAFE),
+    "dotted_global_posixpath_os_system": lambda: ("model.pkl", dotted_global_posixpath_os_system(), UNSAFE),
+    "dotted_global_allowed_module": lambda: ("model.pkl", dotted_global_allowed_module(), UNSAFE),
+    "builtins_getattr_walk": lambda: ("model.pkl", builtins_getattr_walk(), UNSAFE),
+    "pip_main": lambda: ("model.pkl", pip_main(), UNSAFE),
+    "pkgutil_resolve_name": lambda: ("model.pkl", pkgutil_resolve_name(), UNSAFE),
+    "cprofile_run": lambda: ("model.pkl", cprofile_run(), UNSAFE),
+    "uuid_get_command_stdout": lambda: ("model.pkl", uuid_get_command_stdout(), UNSAFE),
+    "multiprocessing_spawnv_passfds": lambda: ("model.pkl", multiprocessing_spawnv_passfds(), UNSAFE),
+    "submodule_of_denied_package": lambda: ("model.pkl", submodule_of_denied_package(), UNSAFE),
+    "subprocess_popen": lambda: ("model.pkl", subprocess_popen(), UNSAFE),
+    "stack_global_via_memo": lambda: ("model.pkl", stack_global_via_memo(), UNSAFE),
+    "stack_global_via_memoize": lambda: ("model.pkl", stack_global_via_memoize(), UNSAFE),
+    "nested_pickle_loads": lambda: ("model.pkl", nested_pickle_loads(), UNSAFE),
+    "popped_call": lambda: ("model.pkl", popped_call(), UNSAFE),
+    "popped_call_unknown_global": lambda: ("model.pkl", popped_call_unknown_global(), SUSPICIOUS),
+    "float_opcode_before_payload": lambda: ("model.pkl", float_opcode_before_payload(), UNSAFE),
+    "unknown_opcode_after_payload": lambda: ("model.pkl", unknown_opcode_after_payload(), UNSAFE),
+    "broken_stream_after_payload": lambda: ("model.pkl", broken_stream_after_payload(), UNSAFE),
+    "ext_opcode_copyreg": lambda: ("model.pkl", ext_opcode_copyreg(), UNSAFE),
+    "inst_opcode_protocol0": lambda: ("model.pkl", inst_opcode_protocol0(), UNSAFE),
+    "obj_opcode_protocol1": lambda: ("model.pkl", obj_opcode_protocol1(), UNSAFE),
+    "newobj_ex": lambda: ("model.pkl", newobj_ex(), UNSAFE),
+    "build_on_global_monkeypatch": lambda: ("model.pkl", build_on_global_monkeypatch(), UNSAFE),
+    "protocol0_payload_named_txt": lambda: ("notes.txt", protocol0_payload_text(), UNSAFE),
+    "unknown_class_pickle": lambda: ("model.pkl", unknown_class_pickle(), SUSPICIOUS),
+    "legacy_torch_payload_in_later_pickle": lambda: ("model.pt", legacy_torch_payload_in_later_pickle(), UNSAFE),
+    "torch_zip_payload_in_data_pkl": lambda: ("model.pt", torch_zip_payload_in_data_pkl(), UNSAFE),
+    "pickle_renamed_bin": lambda: ("pytorch_model.bin", reduce_pickle(), UNSAFE),
+    "gzip_pickle_joblib": lambda: ("model.joblib", gzip_pickle_joblib(), UNSAFE),
+    "bz2_pickle": lambda: ("model.pkl.bz2", bz2_pickle(), UNSAFE),
+    "tar_with_pickle_pt": lambda: ("model.pt", tar_with_pickle_pt(), UNSAFE),
+    "sevenz_signature_pt": lambda: ("model.pt", sevenz_signature_pt(), SUSPICIOUS),
+    "zip_in_zip": lambda: ("bundle.zip", zip_in_zip(), UNSAFE),
+    "zip_bad_crc": lambda: ("bundle.zip", zip_bad_crc(), UNSAFE),
+    "zip_local_central_name_mismatch": lambda: ("bundle.zip", zip_local_central_name_mismatch(), UNSAFE),
+    "zip_encryption_flag": lambda: ("bundle.zip", zip_encryption_flag(), UNSAFE),
+    "zip_overlapping_entries": lambda: ("bundle.zip", zip_overlapping_entries(), UNSAFE),
+    "zip_prefix_polyglot": lambda: ("model.bin", zip_prefix_polyglot(), UNSAFE),
+    "numpy_object_array_payload": lambda: ("arr.npy", numpy_object_array_payload(), UNSAFE),
+    "numpy_object_array_plain": lambda: ("arr.npy", numpy_object_array_plain(), SUSPICIOUS),
+}
+
+ORDINARY: dict[str, Callable[[], tuple[str, bytes]]] = {
+    "torch_state_dict_zip": lambda: ("pytorch_model.bin", torch_zip()),
+    "torch_module_state_dict": lambda: ("model.pt", torch_module_state_dict()),
+    "torch_legacy": lambda: ("legacy.bin", torch_legacy()),
+    "npy_float32": lambda: ("a.npy", npy(__import__("numpy").arange(10, dtype="float32"))),
+    "npy_structured": lambda: (
+        "s.npy",
+        npy(__import__("numpy").zeros(3, dtype=[("a", "<i4"), ("b", "<f8", (2,)), ("c", "U5")])),
+    ),
+    "npz": lambda: ("arrays.npz", npz(False)),
+    "npz_compressed": lambda: ("arrays.npz", npz(True)),
+    **{
+        f"plain_pickle_protocol{p}": (
+            lambda p=p: (
+                f"data{p}.pkl",
+                pickle.dumps(
+                    {"a": [1, 2.5, "s", b"by", None, True, (1, 2), {3}, frozenset([4]), 1j, 10**30, bytearray(b"z")],
+                     "o": collections.OrderedDict(x=1.0)},
+                    protocol=p,
+                ),
+            )
+        )
+        for p in range(6)
+    },
+    "tar_gz_of_files": lambda: ("files.tar.gz", gzip.compress(tar_bytes({"a/config.txt": b"x=1\n", "a/b.bin": bytes(range(256))}), mtime=0)),
+    "ordinary_zip": lambda: ("files.zip", rezip({"docs/": b"", "docs/a.txt": b"hello\n" * 100, "b.bin": bytes(range(256))}, zipfile.ZIP_DEFLATED)),
+    "text_file": lambda: ("README.md", b"# A model\n\nclassifies cats\nand dogs.\n"),
+    "text_starting_with_c": lambda: ("notes.txt", b"cat\ndog\nbird\n"),
+    "json_config": lambda: ("generation_config.json", b'{"temperature": 0.7, "top_p": 0.9}'),
+    "random_binary_tokenizer_model": lambda: ("tokenizer.model", b"\x0a\x0b\x0a\x05<unk>" + random.Random(7).randbytes(8192)),
+}
