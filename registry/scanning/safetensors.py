@@ -77,7 +77,8 @@ def scan(reader: BinaryIO, size: int, ctx: ScanContext) -> list[Finding]:
         Findings; empty for a well-formed file. Every structural flaw is ``unsafe``.
     """
     sink = FindingSink()
-    r = BoundedReader(reader, size, chunk=1 << 16)
+    # chunk=8: the length, then the header in one read; the data section is never touched.
+    r = BoundedReader(reader, size, chunk=8)
     U = Severity.UNSAFE
     if size < 8:
         sink.add("safetensors.file.too-small", U, "@0", f"{size} bytes: no room for the header length")
