@@ -407,7 +407,8 @@ def worker(concurrency: int = typer.Option(1, "--concurrency", min=1, help="work
 
 def main(argv: list[str] | None = None) -> int:
     try:
-        app(args=argv, prog_name="modelreg", standalone_mode=False)
+        # Without standalone mode click returns a command's exit code instead of raising it.
+        code = app(args=argv, prog_name="modelreg", standalone_mode=False)
     except click.exceptions.Exit as exc:
         return exc.exit_code
     except click.exceptions.Abort:
@@ -424,7 +425,7 @@ def main(argv: list[str] | None = None) -> int:
     except OSError as exc:
         typer.echo(f"error: {exc}", err=True)
         return 1
-    return 0
+    return code if isinstance(code, int) else 0
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -1,0 +1,118 @@
+"""Drive `modelreg serve`, the CLI and the HTTP API as a user would."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+
+import httpx
+import pytest
+
+from tests.support.hf_upstream import HfUpstream
+from tests.support.server import start_server
+from tests.support.tiny_model import tiny_model_files
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    s = start_server(tmp_path_factory.mktemp("e2e") / "data")
+    yield s
+    s.stop()
+
+
+@pytest.fixture(scope="module")
+def hub():
+    with HfUpstream() as upstream:
+        upstream.add_repo("org/tiny", card_data={"license": "mit"})
+        upstream.commit("org/tiny", tiny_model_files(7))
+        yield upstream
+
+
+def test_healthz_readyz_and_openapi(server):
+    assert httpx.get(server.url + "/healthz").json() == {"status": "ok"}
+    assert httpx.get(server.url + "/readyz").json()["status"] == "ready"
+    spec = httpx.get(server.url + "/openapi.json").json()
+    assert "/v1/models/{tenant}/{name}/versions" in spec["paths"]
+
+
+def test_errors_are_problem_json_with_stable_types(server):
+    r = httpx.get(server.url + "/v1/whoami")
+    assert r.status_code == 401 and r.headers["content-type"] == "application/problem+json"
+    assert r.json()["type"].endswith("/unauthenticated")
+    r = httpx.get(server.url + "/v1/whoami", headers={"Authorization": "Bearer mr_wrong"})
+    assert r.status_code == 401
+    auth = {"Authorization": f"Bearer {server.admin_token}"}
+    r = httpx.get(server.url + "/v1/models/nope/x/versions/1", headers=auth)
+    assert r.status_code == 404 and r.json()["type"].endswith("/tenant-not-found")
+    r = httpx.get(server.url + "/v1/models/default/x/versions/1", headers=auth)
+    assert r.status_code == 404 and r.json()["type"].endswith("/model-not-found")
+    r = httpx.post(server.url + "/v1/models/default/x/versions", headers=auth, json={"revision": "main"})
+    assert r.status_code == 422 and r.json()["errors"][0]["field"] == "source"
+    r = httpx.post(server.url + "/v1/models/default/x/versions", headers=auth, json={"source": "ftp://x"})
+    assert r.status_code == 422 and r.json()["type"].endswith("/invalid-input")
+
+
+def test_roles_are_enforced(server):
+    server.cli("tenant", "create", "rolet", check=True)
+    server.cli("principal", "create", "nodey", check=True)
+    server.cli("principal", "grant", "nodey", "--tenant", "rolet", "--role", "node", check=True)
+    token = server.cli("principal", "token", "nodey", check=True).stdout.strip()
+    r = httpx.post(server.url + "/v1/models/rolet/m/versions", json={"source": "/tmp"},
+                   headers={"Authorization": f"Bearer {token}"})
+    assert r.status_code == 403 and r.json()["type"].endswith("/permission-denied")
+    r = httpx.post(server.url + "/v1/tenants", json={"name": "x"}, headers={"Authorization": f"Bearer {token}"})
+    assert r.status_code == 403
+    bad = server.cli("principal", "grant", "nodey", "--tenant", "rolet", "--role", "approver")
+    assert bad.returncode == 1 and "capacity" in bad.stderr and len(bad.stderr.strip().splitlines()) == 1
+
+
+def test_submit_wait_json_matches_get_and_is_pinned(server, hub):
+    result = server.cli("submit", "hf://org/tiny", "--model", "default/tiny", "--revision", "main",
+                        "--hf-endpoint", hub.url, "--wait", "--json", timeout=300)
+    assert result.returncode == 0, result.stderr
+    version = json.loads(result.stdout)
+    assert version["resolved_revision"] == hub.head("org/tiny") and version["requested_revision"] == "main"
+    assert version["state"] == "awaiting_approval"
+    assert all(len(f["sha256"]) == 64 for f in version["files"])
+    shown = json.loads(server.cli("version", "show", "default/tiny", str(version["version"]), "--json",
+                                  check=True).stdout)
+    assert shown == version
+    scans = json.loads(server.cli("version", "scans", "default/tiny", str(version["version"]), "--json",
+                                  check=True).stdout)
+    assert {f["verdict"] for f in scans["files"]} == {"safe"}
+
+
+def test_submit_of_a_missing_revision_exits_non_zero_with_the_reason(server, hub):
+    result = server.cli("submit", "hf://org/tiny", "--model", "default/tiny2", "--revision", "nope",
+                        "--hf-endpoint", hub.url, "--wait", "--json", timeout=120)
+    assert result.returncode == 1
+    version = json.loads(result.stdout)
+    assert version["state"] == "failed" and version["failure_reason"] == "revision_not_found"
+
+
+def test_cli_errors_are_one_line(server):
+    r = server.cli("submit", "/nonexistent", "--model", "no-slash")
+    assert r.returncode != 0 and len(r.stderr.strip().splitlines()) == 1 and r.stderr.startswith("error:")
+    r = server.cli("version", "show", "default/none", "1")
+    assert r.returncode == 1 and "model-not-found" in r.stderr
+
+
+def test_audit_verify_names_an_edited_and_a_deleted_event(tmp_path):
+    s = start_server(tmp_path / "data", workers=0)
+    try:
+        for name in ("t1", "t2", "t3", "t4"):
+            s.cli("tenant", "create", name, check=True)
+    finally:
+        s.stop()
+    ok = s.cli("audit", "verify", "--data-dir", str(s.data_dir), "--json")
+    assert ok.returncode == 0 and json.loads(ok.stdout)["events"] >= 5
+    db = sqlite3.connect(s.data_dir / "registry.db")
+    db.execute("UPDATE audit_events SET actor = 'mallory' WHERE id = 3")
+    db.commit()
+    bad = s.cli("audit", "verify", "--data-dir", str(s.data_dir))
+    assert bad.returncode == 1 and "audit event 3 was altered" in bad.stderr
+    db.execute("DELETE FROM audit_events WHERE id = 3")
+    db.commit()
+    bad = s.cli("audit", "verify", "--data-dir", str(s.data_dir))
+    assert bad.returncode == 1 and "audit event 3 is missing" in bad.stderr
+    db.close()
