@@ -48,7 +48,7 @@ KNOWN_DOMAINS = frozenset(
 EXTERNAL_KEYS = frozenset({"location", "offset", "length", "checksum"})
 
 # Field numbers from onnx.proto (stable across IR versions).
-_MODEL_GRAPH, _MODEL_TRAINING_INFO, _MODEL_FUNCTIONS = 7, 20, 25
+_MODEL_IR_VERSION, _MODEL_GRAPH, _MODEL_OPSET_IMPORT, _MODEL_TRAINING_INFO, _MODEL_FUNCTIONS = 1, 7, 8, 20, 25
 _GRAPH_NODE, _GRAPH_INITIALIZER, _GRAPH_SPARSE_INITIALIZER = 1, 5, 15
 _NODE_OP_TYPE, _NODE_ATTRIBUTE, _NODE_DOMAIN = 4, 5, 7
 _ATTR_T, _ATTR_G, _ATTR_TENSORS, _ATTR_GRAPHS, _ATTR_SPARSE, _ATTR_SPARSES = 5, 6, 10, 11, 22, 23
@@ -75,6 +75,8 @@ class _State:
     """(domain, op_type, where) of every node, judged once local functions are known."""
     functions: set[tuple[str, str]] = field(default_factory=set)
     saw_graph: bool = False
+    saw_ir_version: bool = False
+    saw_opset: bool = False
 
 
 def scan(reader: BinaryIO, size: int, ctx: ScanContext) -> list[Finding]:
@@ -103,8 +105,9 @@ def scan(reader: BinaryIO, size: int, ctx: ScanContext) -> list[Finding]:
     except _BudgetError:
         st.sink.add("onnx.structure.too-large", Severity.ERROR, "model", f"more than {MAX_FIELDS} protobuf fields")
         return st.sink.findings
-    if not st.saw_graph:
-        st.sink.add("onnx.model.invalid", Severity.ERROR, "model", "no graph: not an ONNX model")
+    if not (st.saw_graph and st.saw_ir_version and st.saw_opset):
+        # Every ONNX writer emits these three; without them the bytes are something else (or cut short).
+        st.sink.add("onnx.model.invalid", Severity.ERROR, "model", "no ir_version, opset_import or graph: not an ONNX model")
     for domain, op_type, where in st.nodes:
         if domain not in KNOWN_DOMAINS and not domain.startswith("ai.onnx.") and (domain, op_type) not in st.functions:
             st.sink.add(
@@ -184,7 +187,11 @@ def _expect_len(number: int, wire: int, at: int) -> None:
 
 def _walk_model(st: _State, start: int, end: int) -> None:
     for number, wire, value in _fields(st, start, end):
-        if number in (_MODEL_GRAPH, _MODEL_TRAINING_INFO, _MODEL_FUNCTIONS):
+        if number == _MODEL_IR_VERSION and wire == 0:
+            st.saw_ir_version = True
+        elif number == _MODEL_OPSET_IMPORT and wire == 2:
+            st.saw_opset = True
+        elif number in (_MODEL_GRAPH, _MODEL_TRAINING_INFO, _MODEL_FUNCTIONS):
             _expect_len(number, wire, st.r.pos)
             off, length = value  # type: ignore[misc]
             if number == _MODEL_GRAPH:

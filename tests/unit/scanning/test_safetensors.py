@@ -190,3 +190,5 @@ def test_fuzzed_ordinary_file_never_raises_and_truncation_is_never_safe():
         findings = _scan(mutated)
         if label.startswith("truncate"):
             assert verdict(findings) == "unsafe", label
+    for cut in range(len(data)):
+        assert verdict(_scan(data[:cut])) == "unsafe", cut
