@@ -63,8 +63,17 @@ class WhoAmI(BaseModel):
     roles: dict[str, list[dict[str, Any]]]
 
 
+class UploadedFile(Strict):
+    path: str = Field(max_length=1024)
+    size: int = Field(ge=0)
+    sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
+
+
 class VersionCreate(Strict):
-    source: str = Field(description="hf://org/repo, s3://bucket/prefix, or an absolute directory path")
+    source: str = Field(description="hf://org/repo, s3://bucket/prefix, an absolute directory path, "
+                                    "or upload:LABEL with `files` already uploaded to /v1/blobs")
+    files: list[UploadedFile] | None = Field(None, max_length=100_000,
+                                             description="for upload: the files, each uploaded beforehand")
     revision: str | None = Field(None, max_length=256, description="branch, tag or commit; default main")
     include: list[str] = Field(default_factory=list, max_length=100)
     exclude: list[str] = Field(default_factory=list, max_length=100)

@@ -138,9 +138,8 @@ def principal_token(
 
 # --- versions --------------------------------------------------------------------------------
 
-FINAL_STATES = {"failed", "rejected", "revoked", "approved", "awaiting_approval"}
-# Sealing is the end of what `submit --wait` waits for until scanning lands after it.
-WAIT_DONE_STATES = FINAL_STATES | {"sealed", "scanning", "evaluating"}
+# `submit --wait` waits until the version needs a person (approval) or has ended.
+WAIT_DONE_STATES = {"failed", "rejected", "revoked", "approved", "awaiting_approval"}
 
 
 @app.command()
@@ -151,18 +150,25 @@ def submit(
     include: list[str] = typer.Option([], "--include", help="glob of files to mirror (repeatable)"),
     exclude: list[str] = typer.Option([], "--exclude", help="glob of files to leave out (repeatable)"),
     hf_endpoint: Optional[str] = typer.Option(None, "--hf-endpoint", help="Hugging Face-compatible hub URL"),
-    wait: bool = typer.Option(False, "--wait", help="wait until the version is sealed or failed"),
+    upload: Optional[bool] = typer.Option(
+        None, "--upload/--no-upload",
+        help="send a local directory's files through the API (default: when the registry is not on loopback)"),
+    wait: bool = typer.Option(False, "--wait", help="wait until the version is scanned (awaiting approval) or failed"),
     timeout: float = typer.Option(3600.0, "--timeout", help="seconds --wait waits at most"),
     url: str = UrlOpt, token: str = TokenOpt, as_json: bool = JsonOpt,
 ) -> None:
     """Submit a model version; with --wait, show progress and exit non-zero if it fails."""
     tenant, name = _split_model(model)
-    if "://" not in source and not source.startswith("/"):
+    local = "://" not in source or source.startswith("file://")
+    if local and "://" not in source:
         # A relative directory is resolved here: the server has another working directory.
         source = str(Path(source).resolve())
-    body = {"source": source, "revision": revision, "include": include, "exclude": exclude,
-            "hf_endpoint": hf_endpoint}
     with _client(url, token) as client:
+        if local and (upload if upload is not None else not _is_loopback(client.url)):
+            body = _upload_directory(client, tenant, source, include, exclude, quiet=as_json)
+        else:
+            body = {"source": source, "revision": revision, "include": include, "exclude": exclude,
+                    "hf_endpoint": hf_endpoint}
         version = client.post(f"/v1/models/{tenant}/{name}/versions", json=body)
         if wait:
             version = _wait_for(client, version, timeout, show_progress=not as_json)
@@ -172,6 +178,38 @@ def submit(
         _print_version(version)
     if version["state"] == "failed":
         raise typer.Exit(1)
+
+
+def _is_loopback(url: str) -> bool:
+    from urllib.parse import urlsplit
+
+    host = urlsplit(url).hostname or ""
+    return host in ("localhost", "::1") or host.startswith("127.")
+
+
+def _upload_directory(client: Any, tenant: str, source: str, include: list[str], exclude: list[str],
+                      quiet: bool) -> dict[str, Any]:
+    """Hash a local directory here, upload the blobs the registry lacks, and describe the version."""
+    from registry.sources.local import LocalDirectorySource
+    from registry.client.http import RemoteError
+
+    directory = Path(source.removeprefix("file://"))
+    src = LocalDirectorySource(str(directory), include=include, exclude=exclude)
+    snapshot = src.resolve(None)
+    for f in snapshot.files:
+        try:
+            client.request("HEAD", f"/v1/blobs/sha256/{f.sha256}")
+            continue
+        except RemoteError as exc:
+            if exc.status != 404:
+                raise
+        if not quiet:
+            typer.echo(f"uploading {f.path} ({f.size} bytes)", err=True)
+        with open(directory / f.path, "rb") as data:
+            client.request("PUT", f"/v1/blobs/sha256/{f.sha256}", params={"tenant": tenant}, content=data,
+                           headers={"Content-Length": str(f.size)})
+    return {"source": f"upload:{directory.name}",
+            "files": [{"path": f.path, "size": f.size, "sha256": f.sha256} for f in snapshot.files]}
 
 
 def _wait_for(client: Any, version: dict[str, Any], timeout: float, show_progress: bool) -> dict[str, Any]:

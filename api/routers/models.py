@@ -9,7 +9,8 @@ from fastapi import APIRouter, Response, status
 from api.deps import ContainerDep, PrincipalDep, SessionDep
 from api.schemas import FilePublic, VersionCreate, VersionPublic
 from registry.db.models import Version
-from registry.domain.errors import NotFoundError
+from registry.domain.errors import InvalidInputError, NotFoundError
+from registry.domain.files import FileEntry
 from registry.services import versions
 
 router = APIRouter(prefix="/v1/models", tags=["models"])
@@ -46,12 +47,22 @@ def submit_version(
     principal: PrincipalDep, container: ContainerDep,
 ) -> VersionPublic:
     """Submit a version: 202 with the new version, or 200 with the live version of the same source."""
-    version, created = versions.submit(
-        session, principal, tenant, name,
-        versions.SubmitRequest(source=body.source, revision=body.revision, include=tuple(body.include),
-                               exclude=tuple(body.exclude), hf_endpoint=body.hf_endpoint),
-        open_source=container.open_source, limits=container.limits(),
-    )
+    if body.source.startswith("upload:"):
+        if body.files is None:
+            raise InvalidInputError("an upload: source needs `files`", field="files")
+        version, created = versions.submit_uploaded(
+            session, principal, tenant, name, [FileEntry(f.path, f.size, f.sha256) for f in body.files],
+            label=body.source.removeprefix("upload:")[:512] or "upload", limits=container.limits(),
+        )
+    elif body.files is not None:
+        raise InvalidInputError("`files` goes only with an upload: source", field="files")
+    else:
+        version, created = versions.submit(
+            session, principal, tenant, name,
+            versions.SubmitRequest(source=body.source, revision=body.revision, include=tuple(body.include),
+                                   exclude=tuple(body.exclude), hf_endpoint=body.hf_endpoint),
+            open_source=container.open_source, limits=container.limits(),
+        )
     if not created:
         response.status_code = status.HTTP_200_OK
     response.headers["Location"] = f"/v1/models/{tenant}/{name}/versions/{version.number}"

@@ -200,6 +200,76 @@ def submit(
     return version, True
 
 
+def upload_blob(session: Session, principal: AuthenticatedPrincipal, tenant: str, digest: str,
+                source: Any, size: int | None, *, blob_store: BlobStore) -> bool:
+    """Store uploaded bytes under their digest (checked) and record the blob; False if it was there.
+
+    Raises:
+        PermissionDeniedError: the principal may not submit in ``tenant``.
+        DigestMismatchError, SizeMismatchError: the bytes are not what the digest says.
+    """
+    require(principal, tenant, Permission.SUBMIT)
+    get_tenant(session, tenant)
+    if session.get(Blob, digest) is not None and blob_store.exists(digest):
+        return False
+    result = blob_store.put(source, expected_sha256=digest, expected_size=size)
+    begin_write(session)
+    if session.get(Blob, digest) is None:
+        session.add(Blob(digest=digest, size=result.size))
+    session.commit()
+    return True
+
+
+def submit_uploaded(
+    session: Session,
+    principal: AuthenticatedPrincipal,
+    tenant: str,
+    name: str,
+    files: list[FileEntry],
+    *,
+    label: str,
+    limits: Limits,
+) -> tuple[Version, bool]:
+    """Submit a version whose files were uploaded beforehand (``PUT /v1/blobs/sha256/{digest}``).
+
+    The revision is the sha256 of the file list, so the same directory uploaded twice is one version.
+
+    Raises:
+        InvalidInputError: a bad path or digest, or files whose blobs were never uploaded.
+    """
+    require(principal, tenant, Permission.SUBMIT)
+    validate_name("model", name)
+    entries = validate_file_list(files)
+    missing = sorted(e.path for e in entries if session.get(Blob, e.sha256) is None)
+    if missing:
+        raise InvalidInputError(f"{len(missing)} file(s) were not uploaded: {', '.join(missing[:10])}",
+                                missing=missing)
+    listing = json.dumps([e.as_dict() for e in entries], sort_keys=True).encode()
+    snapshot = Snapshot(source_kind="upload", repo=label, requested_revision=None,
+                        revision=hashlib.sha256(listing).hexdigest(),
+                        files=tuple(UpstreamFile(path=e.path, size=e.size, sha256=e.sha256) for e in entries))
+    tenant_row = get_tenant(session, tenant)
+    begin_write(session)
+    model = _lock_or_create_model(session, tenant_row.id, name)
+    key = source_key("upload", label, None, snapshot.revision, (), ())
+    existing = session.scalar(select(Version).where(
+        Version.model_id == model.id, Version.source_key == key, Version.state.in_([s.value for s in LIVE])))
+    if existing is not None:
+        session.rollback()
+        return existing, False
+    version = Version(model_id=model.id, number=model.next_version, state=VersionState.SUBMITTED.value,
+                      source_kind="upload", source_repo=label, include=[], exclude=[], submitted_by=principal.id)
+    model.next_version += 1
+    session.add(version)
+    session.flush()
+    ref = f"{tenant}/{name}@{version.number}"
+    audit.append(session, actor=principal.name, action="version.submitted", subject=ref, tenant=tenant,
+                 details={"source": f"upload:{label}", "files": len(entries)})
+    _accept_snapshot(session, version, snapshot, limits, ref)
+    session.commit()
+    return version, True
+
+
 def _is_listing_error(exc: RegistryError) -> bool:
     # Bad paths and sizes in an upstream listing fail the version; a bad request is the caller's error.
     return exc.code in ("invalid-path", "limit-exceeded")

@@ -116,3 +116,33 @@ def test_audit_verify_names_an_edited_and_a_deleted_event(tmp_path):
     bad = s.cli("audit", "verify", "--data-dir", str(s.data_dir))
     assert bad.returncode == 1 and "audit event 3 is missing" in bad.stderr
     db.close()
+
+
+def test_submit_a_local_directory_by_upload(server, tmp_path):
+    model_dir = tmp_path / "upload-me"
+    model_dir.mkdir()
+    files = tiny_model_files(11)
+    for path, data in files.items():
+        (model_dir / path).write_bytes(data)
+    args = ["submit", str(model_dir), "--model", "default/uploaded", "--upload", "--wait", "--json"]
+    result = server.cli(*args, timeout=300)
+    assert result.returncode == 0, result.stderr
+    version = json.loads(result.stdout)
+    assert version["source"]["kind"] == "upload" and version["state"] == "awaiting_approval"
+    import hashlib
+
+    assert {f["path"]: f["sha256"] for f in version["files"]} == {
+        p: hashlib.sha256(d).hexdigest() for p, d in files.items()}
+    again = json.loads(server.cli(*args, timeout=300).stdout)
+    assert again["version"] == version["version"]
+
+
+def test_uploaded_blob_with_wrong_digest_is_refused(server):
+    auth = {"Authorization": f"Bearer {server.admin_token}"}
+    r = httpx.put(server.url + "/v1/blobs/sha256/" + "0" * 64, params={"tenant": "default"},
+                  content=b"not those bytes", headers=auth)
+    assert r.status_code == 422 and r.json()["type"].endswith("/digest-mismatch")
+    assert httpx.head(server.url + "/v1/blobs/sha256/" + "0" * 64, headers=auth).status_code == 404
+    r = httpx.post(server.url + "/v1/models/default/up2/versions", headers=auth, json={
+        "source": "upload:x", "files": [{"path": "a.bin", "size": 1, "sha256": "1" * 64}]})
+    assert r.status_code == 422 and "not uploaded" in r.json()["detail"]
