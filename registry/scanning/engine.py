@@ -274,8 +274,11 @@ class Engine:
             return []
         _, _, _, n, cd_size, cd_off, clen = struct.unpack_from("<HHHHIIH", tail, pos + 4)
         eocd_abs = size - tail_len + pos
-        if pos + 22 + clen != len(tail) or cd_off + cd_size != eocd_abs or n == 0:
+        # Zip readers accept a prefix of any length (they correct offsets by it), as here.
+        shift = eocd_abs - (cd_off + cd_size)
+        if pos + 22 + clen != len(tail) or shift < 0 or n == 0:
             return []
+        cd_off += shift
         reader.seek(cd_off)
         if reader.read(4) != b"PK\x01\x02":
             return []
