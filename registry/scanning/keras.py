@@ -25,8 +25,10 @@ Example:
 
 from __future__ import annotations
 
+import struct
 import sys
 import zipfile
+import zlib
 from typing import Any, BinaryIO
 
 from registry.domain.errors import InvalidPathError
@@ -38,6 +40,18 @@ MAX_CONFIG_BYTES = 16 << 20
 MAX_MEMBERS = 10_000
 MAX_WALK_NODES = 2_000_000
 HDF5_MAGIC = b"\x89HDF\r\n\x1a\n"
+# What zipfile raises on hostile bytes (I/O errors of the reader itself are left to propagate).
+_ZIP_ERRORS = (
+    zipfile.BadZipFile,
+    zipfile.LargeZipFile,
+    NotImplementedError,
+    RuntimeError,
+    ValueError,
+    EOFError,
+    zlib.error,
+    struct.error,
+    OverflowError,
+)
 
 # Modules whose classes Keras ships as layers, models and their building blocks.
 ALLOWED_MODULES = frozenset(
@@ -236,7 +250,7 @@ def _scan_zip(reader: BinaryIO, size: int, ctx: ScanContext) -> list[Finding]:
     reader.seek(0)
     try:
         zf = zipfile.ZipFile(reader)
-    except (zipfile.BadZipFile, zipfile.LargeZipFile, ValueError, EOFError) as exc:
+    except _ZIP_ERRORS as exc:
         sink.add("keras.archive.malformed", U, ctx.path, f"not a readable zip: {exc}")
         return sink.findings
     with zf:
@@ -263,7 +277,7 @@ def _scan_zip(reader: BinaryIO, size: int, ctx: ScanContext) -> list[Finding]:
             try:
                 with zf.open(info) as member:
                     raw = member.read(MAX_CONFIG_BYTES + 1)
-            except (zipfile.BadZipFile, NotImplementedError, RuntimeError, ValueError, EOFError) as exc:
+            except _ZIP_ERRORS as exc:
                 sink.add("keras.archive.malformed", U, loc, f"config.json cannot be read: {exc}")
                 continue
             if len(raw) > MAX_CONFIG_BYTES:
@@ -279,7 +293,7 @@ def _scan_zip(reader: BinaryIO, size: int, ctx: ScanContext) -> list[Finding]:
                 try:
                     with zf.open(info) as member:
                         sink.extend(ctx.scan_nested(info.filename, member, info.file_size))  # type: ignore[arg-type]
-                except (zipfile.BadZipFile, NotImplementedError, RuntimeError, ValueError, EOFError) as exc:
+                except _ZIP_ERRORS as exc:
                     sink.add("keras.archive.malformed", U, f"{ctx.path}!{info.filename}", f"member cannot be read: {exc}")
     return sink.findings
 
