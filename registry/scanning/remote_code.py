@@ -50,8 +50,9 @@ CONFIG_NAMES = frozenset(
 )
 PYTHON_SUFFIXES = (".py",)
 COMPILED_SUFFIXES = (".pyc", ".pyo", ".pyd", ".so", ".dll", ".dylib")
-# ``module.Class`` or ``owner/repo--module.Class`` (module may have ``/`` for subfolders).
-_REFERENCE_RE = re.compile(r"^(?:(?P<repo>[\w.-]+(?:/[\w.-]+)?)--)?(?P<module>[\w./-]+)\.(?P<cls>\w+)$")
+# ``module.Class`` or ``owner/repo--module.Class``: transformers splits the part after ``--`` on its
+# single dot, so the module has none (``/`` for a subfolder is allowed, then path-checked).
+_REFERENCE_RE = re.compile(r"^(?:(?P<repo>[\w.-]+(?:/[\w.-]+)?)--)?(?P<module>[\w/-]+)\.(?P<cls>\w+)$")
 
 
 def handles(path: str) -> bool:
