@@ -1,0 +1,56 @@
+"""modelscan as a second opinion: recorded faithfully, and shown not to be enough on its own."""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+
+import numpy as np
+
+from registry.scanning import Severity, Verdict, scan_stream
+from registry.scanning.modelscan_adapter import modelscan_version, scan_file_with_modelscan, scan_path_with_modelscan
+from tests.support import scan_samples as S
+
+
+def test_directory_scan_records_issues_errors_and_versions(tmp_path: Path) -> None:
+    (tmp_path / "payload.pkl").write_bytes(S.reduce_pickle())
+    (tmp_path / "arr.npy").write_bytes(S.npy(np.arange(4, dtype=np.float32)))
+    (tmp_path / "README.md").write_bytes(b"# hi\n")
+    scans = {s.path: s for s in scan_path_with_modelscan(tmp_path, {"payload.pkl": "pickle"})}
+    assert set(scans) == {"payload.pkl", "arr.npy", "README.md"}
+    for s in scans.values():
+        assert (s.scanner, s.scanner_version) == ("modelscan", modelscan_version())
+    payload = scans["payload.pkl"]
+    assert payload.verdict is Verdict.UNSAFE and payload.format == "pickle"
+    assert payload.findings[0].rule_id == "modelscan.critical"
+    assert "getcwd" in payload.findings[0].location
+    # With numpy 2 modelscan's .npy scanner fails: that is an error, never a clean result.
+    assert scans["arr.npy"].verdict is Verdict.ERROR
+    assert any(f.rule_id == "modelscan.error" and f.severity is Severity.ERROR for f in scans["arr.npy"].findings)
+    assert scans["README.md"].verdict is Verdict.SAFE
+
+
+def test_blob_without_extension_is_shown_under_the_sniffed_format(tmp_path: Path) -> None:
+    blob = tmp_path / "ab" / ("cd" * 32)
+    blob.parent.mkdir()
+    blob.write_bytes(S.reduce_pickle())
+    assert scan_file_with_modelscan(blob, name="model.bin").verdict is Verdict.SAFE  # .bin: no pickle read
+    scan = scan_file_with_modelscan(blob, name="model.bin", fmt="pickle")
+    assert scan.path == "model.bin" and scan.verdict is Verdict.UNSAFE
+    assert scan.findings[0].location.startswith("model.bin ")
+
+
+def test_modelscan_misses_bypasses_that_we_flag(tmp_path: Path) -> None:
+    # Why modelscan never decides alone: deny-list bypasses and disguised containers pass it.
+    missed = []
+    for sample in ("pip_main", "cprofile_run", "uuid_get_command_stdout", "gzip_pickle_joblib", "sevenz_signature_pt"):
+        name, data, _ = S.MALICIOUS[sample]()
+        path = tmp_path / sample / name
+        path.parent.mkdir()
+        path.write_bytes(data)
+        ours = scan_stream(name, io.BytesIO(data), len(data))
+        assert ours.verdict in (Verdict.UNSAFE, Verdict.SUSPICIOUS)
+        # An error is not a detection either: it says nothing about the payload.
+        if scan_file_with_modelscan(path, name=name).verdict not in (Verdict.UNSAFE, Verdict.SUSPICIOUS):
+            missed.append(sample)
+    assert {"pip_main", "cprofile_run", "gzip_pickle_joblib"} <= set(missed), missed
