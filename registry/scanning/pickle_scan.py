@@ -769,12 +769,14 @@ def scan_pickle_file(
     index = 0
     legacy = False
     any_work = False
+    storages: list[Any] = []
     while offset < size:
         prefix = f"{loc}pickle #{index} " if index else loc
         res = interpret_pickle(reader, offset, size, loc=prefix, nested=nested, depth=depth)
         for f in res.findings:
             findings.append(_shift(f, offset, len(prefix)))
         any_work = any_work or res.did_work
+        storages.extend(res.persistent_ids)
         index += 1
         if not res.stopped:
             break
@@ -782,7 +784,7 @@ def scan_pickle_file(
             legacy = True
         offset += res.end
         if legacy and index == 5:
-            findings.extend(_check_legacy_storage(reader, offset, size, res, loc))
+            findings.extend(_check_legacy_storage(reader, offset, size, res, storages, loc))
             break
         if offset >= size:
             break
@@ -802,14 +804,45 @@ def scan_pickle_file(
     return PickleFileResult("pytorch-legacy" if legacy else "pickle", findings, index)
 
 
-def _check_legacy_storage(reader: BinaryIO, offset: int, size: int, keys: PickleStreamResult, loc: str) -> list[Finding]:
-    """Raw storage of a legacy torch file: per key, an 8-byte element count then the bytes."""
+_ELEMENT_SIZE = {
+    "Double": 8, "Float": 4, "Half": 2, "BFloat16": 2, "Long": 8, "Int": 4, "Short": 2, "Char": 1,
+    "Byte": 1, "Bool": 1, "ComplexFloat": 8, "ComplexDouble": 16, "QInt8": 1, "QUInt8": 1, "QInt32": 4,
+}
+
+
+def _check_legacy_storage(
+    reader: BinaryIO, offset: int, size: int, keys: PickleStreamResult, storages: list[Any], loc: str
+) -> list[Finding]:
+    """Walk the raw storage section of a legacy torch file: per key, an int64 count then the bytes.
+
+    The section must end exactly at the end of the file: bytes torch never reads can hide a
+    second payload for another loader.
+    """
+    where = f"{loc}offset {offset}"
     if not isinstance(keys.value, list) or not all(isinstance(k, str) for k in keys.value):
+        return [Finding("pytorch.legacy.layout", Severity.SUSPICIOUS, where, "storage key list is not a list of strings")]
+    elem: dict[str, int] = {}
+    for pid in storages:
+        if isinstance(pid, tuple) and len(pid) >= 3 and isinstance(pid[1], _Global) and isinstance(pid[2], str):
+            kind = pid[1].name.removesuffix("Storage")
+            if kind in _ELEMENT_SIZE:
+                elem[pid[2]] = _ELEMENT_SIZE[kind]
+    pos = offset
+    for key in keys.value:
+        if key not in elem:
+            return [Finding("pytorch.legacy.layout", Severity.SUSPICIOUS, where, f"storage {key!r} has no known element type")]
+        reader.seek(pos)
+        raw = reader.read(8)
+        if len(raw) < 8:
+            return [Finding("pytorch.legacy.layout", Severity.SUSPICIOUS, f"{loc}offset {pos}", "storage section truncated")]
+        pos += 8 + int.from_bytes(raw, "little") * elem[key]
+    if pos != size:
         return [
-            Finding("pytorch.legacy.layout", Severity.SUSPICIOUS, f"{loc}offset {offset}", "storage key list is not a list of strings")
+            Finding(
+                "pytorch.legacy.layout", Severity.SUSPICIOUS, f"{loc}offset {min(pos, size)}",
+                f"storage section ends at {pos}, file at {size}",
+            )
         ]
-    # Element sizes are not known without the storage types; the section must at least be
-    # walkable as count-prefixed records ending exactly at the end of the file.
     return []
 
 

@@ -206,3 +206,11 @@ def test_numpy_and_torch_values_pickled_directly_are_safe() -> None:
 def test_getcwd_stand_in_is_what_the_sample_calls() -> None:
     # Guard against a sample silently changing to a harmless global.
     assert b"getcwd" in S.reduce_pickle() and os.getcwd.__name__ == "getcwd"
+
+
+def test_legacy_torch_storage_section_must_end_at_end_of_file() -> None:
+    data = S.torch_legacy() + S.reduce_pickle(2)
+    scan = scan_stream("legacy.bin", io.BytesIO(data), len(data))
+    assert scan.format == "pytorch-legacy"
+    assert [f.rule_id for f in scan.findings] == ["pytorch.legacy.layout"]
+    assert scan.verdict is Verdict.SUSPICIOUS
