@@ -12,7 +12,8 @@ File contents live on disk, named by their sha256 (or are referenced in place wh
 
 Faults to test against: ``corrupt`` flips one served byte while keeping size and published digests;
 ``drop_after`` closes the connection mid-file; ``fail`` answers every request with an HTTP error;
-``unreachable`` drops every connection unanswered; ``add_path_traversal_repo`` lists ``../evil.txt``;
+``unreachable`` drops every connection unanswered; ``throttle`` caps the rate file bytes are sent at
+(so a test can kill a downloader mid-file); ``add_path_traversal_repo`` lists ``../evil.txt``;
 ``lfs_redirect`` sends LFS downloads to a second "CDN" listener (another origin, like a presigned
 object-store URL) or to a same-host path. Private repositories need ``token``.
 
@@ -34,6 +35,7 @@ import shutil
 import socket
 import tempfile
 import threading
+import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -42,6 +44,7 @@ from typing import Iterable, Literal, Mapping
 from urllib.parse import parse_qs, quote, unquote, urlencode, urlsplit
 
 CHUNK = 1024 * 1024
+THROTTLE_SLICE = 64 * 1024
 DEFAULT_LFS_THRESHOLD = 10 * 1024 * 1024
 LFS_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".ckpt", ".gguf", ".onnx", ".h5", ".msgpack", ".npz")
 GITATTRIBUTES = b"".join(
@@ -134,6 +137,7 @@ class HfUpstream:
         self._drops: dict[tuple[str, str], list[int]] = {}
         self._fail_status: int | None = None
         self._unreachable = False
+        self._bytes_per_second: float | None = None
         self._lock = threading.RLock()
         self._counter = itertools.count(1)
         self._servers: list[ThreadingHTTPServer] = []
@@ -309,6 +313,15 @@ class HfUpstream:
     def unreachable(self) -> None:
         """Drop every connection without answering."""
         self._unreachable = True
+
+    def throttle(self, bytes_per_second: float | None) -> None:
+        """Send file bodies (hub and CDN) at most ``bytes_per_second`` each; None lifts the cap.
+
+        Takes effect at once, also for downloads in progress.
+        """
+        if bytes_per_second is not None and bytes_per_second <= 0:
+            raise ValueError("bytes_per_second must be positive")
+        self._bytes_per_second = bytes_per_second
 
     def heal(self) -> None:
         self._fail_status = None
@@ -628,8 +641,18 @@ def _make_handler(upstream: HfUpstream, server_name: str) -> type[BaseHTTPReques
                 self.connection.shutdown(socket.SHUT_RDWR)
 
         def _sendfile(self, f, start: int, end: int) -> None:  # noqa: ANN001
-            if end > start:
-                self.connection.sendfile(f, start, end - start)
+            while end > start:
+                rate = upstream._bytes_per_second
+                if rate is None:
+                    self.connection.sendfile(f, start, end - start)
+                    return
+                # Small slices, each followed by the pause it is worth at the current rate.
+                count = min(end - start, THROTTLE_SLICE)
+                sent = self.connection.sendfile(f, start, count)
+                if not sent:  # the file is shorter than published
+                    return
+                start += sent
+                time.sleep(sent / rate)
 
     return Handler
 

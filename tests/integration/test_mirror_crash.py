@@ -1,0 +1,253 @@
+"""A worker process killed with SIGKILL in the middle of mirroring a file, then another worker started:
+the version still completes, every blob is whole and right, and the killed attempt's partial write
+never shows under a final key and is gone after the garbage-collection sweep.
+
+Real processes (``modelreg worker``), a real upstream (the HF-compatible hub, throttled so the kill
+lands mid-file) and real stores: a local directory with SQLite, and SeaweedFS S3 with PostgreSQL.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import signal
+import struct
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from datetime import timedelta
+from pathlib import Path
+from typing import Callable
+
+import pytest
+from pydantic import SecretStr
+
+from registry.bootstrap import bootstrap
+from registry.db.models import Version
+from registry.services import versions
+from registry.services.versions import SubmitRequest
+from registry.settings import Settings
+from registry.storage import BlobStore, LocalBlobStore, S3BlobStore
+from tests.support import db as dbsupport
+from tests.support.hf_upstream import HfUpstream
+from tests.support.registry import make_admin
+
+MIB = 1024 * 1024
+PART_SIZE = 5 * MIB
+SHARD_SIZE = 24 * MIB
+SLOW_RATE = 2 * MIB  # bytes per second while the first worker runs: the shard takes ~12 s
+WAIT_SECONDS = 30.0
+MODELREG = Path(sys.executable).parent / "modelreg"
+
+
+@dataclass
+class Deployment:
+    """What the test and its worker processes share: one database and one blob store."""
+
+    kind: str
+    settings: Settings
+    env: dict[str, str]
+    bucket: str | None = None
+    s3_client: object | None = None
+
+
+@pytest.fixture(params=["local", pytest.param("s3", marks=[pytest.mark.postgres, pytest.mark.s3])])
+def deployment(request, tmp_path, signing_key_pem) -> Deployment:
+    env = {
+        "MODELREG_DATA_DIR": str(tmp_path / "data"),
+        "MODELREG_SIGNING_KEY_PEM": signing_key_pem,
+        "MODELREG_PRESIGN_SECRET": "test-presign-secret",
+        "MODELREG_MULTIPART_PART_SIZE": str(PART_SIZE),
+        # A killed worker's job is claimed again once its lease runs out: make that quick.
+        "MODELREG_JOB_LEASE_SECONDS": "2",
+        "MODELREG_JOB_BACKOFF_BASE_SECONDS": "0.1",
+        "MODELREG_JOB_BACKOFF_MAX_SECONDS": "0.5",
+    }
+    bucket = client = None
+    if request.param == "local":
+        env["MODELREG_DATABASE_URL"] = dbsupport.sqlite_copy(request.getfixturevalue("sqlite_template"), tmp_path)
+        env["MODELREG_BLOB_STORE_URL"] = (tmp_path / "blobs").as_uri()
+    else:
+        url = request.getfixturevalue("pg_url")
+        dbsupport.truncate_all(url)
+        server = request.getfixturevalue("s3_server")
+        bucket = request.getfixturevalue("s3_bucket")
+        client = server.client()
+        env.update({
+            "MODELREG_DATABASE_URL": url,
+            "MODELREG_BLOB_STORE_URL": f"s3://{bucket}/registry",
+            "MODELREG_S3_ENDPOINT_URL": server.endpoint_url,
+            "MODELREG_S3_REGION": server.region,
+            "MODELREG_S3_ACCESS_KEY_ID": server.access_key,
+            "MODELREG_S3_SECRET_ACCESS_KEY": server.secret_key,
+        })
+    settings = Settings(
+        data_dir=Path(env["MODELREG_DATA_DIR"]),
+        database_url=env["MODELREG_DATABASE_URL"],
+        blob_store_url=env["MODELREG_BLOB_STORE_URL"],
+        s3_endpoint_url=env.get("MODELREG_S3_ENDPOINT_URL"),
+        s3_access_key_id=env.get("MODELREG_S3_ACCESS_KEY_ID"),
+        s3_secret_access_key=SecretStr(env.get("MODELREG_S3_SECRET_ACCESS_KEY", "unused")),
+        signing_key_pem=SecretStr(signing_key_pem),
+        presign_secret=SecretStr("test-presign-secret"),
+        multipart_part_size=PART_SIZE,
+        job_lease_seconds=2,
+    )
+    return Deployment(request.param, settings, env, bucket, client)
+
+
+@pytest.fixture
+def crash_container(deployment):
+    c = bootstrap(deployment.settings)
+    yield c
+    c.dispose()
+
+
+@pytest.fixture
+def hub():
+    with HfUpstream() as upstream:
+        yield upstream
+
+
+def write_safetensors(path: Path, size: int) -> bytes:
+    """A valid one-tensor safetensors file of exactly ``size`` bytes of random weights; returns its bytes."""
+    header = b""
+    for _ in range(3):  # the header's length depends on the data length written in it
+        data_len = size - 8 - len(header)
+        header = json.dumps({"w": {"dtype": "U8", "shape": [data_len], "data_offsets": [0, data_len]}}).encode()
+    header += b" " * (size - 8 - len(header) - data_len)
+    content = struct.pack("<Q", len(header)) + header + os.urandom(data_len)
+    assert len(content) == size
+    path.write_bytes(content)
+    return content
+
+
+def start_worker(deployment: Deployment, log: Path) -> subprocess.Popen:
+    env = {**os.environ, "HF_HUB_DISABLE_TELEMETRY": "1", **deployment.env}
+    with log.open("ab") as out:
+        return subprocess.Popen([str(MODELREG), "worker"], env=env, stdout=out, stderr=subprocess.STDOUT,
+                                start_new_session=True)
+
+
+def wait_for(condition: Callable[[], object], what: str, worker: subprocess.Popen, log: Path) -> object:
+    deadline = time.monotonic() + WAIT_SECONDS
+    while time.monotonic() < deadline:
+        value = condition()
+        if value:
+            return value
+        if worker.poll() is not None:
+            pytest.fail(f"worker exited with {worker.returncode} before {what}:\n{log.read_text()[-3000:]}")
+        time.sleep(0.05)
+    pytest.fail(f"timed out waiting for {what}:\n{log.read_text()[-3000:]}")
+
+
+def partial_writes(deployment: Deployment, store: BlobStore) -> list[str]:
+    """Puts in progress or abandoned: temporary files, or multipart uploads with at least one part."""
+    if isinstance(store, LocalBlobStore):
+        return [f"{p.name}:{p.stat().st_size}" for p in (store.root / "tmp").iterdir() if p.stat().st_size > 0]
+    assert isinstance(store, S3BlobStore)
+    client = deployment.s3_client
+    found = []
+    for upload in client.list_multipart_uploads(Bucket=store.bucket).get("Uploads", ()):
+        parts = client.list_parts(Bucket=store.bucket, Key=upload["Key"], UploadId=upload["UploadId"])
+        if parts.get("Parts"):
+            found.append(f"{upload['Key']}:{upload['UploadId']}")
+    return found
+
+
+def leftovers(deployment: Deployment, store: BlobStore) -> list[str]:
+    """Everything a sweep would have to remove: temporary files or keys, and unfinished uploads."""
+    if isinstance(store, LocalBlobStore):
+        return [p.name for p in (store.root / "tmp").iterdir()]
+    client = deployment.s3_client
+    uploads = [u["Key"] for u in client.list_multipart_uploads(Bucket=store.bucket).get("Uploads", ())]
+    tmp_keys = [o["Key"] for o in client.list_objects_v2(Bucket=store.bucket, Prefix="registry/tmp/")
+                .get("Contents", ())]
+    return uploads + tmp_keys
+
+
+def blob_sha256(store: BlobStore, digest: str) -> str:
+    hasher = hashlib.sha256()
+    for chunk in store.open_range(digest):
+        hasher.update(chunk)
+    return hasher.hexdigest()
+
+
+def stop_worker(worker: subprocess.Popen) -> None:
+    if worker.poll() is None:
+        worker.send_signal(signal.SIGTERM)
+        try:
+            worker.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            worker.kill()
+            worker.wait()
+
+
+def test_killed_worker_mid_file_then_another_completes_the_version(deployment, crash_container, hub, tmp_path):
+    c = crash_container
+    store = c.blob_store
+    shard = write_safetensors(tmp_path / "model.safetensors", SHARD_SIZE)
+    config = b'{"architectures": ["CrashTest"], "hidden_size": 16}\n'
+    hub.add_repo("org/crash", card_data={"license": "apache-2.0"}, gitattributes=False)
+    hub.commit("org/crash", {"config.json": config, "model.safetensors": tmp_path / "model.safetensors"})
+    originals = {"config.json": config, "model.safetensors": shard}
+    shard_digest = hashlib.sha256(shard).hexdigest()
+    hub.throttle(SLOW_RATE)
+
+    admin = make_admin(c)
+    with c.session_factory() as session:
+        version, _ = versions.submit(session, admin, "acme", "crash",
+                                     SubmitRequest(source="hf://org/crash", hf_endpoint=hub.url),
+                                     open_source=c.open_source, limits=c.limits())
+        version_id = version.id
+        assert version.state == "mirroring"
+
+    log = tmp_path / "workers.log"
+    first = start_worker(deployment, log)
+    try:
+        # At least one part (S3) or some bytes (local) of the shard are written: the kill lands mid-file.
+        wait_for(lambda: partial_writes(deployment, store), "bytes of the shard being written", first, log)
+        os.killpg(first.pid, signal.SIGKILL)
+        first.wait(timeout=10)
+    finally:
+        if first.poll() is None:
+            first.kill()
+            first.wait()
+    assert first.returncode == -signal.SIGKILL
+
+    # The killed attempt left a partial write behind, and nothing of the shard under its final key.
+    assert partial_writes(deployment, store)
+    assert not store.exists(shard_digest)
+    for info in store.iter_blobs():
+        assert blob_sha256(store, info.digest) == info.digest
+
+    hub.throttle(None)
+    second = start_worker(deployment, log)
+    try:
+        def settled() -> str | None:
+            with c.session_factory() as session:
+                state = session.get(Version, version_id).state
+            return state if state in ("awaiting_approval", "failed") else None
+
+        wait_for(settled, "the version to settle", second, log)
+    finally:
+        stop_worker(second)
+
+    with c.session_factory() as session:
+        v = session.get(Version, version_id)
+        assert v.state == "awaiting_approval", (v.failure_reason, v.failure_detail, log.read_text()[-3000:])
+        mirrored = {f.path: (f.sha256, f.size) for f in v.files}
+    assert mirrored == {p: (hashlib.sha256(b).hexdigest(), len(b)) for p, b in originals.items()}
+
+    # Every committed blob is complete and holds exactly the bytes its name says: no torn write.
+    blobs = {info.digest: info.size for info in store.iter_blobs()}
+    assert blobs == {digest: size for digest, size in mirrored.values()}
+    for digest in blobs:
+        assert blob_sha256(store, digest) == digest
+
+    # The garbage-collection sweep removes whatever the killed attempt left, and nothing else.
+    store.sweep_incomplete(timedelta(0))
+    assert leftovers(deployment, store) == []
+    assert {info.digest for info in store.iter_blobs()} == set(blobs)
