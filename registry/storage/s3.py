@@ -49,6 +49,7 @@ MAX_PARTS = 10_000
 READ_CHUNK = MIB
 SEEKABLE_BUFFER = 256 * 1024
 _NOT_FOUND_CODES = {"404", "NoSuchKey", "NotFound"}
+_LOST_RACE_CODES = {"PreconditionFailed", "ConditionalRequestConflict"}
 
 
 class S3BlobStore(BlobStore):
@@ -75,7 +76,7 @@ class S3BlobStore(BlobStore):
         prefix: str = "",
         part_size: int = 64 * MIB,
         *,
-        max_concurrency: int = 4,
+        max_concurrency: int = 3,
         copy_part_size: int = 1024 * MIB,
     ) -> None:
         if part_size < MIN_PART_SIZE or copy_part_size < MIN_PART_SIZE:
@@ -156,7 +157,7 @@ class S3BlobStore(BlobStore):
                     Bucket=self.bucket, Key=key, Body=body, ChecksumSHA256=checksum, IfNoneMatch="*"
                 )
             except ClientError as exc:
-                if _error_code(exc) != "PreconditionFailed":
+                if _error_code(exc) not in _LOST_RACE_CODES or self._head(digest) is None:
                     raise
                 return PutResult(digest, len(body), created=False)
         return PutResult(digest, len(body), created=True)
@@ -186,9 +187,12 @@ class S3BlobStore(BlobStore):
                         **condition,
                     )
                 except ClientError as exc:
-                    if _error_code(exc) != "PreconditionFailed":
+                    # 412: another put committed the same digest meanwhile; 409: AWS saw both conditional
+                    # writes at once and let the other one win. Either way, keep theirs if it is there.
+                    if _error_code(exc) not in _LOST_RACE_CODES or expected_sha256 is None:
                         raise
-                    # Another put committed the same digest meanwhile: keep theirs.
+                    if _error_code(exc) == "ConditionalRequestConflict" and self._head(expected_sha256) is None:
+                        raise
                     self._abort(key, upload_id)
                     return False
             return True
