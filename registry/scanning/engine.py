@@ -59,6 +59,15 @@ def _validator(name: str) -> ModuleType | None:
     return None if mod is _MISSING else mod  # type: ignore[return-value]
 
 
+def _remote_code_applies(name: str) -> bool:
+    """Whether the remote-code checks (code files, auto_map, chat templates) apply to this name."""
+    module = _validator("remote_code")
+    if module is not None and hasattr(module, "handles"):
+        return bool(module.handles(name))
+    base = posixpath.basename(name)
+    return base in REMOTE_CODE_NAMES or base.endswith(".py")
+
+
 def _relocate(findings: list[Finding], prefix: str) -> list[Finding]:
     if not prefix:
         return findings
@@ -115,8 +124,7 @@ class Engine:
             fmt = self._dispatch(fmt, name, ctx_path, chain, reader, size, depth, own, members)
         except Exception as exc:  # noqa: BLE001 - a crashing scanner must fail closed, not pass
             own.append(Finding("engine.scanner-error", Severity.ERROR, "", f"{fmt} scanner failed: {type(exc).__name__}: {exc}"))
-        base = posixpath.basename(name)
-        if base in REMOTE_CODE_NAMES or base.endswith(".py"):
+        if _remote_code_applies(name):
             own.extend(self._external("remote_code", reader, size, ctx_path, chain, depth))
         return fmt, _relocate(own, chain) + members
 

@@ -95,14 +95,16 @@ def _scan_ours(blob_store: BlobStore, digest: str, path: str, siblings: frozense
         scan = scan_stream(path, reader, size, siblings=siblings)
     finally:
         reader.close()
+    # Recorded under the version this module caches by (one source of truth for the cache key).
+    scan.scanner, scan.scanner_version = SCANNER_NAME, SCANNER_VERSION
     return scan, int((time.perf_counter() - started) * 1000)
 
 
 def _scan_modelscan(blob_store: BlobStore, digest: str, path: str, sniffed: str) -> tuple[FileScan, int] | None:
-    """Run modelscan on a temporary copy named so that it picks a scanner (it goes by extension)."""
+    """Run modelscan on a temporary copy, for the formats it knows (it picks scanners by extension)."""
     from registry.scanning import modelscan_adapter
 
-    suffix = modelscan_adapter.suffix_for(sniffed, path)
+    suffix = modelscan_adapter.EXTENSION_FOR_FORMAT.get(sniffed)
     if suffix is None:
         return None
     started = time.perf_counter()
@@ -112,7 +114,7 @@ def _scan_modelscan(blob_store: BlobStore, digest: str, path: str, sniffed: str)
         with open(copy, "wb") as out:
             for chunk in blob_store.open_range(digest):
                 out.write(chunk)
-        scan = modelscan_adapter.scan_with_modelscan(copy, name=path)
+        scan = modelscan_adapter.scan_file_with_modelscan(copy, name=path, fmt=sniffed)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
     return scan, int((time.perf_counter() - started) * 1000)
