@@ -215,7 +215,14 @@ class Blob(Base):
 
 class Job(Base):
     __tablename__ = "jobs"
-    __table_args__ = (Index("ix_jobs_claim", "state", "run_after"),)
+    __table_args__ = (
+        Index("ix_jobs_claim", "state", "run_after"),
+        # What claim() walks, in order: queued jobs by priority, and running jobs by lease expiry.
+        Index("ix_jobs_queued_order", "priority", "id",
+              postgresql_where=text("state = 'queued'"), sqlite_where=text("state = 'queued'")),
+        Index("ix_jobs_running_lease", "lease_expires_at",
+              postgresql_where=text("state = 'running'"), sqlite_where=text("state = 'running'")),
+    )
 
     id: Mapped[int] = mapped_column(BigId, primary_key=True)
     kind: Mapped[str] = mapped_column(String(64))
