@@ -23,6 +23,7 @@ import queue
 import tempfile
 import threading
 import time
+from contextlib import contextmanager
 from datetime import timedelta
 from pathlib import Path
 from typing import BinaryIO, Iterator
@@ -134,11 +135,11 @@ class LocalBlobStore(BlobStore):
                 if expected_size is not None and size > expected_size:
                     # Stop reading a source that is already too long.
                     raise SizeMismatchError(label, expected=expected_size, actual=size)
-                writer.write(chunk)
-            writer.close()
-            os.fsync(out.fileno())
-        except OSError as exc:
-            raise BlobStoreError("put", str(exc), key=str(tmp)) from exc
+                with _filesystem_errors("put", tmp):
+                    writer.write(chunk)
+            with _filesystem_errors("put", tmp):
+                writer.close()
+                os.fsync(out.fileno())
         finally:
             writer.stop()
         return hasher.hexdigest(), size
@@ -280,6 +281,14 @@ class LocalBlobStore(BlobStore):
         for directory in (self._blobs, self._tmp):
             if not os.access(directory, os.W_OK | os.X_OK):
                 raise BlobStoreError("check", f"{directory} is not writable", key=str(directory))
+
+
+@contextmanager
+def _filesystem_errors(operation: str, path: Path) -> Iterator[None]:
+    try:
+        yield
+    except OSError as exc:
+        raise BlobStoreError(operation, str(exc), key=str(path)) from exc
 
 
 def _check_size(label: str, expected: int | None, actual: int) -> None:

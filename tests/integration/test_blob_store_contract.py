@@ -106,8 +106,8 @@ def exploding_iterable() -> Iterator[bytes]:
     yield b""  # pragma: no cover
 
 
-class UpstreamDroppedError(Exception):
-    pass
+class UpstreamDroppedError(ConnectionResetError):
+    """An OSError, like a real dropped connection: it must reach the caller as it is, not as BlobStoreError."""
 
 
 def dropping_source(data: bytes, fail_after: int) -> Iterator[bytes]:
