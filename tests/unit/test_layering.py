@@ -1,0 +1,44 @@
+"""The import rules that keep the house clear (architecture.md), checked on the source itself."""
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _imports(package: str) -> dict[str, set[str]]:
+    found: dict[str, set[str]] = {}
+    for path in (ROOT / package).rglob("*.py"):
+        names: set[str] = set()
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Import):
+                names.update(alias.name.split(".")[0] for alias in node.names)
+            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                names.add(node.module.split(".")[0])
+        found[str(path.relative_to(ROOT))] = names
+    return found
+
+
+@pytest.mark.parametrize("package,forbidden", [
+    ("registry", {"api", "workers"}),
+    ("api", {"workers"}),
+    ("workers", {"api"}),
+    ("registry/domain", {"sqlalchemy", "fastapi", "boto3", "httpx"}),
+    ("registry/storage", {"sqlalchemy", "fastapi"}),
+    ("registry/sources", {"sqlalchemy", "fastapi"}),
+    ("registry/scanning", {"sqlalchemy", "fastapi"}),
+])
+def test_package_does_not_import(package, forbidden):
+    offenders = {path: names & forbidden for path, names in _imports(package).items() if names & forbidden}
+    assert offenders == {}
+
+
+def test_fetch_client_and_signing_load_without_sqlalchemy_or_fastapi():
+    code = ("import sys, registry.client.http, registry.signing; "
+            "bad = [m for m in ('sqlalchemy', 'fastapi', 'boto3') if m in sys.modules]; print(bad)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True)
+    assert out.stdout.strip() == "[]"
