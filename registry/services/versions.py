@@ -21,7 +21,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from registry import audit, jobs
 from registry.services import scans
 from registry.auth import AuthenticatedPrincipal, Permission, get_tenant, require, validate_name
-from registry.db.models import Blob, Model, Version, VersionFile, utcnow
+from registry.db.models import Blob, Job, Model, Version, VersionFile, utcnow
 from registry.db.session import begin_write, is_postgres
 from registry.domain.errors import (
     InvalidInputError,
@@ -462,6 +462,8 @@ def mirror_file(
             if upstream.sha256 is not None and blob_store.exists(upstream.sha256):
                 digest, size = upstream.sha256, upstream.size
             else:
+                if upstream.sha256 is not None:
+                    _abort_abandoned_uploads(session_factory, blob_store, file_id, upstream.sha256)
                 result = blob_store.put(source.open(revision, upstream), expected_sha256=upstream.sha256,
                                         expected_size=upstream.size)
                 digest, size = result.digest, result.size
@@ -489,6 +491,35 @@ def mirror_file(
             jobs.enqueue(session, SEAL_VERSION, {"version_id": version_id},
                          idempotency_key=f"{SEAL_VERSION}:{version_id}")
         session.commit()
+
+
+def _abort_abandoned_uploads(session_factory: sessionmaker[Session], blob_store: BlobStore, file_id: int,
+                             digest: str) -> None:
+    """Abort the unfinished uploads of ``digest`` an earlier, crashed attempt left at its final key.
+
+    The uploads are listed first and aborted only if then no other mirror job of the same bytes is
+    running: an upload started after the listing is never touched, and a listed one is abandoned, or
+    belongs to an attempt of this very job whose lease was lost (its result does not count anyway).
+    Aborting never commits anything; at worst a writer's put fails and its job is retried. Temporary
+    files of a local store are left to ``sweep_incomplete``.
+    """
+    stale = blob_store.unfinished_uploads(digest)
+    if not stale:
+        return
+    with session_factory() as session:
+        siblings = session.scalars(
+            select(VersionFile.id).where(VersionFile.upstream_sha256 == digest, VersionFile.id != file_id,
+                                         VersionFile.sha256.is_(None))
+        ).all()
+        busy = bool(siblings) and session.scalar(
+            select(func.count()).select_from(Job).where(
+                Job.kind == MIRROR_FILE, Job.state == jobs.RUNNING,
+                Job.idempotency_key.in_([f"{MIRROR_FILE}:{i}" for i in siblings]))
+        )
+    if busy:
+        return
+    aborted = blob_store.abort_uploads(digest, stale)
+    log.info("mirror of file %d: aborted %d abandoned upload(s) of %s", file_id, aborted, digest)
 
 
 def _with_path(exc: IntegrityError, path: str) -> IntegrityError:

@@ -132,6 +132,24 @@ class BlobStore(abc.ABC):
     def iter_blobs(self) -> Iterator[BlobInfo]:
         """Every committed blob; temporary and unfinished uploads are never listed."""
 
+    def unfinished_uploads(self, digest: str) -> list[str]:
+        """Ids of unfinished writes at the final key of ``digest``, abandoned or in progress.
+
+        Only stores that write straight to the final key (S3 multipart uploads) have any; the default
+        is none (a local store's temporary files carry no digest and are left to ``sweep_incomplete``).
+        """
+        require_sha256(digest)
+        return []
+
+    def abort_uploads(self, digest: str, upload_ids: Iterable[str]) -> int:
+        """Abort these unfinished writes of ``digest`` (ids from ``unfinished_uploads``); return how many.
+
+        An id that finished or was aborted meanwhile is skipped. Aborting never commits anything: at
+        worst a writer still using the upload fails its put.
+        """
+        require_sha256(digest)
+        return 0
+
     @abc.abstractmethod
     def sweep_incomplete(self, older_than: timedelta) -> int:
         """Remove temporary keys and unfinished multipart uploads older than ``older_than``; return the count."""

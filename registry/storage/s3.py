@@ -28,7 +28,7 @@ from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager, suppress
 from datetime import datetime, timedelta, timezone
-from typing import Any, BinaryIO, Iterator
+from typing import Any, BinaryIO, Iterable, Iterator
 
 from boto3.s3.transfer import TransferConfig
 from botocore.exceptions import BotoCoreError, ClientError
@@ -341,6 +341,33 @@ class S3BlobStore(BlobStore):
                     shard, _, name = item["Key"][len(root) :].partition("/")
                     if is_sha256(name) and shard == name[:2]:
                         yield BlobInfo(name, item["Size"])
+
+    def unfinished_uploads(self, digest: str) -> list[str]:
+        """Ids of the multipart uploads at this blob's final key. Raises InvalidInputError, BlobStoreError."""
+        key = self._blob_key(digest)
+        uploads = self.client.get_paginator("list_multipart_uploads")
+        with _s3_errors("list uploads", key):
+            return [
+                upload["UploadId"]
+                for page in uploads.paginate(Bucket=self.bucket, Prefix=key)
+                for upload in page.get("Uploads", ())
+                if upload["Key"] == key
+            ]
+
+    def abort_uploads(self, digest: str, upload_ids: Iterable[str]) -> int:
+        """Abort these multipart uploads at this blob's final key; return how many were aborted here."""
+        key = self._blob_key(digest)
+        aborted = 0
+        for upload_id in upload_ids:
+            with _s3_errors("abort", key):
+                try:
+                    self.client.abort_multipart_upload(Bucket=self.bucket, Key=key, UploadId=upload_id)
+                except ClientError as exc:
+                    if _error_code(exc) != "NoSuchUpload":  # finished or aborted meanwhile
+                        raise
+                    continue
+            aborted += 1
+        return aborted
 
     def sweep_incomplete(self, older_than: timedelta) -> int:
         """Abort multipart uploads and delete temporary keys started more than ``older_than`` ago.

@@ -3,7 +3,9 @@ the version still completes, every blob is whole and right, and the killed attem
 never shows under a final key and is gone after the garbage-collection sweep.
 
 Real processes (``modelreg worker``), a real upstream (the HF-compatible hub, throttled so the kill
-lands mid-file) and real stores: a local directory with SQLite, and SeaweedFS S3 with PostgreSQL.
+lands mid-file) and real stores: a local directory with SQLite, and SeaweedFS S3 with PostgreSQL. On
+S3 the retried job itself aborts the multipart upload its killed attempt left; a local temporary file
+waits for the sweep.
 """
 
 from __future__ import annotations
@@ -246,6 +248,13 @@ def test_killed_worker_mid_file_then_another_completes_the_version(deployment, c
     assert blobs == {digest: size for digest, size in mirrored.values()}
     for digest in blobs:
         assert blob_sha256(store, digest) == digest
+
+    if deployment.kind == "s3":
+        # The retry aborted the multipart upload its killed attempt left at the shard's final key.
+        assert leftovers(deployment, store) == []
+    else:
+        # A local temporary file names no digest: it stays until the sweep.
+        assert len(leftovers(deployment, store)) == 1
 
     # The garbage-collection sweep removes whatever the killed attempt left, and nothing else.
     store.sweep_incomplete(timedelta(0))
