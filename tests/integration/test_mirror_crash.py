@@ -25,16 +25,17 @@ from typing import Callable
 
 import pytest
 from pydantic import SecretStr
+from sqlalchemy import select, update
 
 from registry.bootstrap import bootstrap
-from registry.db.models import Version
+from registry.db.models import Job, Version, VersionFile
 from registry.services import versions
 from registry.services.versions import SubmitRequest
 from registry.settings import Settings
 from registry.storage import BlobStore, LocalBlobStore, S3BlobStore
 from tests.support import db as dbsupport
 from tests.support.hf_upstream import HfUpstream
-from tests.support.registry import make_admin
+from tests.support.registry import drain, make_admin
 
 MIB = 1024 * 1024
 PART_SIZE = 5 * MIB
@@ -260,3 +261,47 @@ def test_killed_worker_mid_file_then_another_completes_the_version(deployment, c
     store.sweep_incomplete(timedelta(0))
     assert leftovers(deployment, store) == []
     assert {info.digest for info in store.iter_blobs()} == set(blobs)
+
+
+@pytest.mark.s3
+@pytest.mark.parametrize("sibling_running", [False, True], ids=["abandoned", "sibling-running"])
+def test_mirror_aborts_an_abandoned_upload_of_its_bytes_but_not_a_running_siblings(
+    container, s3_server, s3_bucket, hub, tmp_path, sibling_running
+):
+    """The retry's cleanup aborts uploads at the blob's key only when no other mirror of those bytes runs."""
+    client = s3_server.client()
+    store = S3BlobStore(client, s3_bucket, "registry", PART_SIZE)
+    container.__dict__["blob_store"] = store
+    shard = write_safetensors(tmp_path / "model.safetensors", 2 * PART_SIZE + 1)
+    digest = hashlib.sha256(shard).hexdigest()
+    for repo in ("org/a", "org/b"):  # the same shard in two models
+        hub.add_repo(repo, gitattributes=False)
+        hub.commit(repo, {"model.safetensors": tmp_path / "model.safetensors"})
+    admin = make_admin(container)
+    ids = {}
+    for name in ("a", "b"):
+        with container.session_factory() as session:
+            version, _ = versions.submit(session, admin, "acme", name,
+                                         SubmitRequest(source=f"hf://org/{name}", hf_endpoint=hub.url),
+                                         open_source=container.open_source, limits=container.limits())
+            ids[name] = version.id
+    # An upload at the shard's final key, as a writer left it (killed) or is still sending it.
+    key = f"registry/blobs/sha256/{digest[:2]}/{digest}"
+    other = client.create_multipart_upload(Bucket=s3_bucket, Key=key)["UploadId"]
+    client.upload_part(Bucket=s3_bucket, Key=key, UploadId=other, PartNumber=1, Body=shard[:PART_SIZE])
+    with container.session_factory() as session:
+        b_file = session.scalars(select(VersionFile.id).where(VersionFile.version_id == ids["b"])).one()
+        # Model b's mirror job is held by another (live) worker, or it is simply not running yet.
+        state = "running" if sibling_running else "failed"
+        session.execute(update(Job).where(Job.idempotency_key == f"mirror_file:{b_file}")
+                        .values(state=state, lease_expires_at=None))
+        session.commit()
+
+    drain(container)
+
+    with container.session_factory() as session:
+        assert session.get(Version, ids["a"]).state == "awaiting_approval"
+        assert session.get(VersionFile, b_file).sha256 is None
+    assert blob_sha256(store, digest) == digest
+    assert store.unfinished_uploads(digest) == ([other] if sibling_running else [])
+
