@@ -24,6 +24,7 @@ MEDIA_TYPE = "application/problem+json"
 
 # Most specific first: the first matching class decides.
 STATUS_BY_ERROR: list[tuple[type[errors.RegistryError], int]] = [
+    (errors.RangeNotSatisfiableError, 416),
     (errors.LimitExceededError, 413),
     (errors.InvalidInputError, 422),
     (errors.AuthenticationError, 401),

@@ -17,8 +17,8 @@ from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Any, Optional
 
-import click
 import typer
+from typer.exceptions import TyperException
 
 from registry.domain.errors import RegistryError
 
@@ -265,14 +265,15 @@ def version_show(
 def version_signature(
     model: str = typer.Argument(..., help="TENANT/NAME"), number: int = typer.Argument(...),
     output: Path = typer.Option(Path("model.sig"), "--output", "-o"),
-    url: str = UrlOpt, token: str = TokenOpt,
+    url: str = UrlOpt, token: str = TokenOpt, as_json: bool = JsonOpt,
 ) -> None:
     """Save the version's OpenSSF model-signing bundle (verify with `model_signing verify key`)."""
     tenant, name = _split_model(model)
     with _client(url, token) as client:
         bundle = client.get(f"/v1/models/{tenant}/{name}/versions/{number}/signature")
     output.write_text(json.dumps(bundle))
-    typer.echo(f"wrote {output}")
+    _emit({"written": str(output), "key_id": bundle["verificationMaterial"]["publicKey"]["hint"]}, as_json,
+          f"wrote {output}")
 
 
 @app.command()
@@ -336,12 +337,12 @@ def keys_list(url: str = UrlOpt, token: str = TokenOpt, as_json: bool = JsonOpt)
 
 @keys_app.command("export")
 def keys_export(output: Path = typer.Option(Path("registry.pub"), "--output", "-o"),
-                url: str = UrlOpt, token: str = TokenOpt) -> None:
+                url: str = UrlOpt, token: str = TokenOpt, as_json: bool = JsonOpt) -> None:
     """Write the registry's public key PEM (for `model_signing verify key --public_key`)."""
     with _client(url, token) as client:
         keys = client.get("/v1/keys")
     output.write_text(keys["keys"][0]["public_key_pem"])
-    typer.echo(f"wrote {output}")
+    _emit({"written": str(output), "key_id": keys["keys"][0]["key_id"]}, as_json, f"wrote {output}")
 
 
 # --- audit -----------------------------------------------------------------------------------
@@ -368,14 +369,19 @@ def audit_verify(
 
 
 @app.command()
-def migrate(data_dir: Optional[Path] = typer.Option(None, "--data-dir")) -> None:
+def migrate(data_dir: Optional[Path] = typer.Option(None, "--data-dir"), as_json: bool = JsonOpt) -> None:
     """Bring the database schema to the newest revision."""
     from registry.bootstrap import bootstrap, load_settings
 
     settings = load_settings(**({"data_dir": data_dir} if data_dir else {}))
     settings.data_dir.mkdir(parents=True, exist_ok=True)
-    bootstrap(settings, migrate=True).dispose()
-    typer.echo("database schema is up to date")
+    container = bootstrap(settings, migrate=True)
+    from alembic.migration import MigrationContext
+
+    with container.engine.connect() as conn:
+        head = MigrationContext.configure(conn).get_current_revision()
+    container.dispose()
+    _emit({"ok": True, "revision": head}, as_json, f"database schema is up to date (revision {head})")
 
 
 # --- processes -------------------------------------------------------------------------------
@@ -394,6 +400,7 @@ def serve(
     host: Optional[str] = typer.Option(None, "--host"),
     port: Optional[int] = typer.Option(None, "--port"),
     workers: Optional[int] = typer.Option(None, "--workers", help="worker threads in this process"),
+    as_json: bool = typer.Option(False, "--json", help="print the startup record as one JSON line"),
 ) -> None:
     """Run the API and N worker threads in one process (the embedded default: SQLite and local blobs)."""
     import threading
@@ -412,15 +419,20 @@ def serve(
         settings.public_url = f"http://{settings.host}:{settings.port}"
     container = bootstrap(settings, migrate=True)
     first = ensure_initial_admin(container)
-    if first.created_admin:
-        typer.echo(f"created tenant 'default' and principal 'admin'; admin token in {first.admin_token_file}")
-    elif first.admin_token_file:
-        typer.echo(f"admin token in {first.admin_token_file}")
     create_app = _component("api")
     start_workers = _component("workers")
     stop = threading.Event()
     threads = start_workers(container, settings.workers, stop)
-    typer.echo(f"modelreg serving on {settings.public_url} with {len(threads)} worker threads")
+    if as_json:
+        typer.echo(json.dumps({"url": settings.public_url, "workers": len(threads),
+                               "admin_token_file": str(first.admin_token_file) if first.admin_token_file else None,
+                               "created_admin": first.created_admin}))
+    else:
+        if first.created_admin:
+            typer.echo(f"created tenant 'default' and principal 'admin'; admin token in {first.admin_token_file}")
+        elif first.admin_token_file:
+            typer.echo(f"admin token in {first.admin_token_file}")
+        typer.echo(f"modelreg serving on {settings.public_url} with {len(threads)} worker threads")
     try:
         uvicorn.run(create_app(container), host=settings.host, port=settings.port, log_level="warning")
     finally:
@@ -431,10 +443,17 @@ def serve(
 
 
 @app.command()
-def worker(concurrency: int = typer.Option(1, "--concurrency", min=1, help="worker threads")) -> None:
+def worker(
+    concurrency: int = typer.Option(1, "--concurrency", min=1, help="worker threads"),
+    as_json: bool = typer.Option(False, "--json", help="log as JSON lines"),
+) -> None:
     """Run background jobs (mirroring, sealing, scanning) until SIGTERM or SIGINT."""
+    import logging
+
     from registry.bootstrap import bootstrap, load_settings
 
+    if as_json:
+        logging.basicConfig(level=logging.INFO, handlers=[_json_log_handler()])
     settings = load_settings()
     container = bootstrap(settings)
     try:
@@ -443,17 +462,32 @@ def worker(concurrency: int = typer.Option(1, "--concurrency", min=1, help="work
         container.dispose()
 
 
+def _json_log_handler():
+    import logging
+
+    class JsonFormatter(logging.Formatter):
+        def format(self, record: logging.LogRecord) -> str:
+            return json.dumps({"time": self.formatTime(record), "level": record.levelname, "logger": record.name,
+                               "message": record.getMessage()})
+
+    handler = logging.StreamHandler()
+    handler.setFormatter(JsonFormatter())
+    return handler
+
+
 def main(argv: list[str] | None = None) -> int:
     try:
         # Without standalone mode click returns a command's exit code instead of raising it.
         code = app(args=argv, prog_name="modelreg", standalone_mode=False)
-    except click.exceptions.Exit as exc:
+    except typer.Exit as exc:
         return exc.exit_code
-    except click.exceptions.Abort:
+    except typer.Abort:
         typer.echo("aborted", err=True)
         return 130
-    except click.ClickException as exc:
-        typer.echo(f"error: {exc.format_message()}", err=True)
+    except TyperException as exc:
+        # Usage errors (unknown command, missing argument, bad option value): one line, exit 2.
+        message = exc.format_message() if hasattr(exc, "format_message") else str(exc)
+        typer.echo(f"error: {' '.join(message.split())}", err=True)
         return 2
     except RegistryError as exc:
         typer.echo(f"error: {exc}", err=True)

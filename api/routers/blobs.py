@@ -4,16 +4,63 @@ from __future__ import annotations
 
 import tempfile
 
-from fastapi import APIRouter, Query, Request, Response, status
+import re
+
+from fastapi import APIRouter, Header, Query, Request, Response, status
+from fastapi.responses import StreamingResponse
 from starlette.concurrency import run_in_threadpool
 
 from api.deps import ContainerDep, PrincipalDep, SessionDep
+from registry.domain.errors import NotFoundError, PermissionDeniedError, RangeNotSatisfiableError
 from registry.domain.files import require_sha256
 from registry.services import versions
 
 router = APIRouter(prefix="/v1/blobs", tags=["blobs"])
 
 SPOOL_IN_MEMORY = 8 * 1024 * 1024
+
+
+RANGE_RE = re.compile(r"^bytes=(\d*)-(\d*)$")
+
+
+@router.get("/sha256/{digest}")
+def get_blob(
+    digest: str, container: ContainerDep,
+    expires: str | None = Query(None), signature: str | None = Query(None),
+    range_header: str | None = Header(None, alias="Range"),
+) -> Response:
+    """Serve a blob to the holder of a presigned URL (the local store's equivalent of S3 presigning).
+
+    Supports one ``Range: bytes=a-b`` so interrupted downloads resume.
+    """
+    store = container.blob_store
+    verify = getattr(store, "verify_presigned", None)
+    if verify is None:
+        raise NotFoundError("this registry's blobs are served by its object store, not by the API")
+    if expires is None or signature is None:
+        raise PermissionDeniedError("a blob URL needs its expires and signature parameters", digest=digest)
+    verify(require_sha256(digest), expires, signature)
+    size = store.stat(digest).size
+    start, end, status_code = 0, size, 200
+    if range_header:
+        match = RANGE_RE.match(range_header.strip())
+        if match is None or match.groups() == ("", ""):
+            raise RangeNotSatisfiableError(f"unsupported Range {range_header!r}", range=range_header)
+        first, last = match.groups()
+        if first == "":
+            start, end = max(0, size - int(last)), size
+        else:
+            start, end = int(first), min(size, int(last) + 1) if last else size
+        if start >= size or start >= end:
+            raise RangeNotSatisfiableError(f"Range {range_header!r} is outside the blob's {size} bytes",
+                                           range=range_header, size=size)
+        status_code = 206
+    headers = {"Content-Length": str(end - start), "Accept-Ranges": "bytes", "ETag": f'"{digest}"',
+               "Cache-Control": "private, max-age=31536000, immutable"}
+    if status_code == 206:
+        headers["Content-Range"] = f"bytes {start}-{end - 1}/{size}"
+    return StreamingResponse(store.open_range(digest, start, end), status_code=status_code, headers=headers,
+                             media_type="application/octet-stream")
 
 
 @router.head("/sha256/{digest}")

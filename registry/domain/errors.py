@@ -282,3 +282,9 @@ class ScanFailedError(RegistryError):
     """A file could not be scanned (the scan job ran out of attempts)."""
 
     code = "scan-error"
+
+
+class RangeNotSatisfiableError(InvalidInputError):
+    """A byte range outside the blob, or one the server does not support."""
+
+    code = "range-not-satisfiable"

@@ -146,3 +146,52 @@ def test_uploaded_blob_with_wrong_digest_is_refused(server):
     r = httpx.post(server.url + "/v1/models/default/up2/versions", headers=auth, json={
         "source": "upload:x", "files": [{"path": "a.bin", "size": 1, "sha256": "1" * 64}]})
     assert r.status_code == 422 and "not uploaded" in r.json()["detail"]
+
+
+def test_local_presigned_blob_url_serves_ranges_and_refuses_tampering(server, tmp_path):
+    import datetime as dt
+    import hashlib
+
+    from registry.settings import Settings
+    from registry.storage import open_blob_store
+
+    data = bytes(range(256)) * 1000
+    digest = hashlib.sha256(data).hexdigest()
+    auth = {"Authorization": f"Bearer {server.admin_token}"}
+    assert httpx.put(server.url + f"/v1/blobs/sha256/{digest}", params={"tenant": "default"}, content=data,
+                     headers=auth).status_code == 201
+    # The server's own store signs the URL, with the secret it keeps in its data directory.
+    from pydantic import SecretStr
+
+    secret = (server.data_dir / "presign-secret").read_text().strip()
+    store = open_blob_store((server.data_dir / "blobs").resolve().as_uri(),
+                            Settings(presign_secret=SecretStr(secret), public_url=server.url))
+    url = store.presign_get(digest, dt.timedelta(minutes=5))
+    full = httpx.get(url)
+    assert full.status_code == 200 and full.content == data and full.headers["etag"] == f'"{digest}"'
+    part = httpx.get(url, headers={"Range": "bytes=1000-1999"})
+    assert part.status_code == 206 and part.content == data[1000:2000]
+    assert part.headers["content-range"] == f"bytes 1000-1999/{len(data)}"
+    tail = httpx.get(url, headers={"Range": "bytes=-10"})
+    assert tail.content == data[-10:]
+    assert httpx.get(url, headers={"Range": f"bytes={len(data)}-"}).status_code == 416
+    tampered = url.replace("signature=", "signature=0")
+    r = httpx.get(tampered)
+    assert r.status_code == 403 and r.json()["type"].endswith("/bad-presigned-url")
+    assert httpx.get(url.split("?")[0]).status_code == 403
+    expired = store.presign_get(digest, dt.timedelta(seconds=-1))
+    assert httpx.get(expired).status_code == 403
+
+
+def test_rescan_cli(server, hub):
+    server.cli("submit", "hf://org/tiny", "--model", "default/tiny", "--hf-endpoint", hub.url, "--wait",
+               check=True, timeout=300)
+    r = server.cli("rescan")
+    assert r.returncode == 1 and "--all" in r.stderr
+    result = json.loads(server.cli("rescan", "--all", "--json", check=True).stdout)
+    # Everything stored was scanned by this scanner version already: nothing to queue.
+    assert result["queued"] == 0 and result["scanner"] == "modelreg"
+    server.cli("principal", "create", "nobody", check=True)
+    token = server.cli("principal", "token", "nobody", check=True).stdout.strip()
+    denied = server.cli("rescan", "--all", token=token)
+    assert denied.returncode == 1 and "permission-denied" in denied.stderr

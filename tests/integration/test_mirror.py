@@ -264,3 +264,24 @@ def test_model_signing_cli_accepts_a_fetched_version_and_rejects_a_changed_byte(
     shard.write_bytes(bytes(data))
     bad = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
     assert bad.returncode != 0
+
+
+@pytest.mark.parametrize("setting,value", [
+    ("max_files_per_version", 3), ("max_file_size", 1000), ("max_version_size", 5000),
+])
+def test_listing_over_the_limits_fails_the_version(container, admin, hub, setting, value):
+    _publish_tiny(hub)
+    setattr(container.settings, setting, value)
+    version_id, *_ = _submit(container, admin, "hf://org/tiny", hf_endpoint=hub.url)
+    v = _version(container, version_id)
+    assert v.state == "failed" and v.failure_reason == "limit_exceeded"
+    assert v.failure_detail["limit"] == value
+    with container.session_factory() as session:
+        assert session.scalar(select(func.count()).select_from(Job)) == 0
+
+
+def test_an_empty_selection_fails_the_version(container, admin, hub):
+    _publish_tiny(hub)
+    version_id, *_ = _submit(container, admin, "hf://org/tiny", hf_endpoint=hub.url, include=("*.gguf",))
+    v = _version(container, version_id)
+    assert v.state == "failed" and "no files" in v.failure_detail["message"]

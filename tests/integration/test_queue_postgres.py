@@ -19,6 +19,8 @@ import time
 from pathlib import Path
 
 import pytest
+
+from tests.support.clock import ManualClock
 from sqlalchemy import func, select
 
 from registry.bootstrap import bootstrap
@@ -210,20 +212,9 @@ def test_heartbeat_keeps_a_long_job_from_being_taken(pg_queue_url, processes, tm
 # --- outcomes, in-process, with a clock the test moves ---------------------------------------
 
 
-class FakeClock:
-    def __init__(self) -> None:
-        self.now = dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc)
-
-    def __call__(self) -> dt.datetime:
-        return self.now
-
-    def advance(self, **kw) -> None:
-        self.now += dt.timedelta(**kw)
-
-
 @pytest.fixture
 def clock():
-    return FakeClock()
+    return ManualClock()
 
 
 @pytest.fixture

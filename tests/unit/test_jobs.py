@@ -4,25 +4,13 @@ import pytest
 from sqlalchemy import select
 
 from registry.db.models import Job
+from tests.support.clock import ManualClock
 from registry.jobs import DEAD, QUEUED, SUCCEEDED, JobQueue, enqueue
-
-
-class FakeClock:
-    """A clock the test moves by hand (the queue takes any callable)."""
-
-    def __init__(self) -> None:
-        self.now = dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc)
-
-    def __call__(self) -> dt.datetime:
-        return self.now
-
-    def advance(self, **kw) -> None:
-        self.now += dt.timedelta(**kw)
 
 
 @pytest.fixture
 def clock():
-    return FakeClock()
+    return ManualClock()
 
 
 @pytest.fixture

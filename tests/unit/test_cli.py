@@ -1,0 +1,80 @@
+"""The CLI contract: every command takes --json; local commands exit with the documented codes."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import typer.main
+
+from registry.cli import app
+from tests.support import scan_samples
+from tests.support.tiny_model import tiny_model_files
+
+MODELREG = str(Path(sys.executable).parent / "modelreg")
+
+
+def _leaf_commands(group, prefix: str = ""):
+    for name, cmd in group.commands.items():
+        if hasattr(cmd, "commands"):
+            yield from _leaf_commands(cmd, f"{prefix}{name} ")
+        else:
+            yield f"{prefix}{name}", cmd
+
+
+def test_every_command_has_json_output():
+    commands = dict(_leaf_commands(typer.main.get_command(app)))
+    assert {"serve", "worker", "submit", "scan", "audit verify", "version show"} <= set(commands)
+    missing = [name for name, cmd in commands.items() if not any("--json" in p.opts for p in cmd.params)]
+    assert missing == []
+
+
+def _run(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([MODELREG, *args], capture_output=True, text=True, timeout=120)
+
+
+def test_scan_exit_codes(tmp_path):
+    safe = tmp_path / "safe"
+    safe.mkdir()
+    for path, data in tiny_model_files(0).items():
+        (safe / path).write_bytes(data)
+    ok = _run("scan", str(safe), "--json")
+    assert ok.returncode == 0, ok.stderr
+    report = json.loads(ok.stdout)
+    assert report["verdict"] == "safe" and len(report["files"]) == len(tiny_model_files(0))
+
+    evil = tmp_path / "evil.bin"
+    evil.write_bytes(scan_samples.pip_main())
+    bad = _run("scan", str(evil))
+    assert bad.returncode == 1 and "unsafe" in bad.stdout and "pip.main" in bad.stdout
+
+    suspicious = tmp_path / "sus"
+    suspicious.mkdir()
+    (suspicious / "modeling_x.py").write_text("print('hi')\n")
+    assert _run("scan", str(suspicious)).returncode == 1
+
+    broken = tmp_path / "broken"
+    broken.mkdir()
+    (broken / "config.json").write_text("{not json")
+    err = _run("scan", str(broken), "--json")
+    assert err.returncode == 2 and json.loads(err.stdout)["verdict"] == "error"
+
+
+def test_scan_of_a_missing_path_is_a_usage_error(tmp_path):
+    r = _run("scan", str(tmp_path / "nope"))
+    assert r.returncode == 2 and r.stderr.startswith("error:") and len(r.stderr.strip().splitlines()) == 1
+
+
+def test_client_command_without_url_fails_with_one_line(monkeypatch):
+    r = subprocess.run([MODELREG, "whoami"], capture_output=True, text=True, timeout=60,
+                       env={"PATH": "/usr/bin:/bin"})
+    assert r.returncode == 1 and "MODELREG_URL" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("args", [["submit", "x"], ["version", "show"], ["nope"]])
+def test_usage_errors_exit_2(args):
+    r = _run(*args)
+    assert r.returncode == 2 and r.stderr.startswith("error:")
