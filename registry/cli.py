@@ -384,6 +384,29 @@ def migrate(data_dir: Optional[Path] = typer.Option(None, "--data-dir"), as_json
     _emit({"ok": True, "revision": head}, as_json, f"database schema is up to date (revision {head})")
 
 
+@app.command()
+def gc(
+    older_than_hours: float = typer.Option(24.0, "--older-than-hours", min=0.0,
+                                           help="only what was left at least this long ago"),
+    data_dir: Optional[Path] = typer.Option(None, "--data-dir"),
+    as_json: bool = JsonOpt,
+) -> None:
+    """Sweep the blob store: temporary files and unfinished multipart uploads of crashed writers."""
+    import datetime as dt
+
+    from registry.bootstrap import bootstrap, load_settings, prepare_embedded
+
+    settings = load_settings(**({"data_dir": data_dir} if data_dir else {}))
+    if settings.database_url is None:
+        prepare_embedded(settings)
+    container = bootstrap(settings)
+    try:
+        swept = container.blob_store.sweep_incomplete(dt.timedelta(hours=older_than_hours))
+    finally:
+        container.dispose()
+    _emit({"swept": swept}, as_json, f"swept {swept} incomplete upload(s)")
+
+
 # --- processes -------------------------------------------------------------------------------
 
 

@@ -127,6 +127,28 @@ def submit(
     open_source: SourceOpener,
     limits: Limits,
 ) -> tuple[Version, bool]:
+    """Submit a version; see :func:`_submit`. Retried once when a concurrent submission won a race."""
+    from sqlalchemy.exc import IntegrityError as SAIntegrityError
+
+    try:
+        return _submit(session, principal, tenant, name, request, open_source=open_source, limits=limits)
+    except SAIntegrityError:
+        # Two first submissions of a model, or of the same source, committed at once: the unique
+        # constraints let one through; the other now finds its model or its version.
+        session.rollback()
+        return _submit(session, principal, tenant, name, request, open_source=open_source, limits=limits)
+
+
+def _submit(
+    session: Session,
+    principal: AuthenticatedPrincipal,
+    tenant: str,
+    name: str,
+    request: SubmitRequest,
+    *,
+    open_source: SourceOpener,
+    limits: Limits,
+) -> tuple[Version, bool]:
     """Submit a version of ``tenant/name`` from ``request.source``.
 
     The revision is resolved now. An unknown repository or revision, a bad listing or a listing

@@ -78,3 +78,14 @@ def test_client_command_without_url_fails_with_one_line(monkeypatch):
 def test_usage_errors_exit_2(args):
     r = _run(*args)
     assert r.returncode == 2 and r.stderr.startswith("error:")
+
+
+def test_gc_sweeps_what_a_crashed_writer_left(tmp_path):
+    data = tmp_path / "data"
+    (data / "blobs" / "tmp").mkdir(parents=True)
+    leftover = data / "blobs" / "tmp" / "put-crashed"
+    leftover.write_bytes(b"partial")
+    young = _run("gc", "--data-dir", str(data), "--json")
+    assert young.returncode == 0 and json.loads(young.stdout)["swept"] == 0 and leftover.exists()
+    swept = _run("gc", "--data-dir", str(data), "--older-than-hours", "0", "--json")
+    assert json.loads(swept.stdout)["swept"] == 1 and not leftover.exists()
