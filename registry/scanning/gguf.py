@@ -111,6 +111,10 @@ class _Tensor:
 
 
 def _is_template_key(key: str) -> bool:
+    # llama-cpp-python reads keys through C strings (``llama_model_meta_key_by_index``): a key is cut
+    # at its first NUL, so ``tokenizer.chat_template\0x`` becomes the chat template. Readers may
+    # also strip whitespace; any key that reads as a chat template is checked as one.
+    key = key.split("\0", 1)[0].strip()
     return key == "tokenizer.chat_template" or key.startswith("tokenizer.chat_template.")
 
 
@@ -164,6 +168,9 @@ def _parse(r: BoundedReader, sink: FindingSink) -> None:
     for _ in range(n_kv):
         at = r.pos
         key = _read_key(r, version, "gguf.metadata.key-invalid")
+        if "\0" in key:
+            # C readers see a shorter key than this parser does: two views of one file.
+            sink.add("gguf.metadata.key-nul", Severity.UNSAFE, f"metadata@{at}", f"metadata key {key!r} contains a NUL byte")
         if key in keys:
             raise _MalformedError("gguf.metadata.duplicate-key", at, f"metadata key {key!r} repeated: readers disagree")
         keys.add(key)
@@ -209,7 +216,24 @@ def _parse(r: BoundedReader, sink: FindingSink) -> None:
     if tensors and data_start > r.size:
         raise _MalformedError("gguf.truncated", r.pos, "file ends before the tensor data section")
     data_len = max(r.size - data_start, 0)
+    _check_padding(r, min(data_start, r.size), sink)
     _check_layout(tensors, data_start, data_len, alignment, sink)
+
+
+MAX_PADDING_READ = 1 << 20
+
+
+def _check_padding(r: BoundedReader, end: int, sink: FindingSink) -> None:
+    """The bytes between the tensor infos and the data section are alignment padding: zeros only."""
+    start = r.pos
+    n = end - start
+    if n <= 0:
+        return
+    if n > MAX_PADDING_READ:
+        sink.add("gguf.padding.invalid", Severity.SUSPICIOUS, f"@{start}", f"{n} bytes of alignment padding")
+        return
+    if r.read(n).strip(b"\0"):
+        sink.add("gguf.padding.invalid", Severity.SUSPICIOUS, f"@{start}..{end}", "alignment padding holds non-zero bytes")
 
 
 def _align(value: int, alignment: int) -> int:
@@ -236,7 +260,9 @@ def _check_layout(tensors: list[_Tensor], data_start: int, data_len: int, alignm
                 f"{t.offset - cursor} unreferenced bytes before tensor {t.name!r}",
             )
         cursor = max(cursor, t.offset + t.nbytes)
-    if data_len > _align(cursor, alignment) and tensors:
+    # Without tensors there is no data section at all (vocab-only files end after the metadata
+    # padding): any byte after it is unreferenced too.
+    if data_len > _align(cursor, alignment):
         sink.add(
             "gguf.data.trailing-bytes",
             Severity.SUSPICIOUS,

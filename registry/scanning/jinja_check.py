@@ -214,6 +214,7 @@ class _Walker:
     def __init__(self) -> None:
         self.issues: list[TemplateIssue] = []
         self.local_names: set[str] = set()
+        self.env: _Env = {}
 
     def add(self, kind: str, severity: Severity, node: Any, detail: str) -> None:
         line = getattr(node, "lineno", None)
@@ -228,6 +229,8 @@ class _Walker:
             for name_node in node.find_all(n.Name):
                 if name_node.ctx in ("store", "param"):
                     self.local_names.add(name_node.name)
+            self.local_names.update(m.name for m in node.find_all(n.Macro))
+            self.env = _bindings(node)
         self._check(node, parent)
         for child in node.iter_child_nodes():
             self.visit(child, node)
@@ -240,7 +243,7 @@ class _Walker:
             if _bad_attr_name(node.attr):
                 self.add("gadget", U, node, f"attribute walk to {node.attr!r}")
             elif node.attr in ("format", "format_map"):
-                fmt = _fold(node.node)
+                fmt = self._fold(node.node)
                 if isinstance(fmt, str) and _FORMAT_FIELD_ATTR_RE.search(fmt):
                     self.add("gadget", U, node, f"str.format with attribute lookups in {fmt!r}")
                 else:
@@ -260,18 +263,21 @@ class _Walker:
         elif isinstance(node, n.Const) and isinstance(node.value, str):
             self._check_const(node)
         elif isinstance(node, (n.Concat, n.Add, n.Mul, n.Mod)):
-            folded = _fold(node)
+            folded = self._fold(node)
             if isinstance(folded, str) and (re.search(r"__\w+__", folded) or _STRONG_TEXT_RE.search(folded)):
                 self.add("gadget", U, node, f"string built from pieces spells {folded[:80]!r}")
-            if isinstance(node, n.Mod) and isinstance(_fold(node.left), str) and "%c" in _fold(node.left):
+            if isinstance(node, n.Mod) and isinstance(self._fold(node.left), str) and "%c" in self._fold(node.left):
                 self.add("gadget", U, node, "%c formatting builds characters from numbers")
         elif isinstance(node, (n.Include, n.Import, n.FromImport, n.Extends)):
             self.add("template-load", S, node, f"{type(node).__name__.lower()} loads another template")
 
+    def _fold(self, node: Any) -> Any:
+        return _fold(node, 0, self.env)
+
     def _check_key(self, node: Any, key: Any, what: str) -> None:
         from jinja2 import nodes as n
 
-        folded = _fold(key)
+        folded = self._fold(key)
         if isinstance(folded, str):
             if _bad_attr_name(folded):
                 self.add("gadget", Severity.UNSAFE, node, f"{what} of {folded!r}")
@@ -279,10 +285,33 @@ class _Walker:
         if folded is not None:
             return  # an integer index
         # A key that is not a constant: fine when it is data (``message[key]``), an attack when it is
-        # assembled from literals (``x['__cla' ~ 'ss__']`` with a filter in between).
-        consts = [c.value for c in key.find_all(n.Const) if isinstance(c.value, str)]
-        if isinstance(key, n.Const) or any("_" in c or "%c" in c for c in consts):
-            self.add("gadget", Severity.UNSAFE, node, f"{what} with a key assembled from {consts[:4]!r}")
+        # assembled at render time. Jinja's subscript falls back to getattr, so a key built from
+        # pieces (``u ~ u ~ 'class' ~ u ~ u`` with ``{% set u = '_' %}``, a character cut out of a
+        # string, ``'%c'|format(95)``) reaches any attribute. Local ``set``/``for``/macro bindings are
+        # followed, so moving a piece into a variable does not hide it.
+        self._check_built(node, key, what)
+
+    def _check_built(self, node: Any, key: Any, what: str) -> bool:
+        """Report a non-constant name/key assembled by the template; True when reported."""
+        from jinja2 import nodes as n
+
+        if isinstance(key, n.Const):
+            self.add("gadget", Severity.UNSAFE, node, f"{what} with a key assembled from {[key.value]!r}")
+            return True
+        if not _is_built(key, self.env):
+            return False
+        ev = _Evidence()
+        ev.collect(key, self.env)
+        if ev.char_pieces or ev.char_ops:
+            self.add(
+                "gadget",
+                Severity.UNSAFE,
+                node,
+                f"{what} assembled at render time from {sorted(ev.char_pieces)[:4]!r}{' and ' + ', '.join(sorted(ev.char_ops)) if ev.char_ops else ''}",
+            )
+        else:
+            self.add("dynamic-attribute", Severity.SUSPICIOUS, node, f"{what} assembled at render time from {sorted(ev.consts)[:4]!r}")
+        return True
 
     def _check_name(self, node: Any, parent: Any) -> None:
         from jinja2 import nodes as n
@@ -310,7 +339,7 @@ class _Walker:
             if not node.args:
                 self.add("dynamic-attribute", Severity.SUSPICIOUS, node, "|attr without argument")
             else:
-                value = _fold(node.args[0])
+                value = self._fold(node.args[0])
                 if not isinstance(value, str):
                     self.add("gadget", U, node, "|attr with a computed attribute name")
                 elif _bad_attr_name(value):
@@ -323,16 +352,18 @@ class _Walker:
                 candidates.append(node.args[0])
             if name == "map":
                 candidates.extend(node.args[1:])
-                if node.args and _fold(node.args[0]) == "attr":
+                if node.args and self._fold(node.args[0]) == "attr":
                     self.add("dynamic-attribute", Severity.SUSPICIOUS, node, "|map('attr', ...)")
             for arg in candidates:
-                value = _fold(arg)
+                value = self._fold(arg)
                 if isinstance(value, str) and _bad_attr_path(value):
                     self.add("gadget", U, node, f"|{name} on attribute {value!r}")
                 elif value is None and not isinstance(arg, n.Name):
                     self.add("gadget", U, node, f"|{name} with a computed attribute name")
+                elif value is None:
+                    self._check_built(node, arg, f"|{name} attribute")
         elif name == "format" and node.node is not None:
-            fmt = _fold(node.node)
+            fmt = self._fold(node.node)
             if isinstance(fmt, str) and "%c" in fmt:
                 self.add("gadget", U, node, "|format with %c builds characters from numbers")
         if node.dyn_args is not None or node.dyn_kwargs is not None:
@@ -346,21 +377,196 @@ class _Walker:
             self.add("gadget", Severity.UNSAFE, node, f"string constant {value[:80]!r} looks like a dunder fragment")
 
 
-def _fold(node: Any, depth: int = 0) -> Any:
-    """Evaluate a constant string/number expression without rendering; ``None`` if not constant."""
+_Env = dict[str, list[Any]]
+"""Local bindings: ``name`` or ``ns.attr`` -> the expressions (or ``("iter", expr)``) bound to it."""
+_MAX_BINDINGS = 10_000
+
+
+def _bindings(template: Any) -> _Env:
+    """Collect what each local name can hold: ``set``, ``for`` targets, macro arguments, namespace/dict fields."""
+    from jinja2 import nodes as n
+
+    env: _Env = {}
+
+    def bind(key: str, value: Any) -> None:
+        if sum(len(v) for v in env.values()) < _MAX_BINDINGS:
+            env.setdefault(key, []).append(value)
+
+    def bind_target(target: Any, value: Any) -> None:
+        if isinstance(target, n.Name):
+            bind(target.name, value)
+        elif isinstance(target, n.NSRef):
+            bind(f"{target.name}.{target.attr}", value)
+        elif isinstance(target, n.Tuple):
+            items = value.items if isinstance(value, (n.Tuple, n.List)) and len(value.items) == len(target.items) else None
+            for i, item in enumerate(target.items):
+                bind_target(item, items[i] if items is not None else ("opaque", value))
+
+    macros: dict[str, Any] = {}
+    for node in template.find_all((n.Assign, n.AssignBlock, n.For, n.Macro)):
+        if isinstance(node, n.Assign):
+            bind_target(node.target, node.node)
+            value = node.node
+            if isinstance(node.target, n.Name):
+                # ``namespace(k=...)`` / ``dict(k=...)`` / ``{'k': ...}``: their fields are bindings too.
+                if isinstance(value, n.Call) and isinstance(value.node, n.Name) and value.node.name in ("namespace", "dict"):
+                    for kw in value.kwargs:
+                        bind(f"{node.target.name}.{kw.key}", kw.value)
+                elif isinstance(value, n.Dict):
+                    for pair in value.items:
+                        if isinstance(pair.key, n.Const) and isinstance(pair.key.value, str):
+                            bind(f"{node.target.name}.{pair.key.value}", pair.value)
+        elif isinstance(node, n.AssignBlock):
+            bind_target(node.target, ("block", node))
+        elif isinstance(node, n.For):
+            bind_target(node.target, ("iter", node.iter))
+        else:
+            macros[node.name] = node
+            offset = len(node.args) - len(node.defaults)
+            for i, default in enumerate(node.defaults):
+                bind(node.args[offset + i].name, default)
+    for call in template.find_all(n.Call):
+        macro = macros.get(call.node.name) if isinstance(call.node, n.Name) else None
+        if macro is None:
+            continue
+        params = [a.name for a in macro.args]
+        for i, arg in enumerate(call.args[: len(params)]):
+            bind(params[i], arg)
+        for kw in call.kwargs:
+            if kw.key in params:
+                bind(kw.key, kw.value)
+    return env
+
+
+def _lookup(node: Any, env: _Env) -> list[Any] | None:
+    """The bindings an expression reads, when it reads a local name or namespace/dict field."""
+    from jinja2 import nodes as n
+
+    if isinstance(node, n.Name):
+        return env.get(node.name)
+    if isinstance(node, (n.Getattr, n.NSRef)):
+        base = node.name if isinstance(node, n.NSRef) else (node.node.name if isinstance(node.node, n.Name) else None)
+        return env.get(f"{base}.{node.attr}") if base else None
+    if isinstance(node, n.Getitem) and isinstance(node.node, n.Name) and isinstance(node.arg, n.Const):
+        return env.get(f"{node.node.name}.{node.arg.value}")
+    return None
+
+
+# Filters that yield numbers or booleans: an index computed with them is arithmetic, not a name.
+_NUMERIC_FILTERS = frozenset({"int", "float", "length", "count", "abs", "round", "sum", "max", "min", "bool"})
+
+
+def _is_built(node: Any, env: _Env, depth: int = 0, seen: set[int] | None = None) -> bool:
+    """True when a value is assembled by the template (string operations, character cuts), not read from data."""
+    from jinja2 import nodes as n
+
+    seen = set() if seen is None else seen
+    if depth > 30 or id(node) in seen:
+        return False
+    seen.add(id(node))
+
+    def built(x: Any) -> bool:
+        return _is_built(x, env, depth + 1, seen)
+
+    if isinstance(node, tuple):
+        kind, inner = node
+        if kind == "block":
+            return True
+        if kind == "iter":
+            # A loop over a literal list of strings picks template constants, e.g. ``for u in ['_']``.
+            return isinstance(inner, (n.List, n.Tuple)) or built(inner)
+        return built(inner)
+    if isinstance(node, n.Const):
+        return False
+    if isinstance(node, n.Concat):
+        return True
+    if isinstance(node, (n.Add, n.Mul, n.Mod)):
+        # ``ns.i + 1`` is an index; ``u + 'class'`` or ``'%c' % 95`` is a name being made.
+        return any(isinstance(x, n.Const) and isinstance(x.value, str) or built(x) for x in (node.left, node.right))
+    if isinstance(node, n.Filter):
+        return node.name not in _NUMERIC_FILTERS
+    if isinstance(node, n.CondExpr):
+        return built(node.expr1) or (node.expr2 is not None and built(node.expr2))
+    if isinstance(node, n.Getitem) and (isinstance(node.arg, n.Slice) or isinstance(node.node, n.Const)):
+        return True  # a cut out of a string
+    bound = _lookup(node, env)
+    if bound:
+        return any(built(b) for b in bound)
+    return False
+
+
+class _Evidence:
+    """What a built value is made of: string pieces and the operations that make characters."""
+
+    def __init__(self) -> None:
+        self.consts: set[str] = set()
+        self.char_pieces: set[str] = set()
+        self.char_ops: set[str] = set()
+        self._seen: set[int] = set()
+
+    def collect(self, node: Any, env: _Env, depth: int = 0) -> None:
+        from jinja2 import nodes as n
+
+        if depth > 30 or id(node) in self._seen or len(self._seen) > 5000:
+            return
+        self._seen.add(id(node))
+        if isinstance(node, tuple):
+            self.collect(node[1], env, depth + 1)
+            return
+        for sub in [node, *node.find_all(n.Node)]:
+            if isinstance(sub, n.Const) and isinstance(sub.value, str):
+                self.consts.add(sub.value)
+                if "_" in sub.value or "%c" in sub.value or "{:c}" in sub.value:
+                    self.char_pieces.add(sub.value)
+            elif isinstance(sub, n.TemplateData) and "_" in sub.data:
+                self.char_pieces.add(sub.data[:40])
+            elif isinstance(sub, n.Getitem) and (isinstance(sub.arg, n.Slice) or (isinstance(sub.arg, n.Const) and isinstance(sub.arg.value, int))):
+                self.char_ops.add("a character cut from a string")
+            elif isinstance(sub, (n.Mod, n.Filter)) and (isinstance(sub, n.Mod) or sub.name in ("format", "first", "last", "list", "string", "join", "replace", "reverse", "batch", "slice")):
+                self.char_ops.add(f"{'%' if isinstance(sub, n.Mod) else '|' + sub.name}")
+            elif isinstance(sub, n.Getattr) and sub.attr in ("format", "format_map", "join", "replace"):
+                self.char_ops.add(f".{sub.attr}()")
+            bound = _lookup(sub, env) if isinstance(sub, (n.Name, n.Getattr, n.NSRef, n.Getitem)) else None
+            for b in bound or []:
+                self.collect(b, env, depth + 1)
+
+
+def _fold(node: Any, depth: int = 0, env: _Env | None = None) -> Any:
+    """Evaluate a constant string/number expression without rendering; ``None`` if not constant.
+
+    With ``env``, a local name bound exactly once (``{% set u = '_' %}``, a loop over a one-item
+    literal list) folds to its value.
+    """
     from jinja2 import nodes as n
 
     if depth > 50:
         return None
     if isinstance(node, n.Const):
         return node.value
+    if env is not None:
+        bound = _lookup(node, env)
+        if bound is not None:
+            if len(bound) != 1:
+                return None
+            value = bound[0]
+            if isinstance(value, tuple):
+                if value[0] != "iter":
+                    return None
+                items = _fold(value[1], depth + 1, env)
+                return items[0] if isinstance(items, list) and len(items) == 1 else None
+            return _fold(value, depth + 1, env)
+    if isinstance(node, n.Getitem) and isinstance(node.arg, n.Const) and isinstance(node.arg.value, int):
+        base = _fold(node.node, depth + 1, env)
+        if isinstance(base, (str, list)) and -len(base) <= node.arg.value < len(base):
+            return base[node.arg.value]
+        return None
     if isinstance(node, n.Concat):
-        parts = [_fold(x, depth + 1) for x in node.nodes]
+        parts = [_fold(x, depth + 1, env) for x in node.nodes]
         if all(p is not None for p in parts):
             return "".join(str(p) for p in parts)[:10_000]
         return None
     if isinstance(node, (n.Add, n.Mul, n.Mod)):
-        left, right = _fold(node.left, depth + 1), _fold(node.right, depth + 1)
+        left, right = _fold(node.left, depth + 1, env), _fold(node.right, depth + 1, env)
         if left is None or right is None:
             return None
         try:
@@ -374,8 +580,8 @@ def _fold(node: Any, depth: int = 0) -> Any:
             return None
         return None
     if isinstance(node, n.Filter) and node.name in _STRING_BUILDERS and node.node is not None:
-        base = _fold(node.node, depth + 1)
-        args = [_fold(a, depth + 1) for a in node.args]
+        base = _fold(node.node, depth + 1, env)
+        args = [_fold(a, depth + 1, env) for a in node.args]
         if base is None or any(a is None for a in args):
             return None
         try:
@@ -393,7 +599,7 @@ def _fold(node: Any, depth: int = 0) -> Any:
             return None
         return None
     if isinstance(node, (n.List, n.Tuple)):
-        items = [_fold(x, depth + 1) for x in node.items]
+        items = [_fold(x, depth + 1, env) for x in node.items]
         return items if all(i is not None for i in items) else None
     return None
 

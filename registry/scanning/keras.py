@@ -72,6 +72,28 @@ ALLOWED_MODULES = frozenset(
         "keras.mixed_precision",
     }
 )
+# Keras 3 serializes its own classes by implementation module (``keras.src.layers.core.dense``).
+# Only the packages holding layers, models, ops and their building blocks are allowed: ``keras.src``
+# also holds ``utils.file_utils.get_file``, ``saving`` switches and loaders, ``export.TFSMLayer``.
+ALLOWED_SRC_PACKAGES = frozenset(
+    {
+        "layers",
+        "models",
+        "ops",
+        "initializers",
+        "regularizers",
+        "constraints",
+        "activations",
+        "losses",
+        "metrics",
+        "optimizers",
+        "dtype_policies",
+        "random",
+        "quantizers",
+        "applications",
+    }
+)
+_GADGET_PACKAGES = frozenset({"utils", "saving", "config", "export", "legacy"})
 # Modules whose *functions* are harmless to call by name (activations, losses, metrics).
 FUNCTION_MODULES = frozenset({"keras.activations", "keras.losses", "keras.metrics", "keras.initializers"})
 FUNCTION_PREFIXES = ("keras.src.activations", "keras.src.losses", "keras.src.metrics", "keras.src.initializers")
@@ -177,10 +199,12 @@ def _check_object(node: dict[str, Any], path: str, sink: FindingSink) -> None:
     if not isinstance(class_name, str):
         sink.add("keras.config.invalid", S, where, f"class_name is {type(class_name).__name__}")
         return
-    if class_name in UNSAFE_CLASSES:
-        rule, why = UNSAFE_CLASSES[class_name]
-        sink.add(rule, U, where, why)
-        return
+    # The loader may resolve the registered name (``package>Name``) or a dotted class name too.
+    for candidate in (class_name, class_name.rsplit(".", 1)[-1], *( [registered.rsplit(">", 1)[-1]] if isinstance(registered, str) else [])):
+        if candidate in UNSAFE_CLASSES:
+            rule, why = UNSAFE_CLASSES[candidate]
+            sink.add(rule, U, where, why)
+            return
     if class_name in _MARKERS:
         return
     if module is not None and not isinstance(module, str):
@@ -220,12 +244,20 @@ def _check_function(module: Any, config: Any, where: str, sink: FindingSink) -> 
         sink.add("keras.function.custom", Severity.SUSPICIOUS, where, f"config calls custom function {qual!r}")
 
 
+def _allowed_src(module: str) -> bool:
+    parts = module.split(".")
+    return len(parts) >= 3 and parts[0] == "keras" and parts[1] == "src" and parts[2] in ALLOWED_SRC_PACKAGES
+
+
 def _check_class_module(module: str, class_name: str, where: str, sink: FindingSink) -> None:
-    if module in ALLOWED_MODULES or module.startswith("keras.src."):
+    if module in ALLOWED_MODULES or _allowed_src(module):
         return
     qual = f"{module}.{class_name}"
     if _top_module(module) in sys.stdlib_module_names or _top_module(module) in ("builtins", "posix", "nt"):
         sink.add("keras.module.dangerous", Severity.UNSAFE, where, f"config instantiates {qual!r} from the standard library")
+    elif _is_keras_module(module) and _GADGET_PACKAGES & set(module.split(".")[1:3]):
+        # Downloaders, loaders and the safe-mode switch: the gadgets of published safe_mode bypasses.
+        sink.add("keras.module.gadget", Severity.UNSAFE, where, f"config instantiates {qual!r} from Keras's loading/IO code")
     elif _is_keras_module(module):
         sink.add("keras.module.not-allowed", Severity.SUSPICIOUS, where, f"config instantiates {qual!r}")
     else:

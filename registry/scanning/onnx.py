@@ -341,8 +341,18 @@ def _check_external(st: _State, pairs: list[tuple[str, str]], location_kind: int
     if location is None:
         sink.add("onnx.external-data.malformed", U, loc, "external tensor without a location")
         return
+    if "_ORT_MEM_ADDR_" in location or location.startswith("*"):
+        # onnxruntime reserves ``*/_ORT_MEM_ADDR_/*``: the offset is then a raw pointer it reads from.
+        sink.add(
+            "onnx.external-data.memory-address",
+            U,
+            loc,
+            f"external data location {location!r} is onnxruntime's in-memory tag: offset becomes a raw pointer",
+        )
+        return
     try:
-        validate_path(location)
+        # ``./weights.bin`` stays inside the directory; ``.`` segments are harmless, ``..`` is not.
+        validate_path("/".join(seg for seg in location.split("/") if seg != ".") if location.startswith("./") else location)
     except InvalidPathError as exc:
         sink.add(
             "onnx.external-data.escape",

@@ -47,13 +47,18 @@ def test_escape_location_names_the_subgraph_tensor():
         "..\\..\\windows\\system32\\config\\sam",
         "C:/Windows/win.ini",
         "weights/../../outside.bin",
-        "./weights.bin",
+        "./../outside.bin",
         "weights\x00.bin",
         "",
     ],
 )
 def test_onnx_external_data_unclean_locations(location):
     assert "onnx.external-data.escape" in rules(_scan(onnx_model(external=location)))
+
+
+def test_dot_slash_location_stays_inside_and_is_safe():
+    # onnx and onnxruntime resolve ``./w.bin`` next to the model: no escape.
+    assert _scan(onnx_model(external="./w.bin"), siblings=frozenset({"model.onnx", "w.bin"})) == []
 
 
 def test_clean_external_data_present_among_siblings_is_safe():
