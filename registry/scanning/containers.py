@@ -22,16 +22,15 @@ Example:
 from __future__ import annotations
 
 import bz2
-import gzip
 import io
 import lzma
 import struct
 import tarfile
 import tempfile
 import zlib
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import BinaryIO
+from typing import Any, BinaryIO
 
 from registry.scanning.model import Finding, Severity
 
@@ -293,13 +292,17 @@ def list_zip(reader: BinaryIO, size: int, budget: ScanBudget) -> tuple[list[ZipE
             continue
         _, _, lflags, lmethod, _, _, lcrc, lcs, lus, lnlen, lelen = struct.unpack_from("<IHHHHHIIIHH", lh)
         lname = reader.read(lnlen)
+        if 0xFFFFFFFF in (lcs, lus):
+            # A streaming reader takes the sizes from the local zip64 extra, not the central
+            # directory: they must say the same thing.
+            lus, lcs, _ = _zip64_extra(reader.read(lelen), lus, lcs, 0)
         if lname != e.raw_name:
             findings.append(
                 _f("zip.name.mismatch", Severity.UNSAFE, f"{where} offset {e.header_offset}", f"local header names {lname!r}")
             )
         if lflags != e.flags or lmethod != e.method:
             findings.append(_f("zip.local.mismatch", Severity.UNSAFE, where, "local header flags or method differ"))
-        if not lflags & 0x0008 and (lcrc != e.crc or (lcs != e.csize and lcs != 0xFFFFFFFF) or (lus != e.usize and lus != 0xFFFFFFFF)):
+        if not lflags & 0x0008 and (lcrc != e.crc or lcs != e.csize or lus != e.usize):
             findings.append(_f("zip.local.mismatch", Severity.UNSAFE, where, "local header CRC or sizes differ"))
         e.data_offset = e.header_offset + 30 + lnlen + lelen
         e.end = e.data_offset + e.csize
@@ -545,40 +548,119 @@ def decompress_stream(kind: str, reader: BinaryIO, budget: ScanBudget) -> tuple[
     Returns:
         The decompressed bytes (positioned at 0), their size, and findings.
     """
-    opener: Callable[[BinaryIO], BinaryIO] = {
-        "gzip": lambda f: gzip.GzipFile(fileobj=f, mode="rb"),
-        "bz2": lambda f: bz2.BZ2File(f, mode="rb"),
-        "xz": lambda f: lzma.LZMAFile(f, mode="rb"),
-    }[kind]  # type: ignore[assignment]
     findings: list[Finding] = []
     out = spool()
+    lim = budget.limits
     cap = budget.expand_left
     total = 0
+    src = _Streams(kind, reader)
     try:
-        with opener(reader) as src:
-            while True:
-                block = src.read(min(_CHUNK, cap - total + 1))
-                if not block:
-                    break
-                total += len(block)
-                if total > cap:
-                    out.write(block[: len(block) - (total - cap)])
-                    budget.exhausted.add("expanded")
-                    findings.append(
-                        _f(
-                            "container.bomb", Severity.UNSAFE, f"{kind} stream",
-                            f"expansion limit of {budget.limits.max_expanded_bytes} bytes reached",
-                        )
+        for block in src:
+            total += len(block)
+            if total > cap:
+                out.write(block[: len(block) - (total - cap)])
+                budget.exhausted.add("expanded")
+                findings.append(
+                    _f("container.bomb", Severity.UNSAFE, f"{kind} stream", f"expansion limit of {lim.max_expanded_bytes} bytes reached")
+                )
+                total = cap
+                break
+            out.write(block)
+            if total > lim.ratio_min_bytes and total > lim.max_ratio * max(src.consumed, 1):
+                # A bomb is refused before it fills the disk; what was not expanded was not scanned.
+                findings.append(
+                    _f(
+                        "container.compression-ratio", Severity.SUSPICIOUS, f"{kind} stream",
+                        f"{src.consumed} bytes expand past {total}: not expanded further, the rest is not inspected",
                     )
-                    total = cap
-                    break
-                out.write(block)
+                )
+                break
+        else:
+            if src.trailing_at is not None:
+                findings.append(
+                    _f(
+                        "container.trailing-data", Severity.SUSPICIOUS, f"{kind} stream offset {src.trailing_at}",
+                        "bytes after the last compressed stream are neither a stream nor padding: hidden data",
+                    )
+                )
     except (OSError, EOFError, lzma.LZMAError, zlib.error, ValueError) as exc:
         findings.append(_f("container.corrupt", Severity.UNSAFE, f"{kind} stream offset {total}", f"does not decompress: {exc}"))
     budget.expanded += total
     size = out.tell()
     out.seek(0)
     return out, size, findings
+
+
+_STREAM_MAGIC = {"gzip": b"\x1f\x8b", "bz2": b"BZh", "xz": b"\xfd7zXZ\x00"}
+
+
+class _Streams:
+    """Every concatenated stream of a gzip, bz2 or xz file, decompressed block by block.
+
+    Readers differ on what follows a stream: gzip readers go on to the next member and skip zero
+    padding, bz2 and xz readers silently drop anything that is not a valid stream. So the next
+    stream is followed here too, and bytes that are neither a stream nor zero padding are
+    reported (``trailing_at``) instead of being dropped.
+    """
+
+    def __init__(self, kind: str, reader: BinaryIO) -> None:
+        self.kind = kind
+        self.reader = reader
+        self.consumed = 0
+        self.trailing_at: int | None = None
+
+    def _read(self) -> bytes:
+        data = self.reader.read(_CHUNK)
+        self.consumed += len(data)
+        return data
+
+    def _new(self) -> Any:
+        if self.kind == "gzip":
+            return zlib.decompressobj(16 + zlib.MAX_WBITS)
+        if self.kind == "bz2":
+            return bz2.BZ2Decompressor()
+        return lzma.LZMADecompressor(format=lzma.FORMAT_XZ)
+
+    def __iter__(self) -> Iterator[bytes]:
+        buf = self._read()
+        magic = _STREAM_MAGIC[self.kind]
+        while True:
+            dec = self._new()
+            # zlib keeps unread input in unconsumed_tail; bz2 and lzma buffer it internally.
+            while not dec.eof:
+                if self.kind == "gzip":
+                    if not buf:
+                        buf = self._read()
+                        if not buf:
+                            raise EOFError("compressed stream ends before its end marker")
+                    block = dec.decompress(buf, _CHUNK)
+                    buf = dec.unconsumed_tail
+                else:
+                    if dec.needs_input:
+                        buf = self._read()
+                        if not buf:
+                            raise EOFError("compressed stream ends before its end marker")
+                        block = dec.decompress(buf, _CHUNK)
+                        buf = b""
+                    else:
+                        block = dec.decompress(b"", _CHUNK)
+                if block:
+                    yield block
+            buf = dec.unused_data + buf
+            # Zero padding between or after streams is what writers emit and readers skip.
+            while True:
+                stripped = buf.lstrip(b"\x00")
+                if stripped:
+                    buf = stripped
+                    break
+                buf = self._read()
+                if not buf:
+                    return
+            if len(buf) < len(magic):
+                buf += self._read()
+            if not buf.startswith(magic):
+                self.trailing_at = self.consumed - len(buf)
+                return
 
 
 # --- tar -----------------------------------------------------------------------------------------
@@ -629,4 +711,29 @@ def scan_tar(reader: BinaryIO, size: int, budget: ScanBudget, visit: Visit) -> l
                 findings.append(_f("tar.bounds", Severity.UNSAFE, where, "member runs past the end of the archive"))
                 continue
             findings.extend(visit(m.name, SliceReader(reader, m.offset_data, m.size), m.size))  # type: ignore[arg-type]
+        end = tf.offset
+    findings.extend(_tar_tail(reader, end, size))
     return findings
+
+
+def _tar_tail(reader: BinaryIO, end: int, size: int) -> list[Finding]:
+    """After the end-of-archive marker only zero blocks may follow.
+
+    Python's tarfile stops at the first zero block, and also at the first bad header after
+    the first member, while GNU tar skips bad headers (and, with ``-i``, zero blocks) and
+    goes on extracting: members hidden there are extracted by one and never seen by the other.
+    """
+    reader.seek(end)
+    pos = end
+    while pos < size:
+        block = reader.read(min(_CHUNK, size - pos))
+        if not block:
+            break
+        stripped = block.lstrip(b"\x00")
+        if stripped:
+            at = pos + len(block) - len(stripped)
+            return [
+                _f("tar.trailing-data", Severity.UNSAFE, f"offset {at}", f"{size - at} bytes after the end of the archive are not padding")
+            ]
+        pos += len(block)
+    return []

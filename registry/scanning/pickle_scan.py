@@ -38,10 +38,17 @@ _TORCH_STORAGES = (
     "QUInt8Storage QInt32Storage QUInt4x2Storage QUInt2x4Storage UntypedStorage "
     "Float8_e4m3fnStorage Float8_e5m2Storage"
 ).split()
+# Every dtype is a plain enum value: resolving one can run nothing.
 _TORCH_DTYPES = (
     "float32 float float64 double float16 half bfloat16 int8 uint8 int16 short int32 int int64 long "
-    "bool complex64 cfloat complex128 cdouble qint8 quint8 qint32 float8_e4m3fn float8_e5m2 "
-    "uint16 uint32 uint64"
+    "bool complex64 cfloat complex128 cdouble complex32 chalf qint8 quint8 qint32 quint4x2 quint2x4 "
+    "float8_e4m3fn float8_e5m2 float8_e4m3fnuz float8_e5m2fnuz float8_e8m0fnu float4_e2m1fn_x2 "
+    "uint1 uint2 uint3 uint4 uint5 uint6 uint7 uint16 uint32 uint64 "
+    "int1 int2 int3 int4 int5 int6 int7 bits1x8 bits2x4 bits4x2 bits8 bits16"
+).split()
+_TORCH_QSCHEMES = (
+    "per_tensor_affine per_channel_affine per_tensor_symmetric per_channel_symmetric "
+    "per_channel_affine_float_qparams"
 ).split()
 
 ALLOWED_GLOBALS: frozenset[tuple[str, str]] = frozenset(
@@ -67,14 +74,21 @@ ALLOWED_GLOBALS: frozenset[tuple[str, str]] = frozenset(
         ("torch._utils", "_rebuild_parameter_with_state"),
         ("torch._utils", "_rebuild_qtensor"),
         ("torch._utils", "_rebuild_device_tensor_from_numpy"),
+        ("torch._utils", "_rebuild_device_tensor_from_cpu_tensor"),
+        ("torch._utils", "_rebuild_meta_tensor_no_storage"),
+        ("torch._utils", "_rebuild_sparse_tensor"),
+        ("torch._utils", "_rebuild_nested_tensor"),
+        # Sparse tensors name their layout by string; this looks it up among torch.layout values only.
+        ("torch.serialization", "_get_layout"),
         ("torch._tensor", "_rebuild_from_type_v2"),
         ("torch", "Size"),
         ("torch", "device"),
         ("torch", "Tensor"),
         ("torch.nn.parameter", "Parameter"),
-        ("torch", "per_tensor_affine"),
-        ("torch", "per_channel_affine"),
+        *(("torch", q) for q in _TORCH_QSCHEMES),
         *(("torch", s) for s in _TORCH_STORAGES),
+        # Storages of GPU tensors in files written by old torch versions.
+        *(("torch.cuda", s) for s in _TORCH_STORAGES if s != "UntypedStorage"),
         ("torch.storage", "UntypedStorage"),
         ("torch.storage", "TypedStorage"),
         *(("torch", d) for d in _TORCH_DTYPES),
@@ -87,6 +101,25 @@ ALLOWED_GLOBALS: frozenset[tuple[str, str]] = frozenset(
         ("numpy._core.multiarray", "scalar"),
         ("numpy.core.numeric", "_frombuffer"),
         ("numpy._core.numeric", "_frombuffer"),
+        # Value types of the standard library whose constructors take only data (numbers, strings,
+        # bytes, other values of the list): they cannot call, import or open anything.
+        ("builtins", "list"),
+        ("builtins", "dict"),
+        ("builtins", "tuple"),
+        ("builtins", "int"),
+        ("builtins", "float"),
+        ("builtins", "str"),
+        ("builtins", "bool"),
+        ("collections", "Counter"),
+        ("collections", "deque"),
+        ("collections", "defaultdict"),
+        ("datetime", "datetime"),
+        ("datetime", "date"),
+        ("datetime", "time"),
+        ("datetime", "timedelta"),
+        ("datetime", "timezone"),
+        ("decimal", "Decimal"),
+        ("fractions", "Fraction"),
     }
 )
 """Exact ``(module, qualname)`` pairs a pickle may resolve and still be safe."""
@@ -108,6 +141,18 @@ _DANGEROUS_PACKAGES = frozenset(
     torch._inductor torch.fx torch.distributed torch.multiprocessing torch._C torch.ops torch.library
     torch.load torch.compile numpy.load numpy.testing numpy.f2py numpy.distutils numpy.ctypeslib
     numpy.lib.npyio numpy.lib.format numpy.loadtxt numpy.fromfile
+    antigravity this idlelib turtledemo turtle tkinter _tkinter __hello__ __phello__ _osx_support
+    _aix_support _pyrepl _sitebuiltins zipapp compileall py_compile modulefinder mailbox mmap
+    resource fcntl pwd grp pathlib _posixshmem faulthandler builtins
+    torch.storage._load_from_bytes torch.utils.collect_env torch.utils.bottleneck torch.utils.data
+    torch.utils.tensorboard torch.utils.benchmark torch.testing torch._export torch.export torch.onnx
+    torch._functorch torch._higher_order_ops torch._lazy torch._ops torch._classes torch.classes
+    torch.cuda torch.backends torch._subclasses torch._prims torch._refs torch._logging
+    torch.autograd torch.overrides
+    numpy.lib._npyio_impl numpy.lib._format_impl numpy.lib._utils_impl numpy.lib.utils
+    numpy.core._internal numpy._core._internal numpy._pytesttester numpy._utils
+    pandas.read_pickle pandas.io pandas.compat sklearn.externals tensorflow keras tf_keras jax
+    numba Cython
     """.split()
 )
 """Packages whose every member (and submodule) is unsafe to resolve from a pickle."""
@@ -126,6 +171,13 @@ _LOADERS = frozenset(
         ("torch.serialization", "load"),
         ("numpy", "load"),
         ("marshal", "loads"),
+        # torch.storage._load_from_bytes calls torch.load on its argument: a whole nested file.
+        ("torch.storage", "_load_from_bytes"),
+        ("pandas", "read_pickle"),
+        ("dill._dill", "loads"),
+        ("cloudpickle.cloudpickle", "loads"),
+        ("joblib.numpy_pickle", "load"),
+        ("pickle", "_load"),
     }
 )
 """Callables whose bytes argument is itself a serialized object to scan."""
@@ -143,7 +195,7 @@ class GlobalClass:
     reason: str
 
 
-def classify_global(module: str, name: str) -> GlobalClass:
+def classify_global(module: str, name: str, *, fix_imports: bool = True) -> GlobalClass:
     """Judge one ``(module, name)`` pair resolved by a pickle.
 
     Names are first mapped the way the unpickler maps Python 2 names (``__builtin__`` to
@@ -153,11 +205,15 @@ def classify_global(module: str, name: str) -> GlobalClass:
     Args:
         module: the module part, as written in the pickle.
         name: the qualified name part, as written in the pickle.
+        fix_imports: whether the unpickler maps Python 2 names here: it does only while the
+            stream's protocol is below 3, so a protocol 4 ``dbm`` is the real ``dbm``.
 
     Returns:
         The classification, with a stable rule id.
     """
-    if (module, name) in _compat_pickle.NAME_MAPPING:
+    if not fix_imports:
+        pass
+    elif (module, name) in _compat_pickle.NAME_MAPPING:
         module, name = _compat_pickle.NAME_MAPPING[(module, name)]
     elif module in _compat_pickle.IMPORT_MAPPING:
         module = _compat_pickle.IMPORT_MAPPING[module]
@@ -210,6 +266,8 @@ class _Call:
     args: Any
     offset: int
     opcode: str
+    value: Any = None
+    """The concrete result when the call only converts data (``_codecs.encode`` of a string)."""
 
 
 @dataclass(slots=True, eq=False)
@@ -279,6 +337,10 @@ class _Interpreter:
         self.good_globals = 0
         self.calls = 0
         self.ops_after_global = 0
+        self.strong_globals = 0
+        self.proto = 0
+        self.frame_end: int | None = None
+        self.prev_pos = 0
 
     # -- reporting
 
@@ -323,11 +385,14 @@ class _Interpreter:
                 "STACK_GLOBAL operands are not strings known at scan time", key="?",
             )
             return _Opaque("unresolved global")
-        cls = classify_global(module, name)
+        cls = classify_global(module, name, fix_imports=self.proto < 3)
         if cls.rule_id == "pickle.global.malformed":
             self.idents_ok = False
         else:
             self.good_globals += 1
+            if cls.rule_id in ("pickle.global.dangerous", "pickle.global.dunder"):
+                # Importing the module alone runs its top-level code (antigravity, pkg.__main__).
+                self.strong_globals += 1
         g = _Global(module, name, cls)
         if cls.severity is not None:
             self._add(cls.rule_id, cls.severity, pos, opname, f"{g.qualname}: {cls.reason}", key=g.qualname)
@@ -336,12 +401,16 @@ class _Interpreter:
     def _call(self, func: Any, args: Any, pos: int, opname: str) -> _Call:
         self.did_work = True
         self.calls += 1
+        value = None
         if isinstance(func, _Global):
             if func.cls.severity is not None:
                 self._add(
                     "pickle.call.not-allowed", func.cls.severity, pos, opname,
                     f"calls {func.qualname} at load time", key=func.qualname,
                 )
+            else:
+                self._check_callable_args(func, args, pos, opname)
+                value = _concrete_result(func, args)
             self._maybe_nested(func, args, pos, opname)
         else:
             # Calling something that is not a plain global (a call's result, a persistent
@@ -351,7 +420,36 @@ class _Interpreter:
                 f"calls a computed value ({type(func).__name__.strip('_').lower()}), not a resolved global",
             )
             self._maybe_nested(None, args, pos, opname)
-        return _Call(func, args, pos, opname)
+        return _Call(func, args, pos, opname, value)
+
+    def _check_callable_args(self, func: _Global, args: Any, pos: int, opname: str) -> None:
+        """An allowed function that calls one of its arguments is a call of that argument."""
+        positions = _CALLABLE_ARGS.get((func.module, func.name))
+        if not positions:
+            return
+        if not isinstance(args, tuple):
+            self._add(
+                "pickle.call.computed-callable", Severity.UNSAFE, pos, opname,
+                f"{func.qualname} calls one of its arguments, which are not a plain tuple",
+            )
+            return
+        for i in positions:
+            if i >= len(args) or args[i] is None:
+                continue
+            arg = args[i]
+            if not isinstance(arg, _Global):
+                self._add(
+                    "pickle.call.computed-callable", Severity.UNSAFE, pos, opname,
+                    f"{func.qualname} calls its argument {i}, a computed value rather than a resolved global",
+                )
+            elif arg.cls.severity is not None:
+                self._add(
+                    "pickle.call.not-allowed", arg.cls.severity, pos, opname,
+                    f"{func.qualname} calls {arg.qualname} at load time", key=arg.qualname,
+                )
+        inner = _INNER_CALL.get((func.module, func.name))
+        if inner is not None and len(args) > max(inner) and isinstance(args[inner[0]], _Global):
+            self._maybe_nested(args[inner[0]], args[inner[1]], pos, opname)
 
     def _maybe_nested(self, func: _Global | None, args: Any, pos: int, opname: str) -> None:
         if self.nested is None or self.probe:
@@ -364,7 +462,7 @@ class _Interpreter:
                 arg = arg.encode("latin-1", "replace")
             if not isinstance(arg, (bytes, bytearray)) or len(arg) < 2:
                 continue
-            if is_loader or probe_pickle(bytes(arg[:65536])):
+            if is_loader or _looks_serialized(bytes(arg[:65536])):
                 sub = self.nested(self._where(pos, opname, "nested pickle") + ": ", bytes(arg))
                 if is_loader and sub == []:
                     continue
@@ -383,14 +481,27 @@ class _Interpreter:
                 count += 1
                 if self.good_globals:
                     self.ops_after_global += 1
+                if self.frame_end is not None and self.prev_pos < self.frame_end < pos:
+                    self._frame_mismatch(pos, opname, "an opcode crosses the end of its frame")
+                self.prev_pos = pos
                 if opname == "STOP":
+                    # The unpickler returns the top of the stack and drops whatever lies below it.
+                    top = self._pop()
                     stopped = True
-                    if len(self.stack) != 1 or self.marks:
-                        raise PickleParseError("STOP with a stack that is not one value")
-                    top = self.stack[-1]
+                    if self.stack or self.marks:
+                        self._add(
+                            "pickle.stream.unbalanced", Severity.SUSPICIOUS, pos, opname,
+                            f"STOP leaves {len(self.stack)} values and {len(self.marks)} marks behind: "
+                            "no pickler writes this",
+                        )
+                        self._discard(self.stack, pos, opname)
+                    if self.frame_end is not None and self.frame_end > pos + 1:
+                        self._frame_mismatch(pos, opname, "the last frame runs past STOP")
                     value = top if isinstance(top, (int, str, bytes)) else (top.items if isinstance(top, _List) else None)
                     break
                 self._step(opname, arg, pos)
+                if len(self.stack) > _MAX_STACK or len(self.marks) > _MAX_STACK:
+                    raise PickleParseError(f"stack deeper than {_MAX_STACK}: refused")
         except (ValueError, PickleParseError, UnicodeDecodeError, OverflowError, MemoryError, EOFError) as exc:
             end = reader.tell()
             if not self.probe:
@@ -423,10 +534,19 @@ class _Interpreter:
             st.append(True)
         elif opname == "NEWFALSE":
             st.append(False)
-        elif opname in ("PROTO", "FRAME"):
-            if opname == "PROTO" and not 0 <= arg <= 5:
+        elif opname == "PROTO":
+            if not 0 <= arg <= 5:
                 raise PickleParseError(f"unsupported protocol {arg}")
+            self.proto = arg
+        elif opname == "FRAME":
+            if self.frame_end is not None and pos < self.frame_end:
+                self._frame_mismatch(pos, opname, "a frame starts inside the previous one")
+            self.frame_end = pos + 9 + int(arg)
         elif opname == "NEXT_BUFFER":
+            self._add(
+                "pickle.buffer.out-of-band", Severity.SUSPICIOUS, pos, opname,
+                "data supplied out of band by the loader, invisible to a scan of the file",
+            )
             st.append(_Opaque("out-of-band buffer"))
         elif opname == "READONLY_BUFFER":
             self._top()
@@ -544,6 +664,12 @@ class _Interpreter:
         else:
             raise PickleParseError(f"unhandled opcode {opname}")
 
+    def _frame_mismatch(self, pos: int, opname: str, why: str) -> None:
+        # The C unpickler treats frames as read-ahead hints, the Python one enforces them:
+        # two loaders would read two different streams.
+        self._add("pickle.frame.mismatch", Severity.SUSPICIOUS, pos, opname, why, key="frame")
+        self.frame_end = None
+
     def _mutate(self, target: Any, items: list[Any], pos: int, opname: str) -> None:
         if isinstance(target, _List) or isinstance(target, _Set):
             target.items.extend(items)
@@ -596,11 +722,19 @@ _PUSH_ARG = frozenset(
 )
 
 
-def _flat(value: Any, budget: int = 64) -> list[Any]:
+def _flat(value: Any, budget: int = 4096) -> list[Any]:
+    """The leaves of an argument, looking through containers and the arguments of inner calls."""
     out: list[Any] = []
     todo = [value]
-    while todo and len(out) < budget:
+    seen: set[int] = set()
+    while todo and budget > 0:
+        budget -= 1
         v = todo.pop()
+        if isinstance(v, (tuple, _List, _Set, _Dict, _Call)):
+            # Memo references make graphs, not trees.
+            if id(v) in seen:
+                continue
+            seen.add(id(v))
         if isinstance(v, tuple):
             todo.extend(v)
         elif isinstance(v, (_List, _Set)):
@@ -608,9 +742,58 @@ def _flat(value: Any, budget: int = 64) -> list[Any]:
         elif isinstance(v, _Dict):
             for k, x in v.items:
                 todo.extend((k, x))
+        elif isinstance(v, _Call):
+            if v.value is not None:
+                out.append(v.value)
+            todo.append(v.args)
         else:
             out.append(v)
     return out
+
+
+_MAX_STACK = 100_000
+"""Deeper stacks are refused: pickled objects nested that deep do not exist, bombs do."""
+
+# Allowed functions that call some of their arguments: (module, name) -> argument positions.
+_CALLABLE_ARGS: dict[tuple[str, str], tuple[int, ...]] = {
+    ("torch._tensor", "_rebuild_from_type_v2"): (0, 1),
+    ("copyreg", "_reconstructor"): (0, 1),
+    ("collections", "defaultdict"): (0,),
+}
+# ...and which argument is called with which other argument as its arguments.
+_INNER_CALL: dict[tuple[str, str], tuple[int, int]] = {
+    ("torch._tensor", "_rebuild_from_type_v2"): (0, 2),
+}
+
+_LATIN1 = frozenset({"latin1", "latin-1", "latin_1", "iso-8859-1", "iso8859-1", "l1"})
+
+
+def _concrete_result(func: _Global, args: Any) -> Any:
+    """Evaluate the few allowed conversions that build bytes from data, so nested blobs are seen."""
+    if not isinstance(args, tuple):
+        return None
+    key = (func.module, func.name)
+    if key == ("_codecs", "encode") and len(args) == 2 and isinstance(args[0], str) and isinstance(args[1], str):
+        if args[1].lower() in _LATIN1:
+            return args[0].encode("latin-1", "replace")
+        return None
+    if key in (("builtins", "bytes"), ("builtins", "bytearray")) and len(args) == 1:
+        a = args[0]
+        if isinstance(a, _Call):
+            a = a.value
+        if isinstance(a, (bytes, bytearray)):
+            return bytes(a)
+        if isinstance(a, _List) and len(a.items) <= 1 << 20 and all(isinstance(i, int) and 0 <= i < 256 for i in a.items):
+            return bytes(a.items)
+    return None
+
+
+_SERIALIZED_MAGIC = (b"PK\x03\x04", b"PK\x05\x06", b"\x1f\x8b", b"BZh", b"\xfd7zXZ\x00", b"\x93NUMPY", b"7z\xbc\xaf\x27\x1c")
+
+
+def _looks_serialized(head: bytes) -> bool:
+    """Whether bytes handed to an unknown callable are a pickle or an archive worth opening."""
+    return head.startswith(_SERIALIZED_MAGIC) or probe_pickle(head)
 
 
 class _LineCappedReader(io.RawIOBase):
@@ -691,6 +874,11 @@ def probe_pickle(head: bytes) -> bool:
         return result.opcodes >= 3 or head[0] == 0x80
     if interp.idents_ok and interp.good_globals and (interp.calls or interp.ops_after_global >= 3):
         # A payload that breaks right after its call still ran: the break does not make it text.
+        return True
+    if interp.idents_ok and (interp.strong_globals or (interp.good_globals and head[0] == 0x80)):
+        # Resolving a global imports its module, which runs the module's code: a stream that gets
+        # that far did work even if it breaks on the next byte. Text that merely starts with "c"
+        # names no dangerous module, and a PROTO opcode is no accident.
         return True
     if head[0] == 0x80 and len(head) > 1 and head[1] <= 5:
         # Parsing ran past the prefix without a structural error: a long pickle.
@@ -807,6 +995,7 @@ def scan_pickle_file(
 _ELEMENT_SIZE = {
     "Double": 8, "Float": 4, "Half": 2, "BFloat16": 2, "Long": 8, "Int": 4, "Short": 2, "Char": 1,
     "Byte": 1, "Bool": 1, "ComplexFloat": 8, "ComplexDouble": 16, "QInt8": 1, "QUInt8": 1, "QInt32": 4,
+    "QUInt4x2": 1, "QUInt2x4": 1,
 }
 
 
@@ -827,6 +1016,9 @@ def _check_legacy_storage(
             kind = pid[1].name.removesuffix("Storage")
             if kind in _ELEMENT_SIZE:
                 elem[pid[2]] = _ELEMENT_SIZE[kind]
+            elif kind == "Untyped":
+                # Dtypes without a typed storage class (float8, uint16...) are saved as bytes.
+                elem[pid[2]] = 1
     pos = offset
     for key in keys.value:
         if key not in elem:
