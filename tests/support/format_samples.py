@@ -653,3 +653,285 @@ def mutations(data: bytes, seed: int, count: int) -> list[tuple[str, bytes]]:
                 flipped[pos] ^= 1 << rng.randrange(8)
             out.append((f"flip#{i}", bytes(flipped)))
     return out
+
+
+# --- red-team round: more ordinary samples and the bypasses they sit beside ---------------------
+
+CHAT_TEMPLATE_PHI3 = (
+    "{% for message in messages %}{% if message['role'] == 'system' %}{{'<|system|>\n' + message['content'] + '<|end|>\n'}}"
+    "{% elif message['role'] == 'user' %}{{'<|user|>\n' + message['content'] + '<|end|>\n'}}"
+    "{% elif message['role'] == 'assistant' %}{{'<|assistant|>\n' + message['content'] + '<|end|>\n'}}{% endif %}{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|assistant|>\n' }}{% else %}{{ eos_token }}{% endif %}"
+)
+
+# DeepSeek-R1 style: namespace state machine, split on </think>, tool calls with tojson.
+CHAT_TEMPLATE_DEEPSEEK = """{% if not add_generation_prompt is defined %}{% set add_generation_prompt = false %}{% endif %}
+{% set ns = namespace(is_first=false, is_tool=false, is_output_first=true, system_prompt='', is_first_sp=true) %}
+{%- for message in messages %}{%- if message['role'] == 'system' %}{%- if ns.is_first_sp %}{% set ns.system_prompt = ns.system_prompt + message['content'] %}{% set ns.is_first_sp = false %}
+{%- else %}{% set ns.system_prompt = ns.system_prompt + '\\n\\n' + message['content'] %}{%- endif %}{%- endif %}{%- endfor %}
+{{ bos_token }}{{ ns.system_prompt }}
+{%- for message in messages %}
+{%- if message['role'] == 'user' %}{%- set ns.is_tool = false -%}{{'<｜User｜>' + message['content']}}{%- endif %}
+{%- if message['role'] == 'assistant' and 'tool_calls' in message %}{%- set ns.is_tool = false -%}
+{%- for tool in message['tool_calls'] %}{%- if not ns.is_first %}{%- if message['content'] is none %}{{'<｜Assistant｜><｜tool▁calls▁begin｜><｜tool▁call▁begin｜>' + tool['type'] + '<｜tool▁sep｜>' + tool['function']['name'] + '\\n' + '```json' + '\\n' + tool['function']['arguments'] + '\\n' + '```' + '<｜tool▁call▁end｜>'}}
+{%- endif %}{%- set ns.is_first = true -%}{%- else %}{{'\\n' + '<｜tool▁call▁begin｜>' + tool['type'] + '<｜tool▁sep｜>' + tool['function']['name'] + '\\n' + '```json' + '\\n' + tool['function']['arguments'] + '\\n' + '```' + '<｜tool▁call▁end｜>'}}{%- endif %}{%- endfor %}{{'<｜tool▁calls▁end｜><｜end▁of▁sentence｜>'}}
+{%- endif %}
+{%- if message['role'] == 'assistant' and 'tool_calls' not in message %}{% set content = message['content'] %}{% if '</think>' in content %}{% set content = content.split('</think>')[-1] %}{% endif %}{{'<｜Assistant｜>' + content + '<｜end▁of▁sentence｜>'}}{%- endif %}
+{%- if message['role'] == 'tool' %}{%- set ns.is_tool = true -%}{{'<｜tool▁output▁begin｜>' + message['content'] + '<｜tool▁output▁end｜>'}}{%- endif %}
+{%- endfor -%}
+{% if add_generation_prompt and not ns.is_tool %}{{'<｜Assistant｜><think>\\n'}}{% endif %}"""
+
+# Hermes / Command-R style tool use: a recursive macro and a dict looked up by data keys.
+CHAT_TEMPLATE_TOOLS_HERMES = """{%- macro json_to_python_type(json_spec) %}
+{%- set basic_type_map = {"string": "str", "number": "float", "integer": "int", "boolean": "bool"} %}
+{%- if basic_type_map[json_spec.type] is defined %}{{- basic_type_map[json_spec.type] }}
+{%- elif json_spec.type == "array" %}{{- "list[" +  json_to_python_type(json_spec|items) + "]" }}
+{%- elif json_spec.type == "object" %}{%- if json_spec.additionalProperties is defined %}{{- "dict[str, " + json_to_python_type(json_spec.additionalProperties) + ']' }}{%- else %}{{- "dict" }}{%- endif %}
+{%- elif json_spec.type is iterable %}{{- "Union[" }}{%- for t in json_spec.type %}{{- json_to_python_type({"type": t}) }}{%- if not loop.last %}{{- "," }}{%- endif %}{%- endfor %}{{- "]" }}
+{%- else %}{{- "Any" }}{%- endif %}
+{%- endmacro %}
+{{- bos_token }}<|START_OF_TURN_TOKEN|><|SYSTEM_TOKEN|># Safety Preamble
+{%- for tool in tools %}
+def {{ tool.name }}({% for param_name, param_fields in tool.parameter_definitions.items() %}{% if not loop.first %}, {% endif %}{{ param_name }}: {% if not param_fields.required %}Optional[{{ json_to_python_type(param_fields) }}] = None{% else %}{{ json_to_python_type(param_fields) }}{% endif %}{% endfor %}) -> List[Dict]:
+    \"\"\"{{ tool.description }}\"\"\"
+    pass
+{%- endfor %}<|END_OF_TURN_TOKEN|>
+{%- set roles = {"user": "<|USER_TOKEN|>", "assistant": "<|CHATBOT_TOKEN|>", "system": "<|SYSTEM_TOKEN|>"} %}
+{%- for message in messages %}<|START_OF_TURN_TOKEN|>{{ roles[message.role] }}{{ message.content | trim }}<|END_OF_TURN_TOKEN|>{% endfor %}
+{%- if add_generation_prompt %}<|START_OF_TURN_TOKEN|><|CHATBOT_TOKEN|>{% endif %}"""
+
+# Mistral v0.3 tool calls: ``out[:-1]`` slices data, ``loop_messages[ns.index + 1]`` indexes with arithmetic.
+CHAT_TEMPLATE_MISTRAL_TOOLS = """{%- set ns = namespace(index=0) %}
+{%- set loop_messages = messages | rejectattr("role", "equalto", "system") | list %}
+{%- for message in loop_messages %}
+    {%- if message["role"] == "user" %}{{- "[INST] " + message["content"] + "[/INST]" }}
+    {%- elif message.tool_calls is defined and message.tool_calls is not none %}{{- "[TOOL_CALLS] [" }}
+        {%- for tool_call in message.tool_calls %}{%- set out = tool_call.function|tojson %}{{- out[:-1] }}
+            {%- if not tool_call.id is defined or tool_call.id|length != 9 %}{{- raise_exception("Tool call IDs should be alphanumeric strings with length 9!") }}{%- endif %}
+            {{- ', "id": "' + tool_call.id + '"}' }}{%- if not loop.last %}{{- ", " }}{%- else %}{{- "]" + eos_token }}{%- endif %}
+        {%- endfor %}
+    {%- elif message["role"] == "assistant" %}{{- " " + message["content"]|trim + eos_token}}
+    {%- elif message["role"] == "tool" %}{{- '[TOOL_RESULTS] {"content": ' + message.content|string + ', "call_id": "' + message.tool_call_id + '"}[/TOOL_RESULTS]' }}
+    {%- endif %}
+    {%- if loop_messages[ns.index + 1] is defined and loop_messages[ns.index + 1].role == "tool" %}{%- set ns.index = ns.index + 1 %}{%- endif %}
+{%- endfor %}"""
+
+MORE_ORDINARY_CHAT_TEMPLATES = {
+    "phi3": CHAT_TEMPLATE_PHI3,
+    "deepseek_r1": CHAT_TEMPLATE_DEEPSEEK,
+    "hermes_command_r_tools": CHAT_TEMPLATE_TOOLS_HERMES,
+    "mistral_v3_tools": CHAT_TEMPLATE_MISTRAL_TOOLS,
+}
+
+# Subscript keys assembled at render time: Jinja's ``obj[key]`` falls back to getattr. Never render.
+KEY_ASSEMBLY_CHAT_TEMPLATES = {
+    "chat_template_key_from_set_underscore": "{% set u = '_' %}{{ messages[u ~ u ~ 'class' ~ u ~ u] }}",
+    "chat_template_key_from_for_literal": "{% for u in ['_'] %}{{ messages[u ~ u ~ 'class' ~ u ~ u] }}{% endfor %}",
+    "chat_template_percent_c_via_variables": (
+        "{% set p = '%' %}{% set f = p ~ 'c' %}{% set u = f|format(95) %}{% set k = u ~ u ~ 'class' ~ u ~ u %}{{ messages[k] }}"
+    ),
+    "chat_template_char_cut_from_constant": "{% set u = 'a_b'[1] %}{{ messages[u ~ u ~ 'class' ~ u ~ u] }}",
+    "chat_template_char_cut_from_bos_token": "{% set u = bos_token[8] %}{{ messages[u*2 ~ 'class' ~ u*2] }}",
+    "chat_template_namespace_field_underscore": "{% set ns = namespace(k='_') %}{{ messages[ns.k ~ ns.k ~ 'class' ~ ns.k ~ ns.k] }}",
+    "chat_template_dict_field_underscore": "{% set d = dict(a='_') %}{{ messages[d.a ~ d.a ~ 'class' ~ d.a ~ d.a] }}",
+    "chat_template_macro_argument_underscore": "{% macro g(u) %}{{ messages[u ~ u ~ 'class' ~ u ~ u] }}{% endmacro %}{{ g('_') }}",
+    "chat_template_char_from_list_filter": "{% set u = ('x_'|list)[1] %}{{ messages[u~u~'class'~u~u] }}",
+    "chat_template_map_attribute_from_variable": "{% set u = '_' %}{% set k = u ~ u ~ 'class' ~ u ~ u %}{{ messages|map(attribute=k)|list }}",
+}
+
+
+def gguf_kv_string_array(key: str, values: list[str]) -> bytes:
+    return gguf_string(key) + struct.pack("<IIQ", 9, 8, len(values)) + b"".join(gguf_string(v) for v in values)
+
+
+def gguf_llama_realistic(path: Path, *, chat_template: str, big_endian: bool = False, named_templates: dict[str, str] | None = None) -> Path:
+    """A GGUF shaped like a converted Llama: BPE vocab, scores, token types, merges, rope/attention KVs."""
+    from gguf import GGMLQuantizationType, GGUFEndian, GGUFWriter, TokenType
+
+    writer = GGUFWriter(str(path), "llama", endianess=GGUFEndian.BIG if big_endian else GGUFEndian.LITTLE)
+    writer.add_name("Tiny-Llama-3.2-Instruct")
+    writer.add_type("model")
+    writer.add_context_length(8192)
+    writer.add_embedding_length(64)
+    writer.add_block_count(1)
+    writer.add_feed_forward_length(128)
+    writer.add_head_count(4)
+    writer.add_head_count_kv(2)
+    writer.add_rope_freq_base(500000.0)
+    writer.add_layer_norm_rms_eps(1e-5)
+    writer.add_file_type(7)
+    writer.add_tokenizer_model("gpt2")
+    writer.add_tokenizer_pre("llama-bpe")
+    tokens = [f"Ġt{i}" for i in range(250)] + ["<|begin_of_text|>", "<|eot_id|>", "<|start_header_id|>", "ĠĊ", "日本"]
+    writer.add_token_list(tokens)
+    writer.add_token_scores([float(-i) for i in range(len(tokens))])
+    writer.add_token_types([TokenType.NORMAL] * 250 + [TokenType.CONTROL] * 3 + [TokenType.NORMAL] * 2)
+    writer.add_token_merges(["Ġ t", "Ġt 1", "Ġt 2", "Ġ Ċ"])
+    writer.add_bos_token_id(250)
+    writer.add_eos_token_id(251)
+    writer.add_add_bos_token(True)
+    writer.add_chat_template(chat_template)
+    for name, template in (named_templates or {}).items():
+        writer.add_string(f"tokenizer.chat_template.{name}", template)
+    if named_templates:
+        writer.add_array("tokenizer.chat_templates", list(named_templates))
+    writer.add_uint32("general.quantization_version", 2)
+    # The writer byte-swaps native arrays itself for a big-endian file.
+    writer.add_tensor("token_embd.weight", np.ones((255, 64), dtype=np.float16))
+    writer.add_tensor("blk.0.attn_norm.weight", np.ones(64, dtype=np.float32))
+    writer.add_tensor("blk.0.attn_q.weight", np.zeros((64, 2 * 34), dtype=np.uint8), raw_dtype=GGMLQuantizationType.Q8_0)
+    writer.add_tensor("rope_freqs.weight", np.ones(32, dtype=np.float32))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return path
+
+
+def gguf_vocab_only(path: Path) -> Path:
+    """A tensorless GGUF like llama.cpp's ``ggml-vocab-*.gguf``."""
+    from gguf import GGUFWriter
+
+    writer = GGUFWriter(str(path), "llama")
+    writer.add_tokenizer_model("llama")
+    writer.add_token_list(["<unk>", "<s>", "</s>", "▁a"])
+    writer.add_token_scores([0.0, 0.0, 0.0, -1.0])
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return path
+
+
+def safetensors_torch_all_dtypes() -> bytes:
+    """``safetensors.torch.save`` over every dtype torch can store, scalars and zero-size tensors."""
+    import torch
+    from safetensors.torch import save
+
+    tensors: dict[str, Any] = {}
+    for name in (
+        "float32", "float16", "bfloat16", "float64", "int8", "uint8", "int16", "int32", "int64", "bool",
+        "float8_e4m3fn", "float8_e5m2", "uint16", "uint32", "uint64", "complex64", "float8_e8m0fnu",
+    ):
+        dtype = getattr(torch, name, None)
+        if dtype is None:
+            continue
+        try:
+            t = torch.zeros(3, 5, dtype=torch.float32).to(dtype)
+            save({"probe": t})
+        except Exception:  # noqa: BLE001 - this torch/safetensors pair cannot store it
+            continue
+        tensors[f"model.{name}.weight"] = t
+    tensors["model.scalar"] = torch.tensor(1.5, dtype=torch.bfloat16)
+    tensors["model.empty"] = torch.zeros(0)
+    tensors["model.empty_3d"] = torch.zeros(3, 0, 2, dtype=torch.float16)
+    return save(tensors, metadata={"format": "pt"})
+
+
+def onnx_with_contrib_ops() -> bytes:
+    """A transformer-ish graph as optimum/onnxruntime exports it: com.microsoft fused ops, ai.onnx.ml, a Loop body."""
+    from onnx import TensorProto, helper
+
+    body = helper.make_graph(
+        [helper.make_node("Identity", ["cond_in"], ["cond_out"]), helper.make_node("Add", ["acc_in", "one"], ["acc_out"])],
+        "loop_body",
+        [
+            helper.make_tensor_value_info("i", TensorProto.INT64, []),
+            helper.make_tensor_value_info("cond_in", TensorProto.BOOL, []),
+            helper.make_tensor_value_info("acc_in", TensorProto.FLOAT, [4]),
+        ],
+        [helper.make_tensor_value_info("cond_out", TensorProto.BOOL, []), helper.make_tensor_value_info("acc_out", TensorProto.FLOAT, [4])],
+        initializer=[helper.make_tensor("one", TensorProto.FLOAT, [4], [1.0] * 4)],
+    )
+    nodes = [
+        helper.make_node("SkipLayerNormalization", ["X", "X", "gamma"], ["N"], domain="com.microsoft", epsilon=1e-5),
+        helper.make_node("FastGelu", ["N"], ["G"], domain="com.microsoft"),
+        helper.make_node("Loop", ["trip", "cond", "G"], ["L"], body=body),
+        helper.make_node("Normalizer", ["L"], ["Y"], domain="ai.onnx.ml", norm="L2"),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "contrib",
+        [helper.make_tensor_value_info("X", TensorProto.FLOAT, [4])],
+        [helper.make_tensor_value_info("Y", TensorProto.FLOAT, [4])],
+        initializer=[
+            helper.make_tensor("gamma", TensorProto.FLOAT, [4], [1.0] * 4),
+            helper.make_tensor("trip", TensorProto.INT64, [], [3]),
+            helper.make_tensor("cond", TensorProto.BOOL, [], [True]),
+        ],
+    )
+    opsets = [helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1), helper.make_opsetid("ai.onnx.ml", 3)]
+    return helper.make_model(graph, opset_imports=opsets, producer_name="onnxruntime.transformers").SerializeToString()
+
+
+def onnx_save_with_external_data(directory: Path, *, location: str = "model.onnx_data") -> Path:
+    """``onnx.save_model(..., save_as_external_data=True)``: the weights go to a sibling file."""
+    import onnx
+    from onnx import numpy_helper
+
+    model = onnx.load_from_string(onnx_model())
+    model.graph.initializer[0].CopyFrom(numpy_helper.from_array(np.ones((2, 2), dtype=np.float32), "W"))
+    directory.mkdir(parents=True, exist_ok=True)
+    onnx.save_model(model, str(directory / "model.onnx"), save_as_external_data=True, all_tensors_to_one_file=True, location=location, size_threshold=0)
+    return directory / "model.onnx"
+
+
+def onnx_fields_reordered(model: bytes) -> bytes:
+    """The same ModelProto with ``graph`` serialized before ``ir_version`` (protobuf allows any order)."""
+    import onnx
+
+    m = onnx.load_from_string(model)
+    graph_first = onnx.ModelProto()
+    graph_first.graph.CopyFrom(m.graph)
+    rest = onnx.ModelProto(ir_version=m.ir_version)
+    rest.opset_import.extend(m.opset_import)
+    return graph_first.SerializeToString() + rest.SerializeToString()
+
+
+HF_CONFIGS: dict[str, dict[str, Any]] = {
+    "llama/config.json": LLAMA_CONFIG,
+    "mistral/config.json": {
+        "architectures": ["MistralForCausalLM"], "bos_token_id": 1, "eos_token_id": 2, "hidden_act": "silu", "hidden_size": 4096,
+        "max_position_embeddings": 32768, "model_type": "mistral", "num_attention_heads": 32, "num_key_value_heads": 8,
+        "rms_norm_eps": 1e-05, "rope_theta": 1000000.0, "sliding_window": None, "torch_dtype": "bfloat16", "vocab_size": 32768,
+    },
+    "qwen2/config.json": {
+        "architectures": ["Qwen2ForCausalLM"], "attention_dropout": 0.0, "hidden_size": 896, "model_type": "qwen2",
+        "rope_scaling": None, "use_sliding_window": False, "max_window_layers": 21, "tie_word_embeddings": True, "vocab_size": 151936,
+    },
+    "bert/config.json": {
+        "architectures": ["BertForMaskedLM"], "attention_probs_dropout_prob": 0.1, "gradient_checkpointing": False,
+        "hidden_act": "gelu", "model_type": "bert", "pad_token_id": 0, "position_embedding_type": "absolute", "type_vocab_size": 2,
+    },
+    "t5/config.json": {
+        "architectures": ["T5ForConditionalGeneration"], "d_model": 512, "decoder_start_token_id": 0, "model_type": "t5",
+        "task_specific_params": {
+            "summarization": {"early_stopping": True, "length_penalty": 2.0, "max_length": 200, "prefix": "summarize: "},
+            "translation_en_to_de": {"max_length": 300, "num_beams": 4, "prefix": "translate English to German: "},
+        },
+    },
+    "whisper/config.json": {
+        "architectures": ["WhisperForConditionalGeneration"], "model_type": "whisper", "begin_suppress_tokens": [220, 50257],
+        "forced_decoder_ids": [[1, 50259], [2, 50359], [3, 50363]], "suppress_tokens": [1, 2, 7, 8, 9],
+    },
+    "whisper/preprocessor_config.json": {
+        "chunk_length": 30, "feature_extractor_type": "WhisperFeatureExtractor", "feature_size": 80, "hop_length": 160,
+        "n_fft": 400, "n_samples": 480000, "nb_max_frames": 3000, "padding_side": "right", "padding_value": 0.0,
+        "processor_class": "WhisperProcessor", "return_attention_mask": False, "sampling_rate": 16000,
+    },
+    "clip/config.json": {
+        "architectures": ["CLIPModel"], "model_type": "clip", "projection_dim": 512,
+        "text_config": {"model_type": "clip_text_model", "bos_token_id": 0, "eos_token_id": 2},
+        "vision_config": {"model_type": "clip_vision_model", "patch_size": 32, "image_size": 224},
+    },
+    "clip/preprocessor_config.json": {
+        "crop_size": 224, "do_center_crop": True, "do_normalize": True, "do_resize": True, "feature_extractor_type": "CLIPFeatureExtractor",
+        "image_mean": [0.48145466, 0.4578275, 0.40821073], "image_std": [0.26862954, 0.26130258, 0.27577711], "resample": 3, "size": 224,
+    },
+    "llama/generation_config.json": {"bos_token_id": 128000, "do_sample": True, "eos_token_id": [128001, 128009], "temperature": 0.6, "top_p": 0.9},
+    "sbert/modules.json": [
+        {"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
+        {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"},
+        {"idx": 2, "name": "2", "path": "2_Normalize", "type": "sentence_transformers.models.Normalize"},
+    ],
+}
