@@ -119,6 +119,12 @@ def scan(reader: BinaryIO, size: int, ctx: ScanContext) -> list[Finding]:
         sink.add("safetensors.header.not-object", U, "header", "header JSON is not an object")
         return sink.findings
 
+    bad = _first_surrogate(header)
+    if bad is not None:
+        # JSON escapes can spell lone surrogates that Python accepts and the Rust reference refuses.
+        sink.add("safetensors.header.encoding", U, "header", f"string {bad!r} holds a lone surrogate escape: readers disagree")
+        return sink.findings
+
     data_len = size - 8 - n
     ranges: list[tuple[int, int, str]] = []
     for name, entry in header.items():
@@ -131,6 +137,25 @@ def scan(reader: BinaryIO, size: int, ctx: ScanContext) -> list[Finding]:
             ranges.append((span[0], span[1], name))
     _check_coverage(ranges, data_len, 8 + n, sink)
     return sink.findings
+
+
+def _first_surrogate(node: Any, depth: int = 0) -> str | None:
+    """The first key or string value that is not encodable as UTF-8 (a lone surrogate), if any."""
+    if depth > 4:
+        return None
+    items = node.items() if isinstance(node, dict) else ((None, v) for v in node) if isinstance(node, list) else ()
+    for key, value in items:
+        for text in (key, value):
+            if isinstance(text, str):
+                try:
+                    text.encode("utf-8")
+                except UnicodeEncodeError:
+                    return text.encode("utf-8", "backslashreplace").decode("ascii")[:80]
+        if isinstance(value, (dict, list)):
+            found = _first_surrogate(value, depth + 1)
+            if found is not None:
+                return found
+    return None
 
 
 def _check_metadata(entry: Any, sink: FindingSink) -> None:

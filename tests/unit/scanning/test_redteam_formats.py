@@ -227,6 +227,15 @@ def test_safetensors_torch_every_dtype_is_safe():
     assert scan_bytes(safetensors.scan, safetensors_torch_all_dtypes(), "model.safetensors") == []
 
 
+@pytest.mark.parametrize("escaped", ['"w\\ud800"', '"__metadata__"'])
+def test_safetensors_lone_surrogate_escape_is_unsafe(escaped):
+    # Python's json accepts ``\ud800``; the Rust reference refuses the header: two readers, two files.
+    entry = '{"dtype": "F32", "shape": [1], "data_offsets": [0, 4]}'
+    header = f'{{{escaped}: {entry}}}' if escaped != '"__metadata__"' else f'{{"w": {entry}, "__metadata__": {{"k": "\\udc80"}}}}'
+    found = scan_bytes(safetensors.scan, safetensors_raw(header.encode(), bytes(4)), "m.safetensors")
+    assert rules(found) == {"safetensors.header.encoding"}
+
+
 def test_safetensors_hiding_a_keras_zip_in_a_tensor_is_not_safe():
     # Keras' load_model opens a file zipfile.is_zipfile accepts: the central directory at the end.
     inner = keras_archive(_seq(keras_lambda_layer()))
