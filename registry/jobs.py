@@ -15,12 +15,13 @@ Example:
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import random
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from sqlalchemy import select, update
+from sqlalchemy import func, select, update
 from sqlalchemy.exc import IntegrityError as SAIntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -35,6 +36,7 @@ DEAD = "dead"
 LOST = "lost"
 
 Clock = Callable[[], dt.datetime]
+_JOBS = Job.__table__
 
 
 @dataclass(frozen=True, slots=True)
@@ -143,72 +145,103 @@ class JobQueue:
                 last error, so the caller can run the job kind's dead-letter hook.
         """
         while True:
-            reaped: tuple[ClaimedJob, str] | None = None
             with self.session_factory() as session:
-                now = self.clock()
-                # Two queries, each served by its own partial index in order, so a claim costs the
-                # same with ten queued jobs or a million: abandoned jobs (expired leases) first,
-                # then queued jobs by priority.
-                expired = (select(Job).where(Job.state == RUNNING, Job.lease_expires_at < now)
-                           .order_by(Job.lease_expires_at).limit(1))
-                queued = (select(Job).where(Job.state == QUEUED, Job.run_after <= now)
-                          .order_by(Job.priority, Job.id).limit(1))
-                if kinds:
-                    expired = expired.where(Job.kind.in_(kinds))
-                    queued = queued.where(Job.kind.in_(kinds))
-                if is_postgres(session):
-                    expired = expired.with_for_update(skip_locked=True)
-                    queued = queued.with_for_update(skip_locked=True)
-                else:
-                    # SQLite has no row locks: take the database's write lock before reading, so two
-                    # workers can never read the same queued row.
-                    session.connection(execution_options={"sqlite_begin": "BEGIN IMMEDIATE"})
-                job = session.scalars(expired).first() or session.scalars(queued).first()
-                if job is None:
-                    session.rollback()
-                    return None
-                if job.state == RUNNING and job.attempts >= job.max_attempts:
-                    job.state = DEAD
-                    job.finished_at = now
-                    job.last_error = (job.last_error or "") + f"\nlease expired on attempt {job.attempts}"
-                    job.lease_expires_at = None
-                    reaped = (_claimed(job), job.last_error)
-                    session.commit()
-                else:
-                    job.state = RUNNING
-                    job.attempts += 1
-                    job.locked_by = worker_id
-                    job.lease_expires_at = now + self.lease
-                    claimed = _claimed(job)
-                    session.commit()
-                    return claimed
+                postgres = is_postgres(session)
+            claim = self._claim_postgres if postgres else self._claim_sqlite
+            claimed, reaped = claim(worker_id, kinds)
+            if reaped is None:
+                return claimed
             # Outside the session: the hook may take its own time and its own transaction.
-            if on_reaped is not None and reaped is not None:
+            if on_reaped is not None:
                 on_reaped(*reaped)
+
+    def _candidates(self, now: dt.datetime, kinds: list[str] | None):
+        # Two queries, each served by its own partial index in order, so a claim costs the same with
+        # ten queued jobs or a million: abandoned jobs (expired leases) first, then queued by priority.
+        c = _JOBS.c
+        expired = (select(c.id).where(c.state == RUNNING, c.lease_expires_at < now)
+                   .order_by(c.lease_expires_at).limit(1))
+        queued = (select(c.id).where(c.state == QUEUED, c.run_after <= now)
+                  .order_by(c.priority, c.id).limit(1))
+        if kinds:
+            expired = expired.where(c.kind.in_(kinds))
+            queued = queued.where(c.kind.in_(kinds))
+        return expired, queued
+
+    def _claim_postgres(
+        self, worker_id: str, kinds: list[str] | None
+    ) -> tuple[ClaimedJob | None, tuple[ClaimedJob, str] | None]:
+        """One round trip: ``UPDATE ... WHERE id = COALESCE(expired, queued) RETURNING``.
+
+        COALESCE evaluates its second subquery only when the first finds nothing, and each locks
+        the row it picks with SKIP LOCKED, so concurrent workers never wait on each other.
+        """
+        now = self.clock()
+        expired, queued = self._candidates(now, kinds)
+        pick = func.coalesce(
+            expired.with_for_update(skip_locked=True).scalar_subquery(),
+            queued.with_for_update(skip_locked=True).scalar_subquery(),
+        )
+        statement = (
+            _JOBS.update().where(_JOBS.c.id == pick)
+            .values(state=RUNNING, attempts=_JOBS.c.attempts + 1, locked_by=worker_id,
+                    lease_expires_at=now + self.lease)
+            .returning(_JOBS.c.id, _JOBS.c.kind, _JOBS.c.payload, _JOBS.c.attempts, _JOBS.c.max_attempts,
+                       _JOBS.c.lease_expires_at, _JOBS.c.last_error)
+        )
+        with self._engine.begin() as conn:
+            row = conn.execute(statement).first()
+            if row is None:
+                return None, None
+            claimed = ClaimedJob(id=row.id, kind=row.kind, payload=dict(row.payload), attempts=row.attempts,
+                                 max_attempts=row.max_attempts, lease_expires_at=row.lease_expires_at)
+            if row.attempts <= row.max_attempts:
+                return claimed, None
+            # A lease ran out after the last allowed attempt: the job is dead, not run again.
+            error = (row.last_error or "") + f"\nlease expired on attempt {row.max_attempts}"
+            conn.execute(_JOBS.update().where(_JOBS.c.id == row.id).values(
+                state=DEAD, finished_at=now, last_error=error, lease_expires_at=None,
+                attempts=row.max_attempts))
+            return None, (dataclasses.replace(claimed, attempts=row.max_attempts), error)
+
+    def _claim_sqlite(
+        self, worker_id: str, kinds: list[str] | None
+    ) -> tuple[ClaimedJob | None, tuple[ClaimedJob, str] | None]:
+        with self.session_factory() as session:
+            # SQLite has no row locks: take the database's write lock before reading, so two
+            # workers can never read the same queued row.
+            session.connection(execution_options={"sqlite_begin": "BEGIN IMMEDIATE"})
+            now = self.clock()
+            expired, queued = self._candidates(now, kinds)
+            job_id = session.scalar(expired) or session.scalar(queued)
+            if job_id is None:
+                session.rollback()
+                return None, None
+            job = session.get(Job, job_id)
+            if job.state == RUNNING and job.attempts >= job.max_attempts:
+                job.state = DEAD
+                job.finished_at = now
+                job.last_error = (job.last_error or "") + f"\nlease expired on attempt {job.attempts}"
+                job.lease_expires_at = None
+                reaped = (_claimed(job), job.last_error)
+                session.commit()
+                return None, reaped
+            job.state = RUNNING
+            job.attempts += 1
+            job.locked_by = worker_id
+            job.lease_expires_at = now + self.lease
+            claimed = _claimed(job)
+            session.commit()
+            return claimed, None
 
     def heartbeat(self, job: ClaimedJob, worker_id: str) -> bool:
         """Extend the lease; False when the job is no longer ours (the lease ran out and was taken)."""
-        with self.session_factory() as session:
-            result = session.execute(
-                update(Job)
-                .where(Job.id == job.id, Job.state == RUNNING, Job.locked_by == worker_id,
-                       Job.attempts == job.attempts)
-                .values(lease_expires_at=self.clock() + self.lease)
-            )
-            session.commit()
-            return result.rowcount == 1
+        return self._settle(job, worker_id, lease_expires_at=self.clock() + self.lease)
 
     def complete(self, job: ClaimedJob, worker_id: str) -> bool:
         """Mark the job succeeded; False when it was no longer ours."""
-        with self.session_factory() as session:
-            result = session.execute(
-                update(Job)
-                .where(Job.id == job.id, Job.state == RUNNING, Job.locked_by == worker_id,
-                       Job.attempts == job.attempts)
-                .values(state=SUCCEEDED, finished_at=self.clock(), lease_expires_at=None, last_error=None)
-            )
-            session.commit()
-            return result.rowcount == 1
+        return self._settle(job, worker_id, state=SUCCEEDED, finished_at=self.clock(), lease_expires_at=None,
+                            last_error=None)
 
     def fail(self, job: ClaimedJob, worker_id: str, error: str, *, retry: bool = True) -> str:
         """Record a failure: requeue with backoff, or ``dead`` after the last attempt or when not retryable.
@@ -224,17 +257,25 @@ class JobQueue:
             values.update(state=DEAD, finished_at=now)
         else:
             values.update(state=QUEUED, run_after=now + self.backoff(job.attempts))
-        with self.session_factory() as session:
-            result = session.execute(
-                update(Job)
-                .where(Job.id == job.id, Job.state == RUNNING, Job.locked_by == worker_id,
-                       Job.attempts == job.attempts)
-                .values(**values)
-            )
-            session.commit()
-        if result.rowcount != 1:
+        if not self._settle(job, worker_id, **values):
             return LOST
         return DEAD if dead else QUEUED
+
+    def _settle(self, job: ClaimedJob, worker_id: str, **values: Any) -> bool:
+        """Update the job if this worker still holds this attempt's lease; one short transaction."""
+        # Core, not the ORM session: a worker settles many jobs a second and this is its hot path.
+        with self._engine.begin() as conn:
+            result = conn.execute(
+                _JOBS.update()
+                .where(_JOBS.c.id == job.id, _JOBS.c.state == RUNNING, _JOBS.c.locked_by == worker_id,
+                       _JOBS.c.attempts == job.attempts)
+                .values(**values)
+            )
+            return result.rowcount == 1
+
+    @property
+    def _engine(self):
+        return self.session_factory.kw["bind"]
 
     def backoff(self, attempt: int) -> dt.timedelta:
         delay = min(self.backoff_max.total_seconds(), self.backoff_base.total_seconds() * 2 ** (attempt - 1))
