@@ -637,9 +637,10 @@ class _Streams:
                     buf = dec.unconsumed_tail
                 else:
                     if dec.needs_input:
-                        buf = self._read()
                         if not buf:
-                            raise EOFError("compressed stream ends before its end marker")
+                            buf = self._read()
+                            if not buf:
+                                raise EOFError("compressed stream ends before its end marker")
                         block = dec.decompress(buf, _CHUNK)
                         buf = b""
                     else:

@@ -463,3 +463,385 @@ ORDINARY: dict[str, Callable[[], tuple[str, bytes]]] = {
     "json_config": lambda: ("generation_config.json", b'{"temperature": 0.7, "top_p": 0.9}'),
     "random_binary_tokenizer_model": lambda: ("tokenizer.model", b"\x0a\x0b\x0a\x05<unk>" + random.Random(7).randbytes(8192)),
 }
+
+
+# --- red team: pickle semantics the scanner must follow (see tests/unit/scanning/test_redteam_pickle.py)
+
+
+def bu8(data: bytes) -> bytes:
+    """``SHORT_BINBYTES`` / ``BINBYTES`` opcode for ``data``."""
+    if len(data) < 256:
+        return b"C" + bytes([len(data)]) + data
+    return b"B" + struct.pack("<I", len(data)) + data
+
+
+def import_side_effect_then_garbage() -> bytes:
+    # Resolving a global imports its module (antigravity opens a browser); the stream may break
+    # on the very next byte, the import already ran. Sniffers that wait for a call miss it.
+    return b"\x80\x02" + g0("antigravity", "x") + b"\xff" * 64
+
+
+def import_side_effect_protocol0_text() -> bytes:
+    return g0("antigravity", "x") + b"see the README for details\n"
+
+
+def stop_with_leftovers_then_payload() -> bytes:
+    # CPython's unpickler returns the top of the stack at STOP and ignores what lies below it
+    # (here an open MARK): a scanner that calls this a broken stream stops before the next pickle.
+    return b"(K\x01K\x02." + reduce_pickle(2)
+
+
+def stop_with_leftover_side_effect_call() -> bytes:
+    return b"\x80\x02" + g0("mylib.hooks", "on_load") + b")R" + b"K\x01."
+
+
+def rebuild_from_type_v2_calls_global() -> bytes:
+    # torch._tensor._rebuild_from_type_v2(func, new_type, args, state) calls func(*args).
+    return (
+        b"\x80\x02" + g0("torch._tensor", "_rebuild_from_type_v2")
+        + b"(" + g0("os", "getcwd") + g0("torch", "Tensor") + b")}tR."
+    )
+
+
+def rebuild_from_type_v2_computed_callable() -> bytes:
+    # The called argument is a persistent object, not a global: nothing the scan can judge.
+    return (
+        b"\x80\x02" + g0("torch._tensor", "_rebuild_from_type_v2")
+        + b"(" + ustr("x") + b"Q" + g0("torch", "Tensor") + b")}tR."
+    )
+
+
+def reconstructor_computed_base() -> bytes:
+    # copyreg._reconstructor(cls, base, state) calls base.__new__ and base.__init__.
+    obj = g0("builtins", "object") + b")R"
+    return b"\x80\x02" + g0("copyreg", "_reconstructor") + b"(" + g0("torch", "Tensor") + obj + b"NtR."
+
+
+def codecs_encode_payload_to_unknown_loader() -> bytes:
+    # The nested pickle is built by an allowed conversion (str -> latin-1 bytes), then handed
+    # to an unknown function: only evaluating the conversion shows it is a payload.
+    inner = reduce_pickle(2).decode("latin-1")
+    return (
+        b"\x80\x02" + g0("mylib.io", "restore") + g0("_codecs", "encode")
+        + b"X" + struct.pack("<I", len(inner.encode())) + inner.encode() + ustr("latin1") + b"\x86R\x85R."
+    )
+
+
+def bytes_of_int_list_payload_to_unknown_loader() -> bytes:
+    inner = reduce_pickle(2)
+    ints = b"".join(b"K" + bytes([c]) for c in inner)
+    return b"\x80\x02" + g0("mylib.io", "restore") + g0("builtins", "bytes") + b"](" + ints + b"e\x85R\x85R."
+
+
+def torch_load_from_bytes_nested_zip() -> bytes:
+    # torch.storage._load_from_bytes(b) is torch.load(io.BytesIO(b)): a whole torch file inside.
+    inner = torch_zip_payload_in_data_pkl()
+    return b"\x80\x02" + g0("torch.storage", "_load_from_bytes") + bu8(inner) + b"\x85R."
+
+
+def next_buffer_out_of_band() -> bytes:
+    return b"\x80\x05\x97\x98."
+
+
+def frame_runs_past_stop() -> bytes:
+    body = b"K\x01."
+    return b"\x80\x04\x95" + struct.pack("<Q", len(body) + 4096) + body
+
+
+def mark_stack_bomb(n: int = 200_000) -> bytes:
+    return b"\x80\x02" + b"(" * n + b"."
+
+
+def list_nesting_bomb(n: int = 200_000) -> bytes:
+    return b"\x80\x02" + b"]" * n + b"."
+
+
+def giant_binunicode8_length() -> bytes:
+    return b"\x80\x04\x8d" + struct.pack("<Q", 1 << 62) + b"abc"
+
+
+def giant_long4_length() -> bytes:
+    return b"\x80\x02\x8b" + struct.pack("<i", 0x7FFFFFF0) + b"\x01\x02"
+
+
+def payload_pickle_after_benign_pickle() -> bytes:
+    return pickle.dumps({"w": [1.0]}, protocol=4) + reduce_pickle(4)
+
+
+def py2_name_under_protocol4() -> bytes:
+    # __builtin__.xrange is mapped to builtins.range only while the protocol is below 3.
+    return b"\x80\x04" + g0("__builtin__", "xrange") + b"K\x03\x85R."
+
+
+def denied_gadget(module: str, name: str) -> bytes:
+    """A call of ``module.name`` with one string argument (published exec/eval gadgets)."""
+    return b"\x80\x02" + g0(module, name) + ustr("1") + b"\x85R."
+
+
+# Published gadgets whose module is not on the allow-list: each runs code or touches the system.
+PUBLISHED_GADGETS = [
+    ("numpy.f2py.crackfortran", "myeval"),
+    ("numpy.testing._private.utils", "runstring"),
+    ("torch.jit.unsupported_tensor_ops", "execWrapper"),
+    ("torch.utils.collect_env", "run"),
+    ("torch._inductor.codecache", "compile_file"),
+    ("torch.fx.experimental.symbolic_shapes", "ShapeEnv"),
+    ("torch.storage", "_load_from_bytes"),
+    ("torch.utils.data.datapipes.utils.decoder", "basichandlers"),
+    ("torch.testing._internal.common_utils", "shell"),
+    ("torch.cuda._utils", "_get_hip_runtime_library"),
+    ("pandas", "read_pickle"),
+    ("idlelib.pyshell", "ModifiedInterpreter"),
+    ("lib2to3.pgen2.grammar", "Grammar"),
+    ("_osx_support", "_read_output"),
+    ("_aix_support", "_read_cmd_output"),
+    ("_pyrepl.pager", "pipe_pager"),
+    ("pathlib", "Path"),
+    ("antigravity", "webbrowser"),
+    ("ensurepip", "_run_pip"),
+    ("shutil", "rmtree"),
+    ("tempfile", "mkdtemp"),
+    ("operator", "attrgetter"),
+    ("functools", "partial"),
+    ("importlib", "import_module"),
+    ("__builtin__", "eval"),
+]
+
+
+# --- red team: containers
+
+
+def tar_payload_after_bad_header() -> bytes:
+    # Python's tarfile stops at the first bad header after the first member; GNU tar skips it
+    # and extracts what follows.
+    good = tar_bytes({"README.md": b"# model\n"})
+    first = good[: 512 + 512]
+    return first + b"\x07" * 512 + tar_bytes({"model.pkl": reduce_pickle()})
+
+
+def tar_payload_after_end_marker() -> bytes:
+    return tar_bytes({"README.md": b"# model\n"}) + tar_bytes({"model.pkl": reduce_pickle()})
+
+
+def gzip_second_member_payload() -> bytes:
+    return gzip.compress(pickle.dumps({"w": 1}), mtime=0) + gzip.compress(reduce_pickle(), mtime=0)
+
+
+def bz2_trailing_payload() -> bytes:
+    # BZ2File (and LZMAFile) drop whatever follows the last valid stream without a word.
+    return bz2.compress(pickle.dumps({"w": 1})) + reduce_pickle()
+
+
+def xz_trailing_payload() -> bytes:
+    import lzma
+
+    return lzma.compress(pickle.dumps({"w": 1})) + reduce_pickle()
+
+
+def gzip_stream_bomb(megabytes: int = 4) -> bytes:
+    return gzip.compress(bytes(megabytes << 20), mtime=0)
+
+
+def zip_local_zip64_extra_lies() -> bytes:
+    # Local header sizes deferred to a zip64 extra that disagrees with the central directory:
+    # a streaming reader reads a different extent than zipfile does.
+    body = b"hello world\n"
+    data = rezip({"a.txt": body, "b.txt": b"x"})
+    info = zipfile.ZipFile(io.BytesIO(data)).infolist()[0]
+    off = info.header_offset
+    nlen = len(info.filename.encode())
+    extra = struct.pack("<HHQQ", 1, 16, len(body) + 100, len(body) + 100)
+    lh = bytearray(data[off : off + 30])
+    struct.pack_into("<II", lh, 18, 0xFFFFFFFF, 0xFFFFFFFF)
+    struct.pack_into("<H", lh, 28, len(extra))
+    new_local = bytes(lh) + data[off + 30 : off + 30 + nlen] + extra
+    shift = len(extra)
+    rest = data[off + 30 + nlen :]
+    out = bytearray(data[:off] + new_local + rest)
+    # Fix the offsets that follow the grown local header.
+    cd = out.index(b"PK\x01\x02")
+    p = cd
+    while out[p : p + 4] == b"PK\x01\x02":
+        (hoff,) = struct.unpack_from("<I", out, p + 42)
+        if hoff > off:
+            struct.pack_into("<I", out, p + 42, hoff + shift)
+        nl, el, cl = struct.unpack_from("<HHH", out, p + 28)
+        p += 46 + nl + el + cl
+    eocd = out.rindex(b"PK\x05\x06")
+    (cd_off,) = struct.unpack_from("<I", out, eocd + 16)
+    struct.pack_into("<I", out, eocd + 16, cd_off + shift)
+    return bytes(out)
+
+
+def npz_member_pickle_named_npy() -> bytes:
+    import numpy as np
+
+    buf = io.BytesIO()
+    np.savez(buf, w=np.arange(3))
+    z = zipfile.ZipFile(io.BytesIO(buf.getvalue()))
+    members = {n: z.read(n) for n in z.namelist()}
+    members["extra.npy"] = reduce_pickle()
+    return rezip(members)
+
+
+def npy_v3_object_payload() -> bytes:
+    header = repr({"descr": "|O", "fortran_order": False, "shape": (1,)}).encode()
+    header += b" " * (-(12 + len(header) + 1) % 64) + b"\n"
+    return b"\x93NUMPY\x03\x00" + struct.pack("<I", len(header)) + header + reduce_pickle(3)
+
+
+def npy_structured_object_field_payload() -> bytes:
+    header = repr({"descr": [("a", "<f4"), ("b", "|O")], "fortran_order": False, "shape": (1,)}).encode()
+    header += b" " * (-(10 + len(header) + 1) % 64) + b"\n"
+    return b"\x93NUMPY\x01\x00" + struct.pack("<H", len(header)) + header + reduce_pickle(3)
+
+
+def torch_zip_payload_in_byteorder_member() -> bytes:
+    z = zipfile.ZipFile(io.BytesIO(torch_zip()))
+    members = {n: z.read(n) for n in z.namelist()}
+    key = next(n for n in members if n.endswith("/byteorder"))
+    members[key] = reduce_pickle(0)
+    return rezip(members)
+
+
+def torch_zip_second_pkl_member() -> bytes:
+    z = zipfile.ZipFile(io.BytesIO(torch_zip()))
+    members = {n: z.read(n) for n in z.namelist()}
+    prefix = next(n for n in members if n.endswith("data.pkl")).rsplit("/", 1)[0]
+    members[f"{prefix}/constants.pkl"] = reduce_pickle(2)
+    return rezip(members)
+
+
+REDTEAM: dict[str, Callable[[], tuple[str, bytes, str]]] = {
+    "import_side_effect_then_garbage": lambda: ("model.bin", import_side_effect_then_garbage(), UNSAFE),
+    "import_side_effect_protocol0_text": lambda: ("notes.txt", import_side_effect_protocol0_text(), UNSAFE),
+    "stop_with_leftovers_then_payload": lambda: ("model.pkl", stop_with_leftovers_then_payload(), UNSAFE),
+    "stop_with_leftover_side_effect_call": lambda: ("model.pkl", stop_with_leftover_side_effect_call(), SUSPICIOUS),
+    "rebuild_from_type_v2_calls_global": lambda: ("model.pkl", rebuild_from_type_v2_calls_global(), UNSAFE),
+    "rebuild_from_type_v2_computed_callable": lambda: ("model.pkl", rebuild_from_type_v2_computed_callable(), UNSAFE),
+    "reconstructor_computed_base": lambda: ("model.pkl", reconstructor_computed_base(), UNSAFE),
+    "codecs_encode_payload_to_unknown_loader": lambda: ("model.pkl", codecs_encode_payload_to_unknown_loader(), UNSAFE),
+    "bytes_of_int_list_payload_to_unknown_loader": lambda: ("model.pkl", bytes_of_int_list_payload_to_unknown_loader(), UNSAFE),
+    "torch_load_from_bytes_nested_zip": lambda: ("model.pkl", torch_load_from_bytes_nested_zip(), UNSAFE),
+    "next_buffer_out_of_band": lambda: ("model.pkl", next_buffer_out_of_band(), SUSPICIOUS),
+    "frame_runs_past_stop": lambda: ("model.pkl", frame_runs_past_stop() + b"\x00" * 4096, SUSPICIOUS),
+    "mark_stack_bomb": lambda: ("model.pkl", mark_stack_bomb(), UNSAFE),
+    "list_nesting_bomb": lambda: ("model.pkl", list_nesting_bomb(), UNSAFE),
+    "payload_pickle_after_benign_pickle": lambda: ("model.pkl", payload_pickle_after_benign_pickle(), UNSAFE),
+    "py2_name_under_protocol4": lambda: ("model.pkl", py2_name_under_protocol4(), UNSAFE),
+    "tar_payload_after_bad_header": lambda: ("model.tar", tar_payload_after_bad_header(), UNSAFE),
+    "tar_payload_after_end_marker": lambda: ("model.tar", tar_payload_after_end_marker(), UNSAFE),
+    "gzip_second_member_payload": lambda: ("model.joblib", gzip_second_member_payload(), UNSAFE),
+    "bz2_trailing_payload": lambda: ("model.pkl.bz2", bz2_trailing_payload(), SUSPICIOUS),
+    "xz_trailing_payload": lambda: ("model.pkl.xz", xz_trailing_payload(), SUSPICIOUS),
+    "zip_local_zip64_extra_lies": lambda: ("bundle.zip", zip_local_zip64_extra_lies(), UNSAFE),
+    "npz_member_pickle_named_npy": lambda: ("arrays.npz", npz_member_pickle_named_npy(), UNSAFE),
+    "npy_v3_object_payload": lambda: ("arr.npy", npy_v3_object_payload(), UNSAFE),
+    "npy_structured_object_field_payload": lambda: ("arr.npy", npy_structured_object_field_payload(), UNSAFE),
+    "torch_zip_payload_in_byteorder_member": lambda: ("model.pt", torch_zip_payload_in_byteorder_member(), UNSAFE),
+    "torch_zip_second_pkl_member": lambda: ("model.pt", torch_zip_second_pkl_member(), UNSAFE),
+}
+"""Bypasses found red-teaming the pickle family: ``(file name, bytes, least verdict expected)``."""
+
+REDTEAM_ORDINARY: dict[str, Callable[[], tuple[str, bytes]]] = {}
+"""Ordinary files the red team found flagged (false positives), filled in below."""
+
+
+def _varied_torch_objects() -> dict[str, object]:
+    import torch
+
+    torch.manual_seed(0)
+    model = torch.nn.ModuleDict(
+        {
+            "lin": torch.nn.Linear(4, 3),
+            "conv": torch.nn.Conv2d(3, 2, 3),
+            "lstm": torch.nn.LSTM(4, 5, 2),
+            "emb": torch.nn.Embedding(10, 4),
+            "bn": torch.nn.BatchNorm2d(3),
+        }
+    )
+    adam = torch.optim.Adam(model["lin"].parameters())
+    model["lin"](torch.ones(1, 4)).sum().backward()
+    adam.step()
+    base = torch.arange(20, dtype=torch.float32)
+    dtypes = [
+        torch.int64, torch.bool, torch.uint8, torch.bfloat16, torch.float8_e4m3fn, torch.float8_e5m2,
+        torch.float8_e4m3fnuz, torch.complex64, torch.complex32, torch.uint16, torch.int16,
+    ]
+    return {
+        "module_state_dict": model.state_dict(),
+        "adam_state_dict": adam.state_dict(),
+        "sgd_state_dict": torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9).state_dict(),
+        "dtypes": {str(d): torch.zeros(3, dtype=d) for d in dtypes},
+        "shared_storage_views": {"base": base, "slice": base[2:10], "view": base.view(4, 5), "t": base.view(4, 5).t()},
+        "parameter": torch.nn.Parameter(torch.ones(3)),
+        "size_device_dtype": {"size": torch.Size([2, 3]), "device": torch.device("cpu"), "dtype": torch.float16},
+        "sparse_coo": torch.eye(3).to_sparse(),
+        "meta_tensor": torch.empty(3, device="meta"),
+        "nested_containers": {"a": [1, (2, 3), {"b": torch.ones(2)}], "t": (torch.zeros(1),), "s": "x"},
+    }
+
+
+def torch_ordinary(kind: str, how: str) -> bytes:
+    import torch
+
+    obj = _varied_torch_objects()[kind]
+    kwargs: dict[str, object] = {"legacy": {"_use_new_zipfile_serialization": False}, "p2": {"pickle_protocol": 2}, "p4": {"pickle_protocol": 4}}[how]
+    buf = io.BytesIO()
+    torch.save(obj, buf, **kwargs)  # type: ignore[arg-type]
+    return buf.getvalue()
+
+
+def numpy_pickles() -> bytes:
+    import numpy as np
+
+    arrays = {dt: np.zeros(2, dtype=dt) for dt in ["i1", "u2", "i8", "f2", "f8", "c16", "?", "M8[s]", "m8[ms]", "S3", "U2"]}
+    arrays["structured"] = np.zeros(2, dtype=[("a", "<i4"), ("b", [("c", "f8", (2,))])])
+    arrays["scalar"] = np.float32(1.5)  # type: ignore[assignment]
+    return pickle.dumps(arrays, protocol=4)
+
+
+def stdlib_values_pickle(protocol: int) -> bytes:
+    import datetime
+    import decimal
+    import fractions
+
+    return pickle.dumps(
+        {
+            "when": datetime.datetime(2024, 1, 2, 3, 4, 5, tzinfo=datetime.timezone.utc),
+            "day": datetime.date(2024, 1, 1),
+            "time": datetime.time(1, 2),
+            "delta": datetime.timedelta(days=3),
+            "tz": datetime.timezone(datetime.timedelta(hours=2), "X"),
+            "price": decimal.Decimal("1.50"),
+            "ratio": fractions.Fraction(1, 3),
+            "counts": collections.Counter("abca"),
+            "queue": collections.deque([1, 2]),
+            "groups": collections.defaultdict(list, a=[1]),
+            "set": {1, 2}, "frozen": frozenset({"a"}), "bytes": b"\x00\xff", "ba": bytearray(b"x"), "c": 1 + 2j,
+        },
+        protocol=protocol,
+    )
+
+
+REDTEAM_ORDINARY.update(
+    {
+        **{
+            f"torch_{kind}_{how}": (lambda kind=kind, how=how: (f"{kind}.pt", torch_ordinary(kind, how)))
+            for kind in (
+                "module_state_dict", "adam_state_dict", "sgd_state_dict", "dtypes", "shared_storage_views",
+                "parameter", "size_device_dtype", "sparse_coo", "meta_tensor", "nested_containers",
+            )
+            for how in ("legacy", "p2", "p4")
+        },
+        "numpy_arrays_pickled": lambda: ("arrays.pkl", numpy_pickles()),
+        **{f"stdlib_values_protocol{p}": (lambda p=p: (f"values{p}.pkl", stdlib_values_pickle(p))) for p in range(6)},
+        "gzip_two_members_benign": lambda: (
+            "data.pkl.gz", gzip.compress(pickle.dumps([1]), mtime=0) + gzip.compress(pickle.dumps([2]), mtime=0)
+        ),
+        "gzip_zero_padded": lambda: ("data.pkl.gz", gzip.compress(pickle.dumps([1]), mtime=0) + bytes(512)),
+        "bz2_two_streams_benign": lambda: ("data.bz2", bz2.compress(b"hello\n") + bz2.compress(b"world\n")),
+        "tar_padded_record": lambda: ("files.tar", tar_bytes({"a.txt": b"x" * 3000, "b/c.txt": b"y"})),
+        "npz_savez_compressed_many": lambda: ("a.npz", npz(True)),
+    }
+)
