@@ -124,6 +124,12 @@ class Engine:
             fmt = self._dispatch(fmt, name, ctx_path, chain, reader, size, depth, own, members)
         except Exception as exc:  # noqa: BLE001 - a crashing scanner must fail closed, not pass
             own.append(Finding("engine.scanner-error", Severity.ERROR, "", f"{fmt} scanner failed: {type(exc).__name__}: {exc}"))
+        if fmt not in ("pickle", "pytorch-legacy", "empty") and pickle_scan.probe_pickle(head):
+            # A polyglot: the bytes that make it a tar (or another format) are also a pickle that
+            # pickle.load would run. The first magic found must not hide the second reading.
+            own.append(Finding("polyglot.pickle", Severity.SUSPICIOUS, "offset 0", f"a {fmt} whose first bytes are also a pickle"))
+            res = pickle_scan.scan_pickle_file(reader, size, nested=self._nested_pickle(ctx_path, chain, depth))
+            own.extend(f for f in res.findings if f.rule_id != "pickle.stream.trailing-data")
         if _remote_code_applies(name):
             own.extend(self._external("remote_code", reader, size, ctx_path, chain, depth))
         return fmt, _relocate(own, chain) + members

@@ -845,3 +845,12 @@ REDTEAM_ORDINARY.update(
         "npz_savez_compressed_many": lambda: ("a.npz", npz(True)),
     }
 )
+
+
+def tar_header_pickle_polyglot() -> bytes:
+    # The first member's name field is a protocol 0 pickle: tar readers see a tar, pickle.load
+    # runs the name. A scanner that trusts the first magic it finds sees only the tar.
+    return tar_bytes({"cposix\ngetcwd\n(tR.": b"# model\n"})
+
+
+REDTEAM["tar_header_pickle_polyglot"] = lambda: ("model.pt", tar_header_pickle_polyglot(), UNSAFE)

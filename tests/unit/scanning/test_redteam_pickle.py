@@ -91,6 +91,7 @@ def test_torch_load_from_bytes_scans_the_nested_torch_file() -> None:
     ("bz2_trailing_payload", "container.trailing-data"),
     ("xz_trailing_payload", "container.trailing-data"),
     ("zip_local_zip64_extra_lies", "zip.local.mismatch"),
+    ("tar_header_pickle_polyglot", "polyglot.pickle"),
 ])
 def test_rule_names_the_trick(sample: str, rule: str) -> None:
     name, data, _ = S.REDTEAM[sample]()
