@@ -16,7 +16,7 @@ and starts a SeaweedFS server (``tests.support.seaweed``). Then, in each round, 
   hashing, no checks, no database.
 
 Last, sealing alone: versions of the same files are submitted again (nothing to mirror, every blob is
-stored) and ``versions.seal_version`` (file list, in-toto statement, DSSE signature, database update,
+stored) and ``mirroring.seal_version`` (file list, in-toto statement, DSSE signature, database update,
 scan jobs queued) is timed on each. Everything temporary is removed at the end.
 """
 
@@ -51,7 +51,7 @@ from pydantic import SecretStr  # noqa: E402
 
 from registry.bootstrap import Container, bootstrap  # noqa: E402
 from registry.db.models import Version  # noqa: E402
-from registry.services import versions  # noqa: E402
+from registry.services import mirroring, versions  # noqa: E402
 from registry.services.versions import SubmitRequest  # noqa: E402
 from registry.settings import Settings  # noqa: E402
 from registry.signing.keys import SigningKey  # noqa: E402
@@ -202,7 +202,7 @@ def time_sealing(container: Container, hub: HfUpstream, repetitions: int) -> lis
                                          open_source=container.open_source, limits=container.limits())
             version_id = version.id
         started = time.perf_counter()
-        versions.seal_version(container.session_factory, version_id, signing_key=container.signing_key)
+        mirroring.seal_version(container.session_factory, version_id, signing_key=container.signing_key)
         took.append(time.perf_counter() - started)
         assert state_of(container, version_id) == "scanning"
     return took

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from registry.bootstrap import Container
 from registry.domain.errors import UpstreamError
-from registry.services import scans, versions
+from registry.services import mirroring, scans, versions
 from workers.registry import Handler, HandlerRegistry, Payload
 
 
 def _mirror_file(c: Container, payload: Payload) -> None:
-    versions.mirror_file(c.session_factory, int(payload["file_id"]), blob_store=c.blob_store,
+    mirroring.mirror_file(c.session_factory, int(payload["file_id"]), blob_store=c.blob_store,
                          open_source=c.open_source)
 
 
@@ -25,7 +25,7 @@ def _mirror_file_dead(c: Container, payload: Payload, error: str) -> None:
 
 
 def _resolve_version(c: Container, payload: Payload) -> None:
-    versions.resolve_version(c.session_factory, int(payload["version_id"]), open_source=c.open_source,
+    mirroring.resolve_version(c.session_factory, int(payload["version_id"]), open_source=c.open_source,
                              limits=c.limits())
 
 
@@ -35,7 +35,7 @@ def _resolve_version_dead(c: Container, payload: Payload, error: str) -> None:
 
 
 def _seal_version(c: Container, payload: Payload) -> None:
-    versions.seal_version(c.session_factory, int(payload["version_id"]), signing_key=c.signing_key,
+    mirroring.seal_version(c.session_factory, int(payload["version_id"]), signing_key=c.signing_key,
                           registry_url=c.settings.public_url)
 
 

@@ -1,48 +1,38 @@
-"""Submitting, mirroring and sealing model versions.
+"""Submitting and reading model versions.
 
 ``submit`` pins the requested revision once (a branch or tag becomes a commit, recorded beside what
-was asked for) and queues one ``mirror_file`` job per file in the same transaction. Each job streams
-one file from the upstream into the blob store, hashed in the same pass and checked against what the
-upstream published. The job that lands the last file queues ``seal_version``, which freezes the file
-list and signs it as an OpenSSF model-signing bundle, from the digests computed while mirroring.
+was asked for) and queues one ``mirror_file`` job per file in the same transaction; the jobs live in
+:mod:`registry.services.mirroring`. A directory uploaded through the API becomes a version with
+``submit_uploaded``, its blobs already stored.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-import logging
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from sqlalchemy import func, select
+from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
 from registry import audit, jobs
-from registry.services import scans
 from registry.auth import AuthenticatedPrincipal, Permission, get_tenant, require, validate_name
-from registry.db.models import Blob, Job, Model, Version, VersionFile, utcnow
+from registry.db.models import Blob, Model, Version, VersionFile, utcnow
 from registry.db.session import begin_write, is_postgres
 from registry.domain.errors import (
     InvalidInputError,
-    IntegrityError,
     LimitExceededError,
     ModelNotFoundError,
-    NotFoundError,
     RegistryError,
     UpstreamError,
     VersionNotFoundError,
 )
 from registry.domain.files import FileEntry, validate_file_list
 from registry.domain.states import LIVE, VersionState, check_transition
-from registry.signing.bundle import build_model_statement, sign_model_bundle
-from registry.signing.canonical import canonical_json
-from registry.signing.keys import SigningKey
 from registry.sources import parse_source_uri
 from registry.sources.base import Snapshot, Source, UpstreamFile
 from registry.storage.base import BlobStore
-
-log = logging.getLogger(__name__)
 
 MIRROR_FILE = "mirror_file"
 RESOLVE_VERSION = "resolve_version"
@@ -211,7 +201,7 @@ def _submit(
                  details={"source": request.source, "requested_revision": request.revision,
                           "include": list(request.include), "exclude": list(request.exclude)})
     if snapshot is not None:
-        _accept_snapshot(session, version, snapshot, limits, ref)
+        accept_snapshot(session, version, snapshot, limits, ref)
     elif isinstance(resolve_error, UpstreamError):
         jobs.enqueue(session, RESOLVE_VERSION, {"version_id": version.id},
                      idempotency_key=f"{RESOLVE_VERSION}:{version.id}")
@@ -287,7 +277,7 @@ def submit_uploaded(
     ref = f"{tenant}/{name}@{version.number}"
     audit.append(session, actor=principal.name, action="version.submitted", subject=ref, tenant=tenant,
                  details={"source": f"upload:{label}", "files": len(entries)})
-    _accept_snapshot(session, version, snapshot, limits, ref)
+    accept_snapshot(session, version, snapshot, limits, ref)
     session.commit()
     return version, True
 
@@ -313,7 +303,7 @@ def _lock_or_create_model(session: Session, tenant_id: int, name: str) -> Model:
     return model
 
 
-def _accept_snapshot(session: Session, version: Version, snapshot: Snapshot, limits: Limits, ref: str) -> None:
+def accept_snapshot(session: Session, version: Version, snapshot: Snapshot, limits: Limits, ref: str) -> None:
     """Record the pinned revision and files, then queue a mirror job per file not already stored."""
     try:
         _check_limits(snapshot, limits)
@@ -398,7 +388,7 @@ def fail_version(session_factory: sessionmaker[Session], version_id: int, error:
     """Fail a version unless it already left the states a failure can come from."""
     with session_factory() as session:
         begin_write(session)
-        version = _lock_version(session, version_id)
+        version = lock_version(session, version_id)
         if version is None or version.state not in (
             VersionState.SUBMITTED.value, VersionState.MIRRORING.value, VersionState.SEALED.value,
             VersionState.SCANNING.value, VersionState.EVALUATING.value,
@@ -408,190 +398,8 @@ def fail_version(session_factory: sessionmaker[Session], version_id: int, error:
         session.commit()
 
 
-def _lock_version(session: Session, version_id: int) -> Version | None:
+def lock_version(session: Session, version_id: int) -> Version | None:
     query = select(Version).where(Version.id == version_id)
     if is_postgres(session):
         query = query.with_for_update()
     return session.scalar(query)
-
-
-# --- jobs ------------------------------------------------------------------------------------
-
-
-def resolve_version(session_factory: sessionmaker[Session], version_id: int, *,
-                    open_source: SourceOpener, limits: Limits) -> None:
-    """Job: resolve a version whose upstream was unreachable at submission. Transient errors raise."""
-    with session_factory() as session:
-        version = session.get(Version, version_id)
-        if version is None or version.state != VersionState.SUBMITTED.value:
-            return
-        uri = _source_uri(version)
-        source = open_source(uri, version.source_endpoint, tuple(version.include), tuple(version.exclude))
-        requested = version.requested_revision
-    try:
-        snapshot = source.resolve(requested)
-    except UpstreamError:
-        raise
-    except RegistryError as exc:
-        fail_version(session_factory, version_id, exc)
-        return
-    with session_factory() as session:
-        begin_write(session)
-        version = _lock_version(session, version_id)
-        if version is None or version.state != VersionState.SUBMITTED.value:
-            return
-        _accept_snapshot(session, version, snapshot, limits, version_ref(version))
-        session.commit()
-
-
-def _source_uri(version: Version) -> str:
-    if version.source_kind == "hf":
-        return f"hf://{version.source_repo}"
-    if version.source_kind == "s3":
-        return f"s3://{version.source_repo}"
-    return version.source_repo
-
-
-def mirror_file(
-    session_factory: sessionmaker[Session],
-    file_id: int,
-    *,
-    blob_store: BlobStore,
-    open_source: SourceOpener,
-) -> None:
-    """Job: stream one file from its upstream into the blob store; queue sealing after the last one.
-
-    Idempotent: a file already mirrored, or of a version no longer mirroring, is left alone; bytes
-    already in the store are not transferred again. Integrity failures fail the version at once;
-    transport failures raise so the job is retried with backoff.
-    """
-    with session_factory() as session:
-        row = session.get(VersionFile, file_id)
-        if row is None:
-            return
-        version = row.version
-        if version.state != VersionState.MIRRORING.value:
-            return
-        upstream = UpstreamFile(path=row.path, size=row.size, sha256=row.upstream_sha256,
-                                git_sha1=row.upstream_git_sha1, etag=row.upstream_etag)
-        already = row.sha256
-        uri = _source_uri(version)
-        endpoint, include, exclude = version.source_endpoint, tuple(version.include), tuple(version.exclude)
-        revision, version_id = version.resolved_revision, version.id
-    if already is None:
-        source = open_source(uri, endpoint, include, exclude)
-        try:
-            if upstream.sha256 is not None and blob_store.exists(upstream.sha256):
-                digest, size = upstream.sha256, upstream.size
-            else:
-                if upstream.sha256 is not None:
-                    _abort_abandoned_uploads(session_factory, blob_store, file_id, upstream.sha256)
-                result = blob_store.put(source.open(revision, upstream), expected_sha256=upstream.sha256,
-                                        expected_size=upstream.size)
-                digest, size = result.digest, result.size
-        except IntegrityError as exc:
-            fail_version(session_factory, version_id, _with_path(exc, upstream.path))
-            return
-    else:
-        digest, size = already, upstream.size
-    with session_factory() as session:
-        begin_write(session)
-        version = _lock_version(session, version_id)
-        if version is None or version.state != VersionState.MIRRORING.value:
-            return
-        row = session.get(VersionFile, file_id)
-        if row.sha256 is None:
-            row.sha256, row.mirrored_at = digest, utcnow()
-        if session.get(Blob, digest) is None:
-            session.add(Blob(digest=digest, size=size))
-        session.flush()
-        remaining = session.scalar(
-            select(func.count()).select_from(VersionFile).where(
-                VersionFile.version_id == version_id, VersionFile.sha256.is_(None))
-        )
-        if remaining == 0:
-            jobs.enqueue(session, SEAL_VERSION, {"version_id": version_id},
-                         idempotency_key=f"{SEAL_VERSION}:{version_id}")
-        session.commit()
-
-
-def _abort_abandoned_uploads(session_factory: sessionmaker[Session], blob_store: BlobStore, file_id: int,
-                             digest: str) -> None:
-    """Abort the unfinished uploads of ``digest`` an earlier, crashed attempt left at its final key.
-
-    The uploads are listed first and aborted only if then no other mirror job of the same bytes is
-    running: an upload started after the listing is never touched, and a listed one is abandoned, or
-    belongs to an attempt of this very job whose lease was lost (its result does not count anyway).
-    Aborting never commits anything; at worst a writer's put fails and its job is retried. Temporary
-    files of a local store are left to ``sweep_incomplete``.
-    """
-    stale = blob_store.unfinished_uploads(digest)
-    if not stale:
-        return
-    with session_factory() as session:
-        siblings = session.scalars(
-            select(VersionFile.id).where(VersionFile.upstream_sha256 == digest, VersionFile.id != file_id,
-                                         VersionFile.sha256.is_(None))
-        ).all()
-        busy = bool(siblings) and session.scalar(
-            select(func.count()).select_from(Job).where(
-                Job.kind == MIRROR_FILE, Job.state == jobs.RUNNING,
-                Job.idempotency_key.in_([f"{MIRROR_FILE}:{i}" for i in siblings]))
-        )
-    if busy:
-        return
-    aborted = blob_store.abort_uploads(digest, stale)
-    log.info("mirror of file %d: aborted %d abandoned upload(s) of %s", file_id, aborted, digest)
-
-
-def _with_path(exc: IntegrityError, path: str) -> IntegrityError:
-    """Name the version's file in an integrity error raised by the blob store (which knows no paths)."""
-    from registry.domain.errors import DigestMismatchError, SizeMismatchError
-
-    if isinstance(exc, DigestMismatchError) and exc.details.get("path") != path:
-        return DigestMismatchError(path, expected=exc.details["expected"], actual=exc.details["actual"],
-                                   algorithm=exc.details.get("algorithm", "sha256"))
-    if isinstance(exc, SizeMismatchError) and exc.details.get("path") != path:
-        return SizeMismatchError(path, expected=exc.details["expected"], actual=exc.details["actual"])
-    return exc
-
-
-def seal_version(session_factory: sessionmaker[Session], version_id: int, *, signing_key: SigningKey,
-                 registry_url: str | None = None) -> None:
-    """Job: freeze the file list and sign it; then run the after-seal hooks (scanning)."""
-    with session_factory() as session:
-        begin_write(session)
-        version = _lock_version(session, version_id)
-        if version is None or version.state != VersionState.MIRRORING.value:
-            return
-        files = version.files
-        if any(f.sha256 is None for f in files):
-            raise NotFoundError(f"version {version_id} still has files to mirror")
-        ref = version_ref(version)
-        entries = validate_file_list(FileEntry(f.path, f.size, f.sha256) for f in files)
-        statement = build_model_statement(
-            f"{version.model.tenant.name}/{version.model.name}",
-            entries,
-            extra_predicate={"modelreg": {
-                "model": f"{version.model.tenant.name}/{version.model.name}",
-                "version": version.number,
-                "source": {"kind": version.source_kind, "repo": version.source_repo,
-                           "endpoint": version.source_endpoint},
-                "requested_revision": version.requested_revision,
-                "revision": version.resolved_revision,
-                "files": [e.as_dict() for e in entries],
-                "registry": registry_url,
-            }},
-        )
-        bundle = sign_model_bundle(statement, signing_key)
-        version.manifest_bundle = bundle
-        version.manifest_digest = hashlib.sha256(canonical_json(statement)).hexdigest()
-        version.signing_key_id = signing_key.key_id
-        version.sealed_at = utcnow()
-        version.state = check_transition(version.state, VersionState.SEALED).value
-        audit.append(session, actor="system", action="version.sealed", subject=ref,
-                     tenant=version.model.tenant.name,
-                     details={"manifest_digest": version.manifest_digest, "key_id": signing_key.key_id,
-                              "files": len(entries), "bytes": sum(e.size for e in entries)})
-        scans.start_scanning(session, version)
-        session.commit()
