@@ -8,12 +8,14 @@ was asked for) and queues one ``mirror_file`` job per file in the same transacti
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, TypeVar
 
 from sqlalchemy import select
+from sqlalchemy.exc import IntegrityError as SAIntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 
 from registry import audit, jobs
@@ -54,6 +56,8 @@ class Limits:
     max_file_size: int = 1024**4
     max_total_size: int = 4 * 1024**4
 
+
+T = TypeVar("T")
 
 SourceOpener = Callable[[str, str | None, tuple[str, ...], tuple[str, ...]], Source]
 """``(uri, hf_endpoint, include, exclude) -> Source``; built by bootstrap from settings."""
@@ -107,29 +111,26 @@ def source_key(kind: str, repo: str, endpoint: str | None, revision: str, includ
     return hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()
 
 
+def _retry_once_on_race(use_case: Callable[..., T]) -> Callable[..., T]:
+    """Run a submission again if it lost a uniqueness race on commit.
+
+    Two first submissions of a model, or of the same source, may commit at once: the unique
+    constraints let one through, and the other, run again, finds the model or version it created.
+    """
+
+    @functools.wraps(use_case)
+    def run(session: Session, *args: Any, **kwargs: Any) -> T:
+        try:
+            return use_case(session, *args, **kwargs)
+        except SAIntegrityError:
+            session.rollback()
+            return use_case(session, *args, **kwargs)
+
+    return run
+
+
+@_retry_once_on_race
 def submit(
-    session: Session,
-    principal: AuthenticatedPrincipal,
-    tenant: str,
-    name: str,
-    request: SubmitRequest,
-    *,
-    open_source: SourceOpener,
-    limits: Limits,
-) -> tuple[Version, bool]:
-    """Submit a version; see :func:`_submit`. Retried once when a concurrent submission won a race."""
-    from sqlalchemy.exc import IntegrityError as SAIntegrityError
-
-    try:
-        return _submit(session, principal, tenant, name, request, open_source=open_source, limits=limits)
-    except SAIntegrityError:
-        # Two first submissions of a model, or of the same source, committed at once: the unique
-        # constraints let one through; the other now finds its model or its version.
-        session.rollback()
-        return _submit(session, principal, tenant, name, request, open_source=open_source, limits=limits)
-
-
-def _submit(
     session: Session,
     principal: AuthenticatedPrincipal,
     tenant: str,
@@ -232,6 +233,7 @@ def upload_blob(session: Session, principal: AuthenticatedPrincipal, tenant: str
     return True
 
 
+@_retry_once_on_race
 def submit_uploaded(
     session: Session,
     principal: AuthenticatedPrincipal,
