@@ -34,7 +34,7 @@ from registry.scanning.model import FileScan, Finding, ScanContext, Severity
 from registry.scanning.sniff import HEAD_BYTES, UNINSPECTABLE, sniff
 
 SCANNER_NAME = "modelreg"
-SCANNER_VERSION = "1.1.0"
+SCANNER_VERSION = "1.2.0"
 """Bump whenever a rule changes: results are cached by (blob sha256, scanner name, version)."""
 
 REMOTE_CODE_NAMES = frozenset({"config.json", "tokenizer_config.json"})
@@ -57,6 +57,21 @@ def _validator(name: str) -> ModuleType | None:
             mod = _MISSING
         _modules[name] = mod
     return None if mod is _MISSING else mod  # type: ignore[return-value]
+
+
+def _hdf5_user_block_offset(reader: BinaryIO, size: int, head_len: int) -> int | None:
+    """The offset (512, 1024, ...) of an HDF5 signature behind a user block, or None."""
+    from registry.scanning.sniff import HDF5_MAGIC
+
+    offset = 512
+    while offset + len(HDF5_MAGIC) <= size:
+        reader.seek(offset)
+        if reader.read(len(HDF5_MAGIC)) == HDF5_MAGIC:
+            reader.seek(0)
+            return offset
+        offset *= 2
+    reader.seek(0)
+    return None
 
 
 def _remote_code_applies(name: str) -> bool:
@@ -130,6 +145,14 @@ class Engine:
             own.append(Finding("polyglot.pickle", Severity.SUSPICIOUS, "offset 0", f"a {fmt} whose first bytes are also a pickle"))
             res = pickle_scan.scan_pickle_file(reader, size, nested=self._nested_pickle(ctx_path, chain, depth))
             own.extend(f for f in res.findings if f.rule_id != "pickle.stream.trailing-data")
+        if fmt != "hdf5":
+            offset = _hdf5_user_block_offset(reader, size, len(head))
+            if offset is not None:
+                # HDF5 readers search past a user block of any power-of-two size, so the bytes in
+                # front (a pickle, JSON, anything) must not hide a Keras model behind them.
+                own.append(Finding("polyglot.hdf5", Severity.SUSPICIOUS, f"offset {offset}",
+                                   f"a {fmt} with an HDF5 file behind a {offset}-byte user block"))
+                own.extend(self._external("keras", reader, size, ctx_path, chain, depth))
         if _remote_code_applies(name):
             own.extend(self._external("remote_code", reader, size, ctx_path, chain, depth))
         return fmt, _relocate(own, chain) + members

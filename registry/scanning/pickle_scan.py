@@ -847,8 +847,17 @@ def interpret_pickle(
     Returns:
         The outcome; offsets in findings and ``end`` are relative to ``start``.
     """
-    window = _LineCappedReader(SliceReader(reader, start, end - start))
+    if end - start <= _IN_MEMORY_PICKLE:
+        # pickletools reads an opcode a byte at a time: from memory that costs nothing, through a
+        # window over a (possibly ranged, remote) reader it costs a seek and a read per byte.
+        reader.seek(start)
+        window = _LineCappedReader(io.BytesIO(reader.read(end - start)))
+    else:
+        window = _LineCappedReader(SliceReader(reader, start, end - start))
     return _Interpreter(loc, nested, depth, probe).run(window)  # type: ignore[arg-type]
+
+
+_IN_MEMORY_PICKLE = 16 * 1024 * 1024
 
 
 def probe_pickle(head: bytes) -> bool:

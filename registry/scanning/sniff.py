@@ -34,7 +34,7 @@ UNINSPECTABLE = {
 CODE_BEARING = frozenset({"pickle", "pytorch-legacy", "pytorch-zip", "npy", "npz", "keras", "hdf5", "zip", "tar"})
 
 # ModelProto field number -> protobuf wire type (0 varint, 2 length-delimited).
-_ONNX_FIELDS = {1: 0, 2: 2, 3: 2, 4: 2, 5: 0, 6: 2, 7: 2, 8: 2, 14: 2, 20: 2, 25: 2}
+_ONNX_FIELDS = {1: 0, 2: 2, 3: 2, 4: 2, 5: 0, 6: 2, 7: 2, 8: 2, 14: 2, 20: 2, 25: 2, 26: 2}
 
 
 def sniff(head: bytes, size: int) -> str:
@@ -67,7 +67,7 @@ def sniff(head: bytes, size: int) -> str:
             return kind
     if head.startswith(b"GGUF"):
         return "gguf"
-    if head.startswith(HDF5_MAGIC):
+    if _hdf5_offset(head) is not None:
         return "hdf5"
     if _is_tar(head):
         return "tar"
@@ -82,6 +82,20 @@ def sniff(head: bytes, size: int) -> str:
         stripped = text.lstrip("\ufeff \t\r\n")
         return "json" if stripped[:1] in ("{", "[") else "text"
     return "unknown"
+
+
+def _hdf5_offset(head: bytes) -> int | None:
+    """Where the HDF5 superblock signature is: at 0, or after a user block (512, 1024, 2048, ...).
+
+    h5py and the HDF5 library search those offsets, so a file with a user block is HDF5 to them.
+    Only offsets inside the prefix are seen here; the engine checks further ones.
+    """
+    offset = 0
+    while offset + len(HDF5_MAGIC) <= len(head):
+        if head[offset:offset + len(HDF5_MAGIC)] == HDF5_MAGIC:
+            return offset
+        offset = 512 if offset == 0 else offset * 2
+    return None
 
 
 def _is_tar(head: bytes) -> bool:
@@ -118,30 +132,72 @@ def _varint(buf: bytes, p: int) -> tuple[int, int]:
 
 
 def _is_onnx(head: bytes, size: int) -> bool:
-    """ModelProto starts with ``ir_version`` (field 1, varint) and then only ModelProto fields."""
-    if not head or head[0] != 0x08:
-        return False
+    """Whether the prefix parses as a ModelProto carrying a graph.
+
+    Protobuf fixes no field order and readers skip unknown fields, so neither is required here (an
+    attacker reorders fields to dodge a sniffer that wants ``ir_version`` first). What is required:
+    every field parses with a valid wire type (the known ModelProto fields with their own), a
+    ``graph`` field is present, and the graph's own first fields parse as GraphProto fields; random
+    bytes pass all of that with negligible probability.
+    """
     p = 0
-    seen: list[int] = []
+    fields = 0
+    seen: set[int] = set()
+    graph_ok = False
     try:
-        while p < len(head) and len(seen) < 32:
+        while p < len(head) and fields < 64:
             key, p = _varint(head, p)
             fieldno, wire = key >> 3, key & 7
-            if _ONNX_FIELDS.get(fieldno) != wire:
+            if fieldno == 0 or wire not in (0, 1, 2, 5):
+                return False
+            if fieldno in _ONNX_FIELDS and _ONNX_FIELDS[fieldno] != wire:
                 return False
             if wire == 0:
                 value, p = _varint(head, p)
                 if fieldno == 1 and not 1 <= value <= 64:
                     return False
+            elif wire in (1, 5):
+                p += 8 if wire == 1 else 4
             else:
                 length, p = _varint(head, p)
                 if p + length > size:
                     return False
+                if fieldno == 7:
+                    graph_ok = _graph_prefix_ok(head[p:p + length], length)
+                    if not graph_ok:
+                        return False
                 p += length
-            seen.append(fieldno)
+            seen.add(fieldno)
+            fields += 1
     except ValueError:
         return False
-    return bool(seen) and seen[0] == 1 and (7 in seen or 8 in seen)
+    if not graph_ok:
+        return False
+    # A graph that runs past the prefix hides the fields after it; otherwise an opset or version is due.
+    return p >= len(head) or bool(seen & {1, 8})
+
+
+# GraphProto fields are all length-delimited: node, name, initializer, doc_string, input, output,
+# value_info, quantization_annotation, sparse_initializer, metadata_props.
+_GRAPH_FIELDS = frozenset({1, 2, 5, 10, 11, 12, 13, 14, 15, 16})
+
+
+def _graph_prefix_ok(data: bytes, length: int) -> bool:
+    p = fields = 0
+    try:
+        while p < len(data) and fields < 8:
+            key, p = _varint(data, p)
+            if key & 7 != 2 or (key >> 3) not in _GRAPH_FIELDS:
+                return False
+            sub, p = _varint(data, p)
+            if p + sub > length:
+                return False
+            p += sub
+            fields += 1
+    except ValueError:
+        # The prefix ended inside a field: what was read so far decides.
+        pass
+    return fields >= 3 or (fields >= 1 and p >= length)
 
 
 def _as_text(head: bytes) -> str | None:
