@@ -86,6 +86,10 @@ ALLOWED_GLOBALS: frozenset[tuple[str, str]] = frozenset(
         ("torch", "Tensor"),
         ("torch.nn.parameter", "Parameter"),
         *(("torch", q) for q in _TORCH_QSCHEMES),
+        # Memory formats are enum values that torch pickles as a dotted name reached from
+        # torch._utils; exactly these pairs, so the dotted-name rule still holds for every other.
+        *(("torch._utils", f"torch.{m}") for m in ("contiguous_format", "channels_last", "channels_last_3d",
+                                                   "preserve_format")),
         *(("torch", s) for s in _TORCH_STORAGES),
         # Storages of GPU tensors in files written by old torch versions.
         *(("torch.cuda", s) for s in _TORCH_STORAGES if s != "UntypedStorage"),

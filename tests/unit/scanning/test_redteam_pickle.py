@@ -141,3 +141,20 @@ def test_value_constructors_are_allowed_exactly(module: str, name: str) -> None:
     assert classify_global(module, name).severity is None
     # Exact pairs only: the rest of the module stays off the list.
     assert classify_global(module, name + "_x").severity is not None
+
+
+def test_torch_memory_formats_are_ordinary_but_other_dotted_names_from_torch_utils_are_not():
+    import io
+    import pickle
+
+    import torch
+
+    from registry.scanning import scan_stream
+
+    for fmt in (torch.channels_last, torch.contiguous_format, torch.channels_last_3d, torch.preserve_format):
+        # torch.save (protocol 2) cannot pickle memory formats; protocol 4 writes them as dotted names.
+        plain = pickle.dumps({"memory_format": fmt}, protocol=4)
+        assert scan_stream("cfg.pkl", io.BytesIO(plain), len(plain)).verdict.value == "safe"
+    # The same shape with another attribute walk is still a dotted global.
+    walk = b"\x80\x04\x8c\x0ctorch._utils\x8c\x0etorch.os.system\x93."
+    assert scan_stream("x.pkl", io.BytesIO(walk), len(walk)).verdict.value == "unsafe"
