@@ -156,5 +156,6 @@ def test_torch_memory_formats_are_ordinary_but_other_dotted_names_from_torch_uti
         plain = pickle.dumps({"memory_format": fmt}, protocol=4)
         assert scan_stream("cfg.pkl", io.BytesIO(plain), len(plain)).verdict.value == "safe"
     # The same shape with another attribute walk is still a dotted global.
-    walk = b"\x80\x04\x8c\x0ctorch._utils\x8c\x0etorch.os.system\x93."
+    module, name = b"torch._utils", b"torch.os.system"
+    walk = b"\x80\x04\x8c" + bytes([len(module)]) + module + b"\x8c" + bytes([len(name)]) + name + b"\x93."
     assert scan_stream("x.pkl", io.BytesIO(walk), len(walk)).verdict.value == "unsafe"
