@@ -34,7 +34,7 @@ from registry.scanning.model import FileScan, Finding, ScanContext, Severity
 from registry.scanning.sniff import HEAD_BYTES, UNINSPECTABLE, sniff
 
 SCANNER_NAME = "modelreg"
-SCANNER_VERSION = "1.2.1"
+SCANNER_VERSION = "1.2.2"
 """Bump whenever a rule changes: results are cached by (blob sha256, scanner name, version)."""
 
 REMOTE_CODE_NAMES = frozenset({"config.json", "tokenizer_config.json"})

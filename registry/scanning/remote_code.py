@@ -46,6 +46,9 @@ CONFIG_NAMES = frozenset(
         "image_processor_config.json",
         "video_preprocessor_config.json",
         "modules.json",
+        "adapter_config.json",
+        "sentence_bert_config.json",
+        "config_sentence_transformers.json",
     }
 )
 PYTHON_SUFFIXES = (".py",)
@@ -133,6 +136,15 @@ def _scan_json(reader: BinaryIO, size: int, ctx: ScanContext, name: str, inner: 
         sink.extend(keras.check_config(doc, ctx.path))
     for path, value in _find_key(doc, "auto_map", "$"):
         _check_auto_map(value, f"{ctx.path}{path}", inner, ctx, sink)
+    for path, value in _find_key(doc, "auto_mapping", "$"):
+        if value:
+            # PEFT imports ``parent_library`` and builds ``base_model_class`` from it.
+            sink.add("remote-code.peft-auto-mapping", Severity.SUSPICIOUS, f"{ctx.path}{path}",
+                     f"auto_mapping {value!r:.200} makes PEFT import a library named by the file")
+    for path, value in _find_key(doc, "trust_remote_code", "$"):
+        if value is True:
+            sink.add("remote-code.trust-remote-code", Severity.SUSPICIOUS, f"{ctx.path}{path}",
+                     "the file asks its loader to trust remote code")
     if "custom_pipelines" in doc and doc["custom_pipelines"]:
         sink.add(
             "remote-code.custom-pipeline",

@@ -332,3 +332,29 @@ def test_engine_verdicts_over_a_directory_of_ordinary_files_and_attacks(tmp_path
     assert len(scans) == 3 * len(KEY_ASSEMBLY_CHAT_TEMPLATES) + 3
     for scan in scans:
         assert scan.verdict.value == "unsafe", (scan.path, scan.format, [f.as_dict() for f in scan.findings])
+
+
+@pytest.mark.parametrize(("name", "doc", "rule"), [
+    ("adapter_config.json", {"peft_type": "LORA", "auto_mapping": {"base_model_class": "Evil",
+                                                                   "parent_library": "evil_pkg.models"}},
+     "remote-code.peft-auto-mapping"),
+    ("sentence_bert_config.json", {"max_seq_length": 256, "model_args": {"trust_remote_code": True}},
+     "remote-code.trust-remote-code"),
+    ("config_sentence_transformers.json", {"trust_remote_code": True}, "remote-code.trust-remote-code"),
+])
+def test_other_remote_code_switches_are_flagged(name, doc, rule):
+    data = json.dumps(doc).encode()
+    scan = scan_stream(name, io.BytesIO(data), len(data))
+    assert rule in {f.rule_id for f in scan.findings} and scan.verdict.value == "suspicious"
+
+
+def test_ordinary_peft_and_sentence_transformers_configs_are_safe():
+    for name, doc in [
+        ("adapter_config.json", {"peft_type": "LORA", "r": 8, "lora_alpha": 16, "auto_mapping": None,
+                                 "target_modules": ["q_proj", "v_proj"], "base_model_name_or_path": "org/base"}),
+        ("sentence_bert_config.json", {"max_seq_length": 256, "do_lower_case": False}),
+        ("config_sentence_transformers.json", {"__version__": {"sentence_transformers": "3.0.1"},
+                                               "prompts": {}, "similarity_fn_name": "cosine"}),
+    ]:
+        data = json.dumps(doc).encode()
+        assert scan_stream(name, io.BytesIO(data), len(data)).verdict.value == "safe"
