@@ -24,6 +24,7 @@ from registry.scanning import numpy_scan, pickle_scan
 from registry.scanning.containers import (
     ScanBudget,
     ScanLimits,
+    SliceReader,
     ZipEntry,
     decompress_stream,
     list_zip,
@@ -34,7 +35,7 @@ from registry.scanning.model import FileScan, Finding, ScanContext, Severity
 from registry.scanning.sniff import HEAD_BYTES, UNINSPECTABLE, sniff
 
 SCANNER_NAME = "modelreg"
-SCANNER_VERSION = "1.2.2"
+SCANNER_VERSION = "1.3.0"
 """Bump whenever a rule changes: results are cached by (blob sha256, scanner name, version)."""
 
 REMOTE_CODE_NAMES = frozenset({"config.json", "tokenizer_config.json"})
@@ -122,7 +123,7 @@ class Engine:
         """
         fmt, findings = self._scan(path, path, "", reader, size, 0)
         if fmt not in ("zip", "pytorch-zip", "keras", "npz", "empty"):
-            findings.extend(self._zip_trailer(reader, size))
+            findings.extend(self._zip_trailer(reader, size, path))
         return FileScan(path, fmt, findings, SCANNER_NAME, SCANNER_VERSION)
 
     # -- dispatch
@@ -299,8 +300,13 @@ class Engine:
         ids = {id(f) for f in nested_found}
         return [f for f in found if id(f) not in ids] + nested_found
 
-    def _zip_trailer(self, reader: BinaryIO, size: int) -> list[Finding]:
-        """A zip central directory at the end of a non-zip file: a polyglot zip readers will open."""
+    def _zip_trailer(self, reader: BinaryIO, size: int, path: str) -> list[Finding]:
+        """A zip central directory at the end of a non-zip file: a polyglot zip readers will open.
+
+        The zip that zip readers see (from the offset its directory implies to the end) is scanned
+        like any other, so what it holds decides too: a Keras archive hidden in a tensor is read
+        by ``keras.saving.load_model`` and must be judged as one.
+        """
         if size < 22:
             return []
         tail_len = min(size, 22 + 65535)
@@ -319,12 +325,16 @@ class Engine:
         reader.seek(cd_off)
         if reader.read(4) != b"PK\x01\x02":
             return []
-        return [
+        found = [
             Finding(
                 "polyglot.zip-trailer", Severity.SUSPICIOUS, f"offset {cd_off}",
                 "file ends with a zip central directory: zip readers see a different file",
             )
         ]
+        hidden = SliceReader(reader, shift, size - shift)
+        _fmt, inner = self._scan(path, path, f"zip@{shift}", hidden, size - shift, 1)
+        reader.seek(0)
+        return found + inner
 
 
 def _strip(findings: list[Finding], chain: str) -> list[Finding]:

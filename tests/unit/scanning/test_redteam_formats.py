@@ -275,7 +275,9 @@ def test_safetensors_hiding_a_keras_zip_in_a_tensor_is_not_safe():
     data = safetensors_raw({"w": {"dtype": "U8", "shape": [len(inner)], "data_offsets": [0, len(inner)]}}, inner)
     assert zipfile.is_zipfile(io.BytesIO(data))
     assert scan_bytes(safetensors.scan, data, "model.safetensors") == []  # structurally valid...
-    assert _engine(data, "model.keras").verdict.value != "safe"  # ...but the engine sees the zip
+    scan = _engine(data, "model.keras")
+    # ...but the engine opens the zip that zip readers see, and judges the Keras model in it.
+    assert scan.verdict.value == "unsafe" and "keras.layer.lambda" in {f.rule_id for f in scan.findings}
 
 
 # --- HF configs ---------------------------------------------------------------------------------------
