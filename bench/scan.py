@@ -30,6 +30,7 @@ sys.path[0] = str(Path(__file__).resolve().parents[1])
 
 from registry.scanning import Verdict, scan_directory, scan_file  # noqa: E402
 from registry.scanning.modelscan_adapter import scan_path_with_modelscan  # noqa: E402
+from tests.support import format_samples as F  # noqa: E402
 from tests.support import scan_samples as S  # noqa: E402
 
 FLAGGED = (Verdict.UNSAFE, Verdict.SUSPICIOUS)
@@ -50,10 +51,43 @@ def build_mixed(root: Path) -> dict[str, tuple[str, str]]:
         (root / sample).mkdir()
         (root / rel).write_bytes(data)
         expected[rel] = (sample, "safe")
+    for sample, name, data, want in _format_samples(root):
+        rel = f"{sample}/{name}"
+        (root / sample).mkdir(exist_ok=True)
+        (root / rel).write_bytes(data)
+        expected[rel] = (sample, want)
     (root / "big_state_dict").mkdir()
     (root / "big_state_dict/pytorch_model.bin").write_bytes(S.torch_zip(S.torch_state_dict(mb=6)))
     expected["big_state_dict/pytorch_model.bin"] = ("big_state_dict", "safe")
     return expected
+
+
+def _format_samples(root: Path) -> list[tuple[str, str, bytes, str]]:
+    """The formats modelscan does not open (safetensors, GGUF, ONNX, Keras, configs), ordinary and not."""
+    scratch = Path(tempfile.mkdtemp(dir=root.parent))
+    template_name, evil_template = next(iter(F.MALICIOUS_CHAT_TEMPLATES.items()))
+    lambda_cfg = F.keras_sequential_config()
+    lambda_cfg["config"]["layers"].append(F.keras_lambda_layer())
+    samples = [
+        ("safetensors_ordinary", "model.safetensors", F.safetensors_ordinary(), "safe"),
+        ("safetensors_all_dtypes", "model.safetensors", F.safetensors_torch_all_dtypes(), "safe"),
+        ("safetensors_header_hole", "model.safetensors",
+         F.safetensors_raw({"w": {"dtype": "U8", "shape": [4], "data_offsets": [0, 4]}}, bytes(4) + S.pip_main()),
+         "unsafe"),
+        ("gguf_ordinary_llama3", "model.gguf",
+         F.gguf_llama_realistic(scratch / "a.gguf", chat_template=F.CHAT_TEMPLATE_LLAMA3).read_bytes(), "safe"),
+        (template_name, "model.gguf",
+         F.gguf_llama_realistic(scratch / "b.gguf", chat_template=evil_template).read_bytes(), "unsafe"),
+        ("onnx_ordinary", "model.onnx", F.onnx_model(), "safe"),
+        ("onnx_external_data_path_traversal", "model.onnx", F.onnx_model(external="../../etc/passwd"), "unsafe"),
+        ("keras_ordinary", "model.keras", F.keras_archive(F.keras_sequential_config()), "safe"),
+        ("keras_lambda_layer_cve_2024_3660", "model.keras", F.keras_archive(lambda_cfg), "unsafe"),
+        ("tokenizer_config_ordinary", "tokenizer_config.json", json.dumps(F.tokenizer_config()).encode(), "safe"),
+        ("tokenizer_config_template_ssti", "tokenizer_config.json",
+         json.dumps(F.tokenizer_config(chat_template=evil_template)).encode(), "unsafe"),
+    ]
+    shutil.rmtree(scratch, ignore_errors=True)
+    return samples
 
 
 def build_sparse_safetensors(path: Path, size: int = 2 << 30) -> None:
