@@ -277,10 +277,20 @@ class LocalBlobStore(BlobStore):
         return removed
 
     def check(self) -> None:
-        """Raise BlobStoreError unless the blob and temp directories are writable."""
-        for directory in (self._blobs, self._tmp):
-            if not os.access(directory, os.W_OK | os.X_OK):
-                raise BlobStoreError("check", f"{directory} is not writable", key=str(directory))
+        """Raise BlobStoreError unless a file can really be written in the temp directory.
+
+        A real write, not ``os.access``: root passes every permission check, but not a read-only
+        or full filesystem, nor a directory replaced by a file.
+        """
+        if not self._blobs.is_dir():
+            raise BlobStoreError("check", f"{self._blobs} is not a directory", key=str(self._blobs))
+        with _filesystem_errors("check", self._tmp):
+            fd, probe = tempfile.mkstemp(prefix="check-", dir=self._tmp)
+            try:
+                os.write(fd, b"ok")
+            finally:
+                os.close(fd)
+                os.unlink(probe)
 
 
 @contextmanager
