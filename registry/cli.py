@@ -17,6 +17,7 @@ from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Any, Optional
 
+import httpx
 import typer
 from typer.exceptions import TyperException
 
@@ -169,7 +170,10 @@ def submit(
         else:
             body = {"source": source, "revision": revision, "include": include, "exclude": exclude,
                     "hf_endpoint": hf_endpoint}
-        version = client.post(f"/v1/models/{tenant}/{name}/versions", json=body)
+        # The registry pins the revision before it answers: listing a hub is quick, but hashing a
+        # large local directory to name its revision can take minutes.
+        version = client.post(f"/v1/models/{tenant}/{name}/versions", json=body,
+                              timeout=httpx.Timeout(30.0, read=3600.0))
         if wait:
             version = _wait_for(client, version, timeout, show_progress=not as_json)
     if as_json:
