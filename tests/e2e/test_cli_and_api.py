@@ -28,6 +28,17 @@ def hub():
         yield upstream
 
 
+def test_first_start_leaves_an_admin_token_only_its_owner_can_read(server):
+    import stat
+
+    mode = stat.S_IMODE((server.data_dir / "admin-token").stat().st_mode)
+    assert mode == 0o600
+    assert stat.S_IMODE((server.data_dir / "keys" / "signing-key.pem").stat().st_mode) == 0o600
+    me = httpx.get(server.url + "/v1/whoami", headers={"Authorization": f"Bearer {server.admin_token}"}).json()
+    assert me["name"] == "admin" and me["is_admin"]
+    assert "modelreg serving on" in server.log.read_text() and "admin-token" in server.log.read_text()
+
+
 def test_healthz_readyz_and_openapi(server):
     assert httpx.get(server.url + "/healthz").json() == {"status": "ok"}
     assert httpx.get(server.url + "/readyz").json()["status"] == "ready"
