@@ -57,9 +57,22 @@ def is_postgres(session_or_engine: Session | Engine) -> bool:
 def begin_write(session: Session) -> None:
     """Start the session's transaction as a writer.
 
-    On SQLite a deferred transaction that reads and then writes fails when another writer committed
-    in between; ``BEGIN IMMEDIATE`` takes the write lock first. PostgreSQL needs nothing here (the
-    callers lock the rows they depend on with ``FOR UPDATE``). Call before the first query.
+    On SQLite a deferred transaction that reads and then writes fails at once ("database is
+    locked") when another writer committed in between; ``BEGIN IMMEDIATE`` takes the write lock
+    first. A read-only transaction already open is ended for that, so reads done before (say, a
+    tenant looked up before a slow upstream call) never turn into a failing upgrade. PostgreSQL
+    needs nothing here: callers lock the rows they depend on with ``FOR UPDATE``.
+
+    Call it before the transaction's first write.
+
+    Raises:
+        RuntimeError: the session holds pending changes (ending the transaction would lose them).
     """
-    if not is_postgres(session) and not session.in_transaction():
-        session.connection(execution_options={"sqlite_begin": "BEGIN IMMEDIATE"})
+    if is_postgres(session):
+        return
+    if session.in_transaction():
+        if session.new or session.dirty or session.deleted:
+            raise RuntimeError("begin_write called with changes pending in this session")
+        session.rollback()
+    session.connection(execution_options={"sqlite_begin": "BEGIN IMMEDIATE"})
+

@@ -113,3 +113,19 @@ def test_dead_job_revived_by_same_key(container, queue, clock):
     queue.fail(queue.claim("w"), "w", "x")
     assert _enqueue(container, clock, key="k1") == job_id
     assert queue.claim("w").id == job_id
+
+
+def test_begin_write_after_a_read_does_not_fail_when_another_writer_committed(container):
+    """SQLite: a read transaction upgraded to a write fails at once if another writer committed in
+    between; begin_write ends the read first, so the write waits for the lock instead."""
+    from registry.db.models import Tenant
+    from registry.db.session import begin_write
+
+    with container.session_factory() as reader, container.session_factory() as other:
+        reader.scalars(select(Job)).all()  # a read transaction is now open
+        other.add(Tenant(name="written-meanwhile"))
+        other.commit()
+        begin_write(reader)
+        reader.add(Tenant(name="written-after"))
+        reader.commit()
+        assert {t.name for t in reader.scalars(select(Tenant))} >= {"written-meanwhile", "written-after"}
