@@ -285,3 +285,29 @@ def test_an_empty_selection_fails_the_version(container, admin, hub):
     version_id, *_ = _submit(container, admin, "hf://org/tiny", hf_endpoint=hub.url, include=("*.gguf",))
     v = _version(container, version_id)
     assert v.state == "failed" and "no files" in v.failure_detail["message"]
+
+
+def test_concurrent_first_submissions_make_one_version(container, admin, hub):
+    """Two first submissions of a new model and source race: one version, returned to both."""
+    import threading
+
+    _publish_tiny(hub)
+    results, errors = [], []
+    barrier = threading.Barrier(4)
+
+    def go():
+        try:
+            barrier.wait()
+            results.append(_submit(container, admin, "hf://org/tiny", revision="main", hf_endpoint=hub.url))
+        except Exception as exc:  # collected and asserted below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=go) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    assert len({r[0] for r in results}) == 1 and sorted(r[2] for r in results) == [False, False, False, True]
+    with container.session_factory() as session:
+        assert session.scalar(select(func.count()).select_from(Version)) == 1
