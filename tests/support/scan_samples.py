@@ -246,12 +246,21 @@ def rezip(members: dict[str, bytes], compression: int = zipfile.ZIP_STORED) -> b
     return buf.getvalue()
 
 
-def torch_zip_payload_in_data_pkl() -> bytes:
+def torch_zip_members() -> dict[str, bytes]:
+    """The members of an ordinary ``torch.save`` zip, by name."""
     z = zipfile.ZipFile(io.BytesIO(torch_zip()))
-    members = {n: z.read(n) for n in z.namelist()}
-    pkl = next(n for n in members if n.endswith("data.pkl"))
-    members[pkl] = reduce_pickle(2)
+    return {n: z.read(n) for n in z.namelist()}
+
+
+def torch_zip_with_member(suffix: str, body: bytes) -> bytes:
+    """An ordinary torch zip whose member ending in ``suffix`` is replaced by ``body``."""
+    members = torch_zip_members()
+    members[next(n for n in members if n.endswith(suffix))] = body
     return rezip(members)
+
+
+def torch_zip_payload_in_data_pkl() -> bytes:
+    return torch_zip_with_member("data.pkl", reduce_pickle(2))
 
 
 # --- containers ------------------------------------------------------------------------------------
@@ -697,16 +706,11 @@ def npy_structured_object_field_payload() -> bytes:
 
 
 def torch_zip_payload_in_byteorder_member() -> bytes:
-    z = zipfile.ZipFile(io.BytesIO(torch_zip()))
-    members = {n: z.read(n) for n in z.namelist()}
-    key = next(n for n in members if n.endswith("/byteorder"))
-    members[key] = reduce_pickle(0)
-    return rezip(members)
+    return torch_zip_with_member("/byteorder", reduce_pickle(0))
 
 
 def torch_zip_second_pkl_member() -> bytes:
-    z = zipfile.ZipFile(io.BytesIO(torch_zip()))
-    members = {n: z.read(n) for n in z.namelist()}
+    members = torch_zip_members()
     prefix = next(n for n in members if n.endswith("data.pkl")).rsplit("/", 1)[0]
     members[f"{prefix}/constants.pkl"] = reduce_pickle(2)
     return rezip(members)
