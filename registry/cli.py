@@ -517,7 +517,7 @@ def main(argv: list[str] | None = None) -> int:
         typer.echo(f"error: {' '.join(message.split())}", err=True)
         return 2
     except RegistryError as exc:
-        typer.echo(f"error: {exc}", err=True)
+        typer.echo(f"error: {' '.join(str(exc).split())}", err=True)
         return 1
     except KeyboardInterrupt:
         return 130

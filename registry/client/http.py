@@ -22,7 +22,22 @@ class RemoteError(RegistryError):
         self.status = status
         self.problem_code = type_.rsplit("/", 1)[-1] if type_ else "http-error"
         detail = problem.get("detail") or problem.get("title") or f"HTTP {status}"
-        super().__init__(f"{detail} [{self.problem_code}, HTTP {status}]", **problem)
+        # The body is the server's: its keys (say, "message") must not collide with our arguments.
+        super().__init__(f"{' '.join(str(detail).split())} [{self.problem_code}, HTTP {status}]")
+        self.details = dict(problem)
+
+
+class UnexpectedResponseError(RegistryError):
+    """The server answered successfully but not with the JSON the registry API sends (a proxy page?)."""
+
+    code = "unexpected-response"
+
+    def __init__(self, url: str, status: int, content_type: str) -> None:
+        super().__init__(
+            f"{url} answered HTTP {status} with {content_type or 'no content type'}, not the registry's JSON "
+            "(is MODELREG_URL the registry?)",
+            url=url, status=status, content_type=content_type,
+        )
 
 
 class RegistryClient:
@@ -50,9 +65,13 @@ class RegistryClient:
             raise RemoteError(response.status_code, body)
         if response.status_code == 204 or not response.content:
             return None
-        if response.headers.get("content-type", "").startswith(("application/json", "application/problem+json")):
+        content_type = response.headers.get("content-type", "")
+        if not content_type.startswith(("application/json", "application/problem+json")):
+            raise UnexpectedResponseError(str(response.url), response.status_code, content_type)
+        try:
             return response.json()
-        return response.content
+        except ValueError:
+            raise UnexpectedResponseError(str(response.url), response.status_code, content_type) from None
 
     def get(self, path: str, **kwargs: Any) -> Any:
         return self.request("GET", path, **kwargs)

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import http.server
 import json
+import socket
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -89,3 +92,47 @@ def test_gc_sweeps_what_a_crashed_writer_left(tmp_path):
     assert young.returncode == 0 and json.loads(young.stdout)["swept"] == 0 and leftover.exists()
     swept = _run("gc", "--data-dir", str(data), "--older-than-hours", "0", "--json")
     assert json.loads(swept.stdout)["swept"] == 1 and not leftover.exists()
+
+
+class _NotARegistry(http.server.BaseHTTPRequestHandler):
+    """Answers every GET with the scenario's status, content type and body (a proxy, another API)."""
+
+    def do_GET(self):
+        status, content_type, body = self.server.answer
+        self.send_response(status)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *_args):
+        pass
+
+
+@pytest.mark.parametrize("answer", [
+    pytest.param((200, "text/html", b"<html>\n<body>proxy login</body>\n</html>"), id="html-page"),
+    pytest.param((200, "application/json", b'{"name": '), id="truncated-json"),
+    pytest.param((502, "application/json", b'{"message": "bad gateway"}'), id="error-with-message-key"),
+    pytest.param((503, "text/plain", b"upstream\nconnect error\n"), id="multi-line-text-error"),
+])
+def test_a_server_that_is_not_the_registry_fails_with_one_line(answer):
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _NotARegistry)
+    server.answer = answer
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        r = _run("whoami", "--url", f"http://127.0.0.1:{server.server_address[1]}", "--token", "mr_x")
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert r.returncode == 1, r.stderr
+    assert r.stderr.startswith("error:") and len(r.stderr.strip().splitlines()) == 1, r.stderr
+
+
+def test_a_registry_that_is_down_fails_with_one_line():
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    r = _run("whoami", "--url", f"http://127.0.0.1:{port}", "--token", "mr_x")
+    assert r.returncode == 1 and "cannot reach the registry" in r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1
