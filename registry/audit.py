@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any, Iterator
 
 from sqlalchemy import select
+from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.orm import Session
 
 from registry.db.models import AuditEvent, AuditHead, utcnow
@@ -71,6 +72,12 @@ def append(
     """
     head_query = select(AuditHead).where(AuditHead.id == _HEAD_ID)
     if is_postgres(session):
+        # The head row must exist before it can be locked: otherwise two first appends both see
+        # none, both write event 1, and one fails. The losing INSERT waits for the winner's commit.
+        session.execute(
+            pg_insert(AuditHead).values(id=_HEAD_ID, last_event_id=0, last_hash=GENESIS)
+            .on_conflict_do_nothing(index_elements=[AuditHead.id])
+        )
         head_query = head_query.with_for_update()
     head = session.scalar(head_query)
     if head is None:

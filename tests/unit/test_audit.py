@@ -1,8 +1,11 @@
+import threading
+
 import pytest
 from sqlalchemy import delete, select, update
 
 from registry import audit
 from registry.db.models import AuditEvent
+from registry.db.session import begin_write
 from registry.domain.errors import AuditChainError
 
 
@@ -79,3 +82,30 @@ def test_rehashed_edit_still_breaks_the_next_link(session):
     with pytest.raises(AuditChainError) as err:
         audit.verify(session)
     assert err.value.details["event_id"] == 3 and err.value.details["problem"] == "broken-link"
+
+
+def test_concurrent_appends_form_one_chain(container):
+    """Writers in parallel transactions, the very first event included, append to one chain."""
+    writers, per_writer = 6, 10
+    start = threading.Barrier(writers)
+    errors: list[BaseException] = []
+
+    def write(n: int) -> None:
+        try:
+            start.wait()
+            for i in range(per_writer):
+                with container.session_factory() as s:
+                    begin_write(s)
+                    audit.append(s, actor=f"writer{n}", action="test.appended", subject=f"w{n}/{i}")
+                    s.commit()
+        except BaseException as exc:  # noqa: BLE001 - reported by the assertion below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=write, args=(n,)) for n in range(writers)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    with container.session_factory() as s:
+        assert audit.verify(s).events == writers * per_writer
