@@ -2,16 +2,15 @@
 
 from __future__ import annotations
 
-import tempfile
-
 import re
+import tempfile
 
 from fastapi import APIRouter, Header, Query, Request, Response, status
 from fastapi.responses import StreamingResponse
 from starlette.concurrency import run_in_threadpool
 
 from api.deps import ContainerDep, PrincipalDep, SessionDep
-from registry.domain.errors import NotFoundError, PermissionDeniedError, RangeNotSatisfiableError
+from registry.domain.errors import LimitExceededError, NotFoundError, PermissionDeniedError, RangeNotSatisfiableError
 from registry.domain.files import require_sha256
 from registry.services import versions
 
@@ -79,9 +78,19 @@ async def put_blob(
     require_sha256(digest)
     declared = request.headers.get("content-length")
     size = int(declared) if declared and declared.isdigit() else None
+    limits = container.limits()
+    # Before a byte is read: a caller who may not upload here, or says it sends too much, is refused.
+    await run_in_threadpool(versions.authorize_upload, session, principal, tenant, size, limits)
+    session.rollback()
     # The body is spooled (in memory, then on disk past 8 MiB) so the blocking store reads it in a thread.
     with tempfile.SpooledTemporaryFile(max_size=SPOOL_IN_MEMORY) as spool:
+        received = 0
         async for chunk in request.stream():
+            received += len(chunk)
+            # Content-Length is optional (chunked bodies) and may lie: count what actually arrives.
+            if received > limits.max_file_size:
+                raise LimitExceededError(f"the upload is over the limit of {limits.max_file_size} bytes",
+                                         limit=limits.max_file_size)
             spool.write(chunk)
         spool.seek(0)
         created = await run_in_threadpool(

@@ -213,6 +213,22 @@ def submit(
     return version, True
 
 
+def authorize_upload(session: Session, principal: AuthenticatedPrincipal, tenant: str,
+                     size: int | None = None, limits: Limits | None = None) -> None:
+    """Check an upload before its bytes are read: who sends it, for which tenant, and how large.
+
+    Raises:
+        PermissionDeniedError: the principal may not submit in ``tenant``.
+        TenantNotFoundError: no such tenant.
+        LimitExceededError: ``size`` is over the largest file a version may hold.
+    """
+    require(principal, tenant, Permission.SUBMIT)
+    get_tenant(session, tenant)
+    if size is not None and limits is not None and size > limits.max_file_size:
+        raise LimitExceededError(f"an upload of {size} bytes is over the limit of {limits.max_file_size}",
+                                 size=size, limit=limits.max_file_size)
+
+
 def upload_blob(session: Session, principal: AuthenticatedPrincipal, tenant: str, digest: str,
                 source: Any, size: int | None, *, blob_store: BlobStore) -> bool:
     """Store uploaded bytes under their digest (checked) and record the blob; False if it was there.
@@ -221,8 +237,7 @@ def upload_blob(session: Session, principal: AuthenticatedPrincipal, tenant: str
         PermissionDeniedError: the principal may not submit in ``tenant``.
         DigestMismatchError, SizeMismatchError: the bytes are not what the digest says.
     """
-    require(principal, tenant, Permission.SUBMIT)
-    get_tenant(session, tenant)
+    authorize_upload(session, principal, tenant)
     if session.get(Blob, digest) is not None and blob_store.exists(digest):
         return False
     result = blob_store.put(source, expected_sha256=digest, expected_size=size)
