@@ -59,13 +59,20 @@ class Container:
 
     def open_source(self, uri: str, hf_endpoint: str | None, include: tuple[str, ...] = (),
                     exclude: tuple[str, ...] = ()):
-        """Build an upstream source, with the hub endpoint and credentials from settings."""
+        """Build an upstream source, with the hub endpoint and credentials from settings.
+
+        The configured HF token goes only to the configured hub: an endpoint named in a submission
+        is the submitter's choice, and the registry's credentials must not travel there.
+        """
         from registry.sources import open_source
         from registry.storage import make_s3_client
 
-        token = self.settings.hf_token.get_secret_value() if self.settings.hf_token else None
+        endpoint = hf_endpoint or self.settings.hf_endpoint
+        token = None
+        if self.settings.hf_token and _same_endpoint(endpoint, self.settings.hf_endpoint):
+            token = self.settings.hf_token.get_secret_value()
         return open_source(
-            uri, hf_endpoint=hf_endpoint or self.settings.hf_endpoint, hf_token=token,
+            uri, hf_endpoint=endpoint, hf_token=token,
             s3_client_factory=lambda: make_s3_client(self.settings), include=include, exclude=exclude,
         )
 
@@ -77,6 +84,22 @@ class Container:
 
     def dispose(self) -> None:
         self.engine.dispose()
+
+
+def _same_endpoint(a: str, b: str) -> bool:
+    """Whether two hub URLs name the same origin and base path (scheme and host compared case-blind)."""
+    from urllib.parse import urlsplit
+
+    def key(url: str) -> tuple[str, str, int | None, str]:
+        parts = urlsplit(url.strip())
+        try:
+            port = parts.port
+        except ValueError:
+            return ("", url, None, "")
+        default = {"http": 80, "https": 443}.get(parts.scheme.lower())
+        return (parts.scheme.lower(), (parts.hostname or "").lower(), port or default, parts.path.rstrip("/"))
+
+    return key(a) == key(b)
 
 
 def bootstrap(settings: Settings | None = None, *, migrate: bool = False) -> Container:

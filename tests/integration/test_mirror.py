@@ -311,3 +311,23 @@ def test_concurrent_first_submissions_make_one_version(container, admin, hub):
     assert len({r[0] for r in results}) == 1 and sorted(r[2] for r in results) == [False, False, False, True]
     with container.session_factory() as session:
         assert session.scalar(select(func.count()).select_from(Version)) == 1
+
+
+def test_the_registry_hf_token_goes_only_to_the_configured_hub(container, admin):
+    """A submitter names any hub endpoint; the registry's own HF token must not be sent to it."""
+    from pydantic import SecretStr
+
+    with HfUpstream(token="hf_registry_secret") as trusted, HfUpstream() as chosen:
+        for hub in (trusted, chosen):
+            hub.add_repo("org/tiny")
+            hub.commit("org/tiny", tiny_model_files(5))
+        container.settings.hf_endpoint = trusted.url
+        container.settings.hf_token = SecretStr("hf_registry_secret")
+
+        _submit(container, admin, "hf://org/tiny", name="theirs", hf_endpoint=chosen.url + "/")
+        _submit(container, admin, "hf://org/tiny", name="ours")
+        drain(container)
+
+        assert chosen.requests and all(r.authorization is None for r in chosen.requests)
+        hub_requests = [r for r in trusted.requests if r.server == "hub"]
+        assert hub_requests and all(r.authorization == "Bearer hf_registry_secret" for r in hub_requests)
