@@ -1,4 +1,8 @@
-"""Use cases for tenants, principals, role bindings and tokens (administrators only)."""
+"""Use cases for tenants, principals, role bindings and tokens (administrators only).
+
+Each use case that writes starts its transaction with ``begin_write``: it reads (does the tenant
+exist?) before it writes, which on SQLite fails at once when another writer committed in between.
+"""
 
 from __future__ import annotations
 
@@ -18,6 +22,7 @@ from registry.auth import (
     validate_name,
 )
 from registry.db.models import ApiToken, Principal, RoleBinding, Tenant, utcnow
+from registry.db.session import begin_write
 from registry.domain.errors import AlreadyExistsError, InvalidInputError, NotFoundError
 
 CAPACITY_REQUIRED = {Role.APPROVER}
@@ -26,6 +31,7 @@ CAPACITY_REQUIRED = {Role.APPROVER}
 def create_tenant(session: Session, actor: AuthenticatedPrincipal, name: str) -> Tenant:
     require_admin(actor)
     validate_name("tenant", name)
+    begin_write(session)
     if session.scalar(select(Tenant).where(Tenant.name == name)) is not None:
         raise AlreadyExistsError(f"tenant {name!r} already exists", tenant=name)
     tenant = Tenant(name=name)
@@ -45,6 +51,7 @@ def create_principal(
 ) -> Principal:
     require_admin(actor)
     validate_name("principal", name)
+    begin_write(session)
     if session.scalar(select(Principal).where(Principal.name == name)) is not None:
         raise AlreadyExistsError(f"principal {name!r} already exists", principal=name)
     principal = Principal(name=name, is_admin=is_admin)
@@ -83,6 +90,7 @@ def grant_role(
         raise InvalidInputError("an approver needs a capacity (e.g. security, legal, ml)", field="capacity")
     if capacity:
         validate_name("capacity", capacity)
+    begin_write(session)
     principal = get_principal(session, principal_name)
     tenant = get_tenant(session, tenant_name)
     existing = session.scalar(
@@ -106,6 +114,7 @@ def revoke_role(
     capacity: str = "",
 ) -> None:
     require_admin(actor)
+    begin_write(session)
     principal = get_principal(session, principal_name)
     tenant = get_tenant(session, tenant_name)
     binding = session.scalar(
@@ -133,6 +142,7 @@ def create_token(
     require_admin(actor)
     if expires_in_days is not None and not 0 < expires_in_days <= 3650:
         raise InvalidInputError("expires_in_days must be between 1 and 3650", field="expires_in_days")
+    begin_write(session)
     principal = get_principal(session, principal_name)
     issued = issue_token(
         session, principal, description=description,
@@ -147,6 +157,7 @@ def create_token(
 
 def revoke_token(session: Session, actor: AuthenticatedPrincipal, token_id: int) -> None:
     require_admin(actor)
+    begin_write(session)
     token = session.get(ApiToken, token_id)
     if token is None:
         raise NotFoundError(f"token {token_id} does not exist", token_id=token_id)

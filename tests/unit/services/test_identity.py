@@ -1,0 +1,44 @@
+"""Identity use cases under concurrent administrators."""
+
+from __future__ import annotations
+
+import threading
+
+from sqlalchemy import func, select
+
+from registry.db.models import Principal, Tenant
+from registry.services import identity
+from tests.support.registry import make_admin
+
+
+def test_concurrent_administrators_never_see_database_is_locked(container):
+    """Each use case reads, then writes: on SQLite that needs the write lock from the start."""
+    admin = make_admin(container)
+    admins, rounds = 8, 8
+    start = threading.Barrier(admins)
+    errors: list[BaseException] = []
+
+    def work(n: int) -> None:
+        try:
+            start.wait()
+            for i in range(rounds):
+                with container.session_factory() as session:
+                    identity.create_tenant(session, admin, f"t{n}-{i}")
+                with container.session_factory() as session:
+                    identity.create_principal(session, admin, f"p{n}-{i}")
+                with container.session_factory() as session:
+                    identity.grant_role(session, admin, f"p{n}-{i}", f"t{n}-{i}", "submitter")
+                with container.session_factory() as session:
+                    identity.create_token(session, admin, f"p{n}-{i}")
+        except BaseException as exc:  # noqa: BLE001 - reported by the assertion below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=work, args=(n,)) for n in range(admins)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    with container.session_factory() as session:
+        assert session.scalar(select(func.count()).select_from(Tenant).where(Tenant.name.like("t%-%"))) == 64
+        assert session.scalar(select(func.count()).select_from(Principal).where(Principal.name.like("p%-%"))) == 64
