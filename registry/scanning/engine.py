@@ -35,7 +35,7 @@ from registry.scanning.model import FileScan, Finding, ScanContext, Severity
 from registry.scanning.sniff import HEAD_BYTES, UNINSPECTABLE, sniff
 
 SCANNER_NAME = "modelreg"
-SCANNER_VERSION = "1.3.0"
+SCANNER_VERSION = "1.4.0"
 """Bump whenever a rule changes: results are cached by (blob sha256, scanner name, version)."""
 
 REMOTE_CODE_NAMES = frozenset({"config.json", "tokenizer_config.json"})
@@ -133,14 +133,14 @@ class Engine:
         reader.seek(0)
         head = reader.read(min(HEAD_BYTES, size))
         reader.seek(0)
-        fmt = sniff(head, size)
+        fmt = sniff(head, size, reader)
         members: list[Finding] = []
         own: list[Finding] = []
         try:
             fmt = self._dispatch(fmt, name, ctx_path, chain, reader, size, depth, own, members)
         except Exception as exc:  # noqa: BLE001 - a crashing scanner must fail closed, not pass
             own.append(Finding("engine.scanner-error", Severity.ERROR, "", f"{fmt} scanner failed: {type(exc).__name__}: {exc}"))
-        if fmt not in ("pickle", "pytorch-legacy", "empty") and pickle_scan.probe_pickle(head):
+        if fmt not in ("pickle", "pytorch-legacy", "empty") and pickle_scan.probe_pickle(head, reader, size):
             # A polyglot: the bytes that make it a tar (or another format) are also a pickle that
             # pickle.load would run. The first magic found must not hide the second reading.
             own.append(Finding("polyglot.pickle", Severity.SUSPICIOUS, "offset 0", f"a {fmt} whose first bytes are also a pickle"))

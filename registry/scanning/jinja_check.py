@@ -74,6 +74,20 @@ FORBIDDEN_NAMES = frozenset(
     }
 )
 SUSPICIOUS_NAMES = frozenset({"config", "request", "session", "g"})
+# Context variables whose strings come from the model files themselves (special tokens of the
+# tokenizer config, the GGUF vocabulary): an attribute name read from one is chosen by the attacker.
+FILE_STRING_NAMES = frozenset(
+    {
+        "bos_token",
+        "eos_token",
+        "unk_token",
+        "pad_token",
+        "sep_token",
+        "cls_token",
+        "mask_token",
+        "additional_special_tokens",
+    }
+)
 # Attributes of Python frames, functions and generators that lead to globals without underscores.
 DANGEROUS_ATTRS = frozenset(
     {
@@ -284,12 +298,27 @@ class _Walker:
             return
         if folded is not None:
             return  # an integer index
+        if self._check_file_string(node, key, what):
+            return
         # A key that is not a constant: fine when it is data (``message[key]``), an attack when it is
         # assembled at render time. Jinja's subscript falls back to getattr, so a key built from
         # pieces (``u ~ u ~ 'class' ~ u ~ u`` with ``{% set u = '_' %}``, a character cut out of a
         # string, ``'%c'|format(95)``) reaches any attribute. Local ``set``/``for``/macro bindings are
         # followed, so moving a piece into a variable does not hide it.
         self._check_built(node, key, what)
+
+    def _check_file_string(self, node: Any, key: Any, what: str) -> bool:
+        """Report a key or attribute name read from a string the model file sets; True when reported.
+
+        Jinja's subscript falls back to ``getattr``, so ``()[eos_token]`` with ``eos_token`` set to
+        ``__class__`` (or a loop over ``eos_token.split(',')``) walks to Python internals while the
+        template itself names nothing: the attribute names travel in the tokenizer's own strings.
+        """
+        name = _file_string_source(key, self.env)
+        if name is None:
+            return False
+        self.add("gadget", Severity.UNSAFE, node, f"{what} taken from {name!r}, a string the model file sets")
+        return True
 
     def _check_built(self, node: Any, key: Any, what: str) -> bool:
         """Report a non-constant name/key assembled by the template; True when reported."""
@@ -358,6 +387,8 @@ class _Walker:
                 value = self._fold(arg)
                 if isinstance(value, str) and _bad_attr_path(value):
                     self.add("gadget", U, node, f"|{name} on attribute {value!r}")
+                elif value is None and self._check_file_string(node, arg, f"|{name} attribute"):
+                    pass
                 elif value is None and not isinstance(arg, n.Name):
                     self.add("gadget", U, node, f"|{name} with a computed attribute name")
                 elif value is None:
@@ -493,6 +524,34 @@ def _is_built(node: Any, env: _Env, depth: int = 0, seen: set[int] | None = None
     if bound:
         return any(built(b) for b in bound)
     return False
+
+
+def _file_string_source(node: Any, env: _Env) -> str | None:
+    """The special-token variable an expression's value derives from (through local bindings), if any."""
+    from jinja2 import nodes as n
+
+    todo: list[tuple[Any, int]] = [(node, 0)]
+    seen: set[int] = set()
+    while todo:
+        cur, depth = todo.pop()
+        if depth > 30 or id(cur) in seen or len(seen) > 5000:
+            continue
+        seen.add(id(cur))
+        if isinstance(cur, tuple):
+            if cur[0] in ("iter", "opaque") and isinstance(cur[1], n.Node):
+                todo.append((cur[1], depth + 1))
+            elif cur[0] == "block":
+                todo.append((cur[1], depth + 1))
+            continue
+        if not isinstance(cur, n.Node):
+            continue
+        for sub in [cur, *cur.find_all((n.Name, n.Getattr, n.NSRef, n.Getitem))]:
+            if isinstance(sub, n.Name) and sub.ctx == "load" and sub.name in FILE_STRING_NAMES and sub.name not in env:
+                return sub.name
+            bound = _lookup(sub, env) if isinstance(sub, (n.Name, n.Getattr, n.NSRef, n.Getitem)) else None
+            for b in bound or []:
+                todo.append((b, depth + 1))
+    return None
 
 
 class _Evidence:

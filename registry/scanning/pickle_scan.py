@@ -345,6 +345,8 @@ class _Interpreter:
         self.proto = 0
         self.frame_end: int | None = None
         self.prev_pos = 0
+        self.op_end = 0
+        self.cut = False
 
     # -- reporting
 
@@ -504,10 +506,13 @@ class _Interpreter:
                     value = top if isinstance(top, (int, str, bytes)) else (top.items if isinstance(top, _List) else None)
                     break
                 self._step(opname, arg, pos)
+                self.op_end = reader.tell()
                 if len(self.stack) > _MAX_STACK or len(self.marks) > _MAX_STACK:
                     raise PickleParseError(f"stack deeper than {_MAX_STACK}: refused")
         except (ValueError, PickleParseError, UnicodeDecodeError, OverflowError, MemoryError, EOFError) as exc:
             end = reader.tell()
+            # The bytes ran out, not the grammar: an opcode (or its argument) goes on past what was read.
+            self.cut = isinstance(exc, (ValueError, EOFError)) and "unknown" not in str(exc) and _at_eof(reader)
             if not self.probe:
                 sev = Severity.UNSAFE
                 rule = "pickle.stream.truncated" if "exhausted" in str(exc) or "expected" in str(exc) else "pickle.parse.error"
@@ -864,27 +869,53 @@ def interpret_pickle(
 _IN_MEMORY_PICKLE = 16 * 1024 * 1024
 
 
-def probe_pickle(head: bytes) -> bool:
+def probe_pickle(head: bytes, reader: BinaryIO | None = None, size: int | None = None) -> bool:
     """Whether ``head`` (a prefix of a stream) looks like a pickle, judged by interpreting it.
 
     A prefix counts when it starts with ``PROTO`` and parses for a while, when it reaches ``STOP``
     cleanly, or when it resolves a well-formed global before breaking: a protocol 0 payload is
     text, so printable bytes alone say nothing.
 
+    A prefix that parses up to its very end decides nothing: a long string argument or a long run
+    of no-op opcodes pushes the payload past any fixed prefix, and ``pickle.load`` reads on. Given
+    the stream, the probe then reads further (up to 16 MiB); a stream still parsing there is a
+    pickle unless the opcode cut by the window declares more bytes than the stream holds.
+
     Args:
         head: the first bytes of the stream (64 KiB is plenty).
+        reader: the whole stream, to read past ``head`` when the prefix is inconclusive.
+        size: the stream's size (with ``reader``).
 
     Returns:
         True when the bytes should be scanned as a pickle.
     """
+    found = _probe_prefix(head, size)
+    if found is not None:
+        return found
+    if reader is None or size is None or size <= len(head):
+        return False
+    window = min(size, _IN_MEMORY_PICKLE)
+    at = reader.tell()
+    reader.seek(0)
+    data = reader.read(window)
+    reader.seek(at)
+    found = _probe_prefix(data, size)
+    if found is not None:
+        return found
+    return size > len(data)
+
+
+def _probe_prefix(head: bytes, size: int | None = None) -> bool | None:
+    """:func:`probe_pickle` on ``head`` alone; None when the bytes ran out while still parsing."""
     if not head or head[0] not in _OPCODE_BYTES:
         return False
     reader = io.BytesIO(head)
     interp = _Interpreter("", None, 0, probe=True)
     result = interp.run(reader)  # type: ignore[arg-type]
     if result.stopped:
-        # "N." or "K\x01." would make any binary a pickle: ask for a few opcodes or a PROTO.
-        return result.opcodes >= 3 or head[0] == 0x80
+        # "N." or "K\x01." would make any binary a pickle: ask for a few opcodes or a PROTO, or a
+        # global (importing a module runs its code even when nothing is called).
+        return result.opcodes >= 3 or head[0] == 0x80 or bool(interp.idents_ok and interp.good_globals)
     if interp.idents_ok and interp.good_globals and (interp.calls or interp.ops_after_global >= 3):
         # A payload that breaks right after its call still ran: the break does not make it text.
         return True
@@ -893,10 +924,34 @@ def probe_pickle(head: bytes) -> bool:
         # that far did work even if it breaks on the next byte. Text that merely starts with "c"
         # names no dangerous module, and a PROTO opcode is no accident.
         return True
-    if head[0] == 0x80 and len(head) > 1 and head[1] <= 5:
+    if head[0] == 0x80 and len(head) > 1 and head[1] <= 5 and result.opcodes >= 4 and result.end >= len(head) - 16:
         # Parsing ran past the prefix without a structural error: a long pickle.
-        return result.opcodes >= 4 and result.end >= len(head) - 16
+        return True
+    if interp.cut and interp.idents_ok and _cut_argument_fits(head, interp.op_end, size):
+        return None
     return False
+
+
+def _at_eof(reader: BinaryIO) -> bool:
+    at = reader.tell()
+    more = reader.read(1)
+    reader.seek(at)
+    return not more
+
+
+# Opcodes whose argument is a byte count followed by that many bytes: code -> count width.
+_COUNTED = {ord("T"): 4, ord("B"): 4, ord("X"): 4, 0x8E: 8, 0x8D: 8, 0x96: 8, ord("U"): 1, ord("C"): 1, 0x8C: 1}
+
+
+def _cut_argument_fits(data: bytes, at: int, size: int | None) -> bool:
+    """Whether the opcode cut at ``at`` could be completed by a stream of ``size`` bytes."""
+    if size is None or at >= len(data):
+        return True
+    width = _COUNTED.get(data[at])
+    if width is None or at + 1 + width > len(data):
+        return True
+    n = int.from_bytes(data[at + 1 : at + 1 + width], "little", signed=width == 4 and data[at] == ord("T"))
+    return 0 <= n <= size - (at + 1 + width)
 
 
 _OPCODE_BYTES = frozenset(ord(op.code) for op in pickletools.opcodes)
@@ -991,7 +1046,7 @@ def scan_pickle_file(
             break
         reader.seek(offset)
         head = reader.read(min(65536, size - offset))
-        if probe_pickle(head):
+        if probe_pickle(head, SliceReader(reader, offset, size - offset), size - offset):
             continue
         findings.append(
             Finding(

@@ -14,6 +14,7 @@ Example:
 from __future__ import annotations
 
 import struct
+from typing import BinaryIO
 
 from registry.scanning.pickle_scan import probe_pickle
 
@@ -37,12 +38,14 @@ CODE_BEARING = frozenset({"pickle", "pytorch-legacy", "pytorch-zip", "npy", "npz
 _ONNX_FIELDS = {1: 0, 2: 2, 3: 2, 4: 2, 5: 0, 6: 2, 7: 2, 8: 2, 14: 2, 20: 2, 25: 2, 26: 2}
 
 
-def sniff(head: bytes, size: int) -> str:
+def sniff(head: bytes, size: int, reader: BinaryIO | None = None) -> str:
     """Decide a stream's format from its first bytes.
 
     Args:
         head: the first :data:`HEAD_BYTES` bytes (or the whole stream when shorter).
         size: the stream's full size.
+        reader: the whole stream, when available: a pickle whose first opcodes outrun ``head``
+            (a long string, a long run of no-ops) is only recognized by reading further.
 
     Returns:
         One of ``empty``, ``npy``, ``zip``, ``gzip``, ``bz2``, ``xz``, ``7z``, ``rar``, ``zstd``,
@@ -73,9 +76,9 @@ def sniff(head: bytes, size: int) -> str:
         return "tar"
     if _is_safetensors(head, size):
         return "safetensors"
-    if probe_pickle(head):
+    if probe_pickle(head, reader, size):
         return "pickle"
-    if _is_onnx(head, size):
+    if _is_onnx(head, size, reader):
         return "onnx"
     text = _as_text(head)
     if text is not None:
@@ -131,73 +134,134 @@ def _varint(buf: bytes, p: int) -> tuple[int, int]:
     raise ValueError("truncated varint")
 
 
-def _is_onnx(head: bytes, size: int) -> bool:
-    """Whether the prefix parses as a ModelProto carrying a graph.
+class _Window:
+    """Bytes of a stream by absolute offset: the prefix first, then reads from the stream, cached."""
 
-    Protobuf fixes no field order and readers skip unknown fields, so neither is required here (an
-    attacker reorders fields to dodge a sniffer that wants ``ir_version`` first). What is required:
-    every field parses with a valid wire type (the known ModelProto fields with their own), a
-    ``graph`` field is present, and the graph's own first fields parse as GraphProto fields; random
-    bytes pass all of that with negligible probability.
+    _BLOCK = 1 << 16
+
+    def __init__(self, head: bytes, size: int, reader: BinaryIO | None) -> None:
+        self.head = head
+        self.size = size
+        self.reader = reader
+        self.block_at = -1
+        self.block = b""
+
+    def get(self, p: int, n: int) -> bytes:
+        if p + n <= len(self.head) or self.reader is None:
+            return self.head[p:p + n]
+        if not (self.block_at <= p and p + n <= self.block_at + len(self.block)):
+            at = self.reader.tell()
+            self.reader.seek(p)
+            self.block = self.reader.read(max(n, self._BLOCK))
+            self.reader.seek(at)
+            self.block_at = p
+        return self.block[p - self.block_at:p - self.block_at + n]
+
+
+_MAX_TOP_FIELDS = 100_000
+_MAX_GROUP_DEPTH = 32
+
+
+def _skip_field(w: _Window, p: int, end: int, wire: int, fieldno: int, depth: int = 0) -> int:
+    """Offset after one field's value (wire type known, tag consumed); ValueError when malformed."""
+    if wire == 0:
+        _, q = _varint(w.get(p, 10), 0)
+        return p + q
+    if wire == 1:
+        return p + 8
+    if wire == 5:
+        return p + 4
+    if wire == 2:
+        length, q = _varint(w.get(p, 10), 0)
+        return p + q + length
+    if wire == 3 and depth < _MAX_GROUP_DEPTH:
+        # Groups are obsolete but every protobuf parser still skips them as unknown fields.
+        while p < end:
+            key, q = _varint(w.get(p, 10), 0)
+            p += q
+            if key >> 3 == 0:
+                break
+            if key & 7 == 4:
+                if key >> 3 != fieldno:
+                    break
+                return p
+            p = _skip_field(w, p, end, key & 7, key >> 3, depth + 1)
+    raise ValueError("malformed field")
+
+
+def _is_onnx(head: bytes, size: int, reader: BinaryIO | None = None) -> bool:
+    """Whether the stream parses as a ModelProto carrying a graph.
+
+    Protobuf fixes no field order, readers skip unknown fields (groups included) and treat a known
+    field with another wire type as unknown, so none of that is held against a stream here (an
+    attacker reorders or pads fields to dodge a sniffer that wants ``ir_version`` first, or pushes
+    the graph past a fixed prefix behind a long ``doc_string``). What is required: every top-level
+    field parses, a ``graph`` field is present, and the graph's own first fields parse with at
+    least one GraphProto field among them; random bytes pass all of that with negligible
+    probability. With ``reader``, fields are followed past the prefix (by offsets, not reads of
+    their bodies).
     """
+    w = _Window(head, size, reader)
+    limit = size if reader is not None else len(head)
     p = 0
     fields = 0
     seen: set[int] = set()
     graph_ok = False
     try:
-        while p < len(head) and fields < 64:
-            key, p = _varint(head, p)
+        while p < limit and fields < _MAX_TOP_FIELDS:
+            key, q = _varint(w.get(p, 10), 0)
             fieldno, wire = key >> 3, key & 7
-            if fieldno == 0 or wire not in (0, 1, 2, 5):
+            if fieldno == 0 or wire not in (0, 1, 2, 3, 5):
                 return False
-            if fieldno in _ONNX_FIELDS and _ONNX_FIELDS[fieldno] != wire:
+            after = _skip_field(w, p + q, limit, wire, fieldno)
+            if after > size:
                 return False
-            if wire == 0:
-                value, p = _varint(head, p)
-                if fieldno == 1 and not 1 <= value <= 64:
+            if fieldno == 7 and wire == 2:
+                length, lq = _varint(w.get(p + q, 10), 0)
+                body = w.get(p + q + lq, min(length, 4096))
+                graph_ok = _graph_prefix_ok(body, length)
+                if not graph_ok:
                     return False
-            elif wire in (1, 5):
-                p += 8 if wire == 1 else 4
-            else:
-                length, p = _varint(head, p)
-                if p + length > size:
-                    return False
-                if fieldno == 7:
-                    graph_ok = _graph_prefix_ok(head[p:p + length], length)
-                    if not graph_ok:
-                        return False
-                p += length
-            seen.add(fieldno)
+            if fieldno in _ONNX_FIELDS and _ONNX_FIELDS[fieldno] == wire:
+                seen.add(fieldno)
+            p = after
             fields += 1
+            if graph_ok and seen & {1, 8}:
+                return True
     except ValueError:
         return False
     if not graph_ok:
         return False
-    # A graph that runs past the prefix hides the fields after it; otherwise an opset or version is due.
-    return p >= len(head) or bool(seen & {1, 8})
+    # A graph that runs past what was read hides the fields after it; otherwise an opset or version is due.
+    return p >= limit or bool(seen & {1, 8})
 
 
-# GraphProto fields are all length-delimited: node, name, initializer, doc_string, input, output,
-# value_info, quantization_annotation, sparse_initializer, metadata_props.
+# GraphProto fields that hold messages or strings: node, name, initializer, doc_string, input,
+# output, value_info, quantization_annotation, sparse_initializer, metadata_props.
 _GRAPH_FIELDS = frozenset({1, 2, 5, 10, 11, 12, 13, 14, 15, 16})
 
 
 def _graph_prefix_ok(data: bytes, length: int) -> bool:
-    p = fields = 0
+    """Whether a graph's first bytes parse as protobuf fields, at least one of them a GraphProto one."""
+    w = _Window(data, length, None)
+    p = fields = known = 0
     try:
-        while p < len(data) and fields < 8:
-            key, p = _varint(data, p)
-            if key & 7 != 2 or (key >> 3) not in _GRAPH_FIELDS:
+        while p < len(data) and fields < 64:
+            key, q = _varint(data, p)
+            fieldno, wire = key >> 3, key & 7
+            if fieldno == 0 or wire not in (0, 1, 2, 3, 5):
                 return False
-            sub, p = _varint(data, p)
-            if p + sub > length:
+            after = _skip_field(w, q, len(data), wire, fieldno)
+            if after > length:
                 return False
-            p += sub
+            if wire == 2 and fieldno in _GRAPH_FIELDS:
+                known += 1
+            p = after
             fields += 1
     except ValueError:
         # The prefix ended inside a field: what was read so far decides.
         pass
-    return fields >= 3 or (fields >= 1 and p >= length)
+    return known >= 1 and (fields >= 3 or p >= length or known >= 2)
 
 
 def _as_text(head: bytes) -> str | None:

@@ -935,3 +935,70 @@ HF_CONFIGS: dict[str, dict[str, Any]] = {
         {"idx": 2, "name": "2", "path": "2_Normalize", "type": "sentence_transformers.models.Normalize"},
     ],
 }
+
+
+# --- red team, round 3 (tests/unit/scanning/test_redteam_round3.py) -------------------------------
+
+
+def _pb_varint(n: int) -> bytes:
+    out = b""
+    while True:
+        b, n = n & 0x7F, n >> 7
+        if not n:
+            return out + bytes([b])
+        out += bytes([b | 0x80])
+
+
+def _pb_field(number: int, wire: int, body: bytes = b"") -> bytes:
+    key = _pb_varint(number << 3 | wire)
+    if wire == 2:
+        return key + _pb_varint(len(body)) + body
+    return key + body
+
+
+def onnx_sniff_dodges(location: str = "../../../etc/passwd") -> dict[str, bytes]:
+    """ONNX models with external data escaping the directory, laid out to dodge a prefix sniffer.
+
+    Each parses with ``onnx.load_model_from_string`` (protobuf skips unknown fields and groups in
+    any order), so onnxruntime reads the external file.
+    """
+    import onnx
+
+    evil = onnx_model(external=location)
+    model = onnx.load_model_from_string(evil)
+    graph = model.graph.SerializeToString()
+    model.ClearField("graph")
+    rest = model.SerializeToString()
+    unknown_varints = _pb_field(99, 0, b"\x01") * 70
+    return {
+        "onnx_unknown_group_field_first": _pb_field(100, 3) + _pb_field(1, 0, b"\x01") + _pb_field(100, 4) + evil,
+        "onnx_seventy_unknown_fields_first": unknown_varints + evil,
+        "onnx_unknown_field_first_in_graph": rest + _pb_field(7, 2, _pb_field(99, 0, b"\x01") + graph),
+        "onnx_long_doc_string_pushes_graph_past_prefix": _pb_field(6, 2, b"d" * 200_000) + rest + _pb_field(7, 2, graph),
+        "onnx_long_unknown_field_pushes_graph_past_prefix": _pb_field(50, 2, b"d" * 200_000) + evil,
+    }
+
+
+def sentencepiece_model_proto(pieces: int = 4000, trainer_first: bool = False) -> bytes:
+    """A sentencepiece ``tokenizer.model``: a protobuf too, with no ``graph`` field 7."""
+    body = b"".join(
+        _pb_field(1, 2, _pb_field(1, 2, p.encode()) + _pb_field(2, 5, struct.pack("<f", -i / 10)) + (_pb_field(3, 0, b"\x02") if i == 0 else b""))
+        for i, p in enumerate(["<unk>", "<s>", "</s>", *(f"\u2581w{i}" for i in range(pieces))])
+    )
+    trainer = _pb_field(2, 2, _pb_field(1, 2, b"/tmp/corpus.txt") + _pb_field(2, 2, b"spm") + _pb_field(3, 0, b"\x01") + _pb_field(4, 0, _pb_varint(16000)))
+    normalizer = _pb_field(3, 2, _pb_field(1, 2, b"nmt_nfkc") + _pb_field(2, 2, bytes(range(256)) * 4) + _pb_field(3, 0, b"\x01"))
+    return trainer + body + normalizer if trainer_first else body + trainer + normalizer
+
+
+# Attribute names carried by the tokenizer's own strings: ``eos_token`` set to ``__class__`` (or
+# ``__class__,__base__,...``) and a template that subscripts with it. Jinja's subscript falls back
+# to getattr, so the template names nothing dangerous itself. Never render.
+FILE_STRING_KEY_CHAT_TEMPLATES = {
+    "chat_template_key_is_eos_token": "{{ ()[eos_token][bos_token] }}",
+    "chat_template_keys_split_from_eos_token": "{% set p = eos_token.split(',') %}{{ ()[p[0]][p[1]][p[2]]()[p[3]] }}",
+    "chat_template_namespace_walk_over_token_parts": (
+        "{% set ns = namespace(o=()) %}{% for k in eos_token.split(',') %}{% set ns.o = ns.o[k] %}{% endfor %}{{ ns.o }}"
+    ),
+    "chat_template_map_attribute_from_token": "{{ messages|map(attribute=eos_token)|list }}",
+    "chat_template_sort_attribute_from_token": "{{ messages|sort(attribute=additional_special_tokens[0])|first }}",
+}

@@ -858,3 +858,60 @@ def tar_header_pickle_polyglot() -> bytes:
 
 
 REDTEAM["tar_header_pickle_polyglot"] = lambda: ("model.pt", tar_header_pickle_polyglot(), UNSAFE)
+
+
+# --- red team, round 3: what the sniffer decides from a fixed prefix (test_redteam_round3.py)
+
+_GETCWD_CALL = g0("os", "getcwd") + b"(tR."
+
+
+def long_first_string_pushes_payload_past_sniff_prefix() -> bytes:
+    # Protocol 0: one UNICODE opcode whose line is longer than the 64 KiB the sniffer sees, then
+    # POP and the payload. The prefix ends inside the string: it proves nothing either way.
+    return b"V" + b"a" * 70_000 + b"\n0" + _GETCWD_CALL
+
+
+def noop_padding_pushes_payload_past_sniff_prefix() -> bytes:
+    # NONE, POP repeated past the prefix: text to a sniffer, a long no-op to pickle.load.
+    return b"N0" * 40_000 + _GETCWD_CALL
+
+
+def protocol2_long_binunicode_before_payload() -> bytes:
+    # A PROTO-led stream whose first data opcode is a 100 kB BINUNICODE: one opcode in the prefix.
+    return b"\x80\x02X" + struct.pack("<I", 100_000) + b"a" * 100_000 + b"0" + _GETCWD_CALL
+
+
+def import_only_two_opcode_pickle() -> bytes:
+    # GLOBAL then STOP: two opcodes, no call, yet pickle.load imports the module (its code runs).
+    return g0("antigravity", "x") + b"."
+
+
+def second_pickle_after_long_string() -> bytes:
+    # Legacy torch.load reads the magic number pickle, then unpickles the next one (the protocol
+    # version): here a pickle whose payload sits past the 64 KiB the probe of the next pickle reads.
+    magic = pickle.dumps(0x1950A86A20F9469CFC6C, protocol=2)
+    return magic + long_first_string_pushes_payload_past_sniff_prefix()
+
+
+REDTEAM.update(
+    {
+        "long_first_string_pushes_payload_past_sniff_prefix": lambda: (
+            "weights.bin", long_first_string_pushes_payload_past_sniff_prefix(), UNSAFE),
+        "noop_padding_pushes_payload_past_sniff_prefix": lambda: (
+            "notes.txt", noop_padding_pushes_payload_past_sniff_prefix(), UNSAFE),
+        "protocol2_long_binunicode_before_payload": lambda: (
+            "model.bin", protocol2_long_binunicode_before_payload(), UNSAFE),
+        "import_only_two_opcode_pickle": lambda: ("model.pkl", import_only_two_opcode_pickle(), UNSAFE),
+        "second_pickle_after_long_string": lambda: ("model.pkl", second_pickle_after_long_string(), UNSAFE),
+    }
+)
+
+REDTEAM_ORDINARY.update(
+    {
+        # Text whose first line is longer than the sniff prefix (a one-line minified file).
+        "text_with_long_first_line": lambda: ("notes.txt", b"Version " + b"x" * 70_000 + b"\nmore\n"),
+        # Text whose first two lines read as PERSID then a BINSTRING longer than the file.
+        "text_persid_then_huge_binstring": lambda: ("README.md", b"Project\nThe quick brown fox\n" * 3000),
+        "text_of_none_pop_pairs": lambda: ("notes.txt", b"N0" * 40_000),
+    }
+)

@@ -1,0 +1,99 @@
+"""Red team, round 3: the sniffer's fixed prefix, protobuf layouts and strings the model file sets.
+
+Samples come from :mod:`tests.support.scan_samples` (``REDTEAM`` entries of round 3, run by
+``test_redteam_pickle``) and :mod:`tests.support.format_samples`; they are only ever scanned.
+"""
+
+from __future__ import annotations
+
+import io
+
+import pytest
+
+from registry.scanning import Verdict, jinja_check, scan_stream
+from registry.scanning.pickle_scan import probe_pickle
+from tests.support import format_samples as F
+from tests.support import scan_samples as S
+
+
+def _scan(name: str, data: bytes):  # type: ignore[no-untyped-def]
+    return scan_stream(name, io.BytesIO(data), len(data))
+
+
+# --- pickles whose first opcode outruns the sniff prefix ------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "build",
+    [
+        S.long_first_string_pushes_payload_past_sniff_prefix,
+        S.noop_padding_pushes_payload_past_sniff_prefix,
+        S.protocol2_long_binunicode_before_payload,
+    ],
+)
+def test_payload_past_the_prefix_is_found_by_reading_further(build) -> None:  # type: ignore[no-untyped-def]
+    data = build()
+    assert not probe_pickle(data[:65536])  # the prefix alone is inconclusive...
+    assert probe_pickle(data[:65536], io.BytesIO(data), len(data))  # ...the stream is not
+    scan = _scan("weights.bin", data)
+    assert scan.format == "pickle"
+    assert any(f.rule_id == "pickle.call.not-allowed" and "os.getcwd" in f.location for f in scan.findings), scan.as_dict()
+
+
+def test_cut_opcode_that_declares_more_bytes_than_the_file_is_not_a_pickle() -> None:
+    # "T" (BINSTRING) with a length read from text: far more than the stream holds.
+    data = b"Project\nThe end\n" + b"x" * 100_000
+    assert not probe_pickle(data[:65536], io.BytesIO(data), len(data))
+
+
+def test_second_pickle_past_the_prefix_is_interpreted_not_called_trailing_data() -> None:
+    scan = _scan("m.pkl", S.second_pickle_after_long_string())
+    assert scan.verdict is Verdict.UNSAFE
+    assert "pickle.stream.trailing-data" not in {f.rule_id for f in scan.findings}
+    assert any("pickle #1" in f.location and "os.getcwd" in f.location for f in scan.findings)
+
+
+def test_global_then_stop_is_a_pickle() -> None:
+    assert probe_pickle(S.import_only_two_opcode_pickle())
+    assert not probe_pickle(b"N.")  # two opcodes that resolve nothing stay data
+
+
+# --- ONNX laid out to dodge a prefix sniffer -----------------------------------------------------
+
+
+@pytest.mark.parametrize("name", sorted(F.onnx_sniff_dodges()))
+def test_onnx_sniffed_whatever_the_field_layout(name: str) -> None:
+    import onnx
+
+    data = F.onnx_sniff_dodges()[name]
+    # protobuf (what onnx and onnxruntime parse with) accepts the layout and sees the location.
+    model = onnx.load_model_from_string(data)
+    assert any(e.value == "../../../etc/passwd" for t in model.graph.initializer for e in t.external_data)
+    scan = _scan("model.onnx", data)
+    assert scan.format == "onnx"
+    assert scan.verdict is Verdict.UNSAFE, scan.as_dict()
+
+
+@pytest.mark.parametrize("trainer_first", [False, True])
+def test_sentencepiece_model_is_not_onnx(trainer_first: bool) -> None:
+    data = F.sentencepiece_model_proto(trainer_first=trainer_first)
+    scan = _scan("tokenizer.model", data)
+    assert scan.format == "unknown"
+    assert scan.verdict is Verdict.SAFE, scan.as_dict()
+
+
+# --- chat templates whose attribute names come from the model's own strings -------------------
+
+
+@pytest.mark.parametrize("name", sorted(F.FILE_STRING_KEY_CHAT_TEMPLATES))
+def test_key_taken_from_a_special_token_is_a_gadget(name: str) -> None:
+    issues = jinja_check.check_template(F.FILE_STRING_KEY_CHAT_TEMPLATES[name])
+    assert any(i.kind == "gadget" and i.severity.value == "unsafe" for i in issues), issues
+
+
+def test_special_tokens_used_as_text_stay_clean() -> None:
+    template = (
+        "{{ bos_token }}{% for m in messages %}{{ m['content'].replace(eos_token, '') }}"
+        "{{ m['content'].split(eos_token)[0] }}{% endfor %}{{ eos_token }}"
+    )
+    assert jinja_check.check_template(template) == []
