@@ -312,19 +312,46 @@ class Engine:
         tail_len = min(size, 22 + 65535)
         reader.seek(size - tail_len)
         tail = reader.read(tail_len)
+        # Python's zipfile (keras.saving, zipfile.is_zipfile) takes the last end record in the final
+        # 64 KiB whatever follows it, so bytes after the record (its comment length lying) do not
+        # hide the zip from it and must not hide it from this check either.
         pos = tail.rfind(b"PK\x05\x06")
         if pos < 0 or pos + 22 > len(tail):
             return []
         _, _, _, n, cd_size, cd_off, clen = struct.unpack_from("<HHHHIIH", tail, pos + 4)
         eocd_abs = size - tail_len + pos
+        end_of_cd = eocd_abs
+        if eocd_abs >= 20:
+            reader.seek(eocd_abs - 20)
+            loc = reader.read(20)
+            if loc[:4] == b"PK\x06\x07":
+                # zip64: sizes and offsets come from the zip64 end record, which sits before its locator.
+                (rec_off,) = struct.unpack_from("<Q", loc, 8)
+                reader.seek(eocd_abs - 20 - 56)
+                rec = reader.read(56)
+                if len(rec) == 56 and rec[:4] == b"PK\x06\x06":
+                    _, _, _, _, _, n, cd_size, cd_off = struct.unpack_from("<HHIIQQQQ", rec, 12)
+                    end_of_cd = eocd_abs - 20 - 56
         # Zip readers accept a prefix of any length (they correct offsets by it), as here.
-        shift = eocd_abs - (cd_off + cd_size)
-        if pos + 22 + clen != len(tail) or shift < 0 or n == 0:
+        shift = end_of_cd - (cd_off + cd_size)
+        if shift < 0 or n == 0:
             return []
         cd_off += shift
         reader.seek(cd_off)
         if reader.read(4) != b"PK\x01\x02":
             return []
+        if pos + 22 + clen != len(tail):
+            reader.seek(0)
+            hidden = SliceReader(reader, shift, size - shift)
+            _fmt, inner = self._scan(path, path, f"zip@{shift}", hidden, size - shift, 1)
+            reader.seek(0)
+            return [
+                Finding(
+                    "polyglot.zip-trailer", Severity.UNSAFE, f"offset {eocd_abs}",
+                    "a zip end record followed by bytes its comment length does not cover: "
+                    "Python's zipfile opens it, strict readers do not",
+                )
+            ] + inner
         found = [
             Finding(
                 "polyglot.zip-trailer", Severity.SUSPICIOUS, f"offset {cd_off}",

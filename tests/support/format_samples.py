@@ -1002,3 +1002,14 @@ FILE_STRING_KEY_CHAT_TEMPLATES = {
     "chat_template_map_attribute_from_token": "{{ messages|map(attribute=eos_token)|list }}",
     "chat_template_sort_attribute_from_token": "{{ messages|sort(attribute=additional_special_tokens[0])|first }}",
 }
+
+
+def keras_zip_after_text_with_junk_after_end_record() -> bytes:
+    """Text, then a Lambda ``.keras`` archive, then bytes its end record's comment length does not cover.
+
+    Python's zipfile (``zipfile.is_zipfile``, ``keras.saving.load_model``) takes the last end record
+    of the final 64 KiB whatever follows it and corrects offsets for the prefix.
+    """
+    config = keras_sequential_config()
+    config["config"]["layers"].append(keras_lambda_layer())
+    return b"# notes\n" + keras_archive(config) + b"trailing junk"

@@ -97,3 +97,21 @@ def test_special_tokens_used_as_text_stay_clean() -> None:
         "{{ m['content'].split(eos_token)[0] }}{% endfor %}{{ eos_token }}"
     )
     assert jinja_check.check_template(template) == []
+
+
+# --- a zip that Python's zipfile finds at the end of a file, junk after its end record ----------
+
+
+def test_zip_behind_a_prefix_with_junk_after_its_end_record_is_found() -> None:
+    import zipfile
+
+    data = F.keras_zip_after_text_with_junk_after_end_record()
+    assert "config.json" in zipfile.ZipFile(io.BytesIO(data)).namelist()  # what keras.saving opens
+    scan = _scan("model.keras", data)
+    assert scan.verdict is Verdict.UNSAFE, scan.as_dict()
+    assert any(f.rule_id == "polyglot.zip-trailer" and f.severity.value == "unsafe" for f in scan.findings)
+
+
+def test_text_ending_with_end_record_bytes_but_no_directory_is_text() -> None:
+    data = b"notes\n" * 100 + b"PK\x05\x06" + bytes(18) + b"tail\n"
+    assert _scan("notes.txt", data).verdict is Verdict.SAFE
