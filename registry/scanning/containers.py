@@ -536,12 +536,12 @@ def visit_zip_entries(
 
 
 def decompress_stream(kind: str, reader: BinaryIO, budget: ScanBudget) -> tuple[BinaryIO, int, list[Finding]]:
-    """Decompress a gzip, bz2 or xz stream into a spooled file, under the expansion budget.
+    """Decompress a gzip, bz2, xz, zlib or legacy lzma stream into a spooled file, under the expansion budget.
 
     What decompressed before an error is kept and returned: a loader would have consumed it.
 
     Args:
-        kind: ``gzip``, ``bz2`` or ``xz``.
+        kind: ``gzip``, ``bz2``, ``xz``, ``zlib`` or ``lzma``.
         reader: the compressed stream, positioned at its start.
         budget: shared bounds; decompressed bytes are charged to it.
 
@@ -591,7 +591,7 @@ def decompress_stream(kind: str, reader: BinaryIO, budget: ScanBudget) -> tuple[
     return out, size, findings
 
 
-_STREAM_MAGIC = {"gzip": b"\x1f\x8b", "bz2": b"BZh", "xz": b"\xfd7zXZ\x00"}
+_STREAM_MAGIC = {"gzip": b"\x1f\x8b", "bz2": b"BZh", "xz": b"\xfd7zXZ\x00", "zlib": b"\x78", "lzma": b"\x5d"}
 
 
 class _Streams:
@@ -619,6 +619,11 @@ class _Streams:
             return zlib.decompressobj(16 + zlib.MAX_WBITS)
         if self.kind == "bz2":
             return bz2.BZ2Decompressor()
+        if self.kind == "zlib":
+            return zlib.decompressobj()
+        if self.kind == "lzma":
+            # The header names the dictionary size: bounded, so a hostile one fails instead of allocating.
+            return lzma.LZMADecompressor(format=lzma.FORMAT_ALONE, memlimit=1 << 30)
         return lzma.LZMADecompressor(format=lzma.FORMAT_XZ)
 
     def __iter__(self) -> Iterator[bytes]:
@@ -628,7 +633,7 @@ class _Streams:
             dec = self._new()
             # zlib keeps unread input in unconsumed_tail; bz2 and lzma buffer it internally.
             while not dec.eof:
-                if self.kind == "gzip":
+                if self.kind in ("gzip", "zlib"):
                     if not buf:
                         buf = self._read()
                         if not buf:

@@ -182,7 +182,7 @@ class Engine:
         if fmt == "tar":
             own.extend(scan_tar(reader, size, self.budget, self._visitor(ctx_path, chain, depth, members)))
             return fmt
-        if fmt in ("gzip", "bz2", "xz"):
+        if fmt in ("gzip", "bz2", "xz", "zlib", "lzma"):
             inner, inner_size, found = decompress_stream(fmt, reader, self.budget)
             own.extend(found)
             with inner:

@@ -124,6 +124,10 @@ ALLOWED_GLOBALS: frozenset[tuple[str, str]] = frozenset(
         ("datetime", "timezone"),
         ("decimal", "Decimal"),
         ("fractions", "Fraction"),
+        # joblib's placeholder for a NumPy array whose raw bytes follow in the stream: built with
+        # NEWOBJ and a BUILD of plain attributes. The bytes it announces are skipped as joblib
+        # reads them, and also read as opcodes the way pickle.load would (see _joblib_array).
+        ("joblib.numpy_pickle", "NumpyArrayWrapper"),
     }
 )
 """Exact ``(module, qualname)`` pairs a pickle may resolve and still be safe."""
@@ -272,6 +276,8 @@ class _Call:
     opcode: str
     value: Any = None
     """The concrete result when the call only converts data (``_codecs.encode`` of a string)."""
+    state: Any = None
+    """What a BUILD applied to the result (a ``numpy.dtype``'s layout tuple, a wrapper's attributes)."""
 
 
 @dataclass(slots=True, eq=False)
@@ -347,6 +353,9 @@ class _Interpreter:
         self.prev_pos = 0
         self.op_end = 0
         self.cut = False
+        self.pending_array: tuple[int, int, bool, bool] | None = None
+        """A joblib array announced by the last BUILD: (offset, data bytes, padded, object dtype)."""
+        self.forks = 0
 
     # -- reporting
 
@@ -506,6 +515,8 @@ class _Interpreter:
                     value = top if isinstance(top, (int, str, bytes)) else (top.items if isinstance(top, _List) else None)
                     break
                 self._step(opname, arg, pos)
+                if self.pending_array is not None:
+                    self._joblib_array(reader, pos, opname)
                 self.op_end = reader.tell()
                 if len(self.stack) > _MAX_STACK or len(self.marks) > _MAX_STACK:
                     raise PickleParseError(f"stack deeper than {_MAX_STACK}: refused")
@@ -673,6 +684,50 @@ class _Interpreter:
         else:
             raise PickleParseError(f"unhandled opcode {opname}")
 
+    def _joblib_array(self, reader: BinaryIO, pos: int, opname: str) -> None:
+        """Read past the array bytes a joblib wrapper announced, as ``joblib.load`` does.
+
+        ``pickle.load`` of the same file reads those bytes as opcodes instead, with the stack and
+        memo as they are here: a fork of this interpreter does that, and what it finds counts
+        (its break does not: a break inside array data is what plain pickle.load of any joblib
+        file with an array does, after resolving only allowed globals).
+        """
+        _, nbytes, padded, has_object = self.pending_array  # type: ignore[misc]
+        self.pending_array = None
+        start = reader.tell()
+        if not self.probe and self.forks < _MAX_FORKS:
+            fork = _Interpreter(self.loc, self.nested, self.depth, False)
+            fork.stack, fork.marks, fork.memo = list(self.stack), list(self.marks), dict(self.memo)
+            fork.proto, fork.seen, fork.forks = self.proto, set(self.seen), self.forks + 1
+            fork.run(reader)
+            self.forks = fork.forks
+            self.findings.extend(f for f in fork.findings if f.rule_id not in _BREAK_RULES and f not in self.findings)
+            reader.seek(start)
+        # The stream goes on with a new frame: the previous one ended before the array bytes.
+        self.frame_end = None
+        if has_object:
+            # joblib hands the stream to pickle.load: a whole pickle sits here, then this one goes on.
+            self._add(
+                "pickle.joblib.object-array", Severity.SUSPICIOUS, pos, opname,
+                "joblib object array: its elements are a nested pickle, run by joblib.load",
+            )
+            inner = _Interpreter(f"{self.loc}joblib array at {pos}: ", self.nested, self.depth, self.probe)
+            inner.forks = self.forks
+            res = inner.run(reader)
+            self.findings.extend(res.findings)
+            if not res.stopped:
+                raise PickleParseError("the object array's pickle does not end")
+            return
+        if padded:
+            pad = reader.read(1)
+            if len(pad) != 1:
+                raise PickleParseError("joblib array padding truncated")
+            nbytes += pad[0]
+        end = reader.tell() + nbytes
+        reader.seek(end)
+        if reader.tell() != end or not _has_bytes_before(reader, end):
+            raise PickleParseError(f"joblib array of {nbytes} bytes runs past the end of the stream")
+
     def _frame_mismatch(self, pos: int, opname: str, why: str) -> None:
         # The C unpickler treats frames as read-ahead hints, the Python one enforces them:
         # two loaders would read two different streams.
@@ -708,6 +763,23 @@ class _Interpreter:
             self.did_work = True
             if not isinstance(obj.func, _Global):
                 self._add("pickle.build.on-dynamic", Severity.UNSAFE, pos, opname, "BUILD on a computed object")
+                return
+            obj.state = state
+            if (obj.func.module, obj.func.name) == _JOBLIB_WRAPPER:
+                self._announce_array(obj, state, pos, opname)
+
+    def _announce_array(self, wrapper: _Call, state: Any, pos: int, opname: str) -> None:
+        """joblib's unpickler reads the array right after this BUILD: how many bytes, and how."""
+        attrs = {k: v for k, v in state.items if isinstance(k, str)} if isinstance(state, _Dict) else {}
+        shape, dtype = attrs.get("shape"), _dtype_layout(attrs.get("dtype"))
+        if not isinstance(shape, tuple) or not all(isinstance(d, int) and d >= 0 for d in shape) or dtype is None:
+            raise PickleParseError("joblib array wrapper without a readable shape and dtype")
+        count = 1
+        for d in shape:
+            count *= d
+        itemsize, has_object = dtype
+        padded = attrs.get("numpy_array_alignment_bytes") is not None
+        self.pending_array = (pos, count * itemsize, padded, has_object)
 
     def _discard(self, items: list[Any], pos: int, opname: str) -> None:
         for item in items:
@@ -723,6 +795,53 @@ class _Interpreter:
                     f"result of calling {name} (at offset {item.offset}) is discarded: a side-effect call",
                     key=f"{name}@{item.offset}",
                 )
+
+
+_JOBLIB_WRAPPER = ("joblib.numpy_pickle", "NumpyArrayWrapper")
+_MAX_FORKS = 256
+_BREAK_RULES = frozenset(
+    {"pickle.parse.error", "pickle.opcode.unknown", "pickle.stream.truncated", "pickle.stream.no-stop",
+     "pickle.stream.unbalanced", "pickle.frame.mismatch"}
+)
+_DTYPE_CODE = re.compile(r"^[?bBhHiIlLqQpPefdgFDGSUVOMmac]\d*$|^[biufcSUVOMm]\d+$")
+
+
+def _has_bytes_before(reader: BinaryIO, end: int) -> bool:
+    """Whether the stream really holds ``end`` bytes (seek past the end succeeds on files)."""
+    if end == 0:
+        return True
+    reader.seek(end - 1)
+    ok = len(reader.read(1)) == 1
+    reader.seek(end)
+    return ok
+
+
+def _dtype_layout(value: Any, depth: int = 0) -> tuple[int, bool] | None:
+    """(item size, holds objects) of a pickled ``numpy.dtype(code, align, copy)`` and its BUILD state."""
+    if depth > 8 or not isinstance(value, _Call) or not isinstance(value.func, _Global):
+        return None
+    if (value.func.module, value.func.name) != ("numpy", "dtype") or not isinstance(value.args, tuple) or not value.args:
+        return None
+    code = value.args[0]
+    if not isinstance(code, str) or not _DTYPE_CODE.match(code):
+        return None
+    state = value.state
+    has_object = code.startswith("O")
+    if isinstance(state, tuple) and len(state) >= 6 and isinstance(state[4], _Dict):
+        for _, field_spec in state[4].items:
+            sub = field_spec[0] if isinstance(field_spec, tuple) and field_spec else None
+            layout = _dtype_layout(sub, depth + 1)
+            if layout is None:
+                return None
+            has_object = has_object or layout[1]
+    if isinstance(state, tuple) and len(state) >= 6 and isinstance(state[5], int) and state[5] > 0:
+        return state[5], has_object
+    try:
+        import numpy as np  # parses a type code; runs nothing
+
+        return int(np.dtype(code).itemsize), has_object
+    except (ImportError, TypeError, ValueError):
+        return None
 
 
 _PUSH_ARG = frozenset(

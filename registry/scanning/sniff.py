@@ -13,7 +13,9 @@ Example:
 
 from __future__ import annotations
 
+import lzma
 import struct
+import zlib
 from typing import BinaryIO
 
 from registry.scanning.pickle_scan import probe_pickle
@@ -22,6 +24,9 @@ HEAD_BYTES = 65536
 """How many leading bytes :func:`sniff` wants to see."""
 
 HDF5_MAGIC = b"\x89HDF\r\n\x1a\n"
+
+LZMA_MEMLIMIT = 1 << 30
+"""Memory a legacy lzma stream may ask for while it is decompressed here."""
 
 UNINSPECTABLE = {
     b"7z\xbc\xaf\x27\x1c": "7z",
@@ -48,7 +53,7 @@ def sniff(head: bytes, size: int, reader: BinaryIO | None = None) -> str:
             (a long string, a long run of no-ops) is only recognized by reading further.
 
     Returns:
-        One of ``empty``, ``npy``, ``zip``, ``gzip``, ``bz2``, ``xz``, ``7z``, ``rar``, ``zstd``,
+        One of ``empty``, ``npy``, ``zip``, ``gzip``, ``bz2``, ``xz``, ``zlib``, ``lzma``, ``7z``, ``rar``, ``zstd``,
         ``lz4``, ``cab``, ``gguf``, ``hdf5``, ``tar``, ``safetensors``, ``pickle``, ``onnx``,
         ``json``, ``text`` or ``unknown``. Zips are refined later (``pytorch-zip``, ``keras``,
         ``npz``) from their member list.
@@ -65,6 +70,10 @@ def sniff(head: bytes, size: int, reader: BinaryIO | None = None) -> str:
         return "bz2"
     if head.startswith(b"\xfd7zXZ\x00"):
         return "xz"
+    if _is_zlib(head):
+        return "zlib"
+    if _is_lzma_alone(head):
+        return "lzma"
     for magic, kind in UNINSPECTABLE.items():
         if head.startswith(magic):
             return kind
@@ -85,6 +94,38 @@ def sniff(head: bytes, size: int, reader: BinaryIO | None = None) -> str:
         stripped = text.lstrip("\ufeff \t\r\n")
         return "json" if stripped[:1] in ("{", "[") else "text"
     return "unknown"
+
+
+def _is_zlib(head: bytes) -> bool:
+    """A raw zlib stream (joblib's default compression): header checksum, then data that inflates.
+
+    The two-byte header alone is too weak (text starting with ``x`` can pass it), so the first
+    bytes must also inflate without error.
+    """
+    if len(head) < 3 or head[0] & 0x0F != 8 or head[0] >> 4 > 7 or (head[0] << 8 | head[1]) % 31 or head[1] & 0x20:
+        return False
+    if _as_text(head) is not None:
+        # Compressed bytes are not UTF-8 text; a note starting "x^2" is.
+        return False
+    try:
+        out = zlib.decompressobj().decompress(head[:4096], 256)
+    except zlib.error:
+        return False
+    return bool(out) or len(head) < 4096
+
+
+def _is_lzma_alone(head: bytes) -> bool:
+    """A legacy ``.lzma`` stream (joblib's ``lzma`` compression): properties, then data that decodes."""
+    # joblib recognizes exactly this prefix: the usual properties byte and a dictionary size
+    # whose low byte is zero.
+    if len(head) < 14 or head[:2] != b"\x5d\x00" or _as_text(head) is not None:
+        return False
+    try:
+        out = lzma.LZMADecompressor(format=lzma.FORMAT_ALONE, memlimit=LZMA_MEMLIMIT).decompress(head[:4096], 256)
+    except lzma.LZMAError as exc:
+        # A dictionary too large to try here is still one joblib would allocate: lzma, undecodable.
+        return "memory" in str(exc).lower()
+    return bool(out)
 
 
 def _hdf5_offset(head: bytes) -> int | None:

@@ -14,11 +14,13 @@ import bz2
 import collections
 import gzip
 import io
+import lzma
 import os
 import pickle
 import pickletools
 import random
 import struct
+import zlib
 import tarfile
 import zipfile
 from collections.abc import Callable
@@ -913,5 +915,78 @@ REDTEAM_ORDINARY.update(
         # Text whose first two lines read as PERSID then a BINSTRING longer than the file.
         "text_persid_then_huge_binstring": lambda: ("README.md", b"Project\nThe quick brown fox\n" * 3000),
         "text_of_none_pop_pairs": lambda: ("notes.txt", b"N0" * 40_000),
+    }
+)
+
+
+# --- joblib: arrays written raw inside the pickle stream (round 3) --------------------------------
+
+
+def joblib_array_pickle(
+    data: bytes, *, dtype: str = "u1", shape: tuple[int, ...] | None = None, padding: bytes | None = b"\x03\xff\xff\xff",
+    after: bytes = b"",
+) -> bytes:
+    """A ``joblib.dump({'w': array})`` stream, laid out as joblib writes it (protocol 4, no frames).
+
+    joblib pickles a ``NumpyArrayWrapper`` (shape, dtype, alignment), and its unpickler then reads
+    the array's raw bytes from the stream right after that object's BUILD: a padding length byte
+    and padding (when ``numpy_array_alignment_bytes`` is set), then the data. ``after`` goes
+    between the array and the final SETITEM, where joblib.load goes on interpreting opcodes.
+    """
+    shape = (len(data),) if shape is None else shape
+    state = (
+        b"(" + ustr("subclass") + g0("numpy", "ndarray")
+        + ustr("shape") + b"(" + b"".join(b"J" + struct.pack("<i", d) for d in shape) + b"t"
+        + ustr("order") + ustr("C")
+        + ustr("dtype") + g0("numpy", "dtype") + ustr(dtype) + b"\x89\x88\x87R"
+        + b"(K\x03" + ustr("|") + b"NNNJ\xff\xff\xff\xffJ\xff\xff\xff\xff"
+        + (b"K\x3f" if dtype.startswith("O") else b"K\x00") + b"tb"
+        + ustr("allow_mmap") + b"\x88"
+        + (ustr("numpy_array_alignment_bytes") + b"K\x10" if padding is not None else b"")
+        + b"u"
+    )
+    wrapper = g0("joblib.numpy_pickle", "NumpyArrayWrapper") + b")\x81}" + state + b"b"
+    return b"\x80\x04}" + ustr("w") + wrapper + (padding or b"") + data + after + b"s."
+
+
+def joblib_padding_byte_starts_plain_pickle_payload() -> bytes:
+    # joblib reads the padding length byte ("c" = 99) and skips 99 bytes; pickle.load of the same
+    # file reads "c" as GLOBAL: os.getcwd is called by plain pickle, never seen by joblib.
+    payload = g0("os", "getcwd") + b"(tR."
+    return joblib_array_pickle(bytes(8), padding=payload + b"\xff" * (99 - len(payload) + 1))
+
+
+def joblib_payload_after_array_bytes() -> bytes:
+    # The array bytes hide the rest of the stream from a scanner that reads them as opcodes.
+    return joblib_array_pickle(bytes(64), after=b"0" + g0("os", "getcwd") + b"(tR0" + b"N")
+
+
+def joblib_object_array_nested_payload() -> bytes:
+    # An object array: joblib.load calls pickle.load on the stream right after the wrapper.
+    return joblib_array_pickle(reduce_pickle(2), dtype="O8", shape=(1,), padding=None)
+
+
+REDTEAM.update(
+    {
+        "joblib_padding_byte_starts_plain_pickle_payload": lambda: (
+            "model.joblib", joblib_padding_byte_starts_plain_pickle_payload(), UNSAFE),
+        "joblib_payload_after_array_bytes": lambda: ("model.joblib", joblib_payload_after_array_bytes(), UNSAFE),
+        "joblib_object_array_nested_payload": lambda: ("model.joblib", joblib_object_array_nested_payload(), UNSAFE),
+        "joblib_zlib_compressed_payload": lambda: ("model.joblib", zlib.compress(reduce_pickle(4), 3), UNSAFE),
+        "joblib_lzma_compressed_payload": lambda: (
+            "model.joblib", lzma.compress(reduce_pickle(4), format=lzma.FORMAT_ALONE), UNSAFE),
+    }
+)
+
+REDTEAM_ORDINARY.update(
+    {
+        "joblib_float_array": lambda: (
+            "model.joblib", joblib_array_pickle(struct.pack("<4f", 1, 2, 3, 4), dtype="f4", shape=(2, 2))),
+        "joblib_array_without_alignment": lambda: ("model.joblib", joblib_array_pickle(bytes(range(32)), padding=None)),
+        "joblib_zlib_compressed_array": lambda: (
+            "model.joblib", zlib.compress(joblib_array_pickle(struct.pack("<4f", 1, 2, 3, 4), dtype="f4", shape=(4,)), 3)),
+        "joblib_lzma_compressed_array": lambda: (
+            "model.joblib", lzma.compress(joblib_array_pickle(bytes(16)), format=lzma.FORMAT_ALONE)),
+        "text_starting_x_caret": lambda: ("notes.md", b"x^2 + y^2 = r^2\n" * 40),
     }
 )

@@ -115,3 +115,44 @@ def test_zip_behind_a_prefix_with_junk_after_its_end_record_is_found() -> None:
 def test_text_ending_with_end_record_bytes_but_no_directory_is_text() -> None:
     data = b"notes\n" * 100 + b"PK\x05\x06" + bytes(18) + b"tail\n"
     assert _scan("notes.txt", data).verdict is Verdict.SAFE
+
+
+# --- joblib: compressed streams and arrays written inside the pickle ---------------------------
+
+
+@pytest.mark.parametrize(("kind", "compress"), [
+    ("zlib", lambda b: __import__("zlib").compress(b, 3)),
+    ("lzma", lambda b: __import__("lzma").compress(b, format=__import__("lzma").FORMAT_ALONE)),
+])
+def test_joblib_compressions_are_sniffed_and_opened(kind: str, compress) -> None:  # type: ignore[no-untyped-def]
+    scan = _scan("model.joblib", compress(S.reduce_pickle(4)))
+    assert scan.format == kind
+    # reduce_pickle pickles os.getcwd as the platform module (posix.getcwd).
+    assert any(f.rule_id == "pickle.call.not-allowed" and "getcwd" in f.location for f in scan.findings), scan.as_dict()
+
+
+def test_joblib_array_bytes_are_skipped_as_joblib_reads_them() -> None:
+    scan = _scan("model.joblib", S.joblib_array_pickle(bytes(range(200)) * 5))
+    assert scan.verdict is Verdict.SAFE, scan.as_dict()
+
+
+def test_joblib_padding_read_as_opcodes_by_plain_pickle_is_scanned() -> None:
+    scan = _scan("model.joblib", S.joblib_padding_byte_starts_plain_pickle_payload())
+    calls = [f for f in scan.findings if f.rule_id == "pickle.call.not-allowed"]
+    assert calls and all("os.getcwd" in f.location for f in calls), scan.as_dict()
+
+
+def test_joblib_stream_after_the_array_is_interpreted() -> None:
+    scan = _scan("model.joblib", S.joblib_payload_after_array_bytes())
+    assert any(f.rule_id == "pickle.call.not-allowed" and "os.getcwd" in f.location for f in scan.findings), scan.as_dict()
+
+
+def test_joblib_array_announcing_more_bytes_than_the_file_fails_closed() -> None:
+    data = S.joblib_array_pickle(bytes(8), shape=(1 << 20,))
+    assert _scan("model.joblib", data).verdict is Verdict.UNSAFE
+
+
+def test_joblib_object_array_pickle_is_interpreted() -> None:
+    scan = _scan("model.joblib", S.joblib_object_array_nested_payload())
+    rules = {f.rule_id for f in scan.findings}
+    assert {"pickle.joblib.object-array", "pickle.call.not-allowed"} <= rules, scan.as_dict()
