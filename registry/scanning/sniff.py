@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import lzma
 import struct
+import tarfile
 import zlib
 from typing import BinaryIO
 
@@ -147,13 +148,14 @@ def _is_tar(head: bytes) -> bool:
         return False
     if head[257:262] == b"ustar":
         return True
-    # Old (v7) tar headers have no magic: check the header checksum instead.
+    # Old (v7) tar headers have no magic: check the header checksum instead, read exactly as
+    # Python's tarfile reads it (torch.load's legacy tar loader uses it): the field may be octal
+    # or base-256, and the sum may be taken over unsigned or signed bytes.
     try:
-        recorded = int(head[148:156].split(b"\x00")[0].strip() or b"-1", 8)
-    except ValueError:
+        recorded = tarfile.nti(head[148:156])
+    except (tarfile.InvalidHeaderError, ValueError):
         return False
-    block = head[:148] + b" " * 8 + head[156:512]
-    return recorded > 256 and recorded == sum(block) and head[0] != 0
+    return recorded > 256 and recorded in tarfile.calc_chksums(head[:512]) and head[0] != 0
 
 
 def _is_safetensors(head: bytes, size: int) -> bool:

@@ -990,3 +990,40 @@ REDTEAM_ORDINARY.update(
         "text_starting_x_caret": lambda: ("notes.md", b"x^2 + y^2 = r^2\n" * 40),
     }
 )
+
+
+# --- tar headers as Python's tarfile reads them (round 3) ------------------------------------------
+
+
+def v7_tar(name: bytes, body: bytes, *, checksum: str = "octal") -> bytes:
+    """A tar of one member under an old (v7) header, no ``ustar`` magic.
+
+    ``checksum`` is ``octal`` (the usual unsigned sum), ``signed`` (the sum of the header's bytes
+    taken as signed chars, which tarfile also accepts; high bytes sit in the link-name field) or
+    ``base256`` (the sum written as a base-256 number, which tarfile's ``nti`` also reads).
+    torch.load(weights_only=False) opens such a tar with tarfile and unpickles its ``storages``.
+    """
+    h = bytearray(512)
+    h[0 : len(name)] = name
+    h[100:108] = b"0000644\x00"
+    h[108:116] = b"0000000\x00"
+    h[116:124] = b"0000000\x00"
+    h[124:136] = b"%011o\x00" % len(body)
+    h[136:148] = b"00000000000\x00"
+    h[156] = ord("0")
+    if checksum == "signed":
+        h[157:167] = b"\xff" * 10
+    h[148:156] = b" " * 8
+    total = sum(struct.unpack("148b8x356b", bytes(h))) + 256 if checksum == "signed" else sum(h)
+    h[148:156] = b"\x80" + total.to_bytes(7, "big") if checksum == "base256" else b"%06o\x00 " % total
+    return bytes(h) + body + bytes(-len(body) % 512) + bytes(1024)
+
+
+REDTEAM.update(
+    {
+        "tar_v7_signed_checksum_storages_payload": lambda: (
+            "model.pt", v7_tar(b"storages", reduce_pickle(2), checksum="signed"), UNSAFE),
+        "tar_v7_base256_checksum_storages_payload": lambda: (
+            "model.pt", v7_tar(b"storages", reduce_pickle(2), checksum="base256"), UNSAFE),
+    }
+)

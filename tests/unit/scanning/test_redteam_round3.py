@@ -156,3 +156,17 @@ def test_joblib_object_array_pickle_is_interpreted() -> None:
     scan = _scan("model.joblib", S.joblib_object_array_nested_payload())
     rules = {f.rule_id for f in scan.findings}
     assert {"pickle.joblib.object-array", "pickle.call.not-allowed"} <= rules, scan.as_dict()
+
+
+# --- tar headers: the checksum forms tarfile accepts ----------------------------------------------
+
+
+@pytest.mark.parametrize("checksum", ["octal", "signed", "base256"])
+def test_v7_tar_is_sniffed_whatever_checksum_form_tarfile_accepts(checksum: str) -> None:
+    import tarfile
+
+    data = S.v7_tar(b"storages", S.reduce_pickle(2), checksum=checksum)
+    assert tarfile.open(fileobj=io.BytesIO(data), mode="r:").getnames() == ["storages"]
+    scan = _scan("model.pt", data)
+    assert scan.format == "tar"
+    assert scan.verdict is Verdict.UNSAFE
