@@ -103,7 +103,7 @@ def write_model(directory: Path, total: int, shards: int) -> dict[str, Path]:
     return files
 
 
-def make_settings(work: Path, s3: SeaweedS3, bucket: str, pem: str, part_size: int) -> Settings:
+def make_settings(work: Path, s3: SeaweedS3, bucket: str, pem: str, part_size: int, hub_url: str) -> Settings:
     return Settings(
         data_dir=work / "data",
         database_url=f"sqlite:///{work / 'registry.db'}",
@@ -114,7 +114,7 @@ def make_settings(work: Path, s3: SeaweedS3, bucket: str, pem: str, part_size: i
         s3_secret_access_key=SecretStr(s3.secret_key),
         multipart_part_size=part_size,
         signing_key_pem=SecretStr(pem),
-        hf_endpoint="http://127.0.0.1:1",  # every submission names its endpoint
+        hf_endpoint=hub_url,
     )
 
 
@@ -245,7 +245,7 @@ def main() -> None:
             s3.client().create_bucket(Bucket=raw_bucket)
             round_dir = work / f"round-{round_index}"
             round_dir.mkdir()
-            settings = make_settings(round_dir, s3, bucket, pem, part_size)
+            settings = make_settings(round_dir, s3, bucket, pem, part_size, hub.url)
             if container is not None:
                 container.dispose()
             container = bootstrap(settings, migrate=True)

@@ -64,16 +64,43 @@ class Container:
         The configured HF token goes only to the configured hub: an endpoint named in a submission
         is the submitter's choice, and the registry's credentials must not travel there.
         """
-        from registry.sources import open_source
+        from registry.sources import open_source, parse_source_uri
+        from registry.sources.policy import same_endpoint
         from registry.storage import make_s3_client
 
         endpoint = hf_endpoint or self.settings.hf_endpoint
+        kind, locator = parse_source_uri(uri)
+        self.source_policy().check(kind, locator, endpoint)
         token = None
-        if self.settings.hf_token and _same_endpoint(endpoint, self.settings.hf_endpoint):
+        if self.settings.hf_token and same_endpoint(endpoint, self.settings.hf_endpoint):
             token = self.settings.hf_token.get_secret_value()
         return open_source(
             uri, hf_endpoint=endpoint, hf_token=token,
             s3_client_factory=lambda: make_s3_client(self.settings), include=include, exclude=exclude,
+        )
+
+    def source_policy(self):
+        """What submissions may read: configured hubs, directories and buckets, never our own state."""
+        from urllib.parse import urlsplit
+
+        from registry.sources.policy import SourcePolicy
+
+        settings = self.settings
+        store = urlsplit(settings.resolved_blob_store_url())
+        forbidden_paths = [settings.data_dir]
+        forbidden_buckets: list[str] = []
+        if store.scheme == "file":
+            forbidden_paths.append(Path(store.path))
+        elif store.scheme == "s3":
+            forbidden_buckets.append(store.netloc)
+        if settings.signing_key_file is not None:
+            forbidden_paths.append(settings.signing_key_file)
+        return SourcePolicy(
+            hf_endpoints=(settings.hf_endpoint, *settings.hf_allowed_endpoints),
+            local_roots=tuple(settings.local_source_roots),
+            s3_buckets=tuple(settings.s3_source_buckets),
+            forbidden_paths=tuple(forbidden_paths),
+            forbidden_buckets=tuple(forbidden_buckets),
         )
 
     def limits(self):
@@ -84,22 +111,6 @@ class Container:
 
     def dispose(self) -> None:
         self.engine.dispose()
-
-
-def _same_endpoint(a: str, b: str) -> bool:
-    """Whether two hub URLs name the same origin and base path (scheme and host compared case-blind)."""
-    from urllib.parse import urlsplit
-
-    def key(url: str) -> tuple[str, str, int | None, str]:
-        parts = urlsplit(url.strip())
-        try:
-            port = parts.port
-        except ValueError:
-            return ("", url, None, "")
-        default = {"http": 80, "https": 443}.get(parts.scheme.lower())
-        return (parts.scheme.lower(), (parts.hostname or "").lower(), port or default, parts.path.rstrip("/"))
-
-    return key(a) == key(b)
 
 
 def bootstrap(settings: Settings | None = None, *, migrate: bool = False) -> Container:

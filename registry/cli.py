@@ -151,9 +151,10 @@ def submit(
     include: list[str] = typer.Option([], "--include", help="glob of files to mirror (repeatable)"),
     exclude: list[str] = typer.Option([], "--exclude", help="glob of files to leave out (repeatable)"),
     hf_endpoint: Optional[str] = typer.Option(None, "--hf-endpoint", help="Hugging Face-compatible hub URL"),
-    upload: Optional[bool] = typer.Option(
-        None, "--upload/--no-upload",
-        help="send a local directory's files through the API (default: when the registry is not on loopback)"),
+    upload: bool = typer.Option(
+        True, "--upload/--no-upload",
+        help="send a local directory's files through the API (default); --no-upload makes the server read "
+             "the path itself, which it allows only under its MODELREG_LOCAL_SOURCE_ROOTS"),
     wait: bool = typer.Option(False, "--wait", help="wait until the version is scanned (awaiting approval) or failed"),
     timeout: float = typer.Option(3600.0, "--timeout", help="seconds --wait waits at most"),
     url: str = UrlOpt, token: str = TokenOpt, as_json: bool = JsonOpt,
@@ -165,7 +166,7 @@ def submit(
         # A relative directory is resolved here: the server has another working directory.
         source = str(Path(source).resolve())
     with _client(url, token) as client:
-        if local and (upload if upload is not None else not _is_loopback(client.url)):
+        if local and upload:
             body = _upload_directory(client, tenant, source, include, exclude, quiet=as_json)
         else:
             body = {"source": source, "revision": revision, "include": include, "exclude": exclude,
@@ -182,13 +183,6 @@ def submit(
         _print_version(version)
     if version["state"] == "failed":
         raise typer.Exit(1)
-
-
-def _is_loopback(url: str) -> bool:
-    from urllib.parse import urlsplit
-
-    host = urlsplit(url).hostname or ""
-    return host in ("localhost", "::1") or host.startswith("127.")
 
 
 def _upload_directory(client: Any, tenant: str, source: str, include: list[str], exclude: list[str],

@@ -36,6 +36,12 @@ class Settings(BaseSettings):
 
     hf_endpoint: str = "https://huggingface.co"
     hf_token: SecretStr | None = None
+    hf_allowed_endpoints: list[str] = Field(
+        default_factory=list, description="Hub endpoints a submission may name besides hf_endpoint.")
+    local_source_roots: list[Path] = Field(
+        default_factory=list, description="Server directories under which directory sources are allowed.")
+    s3_source_buckets: list[str] = Field(
+        default_factory=list, description="Buckets allowed as s3:// sources (read with the S3 settings).")
 
     max_files_per_version: int = 10_000
     max_file_size: int = 1024**4

@@ -73,6 +73,8 @@ def settings(database_url, tmp_path, signing_key_pem):
 
     return Settings(
         signing_key_pem=SecretStr(signing_key_pem),
+        # Tests build their model directories under tmp_path (the data dir in it stays forbidden).
+        local_source_roots=[tmp_path],
         data_dir=tmp_path / "data",
         database_url=database_url,
         blob_store_url=(tmp_path / "blobs").as_uri(),

@@ -288,3 +288,9 @@ class RangeNotSatisfiableError(InvalidInputError):
     """A byte range outside the blob, or one the server does not support."""
 
     code = "range-not-satisfiable"
+
+
+class SourceNotAllowedError(PermissionDeniedError):
+    """A submission names an upstream this registry is not configured to read from."""
+
+    code = "source-not-allowed"

@@ -14,18 +14,19 @@ from tests.support.tiny_model import tiny_model_files
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory):
-    s = start_server(tmp_path_factory.mktemp("e2e") / "data")
-    yield s
-    s.stop()
-
-
-@pytest.fixture(scope="module")
 def hub():
     with HfUpstream() as upstream:
         upstream.add_repo("org/tiny", card_data={"license": "mit"})
         upstream.commit("org/tiny", tiny_model_files(7))
         yield upstream
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory, hub):
+    s = start_server(tmp_path_factory.mktemp("e2e") / "data",
+                     extra_env={"MODELREG_HF_ALLOWED_ENDPOINTS": json.dumps([hub.url])})
+    yield s
+    s.stop()
 
 
 def test_first_start_leaves_an_admin_token_only_its_owner_can_read(server):
@@ -61,6 +62,11 @@ def test_errors_are_problem_json_with_stable_types(server):
     assert r.status_code == 422 and r.json()["errors"][0]["field"] == "source"
     r = httpx.post(server.url + "/v1/models/default/x/versions", headers=auth, json={"source": "ftp://x"})
     assert r.status_code == 422 and r.json()["type"].endswith("/invalid-input")
+    # The server reads no directory of its own, and no hub it was not configured for.
+    for body in ({"source": "/etc"}, {"source": str(server.data_dir)},
+                 {"source": "hf://org/tiny", "hf_endpoint": "http://169.254.169.254"}):
+        r = httpx.post(server.url + "/v1/models/default/x/versions", headers=auth, json=body)
+        assert r.status_code == 403 and r.json()["type"].endswith("/source-not-allowed"), body
 
 
 def test_roles_are_enforced(server):

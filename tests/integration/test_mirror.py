@@ -23,8 +23,9 @@ from tests.support.tiny_model import tiny_model_files
 
 
 @pytest.fixture
-def hub():
+def hub(container):
     with HfUpstream() as upstream:
+        container.settings.hf_allowed_endpoints.append(upstream.url)
         yield upstream
 
 
@@ -225,6 +226,7 @@ def test_s3_prefix(container, admin, s3_server, s3_bucket, monkeypatch):
     from pydantic import SecretStr
 
     container.settings.s3_secret_access_key = SecretStr(s3_server.secret_key)
+    container.settings.s3_source_buckets = [s3_bucket]
     version_id, *_ = _submit(container, admin, f"s3://{s3_bucket}/models/tiny")
     drain(container)
     v = _version(container, version_id)
@@ -323,6 +325,7 @@ def test_the_registry_hf_token_goes_only_to_the_configured_hub(container, admin)
             hub.commit("org/tiny", tiny_model_files(5))
         container.settings.hf_endpoint = trusted.url
         container.settings.hf_token = SecretStr("hf_registry_secret")
+        container.settings.hf_allowed_endpoints = [chosen.url]
 
         _submit(container, admin, "hf://org/tiny", name="theirs", hf_endpoint=chosen.url + "/")
         _submit(container, admin, "hf://org/tiny", name="ours")
@@ -331,3 +334,21 @@ def test_the_registry_hf_token_goes_only_to_the_configured_hub(container, admin)
         assert chosen.requests and all(r.authorization is None for r in chosen.requests)
         hub_requests = [r for r in trusted.requests if r.server == "hub"]
         assert hub_requests and all(r.authorization == "Bearer hf_registry_secret" for r in hub_requests)
+
+
+def test_a_source_the_registry_is_not_configured_for_is_refused_before_anything_is_recorded(
+    container, admin, tmp_path
+):
+    from registry.domain.errors import SourceNotAllowedError
+
+    for source, kw in [
+        ("/etc", {}),
+        (str(container.settings.data_dir), {}),
+        ("hf://org/tiny", {"hf_endpoint": "http://169.254.169.254"}),
+        ("s3://some-bucket/models", {}),
+    ]:
+        with pytest.raises(SourceNotAllowedError):
+            _submit(container, admin, source, **kw)
+    with container.session_factory() as session:
+        assert session.scalar(select(func.count()).select_from(Version)) == 0
+        assert session.scalar(select(func.count()).select_from(Job)) == 0

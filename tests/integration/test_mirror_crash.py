@@ -190,6 +190,8 @@ def stop_worker(worker: subprocess.Popen) -> None:
 
 def test_killed_worker_mid_file_then_another_completes_the_version(deployment, crash_container, hub, tmp_path):
     c = crash_container
+    c.settings.hf_allowed_endpoints = [hub.url]
+    deployment.env["MODELREG_HF_ALLOWED_ENDPOINTS"] = json.dumps([hub.url])
     store = c.blob_store
     shard = write_safetensors(tmp_path / "model.safetensors", SHARD_SIZE)
     config = b'{"architectures": ["CrashTest"], "hidden_size": 16}\n'
@@ -269,6 +271,7 @@ def test_mirror_aborts_an_abandoned_upload_of_its_bytes_but_not_a_running_siblin
     container, s3_server, s3_bucket, hub, tmp_path, sibling_running
 ):
     """The retry's cleanup aborts uploads at the blob's key only when no other mirror of those bytes runs."""
+    container.settings.hf_allowed_endpoints = [hub.url]
     client = s3_server.client()
     store = S3BlobStore(client, s3_bucket, "registry", PART_SIZE)
     container.__dict__["blob_store"] = store
