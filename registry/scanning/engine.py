@@ -32,7 +32,7 @@ from registry.scanning.containers import (
     visit_zip_entries,
 )
 from registry.scanning.model import FileScan, Finding, ScanContext, Severity
-from registry.scanning.sniff import HEAD_BYTES, UNINSPECTABLE, sniff
+from registry.scanning.sniff import HEAD_BYTES, UNINSPECTABLE, is_tar, sniff
 
 SCANNER_NAME = "modelreg"
 SCANNER_VERSION = "1.4.0"
@@ -146,6 +146,12 @@ class Engine:
             own.append(Finding("polyglot.pickle", Severity.SUSPICIOUS, "offset 0", f"a {fmt} whose first bytes are also a pickle"))
             res = pickle_scan.scan_pickle_file(reader, size, nested=self._nested_pickle(ctx_path, chain, depth))
             own.extend(f for f in res.findings if f.rule_id != "pickle.stream.trailing-data")
+        if fmt != "tar" and is_tar(head):
+            # A first block that is also a tar header: torch.load's legacy loader opens any such
+            # file with tarfile and unpickles its members, whatever the magic at offset 0 says.
+            own.append(Finding("polyglot.tar", Severity.SUSPICIOUS, "offset 0", f"a {fmt} whose first block is also a tar header"))
+            own.extend(scan_tar(reader, size, self.budget, self._visitor(ctx_path, chain, depth, members)))
+            reader.seek(0)
         if fmt != "hdf5":
             offset = _hdf5_user_block_offset(reader, size, len(head))
             if offset is not None:

@@ -82,7 +82,7 @@ def sniff(head: bytes, size: int, reader: BinaryIO | None = None) -> str:
         return "gguf"
     if _hdf5_offset(head) is not None:
         return "hdf5"
-    if _is_tar(head):
+    if is_tar(head):
         return "tar"
     if _is_safetensors(head, size):
         return "safetensors"
@@ -143,7 +143,8 @@ def _hdf5_offset(head: bytes) -> int | None:
     return None
 
 
-def _is_tar(head: bytes) -> bool:
+def is_tar(head: bytes) -> bool:
+    """Whether the first 512 bytes are a tar header Python's tarfile accepts."""
     if len(head) < 512:
         return False
     if head[257:262] == b"ustar":

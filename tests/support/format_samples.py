@@ -1013,3 +1013,31 @@ def keras_zip_after_text_with_junk_after_end_record() -> bytes:
     config = keras_sequential_config()
     config["config"]["layers"].append(keras_lambda_layer())
     return b"# notes\n" + keras_archive(config) + b"trailing junk"
+
+
+def gguf_tar_polyglot(body: bytes) -> bytes:
+    """A GGUF file whose one metadata string holds a tar: its first 512 bytes are a tar header too.
+
+    ``gguf.GGUFReader`` reads a valid GGUF (one KV ``general.x``); ``tarfile`` reads members
+    ``GGUF\\x03`` and ``storages``, which torch.load's legacy tar loader unpickles.
+    """
+
+    def header(prefix: bytes, size: int) -> bytes:
+        h = bytearray(512)
+        h[0 : len(prefix)] = prefix
+        h[100:108] = b"0000644\x00"
+        h[108:116] = b"0000000\x00"
+        h[116:124] = b"0000000\x00"
+        h[124:136] = b"%011o\x00" % size
+        h[136:148] = b"00000000000\x00"
+        h[156] = ord("0")
+        h[148:156] = b" " * 8
+        h[148:156] = b"%06o\x00 " % sum(h)
+        return bytes(h)
+
+    key = b"general.x"
+    kv_prefix = struct.pack("<4sIQQ", b"GGUF", 3, 0, 1) + struct.pack("<Q", len(key)) + key + struct.pack("<I", 8)
+    padded = body + bytes(-len(body) % 512)
+    total = 512 + 512 + len(padded) + 1024
+    first = header(kv_prefix + struct.pack("<Q", total - len(kv_prefix) - 8), 0)
+    return first + header(b"storages", len(body)) + padded + bytes(1024)

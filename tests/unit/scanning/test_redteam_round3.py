@@ -170,3 +170,19 @@ def test_v7_tar_is_sniffed_whatever_checksum_form_tarfile_accepts(checksum: str)
     scan = _scan("model.pt", data)
     assert scan.format == "tar"
     assert scan.verdict is Verdict.UNSAFE
+
+
+def test_gguf_whose_first_block_is_a_tar_header_is_read_as_a_tar_too(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    import tarfile
+
+    import gguf as gguf_lib
+
+    data = F.gguf_tar_polyglot(S.reduce_pickle(2))
+    path = tmp_path / "model.gguf"
+    path.write_bytes(data)
+    assert "general.x" in gguf_lib.GGUFReader(path).fields
+    assert "storages" in tarfile.open(fileobj=io.BytesIO(data), mode="r:").getnames()
+    scan = _scan("model.gguf", data)
+    assert scan.format == "gguf"
+    assert "polyglot.tar" in {f.rule_id for f in scan.findings}
+    assert scan.verdict is Verdict.UNSAFE, scan.as_dict()
