@@ -196,7 +196,7 @@ def _upload_directory(client: Any, tenant: str, source: str, include: list[str],
     snapshot = src.resolve(None)
     for f in snapshot.files:
         try:
-            client.request("HEAD", f"/v1/blobs/sha256/{f.sha256}")
+            client.request("HEAD", f"/v1/blobs/sha256/{f.sha256}", params={"tenant": tenant})
             continue
         except RemoteError as exc:
             if exc.status != 404:

@@ -63,8 +63,17 @@ def get_blob(
 
 
 @router.head("/sha256/{digest}")
-def head_blob(digest: str, container: ContainerDep, principal: PrincipalDep) -> Response:
-    """200 with the size when the blob is stored, else 404: lets an uploader skip what the registry has."""
+def head_blob(
+    digest: str, container: ContainerDep, principal: PrincipalDep,
+    tenant: str = Query(..., description="the tenant the upload is for (needs the submitter role)"),
+) -> Response:
+    """200 with the size when the blob is stored, else 404: lets an uploader skip what the registry has.
+
+    Only submitters ask: whether some bytes are stored is not for every token holder to learn.
+    """
+    from registry.auth import Permission, require
+
+    require(principal, tenant, Permission.SUBMIT)
     info = container.blob_store.stat(require_sha256(digest))
     return Response(status_code=200, headers={"Content-Length": str(info.size), "ETag": f'"{digest}"'})
 

@@ -159,7 +159,13 @@ def test_uploaded_blob_with_wrong_digest_is_refused(server):
     r = httpx.put(server.url + "/v1/blobs/sha256/" + "0" * 64, params={"tenant": "default"},
                   content=b"not those bytes", headers=auth)
     assert r.status_code == 422 and r.json()["type"].endswith("/digest-mismatch")
-    assert httpx.head(server.url + "/v1/blobs/sha256/" + "0" * 64, headers=auth).status_code == 404
+    head = server.url + "/v1/blobs/sha256/" + "0" * 64
+    assert httpx.head(head, params={"tenant": "default"}, headers=auth).status_code == 404
+    server.cli("principal", "create", "looker", check=True)
+    looker = {"Authorization": f"Bearer {server.cli('principal', 'token', 'looker', check=True).stdout.strip()}"}
+    # Whether some bytes are stored is for submitters of the tenant only.
+    assert httpx.head(head, params={"tenant": "default"}, headers=looker).status_code == 403
+    assert httpx.head(head, headers=auth).status_code == 422
     r = httpx.post(server.url + "/v1/models/default/up2/versions", headers=auth, json={
         "source": "upload:x", "files": [{"path": "a.bin", "size": 1, "sha256": "1" * 64}]})
     assert r.status_code == 422 and "not uploaded" in r.json()["detail"]
