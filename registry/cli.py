@@ -65,6 +65,13 @@ def _emit(data: Any, as_json: bool, human: str | None = None) -> None:
         typer.echo(human if human is not None else json.dumps(data, indent=2, default=str))
 
 
+def _seg(value: str) -> str:
+    """One URL path segment: a name can never add a segment (``../tenants``) to the path it goes in."""
+    from urllib.parse import quote
+
+    return quote(value, safe="")
+
+
 def _split_model(model: str) -> tuple[str, str]:
     tenant, sep, name = model.partition("/")
     if not sep or not tenant or not name or "/" in name:
@@ -118,7 +125,7 @@ def principal_grant(
     url: str = UrlOpt, token: str = TokenOpt, as_json: bool = JsonOpt,
 ) -> None:
     with _client(url, token) as client:
-        result = client.post(f"/v1/principals/{name}/roles",
+        result = client.post(f"/v1/principals/{_seg(name)}/roles",
                              json={"tenant": tenant, "role": role, "capacity": capacity})
     _emit(result, as_json, f"granted {role}{'/' + capacity if capacity else ''} in {tenant} to {name}")
 
@@ -132,7 +139,7 @@ def principal_token(
 ) -> None:
     """Issue a token for NAME; the secret is printed once."""
     with _client(url, token) as client:
-        issued = client.post(f"/v1/principals/{name}/tokens",
+        issued = client.post(f"/v1/principals/{_seg(name)}/tokens",
                              json={"description": description, "expires_in_days": days})
     _emit(issued, as_json, issued["token"])
 
@@ -173,7 +180,7 @@ def submit(
                     "hf_endpoint": hf_endpoint}
         # The registry pins the revision before it answers: listing a hub is quick, but hashing a
         # large local directory to name its revision can take minutes.
-        version = client.post(f"/v1/models/{tenant}/{name}/versions", json=body,
+        version = client.post(f"/v1/models/{_seg(tenant)}/{_seg(name)}/versions", json=body,
                               timeout=httpx.Timeout(30.0, read=3600.0))
         if wait:
             version = _wait_for(client, version, timeout, show_progress=not as_json)
@@ -252,7 +259,7 @@ def version_show(
     """Show a version: state, source, pinned revision, files."""
     tenant, name = _split_model(model)
     with _client(url, token) as client:
-        version = client.get(f"/v1/models/{tenant}/{name}/versions/{number}")
+        version = client.get(f"/v1/models/{_seg(tenant)}/{_seg(name)}/versions/{number}")
     if as_json:
         _emit(version, True)
     else:
@@ -268,7 +275,7 @@ def version_signature(
     """Save the version's OpenSSF model-signing bundle (verify with `model_signing verify key`)."""
     tenant, name = _split_model(model)
     with _client(url, token) as client:
-        bundle = client.get(f"/v1/models/{tenant}/{name}/versions/{number}/signature")
+        bundle = client.get(f"/v1/models/{_seg(tenant)}/{_seg(name)}/versions/{number}/signature")
     output.write_text(json.dumps(bundle))
     _emit({"written": str(output), "key_id": bundle["verificationMaterial"]["publicKey"]["hint"]}, as_json,
           f"wrote {output}")
@@ -318,7 +325,7 @@ def version_scans(
     """Per-file scan verdicts of a version."""
     tenant, name = _split_model(model)
     with _client(url, token) as client:
-        result = client.get(f"/v1/models/{tenant}/{name}/versions/{number}/scans")
+        result = client.get(f"/v1/models/{_seg(tenant)}/{_seg(name)}/versions/{number}/scans")
     lines = [f"{result['model']}@{result['version']}: {result['state']}"]
     for f in result["files"]:
         lines.append(f"  {f['verdict'] or '(pending)':10} {f['format'] or '':14} {f['path']}")

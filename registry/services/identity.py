@@ -9,6 +9,7 @@ from __future__ import annotations
 import datetime as dt
 
 from sqlalchemy import select
+from sqlalchemy.exc import IntegrityError as SAIntegrityError
 from sqlalchemy.orm import Session
 
 from registry import audit
@@ -36,9 +37,19 @@ def create_tenant(session: Session, actor: AuthenticatedPrincipal, name: str) ->
         raise AlreadyExistsError(f"tenant {name!r} already exists", tenant=name)
     tenant = Tenant(name=name)
     session.add(tenant)
+    _flush_unique(session, AlreadyExistsError(f"tenant {name!r} already exists", tenant=name))
     audit.append(session, actor=actor.name, action="tenant.created", subject=f"tenant/{name}", tenant=name)
     session.commit()
     return tenant
+
+
+def _flush_unique(session: Session, conflict: AlreadyExistsError) -> None:
+    """Flush; a unique violation (a concurrent creation of the same name won) becomes ``conflict``."""
+    try:
+        session.flush()
+    except SAIntegrityError:
+        session.rollback()
+        raise conflict from None
 
 
 def list_tenants(session: Session, actor: AuthenticatedPrincipal) -> list[Tenant]:
@@ -56,7 +67,7 @@ def create_principal(
         raise AlreadyExistsError(f"principal {name!r} already exists", principal=name)
     principal = Principal(name=name, is_admin=is_admin)
     session.add(principal)
-    session.flush()
+    _flush_unique(session, AlreadyExistsError(f"principal {name!r} already exists", principal=name))
     audit.append(session, actor=actor.name, action="principal.created", subject=f"principal/{name}",
                  details={"is_admin": is_admin})
     session.commit()

@@ -42,3 +42,32 @@ def test_concurrent_administrators_never_see_database_is_locked(container):
     with container.session_factory() as session:
         assert session.scalar(select(func.count()).select_from(Tenant).where(Tenant.name.like("t%-%"))) == 64
         assert session.scalar(select(func.count()).select_from(Principal).where(Principal.name.like("p%-%"))) == 64
+
+
+def test_racing_creations_of_one_name_give_one_row_and_conflicts(container):
+    """The loser of a race for a name gets AlreadyExistsError (a 409), never a database error."""
+    from registry.domain.errors import AlreadyExistsError
+
+    admin = make_admin(container)
+    racers = 6
+    start = threading.Barrier(racers)
+    outcomes: list[str] = []
+
+    def work() -> None:
+        start.wait()
+        for create in (identity.create_tenant, identity.create_principal):
+            try:
+                with container.session_factory() as session:
+                    create(session, admin, "contested")
+                outcomes.append("created")
+            except AlreadyExistsError:
+                outcomes.append("conflict")
+            except BaseException as exc:  # noqa: BLE001 - reported by the assertion below
+                outcomes.append(repr(exc))
+
+    threads = [threading.Thread(target=work) for _ in range(racers)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(outcomes) == ["conflict"] * (2 * racers - 2) + ["created"] * 2
