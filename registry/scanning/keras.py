@@ -37,6 +37,7 @@ from registry.scanning._formatio import FindingSink, json_path, strict_json_load
 from registry.scanning.model import Finding, ScanContext, Severity
 
 MAX_CONFIG_BYTES = 16 << 20
+"""Configs past this are not parsed; Keras would still build them, so that is ``unsafe`` (fail closed)."""
 MAX_MEMBERS = 10_000
 MAX_WALK_NODES = 2_000_000
 HDF5_MAGIC = b"\x89HDF\r\n\x1a\n"
@@ -166,7 +167,7 @@ def _walk(root: Any, root_path: str, sink: FindingSink) -> None:
         node, path = stack.pop()
         visited += 1
         if visited > MAX_WALK_NODES:
-            sink.add("keras.config.too-large", Severity.ERROR, root_path, f"more than {MAX_WALK_NODES} config nodes")
+            sink.add("keras.config.too-large", Severity.UNSAFE, root_path, f"more than {MAX_WALK_NODES} config nodes")
             return
         if isinstance(node, dict):
             if "class_name" in node:
@@ -288,7 +289,7 @@ def _scan_zip(reader: BinaryIO, size: int, ctx: ScanContext) -> list[Finding]:
     with zf:
         infos = zf.infolist()
         if len(infos) > MAX_MEMBERS:
-            sink.add("keras.archive.too-many-members", Severity.ERROR, ctx.path, f"{len(infos)} members")
+            sink.add("keras.archive.too-many-members", Severity.UNSAFE, ctx.path, f"{len(infos)} members")
             return sink.findings
         names = [i.filename for i in infos]
         for dup in sorted({n for n in names if names.count(n) > 1}) if len(set(names)) != len(names) else []:
@@ -304,7 +305,7 @@ def _scan_zip(reader: BinaryIO, size: int, ctx: ScanContext) -> list[Finding]:
         for info in config_infos:
             loc = f"{ctx.path}!config.json"
             if info.file_size > MAX_CONFIG_BYTES:
-                sink.add("keras.config.too-large", Severity.ERROR, loc, f"config.json is {info.file_size} bytes")
+                sink.add("keras.config.too-large", Severity.UNSAFE, loc, f"config.json is {info.file_size} bytes")
                 continue
             try:
                 with zf.open(info) as member:
@@ -313,7 +314,7 @@ def _scan_zip(reader: BinaryIO, size: int, ctx: ScanContext) -> list[Finding]:
                 sink.add("keras.archive.malformed", U, loc, f"config.json cannot be read: {exc}")
                 continue
             if len(raw) > MAX_CONFIG_BYTES:
-                sink.add("keras.config.too-large", Severity.ERROR, loc, "config.json inflates past the limit")
+                sink.add("keras.config.too-large", Severity.UNSAFE, loc, "config.json inflates past the limit")
                 continue
             config = _parse_config(raw, loc, sink)
             if config is not None:
@@ -343,7 +344,7 @@ def _scan_hdf5(reader: BinaryIO, size: int, ctx: ScanContext) -> list[Finding]:
                 loc = f"{ctx.path}:/@{attr}"
                 aid = h5py.h5a.open(f.id, attr.encode())
                 if aid.get_storage_size() > MAX_CONFIG_BYTES:
-                    sink.add("keras.config.too-large", Severity.ERROR, loc, f"{attr} exceeds {MAX_CONFIG_BYTES} bytes")
+                    sink.add("keras.config.too-large", Severity.UNSAFE, loc, f"{attr} exceeds {MAX_CONFIG_BYTES} bytes")
                     continue
                 value = f.attrs[attr]
                 raw = _attr_bytes(value)

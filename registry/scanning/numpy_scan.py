@@ -47,6 +47,24 @@ def _fallback_has_object(descr: Any) -> bool:
     return True
 
 
+def _parse_header(text: str, major: int) -> Any:
+    """The header dict as ``np.load`` reads it.
+
+    NumPy retries a version 1.0/2.0 header that is not a Python 3 literal after rewriting Python 2
+    forms (``3L`` longs): a file written that way still loads, so it is read that way here.
+    """
+    try:
+        return ast.literal_eval(text)
+    except SyntaxError:
+        if major > 2:
+            raise
+        try:
+            from numpy.lib import _format_impl as fmt
+        except ImportError:  # numpy 1.x
+            from numpy.lib import format as fmt  # type: ignore[no-redef]
+        return ast.literal_eval(fmt._filter_header(text))
+
+
 def scan_npy(
     reader: BinaryIO,
     size: int,
@@ -80,12 +98,15 @@ def scan_npy(
         hstart = 12
     else:
         return [Finding("numpy.header.invalid", Severity.ERROR, f"{loc}offset 6", f"unknown .npy version {major}.{minor}")]
-    if hlen > _MAX_HEADER or start + hstart + hlen > size:
+    if start + hstart + hlen > size:
         return [Finding("numpy.header.invalid", Severity.ERROR, f"{loc}offset 8", f"header length {hlen} out of bounds")]
+    if hlen > _MAX_HEADER:
+        # np.load(allow_pickle=True) lifts its own header size limit: it would read this one.
+        return [Finding("numpy.header.too-large", Severity.UNSAFE, f"{loc}offset 8", f"header of {hlen} bytes is too large to inspect")]
     reader.seek(start + hstart)
     raw = reader.read(hlen)
     try:
-        header = ast.literal_eval(raw.decode("utf-8" if major == 3 else "latin-1"))
+        header = _parse_header(raw.decode("utf-8" if major == 3 else "latin-1"), major)
     except (ValueError, SyntaxError, UnicodeDecodeError, MemoryError, RecursionError) as exc:
         return [Finding("numpy.header.invalid", Severity.ERROR, f"{loc}offset {hstart}", f"header is not a literal: {exc}")]
     if not isinstance(header, dict) or set(header) != {"descr", "fortran_order", "shape"}:

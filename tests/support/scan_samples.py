@@ -1027,3 +1027,17 @@ REDTEAM.update(
             "model.pt", v7_tar(b"storages", reduce_pickle(2), checksum="base256"), UNSAFE),
     }
 )
+
+
+def npy_python2_long_shape_object_payload() -> bytes:
+    """An object ``.npy`` whose header writes the shape as a Python 2 long (``(1L,)``).
+
+    ``ast.literal_eval`` refuses it; ``np.load`` rewrites such headers and retries, then
+    unpickles the data (allow_pickle=True).
+    """
+    header = b"{'descr': '|O', 'fortran_order': False, 'shape': (1L,), }"
+    header += b" " * (-(len(header) + 11) % 64) + b"\n"
+    return b"\x93NUMPY\x01\x00" + struct.pack("<H", len(header)) + header + reduce_pickle(2)
+
+
+REDTEAM["npy_python2_long_shape_object_payload"] = lambda: ("arr.npy", npy_python2_long_shape_object_payload(), UNSAFE)

@@ -7,6 +7,7 @@ Samples come from :mod:`tests.support.scan_samples` (``REDTEAM`` entries of roun
 from __future__ import annotations
 
 import io
+import json
 
 import pytest
 
@@ -185,4 +186,29 @@ def test_gguf_whose_first_block_is_a_tar_header_is_read_as_a_tar_too(tmp_path) -
     scan = _scan("model.gguf", data)
     assert scan.format == "gguf"
     assert "polyglot.tar" in {f.rule_id for f in scan.findings}
+    assert scan.verdict is Verdict.UNSAFE, scan.as_dict()
+
+
+def test_npy_header_numpy_rewrites_is_read_as_numpy_reads_it() -> None:
+    import warnings
+
+    from numpy.lib import _format_impl
+
+    data = S.npy_python2_long_shape_object_payload()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        shape, _, dtype = _format_impl._read_array_header(io.BytesIO(data[8:]), (1, 0), max_header_size=10_000)
+    assert shape == (1,) and dtype.hasobject  # what np.load sees, before it unpickles the data
+    scan = _scan("arr.npy", data)
+    assert {"numpy.object-dtype", "pickle.call.not-allowed"} <= {f.rule_id for f in scan.findings}, scan.as_dict()
+
+
+def test_keras_config_padded_past_the_parse_limit_fails_closed() -> None:
+    from registry.scanning import keras as keras_scan
+
+    config = F.keras_sequential_config()
+    config["config"]["layers"].append(F.keras_lambda_layer())
+    raw = json.dumps(config).encode()
+    raw = raw[:-1] + b" " * (keras_scan.MAX_CONFIG_BYTES + 1) + raw[-1:]  # keras.saving parses it all the same
+    scan = _scan("model.keras", F.keras_archive(raw))
     assert scan.verdict is Verdict.UNSAFE, scan.as_dict()
