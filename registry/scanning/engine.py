@@ -238,12 +238,18 @@ class Engine:
         depth: int,
         members: list[Finding],
     ) -> list[Finding]:
+        names = [e.name for e in entries]
+        # torch.jit.save archives: records and code/ that torch.jit.load compiles (reported as code).
+        torchscript = any(n.endswith("/constants.pkl") for n in names) and any("/code/" in n for n in names)
+
         def visit_member(member: str, r: BinaryIO, s: int) -> list[Finding]:
             if not member.endswith(".pkl"):
                 return visit(member, r, s)
             # torch.load unpickles every *.pkl record by name, whatever its bytes look like.
             sub = f"{chain}!{member}" if chain else member
-            res = pickle_scan.scan_pickle_file(r, s, nested=self._nested_pickle(f"{ctx_path}!{member}", sub, depth + 1))
+            res = pickle_scan.scan_pickle_file(
+                r, s, nested=self._nested_pickle(f"{ctx_path}!{member}", sub, depth + 1), torchscript=torchscript
+            )
             members.extend(_relocate(res.findings, sub))
             return []
 

@@ -128,6 +128,9 @@ ALLOWED_GLOBALS: frozenset[tuple[str, str]] = frozenset(
         # NEWOBJ and a BUILD of plain attributes. The bytes it announces are skipped as joblib
         # reads them, and also read as opcodes the way pickle.load would (see _joblib_array).
         ("joblib.numpy_pickle", "NumpyArrayWrapper"),
+        # TorchScript archives build typed lists and tag types with these; each returns its argument.
+        *(("torch.jit._pickle", f) for f in ("build_intlist", "build_tensorlist", "build_doublelist", "build_boollist",
+                                             "build_complexlist", "restore_type_tag")),
     }
 )
 """Exact ``(module, qualname)`` pairs a pickle may resolve and still be safe."""
@@ -331,8 +334,9 @@ class PickleStreamResult:
 
 
 class _Interpreter:
-    def __init__(self, loc: str, nested: NestedScanner | None, depth: int, probe: bool) -> None:
+    def __init__(self, loc: str, nested: NestedScanner | None, depth: int, probe: bool, torchscript: bool = False) -> None:
         self.loc = loc
+        self.torchscript = torchscript
         self.nested = nested
         self.depth = depth
         self.probe = probe
@@ -401,6 +405,11 @@ class _Interpreter:
             )
             return _Opaque("unresolved global")
         cls = classify_global(module, name, fix_imports=self.proto < 3)
+        if self.torchscript and module.split(".", 1)[0] == "__torch__" and cls.rule_id == "pickle.global.dunder":
+            if not any(p.startswith("__") and p.endswith("__") for p in (module.split(".")[1:] + name.split("."))):
+                # In a TorchScript archive, torch.jit.load's own unpickler resolves __torch__ names to
+                # classes compiled from the archive's code/ (reported as code); Python cannot import them.
+                cls = GlobalClass(Severity.SUSPICIOUS, "pickle.global.torchscript-class", "TorchScript class from the archive's code")
         if cls.rule_id == "pickle.global.malformed":
             self.idents_ok = False
         else:
@@ -696,7 +705,7 @@ class _Interpreter:
         self.pending_array = None
         start = reader.tell()
         if not self.probe and self.forks < _MAX_FORKS:
-            fork = _Interpreter(self.loc, self.nested, self.depth, False)
+            fork = _Interpreter(self.loc, self.nested, self.depth, False, self.torchscript)
             fork.stack, fork.marks, fork.memo = list(self.stack), list(self.marks), dict(self.memo)
             fork.proto, fork.seen, fork.forks = self.proto, set(self.seen), self.forks + 1
             fork.run(reader)
@@ -711,7 +720,7 @@ class _Interpreter:
                 "pickle.joblib.object-array", Severity.SUSPICIOUS, pos, opname,
                 "joblib object array: its elements are a nested pickle, run by joblib.load",
             )
-            inner = _Interpreter(f"{self.loc}joblib array at {pos}: ", self.nested, self.depth, self.probe)
+            inner = _Interpreter(f"{self.loc}joblib array at {pos}: ", self.nested, self.depth, self.probe, self.torchscript)
             inner.forks = self.forks
             res = inner.run(reader)
             self.findings.extend(res.findings)
@@ -960,6 +969,7 @@ def interpret_pickle(
     nested: NestedScanner | None = None,
     depth: int = 0,
     probe: bool = False,
+    torchscript: bool = False,
 ) -> PickleStreamResult:
     """Interpret one pickle found at ``start`` in ``reader`` (not past ``end``).
 
@@ -971,6 +981,7 @@ def interpret_pickle(
         nested: callback scanning a nested serialized blob (``loc, data``), or None.
         depth: nesting depth of this pickle inside other pickles.
         probe: when True, only decide whether it parses (no findings, no nested scans).
+        torchscript: the pickle is a record of a TorchScript archive (``__torch__`` classes).
 
     Returns:
         The outcome; offsets in findings and ``end`` are relative to ``start``.
@@ -982,7 +993,7 @@ def interpret_pickle(
         window = _LineCappedReader(io.BytesIO(reader.read(end - start)))
     else:
         window = _LineCappedReader(SliceReader(reader, start, end - start))
-    return _Interpreter(loc, nested, depth, probe).run(window)  # type: ignore[arg-type]
+    return _Interpreter(loc, nested, depth, probe, torchscript).run(window)  # type: ignore[arg-type]
 
 
 _IN_MEMORY_PICKLE = 16 * 1024 * 1024
@@ -1117,6 +1128,7 @@ def scan_pickle_file(
     nested: NestedScanner | None = None,
     depth: int = 0,
     start: int = 0,
+    torchscript: bool = False,
 ) -> PickleFileResult:
     """Scan every pickle stored back to back in a stream.
 
@@ -1133,6 +1145,7 @@ def scan_pickle_file(
         nested: callback for nested serialized blobs (bytes handed to ``pickle.loads``...).
         depth: nesting depth of pickles in pickles.
         start: offset of the first pickle.
+        torchscript: the stream is a record of a TorchScript archive.
 
     Returns:
         The format decided and every finding.
@@ -1147,7 +1160,7 @@ def scan_pickle_file(
     storages: list[Any] = []
     while offset < size:
         prefix = f"{loc}pickle #{index} " if index else loc
-        res = interpret_pickle(reader, offset, size, loc=prefix, nested=nested, depth=depth)
+        res = interpret_pickle(reader, offset, size, loc=prefix, nested=nested, depth=depth, torchscript=torchscript)
         for f in res.findings:
             findings.append(_shift(f, offset, len(prefix)))
         any_work = any_work or res.did_work

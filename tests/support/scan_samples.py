@@ -1041,3 +1041,12 @@ def npy_python2_long_shape_object_payload() -> bytes:
 
 
 REDTEAM["npy_python2_long_shape_object_payload"] = lambda: ("arr.npy", npy_python2_long_shape_object_payload(), UNSAFE)
+
+
+def torchscript_archive() -> bytes:
+    """``torch.jit.save`` of a scripted module: ``__torch__`` classes in data.pkl, TorchScript in code/."""
+    import torch
+
+    buf = io.BytesIO()
+    torch.jit.save(torch.jit.script(torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.ReLU())), buf)
+    return buf.getvalue()

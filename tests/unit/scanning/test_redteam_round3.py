@@ -212,3 +212,29 @@ def test_keras_config_padded_past_the_parse_limit_fails_closed() -> None:
     raw = raw[:-1] + b" " * (keras_scan.MAX_CONFIG_BYTES + 1) + raw[-1:]  # keras.saving parses it all the same
     scan = _scan("model.keras", F.keras_archive(raw))
     assert scan.verdict is Verdict.UNSAFE, scan.as_dict()
+
+
+# --- TorchScript archives: code to review, not a Python payload ---------------------------------
+
+
+def test_torchscript_archive_is_code_to_review_not_unsafe() -> None:
+    scan = _scan("model.pt", S.torchscript_archive())
+    rules = {f.rule_id for f in scan.findings}
+    assert scan.verdict is Verdict.SUSPICIOUS, scan.as_dict()
+    assert {"pickle.global.torchscript-class", "remote-code.python-file"} <= rules
+
+
+def test_torch_class_names_outside_torchscript_archives_stay_unsafe() -> None:
+    body = b"\x80\x02" + S.g0("__torch__.evil", "Thing") + b")\x81."
+    assert _scan("model.pt", S.torch_zip_with_member("data.pkl", body)).verdict is Verdict.UNSAFE
+
+
+def test_dunder_inside_a_torchscript_name_stays_unsafe() -> None:
+    members = S.torch_zip_members()
+    prefix = next(n for n in members if n.endswith("data.pkl")).rsplit("/", 1)[0]
+    members[f"{prefix}/data.pkl"] = b"\x80\x02" + S.g0("__torch__.x", "__builtins__") + b"."
+    members[f"{prefix}/constants.pkl"] = b"\x80\x02)."
+    members[f"{prefix}/code/__torch__/x.py"] = b"def f(x):\n    return x\n"
+    scan = _scan("model.pt", S.rezip(members))
+    assert "pickle.global.dunder" in {f.rule_id for f in scan.findings}
+    assert scan.verdict is Verdict.UNSAFE
