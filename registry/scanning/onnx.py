@@ -54,7 +54,7 @@ _NODE_OP_TYPE, _NODE_ATTRIBUTE, _NODE_DOMAIN = 4, 5, 7
 _ATTR_T, _ATTR_G, _ATTR_TENSORS, _ATTR_GRAPHS, _ATTR_SPARSE, _ATTR_SPARSES = 5, 6, 10, 11, 22, 23
 _TENSOR_NAME, _TENSOR_EXTERNAL_DATA, _TENSOR_DATA_LOCATION = 8, 13, 14
 _SPARSE_VALUES, _SPARSE_INDICES = 1, 2
-_FUNC_NAME, _FUNC_NODE, _FUNC_DOMAIN = 1, 7, 10
+_FUNC_NAME, _FUNC_NODE, _FUNC_DOMAIN, _FUNC_ATTRIBUTE_PROTO = 1, 7, 10, 11
 _TRAINING_INIT, _TRAINING_ALGO = 1, 2
 _EXTERNAL = 1
 
@@ -224,6 +224,10 @@ def _walk_function(st: _State, start: int, end: int) -> None:
         if number == _FUNC_NODE and wire == 2:
             off, length = value  # type: ignore[misc]
             _walk_node(st, off, off + length, f"functions[{domain}:{name}]", 0)
+        elif number == _FUNC_ATTRIBUTE_PROTO and wire == 2:
+            # Default attribute values of the function: tensors (and their external data) too.
+            off, length = value  # type: ignore[misc]
+            _walk_attribute(st, off, off + length, f"functions[{domain}:{name}].attribute_proto", 0)
 
 
 def _walk_graph(st: _State, start: int, end: int, where: str, depth: int) -> None:

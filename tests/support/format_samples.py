@@ -1041,3 +1041,13 @@ def gguf_tar_polyglot(body: bytes) -> bytes:
     total = 512 + 512 + len(padded) + 1024
     first = header(kv_prefix + struct.pack("<Q", total - len(kv_prefix) - 8), 0)
     return first + header(b"storages", len(body)) + padded + bytes(1024)
+
+
+def onnx_function_attribute_default_external(location: str = "../../../etc/passwd") -> bytes:
+    """A local function whose default attribute value (``attribute_proto``) is an external tensor."""
+    import onnx
+    from onnx import helper
+
+    model = onnx.load_model_from_string(onnx_model(local_function_domain="local.fn"))
+    model.functions[0].attribute_proto.append(helper.make_attribute("k", _onnx_initializer("K", location)))
+    return model.SerializeToString()

@@ -238,3 +238,8 @@ def test_dunder_inside_a_torchscript_name_stays_unsafe() -> None:
     scan = _scan("model.pt", S.rezip(members))
     assert "pickle.global.dunder" in {f.rule_id for f in scan.findings}
     assert scan.verdict is Verdict.UNSAFE
+
+
+def test_onnx_function_default_attribute_tensor_is_checked() -> None:
+    scan = _scan("model.onnx", F.onnx_function_attribute_default_external())
+    assert "onnx.external-data.escape" in {f.rule_id for f in scan.findings}, scan.as_dict()
