@@ -135,6 +135,14 @@ ALLOWED_GLOBALS: frozenset[tuple[str, str]] = frozenset(
 )
 """Exact ``(module, qualname)`` pairs a pickle may resolve and still be safe."""
 
+SCANNED_LOADERS: frozenset[tuple[str, str]] = frozenset({("torch.storage", "_load_from_bytes")})
+"""Allowed only when called on bytes present in the pickle, which are then scanned as a file.
+
+A tensor pickled with plain ``pickle`` (not ``torch.save``) reduces its storage to
+``torch.storage._load_from_bytes(<a torch.save archive>)``: the call runs ``torch.load`` on those
+bytes and nothing else, so the nested archive decides.
+"""
+
 _DANGEROUS_PACKAGES = frozenset(
     """
     os posix nt posixpath ntpath genericpath subprocess _posixsubprocess sys pty tty termios socket
@@ -230,6 +238,8 @@ def classify_global(module: str, name: str, *, fix_imports: bool = True) -> Glob
         module = _compat_pickle.IMPORT_MAPPING[module]
     if (module, name) in ALLOWED_GLOBALS:
         return GlobalClass(None, "pickle.global.allowed", "allow-listed")
+    if (module, name) in SCANNED_LOADERS:
+        return GlobalClass(None, "pickle.global.scanned-loader", "loads only the bytes it is given, which are scanned")
     mod_parts = module.split(".")
     name_parts = name.split(".")
     if not all(_IDENT.match(p) for p in mod_parts) or not all(_IDENT.match(p) for p in name_parts):
@@ -432,6 +442,8 @@ class _Interpreter:
                     "pickle.call.not-allowed", func.cls.severity, pos, opname,
                     f"calls {func.qualname} at load time", key=func.qualname,
                 )
+            elif func.cls.rule_id == "pickle.global.scanned-loader":
+                self._scanned_load(func, args, pos, opname)
             else:
                 self._check_callable_args(func, args, pos, opname)
                 value = _concrete_result(func, args)
@@ -445,6 +457,21 @@ class _Interpreter:
             )
             self._maybe_nested(None, args, pos, opname)
         return _Call(func, args, pos, opname, value)
+
+    def _scanned_load(self, func: _Global, args: Any, pos: int, opname: str) -> None:
+        """A loader call that is safe exactly when its bytes are here to scan (see SCANNED_LOADERS)."""
+        data = args[0] if isinstance(args, tuple) and len(args) == 1 else None
+        if isinstance(data, _Call):
+            data = data.value
+        if not isinstance(data, (bytes, bytearray)):
+            self._add(
+                "pickle.call.loader-opaque", Severity.UNSAFE, pos, opname,
+                f"{func.qualname} loads bytes not present in the pickle", key=func.qualname,
+            )
+            return
+        if self.nested is None or self.probe:
+            return
+        self.findings.extend(self.nested(self._where(pos, opname, "nested pickle") + ": ", bytes(data)))
 
     def _check_callable_args(self, func: _Global, args: Any, pos: int, opname: str) -> None:
         """An allowed function that calls one of its arguments is a call of that argument."""
@@ -466,6 +493,16 @@ class _Interpreter:
                     "pickle.call.computed-callable", Severity.UNSAFE, pos, opname,
                     f"{func.qualname} calls its argument {i}, a computed value rather than a resolved global",
                 )
+            elif arg.cls.rule_id == "pickle.global.scanned-loader":
+                inner_call = _INNER_CALL.get((func.module, func.name))
+                if inner_call is not None and inner_call[0] == i and len(args) > inner_call[1]:
+                    inner_args = args[inner_call[1]]
+                    self._scanned_load(arg, inner_args if isinstance(inner_args, tuple) else None, pos, opname)
+                else:
+                    self._add(
+                        "pickle.call.loader-opaque", Severity.UNSAFE, pos, opname,
+                        f"{func.qualname} calls {arg.qualname} with arguments the scan cannot follow", key=arg.qualname,
+                    )
             elif arg.cls.severity is not None:
                 self._add(
                     "pickle.call.not-allowed", arg.cls.severity, pos, opname,

@@ -1050,3 +1050,24 @@ def torchscript_archive() -> bytes:
     buf = io.BytesIO()
     torch.jit.save(torch.jit.script(torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.ReLU())), buf)
     return buf.getvalue()
+
+
+def tensor_pickled_with_plain_pickle() -> bytes:
+    """``pickle.dumps`` of a tensor: its storage reduces to ``torch.storage._load_from_bytes(<torch zip>)``."""
+    import torch
+
+    return pickle.dumps({"t": torch.arange(4.0)}, protocol=4)
+
+
+def load_from_bytes_via_rebuild_from_type_v2() -> bytes:
+    # _rebuild_from_type_v2(func, new_type, args, state) calls func(*args): the loader reached
+    # through an allowed function must still have its bytes scanned.
+    inner = torch_zip_payload_in_data_pkl()
+    return (
+        b"\x80\x02" + g0("torch._tensor", "_rebuild_from_type_v2")
+        + b"(" + g0("torch.storage", "_load_from_bytes") + g0("torch", "Tensor") + bu8(inner) + b"\x85}tR."
+    )
+
+
+REDTEAM["load_from_bytes_via_rebuild_from_type_v2"] = lambda: ("model.pkl", load_from_bytes_via_rebuild_from_type_v2(), UNSAFE)
+REDTEAM_ORDINARY["tensor_pickled_with_plain_pickle"] = lambda: ("tensors.pkl", tensor_pickled_with_plain_pickle())

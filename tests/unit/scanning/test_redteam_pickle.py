@@ -11,7 +11,7 @@ import time
 import pytest
 
 from registry.scanning import ScanLimits, Severity, Verdict, scan_stream
-from registry.scanning.pickle_scan import classify_global, probe_pickle, scan_pickle_bytes
+from registry.scanning.pickle_scan import SCANNED_LOADERS, classify_global, probe_pickle, scan_pickle_bytes
 from tests.support import scan_samples as S
 
 
@@ -122,7 +122,10 @@ def test_gzip_stream_bomb_stops_at_the_ratio() -> None:
 
 @pytest.mark.parametrize(("module", "name"), S.PUBLISHED_GADGETS)
 def test_published_gadget_is_unsafe(module: str, name: str) -> None:
-    assert classify_global(module, name).severity is Severity.UNSAFE
+    if (module, name) not in SCANNED_LOADERS:
+        # A scanned loader is allowed only on bytes it is given in the pickle (round 3): a string
+        # argument, as here, is still unsafe through the call.
+        assert classify_global(module, name).severity is Severity.UNSAFE
     scan = _scan("m.pkl", S.denied_gadget(module, name))
     assert scan.verdict is Verdict.UNSAFE
 

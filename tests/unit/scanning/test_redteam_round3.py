@@ -243,3 +243,24 @@ def test_dunder_inside_a_torchscript_name_stays_unsafe() -> None:
 def test_onnx_function_default_attribute_tensor_is_checked() -> None:
     scan = _scan("model.onnx", F.onnx_function_attribute_default_external())
     assert "onnx.external-data.escape" in {f.rule_id for f in scan.findings}, scan.as_dict()
+
+
+# --- torch.storage._load_from_bytes: allowed exactly when its bytes are here and clean ----------
+
+
+def test_plain_pickled_tensor_is_safe_and_its_archive_is_scanned() -> None:
+    scan = _scan("tensors.pkl", S.tensor_pickled_with_plain_pickle())
+    assert scan.verdict is Verdict.SAFE, scan.as_dict()
+    assert any(f.rule_id == "pickle.nested" for f in scan.findings)
+
+
+def test_load_from_bytes_reached_through_an_allowed_caller_is_scanned() -> None:
+    scan = _scan("m.pkl", S.load_from_bytes_via_rebuild_from_type_v2())
+    assert any("getcwd" in f.location and f.severity.value == "unsafe" for f in scan.findings), scan.as_dict()
+
+
+def test_load_from_bytes_of_computed_bytes_is_unsafe() -> None:
+    body = b"\x80\x02" + S.g0("torch.storage", "_load_from_bytes") + b"N\x85R."
+    scan = _scan("m.pkl", body)
+    assert "pickle.call.loader-opaque" in {f.rule_id for f in scan.findings}
+    assert scan.verdict is Verdict.UNSAFE
