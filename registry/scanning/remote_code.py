@@ -58,10 +58,16 @@ COMPILED_SUFFIXES = (".pyc", ".pyo", ".pyd", ".so", ".dll", ".dylib")
 _REFERENCE_RE = re.compile(r"^(?:(?P<repo>[\w.-]+(?:/[\w.-]+)?)--)?(?P<module>[\w/-]+)\.(?P<cls>\w+)$")
 
 
+YAML_SUFFIXES = (".yaml", ".yml")
+# PyYAML's unsafe and (before 5.4) full loaders build Python objects from these tags:
+# ``!!python/object/apply:os.system [...]`` calls a function while the file is read.
+_YAML_PYTHON_TAG_RE = re.compile(rb"!!python/|tag:yaml\.org,2002:python/|!<tag:yaml\.org,2002:python")
+
+
 def handles(path: str) -> bool:
     """True when ``path`` (a version file path) is one this module has something to say about."""
     name = posixpath.basename(path.rsplit("!", 1)[-1])
-    return name.endswith(PYTHON_SUFFIXES + COMPILED_SUFFIXES + (".jinja",)) or name in CONFIG_NAMES
+    return name.endswith(PYTHON_SUFFIXES + COMPILED_SUFFIXES + YAML_SUFFIXES + (".jinja",)) or name in CONFIG_NAMES
 
 
 def scan(reader: BinaryIO, size: int, ctx: ScanContext) -> list[Finding]:
@@ -77,7 +83,7 @@ def scan(reader: BinaryIO, size: int, ctx: ScanContext) -> list[Finding]:
         Findings: ``remote-code.python-file``, ``remote-code.compiled-code``, ``remote-code.auto-map``,
         ``remote-code.auto-map.external-repo``, ``remote-code.auto-map.invalid-reference``,
         ``remote-code.custom-pipeline``, ``remote-code.custom-module``,
-        ``remote-code.chat-template.<kind>``, ``remote-code.config-unparseable``,
+        ``remote-code.chat-template.<kind>``, ``remote-code.config-unparseable``, ``remote-code.yaml.python-tag``,
         ``remote-code.config-too-large``, plus ``keras.*`` for a Keras config.
     """
     sink = FindingSink()
@@ -98,9 +104,26 @@ def scan(reader: BinaryIO, size: int, ctx: ScanContext) -> list[Finding]:
             sink.add("remote-code.chat-template.too-large", Severity.SUSPICIOUS, ctx.path, f"{size} bytes")
         else:
             _check_template(raw.decode("utf-8", "replace"), ctx.path, sink, strict=_is_utf8(raw))
+    elif name.endswith(YAML_SUFFIXES):
+        _scan_yaml(reader, size, ctx, sink)
     elif name in CONFIG_NAMES:
         _scan_json(reader, size, ctx, name, inner, sink)
     return sink.findings
+
+
+def _scan_yaml(reader: BinaryIO, size: int, ctx: ScanContext, sink: FindingSink) -> None:
+    """YAML configs (Lightning ``hparams.yaml``, MLflow, OmegaConf): Python tags build objects on load."""
+    raw = read_limited(reader, size, MAX_JSON_BYTES)
+    if raw is None:
+        sink.add("remote-code.config-too-large", Severity.SUSPICIOUS, ctx.path, f"{size} bytes: not checked")
+        return
+    match = _YAML_PYTHON_TAG_RE.search(raw)
+    if match is not None:
+        line = raw.count(b"\n", 0, match.start()) + 1
+        sink.add(
+            "remote-code.yaml.python-tag", Severity.UNSAFE, f"{ctx.path}: line {line}",
+            "YAML Python tag: an unsafe YAML loader constructs or calls Python objects from it",
+        )
 
 
 def _is_utf8(raw: bytes) -> bool:

@@ -1051,3 +1051,12 @@ def onnx_function_attribute_default_external(location: str = "../../../etc/passw
     model = onnx.load_model_from_string(onnx_model(local_function_domain="local.fn"))
     model.functions[0].attribute_proto.append(helper.make_attribute("k", _onnx_initializer("K", location)))
     return model.SerializeToString()
+
+
+# A Lightning-style hparams.yaml whose value is built by calling a function (an unsafe YAML loader
+# runs os.getcwd while reading). Never load it with anything but yaml.compose.
+YAML_PYTHON_TAG_SAMPLES = {
+    "yaml_python_object_apply_hparams": b"lr: 0.001\nbatch_size: 32\nmodel: !!python/object/apply:os.getcwd []\n",
+    "yaml_python_tag_verbatim_form": b"lr: 0.001\nmodel: !<tag:yaml.org,2002:python/object/apply:os.getcwd> []\n",
+    "yaml_python_name_tag": b"activation: !!python/name:os.getcwd ''\n",
+}

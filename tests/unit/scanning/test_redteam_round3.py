@@ -264,3 +264,23 @@ def test_load_from_bytes_of_computed_bytes_is_unsafe() -> None:
     scan = _scan("m.pkl", body)
     assert "pickle.call.loader-opaque" in {f.rule_id for f in scan.findings}
     assert scan.verdict is Verdict.UNSAFE
+
+
+# --- YAML configs with Python tags --------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", sorted(F.YAML_PYTHON_TAG_SAMPLES))
+def test_yaml_python_tags_are_unsafe(name: str) -> None:
+    import yaml
+
+    data = F.YAML_PYTHON_TAG_SAMPLES[name]
+    tags = [n.tag for _, n in yaml.compose(data.decode()).value]  # parsed, never constructed
+    assert any("python/" in t for t in tags)
+    scan = _scan("hparams.yaml", data)
+    assert "remote-code.yaml.python-tag" in {f.rule_id for f in scan.findings}
+    assert scan.verdict is Verdict.UNSAFE
+
+
+def test_plain_yaml_config_is_safe() -> None:
+    data = b"model:\n  hidden_size: 768\n  activation: gelu\noptimizer:\n  lr: 0.0001\n  betas: [0.9, 0.999]\n"
+    assert _scan("hparams.yaml", data).verdict is Verdict.SAFE
