@@ -370,6 +370,8 @@ class _Interpreter:
         self.pending_array: tuple[int, int, bool, bool] | None = None
         """A joblib array announced by the last BUILD: (offset, data bytes, padded, object dtype)."""
         self.forks = 0
+        self.plain = False
+        """Read as plain pickle.load reads (a fork): joblib's array bytes are opcodes here."""
 
     # -- reporting
 
@@ -742,13 +744,19 @@ class _Interpreter:
         self.pending_array = None
         start = reader.tell()
         if not self.probe and self.forks < _MAX_FORKS:
+            self.forks += 1
             fork = _Interpreter(self.loc, self.nested, self.depth, False, self.torchscript)
             fork.stack, fork.marks, fork.memo = list(self.stack), list(self.marks), dict(self.memo)
-            fork.proto, fork.seen, fork.forks = self.proto, set(self.seen), self.forks + 1
+            fork.proto, fork.seen, fork.plain = self.proto, set(self.seen), True
             fork.run(reader)
-            self.forks = fork.forks
             self.findings.extend(f for f in fork.findings if f.rule_id not in _BREAK_RULES and f not in self.findings)
             reader.seek(start)
+        elif not self.probe:
+            self._add(
+                "pickle.joblib.too-many-arrays", Severity.SUSPICIOUS, pos, opname,
+                f"more than {_MAX_FORKS} joblib arrays: later ones are not also read as pickle.load reads them",
+                key="joblib-forks",
+            )
         # The stream goes on with a new frame: the previous one ended before the array bytes.
         self.frame_end = None
         if has_object:
@@ -760,6 +768,7 @@ class _Interpreter:
             inner = _Interpreter(f"{self.loc}joblib array at {pos}: ", self.nested, self.depth, self.probe, self.torchscript)
             inner.forks = self.forks
             res = inner.run(reader)
+            self.forks = inner.forks
             self.findings.extend(res.findings)
             if not res.stopped:
                 raise PickleParseError("the object array's pickle does not end")
@@ -811,7 +820,7 @@ class _Interpreter:
                 self._add("pickle.build.on-dynamic", Severity.UNSAFE, pos, opname, "BUILD on a computed object")
                 return
             obj.state = state
-            if (obj.func.module, obj.func.name) == _JOBLIB_WRAPPER:
+            if (obj.func.module, obj.func.name) == _JOBLIB_WRAPPER and not self.plain:
                 self._announce_array(obj, state, pos, opname)
 
     def _announce_array(self, wrapper: _Call, state: Any, pos: int, opname: str) -> None:
