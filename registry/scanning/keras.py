@@ -135,8 +135,10 @@ def scan(reader: BinaryIO, size: int, ctx: ScanContext) -> list[Finding]:
 
 def _hdf5_userblock(reader: BinaryIO, size: int) -> bool:
     # HDF5 allows a user block: the superblock may sit at 512, 1024, 2048... bytes.
+    # The HDF5 library tries every power of two from 512 up to the file's size: so must this
+    # (a few dozen reads), or a model behind a large user block is no Keras file to us.
     offset = 512
-    while offset + 8 <= min(size, 1 << 20):
+    while offset + 8 <= size:
         reader.seek(offset)
         if reader.read(8) == HDF5_MAGIC:
             return True

@@ -1060,3 +1060,13 @@ YAML_PYTHON_TAG_SAMPLES = {
     "yaml_python_tag_verbatim_form": b"lr: 0.001\nmodel: !<tag:yaml.org,2002:python/object/apply:os.getcwd> []\n",
     "yaml_python_name_tag": b"activation: !!python/name:os.getcwd ''\n",
 }
+
+
+def keras_h5_behind_large_user_block(user_block: int = 2 << 20) -> bytes:
+    """A legacy Keras ``.h5`` with a Lambda layer behind a 2 MiB user block (h5py opens it)."""
+    import h5py
+
+    bio = io.BytesIO()
+    with h5py.File(bio, "w", userblock_size=user_block) as f:
+        f.attrs["model_config"] = json.dumps(keras_legacy_h5_config(keras_lambda_layer()))
+    return bio.getvalue()

@@ -284,3 +284,14 @@ def test_yaml_python_tags_are_unsafe(name: str) -> None:
 def test_plain_yaml_config_is_safe() -> None:
     data = b"model:\n  hidden_size: 768\n  activation: gelu\noptimizer:\n  lr: 0.0001\n  betas: [0.9, 0.999]\n"
     assert _scan("hparams.yaml", data).verdict is Verdict.SAFE
+
+
+def test_keras_h5_behind_a_user_block_past_one_mib_is_checked() -> None:
+    import h5py
+
+    data = F.keras_h5_behind_large_user_block()
+    with h5py.File(io.BytesIO(data), "r") as f:
+        assert "model_config" in f.attrs
+    scan = _scan("model.h5", data)
+    assert "keras.layer.lambda" in {f.rule_id for f in scan.findings}, scan.as_dict()
+    assert scan.verdict is Verdict.UNSAFE
