@@ -526,31 +526,64 @@ def _is_built(node: Any, env: _Env, depth: int = 0, seen: set[int] | None = None
     return False
 
 
-def _file_string_source(node: Any, env: _Env) -> str | None:
-    """The special-token variable an expression's value derives from (through local bindings), if any."""
+def _file_string_source(node: Any, env: _Env, depth: int = 0, seen: set[int] | None = None) -> str | None:
+    """The special-token variable whose *string* an expression's value carries, if any.
+
+    Followed through local bindings, string methods and filters, cuts, concatenation and loops;
+    numbers and booleans made from a token (``eos_token|length``, a slice bound, a test) carry no
+    attribute name and are not followed.
+    """
     from jinja2 import nodes as n
 
-    todo: list[tuple[Any, int]] = [(node, 0)]
-    seen: set[int] = set()
-    while todo:
-        cur, depth = todo.pop()
-        if depth > 30 or id(cur) in seen or len(seen) > 5000:
-            continue
-        seen.add(id(cur))
-        if isinstance(cur, tuple):
-            if cur[0] in ("iter", "opaque") and isinstance(cur[1], n.Node):
-                todo.append((cur[1], depth + 1))
-            elif cur[0] == "block":
-                todo.append((cur[1], depth + 1))
-            continue
-        if not isinstance(cur, n.Node):
-            continue
-        for sub in [cur, *cur.find_all((n.Name, n.Getattr, n.NSRef, n.Getitem))]:
-            if isinstance(sub, n.Name) and sub.ctx == "load" and sub.name in FILE_STRING_NAMES and sub.name not in env:
-                return sub.name
-            bound = _lookup(sub, env) if isinstance(sub, (n.Name, n.Getattr, n.NSRef, n.Getitem)) else None
-            for b in bound or []:
-                todo.append((b, depth + 1))
+    seen = set() if seen is None else seen
+    if depth > 30 or id(node) in seen or len(seen) > 5000:
+        return None
+    seen.add(id(node))
+
+    def follow(x: Any) -> str | None:
+        return _file_string_source(x, env, depth + 1, seen)
+
+    def first(items: Any) -> str | None:
+        for item in items:
+            found = follow(item)
+            if found is not None:
+                return found
+        return None
+
+    if isinstance(node, tuple):
+        kind, inner = node
+        if kind == "block":
+            return first(inner.find_all(n.Name)) if isinstance(inner, n.Node) else None
+        return follow(inner) if isinstance(inner, n.Node) else None
+    if isinstance(node, n.Name):
+        if node.name in env:
+            return first(env[node.name])
+        return node.name if node.name in FILE_STRING_NAMES else None
+    if isinstance(node, (n.Getattr, n.NSRef)):
+        bound = _lookup(node, env)
+        if bound:
+            return first(bound)
+        return follow(node.node) if isinstance(node, n.Getattr) else None
+    if isinstance(node, n.Getitem):
+        bound = _lookup(node, env)
+        if bound:
+            return first(bound)
+        return follow(node.node)
+    if isinstance(node, n.Call):
+        # A method of a token string (``eos_token.split(',')``) returns pieces of it.
+        return follow(node.node) if isinstance(node.node, n.Getattr) else None
+    if isinstance(node, n.Filter):
+        if node.name in _NUMERIC_FILTERS:
+            return None
+        return first([node.node, *node.args] if node.node is not None else node.args)
+    if isinstance(node, (n.Concat,)):
+        return first(node.nodes)
+    if isinstance(node, (n.Add, n.Mul, n.Mod)):
+        return first((node.left, node.right))
+    if isinstance(node, n.CondExpr):
+        return first([node.expr1] + ([node.expr2] if node.expr2 is not None else []))
+    if isinstance(node, (n.List, n.Tuple)):
+        return first(node.items)
     return None
 
 

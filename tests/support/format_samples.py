@@ -1001,6 +1001,8 @@ FILE_STRING_KEY_CHAT_TEMPLATES = {
     ),
     "chat_template_map_attribute_from_token": "{{ messages|map(attribute=eos_token)|list }}",
     "chat_template_sort_attribute_from_token": "{{ messages|sort(attribute=additional_special_tokens[0])|first }}",
+    "chat_template_key_from_token_in_a_block_set": "{% set x %}{{ eos_token }}{% endset %}{{ ()[x|trim] }}",
+    "chat_template_key_loop_over_token_list": "{% for k in [bos_token, eos_token] %}{{ ()[k] }}{% endfor %}",
 }
 
 

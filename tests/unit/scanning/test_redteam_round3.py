@@ -95,7 +95,8 @@ def test_key_taken_from_a_special_token_is_a_gadget(name: str) -> None:
 def test_special_tokens_used_as_text_stay_clean() -> None:
     template = (
         "{{ bos_token }}{% for m in messages %}{{ m['content'].replace(eos_token, '') }}"
-        "{{ m['content'].split(eos_token)[0] }}{% endfor %}{{ eos_token }}"
+        "{{ m['content'].split(eos_token)[0] }}{{ m['content'][:-(eos_token|length)] }}"
+        "{{ messages[1 if eos_token else 0]['role'] }}{% endfor %}{{ eos_token }}"
     )
     assert jinja_check.check_template(template) == []
 
