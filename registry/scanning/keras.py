@@ -102,6 +102,10 @@ FUNCTION_PREFIXES = ("keras.src.activations", "keras.src.losses", "keras.src.met
 _MARKERS = frozenset(
     {"__keras_tensor__", "__tensor__", "__numpy__", "__bytes__", "__typespec__", "__ellipsis__", "__slice__"}
 )
+# TensorFlow type specs a TF-backend model may serialize (their _deserialize builds a spec only).
+_TYPESPEC_MODULES = ("tensorflow.python.framework.", "tensorflow.python.ops.ragged.")
+_TYPESPECS = frozenset({"TensorSpec", "BoundedTensorSpec", "RaggedTensorSpec", "SparseTensorSpec"})
+
 UNSAFE_CLASSES = {
     "Lambda": ("keras.layer.lambda", "Lambda layer carries marshalled Python bytecode or source"),
     "TFSMLayer": ("keras.layer.tfsmlayer", "TFSMLayer loads and runs an external TensorFlow SavedModel"),
@@ -209,6 +213,14 @@ def _check_object(node: dict[str, Any], path: str, sink: FindingSink) -> None:
             sink.add(rule, U, where, why)
             return
     if class_name in _MARKERS:
+        # ``__typespec__`` resolves ``module`` + ``spec_name`` to a class and calls its _deserialize.
+        spec = node.get("spec_name")
+        if isinstance(module, str) and module.startswith(_TYPESPEC_MODULES) and spec in _TYPESPECS:
+            return
+        if isinstance(module, str) and module:
+            _check_class_module(module, spec if isinstance(spec, str) else class_name, where, sink)
+        elif module is not None:
+            sink.add("keras.config.invalid", U, where, f"module is {type(module).__name__}")
         return
     if module is not None and not isinstance(module, str):
         sink.add("keras.config.invalid", U, where, f"module is {type(module).__name__}")

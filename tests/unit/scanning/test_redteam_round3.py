@@ -296,3 +296,18 @@ def test_keras_h5_behind_a_user_block_past_one_mib_is_checked() -> None:
     scan = _scan("model.h5", data)
     assert "keras.layer.lambda" in {f.rule_id for f in scan.findings}, scan.as_dict()
     assert scan.verdict is Verdict.UNSAFE
+
+
+# --- Keras markers that resolve classes -----------------------------------------------------------
+
+
+def test_keras_typespec_marker_module_is_checked() -> None:
+    from registry.scanning.keras import check_config
+
+    evil = {"class_name": "__typespec__", "spec_name": "Popen", "module": "subprocess", "registered_name": None, "config": []}
+    assert "keras.module.dangerous" in {f.rule_id for f in check_config(evil, "config.json")}
+    tf_spec = {
+        "class_name": "__typespec__", "spec_name": "TensorSpec", "module": "tensorflow.python.framework.tensor",
+        "registered_name": None, "config": [[None, 4], "float32", None],
+    }
+    assert check_config(tf_spec, "config.json") == []
