@@ -274,6 +274,10 @@ def _is_onnx(head: bytes, size: int, reader: BinaryIO | None = None) -> bool:
                 return True
     except ValueError:
         return False
+    if fields >= _MAX_TOP_FIELDS and p < limit:
+        # That many well-formed fields are no accident: padding in front of a graph. The validator
+        # walks the rest (and fails closed if it is no model).
+        return True
     if not graph_ok:
         return False
     # A graph that runs past what was read hides the fields after it; otherwise an opset or version is due.

@@ -1072,3 +1072,8 @@ def keras_h5_behind_large_user_block(user_block: int = 2 << 20) -> bytes:
     with h5py.File(bio, "w", userblock_size=user_block) as f:
         f.attrs["model_config"] = json.dumps(keras_legacy_h5_config(keras_lambda_layer()))
     return bio.getvalue()
+
+
+def onnx_graph_behind_many_unknown_fields(count: int = 120_000) -> bytes:
+    """An escaping ONNX model behind more unknown fields than a sniffer walks (protobuf skips them)."""
+    return _pb_field(99, 0, b"\x01") * count + onnx_model(external="../../../etc/passwd")

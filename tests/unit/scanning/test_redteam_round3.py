@@ -311,3 +311,13 @@ def test_keras_typespec_marker_module_is_checked() -> None:
         "registered_name": None, "config": [[None, 4], "float32", None],
     }
     assert check_config(tf_spec, "config.json") == []
+
+
+def test_onnx_graph_behind_more_fields_than_the_sniffer_walks_is_checked() -> None:
+    import onnx
+
+    data = F.onnx_graph_behind_many_unknown_fields()
+    assert onnx.load_model_from_string(data).graph.initializer
+    scan = _scan("model.onnx", data)
+    assert scan.format == "onnx"
+    assert "onnx.external-data.escape" in {f.rule_id for f in scan.findings}, scan.as_dict()
