@@ -368,9 +368,48 @@ def _scan_hdf5(reader: BinaryIO, size: int, ctx: ScanContext) -> list[Finding]:
                 config = _parse_config(raw, loc, sink)
                 if config is not None:
                     sink.extend(check_config(config, loc))
+            _check_hdf5_links(f, ctx.path, sink)
     except (OSError, ValueError, KeyError, TypeError, RuntimeError) as exc:
         sink.add("keras.h5.unparseable", Severity.ERROR, ctx.path, f"HDF5 file cannot be read: {exc}"[:300])
     return sink.findings
+
+
+MAX_HDF5_LINKS = 200_000
+
+
+def _check_hdf5_links(f: Any, path: str, sink: FindingSink) -> None:
+    """Links and storage that make a reader of this file open other files.
+
+    An external link, a dataset whose raw data lives in external files (``/etc/passwd`` read as
+    weights) or a virtual dataset mapping other files reads outside the model, like ONNX external
+    data. Walked by link, so nothing is dereferenced but datasets of this file.
+    """
+    import h5py
+
+    count = 0
+
+    def visit(name: str, link: Any) -> Any:
+        nonlocal count
+        count += 1
+        if count > MAX_HDF5_LINKS:
+            sink.add("keras.h5.too-large", Severity.UNSAFE, path, f"more than {MAX_HDF5_LINKS} links: not inspected")
+            return True
+        where = f"{path}:/{name}"
+        if isinstance(link, h5py.ExternalLink):
+            sink.add("keras.h5.external-link", Severity.UNSAFE, where, f"external link to {link.filename!r}:{link.path}")
+            return None
+        if not isinstance(link, h5py.HardLink):
+            return None
+        obj = f.get(name)
+        if isinstance(obj, h5py.Dataset):
+            if obj.external:
+                files = sorted({str(e[0]) for e in obj.external})[:3]
+                sink.add("keras.h5.external-storage", Severity.UNSAFE, where, f"dataset data is read from files {files}")
+            elif obj.is_virtual:
+                sink.add("keras.h5.virtual-dataset", Severity.UNSAFE, where, "virtual dataset maps data from other files")
+        return None
+
+    f.visititems_links(visit)
 
 
 def _attr_bytes(value: Any) -> bytes | None:

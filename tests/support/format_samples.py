@@ -1077,3 +1077,22 @@ def keras_h5_behind_large_user_block(user_block: int = 2 << 20) -> bytes:
 def onnx_graph_behind_many_unknown_fields(count: int = 120_000) -> bytes:
     """An escaping ONNX model behind more unknown fields than a sniffer walks (protobuf skips them)."""
     return _pb_field(99, 0, b"\x01") * count + onnx_model(external="../../../etc/passwd")
+
+
+def hdf5_external_storage_and_link() -> dict[str, bytes]:
+    """Keras-style ``.h5`` weights whose dataset data, or a link, points at files outside the model."""
+    import h5py
+    import numpy as np
+
+    out = {}
+    for kind in ("external_storage", "external_link"):
+        bio = io.BytesIO()
+        with h5py.File(bio, "w") as f:
+            g = f.create_group("model_weights")
+            g.create_dataset("dense/kernel", data=np.ones((2, 2), dtype="f4"))
+            if kind == "external_storage":
+                g.create_dataset("dense/bias", shape=(4,), dtype="u1", external=[("/etc/passwd", 0, 4)])
+            else:
+                g["dense/bias"] = h5py.ExternalLink("/root/secrets.h5", "/x")
+        out[f"hdf5_{kind}_outside_the_model"] = bio.getvalue()
+    return out

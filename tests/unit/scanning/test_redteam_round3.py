@@ -321,3 +321,17 @@ def test_onnx_graph_behind_more_fields_than_the_sniffer_walks_is_checked() -> No
     scan = _scan("model.onnx", data)
     assert scan.format == "onnx"
     assert "onnx.external-data.escape" in {f.rule_id for f in scan.findings}, scan.as_dict()
+
+
+# --- HDF5 files that read other files ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", sorted(F.hdf5_external_storage_and_link()))
+def test_hdf5_reading_outside_the_model_is_unsafe(name: str) -> None:
+    scan = _scan("model.weights.h5", F.hdf5_external_storage_and_link()[name])
+    assert scan.verdict is Verdict.UNSAFE, scan.as_dict()
+    assert {f.rule_id for f in scan.findings} & {"keras.h5.external-storage", "keras.h5.external-link"}
+
+
+def test_plain_hdf5_weights_stay_safe() -> None:
+    assert _scan("model.weights.h5", F.keras_weights_h5()).verdict is Verdict.SAFE
