@@ -1103,7 +1103,7 @@ def _probe_prefix(head: bytes, size: int | None = None) -> bool | None:
     if head[0] == 0x80 and len(head) > 1 and head[1] <= 5 and result.opcodes >= 4 and result.end >= len(head) - 16:
         # Parsing ran past the prefix without a structural error: a long pickle.
         return True
-    if interp.cut and interp.idents_ok and _cut_argument_fits(head, interp.op_end, size):
+    if interp.cut and interp.idents_ok and _cut_argument_fits(head, interp.op_end, size) and _cut_line_plausible(head, interp.op_end):
         return None
     return False
 
@@ -1117,6 +1117,30 @@ def _at_eof(reader: BinaryIO) -> bool:
 
 # Opcodes whose argument is a byte count followed by that many bytes: code -> count width.
 _COUNTED = {ord("T"): 4, ord("B"): 4, ord("X"): 4, 0x8E: 8, 0x8D: 8, 0x96: 8, ord("U"): 1, ord("C"): 1, 0x8C: 1}
+
+
+_NUMBER_LINE = frozenset(b"0123456789+-.eEL \r")
+_IDENT_LINE = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_. ")
+
+
+def _cut_line_plausible(data: bytes, at: int) -> bool:
+    """Whether a line argument cut at the end of ``data`` reads like that opcode's argument.
+
+    Pickles write numbers, quoted reprs, dotted names and text on these lines; a binary blob that
+    happens to start with the opcode's byte and has no newline nearby holds NUL or other bytes.
+    """
+    if at >= len(data):
+        return True
+    op, line = data[at], data[at + 1 : at + 1 + 4096]
+    if op in b"ILFgp":
+        return set(line) <= _NUMBER_LINE
+    if op in b"ci":
+        return set(line) <= _IDENT_LINE | {0x0A}  # module line, newline, name line
+    if op == ord("S"):
+        return line[:1] in (b"'", b'"') and b"\x00" not in line
+    if op in b"VP":
+        return b"\x00" not in line
+    return True
 
 
 def _cut_argument_fits(data: bytes, at: int, size: int | None) -> bool:

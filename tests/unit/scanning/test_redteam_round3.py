@@ -335,3 +335,10 @@ def test_hdf5_reading_outside_the_model_is_unsafe(name: str) -> None:
 
 def test_plain_hdf5_weights_stay_safe() -> None:
     assert _scan("model.weights.h5", F.keras_weights_h5()).verdict is Verdict.SAFE
+
+
+@pytest.mark.parametrize("first", [b"P", b"V", b"I", b"c", b"S"])
+def test_binary_blob_starting_with_a_line_opcode_is_not_a_pickle(first: bytes) -> None:
+    # A raw tensor dump (zeros, no newline anywhere) that happens to start with an opcode's byte.
+    data = first + bytes((16 << 20) + 4096)
+    assert not probe_pickle(data[:65536], io.BytesIO(data), len(data))
