@@ -49,6 +49,7 @@ CONFIG_NAMES = frozenset(
         "adapter_config.json",
         "sentence_bert_config.json",
         "config_sentence_transformers.json",
+        "model_index.json",
     }
 )
 PYTHON_SUFFIXES = (".py",)
@@ -152,6 +153,8 @@ def _scan_json(reader: BinaryIO, size: int, ctx: ScanContext, name: str, inner: 
     if name == "modules.json":
         _check_modules_json(doc, ctx.path, sink)
         return
+    if name == "model_index.json" and isinstance(doc, dict):
+        _check_model_index(doc, ctx.path, sink)
     if not isinstance(doc, dict):
         return
     if name == "config.json" and "class_name" in doc and "config" in doc:
@@ -254,6 +257,22 @@ def _check_auto_map(value: Any, loc: str, inner: str, ctx: ScanContext, sink: Fi
             loc,
             f"trust_remote_code would import {', '.join(sorted(set(modules)))}",
         )
+
+
+def _check_model_index(doc: dict[str, Any], loc: str, sink: FindingSink) -> None:
+    """diffusers imports each component's ``[library, class]`` by name (``importlib.import_module``)."""
+    for key, value in doc.items():
+        if key.startswith("_") or not isinstance(value, list) or len(value) != 2 or not isinstance(value[0], str):
+            continue
+        top = value[0].split(".", 1)[0]
+        if top in sys.stdlib_module_names:
+            sink.add(
+                "remote-code.diffusers-library", Severity.UNSAFE, f"{loc}$.{key}",
+                f"diffusers imports {value[0]!r} and looks up {value[1]!r} to build component {key!r}",
+            )
+    if isinstance(doc.get("_class_name"), list):
+        sink.add("remote-code.custom-pipeline", Severity.SUSPICIOUS, f"{loc}$._class_name",
+                 f"pipeline class {doc['_class_name']!r} is loaded from repository code")
 
 
 def _check_modules_json(doc: Any, loc: str, sink: FindingSink) -> None:

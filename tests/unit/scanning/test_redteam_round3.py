@@ -342,3 +342,26 @@ def test_binary_blob_starting_with_a_line_opcode_is_not_a_pickle(first: bytes) -
     # A raw tensor dump (zeros, no newline anywhere) that happens to start with an opcode's byte.
     data = first + bytes((16 << 20) + 4096)
     assert not probe_pickle(data[:65536], io.BytesIO(data), len(data))
+
+
+# --- diffusers model_index.json --------------------------------------------------------------------
+
+
+def test_diffusers_component_from_a_stdlib_module_is_unsafe() -> None:
+    doc = {"_class_name": "StableDiffusionPipeline", "unet": ["diffusers", "UNet2DConditionModel"],
+           "feature_extractor": ["runpy", "run_path"]}
+    scan = _scan("model_index.json", json.dumps(doc).encode())
+    assert "remote-code.diffusers-library" in {f.rule_id for f in scan.findings}
+    assert scan.verdict is Verdict.UNSAFE
+
+
+def test_ordinary_diffusers_model_index_is_safe() -> None:
+    doc = {
+        "_class_name": "StableDiffusionPipeline", "_diffusers_version": "0.6.0",
+        "feature_extractor": ["transformers", "CLIPImageProcessor"],
+        "safety_checker": ["stable_diffusion", "StableDiffusionSafetyChecker"],
+        "scheduler": ["diffusers", "PNDMScheduler"], "text_encoder": ["transformers", "CLIPTextModel"],
+        "tokenizer": ["transformers", "CLIPTokenizer"], "unet": ["diffusers", "UNet2DConditionModel"],
+        "vae": ["diffusers", "AutoencoderKL"], "image_encoder": [None, None],
+    }
+    assert _scan("model_index.json", json.dumps(doc).encode()).verdict is Verdict.SAFE
