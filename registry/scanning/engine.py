@@ -2,7 +2,7 @@
 
 One :class:`Engine` scans one top-level file. It decides the format from the bytes
 (:mod:`registry.scanning.sniff`), hands the stream to the scanner for that format, and opens
-containers (zip, tar, gzip, bz2, xz) to scan their members with the same rules, up to
+containers (zip, tar, gzip, bz2, xz, zlib, legacy lzma) to scan their members with the same rules, up to
 :class:`ScanLimits`. Validators written elsewhere (``safetensors``, ``gguf``, ``onnx``, ``keras``,
 ``remote_code``) are imported lazily; until one exists its format gets no findings from it.
 
