@@ -49,7 +49,10 @@ class ScanLimits:
         max_members: total members across every container of the file.
         max_expanded_bytes: total bytes produced by decompression across the file.
         max_ratio: a member expanding more than this many times its compressed size...
-        ratio_min_bytes: ...and to more than this many bytes is suspicious.
+        ratio_min_bytes: ...and to more than this many bytes is suspicious (a stream stops there).
+            Below it everything is expanded and scanned: a sparse array of 100 MB compresses a
+            thousandfold in an ordinary joblib or npz file, and the expansion budget still bounds
+            what a bomb costs.
         max_header_bytes: bound for headers parsed in memory (npy, central directory).
     """
 
@@ -57,7 +60,7 @@ class ScanLimits:
     max_members: int = 10_000
     max_expanded_bytes: int = 8 << 30
     max_ratio: int = 200
-    ratio_min_bytes: int = 64 << 20
+    ratio_min_bytes: int = 1 << 30
     max_header_bytes: int = 64 << 20
 
 

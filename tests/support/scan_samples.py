@@ -1071,3 +1071,8 @@ def load_from_bytes_via_rebuild_from_type_v2() -> bytes:
 
 REDTEAM["load_from_bytes_via_rebuild_from_type_v2"] = lambda: ("model.pkl", load_from_bytes_via_rebuild_from_type_v2(), UNSAFE)
 REDTEAM_ORDINARY["tensor_pickled_with_plain_pickle"] = lambda: ("tensors.pkl", tensor_pickled_with_plain_pickle())
+
+
+def joblib_zlib_sparse_array(megabytes: int = 80) -> bytes:
+    """``joblib.dump({'w': np.zeros(...)}, compress=True)``: a thousandfold ratio, and ordinary."""
+    return zlib.compress(joblib_array_pickle(bytes(megabytes << 20), dtype="f8", shape=((megabytes << 20) // 8,)), 1)

@@ -365,3 +365,10 @@ def test_ordinary_diffusers_model_index_is_safe() -> None:
         "vae": ["diffusers", "AutoencoderKL"], "image_encoder": [None, None],
     }
     assert _scan("model_index.json", json.dumps(doc).encode()).verdict is Verdict.SAFE
+
+
+def test_compressed_sparse_array_is_expanded_and_safe() -> None:
+    data = S.joblib_zlib_sparse_array()
+    assert len(data) * 200 < 80 << 20  # past the ratio the stream used to stop at (64 MiB)
+    scan = _scan("model.joblib", data)
+    assert scan.verdict is Verdict.SAFE, scan.as_dict()
