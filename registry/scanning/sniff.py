@@ -181,7 +181,7 @@ def _varint(buf: bytes, p: int) -> tuple[int, int]:
 class _Window:
     """Bytes of a stream by absolute offset: the prefix first, then reads from the stream, cached."""
 
-    _BLOCK = 1 << 16
+    _BLOCK = 1 << 12
 
     def __init__(self, head: bytes, size: int, reader: BinaryIO | None) -> None:
         self.head = head
