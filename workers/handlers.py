@@ -14,14 +14,7 @@ def _mirror_file(c: Container, payload: Payload) -> None:
 
 
 def _mirror_file_dead(c: Container, payload: Payload, error: str) -> None:
-    from registry.db.models import VersionFile
-
-    with c.session_factory() as session:
-        row = session.get(VersionFile, int(payload["file_id"]))
-        version_id, path = (row.version_id, row.path) if row else (None, None)
-    if version_id is not None:
-        versions.fail_version(c.session_factory, version_id,
-                              UpstreamError(f"mirroring {path} failed after retries: {_last_line(error)}", path=path))
+    mirroring.fail_version_of_file(c.session_factory, int(payload["file_id"]), _last_line(error))
 
 
 def _resolve_version(c: Container, payload: Payload) -> None:

@@ -104,14 +104,13 @@ def mirror_file(
     if already is None:
         source = open_source(uri, endpoint, include, exclude)
         try:
-            if upstream.sha256 is not None and blob_store.exists(upstream.sha256):
-                digest, size = upstream.sha256, upstream.size
-            else:
-                if upstream.sha256 is not None:
-                    _abort_abandoned_uploads(session_factory, blob_store, file_id, upstream.sha256)
-                result = blob_store.put(source.open(revision, upstream), expected_sha256=upstream.sha256,
-                                        expected_size=upstream.size)
-                digest, size = result.digest, result.size
+            if upstream.sha256 is not None:
+                _abort_abandoned_uploads(session_factory, blob_store, file_id, upstream.sha256)
+            # With the digest known, put finds bytes already stored (any model) and never reads the
+            # source, which opens its connection only when iterated.
+            result = blob_store.put(source.open(revision, upstream), expected_sha256=upstream.sha256,
+                                    expected_size=upstream.size)
+            digest, size = result.digest, result.size
         except IntegrityError as exc:
             fail_version(session_factory, version_id, _with_path(exc, upstream.path))
             return
@@ -136,6 +135,17 @@ def mirror_file(
             jobs.enqueue(session, SEAL_VERSION, {"version_id": version_id},
                          idempotency_key=f"{SEAL_VERSION}:{version_id}")
         session.commit()
+
+
+def fail_version_of_file(session_factory: sessionmaker[Session], file_id: int, error: str) -> None:
+    """When a file's mirror job is dead: its version fails with ``upstream``, naming the file."""
+    with session_factory() as session:
+        row = session.get(VersionFile, file_id)
+        if row is None:
+            return
+        version_id, path = row.version_id, row.path
+    fail_version(session_factory, version_id,
+                 UpstreamError(f"mirroring {path} failed after retries: {error}", path=path))
 
 
 def _abort_abandoned_uploads(session_factory: sessionmaker[Session], blob_store: BlobStore, file_id: int,
