@@ -107,6 +107,14 @@ def append(
     return event
 
 
+def events(session: Session, *, tenant: str | None = None, after: int = 0, limit: int = 100) -> list[AuditEvent]:
+    """Events after the id ``after``, oldest first; only ``tenant``'s when given."""
+    query = select(AuditEvent).where(AuditEvent.id > after).order_by(AuditEvent.id).limit(limit)
+    if tenant is not None:
+        query = query.where(AuditEvent.tenant == tenant)
+    return list(session.scalars(query))
+
+
 @dataclass(frozen=True, slots=True)
 class ChainReport:
     events: int

@@ -3,12 +3,10 @@ from __future__ import annotations
 from typing import Any
 
 from fastapi import APIRouter, Query
-from sqlalchemy import select
 
 from api.deps import PrincipalDep, SessionDep
 from registry import audit as audit_log
 from registry.auth import Permission, require, require_admin
-from registry.db.models import AuditEvent
 
 router = APIRouter(prefix="/v1/audit", tags=["audit"])
 
@@ -22,17 +20,11 @@ def list_events(
     limit: int = Query(100, ge=1, le=1000),
 ) -> list[dict[str, Any]]:
     """Events after an id; auditors see their tenant's events, administrators all."""
-    query = select(AuditEvent).where(AuditEvent.id > after).order_by(AuditEvent.id).limit(limit)
     if tenant is None:
         require_admin(principal)
     else:
         require(principal, tenant, Permission.AUDIT)
-        query = query.where(AuditEvent.tenant == tenant)
-    return [
-        {"id": e.id, "at": e.at.isoformat(), "actor": e.actor, "action": e.action, "subject": e.subject,
-         "tenant": e.tenant, "details": e.details, "prev_hash": e.prev_hash, "hash": e.hash}
-        for e in session.scalars(query)
-    ]
+    return [e.as_dict() for e in audit_log.events(session, tenant=tenant, after=after, limit=limit)]
 
 
 @router.get("/verify")

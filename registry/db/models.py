@@ -255,6 +255,11 @@ class AuditEvent(Base):
     prev_hash: Mapped[str] = mapped_column(String(64))
     hash: Mapped[str] = mapped_column(String(64))
 
+    def as_dict(self) -> dict[str, Any]:
+        return {"id": self.id, "at": self.at.isoformat(), "actor": self.actor, "action": self.action,
+                "subject": self.subject, "tenant": self.tenant, "details": self.details,
+                "prev_hash": self.prev_hash, "hash": self.hash}
+
 
 class AuditHead(Base):
     """The chain's head, updated with every append: deleting the newest events breaks it too."""

@@ -218,3 +218,24 @@ def test_rescan_cli(server, hub):
     token = server.cli("principal", "token", "nobody", check=True).stdout.strip()
     denied = server.cli("rescan", "--all", token=token)
     assert denied.returncode == 1 and "permission-denied" in denied.stderr
+
+
+def test_audit_events_by_tenant_for_auditors(server):
+    server.cli("tenant", "create", "audited", check=True)
+    server.cli("principal", "create", "auditor1", check=True)
+    server.cli("principal", "grant", "auditor1", "--tenant", "audited", "--role", "auditor", check=True)
+    token = server.cli("principal", "token", "auditor1", check=True).stdout.strip()
+    auditor = {"Authorization": f"Bearer {token}"}
+    events = httpx.get(server.url + "/v1/audit/events", params={"tenant": "audited"}, headers=auditor).json()
+    assert {e["tenant"] for e in events} == {"audited"}
+    assert {"tenant.created", "role.granted"} <= {e["action"] for e in events}
+    # Each event carries its link in the chain.
+    everything = httpx.get(server.url + "/v1/audit/events", params={"limit": 1000},
+                           headers={"Authorization": f"Bearer {server.admin_token}"}).json()
+    assert all(b["prev_hash"] == a["hash"] for a, b in zip(everything, everything[1:]))
+    after = events[0]["id"]
+    later = httpx.get(server.url + "/v1/audit/events", params={"tenant": "audited", "after": after},
+                      headers=auditor).json()
+    assert [e["id"] for e in later] == [e["id"] for e in events[1:]]
+    assert httpx.get(server.url + "/v1/audit/events", headers=auditor).status_code == 403
+    assert httpx.get(server.url + "/v1/audit/events", params={"tenant": "default"}, headers=auditor).status_code == 403
