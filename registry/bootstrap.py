@@ -137,7 +137,7 @@ class FirstStart:
     created_admin: bool
 
 
-def prepare_embedded(settings: Settings) -> FirstStart:
+def prepare_embedded(settings: Settings) -> None:
     """Create the data directory, a signing key and the key file setting for the embedded default."""
     data_dir = settings.data_dir.resolve()
     data_dir.mkdir(parents=True, exist_ok=True)
@@ -155,7 +155,6 @@ def prepare_embedded(settings: Settings) -> FirstStart:
         from pydantic import SecretStr
 
         settings.presign_secret = SecretStr(secret_file.read_text().strip())
-    return FirstStart(admin_token_file=None, created_admin=False)
 
 
 def ensure_initial_admin(container: Container) -> FirstStart:

@@ -39,10 +39,12 @@ PAST_SCANNING = (VersionState.EVALUATING.value, VersionState.AWAITING_APPROVAL.v
                  VersionState.APPROVED.value)
 
 
-def _cached(session: Session, digest: str, path: str) -> ScanResult | None:
+def _cached(session: Session, digest: str, path: str, scanner: str | None = None,
+            version: str | None = None) -> ScanResult | None:
+    """A stored result for these bytes under this path; modelreg's current scanner unless told."""
     return session.scalar(select(ScanResult).where(
-        ScanResult.blob_digest == digest, ScanResult.path == path, ScanResult.scanner == SCANNER_NAME,
-        ScanResult.scanner_version == SCANNER_VERSION))
+        ScanResult.blob_digest == digest, ScanResult.path == path,
+        ScanResult.scanner == (scanner or SCANNER_NAME), ScanResult.scanner_version == (version or SCANNER_VERSION)))
 
 
 def start_scanning(session: Session, version: Version) -> None:
@@ -75,10 +77,7 @@ def scan_blob(session_factory: sessionmaker[Session], digest: str, path: str, *,
         with session_factory() as session:
             begin_write(session)
             for scan, ms in results:
-                exists = session.scalar(select(ScanResult).where(
-                    ScanResult.blob_digest == digest, ScanResult.path == path, ScanResult.scanner == scan.scanner,
-                    ScanResult.scanner_version == scan.scanner_version))
-                if exists is None:
+                if _cached(session, digest, path, scan.scanner, scan.scanner_version) is None:
                     session.add(ScanResult(blob_digest=digest, path=path, scanner=scan.scanner,
                                            scanner_version=scan.scanner_version, format=scan.format,
                                            verdict=scan.verdict.value, findings=[f.as_dict() for f in scan.findings],

@@ -20,10 +20,11 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from registry import audit, jobs
 from registry.auth import AuthenticatedPrincipal, Permission, get_tenant, require, validate_name
-from registry.db.models import Blob, Model, Version, VersionFile, utcnow
+from registry.db.models import Blob, Model, Tenant, Version, VersionFile, utcnow
 from registry.db.session import begin_write, is_postgres
 from registry.domain.errors import (
     InvalidInputError,
+    InvalidPathError,
     LimitExceededError,
     ModelNotFoundError,
     RegistryError,
@@ -67,9 +68,7 @@ SourceOpener = Callable[[str, str | None, tuple[str, ...], tuple[str, ...]], Sou
 
 
 def get_model(session: Session, tenant: str, name: str) -> Model:
-    model = session.scalar(
-        select(Model).join(Model.tenant).where(Model.name == name, Model.tenant.has(name=tenant))
-    )
+    model = session.scalar(select(Model).join(Model.tenant).where(Model.name == name, Tenant.name == tenant))
     if model is None:
         get_tenant(session, tenant)
         raise ModelNotFoundError(f"{tenant}/{name}")
@@ -301,7 +300,7 @@ def submit_uploaded(
 
 def _is_listing_error(exc: RegistryError) -> bool:
     # Bad paths and sizes in an upstream listing fail the version; a bad request is the caller's error.
-    return exc.code in ("invalid-path", "limit-exceeded")
+    return isinstance(exc, (InvalidPathError, LimitExceededError))
 
 
 def _endpoint(source: Source) -> str | None:
