@@ -64,17 +64,14 @@ def get_blob(
 
 @router.head("/sha256/{digest}")
 def head_blob(
-    digest: str, container: ContainerDep, principal: PrincipalDep,
+    digest: str, session: SessionDep, container: ContainerDep, principal: PrincipalDep,
     tenant: str = Query(..., description="the tenant the upload is for (needs the submitter role)"),
 ) -> Response:
-    """200 with the size when the blob is stored, else 404: lets an uploader skip what the registry has.
+    """200 with the size when ``tenant`` owns the blob, else 404: lets an uploader skip what it sent before.
 
-    Only submitters ask: whether some bytes are stored is not for every token holder to learn.
+    Only submitters ask, and only of their tenant: whether another tenant stores some bytes is never told.
     """
-    from registry.auth import Permission, require
-
-    require(principal, tenant, Permission.SUBMIT)
-    info = container.blob_store.stat(require_sha256(digest))
+    info = versions.stat_uploaded_blob(session, principal, tenant, digest, blob_store=container.blob_store)
     return Response(status_code=200, headers={"Content-Length": str(info.size), "ETag": f'"{digest}"'})
 
 
@@ -83,7 +80,10 @@ async def put_blob(
     digest: str, request: Request, session: SessionDep, principal: PrincipalDep, container: ContainerDep,
     tenant: str = Query(..., description="the tenant the upload is for (needs the submitter role)"),
 ) -> dict[str, object]:
-    """Upload a blob; it is committed only if its bytes hash to ``digest``."""
+    """Upload a blob; it is committed, and ``tenant`` made its owner, only if its bytes hash to ``digest``.
+
+    ``created`` is false only when ``tenant`` owned the blob already.
+    """
     require_sha256(digest)
     declared = request.headers.get("content-length")
     size = int(declared) if declared and declared.isdigit() else None

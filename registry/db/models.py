@@ -213,6 +213,23 @@ class Blob(Base):
     created_at: Mapped[dt.datetime] = mapped_column(default=utcnow)
 
 
+class BlobOwner(Base):
+    """Tenant ``tenant_id`` may put blob ``digest`` into its versions: it uploaded or mirrored the bytes.
+
+    Bytes are stored once (``blobs``); references to them are per tenant, so a tenant neither uses
+    nor learns of bytes that only another tenant holds.
+    """
+
+    __tablename__ = "blob_owners"
+
+    tenant_id: Mapped[int] = mapped_column(ForeignKey("tenants.id", ondelete="CASCADE"), primary_key=True)
+    digest: Mapped[str] = mapped_column(String(64), ForeignKey("blobs.digest", ondelete="CASCADE"),
+                                        primary_key=True)
+    via: Mapped[str] = mapped_column(String(16))
+    """``upload`` or ``mirror``; ``migration`` for blobs the tenant's versions used before owners were kept."""
+    granted_at: Mapped[dt.datetime] = mapped_column(default=utcnow)
+
+
 class Job(Base):
     __tablename__ = "jobs"
     __table_args__ = (

@@ -174,6 +174,25 @@ class SizeMismatchError(IntegrityError):
         )
 
 
+class BlobsNotUploadedError(InvalidInputError):
+    """Files of an upload whose blobs the tenant has not uploaded (or mirrored) itself.
+
+    Another tenant's copy of the same bytes does not count and is never mentioned. Only the first
+    paths are listed, with the count of all.
+    """
+
+    code = "blobs-not-uploaded"
+    LISTED = 10
+
+    def __init__(self, tenant: str, paths: list[str]) -> None:
+        listed = paths[: self.LISTED]
+        more = f" and {len(paths) - len(listed)} more" if len(paths) > len(listed) else ""
+        super().__init__(
+            f"{len(paths)} file(s) were not uploaded to tenant {tenant!r}: {', '.join(listed)}{more}",
+            tenant=tenant, missing=listed, missing_count=len(paths),
+        )
+
+
 class SignatureError(IntegrityError):
     code = "bad-signature"
 

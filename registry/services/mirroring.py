@@ -2,8 +2,8 @@
 
 ``resolve_version`` pins a version whose upstream was unreachable at submission; ``mirror_file`` streams
 one file from the upstream into the blob store, hashed in the same pass and checked against what the
-upstream published, and the job that lands the last file queues ``seal_version``; ``seal_version``
-freezes the file list, signs it as an OpenSSF model-signing bundle from the digests computed while
+upstream published, grants the version's tenant ownership of the blob, and the job that lands the last
+file queues ``seal_version``; ``seal_version`` freezes the file list, signs it as an OpenSSF model-signing bundle from the digests computed while
 mirroring (no file is read again), and starts scanning.
 """
 
@@ -16,7 +16,7 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session, sessionmaker
 
 from registry import audit, jobs
-from registry.db.models import Blob, Job, Version, VersionFile, utcnow
+from registry.db.models import Job, Version, VersionFile, utcnow
 from registry.db.session import begin_write
 from registry.domain.errors import IntegrityError, NotFoundError, RegistryError, UpstreamError
 from registry.domain.files import FileEntry, validate_file_list
@@ -29,7 +29,9 @@ from registry.services.versions import (
     SourceOpener,
     accept_snapshot,
     fail_version,
+    grant_blob,
     lock_version,
+    owned_blobs,
     version_ref,
 )
 from registry.signing.bundle import build_model_statement, sign_model_bundle
@@ -100,16 +102,19 @@ def mirror_file(
         already = row.sha256
         uri = _source_uri(version)
         endpoint, include, exclude = version.source_endpoint, tuple(version.include), tuple(version.exclude)
-        revision, version_id = version.resolved_revision, version.id
+        revision, version_id, tenant_id = version.resolved_revision, version.id, version.model.tenant_id
+        owned = upstream.sha256 is not None and bool(owned_blobs(session, tenant_id, [upstream.sha256]))
     if already is None:
         source = open_source(uri, endpoint, include, exclude)
         try:
             if upstream.sha256 is not None:
                 _abort_abandoned_uploads(session_factory, blob_store, file_id, upstream.sha256)
-            # With the digest known, put finds bytes already stored (any model) and never reads the
-            # source, which opens its connection only when iterated.
-            result = blob_store.put(source.open(revision, upstream), expected_sha256=upstream.sha256,
-                                    expected_size=upstream.size)
+            # With the digest known, put finds bytes this tenant owns and never reads the source, which
+            # opens its connection only when iterated. Bytes stored for another tenant are read from
+            # the upstream in full: a published digest proves nothing, served bytes do.
+            put = blob_store.put if owned else blob_store.put_proving_possession
+            result = put(source.open(revision, upstream), expected_sha256=upstream.sha256,
+                         expected_size=upstream.size)
             digest, size = result.digest, result.size
         except IntegrityError as exc:
             fail_version(session_factory, version_id, _with_path(exc, upstream.path))
@@ -124,8 +129,7 @@ def mirror_file(
         row = session.get(VersionFile, file_id)
         if row.sha256 is None:
             row.sha256, row.mirrored_at = digest, utcnow()
-        if session.get(Blob, digest) is None:
-            session.add(Blob(digest=digest, size=size))
+        grant_blob(session, tenant_id, digest, size, via="mirror")
         session.flush()
         remaining = session.scalar(
             select(func.count()).select_from(VersionFile).where(

@@ -4,6 +4,10 @@
 was asked for) and queues one ``mirror_file`` job per file in the same transaction; the jobs live in
 :mod:`registry.services.mirroring`. A directory uploaded through the API becomes a version with
 ``submit_uploaded``, its blobs already stored.
+
+Bytes are stored once, but a blob is put into a version only by a tenant that owns it (``blob_owners``):
+one that uploaded the bytes (hashed in full, even when they were stored already) or mirrored them
+from its upstream. To every other tenant the blob does not exist.
 """
 
 from __future__ import annotations
@@ -12,30 +16,35 @@ import functools
 import hashlib
 import json
 from dataclasses import dataclass
-from typing import Any, Callable, TypeVar
+from typing import Any, Callable, Iterable, TypeVar
 
 from sqlalchemy import select
+from sqlalchemy.dialects.postgresql import insert as postgresql_insert
+from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.exc import IntegrityError as SAIntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 
 from registry import audit, jobs
 from registry.auth import AuthenticatedPrincipal, Permission, get_tenant, require, validate_name
-from registry.db.models import Blob, Model, Tenant, Version, VersionFile, utcnow
+from registry.db.models import Blob, BlobOwner, Model, Tenant, Version, VersionFile, utcnow
 from registry.db.session import begin_write, is_postgres
 from registry.domain.errors import (
+    BlobNotFoundError,
+    BlobsNotUploadedError,
     InvalidInputError,
     InvalidPathError,
     LimitExceededError,
     ModelNotFoundError,
     RegistryError,
+    SizeMismatchError,
     UpstreamError,
     VersionNotFoundError,
 )
-from registry.domain.files import FileEntry, validate_file_list
+from registry.domain.files import FileEntry, require_sha256, validate_file_list
 from registry.domain.states import LIVE, VersionState, check_transition
 from registry.sources import parse_source_uri
 from registry.sources.base import Snapshot, Source, UpstreamFile
-from registry.storage.base import BlobStore
+from registry.storage.base import BlobInfo, BlobStore
 
 MIRROR_FILE = "mirror_file"
 RESOLVE_VERSION = "resolve_version"
@@ -213,8 +222,11 @@ def submit(
 
 
 def authorize_upload(session: Session, principal: AuthenticatedPrincipal, tenant: str,
-                     size: int | None = None, limits: Limits | None = None) -> None:
+                     size: int | None = None, limits: Limits | None = None) -> Tenant:
     """Check an upload before its bytes are read: who sends it, for which tenant, and how large.
+
+    Returns:
+        The tenant.
 
     Raises:
         PermissionDeniedError: the principal may not submit in ``tenant``.
@@ -222,29 +234,80 @@ def authorize_upload(session: Session, principal: AuthenticatedPrincipal, tenant
         LimitExceededError: ``size`` is over the largest file a version may hold.
     """
     require(principal, tenant, Permission.SUBMIT)
-    get_tenant(session, tenant)
+    tenant_row = get_tenant(session, tenant)
     if size is not None and limits is not None and size > limits.max_file_size:
         raise LimitExceededError(f"an upload of {size} bytes is over the limit of {limits.max_file_size}",
                                  size=size, limit=limits.max_file_size)
+    return tenant_row
 
 
 def upload_blob(session: Session, principal: AuthenticatedPrincipal, tenant: str, digest: str,
                 source: Any, size: int | None, *, blob_store: BlobStore) -> bool:
-    """Store uploaded bytes under their digest (checked) and record the blob; False if it was there.
+    """Store uploaded bytes under their digest (checked) and make ``tenant`` their owner.
+
+    A tenant that does not own the digest yet proves that it holds the bytes: the whole body is read
+    and hashed even when the same bytes are already stored (for another tenant), and a wrong body
+    grants nothing. An owner's upload of a blob still stored is not read at all.
+
+    Returns:
+        False if the tenant owned the blob already; whether another tenant did is never told.
 
     Raises:
         PermissionDeniedError: the principal may not submit in ``tenant``.
         DigestMismatchError, SizeMismatchError: the bytes are not what the digest says.
     """
-    authorize_upload(session, principal, tenant)
-    if session.get(Blob, digest) is not None and blob_store.exists(digest):
+    tenant_id = authorize_upload(session, principal, tenant).id
+    owned = bool(owned_blobs(session, tenant_id, [digest]))
+    if owned and blob_store.exists(digest):
         return False
-    result = blob_store.put(source, expected_sha256=digest, expected_size=size)
+    # No transaction stays open while the bytes stream.
+    session.rollback()
+    put = blob_store.put if owned else blob_store.put_proving_possession
+    result = put(source, expected_sha256=digest, expected_size=size)
     begin_write(session)
-    if session.get(Blob, digest) is None:
-        session.add(Blob(digest=digest, size=result.size))
+    grant_blob(session, tenant_id, digest, result.size, via="upload")
     session.commit()
     return True
+
+
+def stat_uploaded_blob(session: Session, principal: AuthenticatedPrincipal, tenant: str, digest: str, *,
+                       blob_store: BlobStore) -> BlobInfo:
+    """The size of a blob ``tenant`` owns, so an uploader skips what it sent before.
+
+    Raises:
+        PermissionDeniedError: the principal may not submit in ``tenant``.
+        BlobNotFoundError: ``tenant`` does not own the blob, whether or not another tenant does.
+    """
+    tenant_id = authorize_upload(session, principal, tenant).id
+    require_sha256(digest)
+    if not owned_blobs(session, tenant_id, [digest]):
+        raise BlobNotFoundError(digest)
+    return blob_store.stat(digest)
+
+
+def owned_blobs(session: Session, tenant_id: int, digests: Iterable[str]) -> dict[str, int]:
+    """Which of ``digests`` the tenant owns, with their stored sizes: one query for any number."""
+    wanted = set(digests)
+    if not wanted:
+        return {}
+    rows = session.execute(
+        select(Blob.digest, Blob.size).join(BlobOwner, BlobOwner.digest == Blob.digest)
+        .where(BlobOwner.tenant_id == tenant_id, Blob.digest.in_(wanted))
+    )
+    return {digest: size for digest, size in rows}
+
+
+def grant_blob(session: Session, tenant_id: int, digest: str, size: int, *, via: str) -> None:
+    """Record a blob just stored (if new) and the tenant's ownership of it (if new).
+
+    Call it in a write transaction, once the tenant has shown it holds the bytes: it uploaded or
+    mirrored them, hashed in full.
+    """
+    insert = postgresql_insert if is_postgres(session) else sqlite_insert
+    # Concurrent uploads or mirrors of the same bytes grant at once: the second insert is a no-op.
+    session.execute(insert(Blob).values(digest=digest, size=size).on_conflict_do_nothing())
+    session.execute(insert(BlobOwner).values(tenant_id=tenant_id, digest=digest, via=via)
+                    .on_conflict_do_nothing())
 
 
 @_retry_once_on_race
@@ -263,22 +326,34 @@ def submit_uploaded(
     The revision is the sha256 of the file list, so the same directory uploaded twice is one version.
 
     Raises:
-        InvalidInputError: a bad path or digest, or files whose blobs were never uploaded.
+        LimitExceededError: more files than a version may hold (refused before any lookup).
+        InvalidInputError: a bad path or digest.
+        BlobsNotUploadedError: files whose blobs the tenant has not uploaded or mirrored itself.
+        SizeMismatchError: a file whose size differs from its stored blob's.
     """
     require(principal, tenant, Permission.SUBMIT)
     validate_name("model", name)
+    # Refused before any lookup: a huge list costs no more than this.
+    if len(files) > limits.max_files:
+        raise LimitExceededError(f"{len(files)} files exceed the limit of {limits.max_files}",
+                                 files=len(files), limit=limits.max_files)
     entries = validate_file_list(files)
-    missing = sorted(e.path for e in entries if session.get(Blob, e.sha256) is None)
+    tenant_id = get_tenant(session, tenant).id
+    stored = owned_blobs(session, tenant_id, (e.sha256 for e in entries))
+    missing = [e.path for e in entries if e.sha256 not in stored]
     if missing:
-        raise InvalidInputError(f"{len(missing)} file(s) were not uploaded: {', '.join(missing[:10])}",
-                                missing=missing)
+        raise BlobsNotUploadedError(tenant, missing)
+    for e in entries:
+        if e.size != stored[e.sha256]:
+            raise SizeMismatchError(e.path, expected=stored[e.sha256], actual=e.size)
+    # Sizes come from the store, never from the client: they are signed and held against the limits.
+    entries = [FileEntry(e.path, stored[e.sha256], e.sha256) for e in entries]
     listing = json.dumps([e.as_dict() for e in entries], sort_keys=True).encode()
     snapshot = Snapshot(source_kind="upload", repo=label, requested_revision=None,
                         revision=hashlib.sha256(listing).hexdigest(),
                         files=tuple(UpstreamFile(path=e.path, size=e.size, sha256=e.sha256) for e in entries))
-    tenant_row = get_tenant(session, tenant)
     begin_write(session)
-    model = _lock_or_create_model(session, tenant_row.id, name)
+    model = _lock_or_create_model(session, tenant_id, name)
     key = source_key("upload", label, None, snapshot.revision, (), ())
     existing = session.scalar(select(Version).where(
         Version.model_id == model.id, Version.source_key == key, Version.state.in_([s.value for s in LIVE])))
@@ -293,7 +368,7 @@ def submit_uploaded(
     ref = f"{tenant}/{name}@{version.number}"
     audit.append(session, actor=principal.name, action="version.submitted", subject=ref, tenant=tenant,
                  details={"source": f"upload:{label}", "files": len(entries)})
-    accept_snapshot(session, version, snapshot, limits, ref)
+    accept_snapshot(session, version, snapshot, limits, ref, stored={e.path: e.sha256 for e in entries})
     session.commit()
     return version, True
 
@@ -319,8 +394,14 @@ def _lock_or_create_model(session: Session, tenant_id: int, name: str) -> Model:
     return model
 
 
-def accept_snapshot(session: Session, version: Version, snapshot: Snapshot, limits: Limits, ref: str) -> None:
-    """Record the pinned revision and files, then queue a mirror job per file not already stored."""
+def accept_snapshot(session: Session, version: Version, snapshot: Snapshot, limits: Limits, ref: str,
+                    *, stored: dict[str, str] | None = None) -> None:
+    """Record the pinned revision and files, then queue a mirror job per file not already stored.
+
+    Args:
+        stored: path -> sha256 of the files whose bytes the version's tenant owns, when the caller
+            looked them up already; else they are looked up here.
+    """
     try:
         _check_limits(snapshot, limits)
     except RegistryError as exc:
@@ -332,14 +413,15 @@ def accept_snapshot(session: Session, version: Version, snapshot: Snapshot, limi
     version.source_key = source_key(snapshot.source_kind, snapshot.repo, version.source_endpoint,
                                     snapshot.revision, tuple(version.include), tuple(version.exclude))
     version.state = check_transition(version.state, VersionState.MIRRORING).value
+    if stored is None:
+        stored = _already_stored(session, version.model.tenant_id, snapshot.files)
     for upstream in snapshot.files:
         row = VersionFile(
             version_id=version.id, path=upstream.path, size=upstream.size,
             upstream_sha256=upstream.sha256, upstream_git_sha1=upstream.git_sha1, upstream_etag=upstream.etag,
         )
-        stored = _already_stored(session, upstream)
-        if stored is not None:
-            row.sha256, row.mirrored_at = stored, utcnow()
+        if upstream.path in stored:
+            row.sha256, row.mirrored_at = stored[upstream.path], utcnow()
         session.add(row)
     session.flush()
     audit.append(session, actor="system", action="version.resolved", subject=ref,
@@ -372,19 +454,28 @@ def _check_limits(snapshot: Snapshot, limits: Limits) -> None:
     validate_file_list(FileEntry(f.path, f.size, "0" * 64) for f in snapshot.files)
 
 
-def _already_stored(session: Session, upstream: UpstreamFile) -> str | None:
-    """The sha256 of a blob we already hold with these bytes, so they are not transferred again."""
-    if upstream.sha256 is not None:
-        return upstream.sha256 if session.get(Blob, upstream.sha256) is not None else None
-    if upstream.git_sha1 is not None:
-        # A small git file seen before (any model): its sha1 and size pin the same bytes.
-        return session.scalar(
-            select(VersionFile.sha256).where(
-                VersionFile.upstream_git_sha1 == upstream.git_sha1, VersionFile.size == upstream.size,
-                VersionFile.sha256.is_not(None),
-            ).limit(1)
+def _already_stored(session: Session, tenant_id: int, files: Iterable[UpstreamFile]) -> dict[str, str]:
+    """path -> sha256 of the files whose bytes the tenant owns already, so they are not transferred again.
+
+    Only the tenant's own blobs count: another tenant's copy is no proof that this upstream serves
+    the same bytes. Two queries, however many files.
+    """
+    files = list(files)
+    owned = owned_blobs(session, tenant_id, (f.sha256 for f in files if f.sha256 is not None))
+    found = {f.path: f.sha256 for f in files if f.sha256 in owned}
+    # A small git file seen before in this tenant: its sha1 and size pin the same bytes.
+    by_git = {(f.git_sha1, f.size): f.path for f in files if f.sha256 is None and f.git_sha1 is not None}
+    if by_git:
+        rows = session.execute(
+            select(VersionFile.upstream_git_sha1, VersionFile.size, VersionFile.sha256).distinct()
+            .join(BlobOwner, BlobOwner.digest == VersionFile.sha256)
+            .where(BlobOwner.tenant_id == tenant_id,
+                   VersionFile.upstream_git_sha1.in_({sha1 for sha1, _ in by_git}))
         )
-    return None
+        for sha1, size, sha256 in rows:
+            if (sha1, size) in by_git:
+                found[by_git[sha1, size]] = sha256
+    return found
 
 
 def _fail(session: Session, version: Version, error: RegistryError, ref: str, *, actor: str) -> None:

@@ -10,10 +10,12 @@ key traversal such as ``../etc``.
 from __future__ import annotations
 
 import abc
+import hashlib
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import BinaryIO, Iterable, Iterator, Union
 
+from registry.domain.errors import DigestMismatchError, SizeMismatchError
 from registry.domain.files import require_sha256
 
 ByteSource = Union[BinaryIO, Iterable[bytes]]
@@ -97,6 +99,27 @@ class BlobStore(abc.ABC):
             SizeMismatchError: the byte count differs from ``expected_size``; nothing is committed.
         """
 
+    def put_proving_possession(self, source: ByteSource, *, expected_sha256: str | None = None,
+                               expected_size: int | None = None) -> PutResult:
+        """``put``, except that the whole of ``source`` is read and hashed even when the blob is stored.
+
+        What a caller who is not yet known to hold these bytes must go through: a digest alone
+        proves nothing, the bytes do. A source the put did not read (or read only in part) is read
+        to its end here, and nothing more is stored.
+
+        Raises:
+            DigestMismatchError: the bytes do not hash to ``expected_sha256``.
+            SizeMismatchError: the byte count differs from ``expected_size``.
+        """
+        hashed = _HashingSource(source, expected_sha256 or STREAM_PATH, expected_size)
+        result = self.put(hashed, expected_sha256=expected_sha256, expected_size=expected_size)
+        digest, size = hashed.drain()
+        if expected_size is not None and size != expected_size:
+            raise SizeMismatchError(expected_sha256 or STREAM_PATH, expected=expected_size, actual=size)
+        if digest != result.digest:
+            raise DigestMismatchError(result.digest, expected=result.digest, actual=digest)
+        return result
+
     @abc.abstractmethod
     def exists(self, digest: str) -> bool: ...
 
@@ -157,3 +180,31 @@ class BlobStore(abc.ABC):
     @abc.abstractmethod
     def check(self) -> None:
         """Raise if the store cannot be reached (used by /readyz)."""
+
+
+class _HashingSource:
+    """Hashes every chunk read through it, however far its reader goes; ``drain`` reads the rest."""
+
+    CHUNK_SIZE = 1024 * 1024
+
+    def __init__(self, source: ByteSource, label: str, limit: int | None) -> None:
+        self._chunks = iter_source(source, self.CHUNK_SIZE)
+        self._hasher = hashlib.sha256()
+        self._label = label
+        self._limit = limit
+        self.size = 0
+
+    def __iter__(self) -> Iterator[bytes]:
+        for chunk in self._chunks:
+            self._hasher.update(chunk)
+            self.size += len(chunk)
+            if self._limit is not None and self.size > self._limit:
+                # Never read an endless source to its end.
+                raise SizeMismatchError(self._label, expected=self._limit, actual=self.size)
+            yield chunk
+
+    def drain(self) -> tuple[str, int]:
+        """Read what the reader left; return the sha256 and size of the whole source."""
+        for _ in self:
+            pass
+        return self._hasher.hexdigest(), self.size

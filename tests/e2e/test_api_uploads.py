@@ -8,33 +8,17 @@ import pytest
 from fastapi.testclient import TestClient
 
 from api.app import create_app
-from registry.auth import issue_token
-from registry.db.models import Blob, Principal, RoleBinding, Tenant
+from registry.db.models import Blob
+from tests.support.registry import role_token
 
 LIMIT = 1000
-
-
-def _token(container, name: str, tenant: str, role: str) -> str:
-    with container.session_factory() as session:
-        row = session.query(Tenant).filter_by(name=tenant).first()
-        if row is None:
-            row = Tenant(name=tenant)
-            session.add(row)
-            session.flush()
-        principal = Principal(name=name)
-        session.add(principal)
-        session.flush()
-        session.add(RoleBinding(principal_id=principal.id, tenant_id=row.id, role=role, capacity=""))
-        issued = issue_token(session, principal)
-        session.commit()
-        return issued.token
 
 
 @pytest.fixture
 def api(container):
     container.settings.max_file_size = LIMIT
     with TestClient(create_app(container), raise_server_exceptions=False) as client:
-        client.headers["Authorization"] = f"Bearer {_token(container, 'alice', 'acme', 'submitter')}"
+        client.headers["Authorization"] = f"Bearer {role_token(container, 'alice', 'acme', 'submitter')}"
         yield client
 
 
@@ -66,7 +50,7 @@ def test_an_upload_at_the_limit_is_stored(api, container):
 
 
 def test_an_upload_for_another_tenant_is_refused(api, container):
-    _token(container, "bob", "other", "submitter")
+    role_token(container, "bob", "other", "submitter")
     data = b"z" * 10
     digest = hashlib.sha256(data).hexdigest()
     r = api.put(f"/v1/blobs/sha256/{digest}", params={"tenant": "other"}, content=data)

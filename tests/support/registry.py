@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from registry.auth import AuthenticatedPrincipal, load_principal
+from registry.auth import AuthenticatedPrincipal, issue_token, load_principal
 from registry.bootstrap import Container
-from registry.db.models import Principal, Tenant
+from registry.db.models import Principal, RoleBinding, Tenant
 from workers.handlers import build_handlers
 from workers.loop import Worker
 
@@ -17,6 +17,23 @@ def make_admin(container: Container, tenant: str = "acme") -> AuthenticatedPrinc
         session.add(principal)
         session.commit()
         return load_principal(principal)
+
+
+def role_token(container: Container, name: str, tenant: str, role: str) -> str:
+    """A new principal ``name`` holding ``role`` in ``tenant`` (created if need be); return its token."""
+    with container.session_factory() as session:
+        row = session.query(Tenant).filter_by(name=tenant).first()
+        if row is None:
+            row = Tenant(name=tenant)
+            session.add(row)
+            session.flush()
+        principal = Principal(name=name)
+        session.add(principal)
+        session.flush()
+        session.add(RoleBinding(principal_id=principal.id, tenant_id=row.id, role=role, capacity=""))
+        issued = issue_token(session, principal)
+        session.commit()
+        return issued.token
 
 
 def drain(container: Container, max_jobs: int = 10_000) -> int:
