@@ -200,6 +200,42 @@ def test_reput_with_known_digest_does_not_read_the_source(harness: Harness) -> N
         harness.store.put(ExplodingReader(), expected_sha256=SMALL_SHA, expected_size=len(SMALL) + 1)
 
 
+class CountingSource:
+    """An iterable source that counts the bytes taken from it."""
+
+    def __init__(self, data: bytes, size: int = MIB) -> None:
+        self._chunks = chunks(data, size)
+        self.taken = 0
+
+    def __iter__(self) -> Iterator[bytes]:
+        for chunk in self._chunks:
+            self.taken += len(chunk)
+            yield chunk
+
+
+@pytest.mark.parametrize("data,digest", [(BIG, BIG_SHA), (SMALL, SMALL_SHA)], ids=["multipart", "small"])
+def test_put_proving_possession_reads_a_stored_blobs_source_to_the_end(harness: Harness, data, digest) -> None:
+    """Holding a digest proves nothing: whoever is not yet known to hold the bytes must send them all."""
+    new = CountingSource(data)
+    assert harness.store.put_proving_possession(new, expected_sha256=digest, expected_size=len(data)).created
+    assert new.taken == len(data)
+
+    again = CountingSource(data)
+    result = harness.store.put_proving_possession(again, expected_sha256=digest)
+    assert (result.digest, result.size, result.created, again.taken) == (digest, len(data), False, len(data))
+
+    # The last byte differs: found only by reading to the end, and the stored blob is untouched.
+    with pytest.raises(DigestMismatchError):
+        harness.store.put_proving_possession(chunks(data[:-1] + b"\0", MIB), expected_sha256=digest)
+    with pytest.raises(SizeMismatchError):
+        harness.store.put_proving_possession(chunks(data + b"more", MIB), expected_sha256=digest,
+                                             expected_size=len(data))
+    with pytest.raises(DigestMismatchError):
+        harness.store.put_proving_possession(chunks(data + b"more", MIB), expected_sha256=digest)
+    assert b"".join(harness.store.open_range(digest)) == data
+    assert [b.digest for b in harness.store.iter_blobs()] == [digest]
+
+
 def test_reput_without_digest_leaves_the_blob_alone(harness: Harness) -> None:
     harness.store.put(io.BytesIO(BIG))
     before = harness.leftovers()

@@ -30,3 +30,72 @@ def test_upgrade_is_idempotent_and_downgrade_reverses(tmp_path):
         command.downgrade(config, "base")
     assert set(inspect(engine).get_table_names()) <= {"alembic_version"}
     engine.dispose()
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def empty_database_url(request, tmp_path):
+    """A database with no schema at all, on SQLite and on PostgreSQL."""
+    if request.param == "sqlite":
+        yield f"sqlite:///{tmp_path / 'm.db'}"
+        return
+    import uuid
+
+    import psycopg
+    from sqlalchemy.engine import make_url
+
+    from tests.support import db as dbsupport
+
+    name = f"modelreg_migrate_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(dbsupport._psycopg_dsn(dbsupport.PG_ADMIN_URL), autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')
+    url = make_url(dbsupport.PG_ADMIN_URL).set(database=name).render_as_string(hide_password=False)
+    yield url
+    dbsupport.drop_pg_database(url)
+
+
+def test_0004_grants_existing_blobs_to_the_tenants_whose_versions_use_them(empty_database_url):
+    """Blobs stored before owners were kept go to every tenant with a version that lists them."""
+    from sqlalchemy import text
+
+    engine = make_engine(empty_database_url)
+    try:
+        migrate.upgrade(engine, "0003")
+        shared, only_b, unused, unmirrored = ("a" * 64, "b" * 64, "c" * 64, "d" * 64)
+        now = "2026-11-01 00:00:00"
+        with engine.begin() as conn:
+            for statement in [
+                "INSERT INTO tenants (id, name, created_at) VALUES (1, 'acme', :now), (2, 'other', :now), "
+                "(3, 'idle', :now)",
+                "INSERT INTO models (id, tenant_id, name, next_version, created_at) VALUES "
+                "(1, 1, 'm', 3, :now), (2, 2, 'm', 2, :now)",
+                "INSERT INTO versions (id, model_id, number, state, source_kind, source_repo, include, exclude, "
+                "created_at, updated_at) VALUES "
+                "(1, 1, 1, 'approved', 'upload', 'x', '[]', '[]', :now, :now), "
+                "(2, 1, 2, 'failed', 'upload', 'x', '[]', '[]', :now, :now), "
+                "(3, 2, 1, 'mirroring', 'hf', 'o/m', '[]', '[]', :now, :now)",
+                "INSERT INTO blobs (digest, size, created_at) VALUES "
+                f"('{shared}', 1, :now), ('{only_b}', 2, :now), ('{unused}', 3, :now)",
+                # acme lists `shared` in two versions; other lists it and `only_b`, and has a file not
+                # mirrored yet (no sha256) and one whose digest names no stored blob.
+                "INSERT INTO version_files (id, version_id, path, size, sha256) VALUES "
+                f"(1, 1, 'a', 1, '{shared}'), (2, 2, 'a', 1, '{shared}'), (3, 3, 'a', 1, '{shared}'), "
+                f"(4, 3, 'b', 2, '{only_b}'), (5, 3, 'c', 9, NULL), (6, 3, 'd', 9, '{unmirrored}')",
+            ]:
+                conn.execute(text(statement), {"now": now} if ":now" in statement else {})
+        migrate.upgrade(engine)
+        with engine.connect() as conn:
+            grants = conn.execute(text(
+                "SELECT tenants.name, blob_owners.digest, blob_owners.via "
+                "FROM blob_owners JOIN tenants ON tenants.id = blob_owners.tenant_id")).all()
+        assert sorted(grants) == [
+            ("acme", shared, "migration"), ("other", shared, "migration"), ("other", only_b, "migration")]
+        from sqlalchemy.orm import Session
+
+        from registry.db.models import BlobOwner
+
+        with Session(engine) as session:
+            # The migration's CURRENT_TIMESTAMP reads back as an aware UTC time on both databases.
+            assert all(o.granted_at.tzinfo is not None and o.granted_at.year >= 2026
+                       for o in session.query(BlobOwner))
+    finally:
+        engine.dispose()
