@@ -296,3 +296,30 @@ def test_mirroring_a_local_directory_grants_ownership(api, container, alice, bob
     assert _owners(container, X_SHA) == {"acme", "other"}
     with container.session_factory() as session:
         assert session.get(Blob, X_SHA).size == len(X)
+
+
+def test_a_git_file_seen_in_another_tenant_is_fetched_again(api, container, alice, bob):
+    """Small git files are matched by git blob sha1 and size, within the tenant only."""
+    config = b'{"hidden_size": 64}\n'
+    with HfUpstream() as hub:
+        container.settings.hf_allowed_endpoints.append(hub.url)
+        for repo in ("acme/cfg", "bob/cfg", "bob/cfg2"):
+            hub.add_repo(repo, gitattributes=False)
+            hub.commit(repo, {"config.json": config})
+        hub.corrupt("bob/cfg", "config.json")
+
+        def submit(who, tenant, repo, name):
+            r = api.post(f"/v1/models/{tenant}/{name}/versions", headers=who,
+                         json={"source": f"hf://{repo}", "hf_endpoint": hub.url})
+            assert r.status_code == 202, r.text
+            drain(container)
+            return api.get(f"/v1/models/{tenant}/{name}/versions/1", headers=who).json()
+
+        assert submit(alice, "acme", "acme/cfg", "cfg")["sealed_at"] is not None
+        # bob's hub lists the same git blob id but serves other bytes: they are fetched, and refused.
+        lying = submit(bob, "other", "bob/cfg", "cfg")
+        assert lying["state"] == "failed" and lying["failure_reason"] == "digest_mismatch", lying
+        assert _owners(container, hashlib.sha256(config).hexdigest()) == {"acme"}
+        honest = submit(bob, "other", "bob/cfg2", "cfg2")
+        assert honest["sealed_at"] is not None, honest["failure_detail"]
+        assert _owners(container, hashlib.sha256(config).hexdigest()) == {"acme", "other"}
