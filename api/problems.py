@@ -21,6 +21,7 @@ log = logging.getLogger(__name__)
 
 PROBLEM_BASE = "https://modelreg.dev/problems/"
 MEDIA_TYPE = "application/problem+json"
+LISTED_ERRORS = 20
 
 # Most specific first: the first matching class decides.
 STATUS_BY_ERROR: list[tuple[type[errors.RegistryError], int]] = [
@@ -60,12 +61,15 @@ def install(app: FastAPI) -> None:
 
     @app.exception_handler(RequestValidationError)
     async def _validation_error(_request: Request, exc: RequestValidationError) -> JSONResponse:
+        found = exc.errors()
+        # A list of thousands of bad entries is answered with the first few and the count.
         fields = [
             {"field": ".".join(str(p) for p in e.get("loc", ()) if p != "body"), "message": e.get("msg", "")}
-            for e in exc.errors()
+            for e in found[:LISTED_ERRORS]
         ]
-        detail = "; ".join(f"{f['field']}: {f['message']}" for f in fields) or "invalid request"
-        return problem(422, "invalid-input", "InvalidInputError", detail, errors=fields)
+        more = f" (and {len(found) - len(fields)} more)" if len(found) > len(fields) else ""
+        detail = "; ".join(f"{f['field']}: {f['message']}" for f in fields) + more or "invalid request"
+        return problem(422, "invalid-input", "InvalidInputError", detail, errors=fields, errors_count=len(found))
 
     @app.exception_handler(StarletteHTTPException)
     async def _http_error(_request: Request, exc: StarletteHTTPException) -> JSONResponse:

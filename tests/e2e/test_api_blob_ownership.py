@@ -323,3 +323,13 @@ def test_a_git_file_seen_in_another_tenant_is_fetched_again(api, container, alic
         honest = submit(bob, "other", "bob/cfg2", "cfg2")
         assert honest["sealed_at"] is not None, honest["failure_detail"]
         assert _owners(container, hashlib.sha256(config).hexdigest()) == {"acme", "other"}
+
+
+def test_a_request_with_thousands_of_bad_entries_lists_a_few(api, alice):
+    r = _submit(api, alice, "acme", [(f"dir/file-{i:05d}.bin", 1, "not-a-digest") for i in range(3000)])
+    assert r.status_code == 422 and r.json()["type"].endswith("/invalid-input")
+    body = r.json()
+    assert body["errors_count"] == 3000 and len(body["errors"]) == 20
+    assert body["errors"][0]["field"] == "files.0.sha256"
+    assert "(and 2980 more)" in body["detail"]
+    assert len(r.content) < 5000
