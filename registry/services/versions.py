@@ -464,7 +464,10 @@ def _already_stored(session: Session, tenant_id: int, files: Iterable[UpstreamFi
     owned = owned_blobs(session, tenant_id, (f.sha256 for f in files if f.sha256 is not None))
     found = {f.path: f.sha256 for f in files if f.sha256 in owned}
     # A small git file seen before in this tenant: its sha1 and size pin the same bytes.
-    by_git = {(f.git_sha1, f.size): f.path for f in files if f.sha256 is None and f.git_sha1 is not None}
+    by_git: dict[tuple[str, int], list[str]] = {}
+    for f in files:
+        if f.sha256 is None and f.git_sha1 is not None:
+            by_git.setdefault((f.git_sha1, f.size), []).append(f.path)
     if by_git:
         rows = session.execute(
             select(VersionFile.upstream_git_sha1, VersionFile.size, VersionFile.sha256).distinct()
@@ -473,8 +476,7 @@ def _already_stored(session: Session, tenant_id: int, files: Iterable[UpstreamFi
                    VersionFile.upstream_git_sha1.in_({sha1 for sha1, _ in by_git}))
         )
         for sha1, size, sha256 in rows:
-            if (sha1, size) in by_git:
-                found[by_git[sha1, size]] = sha256
+            found.update(dict.fromkeys(by_git.get((sha1, size), ()), sha256))
     return found
 
 

@@ -323,6 +323,13 @@ def test_a_git_file_seen_in_another_tenant_is_fetched_again(api, container, alic
         honest = submit(bob, "other", "bob/cfg2", "cfg2")
         assert honest["sealed_at"] is not None, honest["failure_detail"]
         assert _owners(container, hashlib.sha256(config).hexdigest()) == {"acme", "other"}
+        # Now his own: a later repository with the same file, twice, fetches neither copy.
+        hub.add_repo("bob/cfg3", gitattributes=False)
+        hub.commit("bob/cfg3", {"config.json": config, "copy/config.json": config})
+        before = len(hub.requests)
+        again = submit(bob, "other", "bob/cfg3", "cfg3")
+        assert again["sealed_at"] is not None and all(f["sha256"] for f in again["files"])
+        assert not [r for r in hub.requests[before:] if r.method == "GET" and "config.json" in r.path]
 
 
 def test_a_request_with_thousands_of_bad_entries_lists_a_few(api, alice):
