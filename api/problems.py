@@ -69,7 +69,8 @@ def install(app: FastAPI) -> None:
         ]
         more = f" (and {len(found) - len(fields)} more)" if len(found) > len(fields) else ""
         detail = "; ".join(f"{f['field']}: {f['message']}" for f in fields) + more or "invalid request"
-        return problem(422, "invalid-input", "InvalidInputError", detail, errors=fields, errors_count=len(found))
+        return problem(422, "invalid-input", "InvalidInputError", detail,
+                       errors=fields, errors_count=len(found))
 
     @app.exception_handler(StarletteHTTPException)
     async def _http_error(_request: Request, exc: StarletteHTTPException) -> JSONResponse:

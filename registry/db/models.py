@@ -226,7 +226,7 @@ class BlobOwner(Base):
     digest: Mapped[str] = mapped_column(String(64), ForeignKey("blobs.digest", ondelete="CASCADE"),
                                         primary_key=True)
     via: Mapped[str] = mapped_column(String(16))
-    """``upload`` or ``mirror``; ``migration`` for blobs the tenant's versions used before owners were kept."""
+    """``upload`` or ``mirror``; ``migration``: the tenant's versions used it before owners were kept."""
     granted_at: Mapped[dt.datetime] = mapped_column(default=utcnow)
 
 

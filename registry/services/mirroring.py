@@ -3,8 +3,9 @@
 ``resolve_version`` pins a version whose upstream was unreachable at submission; ``mirror_file`` streams
 one file from the upstream into the blob store, hashed in the same pass and checked against what the
 upstream published, grants the version's tenant ownership of the blob, and the job that lands the last
-file queues ``seal_version``; ``seal_version`` freezes the file list, signs it as an OpenSSF model-signing bundle from the digests computed while
-mirroring (no file is read again), and starts scanning.
+file queues ``seal_version``; ``seal_version`` freezes the file list, signs it as an OpenSSF
+model-signing bundle from the digests computed while mirroring (no file is read again), and starts
+scanning.
 """
 
 from __future__ import annotations

@@ -49,7 +49,8 @@ def _chunks(data: bytes, size: int = 100):
 
 
 def _put(api, who, tenant: str, data: bytes, digest: str | None = None, chunked: bool = False):
-    return api.put(f"/v1/blobs/sha256/{digest or hashlib.sha256(data).hexdigest()}", params={"tenant": tenant},
+    digest = digest or hashlib.sha256(data).hexdigest()
+    return api.put(f"/v1/blobs/sha256/{digest}", params={"tenant": tenant},
                    content=_chunks(data) if chunked else data, headers=who)
 
 
@@ -190,7 +191,8 @@ def test_a_files_list_over_the_limit_is_refused_before_any_lookup(api, container
     assert r.status_code == 413 and r.json()["type"].endswith("/limit-exceeded"), r.text
     assert r.json()["files"] == 6 and r.json()["limit"] == 5
     # Only the token and its roles were looked up: not the tenant by name, not a model, not a blob.
-    looked_up = [s for s in statements if re.search(r"tenants\.name = |\b(models|versions|blobs|blob_owners)\b", s)]
+    pattern = r"tenants\.name = |\b(models|versions|blobs|blob_owners)\b"
+    looked_up = [s for s in statements if re.search(pattern, s)]
     assert looked_up == [], statements
 
     with container.session_factory() as session:
@@ -245,13 +247,18 @@ def hub(container):
         yield upstream
 
 
+def _submit_hf(api, who, hub):
+    return api.post("/v1/models/other/m/versions", headers=who,
+                    json={"source": "hf://org/m", "hf_endpoint": hub.url})
+
+
 def _downloads(hub, path: str) -> int:
     return sum(1 for r in hub.requests if r.method == "GET" and r.path.endswith("/" + path))
 
 
 def test_mirroring_reads_the_upstream_and_grants_ownership(api, container, alice, bob, hub):
     _put(api, alice, "acme", X)
-    r = api.post("/v1/models/other/m/versions", headers=bob, json={"source": "hf://org/m", "hf_endpoint": hub.url})
+    r = _submit_hf(api, bob, hub)
     assert r.status_code == 202, r.text
     drain(container)
     version = api.get("/v1/models/other/m/versions/1", headers=bob).json()
@@ -263,8 +270,9 @@ def test_mirroring_reads_the_upstream_and_grants_ownership(api, container, alice
 
     # Bob's next version of the same bytes is not transferred again.
     hub.commit("org/m", {"more.txt": b"more"})
-    r = api.post("/v1/models/other/m/versions", headers=bob, json={"source": "hf://org/m", "hf_endpoint": hub.url})
+    assert _submit_hf(api, bob, hub).json()["version"] == 2
     drain(container)
+    assert api.get("/v1/models/other/m/versions/2", headers=bob).json()["sealed_at"] is not None
     assert _downloads(hub, "notes.txt") == 1
 
 
@@ -272,7 +280,7 @@ def test_an_upstream_that_publishes_a_digest_it_cannot_serve_gets_nothing(api, c
     """A hub that lists alice's sha256 but serves other bytes does not get her bytes into bob's version."""
     _put(api, alice, "acme", X)
     hub.corrupt("org/m", "notes.txt")
-    r = api.post("/v1/models/other/m/versions", headers=bob, json={"source": "hf://org/m", "hf_endpoint": hub.url})
+    r = _submit_hf(api, bob, hub)
     assert r.status_code == 202, r.text
     drain(container)
     version = api.get("/v1/models/other/m/versions/1", headers=bob).json()
@@ -282,18 +290,33 @@ def test_an_upstream_that_publishes_a_digest_it_cannot_serve_gets_nothing(api, c
     assert _head(api, bob, "other", X_SHA) == 404
 
 
-def test_mirroring_a_local_directory_grants_ownership(api, container, alice, bob, tmp_path):
+@pytest.mark.parametrize("upstream", ["local", pytest.param("s3", marks=pytest.mark.s3)])
+def test_mirroring_a_directory_or_a_bucket_grants_ownership(request, api, container, alice, bob, tmp_path,
+                                                            upstream):
     _put(api, alice, "acme", X)
-    model = tmp_path / "model"
-    model.mkdir()
-    (model / "notes.txt").write_bytes(X)
-    r = api.post("/v1/models/other/m/versions", headers=bob, json={"source": str(model)})
+    if upstream == "local":
+        model = tmp_path / "model"
+        model.mkdir()
+        (model / "notes.txt").write_bytes(X)
+        source = str(model)
+    else:
+        from pydantic import SecretStr
+
+        server, bucket = request.getfixturevalue("s3_server"), request.getfixturevalue("s3_bucket")
+        server.client().put_object(Bucket=bucket, Key="models/m/notes.txt", Body=X)
+        container.settings.s3_endpoint_url = server.endpoint_url
+        container.settings.s3_access_key_id = server.access_key
+        container.settings.s3_secret_access_key = SecretStr(server.secret_key)
+        container.settings.s3_source_buckets = [bucket]
+        source = f"s3://{bucket}/models/m"
+    r = api.post("/v1/models/other/m/versions", headers=bob, json={"source": source})
     assert r.status_code == 202, r.text
     assert r.json()["files"][0]["mirrored"] is False
     drain(container)
     version = api.get("/v1/models/other/m/versions/1", headers=bob).json()
     assert version["sealed_at"] is not None, version["failure_detail"]
     assert _owners(container, X_SHA) == {"acme", "other"}
+    assert _head(api, bob, "other", X_SHA) == 200
     with container.session_factory() as session:
         assert session.get(Blob, X_SHA).size == len(X)
 

@@ -214,7 +214,7 @@ class CountingSource:
 
 
 @pytest.mark.parametrize("data,digest", [(BIG, BIG_SHA), (SMALL, SMALL_SHA)], ids=["multipart", "small"])
-def test_put_proving_possession_reads_a_stored_blobs_source_to_the_end(harness: Harness, data, digest) -> None:
+def test_put_proving_possession_reads_a_stored_blobs_source_to_the_end(harness: Harness, data, digest):
     """Holding a digest proves nothing: whoever is not yet known to hold the bytes must send them all."""
     new = CountingSource(data)
     assert harness.store.put_proving_possession(new, expected_sha256=digest, expected_size=len(data)).created

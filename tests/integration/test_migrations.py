@@ -68,8 +68,8 @@ def test_0004_grants_existing_blobs_to_the_tenants_whose_versions_use_them(empty
                 "(3, 'idle', :now)",
                 "INSERT INTO models (id, tenant_id, name, next_version, created_at) VALUES "
                 "(1, 1, 'm', 3, :now), (2, 2, 'm', 2, :now)",
-                "INSERT INTO versions (id, model_id, number, state, source_kind, source_repo, include, exclude, "
-                "created_at, updated_at) VALUES "
+                "INSERT INTO versions (id, model_id, number, state, source_kind, source_repo, include, "
+                "exclude, created_at, updated_at) VALUES "
                 "(1, 1, 1, 'approved', 'upload', 'x', '[]', '[]', :now, :now), "
                 "(2, 1, 2, 'failed', 'upload', 'x', '[]', '[]', :now, :now), "
                 "(3, 2, 1, 'mirroring', 'hf', 'o/m', '[]', '[]', :now, :now)",
