@@ -2,7 +2,8 @@
 
 ``np.load(..., allow_pickle=True)`` unpickles an object array's data, so an ``object`` dtype (or a
 structured dtype with an object field) makes the rest of the file a pickle: it is scanned with
-the pickle interpreter and is at least suspicious even when every global is allowed.
+the pickle interpreter, with the same allow-list as any pickle: an array of plain data (strings,
+numbers, dicts, lists) is safe, an array whose pickle resolves anything else is judged by it.
 
 Example:
     >>> import io, numpy as np
@@ -101,8 +102,9 @@ def scan_npy(
     if start + hstart + hlen > size:
         return [Finding("numpy.header.invalid", Severity.ERROR, f"{loc}offset 8", f"header length {hlen} out of bounds")]
     if hlen > _MAX_HEADER:
-        # np.load(allow_pickle=True) lifts its own header size limit: it would read this one.
-        return [Finding("numpy.header.too-large", Severity.UNSAFE, f"{loc}offset 8", f"header of {hlen} bytes is too large to inspect")]
+        # np.load(allow_pickle=True) lifts its own header size limit and would read this one; it
+        # is not inspected here.
+        return [Finding("numpy.header.too-large", Severity.SUSPICIOUS, f"{loc}offset 8", f"header of {hlen} bytes is too large to inspect")]
     reader.seek(start + hstart)
     raw = reader.read(hlen)
     try:
@@ -123,7 +125,7 @@ def scan_npy(
     if has_object:
         findings = [
             Finding(
-                "numpy.object-dtype", Severity.SUSPICIOUS, f"{loc}offset {data_at}",
+                "numpy.object-dtype", Severity.INFO, f"{loc}offset {data_at}",
                 f"object dtype {header['descr']!r}: the data is a pickle, run by np.load(allow_pickle=True)",
             )
         ]

@@ -51,6 +51,19 @@ _TORCH_QSCHEMES = (
     "per_channel_affine_float_qparams"
 ).split()
 
+_PURE_BUILTINS = (
+    "len abs min max sum round divmod all any sorted reversed enumerate zip chr ord hex oct bin hash repr ascii "
+    "callable id"
+).split()
+# Not here, on purpose: getattr setattr delattr hasattr vars dir globals locals eval exec compile
+# __import__ open input print breakpoint help exit quit type super property classmethod staticmethod
+# iter next map filter memoryview format isinstance issubclass pow: each reaches code, attributes,
+# the process, files or imports, calls an argument, or needs none of the above to load data.
+_FUTURE_FEATURES = (
+    "_Feature nested_scopes generators division absolute_import with_statement print_function unicode_literals "
+    "barry_as_FLUFL generator_stop annotations"
+).split()
+
 ALLOWED_GLOBALS: frozenset[tuple[str, str]] = frozenset(
     {
         ("collections", "OrderedDict"),
@@ -114,6 +127,12 @@ ALLOWED_GLOBALS: frozenset[tuple[str, str]] = frozenset(
         ("builtins", "float"),
         ("builtins", "str"),
         ("builtins", "bool"),
+        # Pure builtins: called from a pickle (positional arguments only, since NEWOBJ refuses a
+        # function) they compute over values the pickle built, calling no argument (no key=, no
+        # callable-taking iter/map/filter) and reaching no attribute, file or import.
+        *(("builtins", f) for f in _PURE_BUILTINS),
+        # Feature flags of __future__: inert records (what pickle.dumps(__future__.annotations) writes).
+        *(("__future__", f) for f in _FUTURE_FEATURES),
         ("collections", "Counter"),
         ("collections", "deque"),
         ("collections", "defaultdict"),
@@ -749,7 +768,15 @@ class _Interpreter:
             fork.stack, fork.marks, fork.memo = list(self.stack), list(self.marks), dict(self.memo)
             fork.proto, fork.seen, fork.plain = self.proto, set(self.seen), True
             fork.run(reader)
-            self.findings.extend(f for f in fork.findings if f.rule_id not in _BREAK_RULES and f not in self.findings)
+            # An object array's bytes are a whole pickle with a memo of its own. Read by pickle.load
+            # they share this memo, so every memo reference of a benign array resolves to this
+            # pickle's strings and names a module nobody has (``NumpyArrayWrapper.dtype``): that
+            # reading stops at the failed import. What it reaches first that is unsafe still counts.
+            self.findings.extend(
+                f for f in fork.findings
+                if f.rule_id not in _BREAK_RULES and f not in self.findings
+                and (not has_object or f.severity is Severity.UNSAFE)
+            )
             reader.seek(start)
         elif not self.probe:
             self._add(
@@ -762,7 +789,7 @@ class _Interpreter:
         if has_object:
             # joblib hands the stream to pickle.load: a whole pickle sits here, then this one goes on.
             self._add(
-                "pickle.joblib.object-array", Severity.SUSPICIOUS, pos, opname,
+                "pickle.joblib.object-array", Severity.INFO, pos, opname,
                 "joblib object array: its elements are a nested pickle, run by joblib.load",
             )
             inner = _Interpreter(f"{self.loc}joblib array at {pos}: ", self.nested, self.depth, self.probe, self.torchscript)
