@@ -285,11 +285,13 @@ def types_codetype() -> bytes:
 
 
 def cloudpickle_function() -> bytes:
-    """What cloudpickle writes for a function calling eval: _make_function over a CodeType."""
+    """What cloudpickle writes for a function of its own: _make_function over a CodeType."""
     import cloudpickle
 
     def evil(payload: str = PAYLOAD) -> None:
-        getattr(__builtins__, "eval")(payload)  # pragma: no cover - never called
+        import os  # pragma: no cover - never called
+
+        os.system(payload)
 
     class Evil:
         def __reduce__(self):  # noqa: D105
