@@ -266,7 +266,7 @@ class Engine:
         def visit(member: str, r: BinaryIO, s: int) -> list[Finding]:
             sub = f"{chain}!{member}" if chain else member
             if depth + 1 > self.limits.max_depth:
-                sink.append(Finding("container.too-deep", Severity.SUSPICIOUS, sub, f"nested deeper than {self.limits.max_depth}: not inspected"))
+                sink.append(Finding("container.too-deep", Severity.UNSAFE, sub, f"nested deeper than {self.limits.max_depth}: not inspected"))
                 return []
             fmt, found = self._scan(member, f"{ctx_path}!{member}", sub, r, s, depth + 1)
             sink.append(Finding("container.member", Severity.INFO, sub, f"{fmt}, {s} bytes"))
@@ -281,7 +281,7 @@ class Engine:
         def nested(loc: str, data: bytes) -> list[Finding]:
             sub = f"{chain}!{loc.rstrip(': ')}" if chain else loc.rstrip(": ")
             if depth + 1 > self.limits.max_depth:
-                return [Finding("container.too-deep", Severity.SUSPICIOUS, sub, "nested pickle too deep: not inspected")]
+                return [Finding("container.too-deep", Severity.UNSAFE, sub, "nested pickle too deep: not inspected")]
             fmt, found = self._scan("<nested>", f"{ctx_path}!<nested>", sub, io.BytesIO(data), len(data), depth + 1)
             info = Finding("pickle.nested", Severity.INFO, sub, f"nested {fmt} of {len(data)} bytes")
             # The chain of nested findings already starts with the member chain; drop it so the

@@ -102,9 +102,8 @@ def scan_npy(
     if start + hstart + hlen > size:
         return [Finding("numpy.header.invalid", Severity.ERROR, f"{loc}offset 8", f"header length {hlen} out of bounds")]
     if hlen > _MAX_HEADER:
-        # np.load(allow_pickle=True) lifts its own header size limit and would read this one; it
-        # is not inspected here.
-        return [Finding("numpy.header.too-large", Severity.SUSPICIOUS, f"{loc}offset 8", f"header of {hlen} bytes is too large to inspect")]
+        # np.load(allow_pickle=True) lifts its own header size limit: it would read this one.
+        return [Finding("numpy.header.too-large", Severity.UNSAFE, f"{loc}offset 8", f"header of {hlen} bytes is too large to inspect")]
     reader.seek(start + hstart)
     raw = reader.read(hlen)
     try:
