@@ -7,9 +7,14 @@ reads). Prints:
 
 (a) the scan time of the 2 GB safetensors file with our engine;
 (b) our time on the mixed directory against modelscan's Python API and its CLI, as ratios;
-(c) a detection table: which samples each scanner flagged.
+(c) a detection table: which samples each scanner flagged;
+(d) the scanner's regression set (the library-written benign corpus of
+    ``tests/support/benign_corpus.py`` and the peer-scanner families of
+    ``tests/support/peer_families.py``): misses and false positives of both scanners on the same
+    files. A miss is an attack left ``safe`` (or, for modelscan, errored on); a false positive is a
+    benign file not left ``safe``.
 
-Run: ``.venv/bin/python bench/scan.py``
+Run: ``.venv/bin/python bench/scan.py`` (``--regression-only`` skips (a)-(c)).
 """
 
 from __future__ import annotations
@@ -32,6 +37,11 @@ from registry.scanning import Verdict, scan_directory, scan_file  # noqa: E402
 from registry.scanning.modelscan_adapter import scan_path_with_modelscan  # noqa: E402
 from tests.support import format_samples as F  # noqa: E402
 from tests.support import scan_samples as S  # noqa: E402
+from tests.support.benign_corpus import build_all  # noqa: E402
+from tests.support.peer_families import FAMILIES  # noqa: E402
+
+BY_DESIGN = {"torch_jit_save_scripted"}
+"""Benign corpus samples meant ``suspicious`` (TorchScript is code: see test_benign_corpus.py)."""
 
 FLAGGED = (Verdict.UNSAFE, Verdict.SUSPICIOUS)
 
@@ -106,6 +116,60 @@ def build_sparse_safetensors(path: Path, size: int = 2 << 30) -> None:
         f.truncate(size)
 
 
+def build_regression(root: Path) -> dict[str, tuple[str, str]]:
+    """Write the benign corpus and the peer families under ``root``; rel path -> (kind, wanted verdict).
+
+    ``kind`` is ``attack``, ``benign`` or ``by-design`` (benign files meant ``suspicious``).
+    """
+    expected: dict[str, tuple[str, str]] = {}
+    (root / "benign").mkdir()
+    for sample, d in build_all(root / "benign").items():
+        for p in sorted(d.rglob("*")):
+            if p.is_file():
+                by_design = sample in BY_DESIGN
+                expected[p.relative_to(root).as_posix()] = ("by-design" if by_design else "benign",
+                                                            "suspicious" if by_design else "safe")
+    for name, fam in FAMILIES.items():
+        d = root / "families" / name
+        d.mkdir(parents=True)
+        (d / fam.filename).write_bytes(fam.build())
+        kind = "attack" if fam.attack else ("benign" if fam.want == "safe" else "by-design")
+        expected[f"families/{name}/{fam.filename}"] = (kind, fam.want)
+    return expected
+
+
+def regression(tmp: Path) -> None:
+    """(d): misses and false positives of modelreg and modelscan on the regression set."""
+    root = tmp / "regression"
+    root.mkdir()
+    t = time.perf_counter()
+    expected = build_regression(root)
+    t_build = time.perf_counter() - t
+    ours: dict[str, Verdict] = {}
+    t = time.perf_counter()
+    for top in sorted(root.iterdir()):
+        for sample in sorted(top.iterdir()):
+            # One version per sample directory: each file knows its siblings (ONNX external data).
+            for scan in scan_directory(sample):
+                ours[f"{sample.relative_to(root).as_posix()}/{scan.path}"] = scan.verdict
+    t_ours = time.perf_counter() - t
+    t = time.perf_counter()
+    theirs = {s.path: s.verdict for s in scan_path_with_modelscan(root)}
+    t_ms = time.perf_counter() - t
+    kinds = {k: sum(v[0] == k for v in expected.values()) for k in ("attack", "benign", "by-design")}
+    print(f"\n(d) regression set: {len(expected)} files built in {t_build:.1f} s: {kinds['attack']} attacks, "
+          f"{kinds['benign']} benign, {kinds['by-design']} suspicious by design")
+    for label, got, secs in (("modelreg", ours, t_ours), ("modelscan", theirs, t_ms)):
+        misses = sorted(p for p, (k, _) in expected.items() if k == "attack" and got.get(p, Verdict.SAFE) not in FLAGGED)
+        fps = sorted(p for p, (k, _) in expected.items() if k == "benign" and got.get(p, Verdict.SAFE) is not Verdict.SAFE)
+        errors = sum(got.get(p) is Verdict.ERROR for p in expected)
+        exact = sum(got.get(p, Verdict.SAFE).value == want for p, (_, want) in expected.items())
+        print(f"    {label:10s} misses {len(misses):3d}/{kinds['attack']}  false positives {len(fps):3d}/{kinds['benign']}  "
+              f"errors {errors:3d}  verdict as meant {exact}/{len(expected)}  ({secs:.1f} s)")
+        for p in (misses + fps)[:8] if label == "modelreg" else []:
+            print(f"        {p}: {got.get(p, Verdict.SAFE).value}, meant {expected[p][1]}")
+
+
 def timed(fn, repeat: int = 3) -> tuple[float, object]:
     times, out = [], None
     for _ in range(repeat):
@@ -118,58 +182,65 @@ def timed(fn, repeat: int = 3) -> tuple[float, object]:
 def main() -> None:
     tmp = Path(tempfile.mkdtemp(prefix="modelreg-bench-scan-"))
     try:
-        mixed = tmp / "mixed"
-        mixed.mkdir()
-        expected = build_mixed(mixed)
-        st = tmp / "big" / "model.safetensors"
-        st.parent.mkdir()
-        build_sparse_safetensors(st)
-
-        scan_file(st)  # warm imports
-        t_st, st_scan = timed(lambda: scan_file(st), repeat=5)
-        print(f"(a) 2 GiB safetensors ({st.stat().st_size} bytes, sparse): {t_st * 1000:.1f} ms, "
-              f"format={st_scan.format} verdict={st_scan.verdict.value}")
-
-        t_ours, ours = timed(lambda: scan_directory(mixed))
-        t_ms, theirs = timed(lambda: scan_path_with_modelscan(mixed))
-        report = tmp / "modelscan.json"
-        cli = shutil.which("modelscan") or str(Path(sys.executable).parent / "modelscan")
-        t = time.perf_counter()
-        proc = subprocess.run([cli, "-p", str(mixed), "-r", "json", "-o", str(report)], capture_output=True, text=True)
-        t_cli = time.perf_counter() - t
-        n = len(expected)
-        print(f"(b) mixed directory, {n} files, {sum(p.stat().st_size for p in mixed.rglob('*') if p.is_file())} bytes:")
-        print(f"    modelreg engine     {t_ours * 1000:8.1f} ms")
-        print(f"    modelscan (API)     {t_ms * 1000:8.1f} ms   ratio modelscan/modelreg = {t_ms / t_ours:.2f}")
-        print(f"    modelscan (CLI)     {t_cli * 1000:8.1f} ms   ratio modelscan/modelreg = {t_cli / t_ours:.2f}  (exit {proc.returncode})")
-
-        ours_by = {s.path: s for s in ours}  # type: ignore[union-attr]
-        theirs_by = {s.path: s for s in theirs}  # type: ignore[union-attr]
-        print("\n(c) detection (flagged = unsafe or suspicious; E = error)")
-        print(f"    {'sample':44s} {'expected':10s} {'modelreg':10s} {'modelscan':10s}")
-        stats = {"ours_hit": 0, "ms_hit": 0, "bad": 0, "ours_fp": 0, "ms_fp": 0, "good": 0}
-        for rel, (sample, want) in sorted(expected.items(), key=lambda kv: (kv[1][1] == "safe", kv[1][0])):
-            o = ours_by[rel].verdict
-            m = theirs_by[rel].verdict if rel in theirs_by else Verdict.SAFE
-            if want == "safe":
-                stats["good"] += 1
-                stats["ours_fp"] += o is not Verdict.SAFE
-                stats["ms_fp"] += m is not Verdict.SAFE
-            else:
-                stats["bad"] += 1
-                stats["ours_hit"] += o in FLAGGED
-                stats["ms_hit"] += m in FLAGGED
-            print(f"    {sample:44s} {want:10s} {o.value:10s} {m.value:10s}")
-        print(
-            f"\n    bypass samples flagged: modelreg {stats['ours_hit']}/{stats['bad']}, "
-            f"modelscan {stats['ms_hit']}/{stats['bad']}"
-        )
-        print(
-            f"    ordinary files not safe: modelreg {stats['ours_fp']}/{stats['good']}, "
-            f"modelscan {stats['ms_fp']}/{stats['good']} (modelscan errors count here)"
-        )
+        if "--regression-only" not in sys.argv:
+            mixed_dir(tmp)
+        regression(tmp)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def mixed_dir(tmp: Path) -> None:
+    """(a)-(c): the 2 GiB safetensors file and the mixed directory, timed and compared."""
+    mixed = tmp / "mixed"
+    mixed.mkdir()
+    expected = build_mixed(mixed)
+    st = tmp / "big" / "model.safetensors"
+    st.parent.mkdir()
+    build_sparse_safetensors(st)
+
+    scan_file(st)  # warm imports
+    t_st, st_scan = timed(lambda: scan_file(st), repeat=5)
+    print(f"(a) 2 GiB safetensors ({st.stat().st_size} bytes, sparse): {t_st * 1000:.1f} ms, "
+          f"format={st_scan.format} verdict={st_scan.verdict.value}")
+
+    t_ours, ours = timed(lambda: scan_directory(mixed))
+    t_ms, theirs = timed(lambda: scan_path_with_modelscan(mixed))
+    report = tmp / "modelscan.json"
+    cli = shutil.which("modelscan") or str(Path(sys.executable).parent / "modelscan")
+    t = time.perf_counter()
+    proc = subprocess.run([cli, "-p", str(mixed), "-r", "json", "-o", str(report)], capture_output=True, text=True)
+    t_cli = time.perf_counter() - t
+    n = len(expected)
+    print(f"(b) mixed directory, {n} files, {sum(p.stat().st_size for p in mixed.rglob('*') if p.is_file())} bytes:")
+    print(f"    modelreg engine     {t_ours * 1000:8.1f} ms")
+    print(f"    modelscan (API)     {t_ms * 1000:8.1f} ms   ratio modelscan/modelreg = {t_ms / t_ours:.2f}")
+    print(f"    modelscan (CLI)     {t_cli * 1000:8.1f} ms   ratio modelscan/modelreg = {t_cli / t_ours:.2f}  (exit {proc.returncode})")
+
+    ours_by = {s.path: s for s in ours}  # type: ignore[union-attr]
+    theirs_by = {s.path: s for s in theirs}  # type: ignore[union-attr]
+    print("\n(c) detection (flagged = unsafe or suspicious; E = error)")
+    print(f"    {'sample':44s} {'expected':10s} {'modelreg':10s} {'modelscan':10s}")
+    stats = {"ours_hit": 0, "ms_hit": 0, "bad": 0, "ours_fp": 0, "ms_fp": 0, "good": 0}
+    for rel, (sample, want) in sorted(expected.items(), key=lambda kv: (kv[1][1] == "safe", kv[1][0])):
+        o = ours_by[rel].verdict
+        m = theirs_by[rel].verdict if rel in theirs_by else Verdict.SAFE
+        if want == "safe":
+            stats["good"] += 1
+            stats["ours_fp"] += o is not Verdict.SAFE
+            stats["ms_fp"] += m is not Verdict.SAFE
+        else:
+            stats["bad"] += 1
+            stats["ours_hit"] += o in FLAGGED
+            stats["ms_hit"] += m in FLAGGED
+        print(f"    {sample:44s} {want:10s} {o.value:10s} {m.value:10s}")
+    print(
+        f"\n    bypass samples flagged: modelreg {stats['ours_hit']}/{stats['bad']}, "
+        f"modelscan {stats['ms_hit']}/{stats['bad']}"
+    )
+    print(
+        f"    ordinary files not safe: modelreg {stats['ours_fp']}/{stats['good']}, "
+        f"modelscan {stats['ms_fp']}/{stats['good']} (modelscan errors count here)"
+    )
 
 
 if __name__ == "__main__":

@@ -165,6 +165,10 @@ _DD = b"PK\x07\x08"
 # bit 1-2: deflate options; bit 3: sizes in a data descriptor; bit 11: UTF-8 names.
 _ALLOWED_FLAGS = 0x0002 | 0x0004 | 0x0008 | 0x0800
 _METHODS = {0: "stored", 8: "deflate", 12: "bzip2"}
+# bit 0: traditional encryption; bit 6: strong encryption; bit 13: masked central directory.
+_ENCRYPTED = 0x0001 | 0x0040 | 0x2000
+# What a reader finds reading ciphertext as if it were clear: expected for an encrypted member.
+_CIPHERTEXT_RULES = frozenset({"zip.crc", "zip.size-mismatch", "zip.corrupt"})
 
 
 @dataclass(slots=True)
@@ -276,12 +280,16 @@ def list_zip(reader: BinaryIO, size: int, budget: ScanBudget) -> tuple[list[ZipE
     seen: set[str] = set()
     for e in entries:
         where = f"member {e.name!r}"
-        if e.flags & 0x0001 or e.flags & 0x0040 or e.flags & 0x2000:
-            findings.append(_f("zip.encrypted", Severity.UNSAFE, where, "encrypted member cannot be inspected"))
+        # Flag bits alone run nothing: the member is still read as a loader that ignores them
+        # reads it (see open_zip_member), and what it holds decides.
+        if e.flags & _ENCRYPTED:
+            findings.append(
+                _f("zip.encrypted", Severity.SUSPICIOUS, where, "flagged as encrypted: read as stored, in case it is not")
+            )
         elif e.flags & ~_ALLOWED_FLAGS:
-            findings.append(_f("zip.flags", Severity.UNSAFE, where, f"unexpected general purpose flag bits {e.flags:#06x}"))
+            findings.append(_f("zip.flags", Severity.SUSPICIOUS, where, f"unexpected general purpose flag bits {e.flags:#06x}"))
         if e.method not in _METHODS:
-            findings.append(_f("zip.compression.unsupported", Severity.UNSAFE, where, f"compression method {e.method}"))
+            findings.append(_f("zip.compression.unsupported", Severity.SUSPICIOUS, where, f"compression method {e.method}: not inspected"))
         if _unsafe_name(e.name):
             findings.append(_f("zip.name.unsafe", Severity.UNSAFE, where, "absolute, parent-relative or control-character name"))
         if e.name in seen:
@@ -402,9 +410,18 @@ def open_zip_member(
     Returns:
         A seekable reader over the member's bytes (None when unusable), its size, and findings.
     """
+    if e.end < 0 or e.method not in _METHODS:
+        return None, 0, []
+    member, size, findings = _read_member(reader, e, budget, where)
+    if e.flags & _ENCRYPTED:
+        # torch.load ignores the flag and reads the bytes as stored: they are scanned as such.
+        # Ciphertext fails the CRC and size checks, which then say nothing zip.encrypted did not.
+        findings = [f for f in findings if f.rule_id not in _CIPHERTEXT_RULES]
+    return member, size, findings
+
+
+def _read_member(reader: BinaryIO, e: ZipEntry, budget: ScanBudget, where: str) -> tuple[BinaryIO, int, list[Finding]]:
     findings: list[Finding] = []
-    if e.end < 0 or e.flags & 0x0041 or e.method not in _METHODS:
-        return None, 0, findings
     lim = budget.limits
     if e.method != 0 and e.usize > lim.ratio_min_bytes and e.usize > lim.max_ratio * max(e.csize, 1):
         findings.append(
@@ -417,8 +434,7 @@ def open_zip_member(
             findings.append(_f("zip.size-mismatch", Severity.UNSAFE, where, "stored member sizes differ"))
         while block := src.read(_CHUNK):
             crc = zlib.crc32(block, crc)
-        if crc != e.crc:
-            findings.append(_f("zip.crc", Severity.UNSAFE, where, f"CRC-32 {crc:#010x} != recorded {e.crc:#010x}"))
+        findings.extend(_check_crc(crc, e, where))
         return SliceReader(reader, e.data_offset, e.csize), e.csize, findings
     is_deflate = e.method == 8
     dec = zlib.decompressobj(-15) if is_deflate else bz2.BZ2Decompressor()
@@ -466,11 +482,21 @@ def open_zip_member(
         return out, out.tell(), findings
     if not broken and total != e.usize:
         findings.append(_f("zip.size-mismatch", Severity.UNSAFE, where, f"expands to {total}, recorded {e.usize}"))
-    elif not broken and crc != e.crc:
-        findings.append(_f("zip.crc", Severity.UNSAFE, where, f"CRC-32 {crc:#010x} != recorded {e.crc:#010x}"))
+    elif not broken:
+        findings.extend(_check_crc(crc, e, where))
     size = out.tell()
     out.seek(0)
     return out, size, findings
+
+
+def _check_crc(crc: int, e: ZipEntry, where: str) -> list[Finding]:
+    if crc == e.crc:
+        return []
+    if e.crc == 0:
+        # torch.save with config.save.compute_crc32 = False records 0 for every member. The bytes
+        # scanned are the bytes every reader reads, so a CRC left out hides nothing.
+        return [_f("zip.crc.not-recorded", Severity.INFO, where, "no CRC-32 recorded (0)")]
+    return [_f("zip.crc", Severity.UNSAFE, where, f"CRC-32 {crc:#010x} != recorded {e.crc:#010x}")]
 
 
 def scan_zip(

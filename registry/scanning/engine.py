@@ -35,7 +35,7 @@ from registry.scanning.model import FileScan, Finding, ScanContext, Severity
 from registry.scanning.sniff import HEAD_BYTES, UNINSPECTABLE, is_tar, sniff
 
 SCANNER_NAME = "modelreg"
-SCANNER_VERSION = "1.4.0"
+SCANNER_VERSION = "1.5.0"
 """Bump whenever a rule changes: results are cached by (blob sha256, scanner name, version)."""
 
 REMOTE_CODE_NAMES = frozenset({"config.json", "tokenizer_config.json"})

@@ -2,7 +2,8 @@
 
 ``np.load(..., allow_pickle=True)`` unpickles an object array's data, so an ``object`` dtype (or a
 structured dtype with an object field) makes the rest of the file a pickle: it is scanned with
-the pickle interpreter and is at least suspicious even when every global is allowed.
+the pickle interpreter, with the same allow-list as any pickle: an array of plain data (strings,
+numbers, dicts, lists) is safe, an array whose pickle resolves anything else is judged by it.
 
 Example:
     >>> import io, numpy as np
@@ -123,7 +124,7 @@ def scan_npy(
     if has_object:
         findings = [
             Finding(
-                "numpy.object-dtype", Severity.SUSPICIOUS, f"{loc}offset {data_at}",
+                "numpy.object-dtype", Severity.INFO, f"{loc}offset {data_at}",
                 f"object dtype {header['descr']!r}: the data is a pickle, run by np.load(allow_pickle=True)",
             )
         ]

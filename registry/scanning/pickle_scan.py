@@ -51,6 +51,19 @@ _TORCH_QSCHEMES = (
     "per_channel_affine_float_qparams"
 ).split()
 
+_PURE_BUILTINS = (
+    "len abs min max sum round divmod all any sorted reversed enumerate zip chr ord hex oct bin hash repr ascii "
+    "callable id"
+).split()
+# Not here, on purpose: getattr setattr delattr hasattr vars dir globals locals eval exec compile
+# __import__ open input print breakpoint help exit quit type super property classmethod staticmethod
+# iter next map filter memoryview format isinstance issubclass pow: each reaches code, attributes,
+# the process, files or imports, calls an argument, or needs none of the above to load data.
+_FUTURE_FEATURES = (
+    "_Feature nested_scopes generators division absolute_import with_statement print_function unicode_literals "
+    "barry_as_FLUFL generator_stop annotations"
+).split()
+
 ALLOWED_GLOBALS: frozenset[tuple[str, str]] = frozenset(
     {
         ("collections", "OrderedDict"),
@@ -114,6 +127,12 @@ ALLOWED_GLOBALS: frozenset[tuple[str, str]] = frozenset(
         ("builtins", "float"),
         ("builtins", "str"),
         ("builtins", "bool"),
+        # Pure builtins: called from a pickle (positional arguments only, since NEWOBJ refuses a
+        # function) they compute over values the pickle built, calling no argument (no key=, no
+        # callable-taking iter/map/filter) and reaching no attribute, file or import.
+        *(("builtins", f) for f in _PURE_BUILTINS),
+        # Feature flags of __future__: inert records (what pickle.dumps(__future__.annotations) writes).
+        *(("__future__", f) for f in _FUTURE_FEATURES),
         ("collections", "Counter"),
         ("collections", "deque"),
         ("collections", "defaultdict"),
@@ -156,6 +175,8 @@ _DANGEROUS_PACKAGES = frozenset(
     wsgiref operator _operator functools _functools itertools gc weakref _weakref atexit
     builtins __builtin__ logging sqlite3 _sqlite3 platform sysconfig getpass pydoc pydoc_data
     jinja2 yaml ruamel mako numexpr IPython jupyter_client nbformat sympy dask
+    test _interpreters _xxsubinterpreters _interpchannels _interpqueues _xxinterpchannels
+    fickling picklescan modelscan
     torch.hub torch.jit torch.package torch.serialization torch.utils.cpp_extension torch._dynamo
     torch._inductor torch.fx torch.distributed torch.multiprocessing torch._C torch.ops torch.library
     torch.load torch.compile numpy.load numpy.testing numpy.f2py numpy.distutils numpy.ctypeslib
@@ -545,6 +566,7 @@ class _Interpreter:
                 if self.good_globals:
                     self.ops_after_global += 1
                 if self.frame_end is not None and self.prev_pos < self.frame_end < pos:
+                    self._straddled(reader, self.frame_end, pos)
                     self._frame_mismatch(pos, opname, "an opcode crosses the end of its frame")
                 self.prev_pos = pos
                 if opname == "STOP":
@@ -561,6 +583,12 @@ class _Interpreter:
                     if self.frame_end is not None and self.frame_end > pos + 1:
                         self._frame_mismatch(pos, opname, "the last frame runs past STOP")
                     value = top if isinstance(top, (int, str, bytes)) else (top.items if isinstance(top, _List) else None)
+                    if not self.probe and _expanded_size(top) > _MAX_EXPANSION:
+                        self._add(
+                            "pickle.expansion", Severity.SUSPICIOUS, pos, opname,
+                            f"the value shares containers so deeply that walking it visits over {_MAX_EXPANSION} "
+                            "items (a billion-laughs structure): harmless to load, explosive to copy, print or save",
+                        )
                     break
                 self._step(opname, arg, pos)
                 if self.pending_array is not None:
@@ -749,7 +777,15 @@ class _Interpreter:
             fork.stack, fork.marks, fork.memo = list(self.stack), list(self.marks), dict(self.memo)
             fork.proto, fork.seen, fork.plain = self.proto, set(self.seen), True
             fork.run(reader)
-            self.findings.extend(f for f in fork.findings if f.rule_id not in _BREAK_RULES and f not in self.findings)
+            # An object array's bytes are a whole pickle with a memo of its own. Read by pickle.load
+            # they share this memo, so every memo reference of a benign array resolves to this
+            # pickle's strings and names a module nobody has (``NumpyArrayWrapper.dtype``): that
+            # reading stops at the failed import. What it reaches first that is unsafe still counts.
+            self.findings.extend(
+                f for f in fork.findings
+                if f.rule_id not in _BREAK_RULES and f not in self.findings
+                and (not has_object or f.severity is Severity.UNSAFE)
+            )
             reader.seek(start)
         elif not self.probe:
             self._add(
@@ -762,7 +798,7 @@ class _Interpreter:
         if has_object:
             # joblib hands the stream to pickle.load: a whole pickle sits here, then this one goes on.
             self._add(
-                "pickle.joblib.object-array", Severity.SUSPICIOUS, pos, opname,
+                "pickle.joblib.object-array", Severity.INFO, pos, opname,
                 "joblib object array: its elements are a nested pickle, run by joblib.load",
             )
             inner = _Interpreter(f"{self.loc}joblib array at {pos}: ", self.nested, self.depth, self.probe, self.torchscript)
@@ -782,6 +818,28 @@ class _Interpreter:
         reader.seek(end)
         if reader.tell() != end or not _has_bytes_before(reader, end):
             raise PickleParseError(f"joblib array of {nbytes} bytes runs past the end of the stream")
+
+    def _straddled(self, reader: BinaryIO, frame_end: int, pos: int) -> None:
+        """Judge the globals written in the bytes an opcode read past the end of its frame.
+
+        The C and Python unpicklers part ways there: one reads those bytes as the opcode's argument
+        (as this interpreter did), the other may read them as opcodes. Whatever global they name
+        could run, so each is judged like any other.
+        """
+        at = reader.tell()
+        reader.seek(frame_end)
+        data = reader.read(min(pos - frame_end, _STRADDLE_WINDOW))
+        reader.seek(at)
+        for m in _WRITTEN_GLOBAL.finditer(data):
+            module, name = (m.group(1), m.group(2)) if m.group(1) else (m.group(3), m.group(4))
+            cls = classify_global(module.decode("latin-1"), name.decode("latin-1"))
+            if cls.severity is Severity.UNSAFE:
+                self._add(
+                    "pickle.frame.hidden-global", Severity.UNSAFE, frame_end + m.start(), "FRAME",
+                    f"{module.decode('latin-1')}.{name.decode('latin-1')} written past a frame's end: "
+                    f"{cls.reason}, run by the unpickler that reads it as opcodes",
+                    key=f"{module!r}.{name!r}",
+                )
 
     def _frame_mismatch(self, pos: int, opname: str, why: str) -> None:
         # The C unpickler treats frames as read-ahead hints, the Python one enforces them:
@@ -852,6 +910,40 @@ class _Interpreter:
                 )
 
 
+_MAX_EXPANSION = 1 << 24
+
+
+def _expanded_size(value: Any) -> int:
+    """How many items a tree walk of ``value`` visits, counted over the shared-reference graph.
+
+    Each container is counted once (memoized by identity), so the cost is linear in the pickle
+    while the result is what a walk of the tree would cost. Cycles count once.
+    """
+    sizes: dict[int, int] = {}
+    todo: list[tuple[Any, bool]] = [(value, False)]
+    while todo:
+        v, done = todo.pop()
+        if not isinstance(v, (tuple, _List, _Set, _Dict)) or (id(v) in sizes and not done):
+            continue
+        children = v.items if not isinstance(v, tuple) else v
+        if isinstance(v, _Dict):
+            children = [x for kv in v.items for x in kv]
+        if not done:
+            sizes[id(v)] = 1  # provisional: a cycle back to v counts once
+            todo.append((v, True))
+            todo.extend((c, False) for c in children)
+        else:
+            sizes[id(v)] = min(_MAX_EXPANSION + 1, 1 + sum(sizes.get(id(c), 1) for c in children))
+    return sizes.get(id(value), 1)
+
+
+_STRADDLE_WINDOW = 1 << 20
+# A GLOBAL/INST line pair, or two SHORT_BINUNICODE strings (each maybe memoized) then STACK_GLOBAL.
+_WRITTEN_GLOBAL = re.compile(
+    rb"[ci]([A-Za-z_][\w.]{0,200})\n([A-Za-z_][\w.]{0,200})\n"
+    rb"|\x8c[\x01-\xff]([A-Za-z_][\w.]{0,200})[\x94]?(?:q.)?\x8c[\x01-\xff]([A-Za-z_][\w.]{0,200})[\x94]?(?:q.)?\x93",
+    re.DOTALL,
+)
 _JOBLIB_WRAPPER = ("joblib.numpy_pickle", "NumpyArrayWrapper")
 _MAX_FORKS = 256
 _BREAK_RULES = frozenset(

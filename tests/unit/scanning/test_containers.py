@@ -25,7 +25,6 @@ def _rules(scan) -> set[str]:
     [
         ("zip_bad_crc", "zip.crc"),
         ("zip_local_central_name_mismatch", "zip.name.mismatch"),
-        ("zip_encryption_flag", "zip.encrypted"),
         ("zip_overlapping_entries", "zip.overlap"),
     ],
 )
@@ -34,6 +33,50 @@ def test_strict_zip_refusals_are_unsafe_even_with_harmless_members(sample: str, 
     scan = _scan(data, name)
     assert scan.verdict is Verdict.UNSAFE
     assert rule in _rules(scan)
+
+
+def test_encryption_flag_on_harmless_member_is_suspicious() -> None:
+    # Issue 7: a flag runs nothing; the member is read as stored and is harmless.
+    name, data, _ = S.MALICIOUS["zip_encryption_flag"]()
+    scan = _scan(data, name)
+    assert scan.verdict is Verdict.SUSPICIOUS, scan.as_dict()
+    assert _rules(scan) == {"zip.encrypted"}
+
+
+@pytest.mark.parametrize("compression", [zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED])
+def test_encrypted_flagged_member_in_the_clear_is_read_and_reported(compression: int) -> None:
+    # The flag makes Python's zipfile refuse the member, torch.load reads it anyway: its pickle is
+    # scanned and its findings reported beside the flag.
+    data = S.set_zip_flag(S.rezip({"a.pkl": S.reduce_pickle(), "b.txt": b"x"}, compression), "a.pkl", 0x0001)
+    with pytest.raises(RuntimeError, match="encrypted"):
+        zipfile.ZipFile(io.BytesIO(data)).read("a.pkl")
+    scan = _scan(data)
+    assert scan.verdict is Verdict.UNSAFE, scan.as_dict()
+    assert {"zip.encrypted", "pickle.global.dangerous"} <= _rules(scan)
+    assert any(f.location.startswith("a.pkl: ") and "getcwd" in f.location for f in scan.findings)
+
+
+def test_encrypted_member_that_is_ciphertext_is_suspicious() -> None:
+    # Real ciphertext (12-byte header + data) is uninspectable, not known-malicious.
+    data = S.set_zip_flag(S.rezip({"weights.bin": bytes(range(256)) * 4}), "weights.bin", 0x0001)
+    scan = _scan(data)
+    assert scan.verdict is Verdict.SUSPICIOUS, scan.as_dict()
+
+
+def test_unsupported_compression_is_suspicious() -> None:
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w", zipfile.ZIP_LZMA) as z:
+        z.writestr("a.txt", b"hello")
+    scan = _scan(buf.getvalue())
+    assert "zip.compression.unsupported" in _rules(scan)
+    assert scan.verdict is Verdict.SUSPICIOUS, scan.as_dict()
+
+
+def test_crc_not_recorded_is_not_a_finding_but_a_wrong_one_is() -> None:
+    # torch.save with config.save.compute_crc32 = False writes CRC 0 (see the benign corpus).
+    data = S.set_zip_crc(S.rezip({"a.txt": b"hello"}), "a.txt", 0)
+    assert _scan(data).verdict is Verdict.SAFE
+    assert _scan(S.set_zip_crc(S.rezip({"a.txt": b"hello"}), "a.txt", 1)).verdict is Verdict.UNSAFE
 
 
 def test_python_zipfile_opens_what_the_strict_reader_refuses() -> None:
@@ -117,6 +160,8 @@ def test_depth_limit() -> None:
         data = S.rezip({f"level{i}.zip" if i else "a.txt": data})
     scan = _scan(data, limits=ScanLimits(max_depth=3))
     assert "container.too-deep" in _rules(scan)
+    # No writer nests archives this deep: a bound reached is an evasion, refused like one.
+    assert scan.verdict is Verdict.UNSAFE
 
 
 def test_unsafe_member_names() -> None:

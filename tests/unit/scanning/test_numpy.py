@@ -42,10 +42,19 @@ def test_object_array_with_payload_is_unsafe_and_located() -> None:
     assert any("getcwd" in f.location for f in scan.findings)
 
 
-def test_plain_object_array_is_suspicious() -> None:
+def test_plain_object_array_is_judged_by_its_pickle() -> None:
+    # Issue 7: an object array is a pickle, interpreted with the same allow-list as any pickle,
+    # not flagged wholesale; the object dtype is recorded.
     scan = _scan(S.numpy_object_array_plain())
-    assert scan.verdict is Verdict.SUSPICIOUS
-    assert [f.rule_id for f in scan.findings] == ["numpy.object-dtype"]
+    assert scan.verdict is Verdict.SAFE, scan.as_dict()
+    assert [(f.rule_id, f.severity) for f in scan.findings] == [("numpy.object-dtype", Severity.INFO)]
+
+
+def test_object_array_with_unknown_class_is_suspicious_not_unsafe() -> None:
+    data = S.npy_object_pickle(S.unknown_class_pickle())
+    scan = _scan(data)
+    assert scan.verdict is Verdict.SUSPICIOUS, scan.as_dict()
+    assert "pickle.global.not-allowed" in {f.rule_id for f in scan.findings}
 
 
 def test_structured_dtype_with_object_field_is_a_pickle() -> None:

@@ -214,3 +214,45 @@ def test_legacy_torch_storage_section_must_end_at_end_of_file() -> None:
     assert scan.format == "pytorch-legacy"
     assert [f.rule_id for f in scan.findings] == ["pytorch.legacy.layout"]
     assert scan.verdict is Verdict.SUSPICIOUS
+
+
+def _call_pickle(module: str, name: str, *args: object, protocol: int = 4) -> bytes:
+    """``module.name(*args)`` as a pickle: STACK_GLOBAL, a tuple of the arguments, REDUCE."""
+    body = pickle.dumps(args, protocol=protocol)[2:-1]  # the tuple's opcodes, without PROTO and STOP
+    if body.startswith(b"\x95"):  # a FRAME opcode and its length
+        body = body[9:]
+    return b"\x80\x04" + S.ustr(module) + S.ustr(name) + b"\x93" + body + b"R."
+
+
+@pytest.mark.parametrize(
+    ("name", "args"),
+    [("len", ([1, 2],)), ("min", ([3, 1],)), ("max", (1, 2)), ("abs", (-1,)), ("range", (3,)), ("slice", (1, 2)),
+     ("complex", (1, 2)), ("set", ([1],)), ("frozenset", ([1],)), ("bytearray", (b"x",)), ("dict", ()), ("list", ()),
+     ("tuple", ()), ("int", ("7",)), ("float", ("1.5",)), ("str", (1,)), ("bool", (1,)), ("bytes", (b"x",)),
+     ("object", ()), ("sum", ([1, 2],)), ("round", (1.5,)), ("sorted", ([2, 1],)), ("zip", ([1], [2]))],
+)
+def test_pure_builtins_do_not_make_a_pickle_unsafe(name: str, args: tuple) -> None:
+    # Issue 7: a builtin that only computes over values the pickle built reaches no code.
+    assert scan_pickle_bytes(_call_pickle("builtins", name, *args)) == []
+    assert scan_pickle_bytes(_call_pickle("__builtin__", name, *args, protocol=2).replace(b"\x80\x04", b"\x80\x02", 1)) == []
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["getattr", "eval", "exec", "__import__", "open", "compile", "globals", "vars", "setattr", "delattr", "breakpoint",
+     "input", "help", "memoryview", "iter", "map", "filter", "type", "print", "locals", "super", "exit"],
+)
+def test_builtins_that_reach_code_attributes_files_or_imports_stay_unsafe(name: str) -> None:
+    findings = scan_pickle_bytes(_call_pickle("builtins", name, "x"))
+    assert any(f.severity is Severity.UNSAFE for f in findings), findings
+
+
+def test_future_features_are_harmless_imports() -> None:
+    import __future__
+
+    for feature in __future__.all_feature_names:
+        for protocol in range(6):
+            assert scan_pickle_bytes(pickle.dumps(getattr(__future__, feature), protocol=protocol)) == [], feature
+    # An attribute walk from __future__ is not a feature flag.
+    walk = b"\x80\x04" + S.ustr("__future__") + S.ustr("_ssl.RAND_bytes") + b"\x93."
+    assert any(f.severity is Severity.UNSAFE for f in scan_pickle_bytes(walk))
