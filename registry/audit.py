@@ -252,10 +252,12 @@ def open_checkpoint(
 
 
 def checkpoint(session: Session, key: SigningKey, *, now: dt.datetime | None = None) -> AuditCheckpoint | None:
-    """Sign the chain's head and store the checkpoint (the caller's session; this commits).
+    """Sign the chain's head and store the checkpoint (in ``session``; this commits).
 
     The events since the previous checkpoint are checked first, so the registry never signs a chain
-    it did not verify. When the head has not moved since the last checkpoint, that one is returned.
+    it did not verify. That check reads in its own transaction: on SQLite the write lock is taken
+    only to insert the checkpoint, so appends never wait for a long check. When the head has not
+    moved since the last checkpoint, that one is returned.
 
     Returns:
         The checkpoint of the current head, or None while the log is empty.
@@ -263,23 +265,22 @@ def checkpoint(session: Session, key: SigningKey, *, now: dt.datetime | None = N
     Raises:
         AuditChainError: the chain since the previous checkpoint is broken.
     """
-    begin_write(session)
-    head = session.scalar(select(AuditHead).where(AuditHead.id == _HEAD_ID))
+    head = session.execute(select(AuditHead.last_event_id, AuditHead.last_hash).where(AuditHead.id == _HEAD_ID)).first()
     if head is None or head.last_event_id == 0:
         session.rollback()
         return None
     last = latest_checkpoint(session)
     if last is not None and last.event_id >= head.last_event_id:
-        session.rollback()
         return last
-    _verify_since(session, last, head)
+    _verify_since(session, last, head.last_event_id, head.last_hash)
     at = _format_time(now or utcnow())
     payload = {"event_id": head.last_event_id, "event_hash": head.last_hash, "at": at}
     record = AuditCheckpoint(
-        event_id=head.last_event_id, event_hash=head.last_hash, at=dt.datetime.strptime(at, _TIME_FORMAT)
-        .replace(tzinfo=dt.timezone.utc), key_id=key.key_id,
+        event_id=head.last_event_id, event_hash=head.last_hash,
+        at=dt.datetime.strptime(at, _TIME_FORMAT).replace(tzinfo=dt.timezone.utc), key_id=key.key_id,
         envelope=sign_envelope(canonical_json(payload), CHECKPOINT_PAYLOAD_TYPE, key),
     )
+    begin_write(session)
     session.add(record)
     try:
         session.commit()
@@ -323,7 +324,7 @@ def checkpoints(session: Session, *, after: int = 0, limit: int = 100) -> list[A
     ))
 
 
-def _verify_since(session: Session, last: AuditCheckpoint | None, head: AuditHead) -> None:
+def _verify_since(session: Session, last: AuditCheckpoint | None, head_id: int, head_hash: str) -> None:
     """Check the events after the previous checkpoint up to the head (a full check without one)."""
     prev_id, prev_hash = (last.event_id, last.event_hash) if last is not None else (0, GENESIS)
     if last is not None:
@@ -334,15 +335,14 @@ def _verify_since(session: Session, last: AuditCheckpoint | None, head: AuditHea
                 event_id=last.event_id, problem="rewritten",
             )
     events = session.scalars(
-        select(AuditEvent).where(AuditEvent.id > prev_id, AuditEvent.id <= head.last_event_id)
-        .order_by(AuditEvent.id)
+        select(AuditEvent).where(AuditEvent.id > prev_id, AuditEvent.id <= head_id).order_by(AuditEvent.id)
     )
     for event in events:
         _check_event(event, prev_id + 1, prev_hash)
         prev_id, prev_hash = event.id, event.hash
-    if prev_id != head.last_event_id or prev_hash != head.last_hash:
+    if prev_id != head_id or prev_hash != head_hash:
         raise AuditChainError(
-            f"audit log ends at event {prev_id} but its head records event {head.last_event_id}",
+            f"audit log ends at event {prev_id} but its head records event {head_id}",
             event_id=prev_id + 1, problem="truncated",
         )
 

@@ -14,16 +14,19 @@ import threading
 import time
 
 import pytest
-from sqlalchemy import delete, func, select
+from sqlalchemy import func, select
 
 from registry import audit
-from registry.db.models import AuditCheckpoint, AuditEvent, AuditHead
+from registry.db.models import AuditCheckpoint, AuditHead
+from registry.db.session import begin_write
 from registry.domain.errors import AuditChainError, AuditCheckpointError
 from registry.signing.dsse import verify_envelope
 from registry.signing.keys import SigningKey
+from tests.support.audit_attacks import cut_after, rewrite
 
 
 def _append_n(session, n, start=0):
+    begin_write(session)
     for i in range(start, start + n):
         audit.append(session, actor=f"user{i % 3}", action="tenant.created", subject=f"tenant/t{i}",
                      tenant=f"t{i}", details={"i": i})
@@ -33,31 +36,6 @@ def _append_n(session, n, start=0):
 def _saved(session, key):
     """Checkpoint the head and return it as an auditor saves it (the endpoint's JSON)."""
     return json.loads(json.dumps(audit.checkpoint(session, key).as_dict()))
-
-
-def _cut_after(session, last_kept: int) -> None:
-    """The truncation attack: delete the newest events and move the head back to match."""
-    kept = session.get(AuditEvent, last_kept)
-    session.execute(delete(AuditEvent).where(AuditEvent.id > last_kept))
-    head = session.get(AuditHead, 1)
-    head.last_event_id, head.last_hash = last_kept, kept.hash
-    session.commit()
-
-
-def _rewrite(session, event_id: int, **changes) -> None:
-    """The recomputation attack: edit an event, then recompute every hash after it and the head."""
-    prev_hash = session.get(AuditEvent, event_id).prev_hash
-    for event in session.scalars(select(AuditEvent).where(AuditEvent.id >= event_id).order_by(AuditEvent.id)):
-        if event.id == event_id:
-            for column, value in changes.items():
-                setattr(event, column, value)
-        event.prev_hash = prev_hash
-        event.hash = audit.event_hash(id=event.id, at=event.at, actor=event.actor, action=event.action,
-                                      subject=event.subject, tenant=event.tenant, details=event.details,
-                                      prev_hash=event.prev_hash)
-        prev_hash = event.hash
-    session.get(AuditHead, 1).last_hash = prev_hash
-    session.commit()
 
 
 @pytest.fixture
@@ -85,7 +63,7 @@ def test_an_empty_log_has_no_checkpoint(session, key):
 def test_truncation_behind_a_checkpoint_is_named(session, key):
     _append_n(session, 6)
     saved = _saved(session, key)
-    _cut_after(session, 4)
+    cut_after(session, 4)
     audit.verify(session)  # the attack the head alone cannot see
     with pytest.raises(AuditChainError) as err:
         audit.verify(session, checkpoints=[saved], keys=key.public_key)
@@ -100,7 +78,7 @@ def test_recomputation_behind_a_checkpoint_is_named(session, key):
     _append_n(session, 2, start=2)
     second = _saved(session, key)
     _append_n(session, 2, start=4)
-    _rewrite(session, 3, actor="mallory")
+    rewrite(session, 3, actor="mallory")
     audit.verify(session)  # the attack the chain alone cannot see
     with pytest.raises(AuditChainError) as err:
         audit.verify(session, checkpoints=[first, second], keys=key.public_key)
@@ -112,8 +90,8 @@ def test_recomputation_behind_a_checkpoint_is_named(session, key):
 def test_recomputed_and_cut_below_every_checkpoint_is_named(session, key):
     _append_n(session, 5)
     saved = _saved(session, key)
-    _rewrite(session, 2, details={"i": 99})
-    _cut_after(session, 3)
+    rewrite(session, 2, details={"i": 99})
+    cut_after(session, 3)
     with pytest.raises(AuditChainError) as err:
         audit.verify(session, checkpoints=[saved], keys=key.public_key)
     assert err.value.details["problem"] == "truncated"
@@ -166,7 +144,7 @@ def test_the_registry_never_signs_a_broken_chain(session, key):
     _append_n(session, 3)
     audit.checkpoint(session, key)
     _append_n(session, 3, start=3)
-    _rewrite(session, 2, actor="mallory")
+    rewrite(session, 2, actor="mallory")
     with pytest.raises(AuditChainError) as err:
         audit.checkpoint(session, key)
     assert err.value.details["problem"] == "rewritten" and err.value.details["event_id"] == 3
