@@ -236,7 +236,8 @@ def open_checkpoint(
         payload = json.loads(verify_envelope(envelope, keys, CHECKPOINT_PAYLOAD_TYPE))
     except SignatureError as err:
         raise AuditCheckpointError(
-            f"checkpoint {index} has a bad signature ({err.message})", checkpoint=index, problem="bad-signature",
+            f"checkpoint {index} has a bad signature ({err.message})",
+            checkpoint=index, problem="bad-signature",
         ) from None
     except ValueError:
         raise AuditCheckpointError(f"checkpoint {index}: its signed payload is not JSON", checkpoint=index,
@@ -251,7 +252,9 @@ def open_checkpoint(
     return SignedCheckpoint(event_id=event_id, event_hash=event_hash_, at=at, key_id=",".join(key_ids))
 
 
-def checkpoint(session: Session, key: SigningKey, *, now: dt.datetime | None = None) -> AuditCheckpoint | None:
+def checkpoint(
+    session: Session, key: SigningKey, *, now: dt.datetime | None = None
+) -> AuditCheckpoint | None:
     """Sign the chain's head and store the checkpoint (in ``session``; this commits).
 
     The events since the previous checkpoint are checked first, so the registry never signs a chain
@@ -265,7 +268,9 @@ def checkpoint(session: Session, key: SigningKey, *, now: dt.datetime | None = N
     Raises:
         AuditChainError: the chain since the previous checkpoint is broken.
     """
-    head = session.execute(select(AuditHead.last_event_id, AuditHead.last_hash).where(AuditHead.id == _HEAD_ID)).first()
+    head = session.execute(
+        select(AuditHead.last_event_id, AuditHead.last_hash).where(AuditHead.id == _HEAD_ID)
+    ).first()
     if head is None or head.last_event_id == 0:
         session.rollback()
         return None
@@ -301,7 +306,8 @@ def checkpoint_if_due(
     """
     head = session.scalar(select(AuditHead.last_event_id).where(AuditHead.id == _HEAD_ID)) or 0
     last = session.execute(
-        select(AuditCheckpoint.event_id, AuditCheckpoint.at).order_by(AuditCheckpoint.event_id.desc()).limit(1)
+        select(AuditCheckpoint.event_id, AuditCheckpoint.at)
+        .order_by(AuditCheckpoint.event_id.desc()).limit(1)
     ).first()
     session.rollback()
     if last is None:
@@ -334,10 +340,7 @@ def _verify_since(session: Session, last: AuditCheckpoint | None, head_id: int, 
                 f"audit event {last.event_id} no longer has the hash of its checkpoint",
                 event_id=last.event_id, problem="rewritten",
             )
-    events = session.scalars(
-        select(AuditEvent).where(AuditEvent.id > prev_id, AuditEvent.id <= head_id).order_by(AuditEvent.id)
-    )
-    for event in events:
+    for event in _iter_events(session, 5000, after=prev_id, upto=head_id):
         _check_event(event, prev_id + 1, prev_hash)
         prev_id, prev_hash = event.id, event.hash
     if prev_id != head_id or prev_hash != head_hash:
@@ -348,7 +351,7 @@ def _verify_since(session: Session, last: AuditCheckpoint | None, head_id: int, 
 
 
 def _check_event(event: AuditEvent, expected_id: int, prev_hash: str) -> None:
-    """Raise AuditChainError unless ``event`` is number ``expected_id``, follows ``prev_hash`` and hashes right."""
+    """Raise AuditChainError unless ``event`` is number ``expected_id``, follows ``prev_hash``, hashes right."""
     if event.id != expected_id:
         raise AuditChainError(
             f"audit event {expected_id} is missing (next present is {event.id})",
@@ -374,12 +377,15 @@ def _format_time(at: dt.datetime) -> str:
     return at.astimezone(dt.timezone.utc).strftime(_TIME_FORMAT)
 
 
-def _iter_events(session: Session, batch: int) -> Iterator[AuditEvent]:
-    last = 0
+def _iter_events(
+    session: Session, batch: int, *, after: int = 0, upto: int | None = None
+) -> Iterator[AuditEvent]:
+    last = after
     while True:
-        rows = session.scalars(
-            select(AuditEvent).where(AuditEvent.id > last).order_by(AuditEvent.id).limit(batch)
-        ).all()
+        query = select(AuditEvent).where(AuditEvent.id > last).order_by(AuditEvent.id).limit(batch)
+        if upto is not None:
+            query = query.where(AuditEvent.id <= upto)
+        rows = session.scalars(query).all()
         if not rows:
             return
         yield from rows

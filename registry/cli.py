@@ -357,7 +357,8 @@ def keys_export(output: Path = typer.Option(Path("registry.pub"), "--output", "-
 def audit_verify(
     data_dir: Optional[Path] = typer.Option(None, "--data-dir", help="embedded registry directory"),
     checkpoints: Optional[Path] = typer.Option(
-        None, "--checkpoints", help="JSON file of checkpoints saved earlier (`modelreg audit checkpoints --json`)"),
+        None, "--checkpoints",
+        help="JSON file of checkpoints saved earlier (`modelreg audit checkpoints --json`)"),
     public_keys: list[Path] = typer.Option(
         [], "--public-key", help="registry public key PEM the checkpoints must be signed with (repeatable; "
                                  "default: the registry's own signing key)"),
@@ -381,7 +382,8 @@ def audit_verify(
     finally:
         container.dispose()
     held = f", {report.checkpoints} checkpoint(s) hold" if checkpoints is not None else ""
-    _emit({"ok": True, "events": report.events, "head_hash": report.head_hash, "checkpoints": report.checkpoints},
+    _emit({"ok": True, "events": report.events, "head_hash": report.head_hash,
+           "checkpoints": report.checkpoints},
           as_json, f"audit log intact: {report.events} events, head {report.head_hash}{held}")
 
 
@@ -434,7 +436,8 @@ def audit_checkpoint(
             record = made.as_dict()
     finally:
         container.dispose()
-    _emit(record, as_json, f"checkpoint of event {record['event_id']} ({record['event_hash']}) at {record['at']}")
+    _emit(record, as_json,
+          f"checkpoint of event {record['event_id']} ({record['event_hash']}) at {record['at']}")
 
 
 @audit_app.command("checkpoints")

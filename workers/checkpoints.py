@@ -39,7 +39,7 @@ def run_checkpoints(container: Container, stop: threading.Event) -> None:
 
 
 def start_checkpoints(container: Container, stop: threading.Event) -> threading.Thread:
-    """Start the checkpoint thread; it ends when ``stop`` is set (a daemon: a checkpoint is one transaction)."""
+    """Start the checkpoint thread; it ends when ``stop`` is set (a daemon: each checkpoint is atomic)."""
     thread = threading.Thread(target=run_checkpoints, args=(container, stop), name="audit-checkpoints",
                               daemon=True)
     thread.start()

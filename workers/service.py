@@ -13,7 +13,7 @@ from workers.loop import run_workers
 
 
 def start_workers(container: Container, count: int, stop: threading.Event) -> list[threading.Thread]:
-    """Start ``count`` worker threads in this process (``modelreg serve``), and with them the audit checkpoints."""
+    """Start ``count`` worker threads in this process (``modelreg serve``), and the audit checkpoints."""
     if count:
         start_checkpoints(container, stop)
     return run_workers(container, build_handlers(), count, stop)
