@@ -370,9 +370,9 @@ def audit_verify(
     checkpointed event with the signed hash: a cut or recomputed chain fails.
     """
     from registry import audit
-    from registry.bootstrap import bootstrap, load_settings
+    from registry.bootstrap import bootstrap
 
-    settings = load_settings(**({"data_dir": data_dir} if data_dir else {}))
+    settings = _local_settings(data_dir)
     saved = _read_checkpoints(checkpoints) if checkpoints is not None else []
     keys = _checkpoint_keys(settings, public_keys) if saved else []
     container = bootstrap(settings)
@@ -385,6 +385,17 @@ def audit_verify(
     _emit({"ok": True, "events": report.events, "head_hash": report.head_hash,
            "checkpoints": report.checkpoints},
           as_json, f"audit log intact: {report.events} events, head {report.head_hash}{held}")
+
+
+def _local_settings(data_dir: Optional[Path]) -> Any:
+    """Settings of a registry whose database this command opens itself; the embedded one must exist."""
+    from registry.bootstrap import load_settings
+
+    settings = load_settings(**({"data_dir": data_dir} if data_dir else {}))
+    if settings.database_url is None and not (settings.data_dir / "registry.db").is_file():
+        raise CliError(f"no embedded registry in {settings.data_dir} (no registry.db): pass --data-dir, "
+                       "or set MODELREG_DATABASE_URL")
+    return settings
 
 
 def _read_checkpoints(path: Path) -> list[Any]:
@@ -422,9 +433,9 @@ def audit_checkpoint(
 ) -> None:
     """Sign the audit chain's head now (event id, chain hash, time) and store the checkpoint."""
     from registry import audit
-    from registry.bootstrap import bootstrap, load_settings, prepare_embedded
+    from registry.bootstrap import bootstrap, prepare_embedded
 
-    settings = load_settings(**({"data_dir": data_dir} if data_dir else {}))
+    settings = _local_settings(data_dir)
     if settings.database_url is None:
         prepare_embedded(settings)
     container = bootstrap(settings)

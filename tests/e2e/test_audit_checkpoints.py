@@ -125,9 +125,18 @@ def test_checkpoints_saved_by_an_auditor_expose_a_cut_and_a_recomputed_chain(tmp
     (tmp_path / "checkpoints.json").write_text(saved)
     bad = verify(data, "--public-key", str(other))
     assert bad.returncode == 1 and "checkpoint 0 has a bad signature" in bad.stderr
+    (tmp_path / "checkpoints.json").write_text("{not json")
+    bad = verify(data)
+    assert bad.returncode == 1 and "checkpoints.json is not JSON" in bad.stderr
 
 
-def test_verify_with_an_unreadable_checkpoints_file_is_one_line(tmp_path):
-    r = subprocess.run([MODELREG, "audit", "verify", "--checkpoints", str(tmp_path / "none.json")],
-                       capture_output=True, text=True, env={**os.environ, "MODELREG_DATA_DIR": str(tmp_path / "d")})
-    assert r.returncode == 1 and r.stderr.startswith("error:") and len(r.stderr.strip().splitlines()) == 1
+@pytest.mark.parametrize("args", [
+    ("audit", "verify", "--checkpoints", "none.json"),
+    ("audit", "checkpoint"),
+], ids=["verify", "checkpoint"])
+def test_audit_commands_without_a_registry_fail_in_one_line(tmp_path, args):
+    r = subprocess.run([MODELREG, *args], capture_output=True, text=True, cwd=tmp_path,
+                       env={**os.environ, "MODELREG_DATA_DIR": str(tmp_path / "d")})
+    assert r.returncode == 1 and len(r.stderr.strip().splitlines()) == 1
+    assert r.stderr.startswith("error: no embedded registry in")
+    assert not (tmp_path / "d").exists()
