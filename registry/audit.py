@@ -147,7 +147,6 @@ class SignedCheckpoint:
     event_id: int
     event_hash: str
     at: str
-    key_id: str
 
 
 def verify(
@@ -244,12 +243,11 @@ def open_checkpoint(
                                    problem="malformed") from None
     event_id, event_hash_, at = (payload.get(k) if isinstance(payload, dict) else None
                                  for k in ("event_id", "event_hash", "at"))
-    if not (isinstance(event_id, int) and event_id >= 1 and isinstance(event_hash_, str)
+    if not (type(event_id) is int and event_id >= 1 and isinstance(event_hash_, str)
             and isinstance(at, str)):
         raise AuditCheckpointError(f"checkpoint {index}: its signed payload is not a checkpoint",
                                    checkpoint=index, problem="malformed")
-    key_ids = [s.get("keyid", "") for s in envelope.get("signatures", []) if isinstance(s, Mapping)]
-    return SignedCheckpoint(event_id=event_id, event_hash=event_hash_, at=at, key_id=",".join(key_ids))
+    return SignedCheckpoint(event_id=event_id, event_hash=event_hash_, at=at)
 
 
 def checkpoint(
