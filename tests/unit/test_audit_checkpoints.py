@@ -60,14 +60,15 @@ def test_an_empty_log_has_no_checkpoint(session, key):
     assert audit.checkpoint(session, key) is None
 
 
-def test_truncation_behind_a_checkpoint_is_named(session, key):
+@pytest.mark.parametrize("kept", [5, 4, 1])
+def test_truncation_behind_a_checkpoint_is_named(session, key, kept):
     _append_n(session, 6)
     saved = _saved(session, key)
-    cut_after(session, 4)
+    cut_after(session, kept)
     audit.verify(session)  # the attack the head alone cannot see
     with pytest.raises(AuditChainError) as err:
         audit.verify(session, checkpoints=[saved], keys=key.public_key)
-    assert err.value.details["problem"] == "truncated" and err.value.details["event_id"] == 5
+    assert err.value.details["problem"] == "truncated" and err.value.details["event_id"] == kept + 1
     assert err.value.details["checkpoint_event_id"] == 6
     assert "removed" in str(err.value)
 
@@ -138,6 +139,22 @@ def test_only_the_signed_payload_counts(session, key):
     with pytest.raises(AuditCheckpointError) as err:
         audit.verify(session, checkpoints=[{"event_id": 3}], keys=key.public_key)
     assert err.value.details["problem"] == "malformed"
+
+
+@pytest.mark.parametrize("payload", [
+    {"event_id": 0, "event_hash": audit.GENESIS, "at": "2026-11-30T12:00:00.000000Z"},
+    {"event_id": True, "event_hash": audit.GENESIS, "at": "2026-11-30T12:00:00.000000Z"},
+    {"event_id": 1, "at": "2026-11-30T12:00:00.000000Z"},
+    ["not", "an", "object"],
+], ids=["event-zero", "event-bool", "no-hash", "list"])
+def test_a_signed_payload_that_is_no_checkpoint_is_malformed(session, key, payload):
+    from registry.signing.canonical import canonical_json
+    from registry.signing.dsse import sign_envelope
+
+    envelope = sign_envelope(canonical_json(payload), audit.CHECKPOINT_PAYLOAD_TYPE, key)
+    with pytest.raises(AuditCheckpointError) as err:
+        audit.verify(session, checkpoints=[{"envelope": envelope}], keys=key.public_key)
+    assert err.value.details == {"checkpoint": 0, "problem": "malformed"}
 
 
 def test_the_registry_never_signs_a_broken_chain(session, key):
