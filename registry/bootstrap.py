@@ -139,8 +139,7 @@ class FirstStart:
 
 def prepare_embedded(settings: Settings) -> None:
     """Create the data directory, a signing key and the key file setting for the embedded default."""
-    data_dir = settings.data_dir.resolve()
-    data_dir.mkdir(parents=True, exist_ok=True)
+    data_dir = ensure_data_dir(settings)
     if settings.signing_key_file is None and settings.signing_key_pem is None:
         key_file = data_dir / "keys" / "signing-key.pem"
         from registry.signing.keys import ensure_key_file
@@ -155,6 +154,22 @@ def prepare_embedded(settings: Settings) -> None:
         from pydantic import SecretStr
 
         settings.presign_secret = SecretStr(secret_file.read_text().strip())
+
+
+def ensure_data_dir(settings: Settings) -> Path:
+    """Create the data directory (mode 0700: it holds the database, keys and tokens) if it is missing.
+
+    An existing directory keeps its mode: it is the operator's.
+    """
+    data_dir = settings.data_dir.resolve()
+    data_dir.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        data_dir.mkdir(mode=0o700)
+    except FileExistsError:
+        return data_dir
+    # mkdir's mode passes through the umask; say it once more so no umask can widen it.
+    os.chmod(data_dir, 0o700)
+    return data_dir
 
 
 def ensure_initial_admin(container: Container) -> FirstStart:

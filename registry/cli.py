@@ -356,30 +356,122 @@ def keys_export(output: Path = typer.Option(Path("registry.pub"), "--output", "-
 @audit_app.command("verify")
 def audit_verify(
     data_dir: Optional[Path] = typer.Option(None, "--data-dir", help="embedded registry directory"),
+    checkpoints: Optional[Path] = typer.Option(
+        None, "--checkpoints",
+        help="JSON file of checkpoints saved earlier (`modelreg audit checkpoints --json`)"),
+    public_keys: list[Path] = typer.Option(
+        [], "--public-key", help="registry public key PEM the checkpoints must be signed with (repeatable; "
+                                 "default: the registry's own signing key)"),
     as_json: bool = JsonOpt,
 ) -> None:
-    """Recompute the audit chain in the database; name the first altered, removed or reordered event."""
-    from registry import audit
-    from registry.bootstrap import bootstrap, load_settings
+    """Recompute the audit chain in the database; name the first altered, removed or reordered event.
 
-    settings = load_settings(**({"data_dir": data_dir} if data_dir else {}))
+    With --checkpoints, also check each checkpoint's signature and that the chain still reaches every
+    checkpointed event with the signed hash: a cut or recomputed chain fails.
+    """
+    from registry import audit
+    from registry.bootstrap import bootstrap
+
+    settings = _local_settings(data_dir)
+    saved = _read_checkpoints(checkpoints) if checkpoints is not None else []
+    keys = _checkpoint_keys(settings, public_keys) if saved else []
     container = bootstrap(settings)
     try:
         with container.session_factory() as session:
-            report = audit.verify(session)
+            report = audit.verify(session, checkpoints=saved, keys=keys)
     finally:
         container.dispose()
-    _emit({"ok": True, "events": report.events, "head_hash": report.head_hash}, as_json,
-          f"audit log intact: {report.events} events, head {report.head_hash}")
+    held = f", {report.checkpoints} checkpoint(s) hold" if checkpoints is not None else ""
+    _emit({"ok": True, "events": report.events, "head_hash": report.head_hash,
+           "checkpoints": report.checkpoints},
+          as_json, f"audit log intact: {report.events} events, head {report.head_hash}{held}")
+
+
+def _local_settings(data_dir: Optional[Path]) -> Any:
+    """Settings of a registry whose database this command opens itself; the embedded one must exist."""
+    from registry.bootstrap import load_settings
+
+    settings = load_settings(**({"data_dir": data_dir} if data_dir else {}))
+    if settings.database_url is None and not (settings.data_dir / "registry.db").is_file():
+        raise CliError(f"no embedded registry in {settings.data_dir} (no registry.db): pass --data-dir, "
+                       "or set MODELREG_DATABASE_URL")
+    return settings
+
+
+def _read_checkpoints(path: Path) -> list[Any]:
+    """A saved list of checkpoints (or one checkpoint, as `audit checkpoint --json` prints it)."""
+    try:
+        data = json.loads(path.read_text())
+    except ValueError as err:
+        raise CliError(f"{path} is not JSON: {err}") from None
+    if isinstance(data, dict):
+        data = [data]
+    if not isinstance(data, list):
+        raise CliError(f"{path} holds no list of checkpoints")
+    return data
+
+
+def _checkpoint_keys(settings: Any, files: list[Path]) -> list[Any]:
+    from registry.signing.keys import SigningKey, VerifyingKey, load_signing_key
+
+    if files:
+        return [VerifyingKey.from_file(f) for f in files]
+    pem = settings.signing_key_pem.get_secret_value() if settings.signing_key_pem else None
+    if settings.signing_key_file is not None or pem:
+        return [load_signing_key(settings.signing_key_file, pem).public_key]
+    embedded = settings.data_dir / "keys" / "signing-key.pem"
+    if not embedded.exists():
+        raise CliError("no registry key to check the checkpoints with: pass --public-key "
+                       "(the PEM of `modelreg keys export`)")
+    return [SigningKey.from_file(embedded).public_key]
+
+
+@audit_app.command("checkpoint")
+def audit_checkpoint(
+    data_dir: Optional[Path] = typer.Option(None, "--data-dir", help="embedded registry directory"),
+    as_json: bool = JsonOpt,
+) -> None:
+    """Sign the audit chain's head now (event id, chain hash, time) and store the checkpoint."""
+    from registry import audit
+    from registry.bootstrap import bootstrap, prepare_embedded
+
+    settings = _local_settings(data_dir)
+    if settings.database_url is None:
+        prepare_embedded(settings)
+    container = bootstrap(settings)
+    try:
+        with container.session_factory() as session:
+            made = audit.checkpoint(session, container.signing_key)
+            if made is None:
+                raise CliError("the audit log is empty: there is nothing to checkpoint yet")
+            record = made.as_dict()
+    finally:
+        container.dispose()
+    _emit(record, as_json,
+          f"checkpoint of event {record['event_id']} ({record['event_hash']}) at {record['at']}")
+
+
+@audit_app.command("checkpoints")
+def audit_checkpoints(url: str = UrlOpt, token: str = TokenOpt, as_json: bool = JsonOpt) -> None:
+    """Every signed audit checkpoint (auditors, administrators); save the --json output for `audit verify`."""
+    found: list[dict[str, Any]] = []
+    with _client(url, token) as client:
+        while True:
+            page = client.get("/v1/audit/checkpoints", params={"after": found[-1]["id"] if found else 0,
+                                                               "limit": 1000})
+            found.extend(page)
+            if len(page) < 1000:
+                break
+    _emit(found, as_json, "\n".join(f"{c['event_id']:>10}  {c['event_hash']}  {c['at']}" for c in found))
 
 
 @app.command()
 def migrate(data_dir: Optional[Path] = typer.Option(None, "--data-dir"), as_json: bool = JsonOpt) -> None:
     """Bring the database schema to the newest revision."""
-    from registry.bootstrap import bootstrap, load_settings
+    from registry.bootstrap import bootstrap, ensure_data_dir, load_settings
 
     settings = load_settings(**({"data_dir": data_dir} if data_dir else {}))
-    settings.data_dir.mkdir(parents=True, exist_ok=True)
+    ensure_data_dir(settings)
     container = bootstrap(settings, migrate=True)
     from alembic.migration import MigrationContext
 

@@ -47,6 +47,11 @@ class Settings(BaseSettings):
     max_file_size: int = 1024**4
     max_version_size: int = 4 * 1024**4
 
+    audit_checkpoint_every_events: int = Field(
+        1000, ge=1, description="Workers sign an audit checkpoint after this many new events...")
+    audit_checkpoint_every_seconds: float = Field(
+        3600.0, gt=0, description="...or this long after the last checkpoint, when there are new events.")
+
     job_lease_seconds: float = 60.0
     job_max_attempts: int = 5
     job_backoff_base_seconds: float = 2.0

@@ -7,6 +7,7 @@ from fastapi import APIRouter, Query
 from api.deps import PrincipalDep, SessionDep
 from registry import audit as audit_log
 from registry.auth import Permission, require, require_admin
+from registry.services import audit as audit_service
 
 router = APIRouter(prefix="/v1/audit", tags=["audit"])
 
@@ -25,6 +26,20 @@ def list_events(
     else:
         require(principal, tenant, Permission.AUDIT)
     return [e.as_dict() for e in audit_log.events(session, tenant=tenant, after=after, limit=limit)]
+
+
+@router.get("/checkpoints")
+def list_checkpoints(
+    session: SessionDep,
+    principal: PrincipalDep,
+    after: int = Query(0, ge=0),
+    limit: int = Query(100, ge=1, le=1000),
+) -> list[dict[str, Any]]:
+    """Signed audit checkpoints after a checkpoint id, oldest first (auditors and administrators).
+
+    Save them: ``modelreg audit verify --checkpoints FILE`` holds the chain to them later.
+    """
+    return [c.as_dict() for c in audit_service.list_checkpoints(session, principal, after=after, limit=limit)]
 
 
 @router.get("/verify")

@@ -288,6 +288,29 @@ class AuditHead(Base):
     last_hash: Mapped[str] = mapped_column(String(64))
 
 
+class AuditCheckpoint(Base):
+    """A signed statement by the registry that the chain reached ``event_id`` with ``event_hash``.
+
+    Saved outside the database by an auditor, it lets ``audit verify --checkpoints`` detect a chain
+    that was cut or recomputed behind it; see ``registry/audit.py``.
+    """
+
+    __tablename__ = "audit_checkpoints"
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True)
+    # One checkpoint per event: two processes checkpointing the same head at once write it once.
+    event_id: Mapped[int] = mapped_column(BigInteger, unique=True)
+    event_hash: Mapped[str] = mapped_column(String(64))
+    at: Mapped[dt.datetime]
+    key_id: Mapped[str] = mapped_column(String(64))
+    envelope: Mapped[dict[str, Any]]
+
+    def as_dict(self) -> dict[str, Any]:
+        """The served form; only ``envelope`` is signed, the other fields repeat it for reading."""
+        return {"id": self.id, "event_id": self.event_id, "event_hash": self.event_hash,
+                "at": self.at.isoformat(), "key_id": self.key_id, "envelope": self.envelope}
+
+
 class ScanResult(Base):
     """One scanner's verdict on one blob, seen under one path.
 

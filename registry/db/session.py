@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
 from typing import Any
 
 from sqlalchemy import Engine, create_engine, event
@@ -18,6 +20,8 @@ def make_engine(url: str, **kwargs: Any) -> Engine:
     if parsed.drivername in ("postgresql", "postgres"):
         parsed = parsed.set(drivername="postgresql+psycopg")
     if parsed.get_backend_name() == "sqlite":
+        if parsed.database and parsed.database != ":memory:" and not parsed.database.startswith("file:"):
+            _create_private(Path(parsed.database))
         engine = create_engine(
             parsed, connect_args={"timeout": 30, "check_same_thread": False}, **kwargs
         )
@@ -25,6 +29,18 @@ def make_engine(url: str, **kwargs: Any) -> Engine:
         return engine
     kwargs.setdefault("pool_pre_ping", True)
     return create_engine(parsed, **kwargs)
+
+
+def _create_private(path: Path) -> None:
+    """Create an empty database file readable by its owner only, if there is none yet.
+
+    SQLite would create it with the umask's mode (often 0644), and gives its ``-wal`` and ``-shm``
+    files the mode of the database file, so creating it 0600 first keeps all three private.
+    """
+    try:
+        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+    except FileExistsError:
+        pass
 
 
 def _configure_sqlite(engine: Engine) -> None:

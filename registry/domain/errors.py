@@ -203,6 +203,25 @@ class AuditChainError(IntegrityError):
     code = "audit-chain-broken"
 
 
+class AuditCheckpointError(IntegrityError):
+    """A saved audit checkpoint cannot be trusted: malformed, or not signed by the registry's key.
+
+    ``details['checkpoint']`` is its index in the list given; ``details['problem']`` is
+    ``bad-signature`` or ``malformed``.
+    """
+
+    code = "audit-checkpoint-invalid"
+
+
+class ReservedNameError(InvalidInputError):
+    """A name the registry keeps for itself (the audit log's ``system`` actor)."""
+
+    code = "reserved-name"
+
+    def __init__(self, kind: str, name: str) -> None:
+        super().__init__(f"{kind} name {name!r} is reserved for the registry itself", field=kind, value=name)
+
+
 class ManifestMismatchError(IntegrityError):
     """A model directory differs from its signed manifest; every difference is listed, per file.
 

@@ -24,9 +24,11 @@ from registry.auth import (
 )
 from registry.db.models import ApiToken, Principal, RoleBinding, Tenant, utcnow
 from registry.db.session import begin_write
-from registry.domain.errors import AlreadyExistsError, InvalidInputError, NotFoundError
+from registry.domain.errors import AlreadyExistsError, InvalidInputError, NotFoundError, ReservedNameError
 
 CAPACITY_REQUIRED = {Role.APPROVER}
+# A principal named like the audit log's actor of the registry's own actions could pass its acts off as those.
+RESERVED_PRINCIPAL_NAMES = frozenset({audit.SYSTEM_ACTOR})
 
 
 def create_tenant(session: Session, actor: AuthenticatedPrincipal, name: str) -> Tenant:
@@ -62,6 +64,8 @@ def create_principal(
 ) -> Principal:
     require_admin(actor)
     validate_name("principal", name)
+    if name.casefold() in RESERVED_PRINCIPAL_NAMES:
+        raise ReservedNameError("principal", name)
     begin_write(session)
     if session.scalar(select(Principal).where(Principal.name == name)) is not None:
         raise AlreadyExistsError(f"principal {name!r} already exists", principal=name)

@@ -71,3 +71,20 @@ def test_racing_creations_of_one_name_give_one_row_and_conflicts(container):
     for t in threads:
         t.join()
     assert sorted(outcomes) == ["conflict"] * (2 * racers - 2) + ["created"] * 2
+
+
+def test_the_audit_logs_own_actor_name_is_refused_for_principals(container):
+    """`system` is the actor of the registry's own audit events; a principal of that name could pose as it."""
+    import pytest
+
+    from registry import audit
+    from registry.domain.errors import ReservedNameError
+
+    admin = make_admin(container)
+    with container.session_factory() as session:
+        with pytest.raises(ReservedNameError) as err:
+            identity.create_principal(session, admin, audit.SYSTEM_ACTOR)
+        assert err.value.code == "reserved-name" and "reserved" in str(err.value)
+        session.rollback()
+        assert session.scalar(select(func.count()).select_from(Principal).where(Principal.name == "system")) == 0
+        assert identity.create_principal(session, admin, "systems").name == "systems"
