@@ -4,7 +4,7 @@ Bytes stay stored once; a tenant owns a blob it uploaded or mirrored itself. Exi
 the tenants whose versions already use them (a blob uploaded but never put into a version goes to
 nobody: its uploader proves possession by sending the bytes again).
 
-Revision ID: 0004_blob_ownership
+Revision ID: 0004
 Revises: 0003
 Create Date: 2026-11-30 10:30:00
 """
@@ -13,7 +13,7 @@ from typing import Sequence, Union
 from alembic import op
 import sqlalchemy as sa
 
-revision: str = "0004_blob_ownership"
+revision: str = "0004"
 down_revision: Union[str, None] = "0003"
 branch_labels: Union[str, Sequence[str], None] = None
 depends_on: Union[str, Sequence[str], None] = None
