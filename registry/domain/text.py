@@ -1,0 +1,100 @@
+"""Free text: one check for every field a person types, and one way to show text that came from elsewhere.
+
+Labels, revisions, token descriptions, globs and comments are stored, signed into manifests and shown to
+reviewers, so each is bounded in length and refused when it holds a character that changes how text is
+shown or stored rather than what it says:
+
+- control characters (C0, DEL and C1): PostgreSQL cannot store a NUL, and an ESC drives the terminal of
+  whoever lists the value;
+- Unicode bidirectional formatting characters (embeddings, overrides, isolates and the implicit marks),
+  which reorder what a reviewer reads ("Trojan Source", CVE-2021-42574).
+
+``validate_text`` is the check for services; ``FreeText(n)`` is the same check as a pydantic type for API
+bodies. ``printable`` escapes those characters visibly wherever text from a server or an upstream is shown.
+
+Example:
+    >>> validate_text("main", field="revision", max_length=256)
+    'main'
+    >>> printable("model\\u202etxt.exe\\x1b[2J")
+    'model\\\\u202etxt.exe\\\\x1b[2J'
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated, Any
+
+from pydantic import BeforeValidator, Field
+from pydantic_core import PydanticCustomError
+
+from registry.domain.errors import InvalidTextError
+
+# C0 and C1 controls (Unicode category Cc), then the bidirectional formatting characters: the Arabic
+# letter mark, LRM/RLM, the embeddings and overrides LRE..RLO with PDF, and the isolates LRI..PDI.
+_FORBIDDEN = re.compile("[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+
+# The pydantic error type of FreeText; api/problems.py reports it as the problem type `invalid-text`.
+PYDANTIC_ERROR_TYPE = "invalid_text"
+
+
+def _describe(char: str) -> str:
+    return f"U+{ord(char):04X}"
+
+
+def text_problem(value: str, max_length: int) -> tuple[str, dict[str, Any]] | None:
+    """Why ``value`` is not acceptable free text (a reason and its data), or None when it is."""
+    if len(value) > max_length:
+        return f"longer than {max_length} characters", {"max_length": max_length}
+    found = _FORBIDDEN.search(value)
+    if found is not None:
+        kind = "NUL" if found.group() == "\x00" else "control" if found.group() < "\u00a0" else "bidirectional"
+        return (f"{kind} character {_describe(found.group())} at position {found.start()}",
+                {"character": _describe(found.group()), "position": found.start()})
+    return None
+
+
+def validate_text(value: str, *, field: str, max_length: int) -> str:
+    """Return ``value`` if it is acceptable free text for ``field``.
+
+    Args:
+        value: What the person typed.
+        field: The field's name, for the error.
+        max_length: The most characters the field holds.
+
+    Raises:
+        InvalidTextError: ``value`` is not a string, is longer than ``max_length``, or holds a control
+            or bidirectional formatting character.
+    """
+    if not isinstance(value, str):
+        raise InvalidTextError(field, "not a string")
+    problem = text_problem(value, max_length)
+    if problem is not None:
+        raise InvalidTextError(field, problem[0], **problem[1])
+    return value
+
+
+def _pydantic_check(max_length: int):  # noqa: ANN202
+    def check(value: Any) -> Any:
+        # Non-strings are left to pydantic's own str validation, which names the wrong type.
+        if isinstance(value, str):
+            problem = text_problem(value, max_length)
+            if problem is not None:
+                raise PydanticCustomError(PYDANTIC_ERROR_TYPE, problem[0], problem[1])
+        return value
+
+    return check
+
+
+def FreeText(max_length: int) -> Any:  # noqa: N802 - it names a type
+    """The pydantic type of a free-text field of at most ``max_length`` characters (see validate_text).
+
+    Example:
+        ``description: FreeText(256) = ""`` in a request body.
+    """
+    return Annotated[str, BeforeValidator(_pydantic_check(max_length)), Field(max_length=max_length)]
+
+
+def printable(text: str) -> str:
+    """``text`` with every control and bidirectional formatting character escaped visibly (``\\x1b``)."""
+    return _FORBIDDEN.sub(lambda m: f"\\x{ord(m.group()):02x}" if m.group() <= "\xff"
+                          else f"\\u{ord(m.group()):04x}", text)
