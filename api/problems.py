@@ -15,7 +15,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from registry.domain import errors
+from registry.domain import errors, text
 
 log = logging.getLogger(__name__)
 
@@ -65,6 +65,9 @@ def install(app: FastAPI) -> None:
             for e in exc.errors()
         ]
         detail = "; ".join(f"{f['field']}: {f['message']}" for f in fields) or "invalid request"
+        # Refused free text has its own type, as when a service refuses it (InvalidTextError).
+        if fields and all(e.get("type") == text.PYDANTIC_ERROR_TYPE for e in exc.errors()):
+            return problem(422, errors.InvalidTextError.code, "InvalidTextError", detail, errors=fields)
         return problem(422, "invalid-input", "InvalidInputError", detail, errors=fields)
 
     @app.exception_handler(StarletteHTTPException)

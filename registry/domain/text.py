@@ -33,6 +33,13 @@ from registry.domain.errors import InvalidTextError
 # letter mark, LRM/RLM, the embeddings and overrides LRE..RLO with PDF, and the isolates LRI..PDI.
 _FORBIDDEN = re.compile("[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")
 
+# The longest value of each free-text field (the database columns hold at least as much).
+MAX_LABEL_LENGTH = 256
+MAX_REVISION_LENGTH = 256
+MAX_DESCRIPTION_LENGTH = 256
+MAX_SOURCE_LENGTH = 1024
+MAX_COMMENT_LENGTH = 4096
+
 # The pydantic error type of FreeText; api/problems.py reports it as the problem type `invalid-text`.
 PYDANTIC_ERROR_TYPE = "invalid_text"
 

@@ -1,0 +1,145 @@
+"""Edge input on the HTTP API: free text, NUL characters, presigned URLs and ranges (SQLite and PostgreSQL)."""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+
+import pytest
+from fastapi.testclient import TestClient
+from sqlalchemy import func, select
+
+from api.app import create_app
+from registry.auth import issue_token
+from registry.db.models import ApiToken, Principal, RoleBinding, Tenant, Version
+
+PROBLEM = "https://modelreg.dev/problems/"
+
+# One of each kind the free-text check refuses: C0, DEL, C1, and every bidirectional formatting character.
+REFUSED = ["\x00", "\t", "\n", "\x1b", "\x7f", "\x85", "\x9f", "\u061c", "\u200e", "\u200f",
+           "\u202a", "\u202b", "\u202c", "\u202d", "\u202e", "\u2066", "\u2067", "\u2068", "\u2069"]
+
+
+def _token(container, name: str, *, admin: bool = False, submitter_in: str | None = None) -> str:
+    with container.session_factory() as session:
+        principal = Principal(name=name, is_admin=admin)
+        session.add(principal)
+        session.flush()
+        if submitter_in:
+            tenant = session.scalar(select(Tenant).where(Tenant.name == submitter_in))
+            if tenant is None:
+                tenant = Tenant(name=submitter_in)
+                session.add(tenant)
+                session.flush()
+            session.add(RoleBinding(principal_id=principal.id, tenant_id=tenant.id, role="submitter", capacity=""))
+        issued = issue_token(session, principal)
+        session.commit()
+        return issued.token
+
+
+@pytest.fixture
+def api(container):
+    with TestClient(create_app(container), raise_server_exceptions=False) as client:
+        client.headers["Authorization"] = f"Bearer {_token(container, 'root', admin=True, submitter_in='acme')}"
+        yield client
+
+
+def _count(container, model) -> int:
+    with container.session_factory() as session:
+        return session.scalar(select(func.count()).select_from(model))
+
+
+def _assert_invalid_text(r, field: str) -> None:
+    assert r.status_code == 422, r.text
+    assert r.headers["content-type"] == "application/problem+json"
+    body = r.json()
+    assert body["type"] == PROBLEM + "invalid-text", body
+    assert any(e["field"].startswith(field) for e in body["errors"]), body
+
+
+def _upload(api, data: bytes) -> dict[str, object]:
+    digest = hashlib.sha256(data).hexdigest()
+    assert api.put(f"/v1/blobs/sha256/{digest}", params={"tenant": "acme"}, content=data).status_code == 201
+    return {"path": "weights.bin", "size": len(data), "sha256": digest}
+
+
+@pytest.mark.parametrize("char", REFUSED, ids=[f"U+{ord(c):04X}" for c in REFUSED])
+def test_free_text_fields_refuse_control_and_bidi_characters(api, container, tmp_path, char):
+    tokens = _count(container, ApiToken)
+    r = api.post("/v1/principals/root/tokens", json={"description": f"ci{char}key"})
+    _assert_invalid_text(r, "description")
+    assert _count(container, ApiToken) == tokens
+
+    (tmp_path / "m").mkdir()
+    (tmp_path / "m" / "config.json").write_text("{}")
+    for body, field in [
+        ({"source": str(tmp_path / "m"), "revision": f"main{char}"}, "revision"),
+        ({"source": str(tmp_path / "m"), "include": ["*.json", f"{char}*"]}, "include"),
+        ({"source": str(tmp_path / "m"), "exclude": [f"*{char}"]}, "exclude"),
+        ({"source": f"upload:my{char}model", "files": [_upload(api, b"weights")]}, "source"),
+    ]:
+        _assert_invalid_text(api.post("/v1/models/acme/m/versions", json=body), field)
+    assert _count(container, Version) == 0
+
+
+def test_free_text_fields_have_length_caps(api, container, tmp_path):
+    from registry.domain.text import MAX_DESCRIPTION_LENGTH, MAX_LABEL_LENGTH, MAX_REVISION_LENGTH
+    from registry.sources.filters import MAX_GLOB_LENGTH, MAX_GLOBS
+
+    _assert_invalid_text(api.post("/v1/principals/root/tokens",
+                                  json={"description": "d" * (MAX_DESCRIPTION_LENGTH + 1)}), "description")
+    (tmp_path / "m").mkdir()
+    (tmp_path / "m" / "config.json").write_text("{}")
+    source = str(tmp_path / "m")
+    for body, field in [
+        ({"source": source, "revision": "r" * (MAX_REVISION_LENGTH + 1)}, "revision"),
+        ({"source": source, "include": ["g" * (MAX_GLOB_LENGTH + 1)]}, "include"),
+    ]:
+        _assert_invalid_text(api.post("/v1/models/acme/m/versions", json=body), field)
+    # The label is what follows "upload:"; it used to be cut silently at 512 characters.
+    r = api.post("/v1/models/acme/m/versions",
+                 json={"source": "upload:" + "l" * (MAX_LABEL_LENGTH + 1), "files": [_upload(api, b"w")]})
+    assert r.status_code == 422 and r.json()["type"] == PROBLEM + "invalid-text", r.text
+    assert r.json()["field"] == "label"
+    r = api.post("/v1/models/acme/m/versions", json={"source": source, "include": ["*"] * (MAX_GLOBS + 1)})
+    assert r.status_code == 422, r.text
+    assert _count(container, Version) == 0
+    # At the caps, everything is accepted.
+    r = api.post("/v1/models/acme/m/versions",
+                 json={"source": "upload:" + "l" * MAX_LABEL_LENGTH, "files": [_upload(api, b"w")]})
+    assert r.status_code == 202, r.text
+    r = api.post("/v1/principals/root/tokens", json={"description": "d" * MAX_DESCRIPTION_LENGTH})
+    assert r.status_code == 201, r.text
+
+
+@pytest.mark.parametrize(
+    ("method", "url", "kwargs"),
+    [
+        ("GET", "/v1/principals/ro%00ot", {}),
+        ("POST", "/v1/principals/ro%00ot/tokens", {"json": {}}),
+        ("GET", "/v1/models/ac%00me/m/versions", {}),
+        ("GET", "/v1/models/acme/m%00/versions/1", {}),
+        ("GET", "/v1/audit/events?tenant=ac%00me", {}),
+        ("PUT", "/v1/blobs/sha256/" + "0" * 64 + "?tenant=ac%00me", {"content": b"x"}),
+        ("GET", "/v1/blobs/sha256/" + "0" * 64 + "?expires=1&signature=%00", {}),
+    ],
+)
+def test_a_nul_in_a_path_or_query_is_422_before_any_route(api, method, url, kwargs):
+    r = api.request(method, url, **kwargs)
+    assert r.status_code == 422, r.text
+    assert r.headers["content-type"] == "application/problem+json"
+    assert r.json()["type"] == PROBLEM + "invalid-text"
+
+
+def test_a_nul_in_any_body_field_is_422(api, container):
+    """The names and the role of a grant are looked up in the database: a NUL must not reach it."""
+    for body in ({"tenant": "ac\x00me", "role": "submitter"}, {"tenant": "acme", "role": "sub\x00mitter"},
+                 {"tenant": "acme", "role": "approver", "capacity": "sec\x00urity"}):
+        _assert_invalid_text(api.post("/v1/principals/root/roles", json=body), "")
+    _assert_invalid_text(api.post("/v1/tenants", json={"name": "t\x00"}), "name")
+    _assert_invalid_text(api.post("/v1/principals", json={"name": "p\x00"}), "name")
+    r = api.post("/v1/models/acme/m/versions",
+                 json={"source": "upload:x", "files": [{"path": "a\x00", "size": 1, "sha256": "0" * 64}]})
+    _assert_invalid_text(r, "files.0.path")
+    r = api.post("/v1/models/acme/m/versions", json={"source": "hf://org/repo", "hf_endpoint": "http://h\x00"})
+    _assert_invalid_text(r, "hf_endpoint")
