@@ -12,8 +12,9 @@ from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.requests import ClientDisconnect
 
 from registry.domain import errors, text
 
@@ -74,6 +75,14 @@ def install(app: FastAPI) -> None:
     async def _http_error(_request: Request, exc: StarletteHTTPException) -> JSONResponse:
         code = {404: "not-found", 405: "method-not-allowed", 401: "unauthenticated"}.get(exc.status_code, "http-error")
         return problem(exc.status_code, code, "HTTPError", str(exc.detail))
+
+    @app.exception_handler(ClientDisconnect)
+    async def _client_disconnect(request: Request, _exc: ClientDisconnect) -> Response:
+        # Not an error of ours: the client went away while sending its body (nothing of it was kept).
+        # One line, no traceback; the answer below goes nowhere.
+        log.info("client disconnected before sending the whole request body: %s %s",
+                 request.method, request.url.path)
+        return Response(status_code=400)
 
     @app.exception_handler(Exception)
     async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
