@@ -7,7 +7,8 @@ shown or stored rather than what it says:
 - control characters (C0, DEL and C1): PostgreSQL cannot store a NUL, and an ESC drives the terminal of
   whoever lists the value;
 - Unicode bidirectional formatting characters (embeddings, overrides, isolates and the implicit marks),
-  which reorder what a reviewer reads ("Trojan Source", CVE-2021-42574).
+  which reorder what a reviewer reads ("Trojan Source", CVE-2021-42574);
+- lone surrogates, which a JSON string can carry but UTF-8 cannot encode.
 
 ``validate_text`` is the check for services; ``FreeText(n)`` is the same check as a pydantic type for API
 bodies. ``printable`` escapes those characters visibly wherever text from a server or an upstream is shown.
@@ -30,8 +31,9 @@ from pydantic_core import PydanticCustomError
 from registry.domain.errors import InvalidTextError
 
 # C0 and C1 controls (Unicode category Cc), then the bidirectional formatting characters: the Arabic
-# letter mark, LRM/RLM, the embeddings and overrides LRE..RLO with PDF, and the isolates LRI..PDI.
-_FORBIDDEN = re.compile("[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+# letter mark, LRM/RLM, the embeddings and overrides LRE..RLO with PDF, and the isolates LRI..PDI;
+# last the lone surrogates a JSON string can carry ("\\ud800"), which no UTF-8 database can store.
+_FORBIDDEN = re.compile("[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069\ud800-\udfff]")
 
 # The longest value of each free-text field (the database columns hold at least as much).
 MAX_LABEL_LENGTH = 256
@@ -54,9 +56,11 @@ def text_problem(value: str, max_length: int) -> tuple[str, dict[str, Any]] | No
         return f"longer than {max_length} characters", {"max_length": max_length}
     found = _FORBIDDEN.search(value)
     if found is not None:
-        kind = "NUL" if found.group() == "\x00" else "control" if found.group() < "\u00a0" else "bidirectional"
-        return (f"{kind} character {_describe(found.group())} at position {found.start()}",
-                {"character": _describe(found.group()), "position": found.start()})
+        char = found.group()
+        kind = ("NUL" if char == "\x00" else "control" if char < "\u00a0" else
+                "surrogate" if "\ud800" <= char <= "\udfff" else "bidirectional")
+        return (f"{kind} character {_describe(char)} at position {found.start()}",
+                {"character": _describe(char), "position": found.start()})
     return None
 
 

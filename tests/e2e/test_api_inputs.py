@@ -145,6 +145,10 @@ def test_a_nul_in_any_body_field_is_422(api, container):
     _assert_invalid_text(r, "files.0.path")
     r = api.post("/v1/models/acme/m/versions", json={"source": "hf://org/repo", "hf_endpoint": "http://h\x00"})
     _assert_invalid_text(r, "hf_endpoint")
+    # A JSON string can carry a lone surrogate, which no UTF-8 database (or response) can encode.
+    r = api.post("/v1/principals/root/roles", content=b'{"tenant": "ac\\ud800me", "role": "submitter"}',
+                 headers={"Content-Type": "application/json"})
+    _assert_invalid_text(r, "tenant")
 
 
 @pytest.fixture

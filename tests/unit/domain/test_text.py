@@ -10,7 +10,7 @@ from registry.domain.text import FreeText, printable, validate_text
 
 REFUSED = [chr(c) for c in [*range(0x20), *range(0x7F, 0xA0)]] + [
     "\u061c", "\u200e", "\u200f", "\u202a", "\u202b", "\u202c", "\u202d", "\u202e",
-    "\u2066", "\u2067", "\u2068", "\u2069",
+    "\u2066", "\u2067", "\u2068", "\u2069", "\ud800", "\udfff",
 ]
 ACCEPTED = ["main", "v1.0-rc/2", "café", "模型", "emoji 🤗", "zero\u200bwidth space", "a\u00a0b", "\u05d0\u05d1"]
 
