@@ -23,7 +23,8 @@ class RefuseNulMiddleware:
         if scope["type"] == "http":
             # The path arrives percent-decoded; the query string raw, where a NUL is "%00" (or a stray byte).
             query = scope["query_string"]
-            where = "path" if "\x00" in scope["path"] else "query" if b"%00" in query or b"\x00" in query else None
+            where = ("path" if "\x00" in scope["path"] else
+                     "query" if b"%00" in query or b"\x00" in query else None)
             if where is not None:
                 response = problems.problem(422, InvalidTextError.code, "InvalidTextError",
                                             f"NUL character in the request {where}", field=where,

@@ -13,8 +13,8 @@ from registry.sources.filters import MAX_GLOB_LENGTH, MAX_GLOBS
 
 
 class Strict(BaseModel):
-    """A request body: unknown fields are refused, and every string field is FreeText (bounded, and
-    without control or bidirectional formatting characters, NUL included)."""
+    """A request body: unknown fields are refused. Text fields are FreeText (bounded, without control or
+    bidirectional formatting characters); no string field of a body accepts a NUL (a test walks them)."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -85,7 +85,8 @@ class VersionCreate(Strict):
                     "or upload:LABEL with `files` already uploaded to /v1/blobs")
     files: list[UploadedFile] | None = Field(None, max_length=100_000,
                                              description="for upload: the files, each uploaded beforehand")
-    revision: FreeText(MAX_REVISION_LENGTH) | None = Field(None, description="branch, tag or commit; default main")
+    revision: FreeText(MAX_REVISION_LENGTH) | None = Field(None,
+                                                           description="branch, tag or commit; default main")
     include: list[FreeText(MAX_GLOB_LENGTH)] = Field(default_factory=list, max_length=MAX_GLOBS)
     exclude: list[FreeText(MAX_GLOB_LENGTH)] = Field(default_factory=list, max_length=MAX_GLOBS)
     hf_endpoint: FreeText(MAX_SOURCE_LENGTH) | None = None

@@ -264,7 +264,7 @@ class InvalidTextError(InvalidInputError):
 
 
 class InvalidGlobError(InvalidInputError):
-    """An include/exclude glob that is malformed, too long, or one too many."""
+    """An include/exclude glob that is malformed, or one too many (a too long one is InvalidTextError)."""
 
     code = "invalid-glob"
 

@@ -85,7 +85,7 @@ class _Wildcard:
 
 
 class _SegmentWildcard(_Wildcard):
-    """A wildcard over the characters of one segment; what a character hits is worked out once per character."""
+    """A wildcard over the characters of one segment; which tokens a character hits is worked out once."""
 
     def __init__(self, tokens: Sequence[Token]) -> None:
         super().__init__(tokens)
@@ -219,8 +219,8 @@ class FileFilter:
         object.__setattr__(self, "exclude", tuple(self.exclude or ()))
         for globs in (self.include, self.exclude):
             if len(globs) > MAX_GLOBS:
-                raise InvalidGlobError(f"{len(globs)} globs", f"more than {MAX_GLOBS} include or exclude globs",
-                                       limit=MAX_GLOBS)
+                raise InvalidGlobError(f"{len(globs)} globs",
+                                       f"more than {MAX_GLOBS} include or exclude globs", limit=MAX_GLOBS)
         object.__setattr__(self, "_include", tuple(compile_glob(p) for p in self.include))
         object.__setattr__(self, "_exclude", tuple(compile_glob(p) for p in self.exclude))
 
