@@ -21,8 +21,9 @@ from typing import Iterable
 from registry.domain.errors import InvalidInputError, InvalidPathError
 from registry.domain.text import text_problem
 
-SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
-SHA1_RE = re.compile(r"^[0-9a-f]{40}$")
+# \Z, not $: "$" also matches before a final newline.
+SHA256_RE = re.compile(r"\A[0-9a-f]{64}\Z")
+SHA1_RE = re.compile(r"\A[0-9a-f]{40}\Z")
 MAX_PATH_LENGTH = 1024
 
 

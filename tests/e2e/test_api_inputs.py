@@ -133,6 +133,15 @@ def test_a_nul_in_a_path_or_query_is_422_before_any_route(api, method, url, kwar
     assert r.json()["type"] == PROBLEM + "invalid-text"
 
 
+def test_a_name_with_a_final_newline_is_refused(api, container, tmp_path):
+    """A pattern ending in "$" also matched "m\\n": such a model was created."""
+    (tmp_path / "m").mkdir()
+    (tmp_path / "m" / "config.json").write_text("{}")
+    r = api.post("/v1/models/acme/m%0A/versions", json={"source": str(tmp_path / "m")})
+    assert r.status_code == 422 and r.json()["type"] == PROBLEM + "invalid-input", r.text
+    assert _count(container, Version) == 0
+
+
 def test_a_nul_in_any_body_field_is_422(api, container):
     """The names and the role of a grant are looked up in the database: a NUL must not reach it."""
     for body in ({"tenant": "ac\x00me", "role": "submitter"}, {"tenant": "acme", "role": "sub\x00mitter"},

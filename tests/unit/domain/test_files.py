@@ -18,3 +18,12 @@ def test_paths_with_control_or_bidi_characters_are_refused(path):
 @pytest.mark.parametrize("path", ["model.safetensors", "onnx/模型.onnx", "a b/c\u00a0d", "\u05d0/\u05d1.json"])
 def test_ordinary_paths_in_any_script_are_accepted(path):
     assert validate_path(path) == path
+
+
+def test_a_digest_with_a_final_newline_is_not_a_digest():
+    from registry.domain.errors import InvalidInputError
+    from registry.domain.files import is_sha256, require_sha256
+
+    assert is_sha256("a" * 64) and not is_sha256("a" * 64 + "\n")
+    with pytest.raises(InvalidInputError):
+        require_sha256("a" * 64 + "\n")
