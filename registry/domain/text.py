@@ -25,9 +25,6 @@ from __future__ import annotations
 import re
 from typing import Annotated, Any
 
-from pydantic import BeforeValidator, Field
-from pydantic_core import PydanticCustomError
-
 from registry.domain.errors import InvalidTextError
 
 # C0 and C1 controls (Unicode category Cc), then the bidirectional formatting characters: the Arabic
@@ -85,6 +82,8 @@ def validate_text(value: str, *, field: str, max_length: int) -> str:
 
 
 def _pydantic_check(max_length: int):  # noqa: ANN202
+    from pydantic_core import PydanticCustomError
+
     def check(value: Any) -> Any:
         # Non-strings are left to pydantic's own str validation, which names the wrong type.
         if isinstance(value, str):
@@ -102,6 +101,9 @@ def FreeText(max_length: int) -> Any:  # noqa: N802 - it names a type
     Example:
         ``description: FreeText(256) = ""`` in a request body.
     """
+    # Imported here: file paths use this module, and the signing package and the client import no pydantic.
+    from pydantic import BeforeValidator, Field
+
     return Annotated[str, BeforeValidator(_pydantic_check(max_length)), Field(max_length=max_length)]
 
 
