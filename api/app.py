@@ -5,6 +5,7 @@ from __future__ import annotations
 from fastapi import FastAPI
 
 from api import problems
+from api.middleware import RefuseNulMiddleware
 from api.routers import admin, audit, health
 from registry.bootstrap import Container
 
@@ -17,6 +18,7 @@ def create_app(container: Container) -> FastAPI:
     )
     app.state.container = container
     problems.install(app)
+    app.add_middleware(RefuseNulMiddleware)
     app.include_router(health.router)
     app.include_router(admin.router)
     app.include_router(audit.router)

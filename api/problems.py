@@ -12,10 +12,11 @@ from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.requests import ClientDisconnect
 
-from registry.domain import errors
+from registry.domain import errors, text
 
 log = logging.getLogger(__name__)
 
@@ -69,6 +70,10 @@ def install(app: FastAPI) -> None:
         ]
         more = f" (and {len(found) - len(fields)} more)" if len(found) > len(fields) else ""
         detail = "; ".join(f"{f['field']}: {f['message']}" for f in fields) + more or "invalid request"
+        # Refused free text has its own type, as when a service refuses it (InvalidTextError).
+        if fields and all(e.get("type") == text.PYDANTIC_ERROR_TYPE for e in found):
+            return problem(422, errors.InvalidTextError.code, "InvalidTextError", detail,
+                           errors=fields, errors_count=len(found))
         return problem(422, "invalid-input", "InvalidInputError", detail,
                        errors=fields, errors_count=len(found))
 
@@ -76,6 +81,14 @@ def install(app: FastAPI) -> None:
     async def _http_error(_request: Request, exc: StarletteHTTPException) -> JSONResponse:
         code = {404: "not-found", 405: "method-not-allowed", 401: "unauthenticated"}.get(exc.status_code, "http-error")
         return problem(exc.status_code, code, "HTTPError", str(exc.detail))
+
+    @app.exception_handler(ClientDisconnect)
+    async def _client_disconnect(request: Request, _exc: ClientDisconnect) -> Response:
+        # Not an error of ours: the client went away while sending its body (nothing of it was kept).
+        # One line, no traceback; the answer below goes nowhere.
+        log.info("client disconnected before sending the whole request body: %s %s",
+                 request.method, request.url.path)
+        return Response(status_code=400)
 
     @app.exception_handler(Exception)
     async def _unexpected(request: Request, exc: Exception) -> JSONResponse:

@@ -7,13 +7,23 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from registry.domain.files import MAX_PATH_LENGTH
+from registry.domain.text import MAX_DESCRIPTION_LENGTH, MAX_REVISION_LENGTH, MAX_SOURCE_LENGTH, FreeText
+from registry.sources.filters import MAX_GLOB_LENGTH, MAX_GLOBS
+
 
 class Strict(BaseModel):
+    """A request body: unknown fields are refused. Text fields are FreeText (bounded, without control or
+    bidirectional formatting characters); no string field of a body accepts a NUL (a test walks them)."""
+
     model_config = ConfigDict(extra="forbid")
 
 
+Name = FreeText(63)
+
+
 class TenantCreate(Strict):
-    name: str = Field(min_length=1, max_length=63)
+    name: Name = Field(min_length=1)
 
 
 class TenantPublic(BaseModel):
@@ -22,14 +32,14 @@ class TenantPublic(BaseModel):
 
 
 class PrincipalCreate(Strict):
-    name: str = Field(min_length=1, max_length=63)
+    name: Name = Field(min_length=1)
     is_admin: bool = False
 
 
 class RoleGrant(Strict):
-    tenant: str
-    role: str
-    capacity: str = ""
+    tenant: Name
+    role: FreeText(32)
+    capacity: FreeText(32) = ""
 
 
 class RoleBindingPublic(BaseModel):
@@ -46,7 +56,7 @@ class PrincipalPublic(BaseModel):
 
 
 class TokenCreate(Strict):
-    description: str = Field("", max_length=256)
+    description: FreeText(MAX_DESCRIPTION_LENGTH) = ""
     expires_in_days: int | None = Field(90, ge=1, le=3650)
 
 
@@ -64,20 +74,22 @@ class WhoAmI(BaseModel):
 
 
 class UploadedFile(Strict):
-    path: str = Field(max_length=1024)
+    path: FreeText(MAX_PATH_LENGTH)
     size: int = Field(ge=0)
     sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
 
 
 class VersionCreate(Strict):
-    source: str = Field(description="hf://org/repo, s3://bucket/prefix, an absolute directory path, "
-                                    "or upload:LABEL with `files` already uploaded to /v1/blobs")
+    source: FreeText(MAX_SOURCE_LENGTH) = Field(
+        description="hf://org/repo, s3://bucket/prefix, an absolute directory path, "
+                    "or upload:LABEL with `files` already uploaded to /v1/blobs")
     files: list[UploadedFile] | None = Field(None, max_length=100_000,
                                              description="for upload: the files, each uploaded beforehand")
-    revision: str | None = Field(None, max_length=256, description="branch, tag or commit; default main")
-    include: list[str] = Field(default_factory=list, max_length=100)
-    exclude: list[str] = Field(default_factory=list, max_length=100)
-    hf_endpoint: str | None = Field(None, max_length=1024)
+    revision: FreeText(MAX_REVISION_LENGTH) | None = Field(None,
+                                                           description="branch, tag or commit; default main")
+    include: list[FreeText(MAX_GLOB_LENGTH)] = Field(default_factory=list, max_length=MAX_GLOBS)
+    exclude: list[FreeText(MAX_GLOB_LENGTH)] = Field(default_factory=list, max_length=MAX_GLOBS)
+    hf_endpoint: FreeText(MAX_SOURCE_LENGTH) | None = None
 
 
 class FilePublic(BaseModel):

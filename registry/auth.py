@@ -26,7 +26,8 @@ from registry.db.models import ApiToken, Principal, RoleBinding, Tenant, utcnow
 from registry.domain.errors import AuthenticationError, InvalidInputError, PermissionDeniedError
 
 TOKEN_PREFIX = "mr_"
-NAME_RE = re.compile(r"^[a-z0-9][a-z0-9._-]{0,62}$")
+# \Z, not $: "$" also matches before a final newline, and "m\n" named a model.
+NAME_RE = re.compile(r"\A[a-z0-9][a-z0-9._-]{0,62}\Z")
 
 
 class Role(str, enum.Enum):

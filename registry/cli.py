@@ -22,6 +22,7 @@ import typer
 from typer.exceptions import TyperException
 
 from registry.domain.errors import RegistryError
+from registry.domain.text import printable
 
 app = typer.Typer(
     name="modelreg",
@@ -58,11 +59,23 @@ def _client(url: Optional[str], token: Optional[str]):
     return RegistryClient(url, token)
 
 
-def _emit(data: Any, as_json: bool, human: str | None = None) -> None:
+def _say(*lines: str, err: bool = False) -> None:
+    """Print lines for a person, each with its control and bidirectional characters escaped visibly.
+
+    What the CLI prints comes from a server, an upstream or a scanned file: a value must not drive the
+    terminal (ESC), reorder what is read (U+202E) or forge a line ("\\n"), so lines are passed apart.
+    """
+    typer.echo("\n".join(printable(line) for line in lines), err=err)
+
+
+def _emit(data: Any, as_json: bool, human: str | list[str] | None = None) -> None:
+    """Print ``data`` as JSON (which escapes every control and non-ASCII character), or as ``human`` lines."""
     if as_json:
         typer.echo(json.dumps(data, indent=2, sort_keys=True, default=str))
+    elif human is None:
+        typer.echo(json.dumps(data, indent=2, default=str))
     else:
-        typer.echo(human if human is not None else json.dumps(data, indent=2, default=str))
+        _say(*([human] if isinstance(human, str) else human))
 
 
 def _seg(value: str) -> str:
@@ -103,7 +116,7 @@ def tenant_create(name: str, url: str = UrlOpt, token: str = TokenOpt, as_json: 
 def tenant_list(url: str = UrlOpt, token: str = TokenOpt, as_json: bool = JsonOpt) -> None:
     with _client(url, token) as client:
         tenants = client.get("/v1/tenants")
-    _emit(tenants, as_json, "\n".join(t["name"] for t in tenants))
+    _emit(tenants, as_json, [t["name"] for t in tenants])
 
 
 @principal_app.command("create")
@@ -209,7 +222,7 @@ def _upload_directory(client: Any, tenant: str, source: str, include: list[str],
             if exc.status != 404:
                 raise
         if not quiet:
-            typer.echo(f"uploading {f.path} ({f.size} bytes)", err=True)
+            _say(f"uploading {f.path} ({f.size} bytes)", err=True)
         with open(directory / f.path, "rb") as data:
             client.request("PUT", f"/v1/blobs/sha256/{f.sha256}", params={"tenant": tenant}, content=data,
                            headers={"Content-Length": str(f.size)})
@@ -248,7 +261,7 @@ def _print_version(v: dict[str, Any]) -> None:
                  f" {v.get('requested_revision') or ''} -> {v.get('resolved_revision') or '?'}")
     for f in v.get("files", []):
         lines.append(f"  {f['sha256'] or '(pending)':64}  {f['size']:>12}  {f['path']}")
-    typer.echo("\n".join(lines))
+    _say(*lines)
 
 
 @version_app.command("show")
@@ -295,10 +308,9 @@ def scan(
         _emit({"verdict": worst.value, "files": [r.as_dict() for r in results]}, True)
     else:
         for r in results:
-            typer.echo(f"{r.verdict.value:10} {r.format:14} {r.path}")
-            for f in r.findings:
-                typer.echo(f"    {f.severity.value:10} {f.rule_id}  {f.location}: {f.message}")
-        typer.echo(f"{len(results)} file(s): {worst.value}")
+            _say(f"{r.verdict.value:10} {r.format:14} {r.path}",
+                 *(f"    {f.severity.value:10} {f.rule_id}  {f.location}: {f.message}" for f in r.findings))
+        _say(f"{len(results)} file(s): {worst.value}")
     code = {Verdict.SAFE: 0, Verdict.SUSPICIOUS: 1, Verdict.UNSAFE: 1, Verdict.ERROR: 2}[worst]
     if code:
         raise typer.Exit(code)
@@ -329,7 +341,7 @@ def version_scans(
     lines = [f"{result['model']}@{result['version']}: {result['state']}"]
     for f in result["files"]:
         lines.append(f"  {f['verdict'] or '(pending)':10} {f['format'] or '':14} {f['path']}")
-    _emit(result, as_json, "\n".join(lines))
+    _emit(result, as_json, lines)
 
 
 @keys_app.command("list")
@@ -337,7 +349,7 @@ def keys_list(url: str = UrlOpt, token: str = TokenOpt, as_json: bool = JsonOpt)
     """The registry's public signing keys."""
     with _client(url, token) as client:
         keys = client.get("/v1/keys")
-    _emit(keys, as_json, "\n".join(f"{k['key_id']}  {k['algorithm']}" for k in keys["keys"]))
+    _emit(keys, as_json, [f"{k['key_id']}  {k['algorithm']}" for k in keys["keys"]])
 
 
 @keys_app.command("export")
@@ -607,15 +619,15 @@ def main(argv: list[str] | None = None) -> int:
     except TyperException as exc:
         # Usage errors (unknown command, missing argument, bad option value): one line, exit 2.
         message = exc.format_message() if hasattr(exc, "format_message") else str(exc)
-        typer.echo(f"error: {' '.join(message.split())}", err=True)
+        _say(f"error: {' '.join(message.split())}", err=True)
         return 2
     except RegistryError as exc:
-        typer.echo(f"error: {' '.join(str(exc).split())}", err=True)
+        _say(f"error: {' '.join(str(exc).split())}", err=True)
         return 1
     except KeyboardInterrupt:
         return 130
     except OSError as exc:
-        typer.echo(f"error: {exc}", err=True)
+        _say(f"error: {exc}", err=True)
         return 1
     return code if isinstance(code, int) else 0
 

@@ -52,7 +52,7 @@ def submit_version(
             raise InvalidInputError("an upload: source needs `files`", field="files")
         version, created = versions.submit_uploaded(
             session, principal, tenant, name, [FileEntry(f.path, f.size, f.sha256) for f in body.files],
-            label=body.source.removeprefix("upload:")[:512] or "upload", limits=container.limits(),
+            label=body.source.removeprefix("upload:") or "upload", limits=container.limits(),
         )
     elif body.files is not None:
         raise InvalidInputError("`files` goes only with an upload: source", field="files")

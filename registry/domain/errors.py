@@ -291,6 +291,25 @@ class InvalidPathError(InvalidInputError):
         super().__init__(f"invalid file path {path!r}: {reason}", path=path, reason=reason)
 
 
+class InvalidTextError(InvalidInputError):
+    """Text a person typed (a label, revision, description, glob, comment) that is too long or holds a
+    control or bidirectional formatting character; ``details['field']`` names the field."""
+
+    code = "invalid-text"
+
+    def __init__(self, field: str, reason: str, **details: Any) -> None:
+        super().__init__(f"invalid {field}: {reason}", field=field, reason=reason, **details)
+
+
+class InvalidGlobError(InvalidInputError):
+    """An include/exclude glob that is malformed, or one too many (a too long one is InvalidTextError)."""
+
+    code = "invalid-glob"
+
+    def __init__(self, pattern: str, reason: str, **details: Any) -> None:
+        super().__init__(f"invalid glob {pattern!r}: {reason}", pattern=pattern, reason=reason, **details)
+
+
 class InvalidKeyError(InvalidInputError):
     """A key that cannot be used: unreadable, wrongly encrypted, missing, or not ECDSA P-256."""
 

@@ -19,9 +19,11 @@ from dataclasses import dataclass
 from typing import Iterable
 
 from registry.domain.errors import InvalidInputError, InvalidPathError
+from registry.domain.text import text_problem
 
-SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
-SHA1_RE = re.compile(r"^[0-9a-f]{40}$")
+# \Z, not $: "$" also matches before a final newline.
+SHA256_RE = re.compile(r"\A[0-9a-f]{64}\Z")
+SHA1_RE = re.compile(r"\A[0-9a-f]{40}\Z")
 MAX_PATH_LENGTH = 1024
 
 
@@ -43,8 +45,8 @@ def validate_path(path: str) -> str:
         path: A file name as listed by an upstream or a manifest.
 
     Raises:
-        InvalidPathError: empty, absolute, with ``..``/``.``/empty segments, backslashes, control
-            characters, a drive letter, or not in Unicode NFC form.
+        InvalidPathError: empty, absolute, with ``..``/``.``/empty segments, backslashes, control or
+            bidirectional formatting characters, a drive letter, or not in Unicode NFC form.
     """
     if not isinstance(path, str) or not path:
         raise InvalidPathError(str(path), "empty path")
@@ -52,8 +54,10 @@ def validate_path(path: str) -> str:
         raise InvalidPathError(path[:64] + "...", f"longer than {MAX_PATH_LENGTH} characters")
     if "\\" in path:
         raise InvalidPathError(path, "backslash in path")
-    if any(ord(c) < 0x20 or ord(c) == 0x7F for c in path):
-        raise InvalidPathError(path, "control character in path")
+    # The characters free text may not hold: controls, and bidirectional formatting that disguises a name.
+    problem = text_problem(path, MAX_PATH_LENGTH)
+    if problem is not None:
+        raise InvalidPathError(path, problem[0])
     if path.startswith("/"):
         raise InvalidPathError(path, "absolute path")
     if re.match(r"^[A-Za-z]:", path):

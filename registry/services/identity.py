@@ -25,6 +25,7 @@ from registry.auth import (
 from registry.db.models import ApiToken, Principal, RoleBinding, Tenant, utcnow
 from registry.db.session import begin_write
 from registry.domain.errors import AlreadyExistsError, InvalidInputError, NotFoundError, ReservedNameError
+from registry.domain.text import MAX_DESCRIPTION_LENGTH, validate_text
 
 CAPACITY_REQUIRED = {Role.APPROVER}
 # A principal named like the audit log's actor of the registry's own actions could pass its acts off as those.
@@ -155,6 +156,7 @@ def create_token(
     expires_in_days: int | None = 90,
 ) -> IssuedToken:
     require_admin(actor)
+    validate_text(description, field="description", max_length=MAX_DESCRIPTION_LENGTH)
     if expires_in_days is not None and not 0 < expires_in_days <= 3650:
         raise InvalidInputError("expires_in_days must be between 1 and 3650", field="expires_in_days")
     begin_write(session)

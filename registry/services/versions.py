@@ -42,6 +42,7 @@ from registry.domain.errors import (
 )
 from registry.domain.files import FileEntry, require_sha256, validate_file_list
 from registry.domain.states import LIVE, VersionState, check_transition
+from registry.domain.text import MAX_LABEL_LENGTH, MAX_REVISION_LENGTH, MAX_SOURCE_LENGTH, validate_text
 from registry.sources import parse_source_uri
 from registry.sources.base import Snapshot, Source, UpstreamFile
 from registry.storage.base import BlobInfo, BlobStore
@@ -58,6 +59,19 @@ class SubmitRequest:
     include: tuple[str, ...] = ()
     exclude: tuple[str, ...] = ()
     hf_endpoint: str | None = None
+
+    def validate(self) -> None:
+        """Refuse free text that is too long or holds control or bidirectional characters (globs are
+        checked where they are compiled).
+
+        Raises:
+            InvalidTextError: naming the field.
+        """
+        validate_text(self.source, field="source", max_length=MAX_SOURCE_LENGTH)
+        if self.revision is not None:
+            validate_text(self.revision, field="revision", max_length=MAX_REVISION_LENGTH)
+        if self.hf_endpoint is not None:
+            validate_text(self.hf_endpoint, field="hf_endpoint", max_length=MAX_SOURCE_LENGTH)
 
 
 @dataclass(frozen=True)
@@ -165,6 +179,7 @@ def submit(
     """
     require(principal, tenant, Permission.SUBMIT)
     validate_name("model", name)
+    request.validate()
     tenant_row = get_tenant(session, tenant)
     kind, locator = parse_source_uri(request.source)
     source = open_source(request.source, request.hf_endpoint, request.include, request.exclude)
@@ -333,6 +348,7 @@ def submit_uploaded(
     """
     require(principal, tenant, Permission.SUBMIT)
     validate_name("model", name)
+    validate_text(label, field="label", max_length=MAX_LABEL_LENGTH)
     # Refused before any lookup: a huge list costs no more than this.
     if len(files) > limits.max_files:
         raise LimitExceededError(f"{len(files)} files exceed the limit of {limits.max_files}",

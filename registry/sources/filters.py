@@ -11,6 +11,11 @@ The rules are those of ``.gitignore`` patterns, which users already know:
 
 A file is selected when it matches some include pattern (or there are none) and no exclude pattern.
 
+Globs come from whoever submits, so matching does bounded work: a path is matched segment by segment,
+and a segment character by character, by a small automaton that never backtracks (time linear in
+pattern x path; a regular expression of nested ``**`` once took seconds per path). A glob holds at most
+MAX_GLOB_LENGTH characters and a filter at most MAX_GLOBS include and MAX_GLOBS exclude globs.
+
 Example:
     >>> f = FileFilter(include=["*.safetensors", "*.json"], exclude=["original/"])
     >>> [p for p in ["model.safetensors", "config.json", "original/x.json", "a.bin"] if f.matches(p)]
@@ -19,78 +24,179 @@ Example:
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
-from typing import Iterable, Sequence, TypeVar
+from typing import Callable, Iterable, Sequence, TypeVar
 
-from registry.domain.errors import InvalidInputError, InvalidPathError
+from registry.domain.errors import InvalidGlobError, InvalidInputError, InvalidPathError
 from registry.domain.files import validate_path
+from registry.domain.text import validate_text
 
 T = TypeVar("T")
 
+# Bounds on the work one submission asks for: each glob is matched against every listed path.
+MAX_GLOB_LENGTH = 256
+MAX_GLOBS = 100  # include globs, and exclude globs, of one filter
 
-def _segment_regex(segment: str, pattern: str) -> str:
-    out: list[str] = []
+# A token of a wildcard sequence: a test of one item, or RUN for any run of items (zero included).
+RUN = None
+Token = Callable[[str], bool] | None
+
+
+class _Wildcard:
+    """Matches a sequence of items against tokens without backtracking (a bit-parallel NFA, "Shift-And").
+
+    Bit ``i`` of the state means "the tokens before ``i`` matched the items read so far", so each item costs
+    one pass over the live tokens: matching is linear in tokens x items whatever the pattern. The same
+    machine matches characters of a path segment (``*`` is a run) and segments of a path (``**`` is a run).
+    """
+
+    def __init__(self, tokens: Sequence[Token]) -> None:
+        self._tokens = tuple(tokens)
+        self._runs = sum(1 << i for i, t in enumerate(self._tokens) if t is RUN)
+        self._done = 1 << len(self._tokens)
+        self._singles = (self._done - 1) & ~self._runs
+        self._start = self._close(1)
+
+    def _close(self, state: int) -> int:
+        # A run may be empty: standing before it is also standing after it.
+        while True:
+            wider = state | ((state & self._runs) << 1)
+            if wider == state:
+                return state
+            state = wider
+
+    def _hits(self, item: str, live: int) -> int:
+        """The live single-item tokens that accept ``item``."""
+        hits = 0
+        while live:
+            low = live & -live
+            if self._tokens[low.bit_length() - 1](item):  # type: ignore[misc]
+                hits |= low
+            live ^= low
+        return hits
+
+    def matches(self, items: Iterable[str]) -> bool:
+        state = self._start
+        for item in items:
+            state = self._close((self._hits(item, state & self._singles) << 1) | (state & self._runs))
+            if not state:
+                return False
+        return bool(state & self._done)
+
+
+class _SegmentWildcard(_Wildcard):
+    """A wildcard over the characters of one segment; which tokens a character hits is worked out once."""
+
+    def __init__(self, tokens: Sequence[Token]) -> None:
+        super().__init__(tokens)
+        self._hits_by_char: dict[str, int] = {}
+
+    def _hits(self, item: str, live: int) -> int:
+        hits = self._hits_by_char.get(item)
+        if hits is None:
+            hits = self._hits_by_char[item] = super()._hits(item, self._singles)
+        return hits & live
+
+
+def _class_token(body: str, negate: bool, pattern: str) -> Callable[[str], bool]:
+    chars: set[str] = set()
+    ranges: list[tuple[str, str]] = []
+    i = 0
+    while i < len(body):
+        if i + 2 < len(body) and body[i + 1] == "-":
+            if body[i] > body[i + 2]:
+                raise InvalidGlobError(pattern, f"reversed range {body[i:i + 3]!r}")
+            ranges.append((body[i], body[i + 2]))
+            i += 3
+        else:
+            chars.add(body[i])
+            i += 1
+
+    def member(c: str) -> bool:
+        return c in chars or any(lo <= c <= hi for lo, hi in ranges)
+
+    # A segment never holds "/", so no class can match one.
+    return (lambda c: not member(c)) if negate else member
+
+
+def _segment_tokens(segment: str, pattern: str) -> list[Token]:
+    tokens: list[Token] = []
     i = 0
     while i < len(segment):
         c = segment[i]
         if c == "*":
-            out.append("[^/]*")
+            if tokens[-1:] != [RUN]:
+                tokens.append(RUN)
         elif c == "?":
-            out.append("[^/]")
+            tokens.append(lambda _c: True)
         elif c == "[":
-            end = segment.find("]", i + 2 if segment[i + 1 : i + 2] in ("!", "^") else i + 1)
+            negate = segment[i + 1 : i + 2] in ("!", "^")
+            end = segment.find("]", i + 2 if negate else i + 1)
             if end < 0:
-                raise InvalidInputError(f"unclosed '[' in glob {pattern!r}", pattern=pattern)
-            body = segment[i + 1 : end]
-            negate = body[:1] in ("!", "^")
-            if negate:
-                body = body[1:]
-            # A class never matches "/": paths are split into segments by it.
-            body = body.replace("\\", "\\\\").replace("]", "\\]")
-            out.append(f"[^/{body}]" if negate else f"(?![/])[{body}]")
+                raise InvalidGlobError(pattern, "unclosed '['")
+            body = segment[i + (2 if negate else 1) : end]
+            if not body and not negate:
+                raise InvalidGlobError(pattern, "empty '[]'")
+            tokens.append(_class_token(body, negate, pattern))
             i = end
         else:
-            out.append(re.escape(c))
+            tokens.append(c.__eq__)
         i += 1
-    return "".join(out)
+    return tokens
 
 
-def compile_glob(pattern: str) -> re.Pattern[str]:
-    """Compile one glob into a regular expression over a whole relative POSIX path.
+class Glob:
+    """One compiled glob; :meth:`match` takes time linear in the pattern's and the path's lengths."""
+
+    def __init__(self, pattern: str, segments: Sequence[Token]) -> None:
+        self.pattern = pattern
+        self._path = _Wildcard(segments)
+
+    def match(self, path: str) -> bool:
+        """Whether the clean relative POSIX ``path`` matches."""
+        return self._path.matches(path.split("/"))
+
+    def __repr__(self) -> str:
+        return f"Glob({self.pattern!r})"
+
+
+def compile_glob(pattern: str) -> Glob:
+    """Compile one glob into a matcher of whole relative POSIX paths.
 
     Args:
         pattern: A glob following the rules in the module docstring.
 
     Raises:
-        InvalidInputError: the pattern is empty or malformed.
+        InvalidGlobError: the pattern is empty or malformed.
+        InvalidTextError: the pattern is longer than MAX_GLOB_LENGTH or holds a control or bidirectional
+            formatting character.
     """
     if not isinstance(pattern, str) or not pattern.strip():
-        raise InvalidInputError("empty glob pattern", pattern=str(pattern))
+        raise InvalidGlobError(str(pattern), "empty glob")
+    validate_text(pattern, field="glob", max_length=MAX_GLOB_LENGTH)
     if "\\" in pattern:
-        raise InvalidInputError(f"backslash in glob {pattern!r}; use '/'", pattern=pattern)
+        raise InvalidGlobError(pattern, "backslash in glob; use '/'")
     body = pattern
     directory = body.endswith("/")
     body = body.rstrip("/")
     anchored = "/" in body
     body = body.lstrip("/")
     if not body:
-        raise InvalidInputError(f"glob {pattern!r} matches nothing", pattern=pattern)
-    segments = body.split("/")
+        raise InvalidGlobError(pattern, "matches nothing")
+    segments: list[Token] = [] if anchored else [RUN]
+    names = body.split("/")
     if directory:
-        segments.append("**")
-    parts: list[str] = []
-    for index, segment in enumerate(segments):
-        last = index == len(segments) - 1
-        if segment == "**":
+        names.append("**")
+    for index, name in enumerate(names):
+        if name == "**":
             # "a/**" needs at least one segment below "a"; "**/b" and "a/**/b" allow zero directories.
-            parts.append(".+" if last else "(?:[^/]+/)*")
+            if index == len(names) - 1:
+                segments.append(lambda _segment: True)
+            if segments[-1:] != [RUN]:
+                segments.append(RUN)
         else:
-            parts.append(_segment_regex(segment, pattern) + ("" if last else "/"))
-    regex = "".join(parts)
-    if not anchored:
-        regex = "(?:[^/]+/)*" + regex
-    return re.compile(f"^{regex}$", re.DOTALL)
+            segments.append(_SegmentWildcard(_segment_tokens(name, pattern)).matches)
+    return Glob(pattern, segments)
 
 
 @dataclass(frozen=True)
@@ -98,19 +204,23 @@ class FileFilter:
     """Include/exclude globs; an empty include list selects every file.
 
     Raises:
-        InvalidInputError: on construction, when a pattern is malformed.
+        InvalidInputError: on construction, when a pattern is malformed or there are too many.
     """
 
     include: Sequence[str] = ()
     exclude: Sequence[str] = ()
-    _include: tuple[re.Pattern[str], ...] = field(init=False, repr=False, compare=False)
-    _exclude: tuple[re.Pattern[str], ...] = field(init=False, repr=False, compare=False)
+    _include: tuple[Glob, ...] = field(init=False, repr=False, compare=False)
+    _exclude: tuple[Glob, ...] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if isinstance(self.include, str) or isinstance(self.exclude, str):
             raise InvalidInputError("include/exclude must be lists of globs, not one string")
         object.__setattr__(self, "include", tuple(self.include or ()))
         object.__setattr__(self, "exclude", tuple(self.exclude or ()))
+        for globs in (self.include, self.exclude):
+            if len(globs) > MAX_GLOBS:
+                raise InvalidGlobError(f"{len(globs)} globs",
+                                       f"more than {MAX_GLOBS} include or exclude globs", limit=MAX_GLOBS)
         object.__setattr__(self, "_include", tuple(compile_glob(p) for p in self.include))
         object.__setattr__(self, "_exclude", tuple(compile_glob(p) for p in self.exclude))
 

@@ -20,6 +20,7 @@ import hashlib
 import hmac
 import os
 import queue
+import re
 import tempfile
 import threading
 import time
@@ -42,6 +43,8 @@ from registry.storage.base import STREAM_PATH, BlobInfo, BlobStore, ByteSource, 
 CHUNK_SIZE = 1024 * 1024
 QUEUE_DEPTH = 8  # chunks in flight to the writer thread: bounds memory to ~8 MiB per put
 TEMP_PREFIX = "put-"
+_EXPIRES_RE = re.compile(r"\A[0-9]{1,20}\Z")
+_SIGNATURE_RE = re.compile(r"\A[0-9a-f]{64}\Z")
 
 
 class LocalBlobStore(BlobStore):
@@ -228,12 +231,14 @@ class LocalBlobStore(BlobStore):
             InvalidInputError: ``digest`` is not a sha256.
         """
         require_sha256(digest)
-        try:
-            expires_at = int(expires)
-        except (TypeError, ValueError):
-            raise PresignedUrlError(digest, "malformed expiry") from None
-        expected = self._signature(digest, expires_at)
-        if not isinstance(signature, str) or not hmac.compare_digest(expected, signature):
+        # Only the forms presign_get writes: int() would also take "+1", "1_0", other scripts' digits and
+        # thousands of digits, and compare_digest raises on a non-ASCII str.
+        if not isinstance(expires, int) and not (isinstance(expires, str) and _EXPIRES_RE.match(expires)):
+            raise PresignedUrlError(digest, "malformed expiry")
+        if not isinstance(signature, str) or not _SIGNATURE_RE.match(signature):
+            raise PresignedUrlError(digest, "signature mismatch")
+        expires_at = int(expires)
+        if not hmac.compare_digest(self._signature(digest, expires_at), signature):
             raise PresignedUrlError(digest, "signature mismatch")
         # Checked after the signature so an attacker learns nothing about expiry of forged URLs.
         if expires_at < time.time():

@@ -136,3 +136,79 @@ def test_a_registry_that_is_down_fails_with_one_line():
     r = _run("whoami", "--url", f"http://127.0.0.1:{port}", "--token", "mr_x")
     assert r.returncode == 1 and "cannot reach the registry" in r.stderr
     assert len(r.stderr.strip().splitlines()) == 1
+
+
+# What a hostile (or compromised, or old) server could send back: terminal escapes, bidi overrides, forged lines.
+HOSTILE = "\x1b]0;pwned\x07\x1b[2J\u202eexe.txt\r\nfake line\x9b31m"
+HOSTILE_ANSWERS = {
+    "/v1/tenants": (200, [{"name": "acme" + HOSTILE, "created_at": "2026-01-01T00:00:00Z"}, {"name": "ok"}]),
+    "/v1/models/acme/m/versions/1": (200, {
+        "model": "acme/m" + HOSTILE, "version": 1, "state": "failed", "failure_reason": "upstream" + HOSTILE,
+        "failure_detail": {"message": "boom" + HOSTILE}, "requested_revision": "main" + HOSTILE,
+        "resolved_revision": None, "source": {"kind": "upload", "repo": "label" + HOSTILE},
+        "files": [{"path": "w" + HOSTILE, "size": 1, "sha256": None, "mirrored": False}],
+    }),
+    "/v1/whoami": (403, {"type": "https://modelreg.dev/problems/permission-denied", "title": "x" + HOSTILE,
+                         "status": 403, "detail": "denied" + HOSTILE}),
+}
+
+
+class _HostileRegistry(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        status, payload = HOSTILE_ANSWERS[self.path.split("?")[0]]
+        body = json.dumps(payload).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json" if status < 400 else "application/problem+json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *_args):
+        pass
+
+
+@pytest.fixture
+def hostile_registry():
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _HostileRegistry)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+    server.server_close()
+
+
+def _raw_controls(text: str) -> list[str]:
+    """Control and bidi characters in ``text``, apart from the newlines that end the CLI's own lines."""
+    from registry.domain.text import printable
+
+    return [line for line in text.split("\n") if printable(line) != line]
+
+
+@pytest.mark.parametrize(("args", "lines"), [
+    (["tenant", "list"], 2),
+    (["version", "show", "acme/m", "1"], 4),
+    (["whoami"], 1),
+])
+def test_human_output_never_writes_control_characters_from_the_server(hostile_registry, args, lines):
+    r = _run(*args, "--url", hostile_registry, "--token", "mr_x")
+    out = r.stdout + r.stderr
+    assert _raw_controls(out) == [], out
+    # Escaped visibly (an error line also folds the server's whitespace into spaces).
+    assert "\\x1b]0;pwned\\x07\\x1b[2J\\u202eexe.txt" in out and "fake line\\x9b31m" in out
+    assert len(out.strip("\n").split("\n")) == lines, out
+
+
+@pytest.mark.parametrize("args", [["tenant", "list"], ["version", "show", "acme/m", "1"]])
+def test_json_output_escapes_control_characters_and_keeps_the_data(hostile_registry, args):
+    r = _run(*args, "--url", hostile_registry, "--token", "mr_x", "--json")
+    assert r.returncode == 0, r.stderr
+    assert _raw_controls(r.stdout) == []
+    path = {"tenant": "/v1/tenants", "version": "/v1/models/acme/m/versions/1"}[args[0]]
+    assert json.loads(r.stdout) == HOSTILE_ANSWERS[path][1]
+
+
+def test_scan_output_escapes_control_characters_in_file_names(tmp_path):
+    (tmp_path / f"model{HOSTILE.replace('/', '')}.json").write_text("{}")
+    r = _run("scan", str(tmp_path))
+    assert r.returncode == 0, r.stderr
+    assert _raw_controls(r.stdout) == [] and len(r.stdout.strip("\n").split("\n")) == 2, r.stdout

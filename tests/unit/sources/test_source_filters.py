@@ -6,8 +6,8 @@ from dataclasses import dataclass
 
 import pytest
 
-from registry.domain.errors import InvalidInputError, InvalidPathError
-from registry.sources.filters import FileFilter, compile_glob
+from registry.domain.errors import InvalidGlobError, InvalidInputError, InvalidPathError, InvalidTextError
+from registry.sources.filters import MAX_GLOB_LENGTH, MAX_GLOBS, FileFilter, compile_glob
 
 PATHS = [
     "config.json",
@@ -48,6 +48,13 @@ def matching(pattern: str) -> list[str]:
         ("*.JSON", []),
         ("model.safetensors", ["model.safetensors"]),
         ("model+safetensors", []),
+        ("**", PATHS),
+        ("a/**/**", ["a/b/c/deep.json"]),
+        ("**/c/*", ["a/b/c/deep.json"]),
+        ("*o*o*", ["config.json", "model.safetensors", "model-00001-of-00002.safetensors", "tokenizer.json",
+                   "tokenizer_config.json", "onnx/model.onnx", "onnx/tokenizer.json",
+                   "original/consolidated.00.pth"]),
+        ("[m-o]*.onnx", ["onnx/model.onnx"]),
     ],
 )
 def test_glob_semantics(pattern, expected):
@@ -61,9 +68,45 @@ def test_star_and_classes_never_cross_a_slash():
     assert not compile_glob("a?b").match("a/b")
 
 
-@pytest.mark.parametrize("bad", ["", "  ", "/", "a\\b", "[abc", "onnx[/]x"])
+@pytest.mark.parametrize("bad", ["", "  ", "/", "a\\b", "[abc", "onnx[/]x", "[]x", "[z-a]"])
 def test_malformed_globs_are_invalid_input(bad):
-    with pytest.raises(InvalidInputError):
+    with pytest.raises(InvalidGlobError):
+        compile_glob(bad)
+
+
+# The old regex translation backtracked exponentially here (14 globstars against 28 segments took
+# seconds); the timeout marker is the guard that fails on it, the assertions check the answer.
+@pytest.mark.timeout(10)
+def test_fifty_globstars_against_a_hundred_segments():
+    glob = compile_glob("/".join(["**", "a"] * 50) + "/b")
+    assert len(glob.pattern) <= MAX_GLOB_LENGTH
+    assert not glob.match("/".join(["a"] * 100))
+    assert glob.match("/".join(["a"] * 100) + "/b")
+    assert not glob.match("/".join(["a"] * 49) + "/b")
+
+
+@pytest.mark.timeout(10)
+def test_stars_within_one_segment_do_not_backtrack():
+    glob = compile_glob("*a" * 120 + "b")
+    assert not glob.match("a" * 1000)
+    assert glob.match("a" * 1000 + "b")
+
+
+def test_glob_length_and_count_are_capped():
+    compile_glob("a" * MAX_GLOB_LENGTH)
+    with pytest.raises(InvalidTextError) as error:
+        compile_glob("a" * (MAX_GLOB_LENGTH + 1))
+    assert error.value.details["max_length"] == MAX_GLOB_LENGTH
+    FileFilter(include=["*"] * MAX_GLOBS, exclude=["*"] * MAX_GLOBS)
+    for kind in ("include", "exclude"):
+        with pytest.raises(InvalidGlobError) as error:
+            FileFilter(**{kind: ["*"] * (MAX_GLOBS + 1)})
+        assert error.value.code == "invalid-glob" and error.value.details["limit"] == MAX_GLOBS
+
+
+@pytest.mark.parametrize("bad", ["*.json\x00", "\x1b[2J*", "model\u202e*"])
+def test_globs_with_control_or_bidi_characters_are_refused(bad):
+    with pytest.raises(InvalidTextError):
         compile_glob(bad)
 
 
