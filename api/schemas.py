@@ -5,7 +5,10 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, StrictBool
+
+from api.params import NAME_PATTERN, ByteCount, PrincipalName, TenantName
+from registry.auth import Role
 
 
 class Strict(BaseModel):
@@ -13,7 +16,7 @@ class Strict(BaseModel):
 
 
 class TenantCreate(Strict):
-    name: str = Field(min_length=1, max_length=63)
+    name: TenantName
 
 
 class TenantPublic(BaseModel):
@@ -22,14 +25,14 @@ class TenantPublic(BaseModel):
 
 
 class PrincipalCreate(Strict):
-    name: str = Field(min_length=1, max_length=63)
-    is_admin: bool = False
+    name: PrincipalName
+    is_admin: StrictBool = False
 
 
 class RoleGrant(Strict):
-    tenant: str
-    role: str
-    capacity: str = ""
+    tenant: TenantName
+    role: Role
+    capacity: str = Field("", pattern=f"^$|{NAME_PATTERN}", description="approvers: security, legal, ml...")
 
 
 class RoleBindingPublic(BaseModel):
@@ -65,7 +68,7 @@ class WhoAmI(BaseModel):
 
 class UploadedFile(Strict):
     path: str = Field(max_length=1024)
-    size: int = Field(ge=0)
+    size: ByteCount
     sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
 
 

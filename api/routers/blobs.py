@@ -10,7 +10,18 @@ from fastapi.responses import StreamingResponse
 from starlette.concurrency import run_in_threadpool
 
 from api.deps import ContainerDep, PrincipalDep, SessionDep
-from registry.domain.errors import LimitExceededError, NotFoundError, PermissionDeniedError, RangeNotSatisfiableError
+from api.params import Sha256Hex, TenantName
+from api.problems import AUTHENTICATED, responses
+from registry.domain.errors import (
+    IntegrityError,
+    InvalidInputError,
+    LimitExceededError,
+    NotFoundError,
+    PermissionDeniedError,
+    PresignedUrlError,
+    RangeNotSatisfiableError,
+    UpstreamError,
+)
 from registry.domain.files import require_sha256
 from registry.services import versions
 
@@ -22,9 +33,10 @@ SPOOL_IN_MEMORY = 8 * 1024 * 1024
 RANGE_RE = re.compile(r"^bytes=(\d*)-(\d*)$")
 
 
-@router.get("/sha256/{digest}")
+@router.get("/sha256/{digest}", responses=responses(
+    PresignedUrlError, NotFoundError, RangeNotSatisfiableError, InvalidInputError, UpstreamError))
 def get_blob(
-    digest: str, container: ContainerDep,
+    digest: Sha256Hex, container: ContainerDep,
     expires: str | None = Query(None), signature: str | None = Query(None),
     range_header: str | None = Header(None, alias="Range"),
 ) -> Response:
@@ -62,10 +74,10 @@ def get_blob(
                              media_type="application/octet-stream")
 
 
-@router.head("/sha256/{digest}")
+@router.head("/sha256/{digest}", responses=responses(*AUTHENTICATED, NotFoundError, UpstreamError))
 def head_blob(
-    digest: str, container: ContainerDep, principal: PrincipalDep,
-    tenant: str = Query(..., description="the tenant the upload is for (needs the submitter role)"),
+    digest: Sha256Hex, container: ContainerDep, principal: PrincipalDep,
+    tenant: TenantName = Query(..., description="the tenant the upload is for (needs the submitter role)"),
 ) -> Response:
     """200 with the size when the blob is stored, else 404: lets an uploader skip what the registry has.
 
@@ -78,10 +90,11 @@ def head_blob(
     return Response(status_code=200, headers={"Content-Length": str(info.size), "ETag": f'"{digest}"'})
 
 
-@router.put("/sha256/{digest}", status_code=status.HTTP_201_CREATED)
+@router.put("/sha256/{digest}", status_code=status.HTTP_201_CREATED, responses=responses(
+    *AUTHENTICATED, NotFoundError, LimitExceededError, IntegrityError, UpstreamError))
 async def put_blob(
-    digest: str, request: Request, session: SessionDep, principal: PrincipalDep, container: ContainerDep,
-    tenant: str = Query(..., description="the tenant the upload is for (needs the submitter role)"),
+    digest: Sha256Hex, request: Request, session: SessionDep, principal: PrincipalDep, container: ContainerDep,
+    tenant: TenantName = Query(..., description="the tenant the upload is for (needs the submitter role)"),
 ) -> dict[str, object]:
     """Upload a blob; it is committed only if its bytes hash to ``digest``."""
     require_sha256(digest)

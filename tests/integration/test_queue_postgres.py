@@ -226,13 +226,15 @@ def moved(container, clock):
 
 
 class DeadLetters:
-    """An ``on_dead`` hook that remembers its calls."""
+    """An ``on_dead`` hook that remembers its calls (and, apart, the exception of each)."""
 
     def __init__(self) -> None:
         self.calls: list[tuple[dict, str]] = []
+        self.causes: list[BaseException | None] = []
 
-    def __call__(self, _container, payload: dict, error: str) -> None:
+    def __call__(self, _container, payload: dict, error: str, cause: BaseException | None) -> None:
         self.calls.append((payload, error))
+        self.causes.append(cause)
 
 
 def raising(error: BaseException):
@@ -289,7 +291,7 @@ def test_non_retryable_failure_is_dead_after_one_attempt(moved, clock, error):
 
 
 def test_failing_on_dead_hook_does_not_stop_the_worker(moved, clock):
-    def broken_hook(_container, _payload, _error):
+    def broken_hook(_container, _payload, _error, _cause):
         raise RuntimeError("hook broke")
 
     handlers = HandlerRegistry([
