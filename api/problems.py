@@ -15,7 +15,9 @@ Example:
 
 from __future__ import annotations
 
+import functools
 import logging
+import re
 from http import HTTPStatus
 from typing import Any
 
@@ -24,7 +26,6 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.exceptions import HTTPException as StarletteHTTPException
-from starlette.routing import Match
 
 from registry.domain import errors
 
@@ -81,6 +82,7 @@ class Problem(BaseModel):
 
 
 _PROBLEM_REF = {"$ref": "#/components/schemas/Problem"}
+_PROBLEM_SCHEMA = Problem.model_json_schema()
 
 
 def responses(*raised: type[errors.RegistryError]) -> dict[int | str, dict[str, Any]]:
@@ -119,10 +121,9 @@ def install(app: FastAPI) -> None:
     generate = app.openapi
 
     def openapi() -> dict[str, Any]:
-        if app.openapi_schema is None:
-            schema = generate()
-            schema.setdefault("components", {}).setdefault("schemas", {})["Problem"] = Problem.model_json_schema()
-        return app.openapi_schema
+        schema = generate()
+        schema.setdefault("components", {}).setdefault("schemas", {}).setdefault("Problem", _PROBLEM_SCHEMA)
+        return schema
 
     app.openapi = openapi  # type: ignore[method-assign]
 
@@ -149,9 +150,9 @@ def install(app: FastAPI) -> None:
         code = {404: "not-found", 405: "method-not-allowed", 401: "unauthenticated"}.get(exc.status_code, "http-error")
         headers = dict(exc.headers or {})
         if exc.status_code == 405:
-            # Starlette names the methods of the first route on the path only; a path served by
-            # several routes (GET and POST /v1/tenants) takes the methods of all of them.
-            headers["Allow"] = ", ".join(_allowed_methods(request))
+            # Starlette names the methods of one route on the path only; a path served by several
+            # routes (GET and POST /v1/tenants) takes the methods of all, as the document lists them.
+            headers["Allow"] = ", ".join(_documented_methods(request)) or headers.get("Allow", "")
         return problem(exc.status_code, code, "HTTPError", str(exc.detail), headers=headers)
 
     @app.exception_handler(Exception)
@@ -160,13 +161,20 @@ def install(app: FastAPI) -> None:
         return problem(500, "internal", "InternalError", "internal server error")
 
 
-def _allowed_methods(request: Request) -> list[str]:
+def _documented_methods(request: Request) -> list[str]:
+    """The methods the OpenAPI document lists for the request's path (and HEAD beside GET)."""
     methods: set[str] = set()
-    for route in request.app.router.routes:
-        match, _scope = route.matches(request.scope)
-        if match is not Match.NONE:
-            methods |= getattr(route, "methods", None) or set()
+    for template, operations in request.app.openapi()["paths"].items():
+        if _path_pattern(template).fullmatch(request.url.path):
+            methods |= {method.upper() for method in operations}
+    if "GET" in methods:
+        methods.add("HEAD")
     return sorted(methods)
+
+
+@functools.cache
+def _path_pattern(template: str) -> re.Pattern[str]:
+    return re.compile(re.sub(r"\\\{[^/]+?\\\}", "[^/]+", re.escape(template)))
 
 
 def _jsonable(details: dict[str, Any]) -> dict[str, Any]:
