@@ -34,5 +34,5 @@ Sha256Hex = Annotated[str, Field(pattern=SHA256_RE.pattern, min_length=64, max_l
                                  description="sha256 of the blob, 64 lower-case hex digits")]
 VersionNumber = Annotated[int, Field(ge=1, le=INT32_MAX, description="version number within its model")]
 RowId = Annotated[int, Field(ge=1, le=INT64_MAX, description="a database id")]
-AfterId = Annotated[int, Field(ge=0, le=INT64_MAX, description="return what comes after this id (0: from the start)")]
+AfterId = Annotated[int, Field(ge=0, le=INT64_MAX, description="what follows this id (0: from the start)")]
 ByteCount = Annotated[int, Field(ge=0, le=INT64_MAX, description="a size in bytes")]

@@ -81,15 +81,16 @@ class Problem(BaseModel):
         None, description="invalid input: each field (`query.limit`, `name`...) and what is wrong with it")
 
 
-_PROBLEM_REF = {"$ref": "#/components/schemas/Problem"}
 _PROBLEM_SCHEMA = Problem.model_json_schema()
 
 
 def responses(*raised: type[errors.RegistryError]) -> dict[int | str, dict[str, Any]]:
     """The OpenAPI ``responses=`` of a router or route that can raise these errors.
 
-    One problem+json response per status; its description names the problem types (the ``code``
-    of each class, and of the subclasses a route may raise under it when listed).
+    One problem+json response per status the classes map to; its description names their problem
+    types (a subclass of one of them has a narrower type under the same status). A route's entry
+    replaces its router's for the same status, so a route that adds a class under a status its
+    router already documents lists the router's classes too.
     """
     codes: dict[int, list[str]] = {}
     for cls in raised:
@@ -97,8 +98,9 @@ def responses(*raised: type[errors.RegistryError]) -> dict[int | str, dict[str, 
     documented: dict[int | str, dict[str, Any]] = {}
     for status, types in sorted(codes.items()):
         response: dict[str, Any] = {
-            "description": f"{HTTPStatus(status).phrase}: a problem of type {' or '.join(types)} (or a narrower one)",
-            "content": {MEDIA_TYPE: {"schema": _PROBLEM_REF}},
+            "description": f"{HTTPStatus(status).phrase}: a problem of type {' or '.join(types)} "
+                           "(or a narrower one)",
+            "content": {MEDIA_TYPE: {"schema": {"$ref": "#/components/schemas/Problem"}}},
         }
         if status == 401:
             response["headers"] = {"WWW-Authenticate": {"schema": {"type": "string"},
@@ -122,7 +124,8 @@ def install(app: FastAPI) -> None:
 
     def openapi() -> dict[str, Any]:
         schema = generate()
-        schema.setdefault("components", {}).setdefault("schemas", {}).setdefault("Problem", _PROBLEM_SCHEMA)
+        components = schema.setdefault("components", {}).setdefault("schemas", {})
+        components.setdefault("Problem", _PROBLEM_SCHEMA)
         return schema
 
     app.openapi = openapi  # type: ignore[method-assign]

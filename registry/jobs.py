@@ -8,7 +8,8 @@ A job whose worker died is claimed again once its lease has run out; a failed jo
 exponential backoff until ``max_attempts``, then it is ``dead`` with its last error.
 
 Example:
-    >>> enqueue(session, "mirror_file", {"file_id": 7}, idempotency_key=job_key("mirror_file", 7))  # doctest: +SKIP
+    >>> enqueue(session, "mirror_file", {"file_id": 7},
+    ...         idempotency_key=job_key("mirror_file", 7))  # doctest: +SKIP
     >>> session.commit()  # doctest: +SKIP
     >>> job = queue.claim("worker-1")  # doctest: +SKIP
 """

@@ -59,7 +59,8 @@ def create_principal(body: PrincipalCreate, session: SessionDep, principal: Prin
     return _principal_public(created)
 
 
-@router.get("/principals/{name}", response_model=PrincipalPublic, responses=responses(*AUTHENTICATED, NotFoundError))
+@router.get("/principals/{name}", response_model=PrincipalPublic,
+            responses=responses(*AUTHENTICATED, NotFoundError))
 def get_principal(name: PrincipalName, session: SessionDep, principal: PrincipalDep) -> PrincipalPublic:
     from registry.auth import require_admin
 
@@ -69,7 +70,8 @@ def get_principal(name: PrincipalName, session: SessionDep, principal: Principal
 
 @router.post("/principals/{name}/roles", response_model=PrincipalPublic, status_code=status.HTTP_201_CREATED,
              responses=responses(*AUTHENTICATED, NotFoundError))
-def grant_role(name: PrincipalName, body: RoleGrant, session: SessionDep, principal: PrincipalDep) -> PrincipalPublic:
+def grant_role(name: PrincipalName, body: RoleGrant, session: SessionDep,
+               principal: PrincipalDep) -> PrincipalPublic:
     identity.grant_role(session, principal, name, body.tenant, body.role.value, body.capacity)
     session.expire_all()
     return _principal_public(identity.get_principal(session, name))
@@ -83,7 +85,8 @@ def revoke_role(name: PrincipalName, body: RoleGrant, session: SessionDep, princ
 
 @router.post("/principals/{name}/tokens", response_model=TokenIssued, status_code=status.HTTP_201_CREATED,
              responses=responses(*AUTHENTICATED, NotFoundError))
-def create_token(name: PrincipalName, body: TokenCreate, session: SessionDep, principal: PrincipalDep) -> TokenIssued:
+def create_token(name: PrincipalName, body: TokenCreate, session: SessionDep,
+                 principal: PrincipalDep) -> TokenIssued:
     issued = identity.create_token(
         session, principal, name, description=body.description, expires_in_days=body.expires_in_days
     )

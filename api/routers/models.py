@@ -15,7 +15,8 @@ from registry.domain.errors import InvalidInputError, LimitExceededError, NotFou
 from registry.domain.files import FileEntry
 from registry.services import versions
 
-router = APIRouter(prefix="/v1/models", tags=["models"], responses=responses(*AUTHENTICATED, NotFoundError))
+router = APIRouter(prefix="/v1/models", tags=["models"],
+                   responses=responses(*AUTHENTICATED, NotFoundError))
 
 
 def version_public(v: Version) -> VersionPublic:
@@ -75,7 +76,8 @@ def submit_version(
 
 
 @router.get("/{tenant}/{name}/versions", response_model=list[VersionPublic])
-def list_versions(tenant: TenantName, name: ModelName, session: SessionDep, principal: PrincipalDep) -> list[VersionPublic]:
+def list_versions(tenant: TenantName, name: ModelName, session: SessionDep,
+                  principal: PrincipalDep) -> list[VersionPublic]:
     return [version_public(v) for v in versions.list_versions(session, principal, tenant, name)]
 
 

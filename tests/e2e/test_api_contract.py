@@ -95,9 +95,9 @@ def test_every_error_status_is_a_problem(spec):
     assert "HTTPValidationError" not in spec["components"]["schemas"]
     for label, operation in _operations(spec):
         errors_ = {status: r for status, r in operation["responses"].items() if int(status) >= 400}
+        problem = {MEDIA_TYPE: {"schema": {"$ref": "#/components/schemas/Problem"}}}
         for status, response in errors_.items():
-            assert response["content"] == {MEDIA_TYPE: {"schema": {"$ref": "#/components/schemas/Problem"}}}, \
-                (label, status)
+            assert response["content"] == problem, (label, status)
         if operation.get("parameters") or "requestBody" in operation:
             assert "422" in errors_, label
         if operation.get("security"):

@@ -162,6 +162,7 @@ def test_no_5xx_and_no_schema_violation(live, tmp_path):
     started = time.monotonic()
     result = subprocess.run(args, capture_output=True, text=True, timeout=600, cwd=tmp_path)
     assert result.returncode == 0, result.stdout[-30000:] + result.stderr[-5000:]
+    print(result.stdout[-4000:])  # the summary, for `pytest -s`: phases, warnings, cases generated
     # Every operation of the document was tested, within the time budget.
     spec = httpx.get(f"{server.url}/openapi.json").json()
     operations = sum(len(item) for item in spec["paths"].values())

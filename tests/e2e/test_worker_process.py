@@ -35,13 +35,15 @@ def test_a_worker_on_the_embedded_default_seals_with_the_registrys_key(tmp_path)
         auth = {"Authorization": f"Bearer {server.admin_token}"}
         url = f"{server.url}/v1/models/default/tiny/versions/{submitted['version']}"
         deadline = time.monotonic() + 90
-        while (version := httpx.get(url, headers=auth).json())["state"] not in ("awaiting_approval", "failed"):
+        while (version := httpx.get(url, headers=auth).json())["state"] not in ("awaiting_approval",
+                                                                                "failed"):
             assert time.monotonic() < deadline and worker.poll() is None, log.read_text()[-3000:]
             time.sleep(0.2)
         assert version["state"] == "awaiting_approval", (version["failure_detail"], log.read_text()[-3000:])
         [key] = httpx.get(f"{server.url}/v1/keys").json()["keys"]
         assert version["signing_key_id"] == key["key_id"]
-        assert sorted((tmp_path / ".modelreg" / "keys").iterdir()) == [tmp_path / ".modelreg" / "keys" / "signing-key.pem"]
+        keys = tmp_path / ".modelreg" / "keys"
+        assert sorted(keys.iterdir()) == [keys / "signing-key.pem"], "the worker made a key of its own"
         worker.send_signal(signal.SIGTERM)
         assert worker.wait(timeout=30) == 0, log.read_text()[-3000:]
     finally:
