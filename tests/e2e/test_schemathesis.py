@@ -159,12 +159,10 @@ def test_no_5xx_and_no_schema_violation(live, tmp_path):
         "--no-color", "--output-truncate", "false",
         "--report", "junit", "--report-dir", str(tmp_path),
     ]
-    started = time.monotonic()
     result = subprocess.run(args, capture_output=True, text=True, timeout=600, cwd=tmp_path)
     assert result.returncode == 0, result.stdout[-30000:] + result.stderr[-5000:]
     print(result.stdout[-4000:])  # the summary, for `pytest -s`: phases, warnings, cases generated
-    # Every operation of the document was tested, within the time budget.
+    # Every operation of the document was tested.
     spec = httpx.get(f"{server.url}/openapi.json").json()
     operations = sum(len(item) for item in spec["paths"].values())
     assert f"Tested: {operations}\n" in result.stdout, result.stdout[-3000:]
-    assert time.monotonic() - started < 150, f"the run took {time.monotonic() - started:.0f}s"
