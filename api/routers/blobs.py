@@ -33,8 +33,13 @@ SPOOL_IN_MEMORY = 8 * 1024 * 1024
 RANGE_RE = re.compile(r"^bytes=(\d*)-(\d*)$")
 
 
-@router.get("/sha256/{digest}", responses=responses(
-    PresignedUrlError, NotFoundError, RangeNotSatisfiableError, InvalidInputError, UpstreamError))
+_BYTES = {"application/octet-stream": {"schema": {"type": "string", "format": "binary"}}}
+
+
+@router.get("/sha256/{digest}", response_class=Response, responses={
+    200: {"description": "the blob's bytes", "content": _BYTES},
+    206: {"description": "the bytes of the requested range", "content": _BYTES},
+    **responses(PresignedUrlError, NotFoundError, RangeNotSatisfiableError, InvalidInputError, UpstreamError)})
 def get_blob(
     digest: Sha256Hex, container: ContainerDep,
     expires: str | None = Query(None), signature: str | None = Query(None),
@@ -74,7 +79,9 @@ def get_blob(
                              media_type="application/octet-stream")
 
 
-@router.head("/sha256/{digest}", responses=responses(*AUTHENTICATED, NotFoundError, UpstreamError))
+@router.head("/sha256/{digest}", response_class=Response, responses={
+    200: {"description": "the blob is stored; Content-Length is its size"},
+    **responses(*AUTHENTICATED, NotFoundError, UpstreamError)})
 def head_blob(
     digest: Sha256Hex, container: ContainerDep, principal: PrincipalDep,
     tenant: TenantName = Query(..., description="the tenant the upload is for (needs the submitter role)"),

@@ -120,6 +120,13 @@ def test_routes_state_the_statuses_their_errors_map_to(spec, label, statuses):
     assert {s for s in operation["responses"] if int(s) >= 400} == statuses
 
 
+def test_blob_bytes_are_documented_as_bytes(spec):
+    operations = dict(_operations(spec))
+    get = operations["GET /v1/blobs/sha256/{digest}"]["responses"]
+    assert set(get["200"]["content"]) == set(get["206"]["content"]) == {"application/octet-stream"}
+    assert "content" not in operations["HEAD /v1/blobs/sha256/{digest}"]["responses"]["200"]
+
+
 def _parameter(spec, label: str, name: str) -> dict:
     operation = dict(_operations(spec))[label]
     [parameter] = [p for p in operation["parameters"] if p["name"] == name]

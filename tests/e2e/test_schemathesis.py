@@ -4,7 +4,7 @@ No request, however odd, may get a 5xx, and every answer must be what the OpenAP
 (status, content type, headers, body schema). The run is bounded and reproducible: a fixed seed,
 a fixed number of examples per operation, no example database carried between runs.
 
-The database holds a tenant with a principal in each role, tokens, and a version that went through
+The database holds a tenant with a principal in each role, tokens, a blob and a version that went through
 sealing and scanning, and the fuzzer draws tenant, model and version from them half of the time, so
 the routes answer with real data (and their response schemas are checked) rather than only 404s.
 """
@@ -34,6 +34,8 @@ SCHEMATHESIS = str(Path(sys.executable).parent / "schemathesis")
 SEED = 20261130
 MAX_EXAMPLES = 30
 TENANT, MODEL = "acme", "tiny"
+SEED_FILE = b'{"architectures": ["TinyModel"], "hidden_size": 8}\n'
+SEED_DIGEST = hashlib.sha256(SEED_FILE).hexdigest()
 
 # Where a check cannot judge an operation, it is relaxed for that operation only, for the reason given.
 # positive_data_acceptance: the body must agree across fields (or with the path) in ways a JSON
@@ -66,11 +68,17 @@ def _config() -> str:
         f'[dictionaries.tenants]\nvalues = ["{TENANT}"]',
         f'[dictionaries.models]\nvalues = ["{MODEL}"]',
         "[dictionaries.numbers]\nvalues = [1]",
+        f'[dictionaries.digests]\nvalues = ["{SEED_DIGEST}"]',
+        '[dictionaries.sources]\nvalues = ["upload:seed", "hf://org/model"]',
         "[parameters]",
         '"path.tenant" = { dictionary = "tenants", probability = 0.5 }',
         '"query.tenant" = { dictionary = "tenants", probability = 0.5 }',
+        '"body.tenant" = { dictionary = "tenants", probability = 0.5 }',
         '"path.name" = { dictionary = "models", probability = 0.5 }',
         '"path.number" = { dictionary = "numbers", probability = 0.5 }',
+        '"path.digest" = { dictionary = "digests", probability = 0.5 }',
+        '"body.files[*].sha256" = { dictionary = "digests", probability = 0.5 }',
+        '"body.source" = { dictionary = "sources", probability = 0.5 }',
     ]
     lines += EXCLUDED_UNTIL_MERGED
     for (method, path), (check, _reason) in RELAXED.items():
@@ -113,12 +121,10 @@ def _seed(database_url: str, data_dir: Path) -> str:
 def _upload_version(url: str, token: str) -> None:
     """Version 1 of acme/tiny, uploaded through the API and left to the server's worker."""
     client = httpx.Client(base_url=url, headers={"Authorization": f"Bearer {token}"}, timeout=30)
-    data = b'{"architectures": ["TinyModel"], "hidden_size": 8}\n'
-    digest = hashlib.sha256(data).hexdigest()
-    r = client.put(f"/v1/blobs/sha256/{digest}", params={"tenant": TENANT}, content=data)
+    r = client.put(f"/v1/blobs/sha256/{SEED_DIGEST}", params={"tenant": TENANT}, content=SEED_FILE)
     assert r.status_code in (200, 201), r.text
     r = client.post(f"/v1/models/{TENANT}/{MODEL}/versions", json={
-        "source": "upload:seed", "files": [{"path": "config.json", "size": len(data), "sha256": digest}]})
+        "source": "upload:seed", "files": [{"path": "config.json", "size": len(SEED_FILE), "sha256": SEED_DIGEST}]})
     assert r.status_code == 202, r.text
     deadline = time.monotonic() + 60
     while (state := client.get(f"/v1/models/{TENANT}/{MODEL}/versions/1").json()["state"]) in (
