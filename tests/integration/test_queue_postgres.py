@@ -442,7 +442,7 @@ def test_worker_claims_only_its_kinds(moved, clock):
 
 
 def test_retryable_classification():
-    from sqlalchemy.exc import OperationalError
+    from sqlalchemy.exc import DataError, OperationalError
 
     assert is_retryable(BlobStoreError("get", "timeout"))
     assert is_retryable(OperationalError("SELECT 1", {}, Exception("server closed the connection")))
@@ -450,3 +450,7 @@ def test_retryable_classification():
     assert is_retryable(KeyError("x"))
     assert not is_retryable(InvalidInputError("bad"))
     assert not is_retryable(VersionNotFoundError("a/b", 1))
+    assert is_retryable(ServiceUnavailableError("database unreachable"))
+    assert not is_retryable(DataError("INSERT", {}, Exception("value too long for type character varying(256)")))
+    assert not is_retryable(OverflowError("Python int too large to convert to SQLite INTEGER"))
+    assert not is_retryable(UnstorableDataError("value too long"))
