@@ -240,11 +240,9 @@ def test_a_claim_skips_rows_another_connection_holds(pg_queue_url, tmp_path):
 
         with container.engine.connect() as holder:
             holder.execute(select(Job.id).where(Job.id.in_([abandoned, first])).with_for_update())
-            started = time.monotonic()
+            # Waiting here would end in LockNotAvailable after the lock timeout.
             claimed = queue.claim("w1")
-            waited = time.monotonic() - started
             assert claimed is not None and claimed.id == second
-            assert waited < 0.5, f"the claim waited {waited:.2f}s behind the locked rows"
             assert queue.claim("w2") is None
             holder.rollback()
         # Released, the rows are claimed again: the abandoned one first.
