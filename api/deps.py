@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Annotated, Iterator
 
 from fastapi import Depends, Request
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from sqlalchemy.orm import Session
 
 from registry.auth import AuthenticatedPrincipal, authenticate
@@ -27,19 +28,17 @@ def get_session(container: ContainerDep) -> Iterator[Session]:
 SessionDep = Annotated[Session, Depends(get_session)]
 
 
-def bearer_token(request: Request) -> str | None:
-    header = request.headers.get("authorization", "")
-    scheme, _, value = header.partition(" ")
-    if scheme.lower() != "bearer" or not value.strip():
-        return None
-    return value.strip()
+# Declared as a security scheme so that the OpenAPI document says which routes need a token; a
+# missing or non-bearer header is left to get_principal, which answers with a problem.
+_bearer = HTTPBearer(auto_error=False, scheme_name="token", description="A modelreg token: `mr_...`")
 
 
-def get_principal(request: Request, session: SessionDep) -> AuthenticatedPrincipal:
-    token = bearer_token(request)
-    if token is None:
+def get_principal(
+    session: SessionDep, credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
+) -> AuthenticatedPrincipal:
+    if credentials is None or not credentials.credentials.strip():
         raise AuthenticationError("missing bearer token (Authorization: Bearer <token>)")
-    principal = authenticate(session, token)
+    principal = authenticate(session, credentials.credentials.strip())
     # Reads after authentication start a fresh transaction, not one opened by the lookup.
     session.rollback()
     return principal

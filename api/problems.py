@@ -3,16 +3,28 @@
 Every deliberate error has a stable ``type`` URI, ``https://modelreg.dev/problems/<code>``, where
 ``<code>`` is the error class's ``code``. An error that is not a RegistryError is a 500 that logs the
 traceback and says nothing more.
+
+The same mapping documents the API: a router or route declares the error classes it can raise with
+:func:`responses`, and the OpenAPI document states each resulting status as
+``application/problem+json`` with the ``Problem`` schema.
+
+Example:
+    >>> router = APIRouter(responses=responses(*AUTHENTICATED, errors.NotFoundError))  # doctest: +SKIP
+    >>> @router.post("/tenants", responses=responses(errors.AlreadyExistsError))  # doctest: +SKIP
 """
 
 from __future__ import annotations
 
+import functools
 import logging
+import re
+from http import HTTPStatus
 from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
+from pydantic import BaseModel, ConfigDict, Field
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import ClientDisconnect
 
@@ -41,20 +53,85 @@ STATUS_BY_ERROR: list[tuple[type[errors.RegistryError], int]] = [
 ]
 
 
+# What every route behind a bearer token can answer: no or a bad token, a role missing, bad input.
+AUTHENTICATED: tuple[type[errors.RegistryError], ...] = (
+    errors.AuthenticationError, errors.PermissionDeniedError, errors.InvalidInputError,
+)
+
+
 def status_for(exc: errors.RegistryError) -> int:
-    for cls, status in STATUS_BY_ERROR:
-        if isinstance(exc, cls):
+    return status_for_class(type(exc))
+
+
+def status_for_class(cls: type[errors.RegistryError]) -> int:
+    for branch, status in STATUS_BY_ERROR:
+        if issubclass(cls, branch):
             return status
     return 500
 
 
-def problem(status: int, code: str, title: str, detail: str, **extra: Any) -> JSONResponse:
+class Problem(BaseModel):
+    """An RFC 9457 problem: what every error answer of the API carries."""
+
+    model_config = ConfigDict(extra="allow", title="Problem")
+
+    type: str
+    title: str
+    status: int
+    detail: str
+    errors: list[dict[str, str]] | None = Field(
+        None, description="invalid input: each field (`query.limit`, `name`...) and what is wrong with it")
+
+
+_PROBLEM_SCHEMA = Problem.model_json_schema()
+
+
+def responses(*raised: type[errors.RegistryError]) -> dict[int | str, dict[str, Any]]:
+    """The OpenAPI ``responses=`` of a router or route that can raise these errors.
+
+    One problem+json response per status the classes map to; its description names their problem
+    types (a subclass of one of them has a narrower type under the same status). A route's entry
+    replaces its router's for the same status, so a route that adds a class under a status its
+    router already documents lists the router's classes too.
+    """
+    codes: dict[int, list[str]] = {}
+    for cls in raised:
+        codes.setdefault(status_for_class(cls), []).append(cls.code)
+    documented: dict[int | str, dict[str, Any]] = {}
+    for status, types in sorted(codes.items()):
+        response: dict[str, Any] = {
+            "description": f"{HTTPStatus(status).phrase}: a problem of type {' or '.join(types)} "
+                           "(or a narrower one)",
+            "content": {MEDIA_TYPE: {"schema": {"$ref": "#/components/schemas/Problem"}}},
+        }
+        if status == 401:
+            response["headers"] = {"WWW-Authenticate": {"schema": {"type": "string"},
+                                                        "description": "Bearer"}}
+        documented[status] = response
+    return documented
+
+
+def problem(status: int, code: str, title: str, detail: str, headers: dict[str, str] | None = None,
+            **extra: Any) -> JSONResponse:
     body = {"type": PROBLEM_BASE + code, "title": title, "status": status, "detail": detail, **extra}
-    headers = {"WWW-Authenticate": "Bearer"} if status == 401 else None
-    return JSONResponse(body, status_code=status, media_type=MEDIA_TYPE, headers=headers)
+    headers = dict(headers or {})
+    if status == 401:
+        headers["WWW-Authenticate"] = "Bearer"
+    return JSONResponse(body, status_code=status, media_type=MEDIA_TYPE, headers=headers or None)
 
 
 def install(app: FastAPI) -> None:
+    """Install the error handlers, and the ``Problem`` schema the documented errors refer to."""
+    generate = app.openapi
+
+    def openapi() -> dict[str, Any]:
+        schema = generate()
+        components = schema.setdefault("components", {}).setdefault("schemas", {})
+        components.setdefault("Problem", _PROBLEM_SCHEMA)
+        return schema
+
+    app.openapi = openapi  # type: ignore[method-assign]
+
     @app.exception_handler(errors.RegistryError)
     async def _registry_error(_request: Request, exc: errors.RegistryError) -> JSONResponse:
         status = status_for(exc)
@@ -78,9 +155,18 @@ def install(app: FastAPI) -> None:
                        errors=fields, errors_count=len(found))
 
     @app.exception_handler(StarletteHTTPException)
-    async def _http_error(_request: Request, exc: StarletteHTTPException) -> JSONResponse:
+    async def _http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        if exc.status_code == 400:
+            # A body that is not even text ("There was an error parsing the body"): invalid input,
+            # like the body that is text but not JSON, which FastAPI reports as a validation error.
+            return problem(422, "invalid-input", "InvalidInputError", f"body: {exc.detail}")
         code = {404: "not-found", 405: "method-not-allowed", 401: "unauthenticated"}.get(exc.status_code, "http-error")
-        return problem(exc.status_code, code, "HTTPError", str(exc.detail))
+        headers = dict(exc.headers or {})
+        if exc.status_code == 405:
+            # Starlette names the methods of one route on the path only; a path served by several
+            # routes (GET and POST /v1/tenants) takes the methods of all, as the document lists them.
+            headers["Allow"] = ", ".join(_documented_methods(request)) or headers.get("Allow", "")
+        return problem(exc.status_code, code, "HTTPError", str(exc.detail), headers=headers)
 
     @app.exception_handler(ClientDisconnect)
     async def _client_disconnect(request: Request, _exc: ClientDisconnect) -> Response:
@@ -94,6 +180,22 @@ def install(app: FastAPI) -> None:
     async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
         log.exception("unhandled error on %s %s", request.method, request.url.path)
         return problem(500, "internal", "InternalError", "internal server error")
+
+
+def _documented_methods(request: Request) -> list[str]:
+    """The methods the OpenAPI document lists for the request's path (and HEAD beside GET)."""
+    methods: set[str] = set()
+    for template, operations in request.app.openapi()["paths"].items():
+        if _path_pattern(template).fullmatch(request.url.path):
+            methods |= {method.upper() for method in operations}
+    if "GET" in methods:
+        methods.add("HEAD")
+    return sorted(methods)
+
+
+@functools.cache
+def _path_pattern(template: str) -> re.Pattern[str]:
+    return re.compile(re.sub(r"\\\{[^/]+?\\\}", "[^/]+", re.escape(template)))
 
 
 def _jsonable(details: dict[str, Any]) -> dict[str, Any]:

@@ -5,7 +5,10 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, StrictBool
+
+from api.params import NAME_PATTERN, ByteCount, PrincipalName, TenantName
+from registry.auth import Role
 
 from registry.domain.files import MAX_PATH_LENGTH
 from registry.domain.text import MAX_DESCRIPTION_LENGTH, MAX_REVISION_LENGTH, MAX_SOURCE_LENGTH, FreeText
@@ -19,11 +22,8 @@ class Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
-Name = FreeText(63)
-
-
 class TenantCreate(Strict):
-    name: Name = Field(min_length=1)
+    name: TenantName
 
 
 class TenantPublic(BaseModel):
@@ -32,14 +32,14 @@ class TenantPublic(BaseModel):
 
 
 class PrincipalCreate(Strict):
-    name: Name = Field(min_length=1)
-    is_admin: bool = False
+    name: PrincipalName
+    is_admin: StrictBool = False
 
 
 class RoleGrant(Strict):
-    tenant: Name
-    role: FreeText(32)
-    capacity: FreeText(32) = ""
+    tenant: TenantName
+    role: Role
+    capacity: str = Field("", pattern=f"^$|{NAME_PATTERN}", description="approvers: security, legal, ml...")
 
 
 class RoleBindingPublic(BaseModel):
@@ -75,7 +75,7 @@ class WhoAmI(BaseModel):
 
 class UploadedFile(Strict):
     path: FreeText(MAX_PATH_LENGTH)
-    size: int = Field(ge=0)
+    size: ByteCount
     sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
 
 

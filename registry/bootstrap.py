@@ -20,7 +20,7 @@ from sqlalchemy import Engine, select
 from sqlalchemy.orm import Session, sessionmaker
 
 from registry.db.session import make_engine, make_session_factory
-from registry.jobs import JobQueue
+from registry.jobs import MAX_ATTEMPTS_INFO, JobQueue
 from registry.settings import Settings
 
 if TYPE_CHECKING:
@@ -121,7 +121,8 @@ def bootstrap(settings: Settings | None = None, *, migrate: bool = False) -> Con
         from registry.db import migrate as migrations
 
         migrations.upgrade(engine)
-    session_factory = make_session_factory(engine)
+    # Jobs are enqueued by services in their own transactions: the session carries the setting.
+    session_factory = make_session_factory(engine, info={MAX_ATTEMPTS_INFO: settings.job_max_attempts})
     queue = JobQueue(
         session_factory,
         lease=dt.timedelta(seconds=settings.job_lease_seconds),

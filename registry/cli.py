@@ -582,11 +582,13 @@ def worker(
     """Run background jobs (mirroring, sealing, scanning) until SIGTERM or SIGINT."""
     import logging
 
-    from registry.bootstrap import bootstrap, load_settings
+    from registry.bootstrap import bootstrap, load_settings, prepare_embedded
 
     if as_json:
         logging.basicConfig(level=logging.INFO, handlers=[_json_log_handler()])
     settings = load_settings()
+    # The same key as `serve` beside it: the data directory's, made on first start, unless one is set.
+    prepare_embedded(settings)
     container = bootstrap(settings)
     try:
         _component("worker-process")(container, concurrency)

@@ -8,7 +8,8 @@ A job whose worker died is claimed again once its lease has run out; a failed jo
 exponential backoff until ``max_attempts``, then it is ``dead`` with its last error.
 
 Example:
-    >>> enqueue(session, "mirror_file", {"file_id": 7}, idempotency_key="mirror_file:7")  # doctest: +SKIP
+    >>> enqueue(session, "mirror_file", {"file_id": 7},
+    ...         idempotency_key=job_key("mirror_file", 7))  # doctest: +SKIP
     >>> session.commit()  # doctest: +SKIP
     >>> job = queue.claim("worker-1")  # doctest: +SKIP
 """
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import hashlib
 import random
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -38,6 +40,31 @@ LOST = "lost"
 Clock = Callable[[], dt.datetime]
 _JOBS = Job.__table__
 
+DEFAULT_MAX_ATTEMPTS = 5
+MAX_ATTEMPTS_INFO = "modelreg.job_max_attempts"
+"""The key, in a session's ``info``, of the attempts a job enqueued in it gets (``job_max_attempts``)."""
+
+# Characters, as VARCHAR counts them on PostgreSQL.
+_KEY_LENGTH = _JOBS.c.idempotency_key.type.length
+
+
+def job_key(kind: str, *parts: object) -> str:
+    """The idempotency key of a job: ``kind:part:...``, hashed when the column cannot hold it.
+
+    The parts may come from users (a file path of 1,024 characters); a key longer than the column
+    becomes ``kind@sha256:<hex of the whole key>``, which no unhashed key (``kind:...``) can equal.
+
+    Example:
+        >>> job_key("seal_version", 7)
+        'seal_version:7'
+        >>> len(job_key("scan_blob", "1", "ab" * 32, "d/" * 600 + "f")) <= 256
+        True
+    """
+    key = ":".join([kind, *(str(part) for part in parts)])
+    if len(key) <= _KEY_LENGTH:
+        return key
+    return f"{kind}@sha256:{hashlib.sha256(key.encode()).hexdigest()}"
+
 
 @dataclass(frozen=True, slots=True)
 class ClaimedJob:
@@ -58,14 +85,21 @@ def enqueue(
     *,
     idempotency_key: str | None = None,
     priority: int = 100,
-    max_attempts: int = 5,
+    max_attempts: int | None = None,
     run_after: dt.datetime | None = None,
 ) -> Job:
     """Add a job in the caller's transaction (the caller commits).
 
     With an ``idempotency_key`` already used by a job that is not dead, that job is returned and
     nothing is added, so the same work is never queued twice. A dead job with the key is revived.
+
+    Args:
+        idempotency_key: build it with :func:`job_key`.
+        max_attempts: default: the session's ``info[MAX_ATTEMPTS_INFO]`` (bootstrap puts the
+            ``job_max_attempts`` setting there), else ``DEFAULT_MAX_ATTEMPTS``.
     """
+    if max_attempts is None:
+        max_attempts = session.info.get(MAX_ATTEMPTS_INFO, DEFAULT_MAX_ATTEMPTS)
     if idempotency_key is not None:
         existing = session.scalar(select(Job).where(Job.idempotency_key == idempotency_key))
         if existing is not None:

@@ -53,7 +53,7 @@ class Settings(BaseSettings):
         3600.0, gt=0, description="...or this long after the last checkpoint, when there are new events.")
 
     job_lease_seconds: float = 60.0
-    job_max_attempts: int = 5
+    job_max_attempts: int = Field(5, ge=1, description="Attempts of a job before it is dead.")
     job_backoff_base_seconds: float = 2.0
     job_backoff_max_seconds: float = 300.0
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from registry.bootstrap import Container
-from registry.domain.errors import UpstreamError
+from registry.domain.errors import RegistryError, UnstorableDataError, UpstreamError
 from registry.services import mirroring, scans, versions
 from workers.registry import Handler, HandlerRegistry, Payload
 
@@ -13,7 +13,7 @@ def _mirror_file(c: Container, payload: Payload) -> None:
                          open_source=c.open_source)
 
 
-def _mirror_file_dead(c: Container, payload: Payload, error: str) -> None:
+def _mirror_file_dead(c: Container, payload: Payload, error: str, _cause: BaseException | None) -> None:
     mirroring.fail_version_of_file(c.session_factory, int(payload["file_id"]), _last_line(error))
 
 
@@ -22,9 +22,9 @@ def _resolve_version(c: Container, payload: Payload) -> None:
                              limits=c.limits())
 
 
-def _resolve_version_dead(c: Container, payload: Payload, error: str) -> None:
-    versions.fail_version(c.session_factory, int(payload["version_id"]),
-                          UpstreamError(f"resolving the upstream revision failed after retries: {_last_line(error)}"))
+def _resolve_version_dead(c: Container, payload: Payload, error: str, cause: BaseException | None) -> None:
+    versions.fail_version(c.session_factory, int(payload["version_id"]), _version_failure(
+        cause, UpstreamError(f"resolving the upstream revision failed after retries: {_last_line(error)}")))
 
 
 def _seal_version(c: Container, payload: Payload) -> None:
@@ -32,19 +32,22 @@ def _seal_version(c: Container, payload: Payload) -> None:
                           registry_url=c.settings.public_url)
 
 
-def _seal_version_dead(c: Container, payload: Payload, error: str) -> None:
-    from registry.domain.errors import RegistryError
-
+def _seal_version_dead(c: Container, payload: Payload, error: str, cause: BaseException | None) -> None:
     versions.fail_version(c.session_factory, int(payload["version_id"]),
-                          RegistryError(f"sealing failed: {_last_line(error)}"))
+                          _version_failure(cause, RegistryError(f"sealing failed: {_last_line(error)}")))
 
 
 def _scan_blob(c: Container, payload: Payload) -> None:
     scans.scan_blob(c.session_factory, payload["digest"], payload["path"], blob_store=c.blob_store)
 
 
-def _scan_blob_dead(c: Container, payload: Payload, error: str) -> None:
+def _scan_blob_dead(c: Container, payload: Payload, error: str, _cause: BaseException | None) -> None:
     scans.fail_scanning_versions_of(c.session_factory, payload["digest"], payload["path"], _last_line(error))
+
+
+def _version_failure(cause: BaseException | None, otherwise: RegistryError) -> RegistryError:
+    """Why the version of a dead job fails: a value the database refused says so itself."""
+    return cause if isinstance(cause, UnstorableDataError) else otherwise
 
 
 def _last_line(error: str) -> str:

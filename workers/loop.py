@@ -7,11 +7,12 @@ that finishes its current jobs and exits on SIGTERM or SIGINT.
 How an outcome is recorded:
 
 - the handler returns: ``complete``;
-- it raises a transient error (an upstream or the database failed, any error that is not a
-  :class:`~registry.domain.errors.RegistryError`): ``fail`` with retry, so the queue backs off and
-  tries again until the job's ``max_attempts``;
-- it raises any other ``RegistryError`` (bad input, not found, integrity): ``fail`` without retry,
-  since the same input will fail the same way;
+- it raises a transient error (an upstream, the blob store or the database failed or is
+  unavailable, any error that is not a :class:`~registry.domain.errors.RegistryError`): ``fail``
+  with retry, so the queue backs off and tries again until the job's ``max_attempts``;
+- it raises any other ``RegistryError`` (bad input, not found, integrity), or the database refuses
+  a value (a data error, recorded as :class:`~registry.domain.errors.UnstorableDataError`):
+  ``fail`` without retry, since the same input will fail the same way;
 - when the job goes dead, the handler's ``on_dead`` runs once.
 
 If the lease is lost while the handler runs (the heartbeat could not renew it in time and another
@@ -34,10 +35,10 @@ import traceback
 import uuid
 from types import FrameType
 
-from sqlalchemy.exc import DBAPIError
+from sqlalchemy.exc import DataError, DBAPIError
 
 from registry.bootstrap import Container
-from registry.domain.errors import RegistryError, UpstreamError
+from registry.domain.errors import RegistryError, ServiceUnavailableError, UnstorableDataError, UpstreamError
 from registry.jobs import DEAD, LOST, ClaimedJob, JobQueue
 from workers.registry import Handler, HandlerRegistry
 
@@ -47,11 +48,16 @@ log = logging.getLogger(__name__)
 # to say what "transient" means here, not because the tuple needs them.
 TRANSIENT_ERRORS: tuple[type[BaseException], ...] = (
     UpstreamError,
+    ServiceUnavailableError,
     DBAPIError,
     OSError,
     ConnectionError,
     TimeoutError,
 )
+
+# A value the database refuses (PostgreSQL's data errors; SQLite cannot bind an integer past 64
+# bits) is refused again on every attempt. DataError is a DBAPIError: it is checked first.
+DATA_ERRORS: tuple[type[BaseException], ...] = (DataError, OverflowError)
 
 _TRACEBACK_LINES = 20
 
@@ -61,11 +67,26 @@ def is_retryable(error: BaseException) -> bool:
 
     Any error that is not a deliberate ``RegistryError`` counts as transient: a bug fixed by a
     deploy, a flaky dependency. A ``RegistryError`` outside the transient branches describes the
-    input (invalid, missing, tampered), which another attempt would not change.
+    input (invalid, missing, tampered), which another attempt would not change; so does a value
+    the database refuses.
     """
+    if isinstance(error, DATA_ERRORS):
+        return False
     if isinstance(error, TRANSIENT_ERRORS):
         return True
     return not isinstance(error, RegistryError)
+
+
+def as_registry_error(error: BaseException) -> BaseException:
+    """The error a job failed with, as recorded: a database data error becomes
+    :class:`UnstorableDataError` (chained to it); any other error is returned as it is."""
+    if not isinstance(error, DATA_ERRORS):
+        return error
+    cause = getattr(error, "orig", None) or error
+    lines = str(cause).strip().splitlines()
+    translated = UnstorableDataError(f"{type(cause).__name__}: {lines[0] if lines else ''}")
+    translated.__cause__ = error
+    return translated
 
 
 def default_worker_id() -> str:
@@ -191,7 +212,7 @@ class Worker:
             try:
                 handler.run(self.container, job.payload)
             except Exception as exc:
-                error = exc
+                error = as_registry_error(exc)
         duration = time.monotonic() - started
 
         if error is None:
@@ -214,18 +235,18 @@ class Worker:
                     job.id, job.kind, job.attempts, job.max_attempts, duration,
                     "transient" if retry else "not retryable", state, error)
         if state == DEAD:
-            self._run_on_dead(handler, job, detail)
+            self._run_on_dead(handler, job, detail, error)
 
     def _on_reaped(self, job: ClaimedJob, error: str) -> None:
         log.warning("job %d %s: lease expired on its last attempt (%d); dead", job.id, job.kind, job.attempts)
         if job.kind in self.handlers:
-            self._run_on_dead(self.handlers.get(job.kind), job, error)
+            self._run_on_dead(self.handlers.get(job.kind), job, error, None)
 
-    def _run_on_dead(self, handler: Handler, job: ClaimedJob, error: str) -> None:
+    def _run_on_dead(self, handler: Handler, job: ClaimedJob, error: str, cause: BaseException | None) -> None:
         if handler.on_dead is None:
             return
         try:
-            handler.on_dead(self.container, job.payload, error)
+            handler.on_dead(self.container, job.payload, error, cause)
         except Exception:
             # The job is dead either way; a failing hook must not stop the worker.
             log.exception("job %d %s: on_dead hook failed", job.id, job.kind)

@@ -3,7 +3,8 @@
 A handler's ``run`` receives the container and the job's payload (ids, never objects) and either
 returns (the job succeeded) or raises (the worker decides from the error whether to retry). It must
 be idempotent: a job may run twice, or again after a crash halfway. ``on_dead`` runs once when the
-job gives up for good, e.g. to mark the model version it belongs to as failed.
+job gives up for good, e.g. to mark the model version it belongs to as failed; it gets the recorded
+error (text) and the exception of the last attempt (None when that attempt's lease ran out).
 
 Example:
     >>> handlers = HandlerRegistry()
@@ -29,13 +30,14 @@ class Handler:
     Attributes:
         kind: the job kind it handles (``mirror_file``, ``seal_version``, ...).
         run: does the work; raises on failure.
-        on_dead: called with the payload and the last error once the job is dead (out of attempts,
-            or failed with an error that retrying cannot fix).
+        on_dead: called with the payload, the last error and its exception (None when the last
+            attempt's lease ran out) once the job is dead (out of attempts, or failed with an error
+            that retrying cannot fix).
     """
 
     kind: str
     run: Callable[[Container, Payload], None]
-    on_dead: Callable[[Container, Payload, str], None] | None = None
+    on_dead: Callable[[Container, Payload, str, BaseException | None], None] | None = None
 
 
 class HandlerRegistry:

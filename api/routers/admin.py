@@ -5,6 +5,8 @@ from __future__ import annotations
 from fastapi import APIRouter, status
 
 from api.deps import PrincipalDep, SessionDep
+from api.params import PrincipalName, RowId
+from api.problems import AUTHENTICATED, responses
 from api.schemas import (
     PrincipalCreate,
     PrincipalPublic,
@@ -17,6 +19,7 @@ from api.schemas import (
     WhoAmI,
 )
 from registry.db.models import Principal
+from registry.domain.errors import AlreadyExistsError, AuthenticationError, NotFoundError
 from registry.services import identity
 
 router = APIRouter(prefix="/v1", tags=["identity"])
@@ -29,7 +32,7 @@ def _principal_public(p: Principal) -> PrincipalPublic:
     )
 
 
-@router.get("/whoami", response_model=WhoAmI)
+@router.get("/whoami", response_model=WhoAmI, responses=responses(AuthenticationError))
 def whoami(principal: PrincipalDep) -> WhoAmI:
     return WhoAmI(
         name=principal.name, is_admin=principal.is_admin,
@@ -37,51 +40,60 @@ def whoami(principal: PrincipalDep) -> WhoAmI:
     )
 
 
-@router.post("/tenants", response_model=TenantPublic, status_code=status.HTTP_201_CREATED)
+@router.post("/tenants", response_model=TenantPublic, status_code=status.HTTP_201_CREATED,
+             responses=responses(*AUTHENTICATED, AlreadyExistsError))
 def create_tenant(body: TenantCreate, session: SessionDep, principal: PrincipalDep) -> TenantPublic:
     tenant = identity.create_tenant(session, principal, body.name)
     return TenantPublic(name=tenant.name, created_at=tenant.created_at)
 
 
-@router.get("/tenants", response_model=list[TenantPublic])
+@router.get("/tenants", response_model=list[TenantPublic], responses=responses(*AUTHENTICATED))
 def list_tenants(session: SessionDep, principal: PrincipalDep) -> list[TenantPublic]:
     return [TenantPublic(name=t.name, created_at=t.created_at) for t in identity.list_tenants(session, principal)]
 
 
-@router.post("/principals", response_model=PrincipalPublic, status_code=status.HTTP_201_CREATED)
+@router.post("/principals", response_model=PrincipalPublic, status_code=status.HTTP_201_CREATED,
+             responses=responses(*AUTHENTICATED, AlreadyExistsError))
 def create_principal(body: PrincipalCreate, session: SessionDep, principal: PrincipalDep) -> PrincipalPublic:
     created = identity.create_principal(session, principal, body.name, is_admin=body.is_admin)
     return _principal_public(created)
 
 
-@router.get("/principals/{name}", response_model=PrincipalPublic)
-def get_principal(name: str, session: SessionDep, principal: PrincipalDep) -> PrincipalPublic:
+@router.get("/principals/{name}", response_model=PrincipalPublic,
+            responses=responses(*AUTHENTICATED, NotFoundError))
+def get_principal(name: PrincipalName, session: SessionDep, principal: PrincipalDep) -> PrincipalPublic:
     from registry.auth import require_admin
 
     require_admin(principal)
     return _principal_public(identity.get_principal(session, name))
 
 
-@router.post("/principals/{name}/roles", response_model=PrincipalPublic, status_code=status.HTTP_201_CREATED)
-def grant_role(name: str, body: RoleGrant, session: SessionDep, principal: PrincipalDep) -> PrincipalPublic:
-    identity.grant_role(session, principal, name, body.tenant, body.role, body.capacity)
+@router.post("/principals/{name}/roles", response_model=PrincipalPublic, status_code=status.HTTP_201_CREATED,
+             responses=responses(*AUTHENTICATED, NotFoundError))
+def grant_role(name: PrincipalName, body: RoleGrant, session: SessionDep,
+               principal: PrincipalDep) -> PrincipalPublic:
+    identity.grant_role(session, principal, name, body.tenant, body.role.value, body.capacity)
     session.expire_all()
     return _principal_public(identity.get_principal(session, name))
 
 
-@router.delete("/principals/{name}/roles", status_code=status.HTTP_204_NO_CONTENT)
-def revoke_role(name: str, body: RoleGrant, session: SessionDep, principal: PrincipalDep) -> None:
-    identity.revoke_role(session, principal, name, body.tenant, body.role, body.capacity)
+@router.delete("/principals/{name}/roles", status_code=status.HTTP_204_NO_CONTENT,
+               responses=responses(*AUTHENTICATED, NotFoundError))
+def revoke_role(name: PrincipalName, body: RoleGrant, session: SessionDep, principal: PrincipalDep) -> None:
+    identity.revoke_role(session, principal, name, body.tenant, body.role.value, body.capacity)
 
 
-@router.post("/principals/{name}/tokens", response_model=TokenIssued, status_code=status.HTTP_201_CREATED)
-def create_token(name: str, body: TokenCreate, session: SessionDep, principal: PrincipalDep) -> TokenIssued:
+@router.post("/principals/{name}/tokens", response_model=TokenIssued, status_code=status.HTTP_201_CREATED,
+             responses=responses(*AUTHENTICATED, NotFoundError))
+def create_token(name: PrincipalName, body: TokenCreate, session: SessionDep,
+                 principal: PrincipalDep) -> TokenIssued:
     issued = identity.create_token(
         session, principal, name, description=body.description, expires_in_days=body.expires_in_days
     )
     return TokenIssued(id=issued.id, token=issued.token, prefix=issued.prefix, expires_at=issued.expires_at)
 
 
-@router.delete("/tokens/{token_id}", status_code=status.HTTP_204_NO_CONTENT)
-def revoke_token(token_id: int, session: SessionDep, principal: PrincipalDep) -> None:
+@router.delete("/tokens/{token_id}", status_code=status.HTTP_204_NO_CONTENT,
+               responses=responses(*AUTHENTICATED, NotFoundError))
+def revoke_token(token_id: RowId, session: SessionDep, principal: PrincipalDep) -> None:
     identity.revoke_token(session, principal, token_id)

@@ -5,19 +5,22 @@ from typing import Any
 from fastapi import APIRouter, Query
 
 from api.deps import PrincipalDep, SessionDep
+from api.params import AfterId, TenantName
+from api.problems import AUTHENTICATED, responses
 from registry import audit as audit_log
 from registry.auth import Permission, require, require_admin
+from registry.domain.errors import AuditChainError
 from registry.services import audit as audit_service
 
-router = APIRouter(prefix="/v1/audit", tags=["audit"])
+router = APIRouter(prefix="/v1/audit", tags=["audit"], responses=responses(*AUTHENTICATED))
 
 
 @router.get("/events")
 def list_events(
     session: SessionDep,
     principal: PrincipalDep,
-    tenant: str | None = None,
-    after: int = Query(0, ge=0),
+    tenant: TenantName | None = None,
+    after: AfterId = 0,
     limit: int = Query(100, ge=1, le=1000),
 ) -> list[dict[str, Any]]:
     """Events after an id; auditors see their tenant's events, administrators all."""
@@ -32,7 +35,7 @@ def list_events(
 def list_checkpoints(
     session: SessionDep,
     principal: PrincipalDep,
-    after: int = Query(0, ge=0),
+    after: AfterId = 0,
     limit: int = Query(100, ge=1, le=1000),
 ) -> list[dict[str, Any]]:
     """Signed audit checkpoints after a checkpoint id, oldest first (auditors and administrators).
@@ -42,7 +45,7 @@ def list_checkpoints(
     return [c.as_dict() for c in audit_service.list_checkpoints(session, principal, after=after, limit=limit)]
 
 
-@router.get("/verify")
+@router.get("/verify", responses=responses(*AUTHENTICATED, AuditChainError))
 def verify(session: SessionDep, principal: PrincipalDep) -> dict[str, Any]:
     """Recompute the chain; a broken chain is a 422 problem naming the first bad event."""
     require_admin(principal)

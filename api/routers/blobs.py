@@ -10,7 +10,18 @@ from fastapi.responses import StreamingResponse
 from starlette.concurrency import run_in_threadpool
 
 from api.deps import ContainerDep, PrincipalDep, SessionDep
-from registry.domain.errors import LimitExceededError, NotFoundError, PermissionDeniedError, RangeNotSatisfiableError
+from api.params import Sha256Hex, TenantName
+from api.problems import AUTHENTICATED, responses
+from registry.domain.errors import (
+    IntegrityError,
+    InvalidInputError,
+    LimitExceededError,
+    NotFoundError,
+    PermissionDeniedError,
+    PresignedUrlError,
+    RangeNotSatisfiableError,
+    UpstreamError,
+)
 from registry.domain.files import require_sha256
 from registry.services import versions
 
@@ -24,9 +35,15 @@ SPOOL_IN_MEMORY = 8 * 1024 * 1024
 RANGE_RE = re.compile(r"\Abytes=([0-9]{0,19})-([0-9]{0,19})\Z")
 
 
-@router.get("/sha256/{digest}")
+_BYTES = {"application/octet-stream": {"schema": {"type": "string", "format": "binary"}}}
+
+
+@router.get("/sha256/{digest}", response_class=Response, responses={
+    200: {"description": "the blob's bytes", "content": _BYTES},
+    206: {"description": "the bytes of the requested range", "content": _BYTES},
+    **responses(PresignedUrlError, NotFoundError, RangeNotSatisfiableError, InvalidInputError, UpstreamError)})
 def get_blob(
-    digest: str, container: ContainerDep,
+    digest: Sha256Hex, container: ContainerDep,
     expires: str | None = Query(None), signature: str | None = Query(None),
     range_header: str | None = Header(None, alias="Range"),
 ) -> Response:
@@ -64,10 +81,12 @@ def get_blob(
                              media_type="application/octet-stream")
 
 
-@router.head("/sha256/{digest}")
+@router.head("/sha256/{digest}", response_class=Response, responses={
+    200: {"description": "the blob is stored; Content-Length is its size"},
+    **responses(*AUTHENTICATED, NotFoundError, UpstreamError)})
 def head_blob(
-    digest: str, session: SessionDep, container: ContainerDep, principal: PrincipalDep,
-    tenant: str = Query(..., description="the tenant the upload is for (needs the submitter role)"),
+    digest: Sha256Hex, session: SessionDep, container: ContainerDep, principal: PrincipalDep,
+    tenant: TenantName = Query(..., description="the tenant the upload is for (needs the submitter role)"),
 ) -> Response:
     """200 with the size when ``tenant`` owns the blob, else 404: lets an uploader skip what it sent before.
 
@@ -77,10 +96,11 @@ def head_blob(
     return Response(status_code=200, headers={"Content-Length": str(info.size), "ETag": f'"{digest}"'})
 
 
-@router.put("/sha256/{digest}", status_code=status.HTTP_201_CREATED)
+@router.put("/sha256/{digest}", status_code=status.HTTP_201_CREATED, responses=responses(
+    *AUTHENTICATED, NotFoundError, LimitExceededError, IntegrityError, UpstreamError))
 async def put_blob(
-    digest: str, request: Request, session: SessionDep, principal: PrincipalDep, container: ContainerDep,
-    tenant: str = Query(..., description="the tenant the upload is for (needs the submitter role)"),
+    digest: Sha256Hex, request: Request, session: SessionDep, principal: PrincipalDep, container: ContainerDep,
+    tenant: TenantName = Query(..., description="the tenant the upload is for (needs the submitter role)"),
 ) -> dict[str, object]:
     """Upload a blob; it is committed, and ``tenant`` made its owner, only if its bytes hash to ``digest``.
 

@@ -4,6 +4,7 @@ from fastapi import APIRouter
 from sqlalchemy import text
 
 from api.deps import ContainerDep
+from api.problems import responses
 from registry.domain.errors import ServiceUnavailableError as NotReadyError
 
 router = APIRouter(tags=["health"])
@@ -14,7 +15,7 @@ def healthz() -> dict[str, str]:
     return {"status": "ok"}
 
 
-@router.get("/readyz")
+@router.get("/readyz", responses=responses(NotReadyError))
 def readyz(container: ContainerDep) -> dict[str, str]:
     """Ready when the database answers and the blob store can be reached."""
     try:

@@ -7,13 +7,16 @@ from typing import Any
 from fastapi import APIRouter, Response, status
 
 from api.deps import ContainerDep, PrincipalDep, SessionDep
+from api.params import ModelName, TenantName, VersionNumber
+from api.problems import AUTHENTICATED, responses
 from api.schemas import FilePublic, VersionCreate, VersionPublic
 from registry.db.models import Version
-from registry.domain.errors import InvalidInputError, NotFoundError
+from registry.domain.errors import InvalidInputError, LimitExceededError, NotFoundError
 from registry.domain.files import FileEntry
 from registry.services import versions
 
-router = APIRouter(prefix="/v1/models", tags=["models"])
+router = APIRouter(prefix="/v1/models", tags=["models"],
+                   responses=responses(*AUTHENTICATED, NotFoundError))
 
 
 def version_public(v: Version) -> VersionPublic:
@@ -41,9 +44,11 @@ def version_public(v: Version) -> VersionPublic:
     )
 
 
-@router.post("/{tenant}/{name}/versions", status_code=status.HTTP_202_ACCEPTED, response_model=VersionPublic)
+@router.post("/{tenant}/{name}/versions", status_code=status.HTTP_202_ACCEPTED, response_model=VersionPublic,
+             responses={200: {"model": VersionPublic, "description": "the live version of the same source"},
+                        **responses(LimitExceededError)})
 def submit_version(
-    tenant: str, name: str, body: VersionCreate, response: Response, session: SessionDep,
+    tenant: TenantName, name: ModelName, body: VersionCreate, response: Response, session: SessionDep,
     principal: PrincipalDep, container: ContainerDep,
 ) -> VersionPublic:
     """Submit a version: 202 with the new version, or 200 with the live version of the same source."""
@@ -71,17 +76,20 @@ def submit_version(
 
 
 @router.get("/{tenant}/{name}/versions", response_model=list[VersionPublic])
-def list_versions(tenant: str, name: str, session: SessionDep, principal: PrincipalDep) -> list[VersionPublic]:
+def list_versions(tenant: TenantName, name: ModelName, session: SessionDep,
+                  principal: PrincipalDep) -> list[VersionPublic]:
     return [version_public(v) for v in versions.list_versions(session, principal, tenant, name)]
 
 
 @router.get("/{tenant}/{name}/versions/{number}", response_model=VersionPublic)
-def get_version(tenant: str, name: str, number: int, session: SessionDep, principal: PrincipalDep) -> VersionPublic:
+def get_version(tenant: TenantName, name: ModelName, number: VersionNumber, session: SessionDep,
+                principal: PrincipalDep) -> VersionPublic:
     return version_public(versions.read_version(session, principal, tenant, name, number))
 
 
 @router.get("/{tenant}/{name}/versions/{number}/signature")
-def get_signature(tenant: str, name: str, number: int, session: SessionDep, principal: PrincipalDep) -> dict[str, Any]:
+def get_signature(tenant: TenantName, name: ModelName, number: VersionNumber, session: SessionDep,
+                  principal: PrincipalDep) -> dict[str, Any]:
     """The version's OpenSSF model-signing bundle (save it as ``model.sig``)."""
     version = versions.read_version(session, principal, tenant, name, number)
     if version.manifest_bundle is None:
@@ -91,7 +99,8 @@ def get_signature(tenant: str, name: str, number: int, session: SessionDep, prin
 
 
 @router.get("/{tenant}/{name}/versions/{number}/scans")
-def get_scans(tenant: str, name: str, number: int, session: SessionDep, principal: PrincipalDep) -> dict[str, Any]:
+def get_scans(tenant: TenantName, name: ModelName, number: VersionNumber, session: SessionDep,
+              principal: PrincipalDep) -> dict[str, Any]:
     """Per file: the verdict of modelreg's scanner and every scanner's record (modelscan beside it)."""
     from registry.services import scans
 

@@ -61,8 +61,9 @@ def _configure_sqlite(engine: Engine) -> None:
         conn.exec_driver_sql(conn.get_execution_options().get("sqlite_begin", "BEGIN"))
 
 
-def make_session_factory(engine: Engine) -> sessionmaker[Session]:
-    return sessionmaker(engine, expire_on_commit=False)
+def make_session_factory(engine: Engine, info: dict[str, Any] | None = None) -> sessionmaker[Session]:
+    """Sessions on ``engine``; each starts with a copy of ``info`` (settings that services read)."""
+    return sessionmaker(engine, expire_on_commit=False, info=info)
 
 
 def is_postgres(session_or_engine: Session | Engine) -> bool:

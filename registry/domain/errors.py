@@ -335,6 +335,16 @@ class ServiceUnavailableError(RegistryError):
     code = "unavailable"
 
 
+class UnstorableDataError(InvalidInputError):
+    """The database refused a value (longer than its column, past an integer's range, a NUL on
+    PostgreSQL); the same value is refused again, so the job that tried is not retried."""
+
+    code = "unstorable-data"
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(f"the database refused a value: {reason}", reason=reason)
+
+
 class ScanFailedError(RegistryError):
     """A file could not be scanned (the scan job ran out of attempts)."""
 

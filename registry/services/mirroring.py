@@ -138,7 +138,7 @@ def mirror_file(
         )
         if remaining == 0:
             jobs.enqueue(session, SEAL_VERSION, {"version_id": version_id},
-                         idempotency_key=f"{SEAL_VERSION}:{version_id}")
+                         idempotency_key=jobs.job_key(SEAL_VERSION, version_id))
         session.commit()
 
 
@@ -174,7 +174,7 @@ def _abort_abandoned_uploads(session_factory: sessionmaker[Session], blob_store:
         busy = bool(siblings) and session.scalar(
             select(func.count()).select_from(Job).where(
                 Job.kind == MIRROR_FILE, Job.state == jobs.RUNNING,
-                Job.idempotency_key.in_([f"{MIRROR_FILE}:{i}" for i in siblings]))
+                Job.idempotency_key.in_([jobs.job_key(MIRROR_FILE, i) for i in siblings]))
         )
     if busy:
         return

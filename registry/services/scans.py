@@ -54,7 +54,7 @@ def start_scanning(session: Session, version: Version) -> None:
     for f in version.files:
         if _cached(session, f.sha256, f.path) is None:
             jobs.enqueue(session, SCAN_BLOB, {"digest": f.sha256, "path": f.path},
-                         idempotency_key=f"{SCAN_BLOB}:{SCANNER_VERSION}:{f.sha256}:{f.path}")
+                         idempotency_key=jobs.job_key(SCAN_BLOB, SCANNER_VERSION, f.sha256, f.path))
             pending += 1
     if pending == 0:
         _decide(session, version)
@@ -209,7 +209,7 @@ def rescan_all(session: Session, principal: AuthenticatedPrincipal) -> int:
     for digest, path in rows:
         if _cached(session, digest, path) is None:
             jobs.enqueue(session, SCAN_BLOB, {"digest": digest, "path": path},
-                         idempotency_key=f"{SCAN_BLOB}:{SCANNER_VERSION}:{digest}:{path}")
+                         idempotency_key=jobs.job_key(SCAN_BLOB, SCANNER_VERSION, digest, path))
             queued += 1
     audit.append(session, actor=principal.name, action="scan.rescan_requested", subject="registry",
                  details={"scanner": SCANNER_NAME, "scanner_version": SCANNER_VERSION, "queued": queued})

@@ -228,7 +228,7 @@ def submit(
         accept_snapshot(session, version, snapshot, limits, ref)
     elif isinstance(resolve_error, UpstreamError):
         jobs.enqueue(session, RESOLVE_VERSION, {"version_id": version.id},
-                     idempotency_key=f"{RESOLVE_VERSION}:{version.id}")
+                     idempotency_key=jobs.job_key(RESOLVE_VERSION, version.id))
     else:
         assert resolve_error is not None
         _fail(session, version, resolve_error, ref, actor="system")
@@ -446,10 +446,10 @@ def accept_snapshot(session: Session, version: Version, snapshot: Snapshot, limi
                           "files": len(snapshot.files), "bytes": sum(f.size for f in snapshot.files)})
     pending = [f for f in version.files if f.sha256 is None]
     for f in pending:
-        jobs.enqueue(session, MIRROR_FILE, {"file_id": f.id}, idempotency_key=f"{MIRROR_FILE}:{f.id}")
+        jobs.enqueue(session, MIRROR_FILE, {"file_id": f.id}, idempotency_key=jobs.job_key(MIRROR_FILE, f.id))
     if not pending:
         jobs.enqueue(session, SEAL_VERSION, {"version_id": version.id},
-                     idempotency_key=f"{SEAL_VERSION}:{version.id}")
+                     idempotency_key=jobs.job_key(SEAL_VERSION, version.id))
 
 
 def _check_limits(snapshot: Snapshot, limits: Limits) -> None:

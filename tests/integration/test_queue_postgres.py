@@ -21,11 +21,18 @@ from pathlib import Path
 import pytest
 
 from tests.support.clock import ManualClock
-from sqlalchemy import func, select
+from sqlalchemy import func, select, update
 
-from registry.bootstrap import bootstrap
+from registry.bootstrap import bootstrap, load_settings
 from registry.db.models import Job
-from registry.domain.errors import BlobStoreError, InvalidInputError, VersionNotFoundError
+from registry.db.session import make_engine, make_session_factory
+from registry.domain.errors import (
+    BlobStoreError,
+    InvalidInputError,
+    ServiceUnavailableError,
+    UnstorableDataError,
+    VersionNotFoundError,
+)
 from registry.jobs import DEAD, QUEUED, RUNNING, SUCCEEDED, JobQueue, enqueue
 from registry.settings import Settings
 from tests.support import db as dbsupport
@@ -209,6 +216,42 @@ def test_heartbeat_keeps_a_long_job_from_being_taken(pg_queue_url, processes, tm
     container.dispose()
 
 
+# --- claims past locked rows ----------------------------------------------------------------
+
+
+@pytest.mark.postgres
+def test_a_claim_skips_rows_another_connection_holds(pg_queue_url, tmp_path):
+    """Another transaction holds a lock on the first queued job and on an abandoned one (a worker
+    in the middle of settling them): a claim returns the next free job at once instead of waiting.
+
+    The claiming connection has a lock timeout, so a claim that waits (FOR UPDATE without SKIP
+    LOCKED) fails this test within a second instead of hanging it.
+    """
+    container = open_container(pg_queue_url, tmp_path)
+    engine = make_engine(pg_queue_url, connect_args={"options": "-c lock_timeout=1000"})
+    queue = JobQueue(make_session_factory(engine), lease=dt.timedelta(seconds=60))
+    try:
+        [abandoned, first, second] = enqueue_many(container, "qtest_k", [{"n": n} for n in range(3)])
+        assert queue.claim("crashed").id == abandoned
+        with container.session_factory() as session:
+            session.execute(update(Job).where(Job.id == abandoned).values(
+                lease_expires_at=func.now() - dt.timedelta(minutes=1)))
+            session.commit()
+
+        with container.engine.connect() as holder:
+            holder.execute(select(Job.id).where(Job.id.in_([abandoned, first])).with_for_update())
+            # Waiting here would end in LockNotAvailable after the lock timeout.
+            claimed = queue.claim("w1")
+            assert claimed is not None and claimed.id == second
+            assert queue.claim("w2") is None
+            holder.rollback()
+        # Released, the rows are claimed again: the abandoned one first.
+        assert [queue.claim("w3").id, queue.claim("w4").id] == [abandoned, first]
+    finally:
+        engine.dispose()
+        container.dispose()
+
+
 # --- outcomes, in-process, with a clock the test moves ---------------------------------------
 
 
@@ -226,13 +269,15 @@ def moved(container, clock):
 
 
 class DeadLetters:
-    """An ``on_dead`` hook that remembers its calls."""
+    """An ``on_dead`` hook that remembers its calls (and, apart, the exception of each)."""
 
     def __init__(self) -> None:
         self.calls: list[tuple[dict, str]] = []
+        self.causes: list[BaseException | None] = []
 
-    def __call__(self, _container, payload: dict, error: str) -> None:
+    def __call__(self, _container, payload: dict, error: str, cause: BaseException | None) -> None:
         self.calls.append((payload, error))
+        self.causes.append(cause)
 
 
 def raising(error: BaseException):
@@ -249,8 +294,9 @@ def job_row(container, job_id: int) -> Job:
 
 @pytest.mark.parametrize(
     "error",
-    [BlobStoreError("put", "connection reset"), ConnectionResetError("reset by peer"), RuntimeError("a bug")],
-    ids=["upstream", "os", "not-a-registry-error"],
+    [BlobStoreError("put", "connection reset"), ServiceUnavailableError("database unreachable", component="database"),
+     ConnectionResetError("reset by peer"), RuntimeError("a bug")],
+    ids=["upstream", "unavailable", "os", "not-a-registry-error"],
 )
 def test_transient_failure_retries_until_dead_then_on_dead_once(moved, clock, error):
     dead = DeadLetters()
@@ -288,8 +334,48 @@ def test_non_retryable_failure_is_dead_after_one_attempt(moved, clock, error):
     assert dead.calls == [({"version_id": 7}, row.last_error)]
 
 
+def test_a_value_the_database_refuses_is_not_retried(moved, clock):
+    """PostgreSQL refuses an integer past the column (DataError), SQLite cannot even bind it
+    (OverflowError): either way the same job fails the same way, so it is dead at once."""
+    dead = DeadLetters()
+
+    def store_out_of_range(container, _payload):
+        with container.session_factory() as session:
+            enqueue(session, "qtest_other", {}, priority=2**63)
+            session.commit()
+
+    worker = Worker(moved, HandlerRegistry([Handler("qtest_data", store_out_of_range, on_dead=dead)]), "w1")
+    [job_id] = enqueue_many(moved, "qtest_data", [{}], max_attempts=5, run_after=clock.now)
+
+    assert worker.run_once()
+    clock.advance(minutes=6)
+    assert not worker.run_once()
+    row = job_row(moved, job_id)
+    assert (row.state, row.attempts) == (DEAD, 1)
+    assert row.last_error.splitlines()[-1].startswith("registry.domain.errors.UnstorableDataError: ")
+    [cause] = dead.causes
+    assert isinstance(cause, UnstorableDataError) and cause.code == "unstorable-data"
+
+
+def test_max_attempts_comes_from_the_setting(database_url, tmp_path, monkeypatch, clock):
+    monkeypatch.setenv("MODELREG_JOB_MAX_ATTEMPTS", "2")
+    container = bootstrap(load_settings(database_url=database_url, data_dir=tmp_path / "data"))
+    queue = JobQueue(container.session_factory, backoff_base=dt.timedelta(seconds=1), clock=clock)
+    moved = dataclasses.replace(container, queue=queue)
+    try:
+        [job_id] = enqueue_many(moved, "qtest_flaky", [{}], run_after=clock.now)
+        assert job_row(moved, job_id).max_attempts == 2
+        worker = Worker(moved, HandlerRegistry([Handler("qtest_flaky", raising(TimeoutError("slow")))]), "w1")
+        assert worker.run_once()
+        clock.advance(minutes=1)
+        assert worker.run_once()
+        assert (job_row(moved, job_id).state, job_row(moved, job_id).attempts) == (DEAD, 2)
+    finally:
+        container.dispose()
+
+
 def test_failing_on_dead_hook_does_not_stop_the_worker(moved, clock):
-    def broken_hook(_container, _payload, _error):
+    def broken_hook(_container, _payload, _error, _cause):
         raise RuntimeError("hook broke")
 
     handlers = HandlerRegistry([
@@ -354,7 +440,7 @@ def test_worker_claims_only_its_kinds(moved, clock):
 
 
 def test_retryable_classification():
-    from sqlalchemy.exc import OperationalError
+    from sqlalchemy.exc import DataError, OperationalError
 
     assert is_retryable(BlobStoreError("get", "timeout"))
     assert is_retryable(OperationalError("SELECT 1", {}, Exception("server closed the connection")))
@@ -362,3 +448,7 @@ def test_retryable_classification():
     assert is_retryable(KeyError("x"))
     assert not is_retryable(InvalidInputError("bad"))
     assert not is_retryable(VersionNotFoundError("a/b", 1))
+    assert is_retryable(ServiceUnavailableError("database unreachable"))
+    assert not is_retryable(DataError("INSERT", {}, Exception("value too long for type character varying(256)")))
+    assert not is_retryable(OverflowError("Python int too large to convert to SQLite INTEGER"))
+    assert not is_retryable(UnstorableDataError("value too long"))

@@ -1,0 +1,38 @@
+"""Path and query parameters the routers share, with the constraints the OpenAPI document states.
+
+Each is an ``Annotated`` type whose pydantic constraints FastAPI both enforces (a value outside
+them is a 422 problem before any service runs) and publishes. Integers are bounded by the column
+they are compared with: PostgreSQL refuses a value past a column's range with an error (a 500),
+and SQLite cannot bind an integer past 64 bits at all.
+
+Example:
+    >>> @router.get("/{tenant}/{name}/versions/{number}")  # doctest: +SKIP
+    ... def get_version(tenant: TenantName, name: ModelName, number: VersionNumber): ...
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from pydantic import Field
+
+from registry.auth import NAME_RE
+from registry.domain.files import SHA256_RE
+
+INT32_MAX = 2**31 - 1
+"""The largest value of an ``Integer`` column (PostgreSQL ``integer``)."""
+INT64_MAX = 2**63 - 1
+"""The largest value of a ``BigInteger`` column, and of any SQLite integer."""
+
+NAME_PATTERN = NAME_RE.pattern
+_NAME = {"pattern": NAME_PATTERN, "min_length": 1, "max_length": 63}
+
+TenantName = Annotated[str, Field(**_NAME, description="tenant name")]
+ModelName = Annotated[str, Field(**_NAME, description="model name, unique within its tenant")]
+PrincipalName = Annotated[str, Field(**_NAME, description="principal name")]
+Sha256Hex = Annotated[str, Field(pattern=SHA256_RE.pattern, min_length=64, max_length=64,
+                                 description="sha256 of the blob, 64 lower-case hex digits")]
+VersionNumber = Annotated[int, Field(ge=1, le=INT32_MAX, description="version number within its model")]
+RowId = Annotated[int, Field(ge=1, le=INT64_MAX, description="a database id")]
+AfterId = Annotated[int, Field(ge=0, le=INT64_MAX, description="what follows this id (0: from the start)")]
+ByteCount = Annotated[int, Field(ge=0, le=INT64_MAX, description="a size in bytes")]

@@ -1,0 +1,94 @@
+"""Jobs whose inputs reach the database's limits: a path as long as a path may be, and a value the
+database refuses. Both databases where they differ (SQLite does not enforce VARCHAR lengths)."""
+
+from __future__ import annotations
+
+import pytest
+from sqlalchemy import select
+
+from registry.bootstrap import bootstrap
+from registry.db.models import Job, ScanResult, Version
+from registry.domain.files import MAX_PATH_LENGTH
+from registry.jobs import job_key
+from registry.services import versions
+from registry.services.scans import SCAN_BLOB
+from registry.services.versions import SubmitRequest
+from registry.settings import Settings
+from tests.support import db as dbsupport
+from tests.support.hf_upstream import HfUpstream
+from tests.support.registry import drain, make_admin
+from tests.support.tiny_model import tiny_model_files
+
+
+def _version(container, version_id) -> Version:
+    with container.session_factory() as session:
+        return session.get(Version, version_id)
+
+
+def test_a_file_path_of_the_longest_length_accepted_seals_and_is_scanned(container, tmp_path):
+    """The scan job's key holds digest and path; past the column's 256 characters it is hashed."""
+    model_dir = tmp_path / "model"
+    long_path = "/".join(["d" * 200] * 4 + ["f" * (MAX_PATH_LENGTH - 804)])
+    assert len(long_path) == MAX_PATH_LENGTH
+    (model_dir / long_path).parent.mkdir(parents=True)
+    (model_dir / long_path).write_bytes(b"plain bytes under a long name\n")
+    (model_dir / "config.json").write_bytes(b'{"hidden_size": 8}\n')
+    admin = make_admin(container)
+    with container.session_factory() as session:
+        version, _ = versions.submit(session, admin, "acme", "long", SubmitRequest(source=str(model_dir)),
+                                     open_source=container.open_source, limits=container.limits())
+        version_id = version.id
+    drain(container)
+
+    v = _version(container, version_id)
+    assert (v.state, v.failure_reason) == ("awaiting_approval", None), v.failure_detail
+    with container.session_factory() as session:
+        scanned = set(session.scalars(select(ScanResult.path)))
+        keys = set(session.scalars(select(Job.idempotency_key).where(Job.kind == SCAN_BLOB)))
+    assert long_path in scanned
+    assert all(len(key) <= 256 for key in keys)
+    assert sum(key.startswith(f"{SCAN_BLOB}@sha256:") for key in keys) == 1
+
+
+def test_job_keys_are_kept_as_they_are_while_they_fit():
+    assert job_key("seal_version", 12) == "seal_version:12"
+    fits = job_key("scan_blob", "v", "ab" * 32, "p" * (256 - len("scan_blob:v:") - 65))
+    assert len(fits) == 256 and fits.startswith("scan_blob:v:")
+    longer = job_key("scan_blob", "v", "ab" * 32, "p" * (257 - len("scan_blob:v:") - 65))
+    assert longer.startswith("scan_blob@sha256:") and len(longer) == len("scan_blob@sha256:") + 64
+    assert longer != job_key("scan_blob", "v", "ab" * 32, "q" * (257 - len("scan_blob:v:") - 65))
+
+
+@pytest.mark.postgres
+def test_a_value_the_database_refuses_fails_the_version_with_its_own_reason(pg_url, tmp_path):
+    """An upstream's license longer than its column: PostgreSQL refuses it when the revision is
+    resolved by the worker. The job is not retried, and the version says why it failed."""
+    dbsupport.truncate_all(pg_url)
+    with HfUpstream() as hub:
+        container = bootstrap(Settings(database_url=pg_url, data_dir=tmp_path / "data",
+                                       blob_store_url=(tmp_path / "blobs").as_uri(),
+                                       hf_allowed_endpoints=[hub.url]))
+        try:
+            hub.add_repo("org/verbose", card_data={"license": "a license of many words " * 10})
+            hub.commit("org/verbose", tiny_model_files(1))
+            hub.unreachable()
+            admin = make_admin(container)
+            with container.session_factory() as session:
+                version, _ = versions.submit(
+                    session, admin, "acme", "verbose",
+                    SubmitRequest(source="hf://org/verbose", hf_endpoint=hub.url),
+                    open_source=container.open_source, limits=container.limits())
+                version_id = version.id
+            assert _version(container, version_id).state == "submitted"
+            hub.heal()
+            drain(container)
+
+            v = _version(container, version_id)
+            assert (v.state, v.failure_reason) == ("failed", "unstorable_data"), v.failure_detail
+            assert "value too long" in v.failure_detail["message"]
+            with container.session_factory() as session:
+                job = session.scalars(select(Job).where(Job.kind == "resolve_version")).one()
+            assert (job.state, job.attempts) == ("dead", 1)
+        finally:
+            container.dispose()
+            dbsupport.truncate_all(pg_url)
