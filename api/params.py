@@ -12,6 +12,7 @@ Example:
 
 from __future__ import annotations
 
+import re
 from typing import Annotated
 
 from pydantic import Field
@@ -24,13 +25,24 @@ INT32_MAX = 2**31 - 1
 INT64_MAX = 2**63 - 1
 """The largest value of a ``BigInteger`` column, and of any SQLite integer."""
 
-NAME_PATTERN = NAME_RE.pattern
+
+def _json_schema_pattern(python_re: re.Pattern[str]) -> str:
+    """A whole-string Python pattern (``\\A...\\Z``) as JSON Schema and pydantic write it (``^...$``, where
+    ``$`` is the end of the text, not the end of a line)."""
+    body = python_re.pattern
+    if not (body.startswith("\\A") and body.endswith("\\Z")):
+        raise ValueError(f"not a whole-string pattern: {body}")
+    return f"^{body[2:-2]}$"
+
+
+NAME_PATTERN = _json_schema_pattern(NAME_RE)
+SHA256_PATTERN = _json_schema_pattern(SHA256_RE)
 _NAME = {"pattern": NAME_PATTERN, "min_length": 1, "max_length": 63}
 
 TenantName = Annotated[str, Field(**_NAME, description="tenant name")]
 ModelName = Annotated[str, Field(**_NAME, description="model name, unique within its tenant")]
 PrincipalName = Annotated[str, Field(**_NAME, description="principal name")]
-Sha256Hex = Annotated[str, Field(pattern=SHA256_RE.pattern, min_length=64, max_length=64,
+Sha256Hex = Annotated[str, Field(pattern=SHA256_PATTERN, min_length=64, max_length=64,
                                  description="sha256 of the blob, 64 lower-case hex digits")]
 VersionNumber = Annotated[int, Field(ge=1, le=INT32_MAX, description="version number within its model")]
 RowId = Annotated[int, Field(ge=1, le=INT64_MAX, description="a database id")]
