@@ -82,7 +82,7 @@ _BY_SUFFIX: dict[str, LoaderRule] = {
     ".joblib": _PICKLE,
     ".dill": _PICKLE,
     ".pdparams": _PICKLE,
-    ".msgpack": LoaderRule("flax.serialization", frozenset({"msgpack"})),
+    ".msgpack": LoaderRule("flax.serialization", validator="msgpack"),
     ".tflite": LoaderRule("tflite", frozenset({"tflite"})),
     ".llamafile": LoaderRule("llamafile", frozenset({"executable"})),
     ".pb": _TENSORFLOW,
