@@ -180,3 +180,12 @@ def test_the_table_is_the_only_place_names_are_decided() -> None:
         "pytorch-zip", "pytorch-legacy", "keras", "npz", "msgpack"}
     for suffix, rule in {**_BY_SUFFIX, **_BY_NAME}.items():
         assert rule.accepts <= known or rule.validator, (suffix, rule.accepts - known)
+
+
+@pytest.mark.parametrize("filler", [b"(", b"N", b"]"])
+def test_a_payload_behind_more_opcodes_than_the_scanner_interprets_is_unsafe_under_a_pickle_name(filler: bytes) -> None:
+    # pickle.load pushes a hundred thousand marks or values and then runs the payload; our interpreter stops
+    # at its own bound. Under a name that is unpickled, that bound is no reason to call the bytes inert.
+    data = filler * 100_001 + b"cos\nsystem\n(S'id'\ntR."
+    for name in ("model.pkl", "pytorch_model.bin", "model.joblib"):
+        assert _scan(name, data).verdict is Verdict.UNSAFE, name

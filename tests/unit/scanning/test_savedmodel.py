@@ -232,3 +232,48 @@ def test_truncated_and_garbled_protobufs_fail_closed(tf_models: Path) -> None:
             assert scan.verdict is not Verdict.SAFE, (name, bad[:20], scan.as_dict())
     text = b'meta_graphs { graph_def { node { name: "a" op: "ReadFile" } } }'
     assert scan_stream("saved_model.pbtxt", io.BytesIO(text), len(text)).verdict is Verdict.SUSPICIOUS
+
+
+def _saved_model(graph: bytes, *, save: str = "", restore: str = "", objects: bytes = b"") -> bytes:
+    from tests.support.format_samples import _pb_field
+
+    saver = _pb_field(2, 2, save.encode()) + _pb_field(3, 2, restore.encode())
+    meta_graph = _pb_field(2, 2, graph) + _pb_field(3, 2, saver) + (_pb_field(7, 2, objects) if objects else b"")
+    return _pb_field(1, 0, b"\x01") + _pb_field(2, 2, meta_graph)
+
+
+def _library(functions: dict[str, list[bytes]]) -> bytes:
+    from tests.support.format_samples import _pb_field
+
+    body = b""
+    for name, nodes in functions.items():
+        fn = _pb_field(1, 2, _pb_field(1, 2, name.encode())) + b"".join(_pb_field(3, 2, n) for n in nodes)
+        body += _pb_field(1, 2, fn)
+    return _pb_field(2, 2, body)
+
+
+@pytest.mark.parametrize(
+    ("save_body", "restore_body", "want"),
+    [
+        ("SaveV2", "RestoreV2", set()),
+        ("RestoreV2", "RestoreV2", {"tensorflow.op.checkpoint-outside-saver"}),  # the save side may not read
+        ("SaveV2", "SaveV2", {"tensorflow.op.checkpoint-outside-saver"}),  # the restore side may not write
+    ],
+)
+def test_saver_functions_called_by_op_name_are_on_their_own_side(save_body: str, restore_body: str, want: set[str]) -> None:
+    # TF1-era graphs call a library function by using its name as the op; the saver's functions are found so too.
+    graph = _graph(_node("save", "save_fn"), _node("restore", "restore_fn")) + _library(
+        {"save_fn": [_node("s", save_body)], "restore_fn": [_node("r", restore_body)]}
+    )
+    data = _saved_model(graph, save="save:0", restore="restore")
+    assert F.rules(F.scan_bytes(savedmodel.scan, data, "saved_model.pb")) == want
+
+
+def test_keras_metadata_inside_the_saved_model_object_graph_is_checked() -> None:
+    from tests.support.format_samples import _pb_field
+
+    lam = json.dumps({"class_name": "Lambda", "config": {"name": "l", "function": ["4wEAAAAA", None, None]}})
+    user_object = _pb_field(1, 2, b"_tf_keras_layer") + _pb_field(3, 2, lam.encode())
+    objects = _pb_field(1, 2, _pb_field(4, 2, user_object))
+    data = _saved_model(_graph(_node("a", "Const")), objects=objects)
+    assert F.rules(F.scan_bytes(savedmodel.scan, data, "saved_model.pb")) == {"keras.layer.lambda"}
