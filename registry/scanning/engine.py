@@ -24,7 +24,6 @@ from types import ModuleType
 from typing import BinaryIO
 
 from registry.scanning import numpy_scan, pickle_scan
-from registry.scanning.loaders import PICKLES, LoaderRule, rule_for
 from registry.scanning.containers import (
     ScanBudget,
     ScanLimits,
@@ -35,6 +34,7 @@ from registry.scanning.containers import (
     scan_tar,
     visit_zip_entries,
 )
+from registry.scanning.loaders import PICKLES, LoaderRule, rule_for
 from registry.scanning.model import FileScan, Finding, ScanContext, Severity
 from registry.scanning.sniff import HEAD_BYTES, UNINSPECTABLE, is_tar, sniff
 
@@ -256,7 +256,8 @@ class Engine:
             with inner:
                 inner_name = posixpath.splitext(posixpath.basename(name))[0] or "data"
                 # joblib.load decompresses, then unpickles; "model.pkl.gz" is opened by what its inner name says.
-                inner_rule = rule.inner if rule is not None and rule.inner is not None and fmt in rule.accepts else rule_for(inner_name)
+                unpacked_by_loader = rule is not None and rule.inner is not None and fmt in rule.accepts
+                inner_rule = rule.inner if unpacked_by_loader else rule_for(inner_name)  # type: ignore[union-attr]
                 visit = self._visitor(ctx_path, chain, depth, members, lambda _member: inner_rule)
                 own.extend(visit(f"<{fmt}:{inner_name}>", inner, inner_size))
             return fmt
@@ -269,7 +270,8 @@ class Engine:
             own.extend(self._external(_EXTERNAL[fmt], reader, size, ctx_path, chain, depth))
             return fmt
         if fmt == "executable":
-            own.append(Finding("format.executable", Severity.SUSPICIOUS, "offset 0", "a native program: running it runs its code"))
+            own.append(Finding("format.executable", Severity.SUSPICIOUS, "offset 0",
+                               "a native program: running it runs its code"))
             return fmt
         if fmt == "unknown":
             own.append(Finding("format.unknown", Severity.INFO, "offset 0", "no known structure: treated as opaque data"))
@@ -368,7 +370,8 @@ class Engine:
         try:
             mod = _validator(module)
         except Exception as exc:  # noqa: BLE001 - a validator that cannot run decides nothing: fail closed
-            return [Finding(f"{module}.scanner-unavailable", Severity.ERROR, "", f"cannot import: {type(exc).__name__}: {exc}")]
+            why = f"cannot import: {type(exc).__name__}: {exc}"
+            return [Finding(f"{module}.scanner-unavailable", Severity.ERROR, "", why)]
         nested_found: list[Finding] = []
 
         def scan_nested(member: str, r: BinaryIO, s: int) -> list[Finding]:
