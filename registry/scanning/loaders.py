@@ -86,6 +86,7 @@ _BY_SUFFIX: dict[str, LoaderRule] = {
     ".tflite": LoaderRule("tflite", frozenset({"tflite"})),
     ".llamafile": LoaderRule("llamafile", frozenset({"executable"})),
     ".pb": _TENSORFLOW,
+    ".meta": _TENSORFLOW,
 }
 _BY_NAME: dict[str, LoaderRule] = {"saved_model.pbtxt": _TENSORFLOW}
 

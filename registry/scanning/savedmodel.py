@@ -11,6 +11,7 @@ Loaders pick the parser by the file's name, so this module is chosen by name too
 - ``keras_metadata.pb``: tf_keras's ``SavedMetadata``; each object's JSON config goes through the Keras
   config walker (a ``Lambda`` layer carries marshalled bytecode that ``tf_keras`` runs on load);
 - ``fingerprint.pb``: checked to be a well-formed message;
+- ``*.meta``: the ``MetaGraphDef`` a TF1 ``Saver`` writes beside its checkpoint (``import_meta_graph``);
 - ``saved_model.pbtxt``: the text format, not inspected here (suspicious);
 - any other ``*.pb``: a frozen ``GraphDef``.
 
@@ -178,6 +179,8 @@ def scan(reader: BinaryIO, size: int, ctx: ScanContext) -> list[Finding]:
             _saved_model(st)
         elif base == "keras_metadata.pb":
             _keras_metadata(st)
+        elif base.endswith(".meta"):
+            _meta_graph(st, 0, size, "meta_graph")
         elif base == "fingerprint.pb":
             for _ in st.pb.fields(0, size):
                 pass

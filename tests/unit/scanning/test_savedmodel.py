@@ -85,6 +85,15 @@ with tf.Graph().as_default() as g:
         builder.add_meta_graph_and_variables(sess, ["serve"], signature_def_map={"serving_default": sig})
         builder.save()
 
+# A TF1 Saver checkpoint: model.ckpt.index/.data-* and the MetaGraphDef in model.ckpt.meta.
+with tf.Graph().as_default() as g:
+    w = tf.compat.v1.get_variable("w", [2, 2])
+    tf.identity(w * 2.0, name="out")
+    with tf.compat.v1.Session(graph=g) as sess:
+        sess.run(tf.compat.v1.global_variables_initializer())
+        os.makedirs(os.path.join(out, "tf1_saver"))
+        tf.compat.v1.train.Saver().save(sess, os.path.join(out, "tf1_saver", "model.ckpt"))
+
 listed = set(savedmodel.UNSAFE_OPS) | set(savedmodel.SUSPICIOUS_OPS) | savedmodel.SAVE_OPS | savedmodel.RESTORE_OPS
 json.dump({"unknown_ops": sorted(op for op in listed | set(savedmodel._ATTR_GATED) if op_def_registry.get(op) is None)},
           open(os.path.join(out, "report.json"), "w"))
@@ -111,6 +120,19 @@ def _rules(scan) -> set[str]:  # type: ignore[no-untyped-def]
 
 def test_every_listed_op_is_a_tensorflow_op(tf_models: Path) -> None:
     assert json.loads((tf_models / "report.json").read_text())["unknown_ops"] == []
+
+
+def test_a_tf1_saver_checkpoint_and_its_meta_graph_are_safe(tf_models: Path) -> None:
+    scans = _scans(tf_models / "tf1_saver")
+    assert "model.ckpt.meta" in scans and scans["model.ckpt.meta"].format == "savedmodel"  # type: ignore[attr-defined]
+    for path, scan in scans.items():
+        assert scan.verdict is Verdict.SAFE, (path, scan.as_dict())  # type: ignore[attr-defined]
+    data = (tf_models / "tf1_saver" / "model.ckpt.meta").read_bytes()
+    # The same meta graph with the SaverDef's save tensor renamed: its SaveV2 is then an unexplained write.
+    assert data.count(b"save/control_dependency:0") == 1
+    bad = data.replace(b"save/control_dependency:0", b"save/control_dependencX:0")
+    scan = scan_stream("model.ckpt.meta", io.BytesIO(bad), len(bad))
+    assert "tensorflow.op.checkpoint-outside-saver" in _rules(scan)
 
 
 @pytest.mark.parametrize("name", ["benign_module", "benign_print_stderr", "tf_keras_dense", "tf1_builder"])
