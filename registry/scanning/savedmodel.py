@@ -224,7 +224,7 @@ def _meta_graph(st: _State, start: int, end: int, where: str) -> None:
         elif number == _MG_SAVER_DEF:
             for n, w, v in st.pb.fields(off, off + length):
                 if w == 2 and n in (_SAVER_SAVE_TENSOR, _SAVER_RESTORE_OP):
-                    target = (_node_ref(st.pb.string(v) or ""))
+                    target = _node_ref(_text(st, v) or "")
                     (graph.save_seeds if n == _SAVER_SAVE_TENSOR else graph.restore_seeds).add(target)
         elif number == _MG_ASSET_FILE_DEF:
             _asset(st, off, off + length, where)
@@ -237,7 +237,7 @@ def _asset(st: _State, start: int, end: int, where: str) -> None:
     for number, wire, value in st.pb.fields(start, end):
         if number != _ASSET_FILENAME or wire != 2:
             continue
-        name = st.pb.string(value, limit=4096)
+        name = _text(st, value, limit=4096)
         try:
             validate_path(name or "")
         except InvalidPathError as exc:
@@ -288,6 +288,16 @@ def _keras_json(st: _State, span: Any, where: str) -> None:
 # -- graphs
 
 
+def _text(st: _State, span: tuple[int, int], limit: int = 1 << 16) -> str | None:
+    """A string field, None when longer than ``limit``.
+
+    Bytes that are not UTF-8 are replaced rather than refused: a parser more lenient than ours must not
+    find nodes after the point where we stopped reading.
+    """
+    raw = st.pb.raw(span, limit)
+    return None if raw is None else raw.decode("utf-8", "replace")
+
+
 def _node_ref(text: str) -> str:
     """The node an input or tensor name refers to: ``^a``, ``a:0``, ``a:output:0`` are all ``a``."""
     return text.removeprefix("^").split(":", 1)[0]
@@ -315,7 +325,7 @@ def _function(st: _State, start: int, end: int, graph: _Graph, where: str) -> No
         if number == _FN_SIGNATURE:
             for n, w, v in st.pb.fields(value[0], value[0] + value[1]):
                 if n == _OPDEF_NAME and w == 2:
-                    name = st.pb.string(v) or "<long>"
+                    name = _text(st, v) or "<long>"
         elif number == _FN_NODE_DEF:
             node_spans.append(value)
     nodes = graph.functions.setdefault(name, [])
@@ -329,16 +339,16 @@ def _node(st: _State, start: int, end: int, where: str) -> _Node:
         if wire != 2:
             continue
         if number == _NODE_NAME:
-            node.name = st.pb.string(value) or "<long>"
+            node.name = _text(st, value) or "<long>"
         elif number == _NODE_OP:
-            node.ops.append(st.pb.string(value) or "<long>")
+            node.ops.append(_text(st, value) or "<long>")
         elif number == _NODE_INPUT:
-            node.inputs.append(_node_ref(st.pb.string(value) or ""))
+            node.inputs.append(_node_ref(_text(st, value) or ""))
         elif number == _NODE_ATTR:
             key, attr = "", None
             for n, w, v in st.pb.fields(value[0], value[0] + value[1]):
                 if w == 2 and n == 1:
-                    key = st.pb.string(v) or ""
+                    key = _text(st, v) or ""
                 elif w == 2 and n == 2:
                     attr = v
             if attr is not None:
@@ -370,12 +380,12 @@ def _name_attr_list(st: _State, span: tuple[int, int], node: _Node, depth: int) 
         if wire != 2:
             continue
         if number == _NAMEATTR_NAME:
-            node.calls.add(st.pb.string(value) or "<long>")
+            node.calls.add(_text(st, value) or "<long>")
         elif number == _NAMEATTR_ATTR:
             key, attr = "", None
             for n, w, v in st.pb.fields(value[0], value[0] + value[1]):
                 if w == 2 and n == 1:
-                    key = st.pb.string(v) or ""
+                    key = _text(st, v) or ""
                 elif w == 2 and n == 2:
                     attr = v
             if attr is not None:

@@ -299,3 +299,9 @@ def test_keras_metadata_inside_the_saved_model_object_graph_is_checked() -> None
     objects = _pb_field(1, 2, _pb_field(4, 2, user_object))
     data = _saved_model(_graph(_node("a", "Const")), objects=objects)
     assert F.rules(F.scan_bytes(savedmodel.scan, data, "saved_model.pb")) == {"keras.layer.lambda"}
+
+
+def test_a_name_that_is_not_utf8_does_not_hide_the_nodes_after_it() -> None:
+    data = _graph(_node("a", "Const").replace(b"\x0a\x01a", b"\x0a\x01\xff"), _node("b", "ReadFile"))
+    assert b"\x0a\x01\xff" in data
+    assert F.rules(F.scan_bytes(savedmodel.scan, data, "graph.pb")) == {"tensorflow.op.unsafe"}
