@@ -305,3 +305,17 @@ def test_a_name_that_is_not_utf8_does_not_hide_the_nodes_after_it() -> None:
     data = _graph(_node("a", "Const").replace(b"\x0a\x01a", b"\x0a\x01\xff"), _node("b", "ReadFile"))
     assert b"\x0a\x01\xff" in data
     assert F.rules(F.scan_bytes(savedmodel.scan, data, "graph.pb")) == {"tensorflow.op.unsafe"}
+
+
+def test_a_savedmodel_shipped_as_a_tar_gz_is_read_member_by_member(tf_models: Path) -> None:
+    # TF Hub and many model zoos publish SavedModels as model.tar.gz.
+    import gzip
+
+    from tests.support.scan_samples import tar_bytes
+
+    for name, want in (("benign_module", Verdict.SAFE), ("read_file", Verdict.UNSAFE)):
+        root = tf_models / name
+        members = {p.relative_to(root).as_posix(): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+        data = gzip.compress(tar_bytes(members), mtime=0)
+        scan = scan_stream("model.tar.gz", io.BytesIO(data), len(data))
+        assert scan.verdict is want, (name, scan.as_dict())
