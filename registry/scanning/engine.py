@@ -127,7 +127,10 @@ class Engine:
         """
         fmt, findings = self._scan(path, path, "", reader, size, 0, rule_for(path))
         if fmt not in ("zip", "pytorch-zip", "keras", "npz", "empty"):
-            findings.extend(self._zip_trailer(reader, size, path))
+            try:
+                findings.extend(self._zip_trailer(reader, size, path))
+            except Exception as exc:  # noqa: BLE001 - a crashing check must fail closed, not pass
+                findings.append(Finding("engine.scanner-error", Severity.ERROR, "", f"zip trailer check failed: {exc!r}"))
         return FileScan(path, fmt, findings, SCANNER_NAME, SCANNER_VERSION)
 
     # -- dispatch

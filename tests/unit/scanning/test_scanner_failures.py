@@ -93,6 +93,7 @@ def test_a_scanner_whose_dependency_fails_to_import_makes_the_verdict_error(monk
         ("registry.scanning.engine.sniff", "weights.bin", S.torch_zip),
         ("registry.scanning.engine.scan_tar", "files.tar", lambda: S.tar_bytes({"a.txt": b"x"})),
         ("registry.scanning.numpy_scan.scan_npy", "a.npy", lambda: S.npy(__import__("numpy").arange(3))),
+        ("registry.scanning.engine.Engine._zip_trailer", "README.md", lambda: b"hello\n"),
     ],
 )
 def test_a_crash_anywhere_in_the_engine_is_an_error_verdict(
