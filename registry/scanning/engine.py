@@ -3,8 +3,11 @@
 One :class:`Engine` scans one top-level file. It decides the format from the bytes
 (:mod:`registry.scanning.sniff`), hands the stream to the scanner for that format, and opens
 containers (zip, tar, gzip, bz2, xz, zlib, legacy lzma) to scan their members with the same rules, up to
-:class:`ScanLimits`. Validators written elsewhere (``safetensors``, ``gguf``, ``onnx``, ``keras``,
-``remote_code``) are imported lazily; until one exists its format gets no findings from it.
+:class:`ScanLimits`. The file's name never decides its format, but it does decide which loader opens it
+(:mod:`registry.scanning.loaders`): bytes that loader would not accept are a finding, and bytes it would
+hand to ``pickle.load`` are interpreted as a pickle. Validators (``safetensors``, ``gguf``, ``onnx``,
+``keras``, ``savedmodel``, ``msgpack``, ``remote_code``) are imported lazily; one that fails to import or
+raises makes the file's verdict ``error``, never an empty list of findings.
 
 Every finding of a nested stream is located by its member chain (``outer.zip!inner.pkl: offset
 12 opcode GLOBAL global os.system``), so each verdict explains itself.
@@ -31,6 +34,7 @@ from registry.scanning.containers import (
     scan_tar,
     visit_zip_entries,
 )
+from registry.scanning.loaders import PICKLES, LoaderRule, rule_for
 from registry.scanning.model import FileScan, Finding, ScanContext, Severity
 from registry.scanning.sniff import HEAD_BYTES, UNINSPECTABLE, is_tar, sniff
 
@@ -40,24 +44,24 @@ SCANNER_VERSION = "1.5.0"
 
 REMOTE_CODE_NAMES = frozenset({"config.json", "tokenizer_config.json"})
 
+# What pickle.load does with bytes that are no pickle: fail before anything it resolves could run.
+_INERT_PICKLE_RULES = frozenset(
+    {
+        "pickle.parse.error", "pickle.stream.truncated", "pickle.opcode.unknown", "pickle.stream.no-stop",
+        "pickle.stream.trailing-data", "pickle.global.extension", "pickle.global.malformed", "pickle.global.unresolved",
+        "pickle.buffer.out-of-band",
+    }
+)
 _EXTERNAL = {"safetensors": "safetensors", "gguf": "gguf", "onnx": "onnx", "hdf5": "keras", "keras": "keras"}
-_MISSING = object()
-_modules: dict[str, ModuleType | object] = {}
 
 
-def _validator(name: str) -> ModuleType | None:
-    """Import ``registry.scanning.<name>`` once; None when it does not exist (yet)."""
-    mod = _modules.get(name)
-    if mod is None:
-        full = f"registry.scanning.{name}"
-        try:
-            mod = importlib.import_module(full)
-        except ModuleNotFoundError as exc:
-            if exc.name != full:
-                raise
-            mod = _MISSING
-        _modules[name] = mod
-    return None if mod is _MISSING else mod  # type: ignore[return-value]
+def _validator(name: str) -> ModuleType:
+    """Import ``registry.scanning.<name>`` (cached by Python's import system).
+
+    Raises:
+        Exception: whatever the import raised; callers turn it into an ``error`` finding.
+    """
+    return importlib.import_module(f"registry.scanning.{name}")
 
 
 def _hdf5_user_block_offset(reader: BinaryIO, size: int, head_len: int) -> int | None:
@@ -77,11 +81,11 @@ def _hdf5_user_block_offset(reader: BinaryIO, size: int, head_len: int) -> int |
 
 def _remote_code_applies(name: str) -> bool:
     """Whether the remote-code checks (code files, auto_map, chat templates) apply to this name."""
-    module = _validator("remote_code")
-    if module is not None and hasattr(module, "handles"):
-        return bool(module.handles(name))
-    base = posixpath.basename(name)
-    return base in REMOTE_CODE_NAMES or base.endswith(".py")
+    try:
+        return bool(_validator("remote_code").handles(name))
+    except Exception:  # noqa: BLE001 - the scan itself reports the broken module
+        base = posixpath.basename(name)
+        return base in REMOTE_CODE_NAMES or base.endswith(".py")
 
 
 def _relocate(findings: list[Finding], prefix: str) -> list[Finding]:
@@ -121,31 +125,60 @@ class Engine:
         Returns:
             The file's scan, with this scanner's name and version.
         """
-        fmt, findings = self._scan(path, path, "", reader, size, 0)
+        fmt, findings = self._scan(path, path, "", reader, size, 0, rule_for(path))
         if fmt not in ("zip", "pytorch-zip", "keras", "npz", "empty"):
-            findings.extend(self._zip_trailer(reader, size, path))
+            try:
+                findings.extend(self._zip_trailer(reader, size, path))
+            except Exception as exc:  # noqa: BLE001 - a crashing check must fail closed, not pass
+                findings.append(Finding("engine.scanner-error", Severity.ERROR, "", f"zip trailer check failed: {exc!r}"))
         return FileScan(path, fmt, findings, SCANNER_NAME, SCANNER_VERSION)
 
     # -- dispatch
 
-    def _scan(self, name: str, ctx_path: str, chain: str, reader: BinaryIO, size: int, depth: int) -> tuple[str, list[Finding]]:
-        """Scan a stream at ``chain`` (member path inside the top-level file, "" at top level)."""
+    def _scan(
+        self, name: str, ctx_path: str, chain: str, reader: BinaryIO, size: int, depth: int, rule: LoaderRule | None
+    ) -> tuple[str, list[Finding]]:
+        """Scan a stream at ``chain`` (member path inside the top-level file, "" at top level).
+
+        ``rule`` says how the loader its name selects reads it (None: no loader opens it by name).
+        """
+        members: list[Finding] = []
+        own: list[Finding] = []
+        fmt = "unknown"
+        try:
+            fmt = self._scan_bytes(name, ctx_path, chain, reader, size, depth, rule, own, members)
+        except Exception as exc:  # noqa: BLE001 - a crashing scanner must fail closed, not pass
+            own.append(Finding("engine.scanner-error", Severity.ERROR, "", f"{fmt} scanner failed: {type(exc).__name__}: {exc}"))
+        return fmt, _relocate(own, chain) + members
+
+    def _scan_bytes(
+        self,
+        name: str,
+        ctx_path: str,
+        chain: str,
+        reader: BinaryIO,
+        size: int,
+        depth: int,
+        rule: LoaderRule | None,
+        own: list[Finding],
+        members: list[Finding],
+    ) -> str:
         reader.seek(0)
         head = reader.read(min(HEAD_BYTES, size))
         reader.seek(0)
         fmt = sniff(head, size, reader)
-        members: list[Finding] = []
-        own: list[Finding] = []
         try:
-            fmt = self._dispatch(fmt, name, ctx_path, chain, reader, size, depth, own, members)
+            fmt = self._dispatch(fmt, name, ctx_path, chain, reader, size, depth, own, members, rule)
         except Exception as exc:  # noqa: BLE001 - a crashing scanner must fail closed, not pass
             own.append(Finding("engine.scanner-error", Severity.ERROR, "", f"{fmt} scanner failed: {type(exc).__name__}: {exc}"))
+        unpickled = fmt in PICKLES
         if fmt not in ("pickle", "pytorch-legacy", "empty") and pickle_scan.probe_pickle(head, reader, size):
             # A polyglot: the bytes that make it a tar (or another format) are also a pickle that
             # pickle.load would run. The first magic found must not hide the second reading.
             own.append(Finding("polyglot.pickle", Severity.SUSPICIOUS, "offset 0", f"a {fmt} whose first bytes are also a pickle"))
             res = pickle_scan.scan_pickle_file(reader, size, nested=self._nested_pickle(ctx_path, chain, depth))
             own.extend(f for f in res.findings if f.rule_id != "pickle.stream.trailing-data")
+            unpickled = True
         if fmt != "tar" and is_tar(head):
             # A first block that is also a tar header: torch.load's legacy loader opens any such
             # file with tarfile and unpickles its members, whatever the magic at offset 0 says.
@@ -162,7 +195,38 @@ class Engine:
                 own.extend(self._external("keras", reader, size, ctx_path, chain, depth))
         if _remote_code_applies(name):
             own.extend(self._external("remote_code", reader, size, ctx_path, chain, depth))
-        return fmt, _relocate(own, chain) + members
+        if rule is not None:
+            fmt = self._as_named(rule, fmt, unpickled, ctx_path, chain, reader, size, depth, own)
+        return fmt
+
+    def _as_named(
+        self, rule: LoaderRule, fmt: str, unpickled: bool, ctx_path: str, chain: str, reader: BinaryIO, size: int,
+        depth: int, own: list[Finding],
+    ) -> str:
+        """Read the stream as the loader its name selects would (see :mod:`registry.scanning.loaders`)."""
+        if rule.validator is not None:
+            # That loader has its own parser (a protobuf, MessagePack): run it whatever the bytes sniff as.
+            own.extend(self._external(rule.validator, reader, size, ctx_path, chain, depth))
+            return rule.validator if fmt == "unknown" else fmt
+        if fmt in rule.accepts:
+            return fmt
+        own.append(
+            Finding(
+                "name.format-mismatch", Severity.SUSPICIOUS, "offset 0",
+                f"named for {rule.loader}, which reads {', '.join(sorted(rule.accepts))}; the bytes are {fmt}",
+            )
+        )
+        if rule.unpickles and not unpickled:
+            # The loader hands what it does not recognize to pickle.load: whatever our sniffer thought of
+            # the bytes, the unpickler decides what runs. Bytes it refuses before doing anything that can
+            # succeed (a parse error, an unregistered extension code, a global that is no identifier)
+            # run nothing; anything more is reported as the pickle it is.
+            res = pickle_scan.scan_pickle_file(reader, size, nested=self._nested_pickle(ctx_path, chain, depth))
+            # Our own bounds ("refused") are no proof that pickle.load stops there.
+            if any(f.severity is not Severity.INFO and (f.rule_id not in _INERT_PICKLE_RULES or "refused" in f.message)
+                   for f in res.findings):
+                own.extend(res.findings)
+        return fmt
 
     def _dispatch(
         self,
@@ -175,6 +239,7 @@ class Engine:
         depth: int,
         own: list[Finding],
         members: list[Finding],
+        rule: LoaderRule | None,
     ) -> str:
         if fmt == "pickle":
             res = pickle_scan.scan_pickle_file(reader, size, nested=self._nested_pickle(ctx_path, chain, depth))
@@ -192,8 +257,11 @@ class Engine:
             inner, inner_size, found = decompress_stream(fmt, reader, self.budget)
             own.extend(found)
             with inner:
-                visit = self._visitor(ctx_path, chain, depth, members)
                 inner_name = posixpath.splitext(posixpath.basename(name))[0] or "data"
+                # joblib.load decompresses, then unpickles; "model.pkl.gz" is opened by what its inner name says.
+                unpacked_by_loader = rule is not None and rule.inner is not None and fmt in rule.accepts
+                inner_rule = rule.inner if unpacked_by_loader else rule_for(inner_name)  # type: ignore[union-attr]
+                visit = self._visitor(ctx_path, chain, depth, members, lambda _member: inner_rule)
                 own.extend(visit(f"<{fmt}:{inner_name}>", inner, inner_size))
             return fmt
         if fmt in UNINSPECTABLE.values():
@@ -203,6 +271,10 @@ class Engine:
             return fmt
         if fmt in _EXTERNAL:
             own.extend(self._external(_EXTERNAL[fmt], reader, size, ctx_path, chain, depth))
+            return fmt
+        if fmt == "executable":
+            own.append(Finding("format.executable", Severity.SUSPICIOUS, "offset 0",
+                               "a native program: running it runs its code"))
             return fmt
         if fmt == "unknown":
             own.append(Finding("format.unknown", Severity.INFO, "offset 0", "no known structure: treated as opaque data"))
@@ -216,7 +288,7 @@ class Engine:
         names = [e.name for e in entries]
         kind = _zip_kind(names)
         visit = self._visitor(ctx_path, chain, depth, members)
-        if kind == "keras" and _validator("keras") is not None:
+        if kind == "keras":
             # The Keras validator reads the archive itself (config, then members via scan_nested);
             # the member streams are still read here so CRCs and sizes are checked.
             own.extend(visit_zip_entries(reader, entries, self.budget, lambda n, r, s: [], raw_member=lambda n: True))
@@ -260,15 +332,22 @@ class Engine:
 
         return visit_zip_entries(reader, entries, self.budget, visit_member, raw_member=raw)
 
-    def _visitor(self, ctx_path: str, chain: str, depth: int, sink: list[Finding]) -> Callable[[str, BinaryIO, int], list[Finding]]:
-        """A member callback: scans the member and puts its (located) findings in ``sink``."""
+    def _visitor(
+        self, ctx_path: str, chain: str, depth: int, sink: list[Finding],
+        rule_of: Callable[[str], LoaderRule | None] = rule_for,
+    ) -> Callable[[str, BinaryIO, int], list[Finding]]:
+        """A member callback: scans the member and puts its (located) findings in ``sink``.
+
+        ``rule_of`` gives the loader rule of a member from its name (an extracted ``model.pt`` is opened
+        by ``torch.load`` like any other).
+        """
 
         def visit(member: str, r: BinaryIO, s: int) -> list[Finding]:
             sub = f"{chain}!{member}" if chain else member
             if depth + 1 > self.limits.max_depth:
                 sink.append(Finding("container.too-deep", Severity.UNSAFE, sub, f"nested deeper than {self.limits.max_depth}: not inspected"))
                 return []
-            fmt, found = self._scan(member, f"{ctx_path}!{member}", sub, r, s, depth + 1)
+            fmt, found = self._scan(member, f"{ctx_path}!{member}", sub, r, s, depth + 1, rule_of(member))
             sink.append(Finding("container.member", Severity.INFO, sub, f"{fmt}, {s} bytes"))
             sink.extend(found)
             return []
@@ -282,7 +361,7 @@ class Engine:
             sub = f"{chain}!{loc.rstrip(': ')}" if chain else loc.rstrip(": ")
             if depth + 1 > self.limits.max_depth:
                 return [Finding("container.too-deep", Severity.UNSAFE, sub, "nested pickle too deep: not inspected")]
-            fmt, found = self._scan("<nested>", f"{ctx_path}!<nested>", sub, io.BytesIO(data), len(data), depth + 1)
+            fmt, found = self._scan("<nested>", f"{ctx_path}!<nested>", sub, io.BytesIO(data), len(data), depth + 1, None)
             info = Finding("pickle.nested", Severity.INFO, sub, f"nested {fmt} of {len(data)} bytes")
             # The chain of nested findings already starts with the member chain; drop it so the
             # pickle scanner's own relocation does not repeat it.
@@ -291,9 +370,11 @@ class Engine:
         return nested
 
     def _external(self, module: str, reader: BinaryIO, size: int, ctx_path: str, chain: str, depth: int) -> list[Finding]:
-        mod = _validator(module)
-        if mod is None:
-            return []
+        try:
+            mod = _validator(module)
+        except Exception as exc:  # noqa: BLE001 - a validator that cannot run decides nothing: fail closed
+            why = f"cannot import: {type(exc).__name__}: {exc}"
+            return [Finding(f"{module}.scanner-unavailable", Severity.ERROR, "", why)]
         nested_found: list[Finding] = []
 
         def scan_nested(member: str, r: BinaryIO, s: int) -> list[Finding]:
@@ -355,7 +436,7 @@ class Engine:
         if pos + 22 + clen != len(tail):
             reader.seek(0)
             hidden = SliceReader(reader, shift, size - shift)
-            _fmt, inner = self._scan(path, path, f"zip@{shift}", hidden, size - shift, 1)
+            _fmt, inner = self._scan(path, path, f"zip@{shift}", hidden, size - shift, 1, None)
             reader.seek(0)
             return [
                 Finding(
@@ -371,7 +452,7 @@ class Engine:
             )
         ]
         hidden = SliceReader(reader, shift, size - shift)
-        _fmt, inner = self._scan(path, path, f"zip@{shift}", hidden, size - shift, 1)
+        _fmt, inner = self._scan(path, path, f"zip@{shift}", hidden, size - shift, 1, None)
         reader.seek(0)
         return found + inner
 

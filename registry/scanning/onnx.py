@@ -26,12 +26,12 @@ from typing import BinaryIO
 from registry.domain.errors import InvalidPathError
 from registry.domain.files import validate_path
 from registry.scanning._formatio import BoundedReader, FindingSink, TruncatedError
+from registry.scanning._protobuf import ProtobufBudgetError, ProtobufError, ProtobufWalker
 from registry.scanning.model import Finding, ScanContext, Severity
 
 MAX_GRAPH_DEPTH = 64
 MAX_FIELDS = 20_000_000
 """A budget of protobuf fields visited; far above any real model's structure."""
-MAX_STRING = 1 << 16
 KNOWN_DOMAINS = frozenset(
     {
         "",
@@ -59,18 +59,11 @@ _TRAINING_INIT, _TRAINING_ALGO = 1, 2
 _EXTERNAL = 1
 
 
-class _MalformedError(Exception):
-    def __init__(self, offset: int, message: str) -> None:
-        super().__init__(message)
-        self.offset = offset
-
-
 @dataclass(slots=True)
 class _State:
-    r: BoundedReader
+    pb: ProtobufWalker
     sink: FindingSink
     ctx: ScanContext
-    budget: int = MAX_FIELDS
     nodes: list[tuple[str, str, str]] = field(default_factory=list)
     """(domain, op_type, where) of every node, judged once local functions are known."""
     functions: set[tuple[str, str]] = field(default_factory=set)
@@ -93,16 +86,16 @@ def scan(reader: BinaryIO, size: int, ctx: ScanContext) -> list[Finding]:
         ``onnx.external-data.missing`` (suspicious), ``onnx.custom-op-domain`` (suspicious),
         ``onnx.protobuf.malformed`` (unsafe) when the bytes are not a well-formed protobuf.
     """
-    st = _State(BoundedReader(reader, size, chunk=1 << 16), FindingSink(), ctx)
+    st = _State(ProtobufWalker(BoundedReader(reader, size, chunk=1 << 16), budget=MAX_FIELDS), FindingSink(), ctx)
     try:
         _walk_model(st, 0, size)
     except TruncatedError as exc:
         st.sink.add("onnx.protobuf.malformed", Severity.UNSAFE, f"@{exc.offset}", f"a field runs past the end: {exc}")
         return st.sink.findings
-    except _MalformedError as exc:
+    except ProtobufError as exc:
         st.sink.add("onnx.protobuf.malformed", Severity.UNSAFE, f"@{exc.offset}", str(exc))
         return st.sink.findings
-    except _BudgetError:
+    except ProtobufBudgetError:
         # onnxruntime parses any number of fields: what was not walked may name external data.
         st.sink.add("onnx.structure.too-large", Severity.UNSAFE, "model", f"more than {MAX_FIELDS} protobuf fields: not inspected")
         return st.sink.findings
@@ -120,80 +113,19 @@ def scan(reader: BinaryIO, size: int, ctx: ScanContext) -> list[Finding]:
     return st.sink.findings
 
 
-class _BudgetError(Exception):
-    pass
-
-
-def _varint(r: BoundedReader) -> int:
-    result = 0
-    for shift in range(0, 70, 7):
-        byte = r.u8()
-        result |= (byte & 0x7F) << shift
-        if not byte & 0x80:
-            return result
-    raise _MalformedError(r.pos, "varint longer than 10 bytes")
-
-
-def _fields(st: _State, start: int, end: int):  # type: ignore[no-untyped-def]
-    """Yield ``(number, wire_type, value)``; for wire type 2, value is ``(offset, length)``."""
-    r = st.r
-    r.seek(start)
-    while r.pos < end:
-        st.budget -= 1
-        if st.budget < 0:
-            raise _BudgetError()
-        at = r.pos
-        tag = _varint(r)
-        number, wire = tag >> 3, tag & 7
-        if number == 0:
-            raise _MalformedError(at, "field number 0")
-        if wire == 0:
-            value: object = _varint(r)
-        elif wire == 1:
-            r.skip(8)
-            value = None
-        elif wire == 5:
-            r.skip(4)
-            value = None
-        elif wire == 2:
-            length = _varint(r)
-            if length > end - r.pos:
-                raise _MalformedError(at, f"field {number} of {length} bytes runs past its message")
-            value = (r.pos, length)
-            r.skip(length)
-        else:
-            raise _MalformedError(at, f"wire type {wire} (groups are not used by ONNX)")
-        if r.pos > end:
-            raise _MalformedError(at, f"field {number} runs past its message")
-        saved = r.pos
-        yield number, wire, value
-        r.seek(saved)
-
-
-def _string(st: _State, span: object, limit: int = MAX_STRING) -> str | None:
-    offset, length = span  # type: ignore[misc]
-    if length > limit:
-        return None
-    st.r.seek(offset)
-    try:
-        return st.r.read(length).decode("utf-8")
-    except UnicodeDecodeError:
-        raise _MalformedError(offset, "string field is not valid UTF-8") from None
-
-
 def _expect_len(number: int, wire: int, at: int) -> None:
     if wire != 2:
-        raise _MalformedError(at, f"field {number} should be a message/string, has wire type {wire}")
+        raise ProtobufError(at, f"field {number} should be a message/string, has wire type {wire}")
 
 
 def _walk_model(st: _State, start: int, end: int) -> None:
-    for number, wire, value in _fields(st, start, end):
+    for number, wire, value in st.pb.fields(start, end):
         if number == _MODEL_IR_VERSION and wire == 0:
             st.saw_ir_version = True
         elif number == _MODEL_OPSET_IMPORT and wire == 2:
             st.saw_opset = True
         elif number in (_MODEL_GRAPH, _MODEL_TRAINING_INFO, _MODEL_FUNCTIONS):
-            _expect_len(number, wire, st.r.pos)
+            _expect_len(number, wire, st.pb.r.pos)
             off, length = value  # type: ignore[misc]
             if number == _MODEL_GRAPH:
                 st.saw_graph = True
@@ -205,7 +137,7 @@ def _walk_model(st: _State, start: int, end: int) -> None:
 
 
 def _walk_training(st: _State, start: int, end: int) -> None:
-    for number, wire, value in _fields(st, start, end):
+    for number, wire, value in st.pb.fields(start, end):
         if number in (_TRAINING_INIT, _TRAINING_ALGO) and wire == 2:
             off, length = value  # type: ignore[misc]
             _walk_graph(st, off, off + length, f"training_info.{'initialization' if number == 1 else 'algorithm'}", 0)
@@ -213,15 +145,15 @@ def _walk_training(st: _State, start: int, end: int) -> None:
 
 def _walk_function(st: _State, start: int, end: int) -> None:
     name = domain = ""
-    for number, wire, value in _fields(st, start, end):
+    for number, wire, value in st.pb.fields(start, end):
         if wire != 2:
             continue
         if number == _FUNC_NAME:
-            name = _string(st, value) or ""
+            name = st.pb.string(value) or ""
         elif number == _FUNC_DOMAIN:
-            domain = _string(st, value) or ""
+            domain = st.pb.string(value) or ""
     st.functions.add((domain, name))
-    for number, wire, value in _fields(st, start, end):
+    for number, wire, value in st.pb.fields(start, end):
         if number == _FUNC_NODE and wire == 2:
             off, length = value  # type: ignore[misc]
             _walk_node(st, off, off + length, f"functions[{domain}:{name}]", 0)
@@ -233,9 +165,9 @@ def _walk_function(st: _State, start: int, end: int) -> None:
 
 def _walk_graph(st: _State, start: int, end: int, where: str, depth: int) -> None:
     if depth > MAX_GRAPH_DEPTH:
-        raise _MalformedError(start, f"subgraphs nested deeper than {MAX_GRAPH_DEPTH}")
+        raise ProtobufError(start, f"subgraphs nested deeper than {MAX_GRAPH_DEPTH}")
     n_node = n_init = n_sparse = 0
-    for number, wire, value in _fields(st, start, end):
+    for number, wire, value in st.pb.fields(start, end):
         if number not in (_GRAPH_NODE, _GRAPH_INITIALIZER, _GRAPH_SPARSE_INITIALIZER):
             continue
         _expect_len(number, wire, start)
@@ -254,13 +186,13 @@ def _walk_graph(st: _State, start: int, end: int, where: str, depth: int) -> Non
 def _walk_node(st: _State, start: int, end: int, where: str, depth: int) -> None:
     domain = op_type = ""
     attributes: list[tuple[int, int]] = []
-    for number, wire, value in _fields(st, start, end):
+    for number, wire, value in st.pb.fields(start, end):
         if wire != 2:
             continue
         if number == _NODE_DOMAIN:
-            domain = _string(st, value) or "<long>"
+            domain = st.pb.string(value) or "<long>"
         elif number == _NODE_OP_TYPE:
-            op_type = _string(st, value) or "<long>"
+            op_type = st.pb.string(value) or "<long>"
         elif number == _NODE_ATTRIBUTE:
             attributes.append(value)  # type: ignore[arg-type]
     where = f"{where}({op_type})"
@@ -271,7 +203,7 @@ def _walk_node(st: _State, start: int, end: int, where: str, depth: int) -> None
 
 def _walk_attribute(st: _State, start: int, end: int, where: str, depth: int) -> None:
     i = 0
-    for number, wire, value in _fields(st, start, end):
+    for number, wire, value in st.pb.fields(start, end):
         if wire != 2 or number not in (_ATTR_T, _ATTR_G, _ATTR_TENSORS, _ATTR_GRAPHS, _ATTR_SPARSE, _ATTR_SPARSES):
             continue
         off, length = value  # type: ignore[misc]
@@ -286,7 +218,7 @@ def _walk_attribute(st: _State, start: int, end: int, where: str, depth: int) ->
 
 
 def _walk_sparse(st: _State, start: int, end: int, where: str) -> None:
-    for number, wire, value in _fields(st, start, end):
+    for number, wire, value in st.pb.fields(start, end):
         if number in (_SPARSE_VALUES, _SPARSE_INDICES) and wire == 2:
             off, length = value  # type: ignore[misc]
             _walk_tensor(st, off, off + length, f"{where}.{'values' if number == 1 else 'indices'}")
@@ -296,9 +228,9 @@ def _walk_tensor(st: _State, start: int, end: int, where: str) -> None:
     name = ""
     entries: list[tuple[int, int]] = []
     location_kind = 0
-    for number, wire, value in _fields(st, start, end):
+    for number, wire, value in st.pb.fields(start, end):
         if number == _TENSOR_NAME and wire == 2:
-            name = _string(st, value) or "<long>"
+            name = st.pb.string(value) or "<long>"
         elif number == _TENSOR_EXTERNAL_DATA and wire == 2:
             entries.append(value)  # type: ignore[arg-type]
         elif number == _TENSOR_DATA_LOCATION and wire == 0:
@@ -309,9 +241,9 @@ def _walk_tensor(st: _State, start: int, end: int, where: str) -> None:
     pairs: list[tuple[str, str]] = []
     for off, length in entries:
         key = val = ""
-        for number, wire, value in _fields(st, off, off + length):
+        for number, wire, value in st.pb.fields(off, off + length):
             if wire == 2 and number in (1, 2):
-                text = _string(st, value, limit=4096)
+                text = st.pb.string(value, limit=4096)
                 if text is None:
                     st.sink.add("onnx.external-data.malformed", Severity.UNSAFE, loc, "external_data entry longer than 4096 bytes")
                     text = ""

@@ -38,6 +38,9 @@ UNINSPECTABLE = {
 }
 """Archive formats recognized but not opened: their content cannot be inspected here."""
 
+GGML_MAGICS = frozenset({b"lmgg", b"fmgg", b"tjgg", b"algg"})
+"""The legacy ggml/ggmf/ggjt/ggla magic numbers (little-endian) of llama.cpp and whisper.cpp before GGUF."""
+
 CODE_BEARING = frozenset({"pickle", "pytorch-legacy", "pytorch-zip", "npy", "npz", "keras", "hdf5", "zip", "tar"})
 
 # ModelProto field number -> protobuf wire type (0 varint, 2 length-delimited).
@@ -55,7 +58,8 @@ def sniff(head: bytes, size: int, reader: BinaryIO | None = None) -> str:
 
     Returns:
         One of ``empty``, ``npy``, ``zip``, ``gzip``, ``bz2``, ``xz``, ``zlib``, ``lzma``, ``7z``, ``rar``, ``zstd``,
-        ``lz4``, ``cab``, ``gguf``, ``hdf5``, ``tar``, ``safetensors``, ``pickle``, ``onnx``,
+        ``lz4``, ``cab``, ``gguf``, ``ggml``, ``tflite``, ``executable``, ``hdf5``, ``tar``, ``safetensors``,
+        ``pickle``, ``onnx``,
         ``json``, ``text`` or ``unknown``. Zips are refined later (``pytorch-zip``, ``keras``,
         ``npz``) from their member list.
     """
@@ -80,6 +84,13 @@ def sniff(head: bytes, size: int, reader: BinaryIO | None = None) -> str:
             return kind
     if head.startswith(b"GGUF"):
         return "gguf"
+    binary = _as_text(head) is None
+    if binary and head[:4] in GGML_MAGICS:
+        return "ggml"
+    if binary and head[4:8] == b"TFL3":
+        return "tflite"
+    if binary and _is_executable(head):
+        return "executable"
     if _hdf5_offset(head) is not None:
         return "hdf5"
     if is_tar(head):
@@ -95,6 +106,18 @@ def sniff(head: bytes, size: int, reader: BinaryIO | None = None) -> str:
         stripped = text.lstrip("\ufeff \t\r\n")
         return "json" if stripped[:1] in ("{", "[") else "text"
     return "unknown"
+
+
+def _is_executable(head: bytes) -> bool:
+    """A native program: ELF, Mach-O, a PE whose header pointer lands on ``PE``, or an Actually Portable Executable."""
+    if head.startswith((b"\x7fELF", b"\xcf\xfa\xed\xfe", b"\xce\xfa\xed\xfe", b"\xfe\xed\xfa\xce", b"\xfe\xed\xfa\xcf")):
+        return True
+    if head.startswith((b"MZqFpD", b"jartsr")):
+        return True
+    if head.startswith(b"MZ") and len(head) >= 0x40:
+        (pe,) = struct.unpack_from("<I", head, 0x3C)
+        return head[pe:pe + 4] == b"PE\x00\x00"
+    return False
 
 
 def _is_zlib(head: bytes) -> bool:

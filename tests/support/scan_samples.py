@@ -502,8 +502,8 @@ ORDINARY: dict[str, Callable[[], tuple[str, bytes]]] = {
         )
         for p in range(6)
     },
-    "tar_gz_of_files": lambda: ("files.tar.gz", gzip.compress(tar_bytes({"a/config.txt": b"x=1\n", "a/b.bin": bytes(range(256))}), mtime=0)),
-    "ordinary_zip": lambda: ("files.zip", rezip({"docs/": b"", "docs/a.txt": b"hello\n" * 100, "b.bin": bytes(range(256))}, zipfile.ZIP_DEFLATED)),
+    "tar_gz_of_files": lambda: ("files.tar.gz", gzip.compress(tar_bytes({"a/config.txt": b"x=1\n", "a/b.dat": bytes(range(256))}), mtime=0)),
+    "ordinary_zip": lambda: ("files.zip", rezip({"docs/": b"", "docs/a.txt": b"hello\n" * 100, "b.dat": bytes(range(256))}, zipfile.ZIP_DEFLATED)),
     "text_file": lambda: ("README.md", b"# A model\n\nclassifies cats\nand dogs.\n"),
     "text_starting_with_c": lambda: ("notes.txt", b"cat\ndog\nbird\n"),
     "json_config": lambda: ("generation_config.json", b'{"temperature": 0.7, "top_p": 0.9}'),

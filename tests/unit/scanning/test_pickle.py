@@ -175,7 +175,7 @@ def test_random_binaries_are_not_taken_for_pickles() -> None:
     rng = random.Random(1234)
     for _ in range(300):
         head = rng.randbytes(256)
-        scan = scan_stream("blob.bin", io.BytesIO(head), len(head))
+        scan = scan_stream("blob", io.BytesIO(head), len(head))
         assert scan.verdict is Verdict.SAFE, (head[:16], scan.as_dict())
 
 
