@@ -116,6 +116,7 @@ def test_readme_use_block_runs_as_written(store, hub, tmp_path, request):
     assert uploaded["state"] == "awaiting_approval" and uploaded["source"]["kind"] == "upload"
     assert {f["path"] for f in uploaded["files"]} == {p for p in tiny_model_files(5) if p.endswith((".json", ".safetensors"))}
     assert "source-not-allowed" in output("modelreg submit /srv")[1]
+    assert output("modelreg version show acme/model 1")[0].startswith("acme/model@1: awaiting_approval")
     assert "Verification succeeded" in output("model_signing verify key")[0]
     signature = json.loads((copy / "model.sig").read_text())
     assert {"mediaType", "verificationMaterial", "dsseEnvelope"} <= signature.keys()
