@@ -208,6 +208,21 @@ def time_sealing(container: Container, hub: HfUpstream, repetitions: int) -> lis
     return took
 
 
+def sha256_rate(buffer_mib: int = 64, repetitions: int = 5) -> float:
+    """Bytes per second sha256 hashes on one core (best of a few 64 MiB buffers): the cost of checking."""
+    import hashlib
+
+    buffer = os.urandom(buffer_mib * MIB)
+    best = min(_timed(lambda: hashlib.sha256(buffer).digest()) for _ in range(repetitions))
+    return len(buffer) / best
+
+
+def _timed(action) -> float:
+    started = time.perf_counter()
+    action()
+    return time.perf_counter() - started
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--size-gb", type=float, default=2.0, help="model size in GB (10^9 bytes)")
@@ -234,7 +249,8 @@ def main() -> None:
         hub.add_repo(REPO_ID, gitattributes=False)
         revision = hub.commit(REPO_ID, dict(files))
         pem = SigningKey.generate().private_pem().decode()
-        print(f"machine: {os.cpu_count()} CPUs, load {os.getloadavg()[0]:.2f}, Python {platform.python_version()}; "
+        print(f"machine: {os.cpu_count()} CPUs, load {os.getloadavg()[0]:.2f}, Python {platform.python_version()}, "
+              f"sha256 {sha256_rate() / MB:.0f} MB/s on one core; "
               f"{args.workers} workers, part size {args.part_size_mib} MiB, {part_concurrency} parts at once")
 
         results: list[tuple[Timing, Timing]] = []

@@ -123,6 +123,7 @@ def main() -> int:
     parser.add_argument("--workers", type=int, default=4)
     args = parser.parse_args()
 
+    load_before = os.getloadavg()[0]
     url = dbsupport.create_pg_database()
     try:
         with tempfile.TemporaryDirectory(prefix="modelreg-bench-") as tmp:
@@ -136,7 +137,7 @@ def main() -> int:
         dbsupport.drop_pg_database(url)
 
     print(f"queue drain, {args.jobs} no-op jobs, PostgreSQL, {os.cpu_count()} CPUs, "
-          f"Python {platform.python_version()}")
+          f"Python {platform.python_version()}, load average {load_before:.1f} -> {os.getloadavg()[0]:.1f}")
     for r in results:
         print(f"  {r.scenario:<11} {r.workers} process(es): {r.seconds:7.2f} s  {r.rate:8.0f} jobs/s")
     modelreg, single, raw = results

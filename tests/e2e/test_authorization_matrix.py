@@ -1,0 +1,303 @@
+"""Who may call what: every route of the app x every caller x own and other tenant, on a live app.
+
+The expectations live in one table, ``RULES``, keyed by ``(method, path template)``: a route
+without an entry fails ``test_every_route_has_exactly_one_rule``, so a new route cannot ship
+without someone saying who may call it. Adding a route is one line, e.g.::
+
+    ("GET", "/v1/models/{tenant}/{name}/aliases"): Rule("read", 200),
+
+What each role may do is written out here (``ROLE_MAY``), not read from ``registry.auth``, so a
+change there that widens a role fails the matrix instead of moving the expectation with it.
+
+The world is real: two tenants with a sealed model version each (made through the services), and
+callers holding one role each in tenant ``a``; "other" means tenant ``b``'s real version. The
+tokens that must not work (missing, unknown, expired, revoked, of a disabled principal) belong to
+administrators, so nothing but the token's state can be what refuses them.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import io
+import itertools
+import json
+from dataclasses import dataclass, field
+from typing import Any, Callable
+from urllib.parse import parse_qsl, urlsplit
+
+import pytest
+from fastapi.routing import APIRoute
+from fastapi.testclient import TestClient
+
+from api.app import create_app
+from registry.auth import issue_token, load_principal
+from registry.db.models import Principal, Version
+from registry.domain.files import FileEntry
+from registry.services import identity, versions
+from tests.support.registry import drain
+
+# --- who may do what (written out, not imported) ----------------------------------------------
+
+PUBLIC = "public"  # no token needed: every caller, even with a bad token, gets the rule's status
+AUTHENTICATED = "authenticated"  # any valid token
+ADMIN = "admin"  # principals flagged is_admin (not the tenant role "admin")
+AUDITS_ANY_TENANT = "audits-any-tenant"  # auditors of any tenant (the request names none): the whole log's checkpoints
+
+ROLE_MAY: dict[str, frozenset[str]] = {
+    "submitter": frozenset({"read", "submit"}),
+    "approver": frozenset({"read", "approve"}),
+    "auditor": frozenset({"read", "audit"}),
+    "node": frozenset({"fetch"}),
+    "admin": frozenset({"read", "submit", "approve", "audit", "fetch", "admin"}),
+    "none": frozenset(),
+}
+OWN, OTHER = "a", "b"
+
+
+@dataclass(frozen=True)
+class Rule:
+    """What a route needs and answers.
+
+    Attributes:
+        who: PUBLIC, AUTHENTICATED, ADMIN, or a tenant permission (``"read"``, ``"submit"``,
+            ``"audit"``...) that the caller must hold in the tenant the request names.
+        ok: the status of an allowed call.
+        request: ``(world, tenant) -> extra request arguments`` (query, JSON body, content).
+        path: path parameters that differ from the world's defaults for the tenant.
+    """
+
+    who: str
+    ok: int
+    request: Callable[["World", str], dict[str, Any]] | None = None
+    path: dict[str, str] = field(default_factory=dict)
+
+
+def tenant_query(w: "World", t: str) -> dict[str, Any]:
+    return {"params": {"tenant": t}}
+
+
+RULES: dict[tuple[str, str], Rule] = {
+    ("GET", "/healthz"): Rule(PUBLIC, 200),
+    ("GET", "/readyz"): Rule(PUBLIC, 200),
+    ("GET", "/openapi.json"): Rule(PUBLIC, 200),
+    ("GET", "/docs"): Rule(PUBLIC, 200),
+    ("GET", "/docs/oauth2-redirect"): Rule(PUBLIC, 200),
+    ("GET", "/redoc"): Rule(PUBLIC, 200),
+    ("GET", "/v1/keys"): Rule(PUBLIC, 200),
+    ("GET", "/v1/blobs/sha256/{digest}"): Rule(PUBLIC, 200, lambda w, t: {"params": w.presigned(t)}),
+    ("GET", "/v1/whoami"): Rule(AUTHENTICATED, 200),
+    ("POST", "/v1/tenants"): Rule(ADMIN, 201, lambda w, t: {"json": {"name": w.fresh("tenant")}}),
+    ("GET", "/v1/tenants"): Rule(ADMIN, 200),
+    ("POST", "/v1/principals"): Rule(ADMIN, 201, lambda w, t: {"json": {"name": w.fresh("principal")}}),
+    ("GET", "/v1/principals/{name}"): Rule(ADMIN, 200, path={"name": "target"}),
+    ("POST", "/v1/principals/{name}/roles"): Rule(ADMIN, 201, lambda w, t: {"json": {"tenant": t, "role": "auditor"}},
+                                                  path={"name": "target"}),
+    ("DELETE", "/v1/principals/{name}/roles"): Rule(ADMIN, 204, lambda w, t: w.granted_role(t),
+                                                    path={"name": "target"}),
+    ("POST", "/v1/principals/{name}/tokens"): Rule(ADMIN, 201, lambda w, t: {"json": {}}, path={"name": "target"}),
+    ("DELETE", "/v1/tokens/{token_id}"): Rule(ADMIN, 204),
+    ("GET", "/v1/audit/events"): Rule("audit", 200, tenant_query),
+    ("GET", "/v1/audit/verify"): Rule(ADMIN, 200),
+    ("GET", "/v1/audit/checkpoints"): Rule(AUDITS_ANY_TENANT, 200),
+    ("POST", "/v1/scans/rescan"): Rule(ADMIN, 202),
+    ("POST", "/v1/models/{tenant}/{name}/versions"): Rule("submit", 200, lambda w, t: {"json": w.resubmission(t)}),
+    ("GET", "/v1/models/{tenant}/{name}/versions"): Rule("read", 200),
+    ("GET", "/v1/models/{tenant}/{name}/versions/{number}"): Rule("read", 200),
+    ("GET", "/v1/models/{tenant}/{name}/versions/{number}/signature"): Rule("read", 200),
+    ("GET", "/v1/models/{tenant}/{name}/versions/{number}/scans"): Rule("read", 200),
+    ("HEAD", "/v1/blobs/sha256/{digest}"): Rule("submit", 200, tenant_query),
+    ("PUT", "/v1/blobs/sha256/{digest}"): Rule("submit", 201, lambda w, t: {**tenant_query(w, t),
+                                                                             "content": w.blob_bytes[t]}),
+}
+
+# Callers that must be refused on every route that needs a token (all administrators otherwise).
+REFUSED_TOKENS = ("no token", "unknown token", "expired token", "revoked token", "disabled principal")
+
+
+def route_keys(app) -> set[tuple[str, str]]:
+    """Every (method, path template) the app answers, routers included."""
+    keys = set()
+    for entry in app.routes:
+        # FastAPI keeps an included router as one entry that expands to its routes, prefix applied.
+        if hasattr(entry, "effective_route_contexts"):
+            routes = [(c.original_route, c.path) for c in entry.effective_route_contexts()]
+        else:
+            routes = [(entry, getattr(entry, "path", repr(entry)))]
+        for route, path in routes:
+            methods = set(getattr(route, "methods", None) or {"*"})
+            if not isinstance(route, APIRoute):
+                # Starlette answers HEAD on every plain GET route (the docs pages): part of that GET.
+                methods.discard("HEAD")
+            keys |= {(method, path) for method in methods}
+    return keys
+
+
+# --- the world ----------------------------------------------------------------------------------
+
+
+@dataclass
+class World:
+    container: Any
+    root: Any  # the administrator the services act as
+    tokens: dict[str, str] = field(default_factory=dict)  # caller -> bearer token
+    blob_bytes: dict[str, bytes] = field(default_factory=dict)
+    digest: dict[str, str] = field(default_factory=dict)
+    model: dict[str, str] = field(default_factory=dict)
+    throwaway_token_id: int = 0
+    counter: itertools.count = field(default_factory=itertools.count)
+
+    def fresh(self, kind: str) -> str:
+        return f"{kind}-{next(self.counter)}"
+
+    def path_values(self, tenant: str) -> dict[str, str]:
+        return {"tenant": tenant, "name": self.model[tenant], "number": "1", "digest": self.digest[tenant],
+                "token_id": str(self.throwaway_token_id), "target": "target"}
+
+    def presigned(self, tenant: str) -> dict[str, str]:
+        url = self.container.blob_store.presign_get(self.digest[tenant], dt.timedelta(minutes=10))
+        return dict(parse_qsl(urlsplit(url).query))
+
+    def resubmission(self, tenant: str) -> dict[str, Any]:
+        data = self.blob_bytes[tenant]
+        return {"source": "upload:matrix",
+                "files": [{"path": "config.json", "size": len(data), "sha256": self.digest[tenant]}]}
+
+    def granted_role(self, tenant: str) -> dict[str, Any]:
+        with self.container.session_factory() as session:
+            identity.grant_role(session, self.root, "target", tenant, "auditor")
+        return {"json": {"tenant": tenant, "role": "auditor"}}
+
+
+def build_world(container) -> World:
+    with container.session_factory() as session:
+        root_row = Principal(name="root", is_admin=True)
+        session.add(root_row)
+        session.commit()
+        root = load_principal(root_row)
+    world = World(container, root)
+    with container.session_factory() as session:
+        for tenant in (OWN, OTHER):
+            identity.create_tenant(session, root, tenant)
+        for role in ROLE_MAY:
+            identity.create_principal(session, root, role)
+            if role != "none":
+                identity.grant_role(session, root, role, OWN, role, "security" if role == "approver" else "")
+        identity.create_principal(session, root, "sysadmin", is_admin=True)
+        identity.create_principal(session, root, "target")
+        for name in ("expired", "revoked", "disabled"):
+            identity.create_principal(session, root, name, is_admin=True)
+        principals = {p.name: p for p in session.query(Principal)}
+        for name in (*ROLE_MAY, "sysadmin", "disabled"):
+            world.tokens[name] = issue_token(session, principals[name]).token
+        world.tokens["expired token"] = issue_token(session, principals["expired"],
+                                                    expires_in=dt.timedelta(seconds=-1)).token
+        revoked = issue_token(session, principals["revoked"])
+        world.tokens["revoked token"] = revoked.token
+        world.tokens["disabled principal"] = world.tokens.pop("disabled")
+        world.tokens["unknown token"] = "mr_" + "x" * 43
+        world.throwaway_token_id = issue_token(session, principals["target"]).id
+        principals["disabled"].disabled = True
+        session.commit()
+        identity.revoke_token(session, root, revoked.id)
+
+    for tenant in (OWN, OTHER):
+        data = json.dumps({"model_type": "matrix", "tenant": tenant}).encode()
+        digest = hashlib.sha256(data).hexdigest()
+        world.blob_bytes[tenant], world.digest[tenant], world.model[tenant] = data, digest, f"model-{tenant}"
+        with container.session_factory() as session:
+            versions.upload_blob(session, root, tenant, digest, io.BytesIO(data), len(data),
+                                 blob_store=container.blob_store)
+            versions.submit_uploaded(session, root, tenant, world.model[tenant],
+                                     [FileEntry("config.json", len(data), digest)], label="matrix",
+                                     limits=container.limits())
+    drain(container)
+    with container.session_factory() as session:
+        states = {v.state for v in session.query(Version)}
+    assert states == {"awaiting_approval"}, states
+    return world
+
+
+# --- expectations ---------------------------------------------------------------------------------
+
+
+def expected_status(rule: Rule, caller: str, tenant: str) -> int:
+    if rule.who == PUBLIC:
+        return rule.ok
+    if caller in REFUSED_TOKENS:
+        return 401
+    if rule.who == AUTHENTICATED or caller == "sysadmin":
+        return rule.ok
+    if rule.who == ADMIN:
+        return 403
+    if rule.who == AUDITS_ANY_TENANT:
+        return rule.ok if "audit" in ROLE_MAY[caller] else 403
+    held = ROLE_MAY[caller] if tenant == OWN else frozenset()
+    return rule.ok if rule.who in held else 403
+
+
+def call(client: TestClient, world: World, key: tuple[str, str], rule: Rule, caller: str, tenant: str,
+         **overrides: str):
+    method, template = key
+    values = {**world.path_values(tenant), **overrides}
+    values.update({param: values[source] for param, source in rule.path.items()})
+    extra = rule.request(world, tenant) if rule.request else {}
+    headers = {"Authorization": f"Bearer {world.tokens[caller]}"} if caller != "no token" else {}
+    return client.request(method, template.format(**values), headers=headers, **extra)
+
+
+# --- tests ------------------------------------------------------------------------------------------
+
+
+def test_every_route_has_exactly_one_rule(container):
+    routes = route_keys(create_app(container))
+    missing = sorted(routes - RULES.keys())
+    stale = sorted(RULES.keys() - routes)
+    assert not missing, f"routes without an authorization rule (add one line each to RULES): {missing}"
+    assert not stale, f"rules for routes that no longer exist: {stale}"
+
+
+def test_authorization_matrix(container):
+    world = build_world(container)
+    callers = [*ROLE_MAY, "sysadmin", *REFUSED_TOKENS]
+    wrong: list[str] = []
+    leaks: list[str] = []
+    secrets = [world.model[OTHER], world.digest[OTHER], world.blob_bytes[OTHER].decode()]
+    with TestClient(create_app(container), raise_server_exceptions=False) as client:
+        for key, rule in RULES.items():
+            for caller, tenant in itertools.product(callers, (OWN, OTHER)):
+                want = expected_status(rule, caller, tenant)
+                r = call(client, world, key, rule, caller, tenant)
+                if r.status_code != want:
+                    wrong.append(f"{key[0]} {key[1]} as {caller} on tenant {tenant}: {r.status_code}, want {want}"
+                                 f" {r.text[:120]}")
+                    continue
+                if want in (401, 403) and key[0] != "HEAD":
+                    assert r.headers["content-type"] == "application/problem+json", (key, caller)
+                if tenant == OTHER and want in (401, 403, 404):
+                    # A refusal says nothing of what tenant b holds: not its names, digests or bytes,
+                    # and it reads the same whether the resource exists or not.
+                    found = [s for s in secrets if s in r.text]
+                    absent = call(client, world, key, rule, caller, tenant, name="no-such-model", number="99",
+                                  digest="f" * 64)
+                    if found or (absent.status_code, absent.content) != (r.status_code, r.content):
+                        leaks.append(f"{key[0]} {key[1]} as {caller}: {r.status_code} {r.text[:160]!r} vs "
+                                     f"absent {absent.status_code} {absent.text[:160]!r}, names {found}")
+    assert not wrong, f"{len(wrong)} unexpected statuses:\n" + "\n".join(wrong)
+    assert not leaks, "refusals that tell tenant b's resources apart:\n" + "\n".join(leaks)
+
+
+def test_refused_tokens_fail_by_their_state_alone(container):
+    """The refused tokens are administrators' tokens: re-enabled, the disabled principal gets in."""
+    world = build_world(container)
+    with TestClient(create_app(container), raise_server_exceptions=False) as client:
+        for caller in REFUSED_TOKENS:
+            r = client.get("/v1/whoami", headers={"Authorization": f"Bearer {world.tokens[caller]}"}
+                           if caller != "no token" else {})
+            assert r.status_code == 401 and r.json()["type"].endswith("/unauthenticated"), caller
+        with container.session_factory() as session:
+            principal = session.query(Principal).filter_by(name="disabled").one()
+            principal.disabled = False
+            session.commit()
+        r = client.get("/v1/whoami", headers={"Authorization": f"Bearer {world.tokens['disabled principal']}"})
+        assert r.status_code == 200 and r.json()["is_admin"]
