@@ -109,6 +109,9 @@ def test_readme_use_block_runs_as_written(store, hub, tmp_path, request):
     by_command = {line.split("#")[0].strip(): (out, err) for line, _rc, out, err in results}
 
     def output(prefix: str) -> tuple[str, str]:
+        """The output of the one command that is ``prefix`` exactly, else that starts with it."""
+        if prefix in by_command:
+            return by_command[prefix]
         (found,) = [v for k, v in by_command.items() if k.startswith(prefix)]
         return found
 
@@ -122,7 +125,11 @@ def test_readme_use_block_runs_as_written(store, hub, tmp_path, request):
     assert {"mediaType", "verificationMaterial", "dsseEnvelope"} <= signature.keys()
     assert (workdir / "registry.pub").read_bytes() == signing_key_pem(workdir / ".modelreg")
     assert json.loads(output("modelreg scan ./some-dir")[0])["verdict"] == "safe"
-    assert "audit log intact" in output("modelreg audit verify")[0]
+    assert "audit log intact" in output("modelreg audit verify --data-dir .modelreg")[0]
+    assert output("modelreg audit checkpoint --data-dir .modelreg")[0].startswith("checkpoint of event ")
+    saved = json.loads((workdir / "checkpoints.json").read_text())
+    assert len(saved) >= 1 and {"event_id", "event_hash", "envelope"} <= saved[-1].keys(), saved
+    assert f"{len(saved)} checkpoint(s) hold" in output("modelreg audit verify --data-dir .modelreg --checkpoints")[0]
     check_leftovers(store, leftovers, output("modelreg gc")[0], request)
 
 
