@@ -345,15 +345,21 @@ def _node(st: _State, start: int, end: int, where: str) -> _Node:
         elif number == _NODE_INPUT:
             node.inputs.append(_node_ref(_text(st, value) or ""))
         elif number == _NODE_ATTR:
-            key, attr = "", None
-            for n, w, v in st.pb.fields(value[0], value[0] + value[1]):
-                if w == 2 and n == 1:
-                    key = _text(st, v) or ""
-                elif w == 2 and n == 2:
-                    attr = v
+            key, attr = _attr_entry(st, value)
             if attr is not None:
                 _attr(st, attr, node, key, 0)
     return node
+
+
+def _attr_entry(st: _State, span: tuple[int, int]) -> tuple[str, tuple[int, int] | None]:
+    """One entry of a ``map<string, AttrValue>``: its key and the span of its value (None when absent)."""
+    key, attr = "", None
+    for n, w, v in st.pb.fields(span[0], span[0] + span[1]):
+        if w == 2 and n == 1:
+            key = _text(st, v) or ""
+        elif w == 2 and n == 2:
+            attr = v
+    return key, attr
 
 
 def _attr(st: _State, span: tuple[int, int], node: _Node, key: str, depth: int) -> None:
@@ -382,12 +388,7 @@ def _name_attr_list(st: _State, span: tuple[int, int], node: _Node, depth: int) 
         if number == _NAMEATTR_NAME:
             node.calls.add(_text(st, value) or "<long>")
         elif number == _NAMEATTR_ATTR:
-            key, attr = "", None
-            for n, w, v in st.pb.fields(value[0], value[0] + value[1]):
-                if w == 2 and n == 1:
-                    key = _text(st, v) or ""
-                elif w == 2 and n == 2:
-                    attr = v
+            key, attr = _attr_entry(st, value)
             if attr is not None:
                 _attr(st, attr, node, key, depth + 1)
 
