@@ -19,7 +19,7 @@ def upgrade() -> None:
     op.create_table(
         "policy_decisions",
         sa.Column("id", sa.BigInteger().with_variant(sa.Integer(), "sqlite"), nullable=False),
-        sa.Column("version_id", sa.BigInteger(), nullable=False),
+        sa.Column("version_id", sa.BigInteger().with_variant(sa.Integer(), "sqlite"), nullable=False),
         sa.Column("kind", sa.String(length=16), nullable=False),
         sa.Column("outcome", sa.String(length=16), nullable=False),
         sa.Column("allowed", sa.Boolean(), nullable=False),
