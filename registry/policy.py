@@ -87,8 +87,12 @@ class Decision:
         return {**dataclasses.asdict(self), "allowed": self.allowed}
 
 
-class _PolicyFailure(Exception):
-    """A reason to deny, raised inside the engine and turned into an ``error`` decision."""
+class PolicyEvaluationError(Exception):
+    """The policy cannot decide (it does not load, fails or answers nonsense): a reason to deny.
+
+    Raised only by :meth:`PolicyEngine.interpreter`; the decision methods turn it into an ``error``
+    decision instead.
+    """
 
 
 @dataclasses.dataclass(frozen=True)
@@ -102,7 +106,7 @@ class PolicyBundle:
 
 def _read_bundle(directory: Path) -> PolicyBundle:
     if not directory.is_dir():
-        raise _PolicyFailure(f"policy directory {directory} does not exist")
+        raise PolicyEvaluationError(f"policy directory {directory} does not exist")
     entries: list[tuple[str, str]] = []
     modules: dict[str, str] = {}
     data_json = None
@@ -113,13 +117,13 @@ def _read_bundle(directory: Path) -> PolicyBundle:
         if not is_module and rel != "data.json":
             continue
         if path.stat().st_size > MAX_POLICY_BYTES:
-            raise _PolicyFailure(f"{rel} is larger than {MAX_POLICY_BYTES} bytes")
+            raise PolicyEvaluationError(f"{rel} is larger than {MAX_POLICY_BYTES} bytes")
         raw = path.read_bytes()
         entries.append((rel, hashlib.sha256(raw).hexdigest()))
         try:
             text = raw.decode("utf-8")
         except UnicodeDecodeError:
-            raise _PolicyFailure(f"{rel} is not UTF-8") from None
+            raise PolicyEvaluationError(f"{rel} is not UTF-8") from None
         if is_module:
             modules[rel] = text
         else:
@@ -151,14 +155,14 @@ class PolicyEngine:
         directory = Path(directory)
         try:
             bundle = _read_bundle(directory)
-        except (_PolicyFailure, OSError) as exc:
+        except (PolicyEvaluationError, OSError) as exc:
             return cls(directory, None, str(exc))
         engine = cls(directory, bundle, None)
         try:
             if not bundle.modules:
-                raise _PolicyFailure(f"no policy modules (*.rego) in {directory}")
+                raise PolicyEvaluationError(f"no policy modules (*.rego) in {directory}")
             engine.interpreter()  # compile once now, so a broken bundle is known at start-up
-        except _PolicyFailure as exc:
+        except PolicyEvaluationError as exc:
             engine.load_error = str(exc)
         return engine
 
@@ -170,41 +174,57 @@ class PolicyEngine:
         """A fresh interpreter with the bundle (and ``extra_modules``, e.g. Rego tests) loaded.
 
         Raises:
-            _PolicyFailure: a module or data.json that does not load (the reason says which).
+            PolicyEvaluationError: a module or data.json that does not load (the reason says which).
         """
         if self.bundle is None:
-            raise _PolicyFailure(self.load_error or "no policy bundle")
+            raise PolicyEvaluationError(self.load_error or "no policy bundle")
         rego = Interpreter()
         # Without this a failing built-in (a type error, a bad regex) silently makes its rule
         # undefined, which could drop an unmet requirement: surface it as an error instead.
         rego.strict_built_in_errors = True
         for name, source in {**self.bundle.modules, **(extra_modules or {})}.items():
             if _WITH_RE.search(source):
-                raise _PolicyFailure(f"{name} uses `with`, which regopy cannot evaluate safely")
+                raise PolicyEvaluationError(f"{name} uses `with`, which regopy cannot evaluate safely")
             try:
                 rego.add_module(name, source)
             except RegoError as exc:
-                raise _PolicyFailure(f"{name} does not compile: {_first_line(exc)}") from None
+                raise PolicyEvaluationError(f"{name} does not compile: {_compile_error(exc, source)}") from None
         if self.bundle.data_json is not None:
             try:
                 data = json.loads(self.bundle.data_json)
             except ValueError as exc:
-                raise _PolicyFailure(f"data.json is not valid JSON: {exc}") from None
+                raise PolicyEvaluationError(f"data.json is not valid JSON: {exc}") from None
             if not isinstance(data, dict):
-                raise _PolicyFailure("data.json is not a JSON object")
+                raise PolicyEvaluationError("data.json is not a JSON object")
             try:
                 rego.add_data_json(self.bundle.data_json)
             except RegoError as exc:
-                raise _PolicyFailure(f"data.json does not load: {_first_line(exc)}") from None
+                raise PolicyEvaluationError(f"data.json does not load: {_first_line(exc)}") from None
         return rego
 
     def approval(self, input_doc: dict[str, Any]) -> Decision:
-        """Decide what a version still needs: ``data.modelreg.approval.decision``, an object with
-        ``unmet`` (a set of objects with ``code`` and ``message``) and ``rejected`` (a boolean)."""
+        """Decide what a version still needs.
+
+        Queries ``data.modelreg.approval.decision``, an object with ``unmet`` (a set of objects with
+        ``code`` and ``message``) and ``rejected`` (a boolean). Never raises on a bad policy or input.
+
+        Args:
+            input_doc: Built by :func:`registry.domain.policy_input.approval_input`.
+
+        Returns:
+            ``approved``, ``pending``, ``blocked``, ``rejected`` or (the policy failed) ``error``.
+        """
         return self._decide("approval", input_doc)
 
     def promotion(self, input_doc: dict[str, Any]) -> Decision:
-        """Decide whether an alias may move: ``data.modelreg.promotion.decision``, an object with ``unmet``."""
+        """Decide whether an alias may move (``data.modelreg.promotion.decision``, with ``unmet``).
+
+        Args:
+            input_doc: Built by :func:`registry.domain.policy_input.promotion_input`.
+
+        Returns:
+            ``allowed``, ``denied`` or (the policy failed) ``error``.
+        """
         return self._decide("promotion", input_doc)
 
     def _decide(self, kind: Kind, input_doc: dict[str, Any]) -> Decision:
@@ -216,30 +236,31 @@ class PolicyEngine:
         input_digest = hashlib.sha256(encoded).hexdigest()
         try:
             if self.load_error is not None:
-                raise _PolicyFailure(self.load_error)
+                raise PolicyEvaluationError(self.load_error)
             if len(encoded) > MAX_INPUT_BYTES:
-                raise _PolicyFailure(f"policy input is {len(encoded)} bytes, more than {MAX_INPUT_BYTES}")
+                raise PolicyEvaluationError(f"policy input is {len(encoded)} bytes, more than {MAX_INPUT_BYTES}")
             if not isinstance(input_doc, dict):
-                raise _PolicyFailure("policy input is not a JSON object")
+                raise PolicyEvaluationError("policy input is not a JSON object")
             assert self.bundle is not None
             if f"{kind}.rego" not in self.bundle.modules:
-                raise _PolicyFailure(f"{kind}.rego is missing from {self.directory}")
+                raise PolicyEvaluationError(f"{kind}.rego is missing from {self.directory}")
             rego = self.interpreter()
             rego.set_input_term(encoded.decode("utf-8"))
             where = f"data.modelreg.{kind}.decision"
             result = _query(rego, where)
             if not isinstance(result, dict):
-                raise _PolicyFailure(f"{where} is {type(result).__name__}, not an object")
+                raise PolicyEvaluationError(f"{where} is {type(result).__name__}, not an object")
             unmet = _unmet(result.get("unmet"), where)
             rejected = result.get("rejected", False)
             if not isinstance(rejected, bool):
-                raise _PolicyFailure(f"{where}.rejected is {type(rejected).__name__}, not a boolean")
-        except _PolicyFailure as exc:
+                raise PolicyEvaluationError(f"{where}.rejected is {type(rejected).__name__}, not a boolean")
+        except PolicyEvaluationError as exc:
             return self._error(kind, input_digest, str(exc))
         return Decision(kind, _outcome(kind, unmet, rejected), unmet, self.bundle_digest, input_digest)
 
     def _error(self, kind: Kind, input_digest: str, reason: str) -> Decision:
-        unmet = [{"code": "policy.error", "message": f"policy failed, so it denies: {reason}", "satisfiable": False}]
+        message = f"policy failed, so it denies: {reason}"
+        unmet = [{"code": "policy.error", "message": message, "satisfiable": False}]
         return Decision(kind, "error", unmet, self.bundle_digest, input_digest, error=reason)
 
 
@@ -258,25 +279,45 @@ def _query(rego: Interpreter, query: str) -> Any:
     try:
         output = rego.query(query)
     except RegoError as exc:
-        raise _PolicyFailure(f"{query} failed: {_first_line(exc)}") from None
+        raise PolicyEvaluationError(f"{query} failed: {_first_line(exc)}") from None
     except ValueError as exc:
         # regopy parses rego-cpp's text output as JSON; rego-cpp does not always escape strings.
-        raise _PolicyFailure(f"{query} gave a result that is not JSON: {exc}") from None
+        raise PolicyEvaluationError(f"{query} gave a result that is not JSON: {exc}") from None
     if not output.ok():
-        raise _PolicyFailure(f"{query} failed at run time: {_first_line(str(output))}")
+        raise PolicyEvaluationError(f"{query} failed at run time: {_first_line(str(output))}")
     if not output.results or not output.results[0].expressions:
-        raise _PolicyFailure(f"{query} is undefined")
+        raise PolicyEvaluationError(f"{query} is undefined")
     return output.results[0].expressions[0]
 
 
 def _unmet(value: Any, where: str) -> list[dict[str, Any]]:
     where = f"{where}.unmet"
     if not isinstance(value, list):
-        raise _PolicyFailure(f"{where} is {type(value).__name__}, not a set of objects")
+        raise PolicyEvaluationError(f"{where} is {type(value).__name__}, not a set of objects")
     for item in value:
-        if not (isinstance(item, dict) and isinstance(item.get("code"), str) and isinstance(item.get("message"), str)):
-            raise _PolicyFailure(f"{where} holds {str(item)[:200]}, not an object with a code and a message")
+        if not (isinstance(item, dict) and all(isinstance(item.get(k), str) for k in ("code", "message"))):
+            raise PolicyEvaluationError(f"{where} holds {str(item)[:200]}, not an object with a code and a message")
     return sorted(value, key=lambda u: (u["code"], str(u.get("path", "")), u["message"]))
+
+
+# rego-cpp errors are S-expressions: ``(error 13:approval.rego|33|2 (errormsg 27:Invalid assignment ...``,
+# each string prefixed by its length, the location a byte offset and a length.
+_ERROR_AT_RE = re.compile(r"\(error \d+:[^|]*\|(\d+)\|")
+_ERROR_MSG_RE = re.compile(r"\(errormsg (\d+):")
+
+
+def _compile_error(error: RegoError, source: str) -> str:
+    """``line N: message`` from a rego-cpp compile error, else its first lines."""
+    text = str(error)
+    msg = _ERROR_MSG_RE.search(text)
+    if msg is None:
+        return _first_line(text)
+    message = text[msg.end(): msg.end() + int(msg.group(1))]
+    at = _ERROR_AT_RE.search(text)
+    if at is None:
+        return message
+    line = source.encode("utf-8")[: int(at.group(1))].count(b"\n") + 1
+    return f"line {line}: {message}"
 
 
 def _first_line(error: object) -> str:

@@ -17,7 +17,11 @@ from registry.policy import Decision, PolicyEngine
 
 
 def decide_approval(
-    session: Session, version: Version, input_doc: dict[str, Any], engine: PolicyEngine, clock_now: dt.datetime
+    session: Session,
+    version: Version,
+    input_doc: dict[str, Any],
+    engine: PolicyEngine,
+    clock_now: dt.datetime,
 ) -> Decision:
     """Evaluate the approval policy on ``input_doc`` and store the decision for ``version``.
 
@@ -35,7 +39,11 @@ def decide_approval(
 
 
 def decide_promotion(
-    session: Session, version: Version, input_doc: dict[str, Any], engine: PolicyEngine, clock_now: dt.datetime
+    session: Session,
+    version: Version,
+    input_doc: dict[str, Any],
+    engine: PolicyEngine,
+    clock_now: dt.datetime,
 ) -> Decision:
     """Evaluate the promotion policy (may this alias point at ``version``?) and store the decision.
 

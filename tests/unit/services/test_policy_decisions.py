@@ -84,3 +84,18 @@ def test_the_decision_rolls_back_with_the_callers_transaction(session):
     decide_approval(session, version, input_for([]), PolicyEngine.from_directory(default_policy_dir()), T0)
     session.rollback()
     assert session.scalars(select(PolicyDecision)).all() == []
+
+
+def test_the_policy_directory_is_a_setting(container, tmp_path, monkeypatch):
+    from registry.settings import Settings
+
+    assert container.settings.policy_dir is None
+    monkeypatch.setenv("MODELREG_POLICY_DIR", str(tmp_path / "ours"))
+    assert Settings().policy_dir == tmp_path / "ours"
+    container.settings.policy_dir = tmp_path / "ours"
+    assert container.policy.directory == tmp_path / "ours"
+    assert "does not exist" in container.policy.load_error
+
+
+def test_the_shipped_policies_are_the_default(container):
+    assert container.policy.directory == default_policy_dir() and container.policy.load_error is None
