@@ -14,8 +14,19 @@ decision := {
 	"rejected": count(rejections(input)) > 0,
 }
 
-# Decisions by the submitter never count: nobody approves (or rejects) their own submission.
-counted(doc) := [a | some a in doc.approvals; a.principal != doc.submitter]
+# Nobody approves their own submission, and one person counts once: only a principal's first
+# decision (approvals are sorted by time) can approve. Any reject by someone else counts.
+counted(doc) := {a |
+	a := doc.approvals[i]
+	a.principal != doc.submitter
+	not decided_before(doc, i, a.principal)
+}
+
+decided_before(doc, i, principal) if {
+	b := doc.approvals[j]
+	j < i
+	b.principal == principal
+}
 
 approved_as(doc, capacity) if {
 	some a in counted(doc)
@@ -40,7 +51,8 @@ verdict_of(doc, path) := v if {
 unmet_of(doc, cfg) := ((((((rejections(doc) | unsafe_files(doc)) | unscanned_files(doc)) | suspicious_files(doc, cfg)) | remote_code(doc, cfg)) | license(doc, cfg)) | capacities(doc, cfg))
 
 rejections(doc) := {u |
-	some a in counted(doc)
+	some a in doc.approvals
+	a.principal != doc.submitter
 	a.decision == "reject"
 	u := {"code": "rejected", "message": sprintf("rejected by %s (%s)", [a.principal, a.capacity]), "capacity": null, "satisfiable": false}
 }

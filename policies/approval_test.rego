@@ -51,6 +51,18 @@ test_self_approval_does_not_count if {
 	u.capacity == "security"
 }
 
+test_one_person_counts_once if {
+	doc := with_approvals(clean, [approve("sam", "security", []), approve("sam", "ml", [])])
+	some u in approval.unmet_of(doc, cfg)
+	u.code == "approval.missing"
+	u.capacity == "ml"
+}
+
+test_a_later_reject_by_an_approver_still_rejects if {
+	doc := with_approvals(clean, array.concat(both, [{"principal": "sam", "capacity": "security", "decision": "reject", "files": [], "at": "2026-01-02T00:00:00+00:00"}]))
+	codes(doc) == {"rejected"}
+}
+
 test_license_off_the_allow_list_needs_legal if {
 	doc := object.union(with_approvals(clean, both), {"license": {"id": "other:custom", "findings": []}})
 	codes(doc) == {"legal.license"}

@@ -48,7 +48,7 @@ MAX_POLICY_BYTES = 1 << 20
 
 Kind = Literal["approval", "promotion"]
 KINDS: tuple[Kind, ...] = ("approval", "promotion")
-_WITH_RE = re.compile(r"^[^#]*\bwith\s+(input|data)\b", re.MULTILINE)
+_WITH_RE = re.compile(r"^[^#\n]*\bwith\s+(?:input|data)\b[^#\n]*\bas\b", re.MULTILINE)
 
 
 def default_policy_dir() -> Path:

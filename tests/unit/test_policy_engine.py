@@ -64,6 +64,12 @@ def test_clean_model_is_approved_by_security_and_ml_and_names_its_digests(shippe
     assert len(decision.bundle_digest) == 64 and decision.bundle_digest == shipped.bundle_digest
 
 
+def test_one_person_counts_once(shipped):
+    later = Approval("sam", "ml", "approve", T0 + dt.timedelta(hours=1))
+    decision = shipped.approval(doc(approvals=[later, approve("sam", "security")]))
+    assert [(u["code"], u["capacity"]) for u in decision.unmet] == [("approval.missing", "ml")]
+
+
 def test_license_off_the_allow_list_waits_for_legal(shipped):
     decision = shipped.approval(doc(license="other:research-only", approvals=BOTH))
     assert (decision.outcome, codes(decision)) == ("pending", ["legal.license"])
@@ -230,6 +236,10 @@ def test_policy_using_with_is_refused(policy_copy):
     (policy_copy / "extra.rego").write_text(
         "package modelreg.extra\nimport rego.v1\nx := 1\ny if { x == 1 with input as {} }\n")
     assert_denies(PolicyEngine.from_directory(policy_copy), "uses `with`")
+    # The word alone (in a message, a comment) is fine.
+    (policy_copy / "extra.rego").write_text(
+        "package modelreg.extra\nimport rego.v1\n# checked with input from the scanner\nm := \"signed with data\"\n")
+    assert PolicyEngine.from_directory(policy_copy).load_error is None
 
 
 def test_oversized_input_denies(shipped):
