@@ -24,6 +24,7 @@ from registry.jobs import MAX_ATTEMPTS_INFO, JobQueue
 from registry.settings import Settings
 
 if TYPE_CHECKING:
+    from registry.policy import PolicyEngine
     from registry.signing.keys import SigningKey
     from registry.storage.base import BlobStore
 
@@ -56,6 +57,13 @@ class Container:
 
         pem = self.settings.signing_key_pem.get_secret_value() if self.settings.signing_key_pem else None
         return load_signing_key(self.settings.signing_key_file, pem)
+
+    @cached_property
+    def policy(self) -> "PolicyEngine":
+        """The release policies (``settings.policy_dir``, else those shipped); a broken set denies."""
+        from registry.policy import PolicyEngine, default_policy_dir
+
+        return PolicyEngine.from_directory(self.settings.policy_dir or default_policy_dir())
 
     def open_source(self, uri: str, hf_endpoint: str | None, include: tuple[str, ...] = (),
                     exclude: tuple[str, ...] = ()):

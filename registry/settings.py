@@ -52,6 +52,9 @@ class Settings(BaseSettings):
     audit_checkpoint_every_seconds: float = Field(
         3600.0, gt=0, description="...or this long after the last checkpoint, when there are new events.")
 
+    policy_dir: Path | None = Field(
+        None, description="Directory of *.rego policies and data.json; default the policies shipped with modelreg.")
+
     job_lease_seconds: float = 60.0
     job_max_attempts: int = Field(5, ge=1, description="Attempts of a job before it is dead.")
     job_backoff_base_seconds: float = 2.0

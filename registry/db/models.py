@@ -333,3 +333,22 @@ class ScanResult(Base):
     findings: Mapped[list[Any]] = mapped_column(default=list)
     duration_ms: Mapped[int] = mapped_column(Integer, default=0)
     created_at: Mapped[dt.datetime] = mapped_column(default=utcnow)
+
+
+class PolicyDecision(Base):
+    """One evaluation of a policy: what was decided, by which rules (bundle digest), on which facts
+    (input digest), when. Written for every decision, allowed or not, so a release can be traced
+    to the policy that let it through."""
+
+    __tablename__ = "policy_decisions"
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True)
+    version_id: Mapped[int] = mapped_column(ForeignKey("versions.id", ondelete="CASCADE"), index=True)
+    kind: Mapped[str] = mapped_column(String(16))
+    outcome: Mapped[str] = mapped_column(String(16))
+    allowed: Mapped[bool] = mapped_column(Boolean)
+    unmet: Mapped[list[Any]] = mapped_column(default=list)
+    bundle_digest: Mapped[str] = mapped_column(String(64))
+    input_digest: Mapped[str] = mapped_column(String(64))
+    error: Mapped[str | None] = mapped_column(Text)
+    decided_at: Mapped[dt.datetime]

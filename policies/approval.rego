@@ -1,0 +1,105 @@
+# The approval policy: what a version still needs before it may become `approved`.
+#
+# Input: the document built by registry/domain/policy_input.py (see README.md).
+# Output: `decision`, an object: `unmet`, a set of {code, message, capacity, satisfiable, path?},
+# and `rejected`, a boolean. The version is approved when `unmet` is empty. (One object, because
+# rego-cpp reports a rule whose value is `false` as undefined.) Written as functions of (doc, cfg) so the tests
+# call them with their own documents (rego-cpp 1.5.2 crashes on `with input as`).
+package modelreg.approval
+
+import rego.v1
+
+decision := {
+	"unmet": unmet_of(input, data.modelreg.config),
+	"rejected": count(rejections(input)) > 0,
+}
+
+# Nobody approves their own submission, and one person counts once: only a principal's first
+# decision (approvals are sorted by time) can approve. Any reject by someone else counts.
+counted(doc) := {a |
+	a := doc.approvals[i]
+	a.principal != doc.submitter
+	not decided_before(doc, i, a.principal)
+}
+
+decided_before(doc, i, principal) if {
+	b := doc.approvals[j]
+	j < i
+	b.principal == principal
+}
+
+approved_as(doc, capacity) if {
+	some a in counted(doc)
+	a.decision == "approve"
+	a.capacity == capacity
+}
+
+# A security approval that names the file.
+approved_file(doc, cfg, path) if {
+	some a in counted(doc)
+	a.decision == "approve"
+	a.capacity == cfg.security_capacity
+	path in a.files
+}
+
+verdict_of(doc, path) := v if {
+	some s in doc.scans
+	s.path == path
+	v := s.verdict
+}
+
+unmet_of(doc, cfg) := ((((((rejections(doc) | unsafe_files(doc)) | unscanned_files(doc)) | suspicious_files(doc, cfg)) | remote_code(doc, cfg)) | license(doc, cfg)) | capacities(doc, cfg))
+
+rejections(doc) := {u |
+	some a in doc.approvals
+	a.principal != doc.submitter
+	a.decision == "reject"
+	u := {"code": "rejected", "message": sprintf("rejected by %s (%s)", [a.principal, a.capacity]), "capacity": null, "satisfiable": false}
+}
+
+# Unsafe and failed scans are never satisfiable by approvals.
+unsafe_files(doc) := {u |
+	some s in doc.scans
+	s.verdict in {"unsafe", "error"}
+	u := {"code": sprintf("scan.%s", [s.verdict]), "message": sprintf("%s: scan verdict %s", [s.path, s.verdict]), "path": s.path, "capacity": null, "satisfiable": false}
+}
+
+unscanned_files(doc) := {u |
+	some f in doc.files
+	not verdict_of(doc, f.path)
+	u := {"code": "scan.missing", "message": sprintf("%s has no scan verdict", [f.path]), "path": f.path, "capacity": null, "satisfiable": false}
+}
+
+suspicious_files(doc, cfg) := {u |
+	some s in doc.scans
+	s.verdict == "suspicious"
+	not approved_file(doc, cfg, s.path)
+	u := {"code": "security.file-review", "message": sprintf("%s is suspicious: a %s approval must name it", [s.path, cfg.security_capacity]), "path": s.path, "capacity": cfg.security_capacity, "satisfiable": true}
+}
+
+remote_code_rules(doc, cfg) := {f.rule_id |
+	some s in doc.scans
+	some f in s.findings
+	f.rule_id in cfg.remote_code_rules
+}
+
+remote_code(doc, cfg) := {u |
+	rules := remote_code_rules(doc, cfg)
+	count(rules) > 0
+	not approved_as(doc, cfg.security_capacity)
+	u := {"code": "security.remote-code", "message": sprintf("remote code needs a %s approval", [cfg.security_capacity]), "rules": sort(rules), "capacity": cfg.security_capacity, "satisfiable": true}
+}
+
+license_allowed(doc, cfg) if doc.license.id in cfg.license_allow_list
+
+license(doc, cfg) := {u |
+	not license_allowed(doc, cfg)
+	not approved_as(doc, cfg.license_capacity)
+	u := {"code": "legal.license", "message": sprintf("license %v is not on the allow-list: needs a %s approval", [doc.license.id, cfg.license_capacity]), "capacity": cfg.license_capacity, "satisfiable": true}
+}
+
+capacities(doc, cfg) := {u |
+	some c in cfg.required_capacities
+	not approved_as(doc, c)
+	u := {"code": "approval.missing", "message": sprintf("needs an approval by %s", [c]), "capacity": c, "satisfiable": true}
+}

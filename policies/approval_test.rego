@@ -1,0 +1,111 @@
+# Tests of approval.rego, run by tests/unit/test_policy_rego.py (every `test_` rule must be true).
+# Documents are passed to the policy's functions (rego-cpp 1.5.2 crashes on `with input as`).
+package modelreg.approval_test
+
+import data.modelreg.approval
+import rego.v1
+
+cfg := data.modelreg.config
+
+clean := {
+	"version": {"tenant": "acme", "model": "tiny", "number": 1, "state": "awaiting_approval"},
+	"source": {"kind": "hf", "repo": "org/tiny", "revision": "abc"},
+	"facts": null,
+	"files": [{"path": "model.safetensors", "size": 10, "sha256": "aa"}],
+	"scans": [{"path": "model.safetensors", "verdict": "safe", "findings": []}],
+	"license": {"id": "apache-2.0", "findings": []},
+	"evals": [],
+	"approvals": [],
+	"submitter": "alice",
+}
+
+approve(who, capacity, files) := {"principal": who, "capacity": capacity, "decision": "approve", "files": files, "at": "2026-01-01T00:00:00+00:00"}
+
+both := [approve("sam", "security", []), approve("mia", "ml", [])]
+
+codes(doc) := {u.code | some u in approval.unmet_of(doc, cfg)}
+
+with_approvals(doc, list) := object.union(doc, {"approvals": list})
+
+python_file := object.union(clean, {
+	"files": [{"path": "model.safetensors", "size": 10, "sha256": "aa"}, {"path": "modeling.py", "size": 5, "sha256": "bb"}],
+	"scans": [
+		{"path": "model.safetensors", "verdict": "safe", "findings": []},
+		{"path": "modeling.py", "verdict": "suspicious", "findings": [{"rule_id": "remote-code.python-file", "severity": "suspicious"}]},
+	],
+})
+
+test_clean_model_needs_security_and_ml if {
+	codes(clean) == {"approval.missing"}
+	count(approval.unmet_of(clean, cfg)) == 2
+}
+
+test_clean_model_with_both_approvals_has_nothing_unmet if {
+	count(approval.unmet_of(with_approvals(clean, both), cfg)) == 0
+}
+
+test_self_approval_does_not_count if {
+	doc := object.union(with_approvals(clean, [approve("alice", "security", []), approve("mia", "ml", [])]), {"submitter": "alice"})
+	some u in approval.unmet_of(doc, cfg)
+	u.code == "approval.missing"
+	u.capacity == "security"
+}
+
+test_one_person_counts_once if {
+	doc := with_approvals(clean, [approve("sam", "security", []), approve("sam", "ml", [])])
+	some u in approval.unmet_of(doc, cfg)
+	u.code == "approval.missing"
+	u.capacity == "ml"
+}
+
+test_a_later_reject_by_an_approver_still_rejects if {
+	doc := with_approvals(clean, array.concat(both, [{"principal": "sam", "capacity": "security", "decision": "reject", "files": [], "at": "2026-01-02T00:00:00+00:00"}]))
+	codes(doc) == {"rejected"}
+}
+
+test_license_off_the_allow_list_needs_legal if {
+	doc := object.union(with_approvals(clean, both), {"license": {"id": "other:custom", "findings": []}})
+	codes(doc) == {"legal.license"}
+	count(approval.unmet_of(with_approvals(doc, array.concat(both, [approve("lee", "legal", [])])), cfg)) == 0
+}
+
+test_unknown_license_needs_legal if {
+	doc := object.union(with_approvals(clean, both), {"license": {"id": null, "findings": []}})
+	codes(doc) == {"legal.license"}
+}
+
+test_remote_code_needs_a_security_approval_naming_the_file if {
+	codes(python_file) == {"approval.missing", "security.file-review", "security.remote-code"}
+	# A security approval that does not name the suspicious file clears remote code, not the file.
+	codes(with_approvals(python_file, both)) == {"security.file-review"}
+	named := [approve("sam", "security", ["modeling.py"]), approve("mia", "ml", [])]
+	count(approval.unmet_of(with_approvals(python_file, named), cfg)) == 0
+}
+
+test_auto_map_is_remote_code if {
+	doc := object.union(clean, {"scans": [{"path": "model.safetensors", "verdict": "safe", "findings": [{"rule_id": "remote-code.auto-map", "severity": "suspicious"}]}]})
+	"security.remote-code" in codes(doc)
+}
+
+test_unsafe_file_is_never_satisfiable if {
+	doc := object.union(with_approvals(clean, both), {"scans": [{"path": "model.safetensors", "verdict": "unsafe", "findings": []}]})
+	some u in approval.unmet_of(doc, cfg)
+	u.code == "scan.unsafe"
+	u.satisfiable == false
+}
+
+test_file_without_scan_is_unmet if {
+	doc := object.union(with_approvals(clean, both), {"scans": []})
+	codes(doc) == {"scan.missing"}
+}
+
+test_reject_rejects if {
+	doc := with_approvals(clean, array.concat(both, [{"principal": "rex", "capacity": "ml", "decision": "reject", "files": [], "at": "2026-01-01T00:00:00+00:00"}]))
+	codes(doc) == {"rejected"}
+	count(approval.rejections(doc)) == 1
+}
+
+test_required_capacities_come_from_data if {
+	cfg2 := object.union(cfg, {"required_capacities": ["ml"]})
+	count(approval.unmet_of(with_approvals(clean, [approve("mia", "ml", [])]), cfg2)) == 0
+}

@@ -1,0 +1,39 @@
+# The promotion policy: who may point which alias at which version.
+#
+# Input: {principal: {name, is_admin, capacities}, alias, target: {number, state},
+#         canary: null | {number, state}, current: null | {number, state}} (see README.md).
+# Output: `decision`, an object whose `unmet` is a set of {code, message}; the move is allowed when
+# it is empty.
+# Admins move any alias; otherwise the principal needs one of the capacities data.json lists for the
+# alias (`promotion_capacities[alias]`, else `promotion_capacities.default`). Whoever moves it, the
+# target (and a canary) must be an approved version: not pending, rejected or revoked.
+package modelreg.promotion
+
+import rego.v1
+
+decision := {"unmet": unmet_of(input, data.modelreg.config)}
+
+alias_capacities(alias, cfg) := cfg.promotion_capacities[alias]
+
+alias_capacities(alias, cfg) := cfg.promotion_capacities["default"] if not cfg.promotion_capacities[alias]
+
+may_move(doc, cfg) if doc.principal.is_admin == true
+
+may_move(doc, cfg) if {
+	some c in doc.principal.capacities
+	c in alias_capacities(doc.alias, cfg)
+}
+
+unmet_of(doc, cfg) := (not_permitted(doc, cfg) | not_approved(doc, "target")) | not_approved(doc, "canary")
+
+not_permitted(doc, cfg) := {u |
+	not may_move(doc, cfg)
+	u := {"code": "promotion.not-permitted", "message": sprintf("%s may not move alias %s: needs admin or one of %v", [doc.principal.name, doc.alias, alias_capacities(doc.alias, cfg)])}
+}
+
+not_approved(doc, role) := {u |
+	v := doc[role]
+	v != null
+	v.state != "approved"
+	u := {"code": sprintf("promotion.%s-not-approved", [role]), "message": sprintf("version %v is %s, not approved", [v.number, v.state])}
+}
