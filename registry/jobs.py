@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import enum
 import hashlib
 import random
 from dataclasses import dataclass, field
@@ -64,6 +65,25 @@ def job_key(kind: str, *parts: object) -> str:
     if len(key) <= _KEY_LENGTH:
         return key
     return f"{kind}@sha256:{hashlib.sha256(key.encode()).hexdigest()}"
+
+
+class JobKind(str, enum.Enum):
+    """Every job kind modelreg runs: services enqueue these names and workers register handlers for them."""
+
+    RESOLVE_VERSION = "resolve_version"
+    MIRROR_FILE = "mirror_file"
+    SEAL_VERSION = "seal_version"
+    SCAN_BLOB = "scan_blob"
+
+
+def enqueue_job(session: Session, kind: JobKind, payload: dict[str, Any], *key_parts: object) -> Job:
+    """Enqueue a job of a known kind, keyed ``job_key(kind, *key_parts)`` so it is queued at most once.
+
+    Example:
+        >>> enqueue_job(session, JobKind.SEAL_VERSION, {"version_id": 7}, 7)  # doctest: +SKIP
+    """
+    kind = JobKind(kind)
+    return enqueue(session, kind.value, payload, idempotency_key=job_key(kind.value, *key_parts))
 
 
 @dataclass(frozen=True, slots=True)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from registry.bootstrap import Container
 from registry.domain.errors import RegistryError, UnstorableDataError, UpstreamError
+from registry.jobs import JobKind
 from registry.services import mirroring, scans, versions
 from workers.registry import Handler, HandlerRegistry, Payload
 
@@ -57,8 +58,8 @@ def _last_line(error: str) -> str:
 
 def build_handlers() -> HandlerRegistry:
     return HandlerRegistry([
-        Handler(versions.RESOLVE_VERSION, _resolve_version, _resolve_version_dead),
-        Handler(versions.MIRROR_FILE, _mirror_file, _mirror_file_dead),
-        Handler(versions.SEAL_VERSION, _seal_version, _seal_version_dead),
-        Handler(scans.SCAN_BLOB, _scan_blob, _scan_blob_dead),
+        Handler(JobKind.RESOLVE_VERSION.value, _resolve_version, _resolve_version_dead),
+        Handler(JobKind.MIRROR_FILE.value, _mirror_file, _mirror_file_dead),
+        Handler(JobKind.SEAL_VERSION.value, _seal_version, _seal_version_dead),
+        Handler(JobKind.SCAN_BLOB.value, _scan_blob, _scan_blob_dead),
     ])

@@ -24,7 +24,7 @@ from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.exc import IntegrityError as SAIntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 
-from registry import audit, jobs
+from registry import audit
 from registry.auth import AuthenticatedPrincipal, Permission, get_tenant, require, validate_name
 from registry.db.models import Blob, BlobOwner, Model, Tenant, Version, VersionFile, utcnow
 from registry.db.session import begin_write, is_postgres
@@ -41,16 +41,12 @@ from registry.domain.errors import (
     VersionNotFoundError,
 )
 from registry.domain.files import FileEntry, require_sha256, validate_file_list
-from registry.domain.states import LIVE, VersionState, check_transition
+from registry.domain.states import LIVE, VersionState
 from registry.domain.text import MAX_LABEL_LENGTH, MAX_REVISION_LENGTH, MAX_SOURCE_LENGTH, validate_text
 from registry.sources import parse_source_uri
+from registry.services import lifecycle
 from registry.sources.base import Snapshot, Source, UpstreamFile
 from registry.storage.base import BlobInfo, BlobStore
-
-MIRROR_FILE = "mirror_file"
-RESOLVE_VERSION = "resolve_version"
-SEAL_VERSION = "seal_version"
-
 
 @dataclass(frozen=True)
 class SubmitRequest:
@@ -225,13 +221,12 @@ def submit(
                  details={"source": request.source, "requested_revision": request.revision,
                           "include": list(request.include), "exclude": list(request.exclude)})
     if snapshot is not None:
-        accept_snapshot(session, version, snapshot, limits, ref)
+        accept_snapshot(session, version, snapshot, limits)
     elif isinstance(resolve_error, UpstreamError):
-        jobs.enqueue(session, RESOLVE_VERSION, {"version_id": version.id},
-                     idempotency_key=jobs.job_key(RESOLVE_VERSION, version.id))
+        lifecycle.queue_resolving(session, version)
     else:
         assert resolve_error is not None
-        _fail(session, version, resolve_error, ref, actor="system")
+        _fail(session, version, resolve_error, actor="system")
     session.commit()
     return version, True
 
@@ -384,7 +379,7 @@ def submit_uploaded(
     ref = f"{tenant}/{name}@{version.number}"
     audit.append(session, actor=principal.name, action="version.submitted", subject=ref, tenant=tenant,
                  details={"source": f"upload:{label}", "files": len(entries)})
-    accept_snapshot(session, version, snapshot, limits, ref, stored={e.path: e.sha256 for e in entries})
+    accept_snapshot(session, version, snapshot, limits, stored={e.path: e.sha256 for e in entries})
     session.commit()
     return version, True
 
@@ -410,7 +405,7 @@ def _lock_or_create_model(session: Session, tenant_id: int, name: str) -> Model:
     return model
 
 
-def accept_snapshot(session: Session, version: Version, snapshot: Snapshot, limits: Limits, ref: str,
+def accept_snapshot(session: Session, version: Version, snapshot: Snapshot, limits: Limits,
                     *, stored: dict[str, str] | None = None) -> None:
     """Record the pinned revision and files, then queue a mirror job per file not already stored.
 
@@ -422,13 +417,12 @@ def accept_snapshot(session: Session, version: Version, snapshot: Snapshot, limi
         _check_limits(snapshot, limits)
     except RegistryError as exc:
         version.resolved_revision = snapshot.revision
-        _fail(session, version, exc, ref, actor="system")
+        _fail(session, version, exc, actor="system")
         return
     version.resolved_revision = snapshot.revision
     version.license = snapshot.license
     version.source_key = source_key(snapshot.source_kind, snapshot.repo, version.source_endpoint,
                                     snapshot.revision, tuple(version.include), tuple(version.exclude))
-    version.state = check_transition(version.state, VersionState.MIRRORING).value
     if stored is None:
         stored = _already_stored(session, version.model.tenant_id, snapshot.files)
     for upstream in snapshot.files:
@@ -440,16 +434,9 @@ def accept_snapshot(session: Session, version: Version, snapshot: Snapshot, limi
             row.sha256, row.mirrored_at = stored[upstream.path], utcnow()
         session.add(row)
     session.flush()
-    audit.append(session, actor="system", action="version.resolved", subject=ref,
-                 tenant=ref.split("/", 1)[0],
-                 details={"requested_revision": version.requested_revision, "revision": snapshot.revision,
-                          "files": len(snapshot.files), "bytes": sum(f.size for f in snapshot.files)})
-    pending = [f for f in version.files if f.sha256 is None]
-    for f in pending:
-        jobs.enqueue(session, MIRROR_FILE, {"file_id": f.id}, idempotency_key=jobs.job_key(MIRROR_FILE, f.id))
-    if not pending:
-        jobs.enqueue(session, SEAL_VERSION, {"version_id": version.id},
-                     idempotency_key=jobs.job_key(SEAL_VERSION, version.id))
+    lifecycle.advance(session, version, VersionState.MIRRORING, "system",
+                      {"requested_revision": version.requested_revision, "revision": snapshot.revision,
+                       "files": len(snapshot.files), "bytes": sum(f.size for f in snapshot.files)})
 
 
 def _check_limits(snapshot: Snapshot, limits: Limits) -> None:
@@ -496,13 +483,12 @@ def _already_stored(session: Session, tenant_id: int, files: Iterable[UpstreamFi
     return found
 
 
-def _fail(session: Session, version: Version, error: RegistryError, ref: str, *, actor: str) -> None:
-    version.state = check_transition(version.state, VersionState.FAILED).value
+def _fail(session: Session, version: Version, error: RegistryError, *, actor: str) -> None:
     version.failure_reason = error.code.replace("-", "_")
     version.failure_detail = {"error": type(error).__name__, "message": error.message,
                               **{k: v for k, v in error.details.items() if _jsonable(v)}}
-    audit.append(session, actor=actor, action="version.failed", subject=ref, tenant=ref.split("/", 1)[0],
-                 details={"reason": version.failure_reason, **version.failure_detail})
+    lifecycle.advance(session, version, VersionState.FAILED, actor,
+                      {"reason": version.failure_reason, **version.failure_detail})
 
 
 def _jsonable(value: Any) -> bool:
@@ -519,7 +505,7 @@ def fail_version(session_factory: sessionmaker[Session], version_id: int, error:
             VersionState.SCANNING.value, VersionState.EVALUATING.value,
         ):
             return
-        _fail(session, version, error, version_ref(version), actor="system")
+        _fail(session, version, error, actor="system")
         session.commit()
 
 

@@ -9,9 +9,10 @@ from sqlalchemy import select
 from registry.bootstrap import bootstrap
 from registry.db.models import Job, ScanResult, Version
 from registry.domain.files import MAX_PATH_LENGTH
-from registry.jobs import job_key
+from registry.jobs import JobKind, job_key
 from registry.services import versions
-from registry.services.scans import SCAN_BLOB
+
+SCAN_BLOB = JobKind.SCAN_BLOB.value
 from registry.services.versions import SubmitRequest
 from registry.settings import Settings
 from tests.support import db as dbsupport
