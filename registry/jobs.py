@@ -28,7 +28,8 @@ from sqlalchemy import func, select, update
 from sqlalchemy.exc import IntegrityError as SAIntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 
-from registry.db.models import Job, utcnow
+from registry.clock import Clock, SystemClock
+from registry.db.models import Job
 from registry.db.session import is_postgres
 
 QUEUED = "queued"
@@ -38,12 +39,14 @@ DEAD = "dead"
 # Not a state: what ``fail`` returns when the job was no longer ours, so nothing was recorded.
 LOST = "lost"
 
-Clock = Callable[[], dt.datetime]
 _JOBS = Job.__table__
+_SYSTEM_CLOCK = SystemClock()
 
 DEFAULT_MAX_ATTEMPTS = 5
 MAX_ATTEMPTS_INFO = "modelreg.job_max_attempts"
 """The key, in a session's ``info``, of the attempts a job enqueued in it gets (``job_max_attempts``)."""
+CLOCK_INFO = "modelreg.clock"
+"""The key, in a session's ``info``, of the container's clock: a job enqueued in it is due from its now."""
 
 # Characters, as VARCHAR counts them on PostgreSQL.
 _KEY_LENGTH = _JOBS.c.idempotency_key.type.length
@@ -117,16 +120,19 @@ def enqueue(
         idempotency_key: build it with :func:`job_key`.
         max_attempts: default: the session's ``info[MAX_ATTEMPTS_INFO]`` (bootstrap puts the
             ``job_max_attempts`` setting there), else ``DEFAULT_MAX_ATTEMPTS``.
+        run_after: default: now, by the session's ``info[CLOCK_INFO]`` (the container's clock).
     """
     if max_attempts is None:
         max_attempts = session.info.get(MAX_ATTEMPTS_INFO, DEFAULT_MAX_ATTEMPTS)
+    if run_after is None:
+        run_after = session.info.get(CLOCK_INFO, _SYSTEM_CLOCK).now()
     if idempotency_key is not None:
         existing = session.scalar(select(Job).where(Job.idempotency_key == idempotency_key))
         if existing is not None:
             if existing.state == DEAD:
                 existing.state = QUEUED
                 existing.attempts = 0
-                existing.run_after = run_after or utcnow()
+                existing.run_after = run_after
                 existing.last_error = None
                 existing.finished_at = None
                 existing.payload = payload
@@ -137,7 +143,7 @@ def enqueue(
         idempotency_key=idempotency_key,
         priority=priority,
         max_attempts=max_attempts,
-        run_after=run_after or utcnow(),
+        run_after=run_after,
         state=QUEUED,
         attempts=0,
     )
@@ -179,7 +185,7 @@ class JobQueue:
     lease: dt.timedelta = dt.timedelta(seconds=60)
     backoff_base: dt.timedelta = dt.timedelta(seconds=2)
     backoff_max: dt.timedelta = dt.timedelta(minutes=5)
-    clock: Clock = field(default=utcnow)
+    clock: Clock = field(default_factory=SystemClock)
 
     def claim(
         self,
@@ -230,7 +236,7 @@ class JobQueue:
         COALESCE evaluates its second subquery only when the first finds nothing, and each locks
         the row it picks with SKIP LOCKED, so concurrent workers never wait on each other.
         """
-        now = self.clock()
+        now = self.clock.now()
         expired, queued = self._candidates(now, kinds)
         pick = func.coalesce(
             expired.with_for_update(skip_locked=True).scalar_subquery(),
@@ -265,7 +271,7 @@ class JobQueue:
             # SQLite has no row locks: take the database's write lock before reading, so two
             # workers can never read the same queued row.
             session.connection(execution_options={"sqlite_begin": "BEGIN IMMEDIATE"})
-            now = self.clock()
+            now = self.clock.now()
             expired, queued = self._candidates(now, kinds)
             job_id = session.scalar(expired) or session.scalar(queued)
             if job_id is None:
@@ -290,11 +296,11 @@ class JobQueue:
 
     def heartbeat(self, job: ClaimedJob, worker_id: str) -> bool:
         """Extend the lease; False when the job is no longer ours (the lease ran out and was taken)."""
-        return self._settle(job, worker_id, lease_expires_at=self.clock() + self.lease)
+        return self._settle(job, worker_id, lease_expires_at=self.clock.now() + self.lease)
 
     def complete(self, job: ClaimedJob, worker_id: str) -> bool:
         """Mark the job succeeded; False when it was no longer ours."""
-        return self._settle(job, worker_id, state=SUCCEEDED, finished_at=self.clock(), lease_expires_at=None,
+        return self._settle(job, worker_id, state=SUCCEEDED, finished_at=self.clock.now(), lease_expires_at=None,
                             last_error=None)
 
     def fail(self, job: ClaimedJob, worker_id: str, error: str, *, retry: bool = True) -> str:
@@ -304,7 +310,7 @@ class JobQueue:
             The job's new state, or ``LOST`` when the job was no longer ours (its lease ran out and
             another worker took it): nothing was recorded and the other worker's outcome counts.
         """
-        now = self.clock()
+        now = self.clock.now()
         dead = not retry or job.attempts >= job.max_attempts
         values: dict[str, Any] = {"last_error": error[-8000:], "lease_expires_at": None}
         if dead:

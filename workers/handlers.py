@@ -11,7 +11,7 @@ from workers.registry import Handler, HandlerRegistry, Payload
 
 def _mirror_file(c: Container, payload: Payload) -> None:
     mirroring.mirror_file(c.session_factory, int(payload["file_id"]), blob_store=c.blob_store,
-                         open_source=c.open_source)
+                         open_source=c.open_source, clock=c.clock)
 
 
 def _mirror_file_dead(c: Container, payload: Payload, error: str, _cause: BaseException | None) -> None:
@@ -20,7 +20,7 @@ def _mirror_file_dead(c: Container, payload: Payload, error: str, _cause: BaseEx
 
 def _resolve_version(c: Container, payload: Payload) -> None:
     mirroring.resolve_version(c.session_factory, int(payload["version_id"]), open_source=c.open_source,
-                             limits=c.limits())
+                             limits=c.limits(), clock=c.clock)
 
 
 def _resolve_version_dead(c: Container, payload: Payload, error: str, cause: BaseException | None) -> None:
@@ -29,7 +29,7 @@ def _resolve_version_dead(c: Container, payload: Payload, error: str, cause: Bas
 
 
 def _seal_version(c: Container, payload: Payload) -> None:
-    mirroring.seal_version(c.session_factory, int(payload["version_id"]), signing_key=c.signing_key,
+    mirroring.seal_version(c.session_factory, int(payload["version_id"]), signing_key=c.signing_key, clock=c.clock,
                           registry_url=c.settings.public_url)
 
 
@@ -39,7 +39,7 @@ def _seal_version_dead(c: Container, payload: Payload, error: str, cause: BaseEx
 
 
 def _scan_blob(c: Container, payload: Payload) -> None:
-    scans.scan_blob(c.session_factory, payload["digest"], payload["path"], blob_store=c.blob_store)
+    scans.scan_blob(c.session_factory, payload["digest"], payload["path"], blob_store=c.blob_store, clock=c.clock)
 
 
 def _scan_blob_dead(c: Container, payload: Payload, error: str, _cause: BaseException | None) -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from fastapi import APIRouter, status
 
-from api.deps import PrincipalDep, SessionDep
+from api.deps import ContainerDep, PrincipalDep, SessionDep
 from api.params import PrincipalName, RowId
 from api.problems import AUTHENTICATED, responses
 from api.schemas import (
@@ -95,5 +95,5 @@ def create_token(name: PrincipalName, body: TokenCreate, session: SessionDep,
 
 @router.delete("/tokens/{token_id}", status_code=status.HTTP_204_NO_CONTENT,
                responses=responses(*AUTHENTICATED, NotFoundError))
-def revoke_token(token_id: RowId, session: SessionDep, principal: PrincipalDep) -> None:
-    identity.revoke_token(session, principal, token_id)
+def revoke_token(token_id: RowId, session: SessionDep, principal: PrincipalDep, container: ContainerDep) -> None:
+    identity.revoke_token(session, principal, token_id, clock=container.clock)

@@ -22,7 +22,8 @@ from registry.auth import (
     require_admin,
     validate_name,
 )
-from registry.db.models import ApiToken, Principal, RoleBinding, Tenant, utcnow
+from registry.clock import Clock
+from registry.db.models import ApiToken, Principal, RoleBinding, Tenant
 from registry.db.session import begin_write
 from registry.domain.errors import AlreadyExistsError, InvalidInputError, NotFoundError, ReservedNameError
 from registry.domain.text import MAX_DESCRIPTION_LENGTH, validate_text
@@ -172,14 +173,14 @@ def create_token(
     return issued
 
 
-def revoke_token(session: Session, actor: AuthenticatedPrincipal, token_id: int) -> None:
+def revoke_token(session: Session, actor: AuthenticatedPrincipal, token_id: int, *, clock: Clock) -> None:
     require_admin(actor)
     begin_write(session)
     token = session.get(ApiToken, token_id)
     if token is None:
         raise NotFoundError(f"token {token_id} does not exist", token_id=token_id)
     if token.revoked_at is None:
-        token.revoked_at = utcnow()
+        token.revoked_at = clock.now()
         audit.append(session, actor=actor.name, action="token.revoked",
                      subject=f"principal/{token.principal.name}", details={"token_id": token_id})
     session.commit()

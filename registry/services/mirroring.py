@@ -17,7 +17,8 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session, sessionmaker
 
 from registry import jobs
-from registry.db.models import Job, Version, VersionFile, utcnow
+from registry.clock import Clock
+from registry.db.models import Job, Version, VersionFile
 from registry.db.session import begin_write
 from registry.domain.errors import IntegrityError, NotFoundError, RegistryError, UpstreamError
 from registry.domain.files import FileEntry, validate_file_list
@@ -42,7 +43,7 @@ log = logging.getLogger(__name__)
 
 
 def resolve_version(session_factory: sessionmaker[Session], version_id: int, *,
-                    open_source: SourceOpener, limits: Limits) -> None:
+                    open_source: SourceOpener, limits: Limits, clock: Clock) -> None:
     """Job: resolve a version whose upstream was unreachable at submission. Transient errors raise."""
     with session_factory() as session:
         version = session.get(Version, version_id)
@@ -63,7 +64,7 @@ def resolve_version(session_factory: sessionmaker[Session], version_id: int, *,
         version = lock_version(session, version_id)
         if version is None or version.state != VersionState.SUBMITTED.value:
             return
-        accept_snapshot(session, version, snapshot, limits)
+        accept_snapshot(session, version, snapshot, limits, clock)
         session.commit()
 
 
@@ -81,6 +82,7 @@ def mirror_file(
     *,
     blob_store: BlobStore,
     open_source: SourceOpener,
+    clock: Clock,
 ) -> None:
     """Job: stream one file from its upstream into the blob store; queue sealing after the last one.
 
@@ -126,7 +128,7 @@ def mirror_file(
             return
         row = session.get(VersionFile, file_id)
         if row.sha256 is None:
-            row.sha256, row.mirrored_at = digest, utcnow()
+            row.sha256, row.mirrored_at = digest, clock.now()
         grant_blob(session, tenant_id, digest, size, via="mirror")
         session.flush()
         remaining = session.scalar(
@@ -191,7 +193,7 @@ def _with_path(exc: IntegrityError, path: str) -> IntegrityError:
 
 
 def seal_version(session_factory: sessionmaker[Session], version_id: int, *, signing_key: SigningKey,
-                 registry_url: str | None = None) -> None:
+                 clock: Clock, registry_url: str | None = None) -> None:
     """Job: freeze the file list and sign it; sealing starts the next stage's work (see ``lifecycle``)."""
     with session_factory() as session:
         begin_write(session)
@@ -220,7 +222,7 @@ def seal_version(session_factory: sessionmaker[Session], version_id: int, *, sig
         version.manifest_bundle = bundle
         version.manifest_digest = hashlib.sha256(canonical_json(statement)).hexdigest()
         version.signing_key_id = signing_key.key_id
-        version.sealed_at = utcnow()
+        version.sealed_at = clock.now()
         lifecycle.advance(session, version, VersionState.SEALED, "system",
                           {"manifest_digest": version.manifest_digest, "key_id": signing_key.key_id,
                            "files": len(entries), "bytes": sum(e.size for e in entries)})

@@ -26,7 +26,8 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from registry import audit, jobs
 from registry.auth import AuthenticatedPrincipal, Permission, require, require_admin
-from registry.db.models import ScanResult, Version, VersionFile, utcnow
+from registry.clock import Clock
+from registry.db.models import ScanResult, Version, VersionFile
 from registry.db.session import begin_write, is_postgres
 from registry.domain.states import VersionState
 from registry.services import lifecycle
@@ -63,7 +64,7 @@ def _queue_scan(session: Session, digest: str, path: str) -> None:
 
 
 def scan_blob(session_factory: sessionmaker[Session], digest: str, path: str, *, blob_store: BlobStore,
-              run_modelscan: bool = True) -> None:
+              clock: Clock, run_modelscan: bool = True) -> None:
     """Job: scan one blob seen under ``path`` (if not cached), then settle every version waiting on it."""
     with session_factory() as session:
         cached = _cached(session, digest, path) is not None
@@ -85,7 +86,7 @@ def scan_blob(session_factory: sessionmaker[Session], digest: str, path: str, *,
                                            verdict=scan.verdict.value, findings=[f.as_dict() for f in scan.findings],
                                            duration_ms=ms))
             session.commit()
-    settle_versions_of(session_factory, digest, path)
+    settle_versions_of(session_factory, digest, path, clock=clock)
 
 
 def _scan_ours(blob_store: BlobStore, digest: str, path: str, siblings: frozenset[str]) -> tuple[FileScan, int]:
@@ -121,7 +122,7 @@ def _scan_modelscan(blob_store: BlobStore, digest: str, path: str, sniffed: str)
     return scan, int((time.perf_counter() - started) * 1000)
 
 
-def settle_versions_of(session_factory: sessionmaker[Session], digest: str, path: str) -> None:
+def settle_versions_of(session_factory: sessionmaker[Session], digest: str, path: str, *, clock: Clock) -> None:
     """Decide every version in ``scanning`` that holds this file, and flag approved ones turned unsafe."""
     with session_factory() as session:
         version_ids = list(session.scalars(
@@ -136,7 +137,7 @@ def settle_versions_of(session_factory: sessionmaker[Session], digest: str, path
             if version.state == VersionState.SCANNING.value:
                 decide(session, version)
             elif version.state in PAST_SCANNING and version.flagged_at is None:
-                _flag_if_unsafe(session, version)
+                _flag_if_unsafe(session, version, clock)
             session.commit()
 
 
@@ -167,12 +168,12 @@ def decide(session: Session, version: Version) -> None:
                        {"scanner": SCANNER_NAME, "scanner_version": SCANNER_VERSION, "verdicts": summary})
 
 
-def _flag_if_unsafe(session: Session, version: Version) -> None:
+def _flag_if_unsafe(session: Session, version: Version, clock: Clock) -> None:
     results = _verdicts(session, version)
     unsafe = sorted(p for p, r in results.items() if r is not None and r.verdict == Verdict.UNSAFE.value)
     if not unsafe:
         return
-    version.flagged_at = utcnow()
+    version.flagged_at = clock.now()
     version.flag_reason = f"rescan with {SCANNER_NAME} {SCANNER_VERSION} found unsafe: {', '.join(unsafe)}"[:256]
     audit.append(session, actor="system", action="version.flagged_for_revocation",
                  subject=f"{version.model.tenant.name}/{version.model.name}@{version.number}",

@@ -26,7 +26,8 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from registry import audit
 from registry.auth import AuthenticatedPrincipal, Permission, get_tenant, require, validate_name
-from registry.db.models import Blob, BlobOwner, Model, Tenant, Version, VersionFile, utcnow
+from registry.clock import Clock
+from registry.db.models import Blob, BlobOwner, Model, Tenant, Version, VersionFile
 from registry.db.session import begin_write, is_postgres
 from registry.domain.errors import (
     BlobNotFoundError,
@@ -157,6 +158,7 @@ def submit(
     *,
     open_source: SourceOpener,
     limits: Limits,
+    clock: Clock,
 ) -> tuple[Version, bool]:
     """Submit a version of ``tenant/name`` from ``request.source``.
 
@@ -221,7 +223,7 @@ def submit(
                  details={"source": request.source, "requested_revision": request.revision,
                           "include": list(request.include), "exclude": list(request.exclude)})
     if snapshot is not None:
-        accept_snapshot(session, version, snapshot, limits)
+        accept_snapshot(session, version, snapshot, limits, clock)
     elif isinstance(resolve_error, UpstreamError):
         lifecycle.queue_resolving(session, version)
     else:
@@ -330,6 +332,7 @@ def submit_uploaded(
     *,
     label: str,
     limits: Limits,
+    clock: Clock,
 ) -> tuple[Version, bool]:
     """Submit a version whose files were uploaded beforehand (``PUT /v1/blobs/sha256/{digest}``).
 
@@ -379,7 +382,7 @@ def submit_uploaded(
     ref = f"{tenant}/{name}@{version.number}"
     audit.append(session, actor=principal.name, action="version.submitted", subject=ref, tenant=tenant,
                  details={"source": f"upload:{label}", "files": len(entries)})
-    accept_snapshot(session, version, snapshot, limits, stored={e.path: e.sha256 for e in entries})
+    accept_snapshot(session, version, snapshot, limits, clock, stored={e.path: e.sha256 for e in entries})
     session.commit()
     return version, True
 
@@ -405,7 +408,7 @@ def _lock_or_create_model(session: Session, tenant_id: int, name: str) -> Model:
     return model
 
 
-def accept_snapshot(session: Session, version: Version, snapshot: Snapshot, limits: Limits,
+def accept_snapshot(session: Session, version: Version, snapshot: Snapshot, limits: Limits, clock: Clock,
                     *, stored: dict[str, str] | None = None) -> None:
     """Record the pinned revision and files, then queue a mirror job per file not already stored.
 
@@ -431,7 +434,7 @@ def accept_snapshot(session: Session, version: Version, snapshot: Snapshot, limi
             upstream_sha256=upstream.sha256, upstream_git_sha1=upstream.git_sha1, upstream_etag=upstream.etag,
         )
         if upstream.path in stored:
-            row.sha256, row.mirrored_at = stored[upstream.path], utcnow()
+            row.sha256, row.mirrored_at = stored[upstream.path], clock.now()
         session.add(row)
     session.flush()
     lifecycle.advance(session, version, VersionState.MIRRORING, "system",
