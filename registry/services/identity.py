@@ -80,7 +80,19 @@ def create_principal(
     return principal
 
 
-def get_principal(session: Session, name: str) -> Principal:
+def read_principal(session: Session, actor: AuthenticatedPrincipal, name: str) -> Principal:
+    """A principal with its roles, for administrators.
+
+    Raises:
+        PermissionDeniedError: ``actor`` is no administrator.
+        NotFoundError: no such principal.
+    """
+    require_admin(actor)
+    return _get_principal(session, name)
+
+
+def _get_principal(session: Session, name: str) -> Principal:
+    # Unchecked: callers have checked the actor.
     principal = session.scalar(select(Principal).where(Principal.name == name))
     if principal is None:
         raise NotFoundError(f"principal {name!r} does not exist", principal=name)
@@ -108,7 +120,7 @@ def grant_role(
     if capacity:
         validate_name("capacity", capacity)
     begin_write(session)
-    principal = get_principal(session, principal_name)
+    principal = _get_principal(session, principal_name)
     tenant = get_tenant(session, tenant_name)
     existing = session.scalar(
         select(RoleBinding).where(
@@ -132,7 +144,7 @@ def revoke_role(
 ) -> None:
     require_admin(actor)
     begin_write(session)
-    principal = get_principal(session, principal_name)
+    principal = _get_principal(session, principal_name)
     tenant = get_tenant(session, tenant_name)
     binding = session.scalar(
         select(RoleBinding).where(
@@ -161,7 +173,7 @@ def create_token(
     if expires_in_days is not None and not 0 < expires_in_days <= 3650:
         raise InvalidInputError("expires_in_days must be between 1 and 3650", field="expires_in_days")
     begin_write(session)
-    principal = get_principal(session, principal_name)
+    principal = _get_principal(session, principal_name)
     issued = issue_token(
         session, principal, description=description,
         expires_in=dt.timedelta(days=expires_in_days) if expires_in_days is not None else None,

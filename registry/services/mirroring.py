@@ -30,7 +30,7 @@ from registry.services.versions import (
     accept_snapshot,
     fail_version,
     grant_blob,
-    lock_version,
+    lock_version_unchecked,
     owned_blobs,
 )
 from registry.signing.bundle import build_model_statement, sign_model_bundle
@@ -61,7 +61,7 @@ def resolve_version(session_factory: sessionmaker[Session], version_id: int, *,
         return
     with session_factory() as session:
         begin_write(session)
-        version = lock_version(session, version_id)
+        version = lock_version_unchecked(session, version_id)
         if version is None or version.state != VersionState.SUBMITTED.value:
             return
         accept_snapshot(session, version, snapshot, limits, clock)
@@ -123,7 +123,7 @@ def mirror_file(
         digest, size = already, upstream.size
     with session_factory() as session:
         begin_write(session)
-        version = lock_version(session, version_id)
+        version = lock_version_unchecked(session, version_id)
         if version is None or version.state != VersionState.MIRRORING.value:
             return
         row = session.get(VersionFile, file_id)
@@ -197,7 +197,7 @@ def seal_version(session_factory: sessionmaker[Session], version_id: int, *, sig
     """Job: freeze the file list and sign it; sealing starts the next stage's work (see ``lifecycle``)."""
     with session_factory() as session:
         begin_write(session)
-        version = lock_version(session, version_id)
+        version = lock_version_unchecked(session, version_id)
         if version is None or version.state != VersionState.MIRRORING.value:
             return
         files = version.files

@@ -87,7 +87,8 @@ SourceOpener = Callable[[str, str | None, tuple[str, ...], tuple[str, ...]], Sou
 # --- reading ---------------------------------------------------------------------------------
 
 
-def get_model(session: Session, tenant: str, name: str) -> Model:
+def _get_model(session: Session, tenant: str, name: str) -> Model:
+    # Unchecked, like _get_version: the public readers check the principal first.
     model = session.scalar(select(Model).join(Model.tenant).where(Model.name == name, Tenant.name == tenant))
     if model is None:
         get_tenant(session, tenant)
@@ -95,8 +96,8 @@ def get_model(session: Session, tenant: str, name: str) -> Model:
     return model
 
 
-def get_version(session: Session, tenant: str, name: str, number: int) -> Version:
-    model = get_model(session, tenant, name)
+def _get_version(session: Session, tenant: str, name: str, number: int) -> Version:
+    model = _get_model(session, tenant, name)
     version = session.scalar(select(Version).where(Version.model_id == model.id, Version.number == number))
     if version is None:
         raise VersionNotFoundError(f"{tenant}/{name}", number)
@@ -105,7 +106,7 @@ def get_version(session: Session, tenant: str, name: str, number: int) -> Versio
 
 def list_versions(session: Session, principal: AuthenticatedPrincipal, tenant: str, name: str) -> list[Version]:
     require(principal, tenant, Permission.READ)
-    model = get_model(session, tenant, name)
+    model = _get_model(session, tenant, name)
     return list(session.scalars(select(Version).where(Version.model_id == model.id).order_by(Version.number)))
 
 
@@ -113,7 +114,7 @@ def read_version(
     session: Session, principal: AuthenticatedPrincipal, tenant: str, name: str, number: int
 ) -> Version:
     require(principal, tenant, Permission.READ)
-    return get_version(session, tenant, name, number)
+    return _get_version(session, tenant, name, number)
 
 
 def version_ref(version: Version) -> str:
@@ -502,7 +503,7 @@ def fail_version(session_factory: sessionmaker[Session], version_id: int, error:
     """Fail a version unless it already left the states a failure can come from."""
     with session_factory() as session:
         begin_write(session)
-        version = lock_version(session, version_id)
+        version = lock_version_unchecked(session, version_id)
         if version is None or version.state not in (
             VersionState.SUBMITTED.value, VersionState.MIRRORING.value, VersionState.SEALED.value,
             VersionState.SCANNING.value, VersionState.EVALUATING.value,
@@ -512,7 +513,8 @@ def fail_version(session_factory: sessionmaker[Session], version_id: int, error:
         session.commit()
 
 
-def lock_version(session: Session, version_id: int) -> Version | None:
+def lock_version_unchecked(session: Session, version_id: int) -> Version | None:
+    """The version, locked for update on PostgreSQL; no authorization check (for jobs, which act as the system)."""
     query = select(Version).where(Version.id == version_id)
     if is_postgres(session):
         query = query.with_for_update()
