@@ -29,8 +29,8 @@ def _resolve_version_dead(c: Container, payload: Payload, error: str, cause: Bas
 
 
 def _seal_version(c: Container, payload: Payload) -> None:
-    mirroring.seal_version(c.session_factory, int(payload["version_id"]), signing_key=c.signing_key, clock=c.clock,
-                          registry_url=c.settings.public_url)
+    mirroring.seal_version(c.session_factory, int(payload["version_id"]), signing_key=c.signing_key,
+                          clock=c.clock, registry_url=c.settings.public_url)
 
 
 def _seal_version_dead(c: Container, payload: Payload, error: str, cause: BaseException | None) -> None:
@@ -39,7 +39,8 @@ def _seal_version_dead(c: Container, payload: Payload, error: str, cause: BaseEx
 
 
 def _scan_blob(c: Container, payload: Payload) -> None:
-    scans.scan_blob(c.session_factory, payload["digest"], payload["path"], blob_store=c.blob_store, clock=c.clock)
+    scans.scan_blob(c.session_factory, payload["digest"], payload["path"], blob_store=c.blob_store,
+                    clock=c.clock)
 
 
 def _scan_blob_dead(c: Container, payload: Payload, error: str, _cause: BaseException | None) -> None:

@@ -43,7 +43,7 @@ pytestmark = pytest.mark.postgres
 
 ORDER = [JobKind.RESOLVE_VERSION, JobKind.MIRROR_FILE, JobKind.SEAL_VERSION, JobKind.SCAN_BLOB]
 TRAIL = ["version.submitted", "version.resolved", "version.sealed", "version.scanning", "version.scanned"]
-FAILED_TRAIL = ["version.submitted", "version.resolved", "version.sealed", "version.scanning", "version.failed"]
+FAILED_TRAIL = [*TRAIL[:-1], "version.failed"]
 
 
 @pytest.fixture
@@ -67,9 +67,10 @@ def deployment(pg_url, tmp_path, signing_key_pem, hub) -> Deployment:
         "MODELREG_JOB_BACKOFF_BASE_SECONDS": "0.1",
         "MODELREG_JOB_BACKOFF_MAX_SECONDS": "0.5",
     }
-    settings = Settings(data_dir=tmp_path / "data", database_url=pg_url, blob_store_url=env["MODELREG_BLOB_STORE_URL"],
-                        signing_key_pem=SecretStr(signing_key_pem), presign_secret=SecretStr("test-presign-secret"),
-                        hf_allowed_endpoints=[hub.url], job_lease_seconds=2)
+    settings = Settings(data_dir=tmp_path / "data", database_url=pg_url,
+                        blob_store_url=env["MODELREG_BLOB_STORE_URL"], signing_key_pem=SecretStr(signing_key_pem),
+                        presign_secret=SecretStr("test-presign-secret"), hf_allowed_endpoints=[hub.url],
+                        job_lease_seconds=2)
     return Deployment("pg-local", settings, env)
 
 
@@ -87,7 +88,8 @@ def _submit_while_upstream_is_down(container, hub, files: dict[str, bytes]) -> i
     admin = make_admin(container)
     hub.unreachable()
     with container.session_factory() as session:
-        version, _ = versions.submit(session, admin, "acme", "m", SubmitRequest(source="hf://org/m", hf_endpoint=hub.url),
+        version, _ = versions.submit(session, admin, "acme", "m",
+                                     SubmitRequest(source="hf://org/m", hf_endpoint=hub.url),
                                      open_source=container.open_source, limits=container.limits(),
                                      clock=container.clock)
         assert version.state == "submitted"
@@ -99,28 +101,31 @@ def _submit_while_upstream_is_down(container, hub, files: dict[str, bytes]) -> i
 def _run_in_process(container, kinds: list[JobKind]) -> None:
     """Run every job of these kinds (and only these) in this process until none is left."""
     handlers = build_handlers()
-    worker = Worker(container, HandlerRegistry([handlers.get(k.value) for k in kinds]), worker_id="test-before")
+    only = HandlerRegistry([handlers.get(k.value) for k in kinds])
+    worker = Worker(container, only, worker_id="test-before")
     while worker.run_once():
         pass
 
 
 def _waiting_on_a_lock(container) -> bool:
     with container.engine.connect() as conn:
-        return bool(conn.scalar(text(
-            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'")))
+        return bool(conn.scalar(text("SELECT count(*) FROM pg_stat_activity"
+                                     " WHERE datname = current_database() AND wait_event_type = 'Lock'")))
 
 
 def _trail(container, version_id: int) -> list[str]:
     with container.session_factory() as session:
         version = session.get(Version, version_id)
         ref = f"acme/{version.model.name}@{version.number}"
-        return list(session.scalars(select(AuditEvent.action).where(AuditEvent.subject == ref).order_by(AuditEvent.id)))
+        query = select(AuditEvent.action).where(AuditEvent.subject == ref).order_by(AuditEvent.id)
+        return list(session.scalars(query))
 
 
 def _kill_mid_job_then_complete(container, deployment, version_id: int, kind: JobKind, log: Path) -> str:
-    """Kill a worker process holding a job of ``kind`` mid-job; another worker finishes. Returns the end state."""
+    """Kill a worker process mid-way through a job of ``kind``; another worker finishes. Returns the end state."""
     with container.session_factory() as session:
-        assert session.scalar(select(Job.id).where(Job.kind == kind.value, Job.state == "queued").limit(1)), kind
+        queued = select(Job.id).where(Job.kind == kind.value, Job.state == "queued").limit(1)
+        assert session.scalar(queued) is not None, kind
     holder = make_engine(deployment.settings.database_url)
     try:
         with holder.connect() as conn:
@@ -149,7 +154,8 @@ def _kill_mid_job_then_complete(container, deployment, version_id: int, kind: Jo
 
 def _running(container, kind: JobKind) -> bool:
     with container.session_factory() as session:
-        return session.scalar(select(Job.id).where(Job.kind == kind.value, Job.state == "running").limit(1)) is not None
+        running = select(Job.id).where(Job.kind == kind.value, Job.state == "running").limit(1)
+        return session.scalar(running) is not None
 
 
 def _killed_attempts(container, kind: JobKind) -> list[int]:
@@ -177,7 +183,8 @@ def test_an_unsafe_model_fails_once_after_a_worker_is_killed_mid_scan(container,
     version_id = _submit_while_upstream_is_down(container, hub, files)
     _run_in_process(container, ORDER[:-1])
 
-    state = _kill_mid_job_then_complete(container, deployment, version_id, JobKind.SCAN_BLOB, tmp_path / "workers.log")
+    log = tmp_path / "workers.log"
+    state = _kill_mid_job_then_complete(container, deployment, version_id, JobKind.SCAN_BLOB, log)
 
     assert state == "failed"
     with container.session_factory() as session:

@@ -37,7 +37,8 @@ def test_a_file_path_of_the_longest_length_accepted_seals_and_is_scanned(contain
     admin = make_admin(container)
     with container.session_factory() as session:
         version, _ = versions.submit(session, admin, "acme", "long", SubmitRequest(source=str(model_dir)),
-                                     open_source=container.open_source, limits=container.limits(), clock=container.clock)
+                                     open_source=container.open_source, limits=container.limits(),
+                                     clock=container.clock)
         version_id = version.id
     drain(container)
 

@@ -240,7 +240,8 @@ def test_mirror_aborts_an_abandoned_upload_of_its_bytes_but_not_a_running_siblin
         with container.session_factory() as session:
             version, _ = versions.submit(session, admin, "acme", name,
                                          SubmitRequest(source=f"hf://org/{name}", hf_endpoint=hub.url),
-                                         open_source=container.open_source, limits=container.limits(), clock=container.clock)
+                                         open_source=container.open_source, limits=container.limits(),
+                                         clock=container.clock)
             ids[name] = version.id
     # An upload at the shard's final key, as a writer left it (killed) or is still sending it.
     key = f"registry/blobs/sha256/{digest[:2]}/{digest}"

@@ -13,10 +13,10 @@ from registry.services import audit, identity, scans, versions
 
 ROOT = Path(__file__).resolve().parents[2]
 CHECKS = {"require", "require_admin", "Permission", "permissions"}
+SHELLS = sorted((ROOT / "api").rglob("*.py")) + sorted((ROOT / "workers").rglob("*.py"))
 
 
-@pytest.mark.parametrize("path", sorted((ROOT / "api").rglob("*.py")) + sorted((ROOT / "workers").rglob("*.py")),
-                         ids=lambda p: str(p.relative_to(ROOT)))
+@pytest.mark.parametrize("path", SHELLS, ids=lambda p: str(p.relative_to(ROOT)))
 def test_routers_and_workers_check_no_permission(path: Path) -> None:
     tree = ast.parse(path.read_text())
     used = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)}

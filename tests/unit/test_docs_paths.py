@@ -33,4 +33,5 @@ def test_no_doc_points_outside_the_repository(doc: str) -> None:
 
 
 def test_the_pattern_finds_paths() -> None:
-    assert named_paths("see `registry/jobs.py`, and docs/adr/, not xregistry/a") == {"registry/jobs.py", "docs/adr/"}
+    found = named_paths("see `registry/jobs.py`, and docs/adr/, not xregistry/a")
+    assert found == {"registry/jobs.py", "docs/adr/"}
