@@ -15,7 +15,6 @@ from __future__ import annotations
 import datetime as dt
 import enum
 import hashlib
-import re
 import secrets
 from dataclasses import dataclass, field
 
@@ -24,10 +23,9 @@ from sqlalchemy.orm import Session, selectinload
 
 from registry.db.models import ApiToken, Principal, RoleBinding, Tenant, utcnow
 from registry.domain.errors import AuthenticationError, InvalidInputError, PermissionDeniedError
+from registry.domain.refs import NAME_RE
 
 TOKEN_PREFIX = "mr_"
-# \Z, not $: "$" also matches before a final newline, and "m\n" named a model.
-NAME_RE = re.compile(r"\A[a-z0-9][a-z0-9._-]{0,62}\Z")
 
 
 class Role(str, enum.Enum):

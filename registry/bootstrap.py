@@ -1,4 +1,4 @@
-"""The one place that builds settings, engine, blob store, signer and job queue.
+"""The one place that builds settings, engine, clock, blob store, signer and job queue.
 
 ``serve``, ``worker``, the CLI and the tests all call :func:`bootstrap`; nothing is built at import
 time. The embedded default (no database or blob store URL set) keeps everything under the data
@@ -19,8 +19,9 @@ from typing import TYPE_CHECKING
 from sqlalchemy import Engine, select
 from sqlalchemy.orm import Session, sessionmaker
 
+from registry.clock import Clock, SystemClock
 from registry.db.session import make_engine, make_session_factory
-from registry.jobs import MAX_ATTEMPTS_INFO, JobQueue
+from registry.jobs import CLOCK_INFO, MAX_ATTEMPTS_INFO, JobQueue
 from registry.settings import Settings
 
 if TYPE_CHECKING:
@@ -41,6 +42,7 @@ class Container:
     engine: Engine
     session_factory: sessionmaker[Session]
     queue: JobQueue
+    clock: Clock = field(default_factory=SystemClock)
     _blob_store: "BlobStore | None" = field(default=None, repr=False)
 
     @cached_property
@@ -121,23 +123,31 @@ class Container:
         self.engine.dispose()
 
 
-def bootstrap(settings: Settings | None = None, *, migrate: bool = False) -> Container:
-    """Build the container; with ``migrate`` bring the schema to head first."""
+def bootstrap(settings: Settings | None = None, *, migrate: bool = False,
+              clock: Clock | None = None) -> Container:
+    """Build the container; with ``migrate`` bring the schema to head first.
+
+    Args:
+        clock: the time source of the queue's leases and of the services (tests pass a ManualClock).
+    """
     settings = settings or load_settings()
+    clock = clock or SystemClock()
     engine = make_engine(settings.resolved_database_url())
     if migrate:
         from registry.db import migrate as migrations
 
         migrations.upgrade(engine)
     # Jobs are enqueued by services in their own transactions: the session carries the setting.
-    session_factory = make_session_factory(engine, info={MAX_ATTEMPTS_INFO: settings.job_max_attempts})
+    session_factory = make_session_factory(engine, info={MAX_ATTEMPTS_INFO: settings.job_max_attempts,
+                                                         CLOCK_INFO: clock})
     queue = JobQueue(
         session_factory,
         lease=dt.timedelta(seconds=settings.job_lease_seconds),
         backoff_base=dt.timedelta(seconds=settings.job_backoff_base_seconds),
         backoff_max=dt.timedelta(seconds=settings.job_backoff_max_seconds),
+        clock=clock,
     )
-    return Container(settings=settings, engine=engine, session_factory=session_factory, queue=queue)
+    return Container(settings=settings, engine=engine, session_factory=session_factory, queue=queue, clock=clock)
 
 
 @dataclass(frozen=True, slots=True)

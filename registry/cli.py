@@ -86,10 +86,14 @@ def _seg(value: str) -> str:
 
 
 def _split_model(model: str) -> tuple[str, str]:
-    tenant, sep, name = model.partition("/")
-    if not sep or not tenant or not name or "/" in name:
-        raise CliError(f"model must be TENANT/NAME, got {model!r}")
-    return tenant, name
+    from registry.domain.errors import InvalidRefError
+    from registry.domain.refs import parse_model
+
+    try:
+        ref = parse_model(model)
+    except InvalidRefError as exc:
+        raise CliError(exc.message) from None
+    return ref.tenant, ref.name
 
 
 # --- identity --------------------------------------------------------------------------------

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import enum
 import hashlib
 import random
 from dataclasses import dataclass, field
@@ -27,7 +28,8 @@ from sqlalchemy import func, select, update
 from sqlalchemy.exc import IntegrityError as SAIntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 
-from registry.db.models import Job, utcnow
+from registry.clock import Clock, SystemClock
+from registry.db.models import Job
 from registry.db.session import is_postgres
 
 QUEUED = "queued"
@@ -37,12 +39,14 @@ DEAD = "dead"
 # Not a state: what ``fail`` returns when the job was no longer ours, so nothing was recorded.
 LOST = "lost"
 
-Clock = Callable[[], dt.datetime]
 _JOBS = Job.__table__
+_SYSTEM_CLOCK = SystemClock()
 
 DEFAULT_MAX_ATTEMPTS = 5
 MAX_ATTEMPTS_INFO = "modelreg.job_max_attempts"
 """The key, in a session's ``info``, of the attempts a job enqueued in it gets (``job_max_attempts``)."""
+CLOCK_INFO = "modelreg.clock"
+"""The key, in a session's ``info``, of the container's clock: a job enqueued in it is due from its now."""
 
 # Characters, as VARCHAR counts them on PostgreSQL.
 _KEY_LENGTH = _JOBS.c.idempotency_key.type.length
@@ -64,6 +68,25 @@ def job_key(kind: str, *parts: object) -> str:
     if len(key) <= _KEY_LENGTH:
         return key
     return f"{kind}@sha256:{hashlib.sha256(key.encode()).hexdigest()}"
+
+
+class JobKind(str, enum.Enum):
+    """Every job kind modelreg runs: services enqueue these names and workers register handlers for them."""
+
+    RESOLVE_VERSION = "resolve_version"
+    MIRROR_FILE = "mirror_file"
+    SEAL_VERSION = "seal_version"
+    SCAN_BLOB = "scan_blob"
+
+
+def enqueue_job(session: Session, kind: JobKind, payload: dict[str, Any], *key_parts: object) -> Job:
+    """Enqueue a job of a known kind, keyed ``job_key(kind, *key_parts)`` so it is queued at most once.
+
+    Example:
+        >>> enqueue_job(session, JobKind.SEAL_VERSION, {"version_id": 7}, 7)  # doctest: +SKIP
+    """
+    kind = JobKind(kind)
+    return enqueue(session, kind.value, payload, idempotency_key=job_key(kind.value, *key_parts))
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,16 +120,19 @@ def enqueue(
         idempotency_key: build it with :func:`job_key`.
         max_attempts: default: the session's ``info[MAX_ATTEMPTS_INFO]`` (bootstrap puts the
             ``job_max_attempts`` setting there), else ``DEFAULT_MAX_ATTEMPTS``.
+        run_after: default: now, by the session's ``info[CLOCK_INFO]`` (the container's clock).
     """
     if max_attempts is None:
         max_attempts = session.info.get(MAX_ATTEMPTS_INFO, DEFAULT_MAX_ATTEMPTS)
+    if run_after is None:
+        run_after = session.info.get(CLOCK_INFO, _SYSTEM_CLOCK).now()
     if idempotency_key is not None:
         existing = session.scalar(select(Job).where(Job.idempotency_key == idempotency_key))
         if existing is not None:
             if existing.state == DEAD:
                 existing.state = QUEUED
                 existing.attempts = 0
-                existing.run_after = run_after or utcnow()
+                existing.run_after = run_after
                 existing.last_error = None
                 existing.finished_at = None
                 existing.payload = payload
@@ -117,7 +143,7 @@ def enqueue(
         idempotency_key=idempotency_key,
         priority=priority,
         max_attempts=max_attempts,
-        run_after=run_after or utcnow(),
+        run_after=run_after,
         state=QUEUED,
         attempts=0,
     )
@@ -159,7 +185,7 @@ class JobQueue:
     lease: dt.timedelta = dt.timedelta(seconds=60)
     backoff_base: dt.timedelta = dt.timedelta(seconds=2)
     backoff_max: dt.timedelta = dt.timedelta(minutes=5)
-    clock: Clock = field(default=utcnow)
+    clock: Clock = field(default_factory=SystemClock)
 
     def claim(
         self,
@@ -210,7 +236,7 @@ class JobQueue:
         COALESCE evaluates its second subquery only when the first finds nothing, and each locks
         the row it picks with SKIP LOCKED, so concurrent workers never wait on each other.
         """
-        now = self.clock()
+        now = self.clock.now()
         expired, queued = self._candidates(now, kinds)
         pick = func.coalesce(
             expired.with_for_update(skip_locked=True).scalar_subquery(),
@@ -245,7 +271,7 @@ class JobQueue:
             # SQLite has no row locks: take the database's write lock before reading, so two
             # workers can never read the same queued row.
             session.connection(execution_options={"sqlite_begin": "BEGIN IMMEDIATE"})
-            now = self.clock()
+            now = self.clock.now()
             expired, queued = self._candidates(now, kinds)
             job_id = session.scalar(expired) or session.scalar(queued)
             if job_id is None:
@@ -270,11 +296,11 @@ class JobQueue:
 
     def heartbeat(self, job: ClaimedJob, worker_id: str) -> bool:
         """Extend the lease; False when the job is no longer ours (the lease ran out and was taken)."""
-        return self._settle(job, worker_id, lease_expires_at=self.clock() + self.lease)
+        return self._settle(job, worker_id, lease_expires_at=self.clock.now() + self.lease)
 
     def complete(self, job: ClaimedJob, worker_id: str) -> bool:
         """Mark the job succeeded; False when it was no longer ours."""
-        return self._settle(job, worker_id, state=SUCCEEDED, finished_at=self.clock(), lease_expires_at=None,
+        return self._settle(job, worker_id, state=SUCCEEDED, finished_at=self.clock.now(), lease_expires_at=None,
                             last_error=None)
 
     def fail(self, job: ClaimedJob, worker_id: str, error: str, *, retry: bool = True) -> str:
@@ -284,7 +310,7 @@ class JobQueue:
             The job's new state, or ``LOST`` when the job was no longer ours (its lease ran out and
             another worker took it): nothing was recorded and the other worker's outcome counts.
         """
-        now = self.clock()
+        now = self.clock.now()
         dead = not retry or job.attempts >= job.max_attempts
         values: dict[str, Any] = {"last_error": error[-8000:], "lease_expires_at": None}
         if dead:

@@ -31,7 +31,7 @@ def run_checkpoints(container: Container, stop: threading.Event) -> None:
             with container.session_factory() as session:
                 audit.checkpoint_if_due(
                     session, container.signing_key, every_events=settings.audit_checkpoint_every_events,
-                    every_seconds=settings.audit_checkpoint_every_seconds, now=container.queue.clock(),
+                    every_seconds=settings.audit_checkpoint_every_seconds, now=container.clock.now(),
                 )
         except Exception:
             # A database blip or a broken chain: say so and try again at the next tick.

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 from registry.bootstrap import Container
 from registry.domain.errors import RegistryError, UnstorableDataError, UpstreamError
+from registry.jobs import JobKind
 from registry.services import mirroring, scans, versions
 from workers.registry import Handler, HandlerRegistry, Payload
 
 
 def _mirror_file(c: Container, payload: Payload) -> None:
     mirroring.mirror_file(c.session_factory, int(payload["file_id"]), blob_store=c.blob_store,
-                         open_source=c.open_source)
+                         open_source=c.open_source, clock=c.clock)
 
 
 def _mirror_file_dead(c: Container, payload: Payload, error: str, _cause: BaseException | None) -> None:
@@ -19,7 +20,7 @@ def _mirror_file_dead(c: Container, payload: Payload, error: str, _cause: BaseEx
 
 def _resolve_version(c: Container, payload: Payload) -> None:
     mirroring.resolve_version(c.session_factory, int(payload["version_id"]), open_source=c.open_source,
-                             limits=c.limits())
+                             limits=c.limits(), clock=c.clock)
 
 
 def _resolve_version_dead(c: Container, payload: Payload, error: str, cause: BaseException | None) -> None:
@@ -29,7 +30,7 @@ def _resolve_version_dead(c: Container, payload: Payload, error: str, cause: Bas
 
 def _seal_version(c: Container, payload: Payload) -> None:
     mirroring.seal_version(c.session_factory, int(payload["version_id"]), signing_key=c.signing_key,
-                          registry_url=c.settings.public_url)
+                          clock=c.clock, registry_url=c.settings.public_url)
 
 
 def _seal_version_dead(c: Container, payload: Payload, error: str, cause: BaseException | None) -> None:
@@ -38,7 +39,8 @@ def _seal_version_dead(c: Container, payload: Payload, error: str, cause: BaseEx
 
 
 def _scan_blob(c: Container, payload: Payload) -> None:
-    scans.scan_blob(c.session_factory, payload["digest"], payload["path"], blob_store=c.blob_store)
+    scans.scan_blob(c.session_factory, payload["digest"], payload["path"], blob_store=c.blob_store,
+                    clock=c.clock)
 
 
 def _scan_blob_dead(c: Container, payload: Payload, error: str, _cause: BaseException | None) -> None:
@@ -57,8 +59,8 @@ def _last_line(error: str) -> str:
 
 def build_handlers() -> HandlerRegistry:
     return HandlerRegistry([
-        Handler(versions.RESOLVE_VERSION, _resolve_version, _resolve_version_dead),
-        Handler(versions.MIRROR_FILE, _mirror_file, _mirror_file_dead),
-        Handler(versions.SEAL_VERSION, _seal_version, _seal_version_dead),
-        Handler(scans.SCAN_BLOB, _scan_blob, _scan_blob_dead),
+        Handler(JobKind.RESOLVE_VERSION.value, _resolve_version, _resolve_version_dead),
+        Handler(JobKind.MIRROR_FILE.value, _mirror_file, _mirror_file_dead),
+        Handler(JobKind.SEAL_VERSION.value, _seal_version, _seal_version_dead),
+        Handler(JobKind.SCAN_BLOB.value, _scan_blob, _scan_blob_dead),
     ])

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from fastapi import APIRouter, status
 
-from api.deps import PrincipalDep, SessionDep
+from api.deps import ContainerDep, PrincipalDep, SessionDep
 from api.params import PrincipalName, RowId
 from api.problems import AUTHENTICATED, responses
 from api.schemas import (
@@ -62,10 +62,7 @@ def create_principal(body: PrincipalCreate, session: SessionDep, principal: Prin
 @router.get("/principals/{name}", response_model=PrincipalPublic,
             responses=responses(*AUTHENTICATED, NotFoundError))
 def get_principal(name: PrincipalName, session: SessionDep, principal: PrincipalDep) -> PrincipalPublic:
-    from registry.auth import require_admin
-
-    require_admin(principal)
-    return _principal_public(identity.get_principal(session, name))
+    return _principal_public(identity.read_principal(session, principal, name))
 
 
 @router.post("/principals/{name}/roles", response_model=PrincipalPublic, status_code=status.HTTP_201_CREATED,
@@ -74,7 +71,7 @@ def grant_role(name: PrincipalName, body: RoleGrant, session: SessionDep,
                principal: PrincipalDep) -> PrincipalPublic:
     identity.grant_role(session, principal, name, body.tenant, body.role.value, body.capacity)
     session.expire_all()
-    return _principal_public(identity.get_principal(session, name))
+    return _principal_public(identity.read_principal(session, principal, name))
 
 
 @router.delete("/principals/{name}/roles", status_code=status.HTTP_204_NO_CONTENT,
@@ -95,5 +92,5 @@ def create_token(name: PrincipalName, body: TokenCreate, session: SessionDep,
 
 @router.delete("/tokens/{token_id}", status_code=status.HTTP_204_NO_CONTENT,
                responses=responses(*AUTHENTICATED, NotFoundError))
-def revoke_token(token_id: RowId, session: SessionDep, principal: PrincipalDep) -> None:
-    identity.revoke_token(session, principal, token_id)
+def revoke_token(token_id: RowId, session: SessionDep, principal: PrincipalDep, container: ContainerDep) -> None:
+    identity.revoke_token(session, principal, token_id, clock=container.clock)

@@ -291,6 +291,15 @@ class InvalidPathError(InvalidInputError):
         super().__init__(f"invalid file path {path!r}: {reason}", path=path, reason=reason)
 
 
+class InvalidRefError(InvalidInputError):
+    """A model or version reference that is not ``[modelreg://]tenant/name[@version|@alias]``."""
+
+    code = "invalid-ref"
+
+    def __init__(self, ref: str, reason: str) -> None:
+        super().__init__(f"invalid reference {ref!r}: {reason}", ref=ref, reason=reason)
+
+
 class InvalidTextError(InvalidInputError):
     """Text a person typed (a label, revision, description, glob, comment) that is too long or holds a
     control or bidirectional formatting character; ``details['field']`` names the field."""

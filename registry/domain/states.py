@@ -2,12 +2,16 @@
 
 ``submitted → mirroring → sealed → scanning → evaluating → awaiting_approval → approved``, or
 ``failed`` (with a reason) from any state before approval, ``rejected`` from awaiting approval, and
-``revoked`` from any state after sealing. Every transition is checked here and nowhere else.
+``revoked`` from any state after sealing. Every transition is checked here and nowhere else, and each
+has one audit action (:func:`event_for`). ``PIPELINE`` is the order a version moves forward in; a stage
+with no work for a version is skipped (:func:`next_stage`), as ``evaluating`` is until evals exist.
 """
 
 from __future__ import annotations
 
 import enum
+
+from typing import Callable
 
 from registry.domain.errors import InvalidStateError
 
@@ -52,3 +56,56 @@ def check_transition(current: str, target: VersionState) -> VersionState:
             f"a {state.value} version cannot become {target.value}", state=state.value, target=target.value
         )
     return target
+
+
+PIPELINE: tuple[VersionState, ...] = (S.SUBMITTED, S.MIRRORING, S.SEALED, S.SCANNING, S.EVALUATING,
+                                      S.AWAITING_APPROVAL)
+"""The stages a version moves forward through, in order, before a person decides."""
+
+# The audit action of a forward move names the work just finished (resolving, sealing, scanning).
+_FORWARD_EVENTS = {
+    (S.SUBMITTED, S.MIRRORING): "version.resolved",
+    (S.MIRRORING, S.SEALED): "version.sealed",
+    (S.SEALED, S.SCANNING): "version.scanning",
+    (S.SCANNING, S.EVALUATING): "version.scanned",
+    (S.SCANNING, S.AWAITING_APPROVAL): "version.scanned",
+    (S.EVALUATING, S.AWAITING_APPROVAL): "version.evaluated",
+}
+# A move to an outcome is named after the outcome.
+_OUTCOMES = frozenset({S.APPROVED, S.FAILED, S.REJECTED, S.REVOKED})
+
+
+def event_for(current: VersionState, target: VersionState) -> str:
+    """The audit action recorded when a version moves from ``current`` to ``target``.
+
+    Raises:
+        InvalidStateError: the move is not a transition of the state machine.
+
+    Example:
+        >>> event_for(VersionState.MIRRORING, VersionState.SEALED)
+        'version.sealed'
+    """
+    check_transition(current.value, target)
+    if target in _OUTCOMES:
+        return f"version.{target.value}"
+    return _FORWARD_EVENTS[(current, target)]
+
+
+def next_stage(current: VersionState, applies: Callable[[VersionState], bool]) -> VersionState:
+    """The stage after ``current`` in ``PIPELINE``, skipping stages that do not apply to the version.
+
+    Args:
+        applies: whether a version passes through a stage (``evaluating`` only with evals to run).
+
+    Raises:
+        InvalidStateError: ``current`` is not a pipeline stage, or is the last one.
+
+    Example:
+        >>> next_stage(VersionState.SCANNING, lambda s: s is not VersionState.EVALUATING)
+        <VersionState.AWAITING_APPROVAL: 'awaiting_approval'>
+    """
+    if current not in PIPELINE or current is PIPELINE[-1]:
+        raise InvalidStateError(f"a {current.value} version has no next stage", state=current.value)
+    later = PIPELINE[PIPELINE.index(current) + 1:]
+    # The last stage (a person's decision) always applies.
+    return next(s for s in later if s is PIPELINE[-1] or applies(s))

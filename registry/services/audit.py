@@ -1,6 +1,7 @@
-"""Who may read the audit log's signed checkpoints.
+"""Who may read the audit log: its events, its verification and its signed checkpoints.
 
-Checkpoints sign the whole chain and carry only event ids and hashes, so an auditor of any tenant
+Events are read by the auditors of their tenant, and all of them by administrators; recomputing the
+whole chain is for administrators. Checkpoints sign the whole chain and carry only event ids and hashes, so an auditor of any tenant
 may read them: an auditor needs them to hold the registry to its chain later (``modelreg audit
 verify --checkpoints``).
 """
@@ -10,8 +11,8 @@ from __future__ import annotations
 from sqlalchemy.orm import Session
 
 from registry import audit
-from registry.auth import AuthenticatedPrincipal, Permission
-from registry.db.models import AuditCheckpoint
+from registry.auth import AuthenticatedPrincipal, Permission, require, require_admin
+from registry.db.models import AuditCheckpoint, AuditEvent
 from registry.domain.errors import PermissionDeniedError
 
 
@@ -30,3 +31,29 @@ def list_checkpoints(
         )
     return audit.checkpoints(session, after=after, limit=limit)
 
+
+
+def list_events(
+    session: Session, actor: AuthenticatedPrincipal, *, tenant: str | None, after: int, limit: int,
+) -> list[AuditEvent]:
+    """Events after an id: of one tenant for its auditors, of every tenant for administrators.
+
+    Raises:
+        PermissionDeniedError: ``actor`` audits no such tenant (or, with no tenant, is no administrator).
+    """
+    if tenant is None:
+        require_admin(actor)
+    else:
+        require(actor, tenant, Permission.AUDIT)
+    return audit.events(session, tenant=tenant, after=after, limit=limit)
+
+
+def verify_chain(session: Session, actor: AuthenticatedPrincipal) -> audit.ChainReport:
+    """Recompute the whole chain (administrators).
+
+    Raises:
+        PermissionDeniedError: ``actor`` is no administrator.
+        AuditChainError: naming the first altered, removed or reordered event.
+    """
+    require_admin(actor)
+    return audit.verify(session)

@@ -22,7 +22,8 @@ from registry.auth import (
     require_admin,
     validate_name,
 )
-from registry.db.models import ApiToken, Principal, RoleBinding, Tenant, utcnow
+from registry.clock import Clock
+from registry.db.models import ApiToken, Principal, RoleBinding, Tenant
 from registry.db.session import begin_write
 from registry.domain.errors import AlreadyExistsError, InvalidInputError, NotFoundError, ReservedNameError
 from registry.domain.text import MAX_DESCRIPTION_LENGTH, validate_text
@@ -79,7 +80,19 @@ def create_principal(
     return principal
 
 
-def get_principal(session: Session, name: str) -> Principal:
+def read_principal(session: Session, actor: AuthenticatedPrincipal, name: str) -> Principal:
+    """A principal with its roles, for administrators.
+
+    Raises:
+        PermissionDeniedError: ``actor`` is no administrator.
+        NotFoundError: no such principal.
+    """
+    require_admin(actor)
+    return _get_principal(session, name)
+
+
+def _get_principal(session: Session, name: str) -> Principal:
+    # Unchecked: callers have checked the actor.
     principal = session.scalar(select(Principal).where(Principal.name == name))
     if principal is None:
         raise NotFoundError(f"principal {name!r} does not exist", principal=name)
@@ -107,7 +120,7 @@ def grant_role(
     if capacity:
         validate_name("capacity", capacity)
     begin_write(session)
-    principal = get_principal(session, principal_name)
+    principal = _get_principal(session, principal_name)
     tenant = get_tenant(session, tenant_name)
     existing = session.scalar(
         select(RoleBinding).where(
@@ -131,7 +144,7 @@ def revoke_role(
 ) -> None:
     require_admin(actor)
     begin_write(session)
-    principal = get_principal(session, principal_name)
+    principal = _get_principal(session, principal_name)
     tenant = get_tenant(session, tenant_name)
     binding = session.scalar(
         select(RoleBinding).where(
@@ -160,7 +173,7 @@ def create_token(
     if expires_in_days is not None and not 0 < expires_in_days <= 3650:
         raise InvalidInputError("expires_in_days must be between 1 and 3650", field="expires_in_days")
     begin_write(session)
-    principal = get_principal(session, principal_name)
+    principal = _get_principal(session, principal_name)
     issued = issue_token(
         session, principal, description=description,
         expires_in=dt.timedelta(days=expires_in_days) if expires_in_days is not None else None,
@@ -172,14 +185,14 @@ def create_token(
     return issued
 
 
-def revoke_token(session: Session, actor: AuthenticatedPrincipal, token_id: int) -> None:
+def revoke_token(session: Session, actor: AuthenticatedPrincipal, token_id: int, *, clock: Clock) -> None:
     require_admin(actor)
     begin_write(session)
     token = session.get(ApiToken, token_id)
     if token is None:
         raise NotFoundError(f"token {token_id} does not exist", token_id=token_id)
     if token.revoked_at is None:
-        token.revoked_at = utcnow()
+        token.revoked_at = clock.now()
         audit.append(session, actor=actor.name, action="token.revoked",
                      subject=f"principal/{token.principal.name}", details={"token_id": token_id})
     session.commit()

@@ -16,24 +16,22 @@ import logging
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session, sessionmaker
 
-from registry import audit, jobs
-from registry.db.models import Job, Version, VersionFile, utcnow
+from registry import jobs
+from registry.clock import Clock
+from registry.db.models import Job, Version, VersionFile
 from registry.db.session import begin_write
 from registry.domain.errors import IntegrityError, NotFoundError, RegistryError, UpstreamError
 from registry.domain.files import FileEntry, validate_file_list
-from registry.domain.states import VersionState, check_transition
-from registry.services import scans
+from registry.domain.states import VersionState
+from registry.services import lifecycle
 from registry.services.versions import (
-    MIRROR_FILE,
-    SEAL_VERSION,
     Limits,
     SourceOpener,
     accept_snapshot,
     fail_version,
     grant_blob,
-    lock_version,
+    lock_version_unchecked,
     owned_blobs,
-    version_ref,
 )
 from registry.signing.bundle import build_model_statement, sign_model_bundle
 from registry.signing.canonical import canonical_json
@@ -45,7 +43,7 @@ log = logging.getLogger(__name__)
 
 
 def resolve_version(session_factory: sessionmaker[Session], version_id: int, *,
-                    open_source: SourceOpener, limits: Limits) -> None:
+                    open_source: SourceOpener, limits: Limits, clock: Clock) -> None:
     """Job: resolve a version whose upstream was unreachable at submission. Transient errors raise."""
     with session_factory() as session:
         version = session.get(Version, version_id)
@@ -63,10 +61,10 @@ def resolve_version(session_factory: sessionmaker[Session], version_id: int, *,
         return
     with session_factory() as session:
         begin_write(session)
-        version = lock_version(session, version_id)
+        version = lock_version_unchecked(session, version_id)
         if version is None or version.state != VersionState.SUBMITTED.value:
             return
-        accept_snapshot(session, version, snapshot, limits, version_ref(version))
+        accept_snapshot(session, version, snapshot, limits, clock)
         session.commit()
 
 
@@ -84,6 +82,7 @@ def mirror_file(
     *,
     blob_store: BlobStore,
     open_source: SourceOpener,
+    clock: Clock,
 ) -> None:
     """Job: stream one file from its upstream into the blob store; queue sealing after the last one.
 
@@ -124,12 +123,12 @@ def mirror_file(
         digest, size = already, upstream.size
     with session_factory() as session:
         begin_write(session)
-        version = lock_version(session, version_id)
+        version = lock_version_unchecked(session, version_id)
         if version is None or version.state != VersionState.MIRRORING.value:
             return
         row = session.get(VersionFile, file_id)
         if row.sha256 is None:
-            row.sha256, row.mirrored_at = digest, utcnow()
+            row.sha256, row.mirrored_at = digest, clock.now()
         grant_blob(session, tenant_id, digest, size, via="mirror")
         session.flush()
         remaining = session.scalar(
@@ -137,8 +136,7 @@ def mirror_file(
                 VersionFile.version_id == version_id, VersionFile.sha256.is_(None))
         )
         if remaining == 0:
-            jobs.enqueue(session, SEAL_VERSION, {"version_id": version_id},
-                         idempotency_key=jobs.job_key(SEAL_VERSION, version_id))
+            lifecycle.queue_sealing(session, version)
         session.commit()
 
 
@@ -173,8 +171,8 @@ def _abort_abandoned_uploads(session_factory: sessionmaker[Session], blob_store:
         ).all()
         busy = bool(siblings) and session.scalar(
             select(func.count()).select_from(Job).where(
-                Job.kind == MIRROR_FILE, Job.state == jobs.RUNNING,
-                Job.idempotency_key.in_([jobs.job_key(MIRROR_FILE, i) for i in siblings]))
+                Job.kind == jobs.JobKind.MIRROR_FILE.value, Job.state == jobs.RUNNING,
+                Job.idempotency_key.in_([jobs.job_key(jobs.JobKind.MIRROR_FILE.value, i) for i in siblings]))
         )
     if busy:
         return
@@ -195,17 +193,16 @@ def _with_path(exc: IntegrityError, path: str) -> IntegrityError:
 
 
 def seal_version(session_factory: sessionmaker[Session], version_id: int, *, signing_key: SigningKey,
-                 registry_url: str | None = None) -> None:
-    """Job: freeze the file list and sign it; then run the after-seal hooks (scanning)."""
+                 clock: Clock, registry_url: str | None = None) -> None:
+    """Job: freeze the file list and sign it; sealing starts the next stage's work (see ``lifecycle``)."""
     with session_factory() as session:
         begin_write(session)
-        version = lock_version(session, version_id)
+        version = lock_version_unchecked(session, version_id)
         if version is None or version.state != VersionState.MIRRORING.value:
             return
         files = version.files
         if any(f.sha256 is None for f in files):
             raise NotFoundError(f"version {version_id} still has files to mirror")
-        ref = version_ref(version)
         entries = validate_file_list(FileEntry(f.path, f.size, f.sha256) for f in files)
         statement = build_model_statement(
             f"{version.model.tenant.name}/{version.model.name}",
@@ -225,11 +222,8 @@ def seal_version(session_factory: sessionmaker[Session], version_id: int, *, sig
         version.manifest_bundle = bundle
         version.manifest_digest = hashlib.sha256(canonical_json(statement)).hexdigest()
         version.signing_key_id = signing_key.key_id
-        version.sealed_at = utcnow()
-        version.state = check_transition(version.state, VersionState.SEALED).value
-        audit.append(session, actor="system", action="version.sealed", subject=ref,
-                     tenant=version.model.tenant.name,
-                     details={"manifest_digest": version.manifest_digest, "key_id": signing_key.key_id,
-                              "files": len(entries), "bytes": sum(e.size for e in entries)})
-        scans.start_scanning(session, version)
+        version.sealed_at = clock.now()
+        lifecycle.advance(session, version, VersionState.SEALED, "system",
+                          {"manifest_digest": version.manifest_digest, "key_id": signing_key.key_id,
+                           "files": len(entries), "bytes": sum(e.size for e in entries)})
         session.commit()

@@ -3,8 +3,8 @@
 When a version is sealed it moves to ``scanning`` and each of its files without a cached result for
 the current scanner version gets a job. The job that records the last result decides: an ``unsafe``
 file fails the version with reason ``unsafe_file``, a file whose scan ended in ``error`` fails it with
-``scan_error`` (a file nobody could decide on is never loaded); otherwise the version moves on to
-approval, where policy decides about ``suspicious`` files. ``modelscan`` runs beside our engine on
+``scan_error`` (a file nobody could decide on is never loaded); otherwise the lifecycle moves the version
+to its next stage (approval, where policy decides about ``suspicious`` files). ``modelscan`` runs beside our engine on
 the formats it knows; its result is stored too, but never decides.
 
 A rescan (``rescan_all``, after a scanner upgrade) scans every stored file again; a version already
@@ -26,15 +26,16 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from registry import audit, jobs
 from registry.auth import AuthenticatedPrincipal, Permission, require, require_admin
-from registry.db.models import ScanResult, Version, VersionFile, utcnow
+from registry.clock import Clock
+from registry.db.models import ScanResult, Version, VersionFile
 from registry.db.session import begin_write, is_postgres
-from registry.domain.states import VersionState, check_transition
+from registry.domain.states import VersionState
+from registry.services import lifecycle
 from registry.scanning import SCANNER_NAME, SCANNER_VERSION, FileScan, Verdict, scan_stream
 from registry.storage.base import BlobStore
 
 log = logging.getLogger(__name__)
 
-SCAN_BLOB = "scan_blob"
 PAST_SCANNING = (VersionState.EVALUATING.value, VersionState.AWAITING_APPROVAL.value,
                  VersionState.APPROVED.value)
 
@@ -47,21 +48,23 @@ def _cached(session: Session, digest: str, path: str, scanner: str | None = None
         ScanResult.scanner == (scanner or SCANNER_NAME), ScanResult.scanner_version == (version or SCANNER_VERSION)))
 
 
-def start_scanning(session: Session, version: Version) -> None:
-    """In the sealing transaction: move to ``scanning`` and queue a job per file not yet scanned."""
-    version.state = check_transition(version.state, VersionState.SCANNING).value
+def queue_scans(session: Session, version: Version) -> int:
+    """Queue a ``scan_blob`` job per file of ``version`` without a cached result; return how many."""
     pending = 0
     for f in version.files:
         if _cached(session, f.sha256, f.path) is None:
-            jobs.enqueue(session, SCAN_BLOB, {"digest": f.sha256, "path": f.path},
-                         idempotency_key=jobs.job_key(SCAN_BLOB, SCANNER_VERSION, f.sha256, f.path))
+            _queue_scan(session, f.sha256, f.path)
             pending += 1
-    if pending == 0:
-        _decide(session, version)
+    return pending
+
+
+def _queue_scan(session: Session, digest: str, path: str) -> None:
+    jobs.enqueue_job(session, jobs.JobKind.SCAN_BLOB, {"digest": digest, "path": path},
+                     SCANNER_VERSION, digest, path)
 
 
 def scan_blob(session_factory: sessionmaker[Session], digest: str, path: str, *, blob_store: BlobStore,
-              run_modelscan: bool = True) -> None:
+              clock: Clock, run_modelscan: bool = True) -> None:
     """Job: scan one blob seen under ``path`` (if not cached), then settle every version waiting on it."""
     with session_factory() as session:
         cached = _cached(session, digest, path) is not None
@@ -83,7 +86,7 @@ def scan_blob(session_factory: sessionmaker[Session], digest: str, path: str, *,
                                            verdict=scan.verdict.value, findings=[f.as_dict() for f in scan.findings],
                                            duration_ms=ms))
             session.commit()
-    settle_versions_of(session_factory, digest, path)
+    settle_versions_of(session_factory, digest, path, clock=clock)
 
 
 def _scan_ours(blob_store: BlobStore, digest: str, path: str, siblings: frozenset[str]) -> tuple[FileScan, int]:
@@ -119,7 +122,7 @@ def _scan_modelscan(blob_store: BlobStore, digest: str, path: str, sniffed: str)
     return scan, int((time.perf_counter() - started) * 1000)
 
 
-def settle_versions_of(session_factory: sessionmaker[Session], digest: str, path: str) -> None:
+def settle_versions_of(session_factory: sessionmaker[Session], digest: str, path: str, *, clock: Clock) -> None:
     """Decide every version in ``scanning`` that holds this file, and flag approved ones turned unsafe."""
     with session_factory() as session:
         version_ids = list(session.scalars(
@@ -132,9 +135,9 @@ def settle_versions_of(session_factory: sessionmaker[Session], digest: str, path
                 query = query.with_for_update()
             version = session.scalar(query)
             if version.state == VersionState.SCANNING.value:
-                _decide(session, version)
+                decide(session, version)
             elif version.state in PAST_SCANNING and version.flagged_at is None:
-                _flag_if_unsafe(session, version)
+                _flag_if_unsafe(session, version, clock)
             session.commit()
 
 
@@ -142,38 +145,35 @@ def _verdicts(session: Session, version: Version) -> dict[str, ScanResult | None
     return {f.path: _cached(session, f.sha256, f.path) for f in version.files}
 
 
-def _decide(session: Session, version: Version) -> None:
+def decide(session: Session, version: Version) -> None:
+    """Once every file of a ``scanning`` version has a result: fail it, or let the lifecycle move it on."""
     results = _verdicts(session, version)
     if any(r is None for r in results.values()):
         return
-    ref = f"{version.model.tenant.name}/{version.model.name}@{version.number}"
-    tenant = version.model.tenant.name
     summary = {p: r.verdict for p, r in results.items()}
     unsafe = sorted(p for p, r in results.items() if r.verdict == Verdict.UNSAFE.value)
     errored = sorted(p for p, r in results.items() if r.verdict == Verdict.ERROR.value)
     if unsafe or errored:
-        version.state = check_transition(version.state, VersionState.FAILED).value
         version.failure_reason = "unsafe_file" if unsafe else "scan_error"
         version.failure_detail = {
             "message": f"{'unsafe' if unsafe else 'unscannable'} file(s): {', '.join(unsafe or errored)}",
             "files": unsafe or errored,
             "findings": {p: results[p].findings[:20] for p in (unsafe or errored)},
         }
-        audit.append(session, actor="system", action="version.failed", subject=ref, tenant=tenant,
-                     details={"reason": version.failure_reason, "files": unsafe or errored,
-                              "scanner": SCANNER_NAME, "scanner_version": SCANNER_VERSION})
+        lifecycle.advance(session, version, VersionState.FAILED, "system",
+                          {"reason": version.failure_reason, "files": unsafe or errored,
+                           "scanner": SCANNER_NAME, "scanner_version": SCANNER_VERSION})
         return
-    version.state = check_transition(version.state, VersionState.AWAITING_APPROVAL).value
-    audit.append(session, actor="system", action="version.scanned", subject=ref, tenant=tenant,
-                 details={"scanner": SCANNER_NAME, "scanner_version": SCANNER_VERSION, "verdicts": summary})
+    lifecycle.complete(session, version, "system",
+                       {"scanner": SCANNER_NAME, "scanner_version": SCANNER_VERSION, "verdicts": summary})
 
 
-def _flag_if_unsafe(session: Session, version: Version) -> None:
+def _flag_if_unsafe(session: Session, version: Version, clock: Clock) -> None:
     results = _verdicts(session, version)
     unsafe = sorted(p for p, r in results.items() if r is not None and r.verdict == Verdict.UNSAFE.value)
     if not unsafe:
         return
-    version.flagged_at = utcnow()
+    version.flagged_at = clock.now()
     version.flag_reason = f"rescan with {SCANNER_NAME} {SCANNER_VERSION} found unsafe: {', '.join(unsafe)}"[:256]
     audit.append(session, actor="system", action="version.flagged_for_revocation",
                  subject=f"{version.model.tenant.name}/{version.model.name}@{version.number}",
@@ -208,8 +208,7 @@ def rescan_all(session: Session, principal: AuthenticatedPrincipal) -> int:
     queued = 0
     for digest, path in rows:
         if _cached(session, digest, path) is None:
-            jobs.enqueue(session, SCAN_BLOB, {"digest": digest, "path": path},
-                         idempotency_key=jobs.job_key(SCAN_BLOB, SCANNER_VERSION, digest, path))
+            _queue_scan(session, digest, path)
             queued += 1
     audit.append(session, actor=principal.name, action="scan.rescan_requested", subject="registry",
                  details={"scanner": SCANNER_NAME, "scanner_version": SCANNER_VERSION, "queued": queued})

@@ -24,9 +24,10 @@ from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.exc import IntegrityError as SAIntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 
-from registry import audit, jobs
+from registry import audit
 from registry.auth import AuthenticatedPrincipal, Permission, get_tenant, require, validate_name
-from registry.db.models import Blob, BlobOwner, Model, Tenant, Version, VersionFile, utcnow
+from registry.clock import Clock
+from registry.db.models import Blob, BlobOwner, Model, Tenant, Version, VersionFile
 from registry.db.session import begin_write, is_postgres
 from registry.domain.errors import (
     BlobNotFoundError,
@@ -41,16 +42,12 @@ from registry.domain.errors import (
     VersionNotFoundError,
 )
 from registry.domain.files import FileEntry, require_sha256, validate_file_list
-from registry.domain.states import LIVE, VersionState, check_transition
+from registry.domain.states import LIVE, VersionState
 from registry.domain.text import MAX_LABEL_LENGTH, MAX_REVISION_LENGTH, MAX_SOURCE_LENGTH, validate_text
 from registry.sources import parse_source_uri
+from registry.services import lifecycle
 from registry.sources.base import Snapshot, Source, UpstreamFile
 from registry.storage.base import BlobInfo, BlobStore
-
-MIRROR_FILE = "mirror_file"
-RESOLVE_VERSION = "resolve_version"
-SEAL_VERSION = "seal_version"
-
 
 @dataclass(frozen=True)
 class SubmitRequest:
@@ -90,7 +87,8 @@ SourceOpener = Callable[[str, str | None, tuple[str, ...], tuple[str, ...]], Sou
 # --- reading ---------------------------------------------------------------------------------
 
 
-def get_model(session: Session, tenant: str, name: str) -> Model:
+def _get_model(session: Session, tenant: str, name: str) -> Model:
+    # Unchecked, like _get_version: the public readers check the principal first.
     model = session.scalar(select(Model).join(Model.tenant).where(Model.name == name, Tenant.name == tenant))
     if model is None:
         get_tenant(session, tenant)
@@ -98,8 +96,8 @@ def get_model(session: Session, tenant: str, name: str) -> Model:
     return model
 
 
-def get_version(session: Session, tenant: str, name: str, number: int) -> Version:
-    model = get_model(session, tenant, name)
+def _get_version(session: Session, tenant: str, name: str, number: int) -> Version:
+    model = _get_model(session, tenant, name)
     version = session.scalar(select(Version).where(Version.model_id == model.id, Version.number == number))
     if version is None:
         raise VersionNotFoundError(f"{tenant}/{name}", number)
@@ -108,7 +106,7 @@ def get_version(session: Session, tenant: str, name: str, number: int) -> Versio
 
 def list_versions(session: Session, principal: AuthenticatedPrincipal, tenant: str, name: str) -> list[Version]:
     require(principal, tenant, Permission.READ)
-    model = get_model(session, tenant, name)
+    model = _get_model(session, tenant, name)
     return list(session.scalars(select(Version).where(Version.model_id == model.id).order_by(Version.number)))
 
 
@@ -116,7 +114,7 @@ def read_version(
     session: Session, principal: AuthenticatedPrincipal, tenant: str, name: str, number: int
 ) -> Version:
     require(principal, tenant, Permission.READ)
-    return get_version(session, tenant, name, number)
+    return _get_version(session, tenant, name, number)
 
 
 def version_ref(version: Version) -> str:
@@ -161,6 +159,7 @@ def submit(
     *,
     open_source: SourceOpener,
     limits: Limits,
+    clock: Clock,
 ) -> tuple[Version, bool]:
     """Submit a version of ``tenant/name`` from ``request.source``.
 
@@ -225,13 +224,12 @@ def submit(
                  details={"source": request.source, "requested_revision": request.revision,
                           "include": list(request.include), "exclude": list(request.exclude)})
     if snapshot is not None:
-        accept_snapshot(session, version, snapshot, limits, ref)
+        accept_snapshot(session, version, snapshot, limits, clock)
     elif isinstance(resolve_error, UpstreamError):
-        jobs.enqueue(session, RESOLVE_VERSION, {"version_id": version.id},
-                     idempotency_key=jobs.job_key(RESOLVE_VERSION, version.id))
+        lifecycle.queue_resolving(session, version)
     else:
         assert resolve_error is not None
-        _fail(session, version, resolve_error, ref, actor="system")
+        _fail(session, version, resolve_error, actor="system")
     session.commit()
     return version, True
 
@@ -335,6 +333,7 @@ def submit_uploaded(
     *,
     label: str,
     limits: Limits,
+    clock: Clock,
 ) -> tuple[Version, bool]:
     """Submit a version whose files were uploaded beforehand (``PUT /v1/blobs/sha256/{digest}``).
 
@@ -384,7 +383,7 @@ def submit_uploaded(
     ref = f"{tenant}/{name}@{version.number}"
     audit.append(session, actor=principal.name, action="version.submitted", subject=ref, tenant=tenant,
                  details={"source": f"upload:{label}", "files": len(entries)})
-    accept_snapshot(session, version, snapshot, limits, ref, stored={e.path: e.sha256 for e in entries})
+    accept_snapshot(session, version, snapshot, limits, clock, stored={e.path: e.sha256 for e in entries})
     session.commit()
     return version, True
 
@@ -410,7 +409,7 @@ def _lock_or_create_model(session: Session, tenant_id: int, name: str) -> Model:
     return model
 
 
-def accept_snapshot(session: Session, version: Version, snapshot: Snapshot, limits: Limits, ref: str,
+def accept_snapshot(session: Session, version: Version, snapshot: Snapshot, limits: Limits, clock: Clock,
                     *, stored: dict[str, str] | None = None) -> None:
     """Record the pinned revision and files, then queue a mirror job per file not already stored.
 
@@ -422,13 +421,12 @@ def accept_snapshot(session: Session, version: Version, snapshot: Snapshot, limi
         _check_limits(snapshot, limits)
     except RegistryError as exc:
         version.resolved_revision = snapshot.revision
-        _fail(session, version, exc, ref, actor="system")
+        _fail(session, version, exc, actor="system")
         return
     version.resolved_revision = snapshot.revision
     version.license = snapshot.license
     version.source_key = source_key(snapshot.source_kind, snapshot.repo, version.source_endpoint,
                                     snapshot.revision, tuple(version.include), tuple(version.exclude))
-    version.state = check_transition(version.state, VersionState.MIRRORING).value
     if stored is None:
         stored = _already_stored(session, version.model.tenant_id, snapshot.files)
     for upstream in snapshot.files:
@@ -437,19 +435,12 @@ def accept_snapshot(session: Session, version: Version, snapshot: Snapshot, limi
             upstream_sha256=upstream.sha256, upstream_git_sha1=upstream.git_sha1, upstream_etag=upstream.etag,
         )
         if upstream.path in stored:
-            row.sha256, row.mirrored_at = stored[upstream.path], utcnow()
+            row.sha256, row.mirrored_at = stored[upstream.path], clock.now()
         session.add(row)
     session.flush()
-    audit.append(session, actor="system", action="version.resolved", subject=ref,
-                 tenant=ref.split("/", 1)[0],
-                 details={"requested_revision": version.requested_revision, "revision": snapshot.revision,
-                          "files": len(snapshot.files), "bytes": sum(f.size for f in snapshot.files)})
-    pending = [f for f in version.files if f.sha256 is None]
-    for f in pending:
-        jobs.enqueue(session, MIRROR_FILE, {"file_id": f.id}, idempotency_key=jobs.job_key(MIRROR_FILE, f.id))
-    if not pending:
-        jobs.enqueue(session, SEAL_VERSION, {"version_id": version.id},
-                     idempotency_key=jobs.job_key(SEAL_VERSION, version.id))
+    lifecycle.advance(session, version, VersionState.MIRRORING, "system",
+                      {"requested_revision": version.requested_revision, "revision": snapshot.revision,
+                       "files": len(snapshot.files), "bytes": sum(f.size for f in snapshot.files)})
 
 
 def _check_limits(snapshot: Snapshot, limits: Limits) -> None:
@@ -496,13 +487,12 @@ def _already_stored(session: Session, tenant_id: int, files: Iterable[UpstreamFi
     return found
 
 
-def _fail(session: Session, version: Version, error: RegistryError, ref: str, *, actor: str) -> None:
-    version.state = check_transition(version.state, VersionState.FAILED).value
+def _fail(session: Session, version: Version, error: RegistryError, *, actor: str) -> None:
     version.failure_reason = error.code.replace("-", "_")
     version.failure_detail = {"error": type(error).__name__, "message": error.message,
                               **{k: v for k, v in error.details.items() if _jsonable(v)}}
-    audit.append(session, actor=actor, action="version.failed", subject=ref, tenant=ref.split("/", 1)[0],
-                 details={"reason": version.failure_reason, **version.failure_detail})
+    lifecycle.advance(session, version, VersionState.FAILED, actor,
+                      {"reason": version.failure_reason, **version.failure_detail})
 
 
 def _jsonable(value: Any) -> bool:
@@ -513,17 +503,18 @@ def fail_version(session_factory: sessionmaker[Session], version_id: int, error:
     """Fail a version unless it already left the states a failure can come from."""
     with session_factory() as session:
         begin_write(session)
-        version = lock_version(session, version_id)
+        version = lock_version_unchecked(session, version_id)
         if version is None or version.state not in (
             VersionState.SUBMITTED.value, VersionState.MIRRORING.value, VersionState.SEALED.value,
             VersionState.SCANNING.value, VersionState.EVALUATING.value,
         ):
             return
-        _fail(session, version, error, version_ref(version), actor="system")
+        _fail(session, version, error, actor="system")
         session.commit()
 
 
-def lock_version(session: Session, version_id: int) -> Version | None:
+def lock_version_unchecked(session: Session, version_id: int) -> Version | None:
+    """The version, locked for update on PostgreSQL; no authorization check (for jobs, which act as the system)."""
     query = select(Version).where(Version.id == version_id)
     if is_postgres(session):
         query = query.with_for_update()

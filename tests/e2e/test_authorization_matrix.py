@@ -199,7 +199,7 @@ def build_world(container) -> World:
         world.throwaway_token_id = issue_token(session, principals["target"]).id
         principals["disabled"].disabled = True
         session.commit()
-        identity.revoke_token(session, root, revoked.id)
+        identity.revoke_token(session, root, revoked.id, clock=container.clock)
 
     for tenant in (OWN, OTHER):
         data = json.dumps({"model_type": "matrix", "tenant": tenant}).encode()
@@ -210,7 +210,7 @@ def build_world(container) -> World:
                                  blob_store=container.blob_store)
             versions.submit_uploaded(session, root, tenant, world.model[tenant],
                                      [FileEntry("config.json", len(data), digest)], label="matrix",
-                                     limits=container.limits())
+                                     limits=container.limits(), clock=container.clock)
     drain(container)
     with container.session_factory() as session:
         states = {v.state for v in session.query(Version)}

@@ -27,7 +27,7 @@ def queue(container, clock):
 
 def _enqueue(container, clock, **kw) -> int:
     with container.session_factory() as s:
-        job = enqueue(s, "k", {"n": 1}, run_after=clock.now, **kw)
+        job = enqueue(s, "k", {"n": 1}, run_after=clock.now(), **kw)
         s.commit()
         return job.id
 

@@ -9,9 +9,10 @@ from sqlalchemy import select
 from registry.bootstrap import bootstrap
 from registry.db.models import Job, ScanResult, Version
 from registry.domain.files import MAX_PATH_LENGTH
-from registry.jobs import job_key
+from registry.jobs import JobKind, job_key
 from registry.services import versions
-from registry.services.scans import SCAN_BLOB
+
+SCAN_BLOB = JobKind.SCAN_BLOB.value
 from registry.services.versions import SubmitRequest
 from registry.settings import Settings
 from tests.support import db as dbsupport
@@ -36,7 +37,8 @@ def test_a_file_path_of_the_longest_length_accepted_seals_and_is_scanned(contain
     admin = make_admin(container)
     with container.session_factory() as session:
         version, _ = versions.submit(session, admin, "acme", "long", SubmitRequest(source=str(model_dir)),
-                                     open_source=container.open_source, limits=container.limits())
+                                     open_source=container.open_source, limits=container.limits(),
+                                     clock=container.clock)
         version_id = version.id
     drain(container)
 
@@ -77,7 +79,7 @@ def test_a_value_the_database_refuses_fails_the_version_with_its_own_reason(pg_u
                 version, _ = versions.submit(
                     session, admin, "acme", "verbose",
                     SubmitRequest(source="hf://org/verbose", hf_endpoint=hub.url),
-                    open_source=container.open_source, limits=container.limits())
+                    open_source=container.open_source, limits=container.limits(), clock=container.clock)
                 version_id = version.id
             assert _version(container, version_id).state == "submitted"
             hub.heal()

@@ -15,13 +15,8 @@ import json
 import os
 import signal
 import struct
-import subprocess
-import sys
-import time
-from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
-from typing import Callable
 
 import pytest
 from pydantic import SecretStr
@@ -36,24 +31,12 @@ from registry.storage import BlobStore, LocalBlobStore, S3BlobStore
 from tests.support import db as dbsupport
 from tests.support.hf_upstream import HfUpstream
 from tests.support.registry import drain, make_admin
+from tests.support.worker_process import Deployment, start_worker, stop_worker, wait_for
 
 MIB = 1024 * 1024
 PART_SIZE = 5 * MIB
 SHARD_SIZE = 24 * MIB
 SLOW_RATE = 2 * MIB  # bytes per second while the first worker runs: the shard takes ~12 s
-WAIT_SECONDS = 30.0
-MODELREG = Path(sys.executable).parent / "modelreg"
-
-
-@dataclass
-class Deployment:
-    """What the test and its worker processes share: one database and one blob store."""
-
-    kind: str
-    settings: Settings
-    env: dict[str, str]
-    bucket: str | None = None
-    s3_client: object | None = None
 
 
 @pytest.fixture(params=["local", pytest.param("s3", marks=[pytest.mark.postgres, pytest.mark.s3])])
@@ -127,25 +110,6 @@ def write_safetensors(path: Path, size: int) -> bytes:
     return content
 
 
-def start_worker(deployment: Deployment, log: Path) -> subprocess.Popen:
-    env = {**os.environ, "HF_HUB_DISABLE_TELEMETRY": "1", **deployment.env}
-    with log.open("ab") as out:
-        return subprocess.Popen([str(MODELREG), "worker"], env=env, stdout=out, stderr=subprocess.STDOUT,
-                                start_new_session=True)
-
-
-def wait_for(condition: Callable[[], object], what: str, worker: subprocess.Popen, log: Path) -> object:
-    deadline = time.monotonic() + WAIT_SECONDS
-    while time.monotonic() < deadline:
-        value = condition()
-        if value:
-            return value
-        if worker.poll() is not None:
-            pytest.fail(f"worker exited with {worker.returncode} before {what}:\n{log.read_text()[-3000:]}")
-        time.sleep(0.05)
-    pytest.fail(f"timed out waiting for {what}:\n{log.read_text()[-3000:]}")
-
-
 def partial_writes(deployment: Deployment, store: BlobStore) -> list[str]:
     """Puts in progress or abandoned: temporary files, or multipart uploads with at least one part."""
     if isinstance(store, LocalBlobStore):
@@ -178,16 +142,6 @@ def blob_sha256(store: BlobStore, digest: str) -> str:
     return hasher.hexdigest()
 
 
-def stop_worker(worker: subprocess.Popen) -> None:
-    if worker.poll() is None:
-        worker.send_signal(signal.SIGTERM)
-        try:
-            worker.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            worker.kill()
-            worker.wait()
-
-
 def test_killed_worker_mid_file_then_another_completes_the_version(deployment, crash_container, hub, tmp_path):
     c = crash_container
     c.settings.hf_allowed_endpoints = [hub.url]
@@ -205,7 +159,7 @@ def test_killed_worker_mid_file_then_another_completes_the_version(deployment, c
     with c.session_factory() as session:
         version, _ = versions.submit(session, admin, "acme", "crash",
                                      SubmitRequest(source="hf://org/crash", hf_endpoint=hub.url),
-                                     open_source=c.open_source, limits=c.limits())
+                                     open_source=c.open_source, limits=c.limits(), clock=c.clock)
         version_id = version.id
         assert version.state == "mirroring"
 
@@ -286,7 +240,8 @@ def test_mirror_aborts_an_abandoned_upload_of_its_bytes_but_not_a_running_siblin
         with container.session_factory() as session:
             version, _ = versions.submit(session, admin, "acme", name,
                                          SubmitRequest(source=f"hf://org/{name}", hf_endpoint=hub.url),
-                                         open_source=container.open_source, limits=container.limits())
+                                         open_source=container.open_source, limits=container.limits(),
+                                         clock=container.clock)
             ids[name] = version.id
     # An upload at the shard's final key, as a writer left it (killed) or is still sending it.
     key = f"registry/blobs/sha256/{digest[:2]}/{digest}"

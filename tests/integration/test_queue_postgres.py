@@ -301,7 +301,7 @@ def job_row(container, job_id: int) -> Job:
 def test_transient_failure_retries_until_dead_then_on_dead_once(moved, clock, error):
     dead = DeadLetters()
     worker = Worker(moved, HandlerRegistry([Handler("qtest_flaky", raising(error), on_dead=dead)]), "w1")
-    [job_id] = enqueue_many(moved, "qtest_flaky", [{"version_id": 7}], max_attempts=3, run_after=clock.now)
+    [job_id] = enqueue_many(moved, "qtest_flaky", [{"version_id": 7}], max_attempts=3, run_after=clock.now())
 
     for attempt in range(1, 4):
         assert worker.run_once()
@@ -324,7 +324,7 @@ def test_transient_failure_retries_until_dead_then_on_dead_once(moved, clock, er
 def test_non_retryable_failure_is_dead_after_one_attempt(moved, clock, error):
     dead = DeadLetters()
     worker = Worker(moved, HandlerRegistry([Handler("qtest_bad", raising(error), on_dead=dead)]), "w1")
-    [job_id] = enqueue_many(moved, "qtest_bad", [{"version_id": 7}], max_attempts=5, run_after=clock.now)
+    [job_id] = enqueue_many(moved, "qtest_bad", [{"version_id": 7}], max_attempts=5, run_after=clock.now())
 
     assert worker.run_once()
     clock.advance(minutes=6)
@@ -345,7 +345,7 @@ def test_a_value_the_database_refuses_is_not_retried(moved, clock):
             session.commit()
 
     worker = Worker(moved, HandlerRegistry([Handler("qtest_data", store_out_of_range, on_dead=dead)]), "w1")
-    [job_id] = enqueue_many(moved, "qtest_data", [{}], max_attempts=5, run_after=clock.now)
+    [job_id] = enqueue_many(moved, "qtest_data", [{}], max_attempts=5, run_after=clock.now())
 
     assert worker.run_once()
     clock.advance(minutes=6)
@@ -363,7 +363,7 @@ def test_max_attempts_comes_from_the_setting(database_url, tmp_path, monkeypatch
     queue = JobQueue(container.session_factory, backoff_base=dt.timedelta(seconds=1), clock=clock)
     moved = dataclasses.replace(container, queue=queue)
     try:
-        [job_id] = enqueue_many(moved, "qtest_flaky", [{}], run_after=clock.now)
+        [job_id] = enqueue_many(moved, "qtest_flaky", [{}], run_after=clock.now())
         assert job_row(moved, job_id).max_attempts == 2
         worker = Worker(moved, HandlerRegistry([Handler("qtest_flaky", raising(TimeoutError("slow")))]), "w1")
         assert worker.run_once()
@@ -383,8 +383,8 @@ def test_failing_on_dead_hook_does_not_stop_the_worker(moved, clock):
         Handler("qtest_ok", lambda _c, _p: None),
     ])
     worker = Worker(moved, handlers, "w1")
-    [bad] = enqueue_many(moved, "qtest_bad", [{}], run_after=clock.now, priority=1)
-    [ok] = enqueue_many(moved, "qtest_ok", [{}], run_after=clock.now, priority=2)
+    [bad] = enqueue_many(moved, "qtest_bad", [{}], run_after=clock.now(), priority=1)
+    [ok] = enqueue_many(moved, "qtest_ok", [{}], run_after=clock.now(), priority=2)
     assert worker.run_once() and worker.run_once()
     assert job_row(moved, bad).state == DEAD
     assert job_row(moved, ok).state == SUCCEEDED
@@ -393,7 +393,7 @@ def test_failing_on_dead_hook_does_not_stop_the_worker(moved, clock):
 def test_lease_expiring_on_the_last_attempt_runs_on_dead(moved, clock):
     dead = DeadLetters()
     worker = Worker(moved, HandlerRegistry([Handler("qtest_k", lambda _c, _p: None, on_dead=dead)]), "w1")
-    [job_id] = enqueue_many(moved, "qtest_k", [{"file_id": 1}], max_attempts=1, run_after=clock.now)
+    [job_id] = enqueue_many(moved, "qtest_k", [{"file_id": 1}], max_attempts=1, run_after=clock.now())
     assert moved.queue.claim("crashed-worker") is not None
     clock.advance(seconds=61)
 
@@ -416,7 +416,7 @@ def test_outcome_after_a_lost_lease_is_not_recorded(moved, clock, outcome):
             raise InvalidInputError("would be dead at once if it counted")
 
     worker = Worker(moved, HandlerRegistry([Handler("qtest_stall", run, on_dead=dead)]), "w1")
-    [job_id] = enqueue_many(moved, "qtest_stall", [{}], run_after=clock.now)
+    [job_id] = enqueue_many(moved, "qtest_stall", [{}], run_after=clock.now())
     assert worker.run_once()
     row = job_row(moved, job_id)
     assert (row.state, row.locked_by, row.attempts) == (RUNNING, "thief", 2)
@@ -424,14 +424,14 @@ def test_outcome_after_a_lost_lease_is_not_recorded(moved, clock, outcome):
 
 
 def test_worker_without_handlers_claims_nothing(moved, clock):
-    [job_id] = enqueue_many(moved, "qtest_k", [{}], run_after=clock.now)
+    [job_id] = enqueue_many(moved, "qtest_k", [{}], run_after=clock.now())
     assert not Worker(moved, HandlerRegistry(), "w1").run_once()
     assert job_row(moved, job_id).state == QUEUED
 
 
 def test_worker_claims_only_its_kinds(moved, clock):
-    [other] = enqueue_many(moved, "qtest_other", [{}], run_after=clock.now, priority=1)
-    [mine] = enqueue_many(moved, "qtest_mine", [{}], run_after=clock.now, priority=2)
+    [other] = enqueue_many(moved, "qtest_other", [{}], run_after=clock.now(), priority=1)
+    [mine] = enqueue_many(moved, "qtest_mine", [{}], run_after=clock.now(), priority=2)
     worker = Worker(moved, HandlerRegistry([Handler("qtest_mine", lambda _c, _p: None)]), "w1")
     assert worker.run_once()
     assert not worker.run_once()

@@ -34,7 +34,8 @@ def _dir(tmp_path, name, files):
 def _submit(container, admin, root, name):
     with container.session_factory() as session:
         version, _ = versions.submit(session, admin, "acme", name, SubmitRequest(source=str(root)),
-                                     open_source=container.open_source, limits=container.limits())
+                                     open_source=container.open_source, limits=container.limits(),
+                                     clock=container.clock)
         return version.id
 
 

@@ -1,16 +1,5 @@
-"""A clock the test moves by hand; the job queue takes any callable returning an aware datetime."""
+"""Tests move time with the registry's own ManualClock (the job queue and services take any Clock)."""
 
-from __future__ import annotations
+from registry.clock import ManualClock
 
-import datetime as dt
-
-
-class ManualClock:
-    def __init__(self, start: dt.datetime | None = None) -> None:
-        self.now = start or dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc)
-
-    def __call__(self) -> dt.datetime:
-        return self.now
-
-    def advance(self, **kw: float) -> None:
-        self.now += dt.timedelta(**kw)
+__all__ = ["ManualClock"]

@@ -21,14 +21,14 @@ def queue(container, clock):
 
 def _enqueue(container, clock, kind="k", key=None, **kw):
     with container.session_factory() as s:
-        job = enqueue(s, kind, {"n": 1}, idempotency_key=key, run_after=clock.now, **kw)
+        job = enqueue(s, kind, {"n": 1}, idempotency_key=key, run_after=clock.now(), **kw)
         s.commit()
         return job.id
 
 
 def test_enqueue_joins_callers_transaction(container, queue, clock):
     with container.session_factory() as s:
-        enqueue(s, "k", {"n": 1}, run_after=clock.now)
+        enqueue(s, "k", {"n": 1}, run_after=clock.now())
         s.rollback()
     assert queue.claim("w") is None
 
@@ -83,7 +83,7 @@ def test_retry_with_backoff_then_dead(container, queue, clock):
         with container.session_factory() as s:
             row = s.get(Job, job_id)
             if state == QUEUED:
-                delays.append((row.run_after - clock.now).total_seconds())
+                delays.append((row.run_after - clock.now()).total_seconds())
                 assert queue.claim("w") is None  # not due yet
                 clock.advance(seconds=61)
     assert state == DEAD

@@ -1,0 +1,37 @@
+"""Every repository path the README and the architecture page name exists, and neither points outside."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+DOCS = ["README.md", "docs/architecture.md"]
+TOP = ("registry/", "api/", "workers/", "tests/", "docs/", "migrations/", "policies/", "bench/", "deploy/")
+# A path-looking token: a top-level directory of the repository, then path characters.
+PATH_RE = re.compile(r"(?<![\w./-])((?:%s)[\w./-]*)" % "|".join(re.escape(t) for t in TOP))
+
+
+def named_paths(text: str) -> set[str]:
+    return {m.group(1).rstrip(".,") for m in PATH_RE.finditer(text)}
+
+
+@pytest.mark.parametrize("doc", DOCS)
+def test_every_named_path_exists(doc: str) -> None:
+    text = (ROOT / doc).read_text()
+    paths = named_paths(text)
+    assert paths, f"{doc} names no path: the pattern is broken"
+    missing = sorted(p for p in paths if not (ROOT / p).exists())
+    assert missing == []
+
+
+@pytest.mark.parametrize("doc", DOCS)
+def test_no_doc_points_outside_the_repository(doc: str) -> None:
+    assert "../" not in (ROOT / doc).read_text()
+
+
+def test_the_pattern_finds_paths() -> None:
+    found = named_paths("see `registry/jobs.py`, and docs/adr/, not xregistry/a")
+    assert found == {"registry/jobs.py", "docs/adr/"}
