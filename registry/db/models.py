@@ -333,3 +333,18 @@ class ScanResult(Base):
     findings: Mapped[list[Any]] = mapped_column(default=list)
     duration_ms: Mapped[int] = mapped_column(Integer, default=0)
     created_at: Mapped[dt.datetime] = mapped_column(default=utcnow)
+
+
+class VersionFacts(Base):
+    """What the facts readers found in a version's files (``registry/facts``), recorded at sealing.
+
+    One row per version; ``reader_version`` says which readers wrote ``facts``, so an upgrade can
+    record them again.
+    """
+
+    __tablename__ = "version_facts"
+
+    version_id: Mapped[int] = mapped_column(BigId, ForeignKey("versions.id", ondelete="CASCADE"), primary_key=True)
+    reader_version: Mapped[str] = mapped_column(String(16))
+    facts: Mapped[dict[str, Any]]
+    recorded_at: Mapped[dt.datetime] = mapped_column(default=utcnow)
