@@ -284,7 +284,7 @@ def version_show(
     facts = version.get("facts")
     estimate = None
     if context is not None:
-        if facts is None:
+        if not isinstance(facts, dict):
             raise CliError(f"{model}@{number} has no facts recorded (state {version['state']}): "
                            "no capacity estimate")
         estimate = estimate_capacity(facts, context, sequences or 1)
@@ -292,7 +292,8 @@ def version_show(
         _emit({**version, "capacity": estimate.as_dict()} if estimate else version, True)
     else:
         _print_version(version)
-        _say(*_facts_lines(facts), *(_capacity_lines(estimate) if estimate else ()))
+        # A registry older than facts sends no key at all: nothing to say then.
+        _say(*(_facts_lines(facts) if "facts" in version else ()), *(_capacity_lines(estimate) if estimate else ()))
 
 
 def _cell(cell: Any) -> str:
@@ -309,14 +310,18 @@ def _cell(cell: Any) -> str:
     return "-" if value is None else str(value)
 
 
+def _obj(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
 def _size(n: Any) -> str:
     return f"{n / 2**30:.2f} GiB ({n} bytes)" if isinstance(n, int) else "?"
 
 
 def _facts_lines(facts: Any) -> list[str]:
-    if not facts:
+    if not isinstance(facts, dict):
         return ["  facts: not recorded"]
-    w, a, q, t = (facts.get(k) or {} for k in ("weights", "architecture", "quantization", "tokenizer"))
+    w, a, q, t = (_obj(facts.get(k)) for k in ("weights", "architecture", "quantization", "tokenizer"))
     from registry.domain.capacity import estimate_capacity
 
     per_token = estimate_capacity(facts)
