@@ -342,7 +342,7 @@ def _facts_lines(facts: Any) -> list[str]:
         f"    tokenizer: {_cell(t.get('class'))}; bos {_cell(t.get('bos_token'))}, eos {_cell(t.get('eos_token'))}, "
         f"pad {_cell(t.get('pad_token'))}, unk {_cell(t.get('unk_token'))}",
         f"    chat template sha256: {_cell(t.get('chat_template_sha256'))}",
-        f"    KV cache per token: " + (f"{kv['fp16']} bytes fp16, {kv['fp8']} bytes fp8 ({per_token.attention})"
+        "    KV cache per token: " + (f"{kv['fp16']} bytes fp16, {kv['fp8']} bytes fp8 ({per_token.attention})"
                                      if kv else f"? ({'; '.join(f'{k}: {v}' for k, v in per_token.unknown.items())})"),
     ]
 

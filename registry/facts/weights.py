@@ -8,7 +8,6 @@ headers only; the data sections are never read.
 
 from __future__ import annotations
 
-import posixpath
 import re
 from typing import Any, Mapping
 

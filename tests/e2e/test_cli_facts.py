@@ -9,7 +9,6 @@ import httpx
 import pytest
 
 from api.app import create_app
-from registry.db.models import Version
 from registry.db.session import begin_write
 from registry.services import facts as facts_service
 from registry.services import versions

@@ -290,12 +290,14 @@ def test_oversized_json_is_not_read():
 
 def test_safetensors_header_too_large_is_refused_unread():
     files = tiny_model_files(0)
-    files["model.safetensors.index.json"] = b"{}"
     del files["model.safetensors.index.json"]
-    files["model-00001-of-00002.safetensors"] = struct.pack("<Q", MAX_SAFETENSORS_HEADER + 1) + b"{}"
+    # A valid header of 33 MiB (padding is allowed): the facts readers stop at 32 MiB without reading it.
+    n = 33 << 20
+    files["model-00001-of-00002.safetensors"] = struct.pack("<Q", n) + b"{}".ljust(n)
     reads = Reads(files)
     w = reads.facts()["weights"]
     assert "safetensors.header.too-large" in w["parameters"]["unknown"]
+    assert MAX_SAFETENSORS_HEADER == 32 << 20
     assert max(e - s for _, s, e in reads.ranges) < 1 << 20
 
 
@@ -326,3 +328,13 @@ def test_the_read_budget_bounds_what_a_version_makes_us_read():
     files = tiny_model_files(0)
     w = _facts(files, budget=100)["weights"]
     assert "read budget" in w["parameters"]["unknown"]
+
+
+def test_a_gguf_header_past_the_read_bound_is_unknown_and_not_read_further(monkeypatch):
+    from registry.facts import weights
+
+    monkeypatch.setattr(weights, "MAX_GGUF_HEADER", 256)
+    reads = Reads({"m.gguf": tiny_gguf()})
+    w = reads.facts()["weights"]
+    assert "runs past the first 256 bytes" in w["parameters"]["unknown"]
+    assert max(e for _, _, e in reads.ranges) <= 256
