@@ -152,8 +152,8 @@ def architecture_from_gguf(meta: dict) -> dict[str, dict]:
         elif name in OPTIONAL_INT_FIELDS and key not in md and key not in lengths:
             out[name] = known(None, f"{path} (absent)")
         else:
-            out[name] = unknown(f"{path} {key} is {describe(value)}" if key in md or key in lengths
-                                else f"{path} has no {key}")
+            out[name] = unknown(f"{path} {key} is an array of {lengths[key]} values, not one number" if key in lengths
+                                else f"{path} {key} is {describe(value)}" if key in md else f"{path} has no {key}")
     if out["vocab_size"]["value"] is None and "tokenizer.ggml.tokens" in lengths:
         out["vocab_size"] = known(lengths["tokenizer.ggml.tokens"], f"{path} tokenizer.ggml.tokens",
                                   derived="number of tokens")

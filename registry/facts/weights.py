@@ -140,7 +140,11 @@ def _read_set(fmt: str, paths: list[str], files: Mapping[str, int], read_range: 
                 infos = [(t.name, t.ggml_type, t.elements, t.nbytes) for t in gh.tensors] if gh else None
                 if gh is not None:
                     ft = gh.metadata.get("general.file_type")
-                    file_types.add(GGUF_FILE_TYPES.get(ft, f"unknown ({describe(ft)})") if ft is not None else "absent")
+                    file_types.add(
+                        "absent" if "general.file_type" not in gh.metadata
+                        else GGUF_FILE_TYPES[ft] if isinstance(ft, int) and ft in GGUF_FILE_TYPES
+                        else "unknown (an array)" if "general.file_type" in gh.array_lengths
+                        else f"unknown ({describe(ft)})")
                     if "_metadata" not in out:
                         out["_metadata"] = {"path": path, "metadata": gh.metadata, "array_lengths": gh.array_lengths}
         except BudgetExhaustedError as exc:

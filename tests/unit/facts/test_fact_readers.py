@@ -9,6 +9,7 @@ import hashlib
 import json
 import struct
 
+import numpy as np
 import pytest
 
 from registry.facts import read_model_facts
@@ -338,3 +339,29 @@ def test_a_gguf_header_past_the_read_bound_is_unknown_and_not_read_further(monke
     w = reads.facts()["weights"]
     assert "runs past the first 256 bytes" in w["parameters"]["unknown"]
     assert max(e for _, _, e in reads.ranges) <= 256
+
+
+def test_gguf_metadata_of_the_wrong_types():
+    import os
+    import tempfile
+
+    from gguf import GGUFWriter
+
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "m.gguf")
+        w = GGUFWriter(path, "llama")
+        w.add_array("general.file_type", [1, 2])
+        w.add_array("llama.attention.head_count_kv", [2, 4])
+        w.add_string("llama.block_count", "32")
+        w.add_tensor("t", np.ones(4, dtype=np.float32))
+        w.write_header_to_file()
+        w.write_kv_data_to_file()
+        w.write_tensors_to_file()
+        w.close()
+        data = open(path, "rb").read()
+    facts = _facts({"m.gguf": data})
+    a = facts["architecture"]
+    assert a["num_key_value_heads"]["unknown"] == "m.gguf llama.attention.head_count_kv is an array of 2 values, not one number"
+    assert a["num_hidden_layers"]["unknown"] == "m.gguf llama.block_count is '32' (str)"
+    assert facts["weights"]["sets"][0]["file_type"] == "unknown (an array)"
+    assert _value(facts["weights"]["parameters"]) == 4
