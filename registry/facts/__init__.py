@@ -19,7 +19,7 @@ from typing import Any, Mapping
 from registry.facts import config as config_facts
 from registry.facts import tokenizer as tokenizer_facts
 from registry.facts import weights as weight_facts
-from registry.facts._cells import MAX_JSON_BYTES, RangeFile, ReadBudget, ReadRange, known, load_json
+from registry.facts._cells import MAX_JSON_BYTES, RangeFile, ReadBudget, ReadRange, known, load_json, unknown
 
 READER_VERSION = "1"
 """Bump when what the readers record changes; stored beside the facts."""
@@ -73,11 +73,44 @@ def read_model_facts(files: Mapping[str, int], read_range: ReadRange, *,
         **tokenizer_facts.special_tokens(tok_config, tok_error, special_map, gguf_meta),
         **tokenizer_facts.chat_template(jinja, jinja_error, template_json, tok_config, gguf_meta),
     }
-    return {
+    for cells in (architecture, quantization, tokenizer):
+        for name, cell in cells.items():
+            if not _is_text(cell.get("value")):
+                # JSON escapes can spell lone surrogates: no UTF-8 text, and PostgreSQL refuses them.
+                cells[name] = unknown(f"{cell.get('source', name)} holds a lone surrogate escape: not text")
+    return _escape_surrogates({
         "reader_version": READER_VERSION,
         "weights": {"formats": known(weight_facts.formats(files), "file names"),
                     **weight_facts.summarize(sets, packed), "sets": sets},
         "architecture": architecture,
         "quantization": quantization,
         "tokenizer": tokenizer,
-    }
+    })
+
+
+def _is_text(node: Any, depth: int = 0) -> bool:
+    """No string in ``node`` (keys included) holds a lone surrogate."""
+    if isinstance(node, str):
+        try:
+            node.encode("utf-8")
+        except UnicodeEncodeError:
+            return False
+        return True
+    if depth > 8:
+        return True
+    if isinstance(node, dict):
+        return all(_is_text(k, depth + 1) and _is_text(v, depth + 1) for k, v in node.items())
+    if isinstance(node, list):
+        return all(_is_text(v, depth + 1) for v in node)
+    return True
+
+
+def _escape_surrogates(node: Any) -> Any:
+    """The document with lone surrogates in its remaining strings (reasons quoting bad input) escaped."""
+    if isinstance(node, str):
+        return node if _is_text(node) else node.encode("utf-8", "backslashreplace").decode("utf-8")
+    if isinstance(node, dict):
+        return {_escape_surrogates(k): _escape_surrogates(v) for k, v in node.items()}
+    if isinstance(node, list):
+        return [_escape_surrogates(v) for v in node]
+    return node

@@ -18,7 +18,7 @@ from tests.support.registry import drain, make_admin
 from tests.support.tiny_model import tiny_gguf, tiny_model_files
 
 
-def _sealed_version(container, tmp_path, files, name="m") -> tuple[object, int]:
+def _sealed_version(container, tmp_path, files, name="m", state="awaiting_approval") -> tuple[object, int]:
     admin = make_admin(container)
     root = tmp_path / name
     for path, data in files.items():
@@ -30,7 +30,9 @@ def _sealed_version(container, tmp_path, files, name="m") -> tuple[object, int]:
         vid = version.id
     drain(container)
     with container.session_factory() as session:
-        assert session.get(Version, vid).state == "awaiting_approval"
+        version = session.get(Version, vid)
+        assert version.state == state, version.failure_detail
+        assert version.sealed_at is not None
     return admin, vid
 
 
@@ -64,6 +66,21 @@ def test_record_and_read_facts(container, tmp_path):
     assert estimate.kv_bytes_per_token == {"fp16": 2 * 2 * 2 * 8 * 2, "fp8": 2 * 2 * 2 * 8}
     assert estimate.kv_cache_bytes == {"fp16": 128 * 64 * 2, "fp8": 64 * 64 * 2}
     assert estimate.total_bytes is None and "tensor_bytes" in estimate.unknown
+
+
+def test_hostile_values_are_stored_as_unknowns(container, tmp_path):
+    files = tiny_model_files(6)
+    files["tokenizer_config.json"] = b'{"eos_token": "\\ud800", "chat_template": 7}'
+    files["config.json"] = b'{"num_hidden_layers": 1e400, "rope_scaling": {"factor": 1e400}}'
+    # The scanner fails this version (its findings are its business); the facts are read at sealing, before.
+    _, vid = _sealed_version(container, tmp_path, files, state="failed")
+    recorded = _record(container, vid)
+    with container.session_factory() as session:
+        assert session.get(VersionFacts, vid).facts == recorded
+    assert "lone surrogate" in recorded["tokenizer"]["eos_token"]["unknown"]
+    assert "not finite" in recorded["architecture"]["rope_scaling"]["unknown"]
+    assert recorded["architecture"]["num_hidden_layers"]["unknown"] == (
+        "config.json num_hidden_layers is inf (float), not a positive integer")
 
 
 def test_reading_facts_needs_read_permission_in_the_tenant(container, tmp_path):

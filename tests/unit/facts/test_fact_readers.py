@@ -365,3 +365,45 @@ def test_gguf_metadata_of_the_wrong_types():
     assert a["num_hidden_layers"]["unknown"] == "m.gguf llama.block_count is '32' (str)"
     assert facts["weights"]["sets"][0]["file_type"] == "unknown (an array)"
     assert _value(facts["weights"]["parameters"]) == 4
+
+
+def test_corrupted_headers_and_configs_never_crash_the_readers():
+    import random
+
+    rng = random.Random(8)
+    base = {**tiny_model_files(0), "m.gguf": tiny_gguf()}
+    junk = [None, True, -1, 0, 2**70, 1.5, "x", [], [1, "a"], {}, {"content": 3}, "\ud800"]
+    config = json.loads(base["config.json"])
+    tok = json.loads(base["tokenizer_config.json"])
+    for i in range(300):
+        files = dict(base)
+        target = rng.choice(["model-00001-of-00002.safetensors", "m.gguf", "config.json", "tokenizer_config.json"])
+        if target.endswith(".json"):
+            doc = dict(config if target == "config.json" else tok)
+            for key in rng.sample(sorted(doc) + ["quantization_config", "text_config", "rope_scaling"], 3):
+                doc[key] = rng.choice(junk + [{"quant_method": rng.choice(junk + ["awq"]), "bits": rng.choice(junk)}])
+            files[target] = json.dumps(doc).encode("utf-8", "surrogatepass")
+        else:
+            data = bytearray(files[target])
+            for _ in range(rng.randint(1, 4)):
+                data[rng.randrange(min(len(data), 600))] = rng.randrange(256)
+            files[target] = bytes(data)
+        facts = _facts(files)
+        json.dumps(facts, allow_nan=False, ensure_ascii=False).encode("utf-8")
+        for group in ("architecture", "quantization", "tokenizer"):
+            for name, cell in facts[group].items():
+                assert set(cell) <= {"value", "source", "unknown", "derived", "disagrees"}, (i, name, cell)
+                assert ("unknown" in cell) == (cell["value"] is None and "source" not in cell), (i, name, cell)
+
+
+def test_lone_surrogates_are_not_text():
+    files = tiny_model_files(0)
+    tok = json.loads(files["tokenizer_config.json"])
+    files["tokenizer_config.json"] = json.dumps({**tok, "eos_token": "\ud800", "tokenizer_class": "A\udfff"}).encode()
+    files["config.json"] = _json({**json.loads(files["config.json"]), "quantization_config": {"quant_method": "\ud801"}})
+    facts = _facts(files)
+    assert facts["tokenizer"]["eos_token"] == {
+        "value": None, "unknown": "tokenizer_config.json eos_token holds a lone surrogate escape: not text"}
+    assert "lone surrogate" in facts["tokenizer"]["class"]["unknown"]
+    assert "quantized with \\\\ud801" in json.dumps(facts["weights"]["parameters"])
+    json.dumps(facts, ensure_ascii=False).encode("utf-8")
