@@ -106,8 +106,9 @@ def _safetensors_index_set(files: Mapping[str, int], read_range: ReadRange, budg
     shards = sorted(set(weight_map.values()))
     missing = [s for s in shards if s not in files]
     if missing:
-        return {**base, "files": shards[:50],
-                "unknown": f"{INDEX} names shards the version does not hold: {missing[:5]}"}
+        return {**base, "files": [],
+                "unknown": f"{INDEX} names {len(missing)} shard(s) the version does not hold: "
+                           f"{[m[:200] for m in missing[:5]]}"}
     result = _read_set("safetensors", shards, files, read_range, budget)
     if "unknown" not in result:
         declared = {t for t in weight_map}

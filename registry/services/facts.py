@@ -24,6 +24,9 @@ from registry.storage.base import BlobStore
 def record_facts(session: Session, version: Version, blob_store: BlobStore) -> VersionFacts:
     """Read the facts of ``version``'s stored files and store them (flushed, not committed).
 
+    The reads are ranged GETs of headers; a caller holding a write lock it would rather not hold
+    meanwhile reads first with :func:`collect_facts` and stores with :func:`store_facts`.
+
     Args:
         session: The caller's session, in its write transaction.
         version: A version whose files are all stored (``sha256`` set).
@@ -37,12 +40,26 @@ def record_facts(session: Session, version: Version, blob_store: BlobStore) -> V
     if pending:
         raise InvalidStateError(f"{version_ref(version)} has files not stored yet: {pending[:5]}",
                                 state=version.state, files=pending[:20])
-    digests = {f.path: f.sha256 for f in version.files}
+    return store_facts(session, version, collect_facts([(f.path, f.size, f.sha256) for f in version.files],
+                                                       blob_store))
+
+
+def collect_facts(files: list[tuple[str, int, str]], blob_store: BlobStore) -> dict[str, Any]:
+    """Read the facts of stored files, ``(path, size, sha256)`` each, with no database at all.
+
+    Raises:
+        BlobNotFoundError, BlobStoreError: the store lost a blob or cannot be reached (retry later).
+    """
+    digests = {path: digest for path, _, digest in files}
 
     def read_range(path: str, start: int, end: int) -> bytes:
         return b"".join(blob_store.open_range(digests[path], start, end))
 
-    facts = read_model_facts({f.path: f.size for f in version.files}, read_range)
+    return read_model_facts({path: size for path, size, _ in files}, read_range)
+
+
+def store_facts(session: Session, version: Version, facts: dict[str, Any]) -> VersionFacts:
+    """Store facts read by :func:`collect_facts` for ``version``, replacing any (flushed, not committed)."""
     row = session.get(VersionFacts, version.id)
     if row is None:
         row = VersionFacts(version_id=version.id)
