@@ -59,6 +59,8 @@ def read_model_facts(files: Mapping[str, int], read_range: ReadRange, *,
     else:
         architecture = config_facts.architecture(config, config_error)
     tok_config, tok_error = load(tokenizer_facts.TOKENIZER_CONFIG)
+    if tok_error is None and not isinstance(tok_config, dict):
+        tok_config, tok_error = None, f"{tokenizer_facts.TOKENIZER_CONFIG} is not a JSON object"
     special_map, _ = load(tokenizer_facts.SPECIAL_TOKENS_MAP)
     template_json, _ = load(tokenizer_facts.CHAT_TEMPLATE_JSON)
     jinja, jinja_error = None, None

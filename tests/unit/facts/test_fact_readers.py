@@ -407,3 +407,10 @@ def test_lone_surrogates_are_not_text():
     assert "lone surrogate" in facts["tokenizer"]["class"]["unknown"]
     assert "quantized with \\\\ud801" in json.dumps(facts["weights"]["parameters"])
     json.dumps(facts, ensure_ascii=False).encode("utf-8")
+
+
+def test_a_tokenizer_config_that_is_no_object():
+    files = tiny_model_files(0)
+    files["tokenizer_config.json"] = b'["<s>"]'
+    t = _facts(files)["tokenizer"]
+    assert t["class"] == t["bos_token"] == {"value": None, "unknown": "tokenizer_config.json is not a JSON object"}
