@@ -115,3 +115,9 @@ class VersionPublic(BaseModel):
     sealed_at: dt.datetime | None
     files: list[FilePublic]
     progress: dict[str, int]
+
+
+class VersionDetail(VersionPublic):
+    facts: dict[str, Any] | None = Field(
+        description="what the headers of the version's files say (weights, architecture, quantization, "
+                    "tokenizer); each fact is {value, source} or {value: null, unknown: why}; null until recorded")

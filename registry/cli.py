@@ -271,16 +271,97 @@ def _print_version(v: dict[str, Any]) -> None:
 @version_app.command("show")
 def version_show(
     model: str = typer.Argument(..., help="TENANT/NAME"), number: int = typer.Argument(...),
+    context: Optional[int] = typer.Option(None, "--context", min=1,
+                                          help="tokens per sequence: estimate the GPU memory to serve it"),
+    sequences: Optional[int] = typer.Option(None, "--sequences", min=1,
+                                            help="sequences held at once (with --context; default 1)"),
     url: str = UrlOpt, token: str = TokenOpt, as_json: bool = JsonOpt,
 ) -> None:
-    """Show a version: state, source, pinned revision, files."""
+    """Show a version: state, source, pinned revision, files, model facts (and a capacity estimate)."""
+    from registry.domain.capacity import estimate_capacity
+
+    if sequences is not None and context is None:
+        raise CliError("--sequences needs --context (the tokens each sequence holds)")
     tenant, name = _split_model(model)
     with _client(url, token) as client:
         version = client.get(f"/v1/models/{_seg(tenant)}/{_seg(name)}/versions/{number}")
+    facts = version.get("facts")
+    estimate = None
+    if context is not None:
+        if not isinstance(facts, dict):
+            raise CliError(f"{model}@{number} has no facts recorded (state {version['state']}): "
+                           "no capacity estimate")
+        estimate = estimate_capacity(facts, context, sequences or 1)
     if as_json:
-        _emit(version, True)
+        _emit({**version, "capacity": estimate.as_dict()} if estimate else version, True)
     else:
         _print_version(version)
+        # A registry older than facts sends no key at all: nothing to say then.
+        _say(*(_facts_lines(facts) if "facts" in version else ()), *(_capacity_lines(estimate) if estimate else ()))
+
+
+def _cell(cell: Any) -> str:
+    """A fact for reading: its value, or ``? (why)``."""
+    if not isinstance(cell, dict):
+        return "?"
+    if cell.get("value") is None and "unknown" in cell:
+        return f"? ({cell['unknown']})"
+    value = cell.get("value")
+    if isinstance(value, dict):
+        return ", ".join(f"{k} {v}" for k, v in value.items()) or "-"
+    if isinstance(value, list):
+        return ", ".join(map(str, value)) or "-"
+    return "-" if value is None else str(value)
+
+
+def _obj(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
+def _size(n: Any) -> str:
+    return f"{n / 2**30:.2f} GiB ({n} bytes)" if isinstance(n, int) else "?"
+
+
+def _facts_lines(facts: Any) -> list[str]:
+    if not isinstance(facts, dict):
+        return ["  facts: not recorded"]
+    w, a, q, t = (_obj(facts.get(k)) for k in ("weights", "architecture", "quantization", "tokenizer"))
+    from registry.domain.capacity import estimate_capacity
+
+    per_token = estimate_capacity(facts)
+    kv = per_token.kv_bytes_per_token
+    return [
+        f"  facts (reader {facts.get('reader_version')}):",
+        f"    weights: {_cell(w.get('formats'))}; parameters {_cell(w.get('parameters'))}; "
+        f"tensor bytes {_cell(w.get('tensor_bytes'))}; dtypes {_cell(w.get('dtypes'))}",
+        f"    architecture: {_cell(a.get('model_type'))} ({_cell(a.get('architectures'))}); "
+        f"layers {_cell(a.get('num_hidden_layers'))}, hidden {_cell(a.get('hidden_size'))}, "
+        f"heads {_cell(a.get('num_attention_heads'))}, KV heads {_cell(a.get('num_key_value_heads'))}, "
+        f"head dim {_cell(a.get('head_dim'))}",
+        f"    vocabulary {_cell(a.get('vocab_size'))}; context {_cell(a.get('max_position_embeddings'))}; "
+        f"rope scaling {_cell(a.get('rope_scaling'))}; dtype {_cell(a.get('torch_dtype'))}",
+        f"    quantization: {_cell(q.get('method'))}, bits {_cell(q.get('bits'))}, "
+        f"group size {_cell(q.get('group_size'))}, tool {_cell(q.get('tool'))}; "
+        f"GGUF file type {_cell(q.get('gguf_file_type'))}",
+        f"    tokenizer: {_cell(t.get('class'))}; bos {_cell(t.get('bos_token'))}, eos {_cell(t.get('eos_token'))}, "
+        f"pad {_cell(t.get('pad_token'))}, unk {_cell(t.get('unk_token'))}",
+        f"    chat template sha256: {_cell(t.get('chat_template_sha256'))}",
+        "    KV cache per token: " + (f"{kv['fp16']} bytes fp16, {kv['fp8']} bytes fp8 ({per_token.attention})"
+                                     if kv else f"? ({'; '.join(f'{k}: {v}' for k, v in per_token.unknown.items())})"),
+    ]
+
+
+def _capacity_lines(est: Any) -> list[str]:
+    head = f"  capacity at {est.context} tokens x {est.sequences} sequence(s):"
+    if est.kv_cache_bytes is None:
+        return [head, "    ? (" + "; ".join(f"{k}: {v}" for k, v in est.unknown.items()) + ")"]
+    lines = [head, f"    weights {_size(est.weight_bytes)}"]
+    for dtype, kv in est.kv_cache_bytes.items():
+        total = est.total_bytes[dtype] if est.total_bytes else None
+        lines.append(f"    KV cache {dtype}: {_size(kv)}; GPU memory needed {_size(total)}")
+    lines += [f"    note: {n}" for n in est.notes]
+    lines.append("    not counted: " + "; ".join(est.not_counted))
+    return lines
 
 
 @version_app.command("signature")

@@ -9,11 +9,11 @@ from fastapi import APIRouter, Response, status
 from api.deps import ContainerDep, PrincipalDep, SessionDep
 from api.params import ModelName, TenantName, VersionNumber
 from api.problems import AUTHENTICATED, responses
-from api.schemas import FilePublic, VersionCreate, VersionPublic
+from api.schemas import FilePublic, VersionCreate, VersionDetail, VersionPublic
 from registry.db.models import Version
 from registry.domain.errors import InvalidInputError, LimitExceededError, NotFoundError
 from registry.domain.files import FileEntry
-from registry.services import versions
+from registry.services import facts, versions
 
 router = APIRouter(prefix="/v1/models", tags=["models"],
                    responses=responses(*AUTHENTICATED, NotFoundError))
@@ -82,10 +82,11 @@ def list_versions(tenant: TenantName, name: ModelName, session: SessionDep,
     return [version_public(v) for v in versions.list_versions(session, principal, tenant, name)]
 
 
-@router.get("/{tenant}/{name}/versions/{number}", response_model=VersionPublic)
+@router.get("/{tenant}/{name}/versions/{number}", response_model=VersionDetail)
 def get_version(tenant: TenantName, name: ModelName, number: VersionNumber, session: SessionDep,
-                principal: PrincipalDep) -> VersionPublic:
-    return version_public(versions.read_version(session, principal, tenant, name, number))
+                principal: PrincipalDep) -> VersionDetail:
+    version, found = facts.read_version_with_facts(session, principal, tenant, name, number)
+    return VersionDetail(**version_public(version).model_dump(), facts=found)
 
 
 @router.get("/{tenant}/{name}/versions/{number}/signature")

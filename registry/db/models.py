@@ -352,3 +352,18 @@ class PolicyDecision(Base):
     input_digest: Mapped[str] = mapped_column(String(64))
     error: Mapped[str | None] = mapped_column(Text)
     decided_at: Mapped[dt.datetime]
+
+
+class VersionFacts(Base):
+    """What the facts readers found in a version's files (``registry/facts``), recorded at sealing.
+
+    One row per version; ``reader_version`` says which readers wrote ``facts``, so an upgrade can
+    record them again.
+    """
+
+    __tablename__ = "version_facts"
+
+    version_id: Mapped[int] = mapped_column(BigId, ForeignKey("versions.id", ondelete="CASCADE"), primary_key=True)
+    reader_version: Mapped[str] = mapped_column(String(16))
+    facts: Mapped[dict[str, Any]]
+    recorded_at: Mapped[dt.datetime] = mapped_column(default=utcnow)

@@ -20,8 +20,9 @@ Example:
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any, BinaryIO
+import struct
+from dataclasses import dataclass, field
+from typing import Any, BinaryIO, Callable
 
 from registry.scanning import jinja_check
 from registry.scanning._formatio import BoundedReader, FindingSink, TruncatedError
@@ -103,11 +104,30 @@ class _MalformedError(Exception):
 
 
 @dataclass(slots=True)
-class _Tensor:
+class GgufTensor:
     name: str
     offset: int
     nbytes: int
     at: int
+    dims: tuple[int, ...] = ()
+    ggml_type: str = ""
+
+    @property
+    def elements(self) -> int:
+        count = 1
+        for d in self.dims:
+            count *= d
+        return count
+
+
+@dataclass(slots=True)
+class GgufHeader:
+    """What :func:`read_header` parsed: the metadata values asked for, every array's length, the tensors."""
+
+    version: int
+    metadata: dict[str, Any] = field(default_factory=dict)
+    array_lengths: dict[str, int] = field(default_factory=dict)
+    tensors: list[GgufTensor] = field(default_factory=list)
 
 
 def _is_template_key(key: str) -> bool:
@@ -130,18 +150,37 @@ def scan(reader: BinaryIO, size: int, ctx: ScanContext) -> list[Finding]:
         Findings; a malformed file is ``unsafe`` (lenient readers open it), a chat template gadget
         is ``unsafe``.
     """
+    return read_header(reader, size)[1]
+
+
+def read_header(
+    reader: BinaryIO, size: int, keep: Callable[[str], bool] = lambda key: False
+) -> tuple[GgufHeader | None, list[Finding]]:
+    """Parse a GGUF file under bounds: the one parser of the scanner and the facts readers.
+
+    Args:
+        reader: Seekable stream; the header, metadata and tensor infos are read, never tensor data.
+        size: Byte size of the file.
+        keep: Which metadata keys to decode and return (numbers, strings, arrays of strings);
+            the others are walked over. ``general.alignment`` and chat templates are always read.
+
+    Returns:
+        The header (``None`` when the file could not be parsed) and the findings.
+    """
     sink = FindingSink()
     r = BoundedReader(reader, size, chunk=1 << 20)
     try:
-        _parse(r, sink)
+        header: GgufHeader | None = _parse(r, sink, keep)
     except TruncatedError as exc:
+        header = None
         sink.add("gguf.truncated", Severity.UNSAFE, f"@{exc.offset}", f"file ends inside a field: {exc}")
     except _MalformedError as exc:
+        header = None
         sink.add(exc.rule, Severity.UNSAFE, f"@{exc.offset}", str(exc))
-    return sink.findings
+    return header, sink.findings
 
 
-def _parse(r: BoundedReader, sink: FindingSink) -> None:
+def _parse(r: BoundedReader, sink: FindingSink, wanted: Callable[[str], bool]) -> GgufHeader:
     magic = r.read(4)
     if magic != b"GGUF":
         raise _MalformedError("gguf.header.magic", 0, f"magic {magic!r} is not GGUF")
@@ -163,6 +202,7 @@ def _parse(r: BoundedReader, sink: FindingSink) -> None:
     if n_tensors > MAX_COUNT or n_tensors * (len_size + 16) > r.remaining():
         raise _MalformedError("gguf.header.count-overflow", 8, f"{n_tensors} tensor infos cannot fit in the file")
 
+    header = GgufHeader(version)
     alignment = DEFAULT_ALIGNMENT
     keys: set[str] = set()
     for _ in range(n_kv):
@@ -175,8 +215,12 @@ def _parse(r: BoundedReader, sink: FindingSink) -> None:
             raise _MalformedError("gguf.metadata.duplicate-key", at, f"metadata key {key!r} repeated: readers disagree")
         keys.add(key)
         vtype = r.u32()
-        keep = key == "general.alignment" or _is_template_key(key)
+        keep = key == "general.alignment" or _is_template_key(key) or wanted(key)
+        if vtype == _ARRAY:
+            header.array_lengths[key] = _peek_array_length(r, version)
         value = _read_value(r, version, vtype, keep, 0)
+        if keep:
+            header.metadata[key] = value
         if key == "general.alignment":
             if vtype != _UINT32 or not isinstance(value, int) or value <= 0 or value & (value - 1):
                 raise _MalformedError("gguf.alignment.invalid", at, f"general.alignment {value!r} is not a power-of-two uint32")
@@ -184,7 +228,7 @@ def _parse(r: BoundedReader, sink: FindingSink) -> None:
         elif _is_template_key(key):
             _check_template(key, value, at, sink)
 
-    tensors: list[_Tensor] = []
+    tensors = header.tensors
     names: set[str] = set()
     for _ in range(n_tensors):
         at = r.pos
@@ -210,7 +254,7 @@ def _parse(r: BoundedReader, sink: FindingSink) -> None:
             raise _MalformedError(
                 "gguf.tensor.size-invalid", at, f"tensor {name!r}: first dim {dims[0]} not a multiple of {tname} block {block}"
             )
-        tensors.append(_Tensor(name, offset, elements // block * block_bytes, at))
+        tensors.append(GgufTensor(name, offset, elements // block * block_bytes, at, tuple(dims), tname))
 
     data_start = _align(r.pos, alignment)
     if tensors and data_start > r.size:
@@ -218,6 +262,16 @@ def _parse(r: BoundedReader, sink: FindingSink) -> None:
     data_len = max(r.size - data_start, 0)
     _check_padding(r, min(data_start, r.size), sink)
     _check_layout(tensors, data_start, data_len, alignment, sink)
+    return header
+
+
+def _peek_array_length(r: BoundedReader, version: int) -> int:
+    """The element count of the array value at the reader's position (the position is kept)."""
+    at = r.pos
+    r.u32()
+    n = _read_len(r, version)
+    r.seek(at)
+    return n
 
 
 MAX_PADDING_READ = 1 << 20
@@ -240,7 +294,7 @@ def _align(value: int, alignment: int) -> int:
     return (value + alignment - 1) // alignment * alignment
 
 
-def _check_layout(tensors: list[_Tensor], data_start: int, data_len: int, alignment: int, sink: FindingSink) -> None:
+def _check_layout(tensors: list[GgufTensor], data_start: int, data_len: int, alignment: int, sink: FindingSink) -> None:
     cursor = 0
     for t in sorted(tensors, key=lambda t: (t.offset, t.nbytes)):
         loc = f"tensor_info[{t.name!r}]@{t.at}"
@@ -296,7 +350,9 @@ def _read_value(r: BoundedReader, version: int, vtype: int, keep: bool, depth: i
         if not keep:
             return None
         if name == "FLOAT32" or name == "FLOAT64":
-            return None
+            return struct.unpack(r.endian + ("f" if fixed == 4 else "d"), raw)[0]
+        if name == "BOOL":
+            return raw != b"\0"
         return int.from_bytes(raw, "little" if r.endian == "<" else "big", signed=name.startswith("INT"))
     if vtype == _STRING:
         n = _read_len(r, version)

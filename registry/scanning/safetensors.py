@@ -17,6 +17,8 @@ Example:
 
 from __future__ import annotations
 
+import math
+from dataclasses import dataclass
 from typing import Any, BinaryIO
 
 from registry.scanning._formatio import (
@@ -65,6 +67,27 @@ def _is_uint(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= _U64_MAX
 
 
+@dataclass(frozen=True, slots=True)
+class TensorInfo:
+    """One tensor as the header declares it (checked against the data section)."""
+
+    name: str
+    dtype: str
+    shape: tuple[int, ...]
+    nbytes: int
+
+    @property
+    def elements(self) -> int:
+        return math.prod(self.shape)
+
+
+@dataclass(frozen=True, slots=True)
+class SafetensorsHeader:
+    header_size: int
+    tensors: tuple[TensorInfo, ...]
+    metadata: dict[str, str]
+
+
 def scan(reader: BinaryIO, size: int, ctx: ScanContext) -> list[Finding]:
     """Validate a safetensors file's header against its size.
 
@@ -76,33 +99,49 @@ def scan(reader: BinaryIO, size: int, ctx: ScanContext) -> list[Finding]:
     Returns:
         Findings; empty for a well-formed file. Every structural flaw is ``unsafe``.
     """
+    return read_header(reader, size)[1]
+
+
+def read_header(
+    reader: BinaryIO, size: int, *, max_header_size: int = MAX_HEADER_SIZE
+) -> tuple[SafetensorsHeader | None, list[Finding]]:
+    """Read and validate a safetensors header: the one parser of the scanner and the facts readers.
+
+    Args:
+        reader: Seekable stream; only ``8 + N`` bytes are read, never the data section.
+        size: Byte size of the file.
+        max_header_size: Refuse a larger declared header (``safetensors.header.too-large``).
+
+    Returns:
+        The header (``None`` when any structural flaw was found) and the findings.
+    """
     sink = FindingSink()
     # chunk=8: the length, then the header in one read; the data section is never touched.
     r = BoundedReader(reader, size, chunk=8)
     U = Severity.UNSAFE
     if size < 8:
         sink.add("safetensors.file.too-small", U, "@0", f"{size} bytes: no room for the header length")
-        return sink.findings
+        return None, sink.findings
     n = r.u64()
-    if n > MAX_HEADER_SIZE:
-        sink.add("safetensors.header.too-large", U, "@0", f"header length {n} exceeds {MAX_HEADER_SIZE}")
-        return sink.findings
+    if n > max_header_size:
+        sink.add("safetensors.header.too-large", U, "@0", f"header length {n} exceeds {max_header_size}")
+        return None, sink.findings
     if 8 + n > size:
         sink.add("safetensors.header.out-of-bounds", U, "@0", f"header length {n} runs past the file end ({size})")
-        return sink.findings
+        return None, sink.findings
     try:
         raw = r.read(n)
     except TruncatedError as exc:
         sink.add("safetensors.header.out-of-bounds", U, f"@{exc.offset}", str(exc))
-        return sink.findings
+        return None, sink.findings
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
         sink.add("safetensors.header.encoding", U, f"header@{8 + exc.start}", "header is not valid UTF-8")
-        return sink.findings
+        return None, sink.findings
     if not text.startswith("{"):
         sink.add("safetensors.header.start", U, "header@8", "header does not start with '{'")
-        return sink.findings
+        return None, sink.findings
     stripped = text.rstrip(" ")
     if stripped != text.rstrip():
         # The spec pads with spaces only; other trailing whitespace means a non-reference writer.
@@ -111,22 +150,23 @@ def scan(reader: BinaryIO, size: int, ctx: ScanContext) -> list[Finding]:
         header = strict_json_loads(stripped)
     except DuplicateKeyError as exc:
         sink.add("safetensors.header.duplicate-key", U, "header", f"{exc}: parsers disagree on which wins")
-        return sink.findings
+        return None, sink.findings
     except (ValueError, RecursionError) as exc:
         sink.add("safetensors.header.json", U, "header", f"header is not valid JSON: {exc}"[:300])
-        return sink.findings
+        return None, sink.findings
     if not isinstance(header, dict):
         sink.add("safetensors.header.not-object", U, "header", "header JSON is not an object")
-        return sink.findings
+        return None, sink.findings
 
     bad = _first_surrogate(header)
     if bad is not None:
         # JSON escapes can spell lone surrogates that Python accepts and the Rust reference refuses.
         sink.add("safetensors.header.encoding", U, "header", f"string {bad!r} holds a lone surrogate escape: readers disagree")
-        return sink.findings
+        return None, sink.findings
 
     data_len = size - 8 - n
     ranges: list[tuple[int, int, str]] = []
+    spans: dict[str, tuple[int, int]] = {}
     for name, entry in header.items():
         loc = f"header.tensors[{name!r}]"
         if name == "__metadata__":
@@ -135,8 +175,14 @@ def scan(reader: BinaryIO, size: int, ctx: ScanContext) -> list[Finding]:
         span = _check_entry(name, entry, data_len, loc, sink)
         if span is not None:
             ranges.append((span[0], span[1], name))
+            spans[name] = span
     _check_coverage(ranges, data_len, 8 + n, sink)
-    return sink.findings
+    if any(f.severity is U for f in sink.findings):
+        return None, sink.findings
+    # Only now is every entry known to be well-typed.
+    tensors = tuple(TensorInfo(name, header[name]["dtype"], tuple(header[name]["shape"]), end - begin)
+                    for name, (begin, end) in spans.items())
+    return SafetensorsHeader(n, tensors, dict(header.get("__metadata__") or {})), sink.findings
 
 
 def _first_surrogate(node: Any, depth: int = 0) -> str | None:

@@ -114,3 +114,60 @@ def tiny_model_files(seed: int = 0) -> dict[str, bytes]:
         }
     )
     return files
+
+
+GGUF_CHAT_TEMPLATE = "{% for m in messages %}<|{{ m['role'] }}|>{{ m['content'] }}{% endfor %}"
+
+
+def tiny_gguf(*, file_type: int = 7, chat_template: object = GGUF_CHAT_TEMPLATE, name: str = "tiny") -> bytes:
+    """A tiny Llama-shaped GGUF written by ``gguf.GGUFWriter``: 2 blocks of hidden 64, 4 heads, 2 KV heads.
+
+    Tensors: ``token_embd`` F32 (32 x 64), ``output_norm`` F16 (64), and per block a Q8_0 ``attn_q``
+    (64 x 64, written as its blocks' bytes). ``chat_template`` is a string or a list of
+    ``{"name", "template"}`` (named templates); ``file_type`` is written as ``general.file_type``.
+    """
+    import os
+    import tempfile
+
+    from gguf import GGMLQuantizationType, GGUFWriter
+
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "m.gguf")
+        w = GGUFWriter(path, "llama")
+        w.add_name(name)
+        w.add_file_type(file_type)
+        w.add_block_count(2)
+        w.add_context_length(4096)
+        w.add_embedding_length(64)
+        w.add_head_count(4)
+        w.add_head_count_kv(2)
+        w.add_rope_scaling_type(__import__("gguf").RopeScalingType.LINEAR)
+        w.add_rope_scaling_factor(2.0)
+        w.add_tokenizer_model("llama")
+        w.add_token_list(["<unk>", "<s>", "</s>"] + [f"t{i}" for i in range(29)])
+        w.add_bos_token_id(1)
+        w.add_eos_token_id(2)
+        if chat_template is not None:
+            w.add_chat_template(chat_template)
+        w.add_tensor("token_embd.weight", np.ones((32, 64), dtype=np.float32))
+        w.add_tensor("output_norm.weight", np.ones(64, dtype=np.float16))
+        for layer in range(2):
+            # 64 x 64 elements of Q8_0: 2 blocks of 32 per row, 34 bytes each.
+            w.add_tensor(f"blk.{layer}.attn_q.weight", np.zeros((64, 68), dtype=np.uint8),
+                         raw_dtype=GGMLQuantizationType.Q8_0)
+        w.write_header_to_file()
+        w.write_kv_data_to_file()
+        w.write_tensors_to_file()
+        w.close()
+        with open(path, "rb") as f:
+            return f.read()
+
+
+def tiny_bf16_safetensors() -> bytes:
+    """One ``model.safetensors`` written by ``safetensors.torch`` with bfloat16 and float32 tensors."""
+    import torch
+    from safetensors.torch import save
+
+    return save({"embed.weight": torch.zeros((32, 16), dtype=torch.bfloat16),
+                 "layer.weight": torch.zeros((16, 16), dtype=torch.bfloat16),
+                 "norm.weight": torch.ones(16, dtype=torch.float32)})
