@@ -138,7 +138,39 @@ class HuggingFaceSource(Source):
             revision=commit,
             files=tuple(files),
             license=_license(info),
+            card=self._card(api, info),
         )
+
+    def _card(self, api: HfApi, info: ModelInfo) -> dict:
+        """The card's license fields as found and, for a gated repository, who accepted its terms.
+
+        The hub let this token list a gated repository's files, so the token's owner accepted its access
+        terms: recorded as the identity the hub reports (``whoami``) when it answers, and always as a
+        fingerprint (a sha256 prefix, never the token).
+        """
+        card_data = info.card_data.to_dict() if info.card_data is not None else {}
+        card = {key: card_data.get(key) for key in ("license", "license_name", "license_link")}
+        gated = getattr(info, "gated", None)
+        card["gated"] = gated if gated in (False, "auto", "manual") else (None if gated is None else str(gated)[:64])
+        if gated:
+            card["access"] = self._access()
+        return card
+
+    def _access(self) -> dict:
+        if not self._token:
+            return {"token": None}
+        token = str(self._token)
+        access: dict = {"token": "registry", "fingerprint": "sha256:" + hashlib.sha256(token.encode()).hexdigest()[:16],
+                        "identity": None}
+        try:
+            who = HfApi(endpoint=self.endpoint, library_name="modelreg").whoami(token=token)
+            name = who.get("name") if isinstance(who, dict) else None
+            if isinstance(name, str):
+                access["identity"] = name[:256]
+        # whoami is optional: a hub (or mirror) that does not answer it leaves only the fingerprint.
+        except Exception:  # noqa: BLE001
+            pass
+        return access
 
     def _upstream_file(self, entry: RepoFile) -> UpstreamFile:
         # The path is checked by the filter's select, with the whole listing; here only the digests.
