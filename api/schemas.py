@@ -90,6 +90,9 @@ class VersionCreate(Strict):
     include: list[FreeText(MAX_GLOB_LENGTH)] = Field(default_factory=list, max_length=MAX_GLOBS)
     exclude: list[FreeText(MAX_GLOB_LENGTH)] = Field(default_factory=list, max_length=MAX_GLOBS)
     hf_endpoint: FreeText(MAX_SOURCE_LENGTH) | None = None
+    license: str | None = Field(None, max_length=256, description=(
+        "a license the submitter declares: an SPDX id or expression (Apache-2.0, MIT OR Apache-2.0), a Hub id "
+        "(llama3.1) or other:<name>; an unrecognized one is refused (unrecognized-license)"))
 
 
 class FilePublic(BaseModel):
@@ -109,6 +112,7 @@ class VersionPublic(BaseModel):
     requested_revision: str | None
     resolved_revision: str | None
     license: str | None
+    licenses: dict[str, Any]
     manifest_digest: str | None
     signing_key_id: str | None
     created_at: dt.datetime

@@ -58,6 +58,7 @@ def submit_version(
         version, created = versions.submit_uploaded(
             session, principal, tenant, name, [FileEntry(f.path, f.size, f.sha256) for f in body.files],
             label=body.source.removeprefix("upload:") or "upload", limits=container.limits(),
+            license=body.license,
         )
     elif body.files is not None:
         raise InvalidInputError("`files` goes only with an upload: source", field="files")
@@ -65,7 +66,8 @@ def submit_version(
         version, created = versions.submit(
             session, principal, tenant, name,
             versions.SubmitRequest(source=body.source, revision=body.revision, include=tuple(body.include),
-                                   exclude=tuple(body.exclude), hf_endpoint=body.hf_endpoint),
+                                   exclude=tuple(body.exclude), hf_endpoint=body.hf_endpoint,
+                                   license=body.license),
             open_source=container.open_source, limits=container.limits(),
         )
     if not created:

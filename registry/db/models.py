@@ -191,6 +191,9 @@ class Version(Base):
     files: Mapped[list["VersionFile"]] = relationship(
         back_populates="version", order_by="VersionFile.path", cascade="all, delete-orphan"
     )
+    license_findings: Mapped[list["LicenseFinding"]] = relationship(
+        order_by="LicenseFinding.id", cascade="all, delete-orphan", passive_deletes=True
+    )
 
 
 class VersionFile(Base):

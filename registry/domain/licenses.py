@@ -34,6 +34,8 @@ from registry.domain.text import text_problem
 
 MAX_LICENSE_LENGTH = 256
 """The longest license value (an id or an expression) that is parsed at all; a normalized id is never longer."""
+LICENSE_ID_MAX_LENGTH = 128
+"""The longest normalized id (the ``versions.license`` column); a longer expression is unrecognized."""
 MAX_LICENSES_IN_LIST = 16
 OTHER_PREFIX = "other:"
 
@@ -143,6 +145,8 @@ def _other(name: object) -> NormalizedLicense:
     name_slug = slug(text)
     if not name_slug or not _SLUG_RE.match(name_slug):
         return _unrecognized(f"license_name {text!r} has no usable name")
+    if len(OTHER_PREFIX + name_slug) > LICENSE_ID_MAX_LENGTH:
+        return _unrecognized(f"license_name longer than {LICENSE_ID_MAX_LENGTH - len(OTHER_PREFIX)} characters")
     return NormalizedLicense(OTHER_PREFIX + name_slug)
 
 
@@ -163,8 +167,8 @@ def _normalize_list(values: list[object], license_name: object) -> NormalizedLic
     if len(unique) == 1:
         return normalize_license(values[0], license_name=license_name)
     joined = " AND ".join(unique)
-    if len(joined) > MAX_LICENSE_LENGTH:
-        return _unrecognized(f"the licenses listed are longer than {MAX_LICENSE_LENGTH} characters together")
+    if len(joined) > LICENSE_ID_MAX_LENGTH:
+        return _unrecognized(f"the licenses listed are longer than {LICENSE_ID_MAX_LENGTH} characters together")
     return NormalizedLicense(joined)
 
 
@@ -183,7 +187,7 @@ def _parse_spdx(text: str) -> NormalizedLicense:
     if expression is None:
         return _unrecognized("license is empty")
     rendered = expression.render("{symbol.key}")
-    if len(rendered) > MAX_LICENSE_LENGTH:
-        return _unrecognized(f"longer than {MAX_LICENSE_LENGTH} characters once normalized")
+    if len(rendered) > LICENSE_ID_MAX_LENGTH:
+        return _unrecognized(f"longer than {LICENSE_ID_MAX_LENGTH} characters once normalized")
     return NormalizedLicense(rendered)
 

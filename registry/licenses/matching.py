@@ -57,11 +57,16 @@ def reference_shingles() -> dict[str, frozenset[tuple[str, ...]]]:
     return {p.stem: shingles(p.read_text(encoding="utf-8")) for p in sorted(TEXTS_DIR.glob("*.txt"))}
 
 
-def match_license_text(text: str) -> LicenseMatch:
-    """The shipped license ``text`` is, if any scores at least ``THRESHOLD``."""
+def match_license_text(text: str, references: dict[str, frozenset] | None = None) -> LicenseMatch:
+    """The shipped license ``text`` is, if one scores at least ``THRESHOLD`` and ``MARGIN`` above the next.
+
+    Args:
+        text: The file's text.
+        references: SPDX id -> shingles to compare with; the shipped texts when None.
+    """
     found = shingles(text)
-    scored = sorted(((similarity(found, ref), spdx_id) for spdx_id, ref in reference_shingles().items()),
-                    reverse=True)
+    refs = reference_shingles() if references is None else references
+    scored = sorted(((similarity(found, ref), spdx_id) for spdx_id, ref in refs.items()), reverse=True)
     score, best = scored[0] if scored else (0.0, None)
     runner_up = scored[1][0] if len(scored) > 1 else 0.0
     # Siblings (CC-BY-4.0 and CC-BY-NC-4.0) share most of their words: a file about as close to two of
