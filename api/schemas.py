@@ -112,7 +112,9 @@ class VersionPublic(BaseModel):
     requested_revision: str | None
     resolved_revision: str | None
     license: str | None
-    licenses: dict[str, Any]
+    licenses: dict[str, Any] = Field(description=(
+        "resolved (SPDX expression or other:<name>), declared, findings [{source: declared|card|readme|"
+        "license_file:<path>|conflict, raw, raw_length, normalized, problem, detail}], conflicts, gated, access"))
     manifest_digest: str | None
     signing_key_id: str | None
     created_at: dt.datetime

@@ -263,7 +263,8 @@ def _print_version(v: dict[str, Any]) -> None:
     src = v["source"]
     lines.append(f"  source: {src['kind']} {src['repo']}"
                  f" {v.get('requested_revision') or ''} -> {v.get('resolved_revision') or '?'}")
-    lines += _license_lines(v.get("licenses") or {})
+    if "licenses" in v:  # absent from servers older than the license findings
+        lines += _license_lines(v["licenses"])
     for f in v.get("files", []):
         lines.append(f"  {f['sha256'] or '(pending)':64}  {f['size']:>12}  {f['path']}")
     _say(*lines)

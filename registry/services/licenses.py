@@ -131,6 +131,9 @@ def record_licenses(session: Session, version: Version, blob_store: BlobStore) -
     normalized = card_license(card)
     if normalized is not None:
         detail = {k: card[k] for k in CARD_TEXT_FIELDS if card.get(k) is not None} or None
+        if "license_length" in card:
+            # Cut when stored on the version: the finding says how long the upstream's value was.
+            detail = {**(detail or {}), "raw_length": card["license_length"]}
         found.append(("card", card["license"], normalized, detail))
     top_level = {f.path.lower(): f for f in version.files if "/" not in f.path and f.sha256}
     readme = top_level.get(README_NAME)
@@ -167,6 +170,8 @@ def record_licenses(session: Session, version: Version, blob_store: BlobStore) -
 def _row(version_id: int, source: str, raw: object, normalized: NormalizedLicense,
          detail: dict[str, Any] | None) -> LicenseFinding:
     text, length = bounded_raw(raw)
+    if detail is not None and "raw_length" in detail:
+        length = detail.pop("raw_length")
     return LicenseFinding(version_id=version_id, source=source, raw=text, raw_length=length,
                           normalized=normalized.id, problem=normalized.problem, detail=detail)
 
