@@ -183,6 +183,13 @@ def submit(
 ) -> None:
     """Submit a model version; with --wait, show progress and exit non-zero if it fails."""
     tenant, name = _split_model(model)
+    if license is not None:
+        # Checked here too, so a directory is not uploaded for a submission the registry will refuse.
+        from registry.domain.licenses import normalize_license
+
+        declared = normalize_license(license)
+        if declared.id is None:
+            raise CliError(f"license {license!r} is not recognized: {declared.problem}")
     local = "://" not in source or source.startswith("file://")
     if local and "://" not in source:
         # A relative directory is resolved here: the server has another working directory.

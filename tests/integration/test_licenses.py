@@ -6,6 +6,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 from fastapi.testclient import TestClient
@@ -208,3 +211,24 @@ def test_licenses_are_shown_by_the_api_and_by_version_show(container, admin, mon
     assert "license: MIT (declared MIT)" in result.output
     assert "card: CC-BY-NC-4.0" in result.output
     assert "conflict: declared says MIT, card says CC-BY-NC-4.0" in result.output
+
+
+def test_modelreg_submit_declares_a_license_and_refuses_an_unrecognized_one_in_one_line(container, admin, tmp_path):
+    modelreg = str(Path(sys.executable).parent / "modelreg")
+    model = tmp_path / "model"
+    model.mkdir()
+    for path, data in tiny_model_files(10).items():
+        (model / path).write_bytes(data)
+    with container.session_factory() as session:
+        issued = issue_token(session, session.scalar(select(Principal).where(Principal.name == admin.name)))
+        session.commit()
+    with serve_in_thread(create_app(container)) as url:
+        common = ["--model", "acme/declared", "--url", url, "--token", issued.token]
+        refused = subprocess.run([modelreg, "submit", str(model), *common, "--license", "bogus-license"],
+                                 capture_output=True, text=True, timeout=120)
+        accepted = subprocess.run([modelreg, "submit", str(model), *common, "--license", "cc-by-nc-4.0", "--json"],
+                                  capture_output=True, text=True, timeout=120)
+    assert refused.returncode == 1 and refused.stdout == ""
+    assert refused.stderr.count("\n") == 1 and "license 'bogus-license' is not recognized" in refused.stderr
+    assert accepted.returncode == 0, accepted.stderr
+    assert json.loads(accepted.stdout)["licenses"]["declared"] == "cc-by-nc-4.0"
