@@ -135,7 +135,8 @@ def test_a_hostile_readme_front_matter_is_an_unrecognized_finding(container, adm
     model.mkdir()
     for path, data in tiny_model_files(6).items():
         (model / path).write_bytes(data)
-    (model / "README.md").write_bytes(b"---\nlicense: !!python/object/apply:os.system ['touch pwned']\n---\n")
+    pwned = tmp_path / "pwned"
+    (model / "README.md").write_text(f"---\nlicense: !!python/object/apply:os.system ['touch {pwned}']\n---\n")
     (model / "COPYING").write_bytes(b"All rights reserved. Do not copy.\n")
     version_id = _submit(container, admin, str(model), name="hostile", license="other:acme-eula")
     resolved, found = _record(container, version_id)
@@ -143,7 +144,7 @@ def test_a_hostile_readme_front_matter_is_an_unrecognized_finding(container, adm
     assert found["readme"]["normalized"] is None and "not YAML" in found["readme"]["problem"]
     assert found["license_file:COPYING"]["normalized"] is None
     assert "matches no SPDX text" in found["license_file:COPYING"]["problem"]
-    assert not (tmp_path / "pwned").exists()
+    assert not pwned.exists()
 
 
 def test_an_unrecognized_declared_license_is_refused_before_anything_is_stored(container, admin, tmp_path):
