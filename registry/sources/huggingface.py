@@ -44,6 +44,7 @@ from registry.sources.filters import FileFilter
 
 CHUNK_SIZE = 1024 * 1024
 _RETRYABLE_STATUSES = frozenset({408, 425, 429, 500, 502, 503, 504})
+_WHOAMI: dict[tuple[str, str], str | None] = {}
 
 
 class HuggingFaceSource(Source):
@@ -160,17 +161,26 @@ class HuggingFaceSource(Source):
         if not self._token:
             return {"token": None}
         token = str(self._token)
-        access: dict = {"token": "registry", "fingerprint": "sha256:" + hashlib.sha256(token.encode()).hexdigest()[:16],
-                        "identity": None}
+        fingerprint = "sha256:" + hashlib.sha256(token.encode()).hexdigest()[:16]
+        return {"token": "registry", "fingerprint": fingerprint, "identity": self._whoami(token, fingerprint)}
+
+    def _whoami(self, token: str, fingerprint: str) -> str | None:
+        """The token's user name as the hub reports it; None when the hub does not say.
+
+        The Hub rate-limits ``whoami`` hard, so an answer is remembered per endpoint and token for the
+        life of the process.
+        """
+        key = (self.endpoint, fingerprint)
+        if key in _WHOAMI:
+            return _WHOAMI[key]
         try:
             who = HfApi(endpoint=self.endpoint, library_name="modelreg").whoami(token=token)
-            name = who.get("name") if isinstance(who, dict) else None
-            if isinstance(name, str):
-                access["identity"] = name[:256]
         # whoami is optional: a hub (or mirror) that does not answer it leaves only the fingerprint.
         except Exception:  # noqa: BLE001
-            pass
-        return access
+            return None
+        name = who.get("name") if isinstance(who, dict) else None
+        _WHOAMI[key] = name[:256] if isinstance(name, str) else None
+        return _WHOAMI[key]
 
     def _upstream_file(self, entry: RepoFile) -> UpstreamFile:
         # The path is checked by the filter's select, with the whole listing; here only the digests.
