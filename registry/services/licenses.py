@@ -33,6 +33,7 @@ from sqlalchemy.orm import Session
 from registry.db.models import LicenseFinding, Version
 from registry.domain.errors import UnrecognizedLicenseError
 from registry.domain.licenses import MAX_LICENSE_LENGTH, NormalizedLicense, normalize_license
+from registry.domain.text import printable
 from registry.licenses import matching
 from registry.storage.base import BlobStore
 
@@ -56,11 +57,13 @@ class LicenseRecord:
 def bounded_raw(value: object) -> tuple[str | None, int | None]:
     """``value`` as text for a finding: cut at ``RAW_LIMIT`` characters, with the full length when cut.
 
-    Lists and other YAML/JSON values are kept as their JSON text.
+    Lists and other YAML/JSON values are kept as their JSON text. Control, bidirectional and surrogate
+    characters are escaped visibly (``\\x00``): PostgreSQL stores no NUL and UTF-8 no lone surrogate,
+    and a reviewer must see them.
     """
     if value is None:
         return None, None
-    text = value if isinstance(value, str) else json.dumps(value, default=str, ensure_ascii=False)
+    text = printable(value if isinstance(value, str) else json.dumps(value, default=str, ensure_ascii=False))
     if len(text) > RAW_LIMIT:
         return text[:RAW_LIMIT], len(text)
     return text, None
@@ -148,9 +151,12 @@ def record_licenses(session: Session, version: Version, blob_store: BlobStore) -
             match = matching.match_license_text(text)
             problem = None if match.spdx_id else (
                 f"matches no SPDX text (closest {match.best} at {match.similarity})")
-            found.append((f"license_file:{file.path}", text, NormalizedLicense(match.spdx_id, problem),
-                           {"method": matching.METHOD, "threshold": matching.THRESHOLD,
-                            "similarity": match.similarity, "closest": match.best, "bytes": file.size}))
+            # The raw value of a file is its title line; the whole file is the blob its digest names.
+            title = next((line.strip() for line in text.splitlines() if line.strip()), "")
+            found.append((f"license_file:{file.path}", title, NormalizedLicense(match.spdx_id, problem),
+                           {"method": matching.METHOD, "threshold": matching.THRESHOLD, "margin": matching.MARGIN,
+                            "similarity": match.similarity, "closest": match.best, "sha256": file.sha256,
+                            "bytes": file.size, "bytes_read": min(file.size, LICENSE_FILE_LIMIT)}))
     rows = [_row(version.id, source, raw, n, detail) for source, raw, n, detail in found]
     resolved = next((row for row in rows if row.normalized is not None), None)
     conflicts = [
