@@ -27,7 +27,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import yaml
-from sqlalchemy import delete
 from sqlalchemy.orm import Session
 
 from registry.db.models import LicenseFinding, Version
@@ -112,8 +111,8 @@ def check_declared(license: str | None) -> str | None:
 def record_licenses(session: Session, version: Version, blob_store: BlobStore) -> LicenseRecord:
     """Find a sealed (mirrored) version's licenses, store them as findings and set ``version.license``.
 
-    Runs in the caller's transaction and replaces the version's earlier findings, so running it twice
-    gives the same rows.
+    Runs in the caller's transaction (it flushes, never commits) and replaces the version's earlier
+    findings, so running it twice gives the same rows.
 
     Args:
         session: In a write transaction.
@@ -126,24 +125,21 @@ def record_licenses(session: Session, version: Version, blob_store: BlobStore) -
     Raises:
         BlobNotFoundError: a file the version lists is missing from the store.
     """
-    session.execute(delete(LicenseFinding).where(LicenseFinding.version_id == version.id))
-    found: list[tuple[str, object, NormalizedLicense, dict[str, Any] | None]] = []
+    rows: list[LicenseFinding] = []
     if version.declared_license is not None:
-        found.append(("declared", version.declared_license, normalize_license(version.declared_license), None))
+        rows.append(_row("declared", version.declared_license, normalize_license(version.declared_license)))
     card = version.upstream_card or {}
     normalized = card_license(card)
     if normalized is not None:
         detail = {k: card[k] for k in CARD_TEXT_FIELDS if card.get(k) is not None} or None
-        if "license_length" in card:
-            # Cut when stored on the version: the finding says how long the upstream's value was.
-            detail = {**(detail or {}), "raw_length": card["license_length"]}
-        found.append(("card", card["license"], normalized, detail))
+        # A value cut when it was stored on the version keeps the length the upstream's had.
+        rows.append(_row("card", card["license"], normalized, detail, raw_length=card.get("license_length")))
     top_level = {f.path.lower(): f for f in version.files if "/" not in f.path and f.sha256}
     readme = top_level.get(README_NAME)
     if readme is not None:
         front = _front_matter(_read(blob_store, readme.sha256, README_LIMIT))
         if front is not None:
-            found.append(_readme_finding(front))
+            rows.append(_readme_finding(front))
     for name in LICENSE_FILE_NAMES:
         file = top_level.get(name)
         if file is not None:
@@ -153,32 +149,29 @@ def record_licenses(session: Session, version: Version, blob_store: BlobStore) -
                 f"matches no SPDX text (closest {match.best} at {match.similarity})")
             # The raw value of a file is its title line; the whole file is the blob its digest names.
             title = next((line.strip() for line in text.splitlines() if line.strip()), "")
-            found.append((f"license_file:{file.path}", title, NormalizedLicense(match.spdx_id, problem),
-                           {"method": matching.METHOD, "threshold": matching.THRESHOLD, "margin": matching.MARGIN,
-                            "similarity": match.similarity, "closest": match.best, "sha256": file.sha256,
-                            "bytes": file.size, "bytes_read": min(file.size, LICENSE_FILE_LIMIT)}))
-    rows = [_row(version.id, source, raw, n, detail) for source, raw, n, detail in found]
+            rows.append(_row(f"license_file:{file.path}", title, NormalizedLicense(match.spdx_id, problem),
+                             {"method": matching.METHOD, "threshold": matching.THRESHOLD, "margin": matching.MARGIN,
+                              "similarity": match.similarity, "closest": match.best, "sha256": file.sha256,
+                              "bytes": file.size, "bytes_read": min(file.size, LICENSE_FILE_LIMIT)}))
     resolved = next((row for row in rows if row.normalized is not None), None)
     conflicts = [
-        LicenseFinding(version_id=version.id, source="conflict", raw=None, normalized=None,
+        LicenseFinding(source="conflict", raw=None, normalized=None,
                        problem=f"{resolved.source} says {resolved.normalized}, {row.source} says {row.normalized}",
                        detail={resolved.source: resolved.normalized, row.source: row.normalized})
         for row in rows
         if resolved is not None and row.normalized is not None and row.normalized != resolved.normalized
     ]
-    rows += conflicts
-    session.add_all(rows)
+    # Replaces the earlier findings (delete-orphan), so recording twice gives the same rows.
+    version.license_findings = rows + conflicts
     version.license = resolved.normalized if resolved is not None else None
     session.flush()
-    return LicenseRecord(version.license, rows)
+    return LicenseRecord(version.license, rows + conflicts)
 
 
-def _row(version_id: int, source: str, raw: object, normalized: NormalizedLicense,
-         detail: dict[str, Any] | None) -> LicenseFinding:
-    text, length = bounded_raw(raw)
-    if detail is not None and "raw_length" in detail:
-        length = detail.pop("raw_length")
-    return LicenseFinding(version_id=version_id, source=source, raw=text, raw_length=length,
+def _row(source: str, raw: object, normalized: NormalizedLicense, detail: dict[str, Any] | None = None,
+         *, raw_length: int | None = None) -> LicenseFinding:
+    text, cut_at = bounded_raw(raw)
+    return LicenseFinding(source=source, raw=text, raw_length=raw_length or cut_at,
                           normalized=normalized.id, problem=normalized.problem, detail=detail)
 
 
@@ -209,11 +202,11 @@ def _front_matter(data: bytes) -> dict[str, Any] | str | None:
     return loaded
 
 
-def _readme_finding(front: dict[str, Any] | str) -> tuple[str, object, NormalizedLicense, dict[str, Any] | None]:
+def _readme_finding(front: dict[str, Any] | str) -> LicenseFinding:
     if isinstance(front, str):
-        return "readme", None, NormalizedLicense(None, front), None
+        return _row("readme", None, NormalizedLicense(None, front))
     value = front.get("license")
     if value is None:
-        return "readme", None, NormalizedLicense(None, "front matter names no license"), None
+        return _row("readme", None, NormalizedLicense(None, "front matter names no license"))
     detail = {k: bounded_raw(front[k])[0] for k in CARD_TEXT_FIELDS if front.get(k) is not None} or None
-    return "readme", value, normalize_license(value, license_name=front.get("license_name")), detail
+    return _row("readme", value, normalize_license(value, license_name=front.get("license_name")), detail)
