@@ -11,6 +11,7 @@ from api.params import NAME_PATTERN, ByteCount, PrincipalName, TenantName
 from registry.auth import Role
 
 from registry.domain.files import MAX_PATH_LENGTH
+from registry.domain.licenses import MAX_LICENSE_LENGTH
 from registry.domain.text import MAX_DESCRIPTION_LENGTH, MAX_REVISION_LENGTH, MAX_SOURCE_LENGTH, FreeText
 from registry.sources.filters import MAX_GLOB_LENGTH, MAX_GLOBS
 
@@ -90,7 +91,7 @@ class VersionCreate(Strict):
     include: list[FreeText(MAX_GLOB_LENGTH)] = Field(default_factory=list, max_length=MAX_GLOBS)
     exclude: list[FreeText(MAX_GLOB_LENGTH)] = Field(default_factory=list, max_length=MAX_GLOBS)
     hf_endpoint: FreeText(MAX_SOURCE_LENGTH) | None = None
-    license: str | None = Field(None, max_length=256, description=(
+    license: FreeText(MAX_LICENSE_LENGTH) | None = Field(None, description=(
         "a license the submitter declares: an SPDX id or expression (Apache-2.0, MIT OR Apache-2.0), a Hub id "
         "(llama3.1) or other:<name>; an unrecognized one is refused (unrecognized-license)"))
 
