@@ -11,6 +11,7 @@ from api.params import NAME_PATTERN, ByteCount, PrincipalName, TenantName
 from registry.auth import Role
 
 from registry.domain.files import MAX_PATH_LENGTH
+from registry.domain.licenses import MAX_LICENSE_LENGTH
 from registry.domain.text import MAX_DESCRIPTION_LENGTH, MAX_REVISION_LENGTH, MAX_SOURCE_LENGTH, FreeText
 from registry.sources.filters import MAX_GLOB_LENGTH, MAX_GLOBS
 
@@ -90,6 +91,9 @@ class VersionCreate(Strict):
     include: list[FreeText(MAX_GLOB_LENGTH)] = Field(default_factory=list, max_length=MAX_GLOBS)
     exclude: list[FreeText(MAX_GLOB_LENGTH)] = Field(default_factory=list, max_length=MAX_GLOBS)
     hf_endpoint: FreeText(MAX_SOURCE_LENGTH) | None = None
+    license: FreeText(MAX_LICENSE_LENGTH) | None = Field(None, description=(
+        "a license the submitter declares: an SPDX id or expression (Apache-2.0, MIT OR Apache-2.0), a Hub id "
+        "(llama3.1) or other:<name>; an unrecognized one is refused (unrecognized-license)"))
 
 
 class FilePublic(BaseModel):
@@ -109,6 +113,9 @@ class VersionPublic(BaseModel):
     requested_revision: str | None
     resolved_revision: str | None
     license: str | None
+    licenses: dict[str, Any] = Field(description=(
+        "resolved (SPDX expression or other:<name>), declared, findings [{source: declared|card|readme|"
+        "license_file:<path>|conflict, raw, raw_length, normalized, problem, detail}], conflicts, gated, access"))
     manifest_digest: str | None
     signing_key_id: str | None
     created_at: dt.datetime

@@ -175,6 +175,8 @@ def submit(
     include: list[str] = typer.Option([], "--include", help="glob of files to mirror (repeatable)"),
     exclude: list[str] = typer.Option([], "--exclude", help="glob of files to leave out (repeatable)"),
     hf_endpoint: Optional[str] = typer.Option(None, "--hf-endpoint", help="Hugging Face-compatible hub URL"),
+    license: Optional[str] = typer.Option(
+        None, "--license", help="the license you declare: an SPDX id or expression, a Hub id, or other:NAME"),
     upload: bool = typer.Option(
         True, "--upload/--no-upload",
         help="send a local directory's files through the API (default); --no-upload makes the server read "
@@ -185,6 +187,13 @@ def submit(
 ) -> None:
     """Submit a model version; with --wait, show progress and exit non-zero if it fails."""
     tenant, name = _split_model(model)
+    if license is not None:
+        # Checked here too, so a directory is not uploaded for a submission the registry will refuse.
+        from registry.domain.licenses import normalize_license
+
+        declared = normalize_license(license)
+        if declared.id is None:
+            raise CliError(f"license {license!r} is not recognized: {declared.problem}")
     local = "://" not in source or source.startswith("file://")
     if local and "://" not in source:
         # A relative directory is resolved here: the server has another working directory.
@@ -195,6 +204,8 @@ def submit(
         else:
             body = {"source": source, "revision": revision, "include": include, "exclude": exclude,
                     "hf_endpoint": hf_endpoint}
+        if license is not None:
+            body["license"] = license
         # The registry pins the revision before it answers: listing a hub is quick, but hashing a
         # large local directory to name its revision can take minutes.
         version = client.post(f"/v1/models/{_seg(tenant)}/{_seg(name)}/versions", json=body,
@@ -263,9 +274,28 @@ def _print_version(v: dict[str, Any]) -> None:
     src = v["source"]
     lines.append(f"  source: {src['kind']} {src['repo']}"
                  f" {v.get('requested_revision') or ''} -> {v.get('resolved_revision') or '?'}")
+    if "licenses" in v:  # absent from servers older than the license findings
+        lines += _license_lines(v["licenses"])
     for f in v.get("files", []):
         lines.append(f"  {f['sha256'] or '(pending)':64}  {f['size']:>12}  {f['path']}")
     _say(*lines)
+
+
+def _license_lines(licenses: dict[str, Any]) -> list[str]:
+    """The license block of ``version show``: resolved, each finding (where from), gated access."""
+    lines = [f"  license: {licenses.get('resolved') or '(none recognized)'}"
+             + (f" (declared {licenses['declared']})" if licenses.get("declared") else "")]
+    for f in licenses.get("findings", []):
+        if f["source"] == "conflict":
+            lines.append(f"    conflict: {f['problem']}")
+        else:
+            outcome = f["normalized"] or f"unrecognized: {f['problem']}"
+            lines.append(f"    {f['source']}: {outcome}")
+    access = licenses.get("access")
+    if licenses.get("gated"):
+        who = (access or {}).get("identity") or (access or {}).get("fingerprint") or "no token"
+        lines.append(f"  gated ({licenses['gated']}): terms accepted by {(access or {}).get('token')} token {who}")
+    return lines
 
 
 @version_app.command("show")

@@ -19,6 +19,15 @@ router = APIRouter(prefix="/v1/models", tags=["models"],
                    responses=responses(*AUTHENTICATED, NotFoundError))
 
 
+def licenses_public(v: Version) -> dict[str, Any]:
+    """The ``licenses`` key of a version: resolved and declared license, each finding, gated access."""
+    card = v.upstream_card or {}
+    return {"resolved": v.license, "declared": v.declared_license,
+            "findings": [f.as_dict() for f in v.license_findings],
+            "conflicts": sum(f.source == "conflict" for f in v.license_findings),
+            "gated": card.get("gated"), "access": card.get("access")}
+
+
 def version_public(v: Version) -> VersionPublic:
     files = [FilePublic(path=f.path, size=f.size, sha256=f.sha256, mirrored=f.sha256 is not None) for f in v.files]
     return VersionPublic(
@@ -32,6 +41,7 @@ def version_public(v: Version) -> VersionPublic:
         requested_revision=v.requested_revision,
         resolved_revision=v.resolved_revision,
         license=v.license,
+        licenses=licenses_public(v),
         manifest_digest=v.manifest_digest,
         signing_key_id=v.signing_key_id,
         created_at=v.created_at,
@@ -58,7 +68,7 @@ def submit_version(
         version, created = versions.submit_uploaded(
             session, principal, tenant, name, [FileEntry(f.path, f.size, f.sha256) for f in body.files],
             label=body.source.removeprefix("upload:") or "upload", limits=container.limits(),
-            clock=container.clock,
+            clock=container.clock, license=body.license,
         )
     elif body.files is not None:
         raise InvalidInputError("`files` goes only with an upload: source", field="files")
@@ -66,7 +76,8 @@ def submit_version(
         version, created = versions.submit(
             session, principal, tenant, name,
             versions.SubmitRequest(source=body.source, revision=body.revision, include=tuple(body.include),
-                                   exclude=tuple(body.exclude), hf_endpoint=body.hf_endpoint),
+                                   exclude=tuple(body.exclude), hf_endpoint=body.hf_endpoint,
+                                   license=body.license),
             open_source=container.open_source, limits=container.limits(), clock=container.clock,
         )
     if not created:

@@ -167,6 +167,13 @@ class Version(Base):
     exclude: Mapped[list[Any]] = mapped_column(default=list)
     source_key: Mapped[str | None] = mapped_column(String(64))
     license: Mapped[str | None] = mapped_column(String(128))
+    """The resolved license: an SPDX expression or ``other:<name>`` (``registry.domain.licenses``), never raw
+    upstream text; the raw values are in ``license_findings``."""
+    declared_license: Mapped[str | None] = mapped_column(String(256))
+    """What the submitter declared (checked to normalize at submit)."""
+    upstream_card: Mapped[dict[str, Any] | None]
+    """What the upstream said at resolve time about license and access: ``license`` (raw, bounded),
+    ``license_name``, ``license_link``, ``gated`` and ``access`` (which token accepted the terms)."""
     failure_reason: Mapped[str | None] = mapped_column(String(64))
     failure_detail: Mapped[dict[str, Any] | None]
     submitted_by: Mapped[int | None] = mapped_column(ForeignKey("principals.id"))
@@ -183,6 +190,9 @@ class Version(Base):
     model: Mapped[Model] = relationship()
     files: Mapped[list["VersionFile"]] = relationship(
         back_populates="version", order_by="VersionFile.path", cascade="all, delete-orphan"
+    )
+    license_findings: Mapped[list["LicenseFinding"]] = relationship(
+        order_by="LicenseFinding.id", cascade="all, delete-orphan", passive_deletes=True
     )
 
 
@@ -367,3 +377,30 @@ class VersionFacts(Base):
     reader_version: Mapped[str] = mapped_column(String(16))
     facts: Mapped[dict[str, Any]]
     recorded_at: Mapped[dt.datetime] = mapped_column(default=utcnow)
+
+
+class LicenseFinding(Base):
+    """One place a version's license was read from, or one conflict between two of them.
+
+    ``source`` is ``declared`` (the submitter), ``card`` (the Hub API's card data), ``readme`` (the README
+    front matter), ``license_file:<path>`` (a LICENSE file matched against SPDX texts) or ``conflict``.
+    ``raw`` is the text as found, cut at ``RAW_LIMIT`` characters with ``raw_length`` saying how long it was
+    (never silently: such a value is always unrecognized); ``normalized`` is None when unrecognized, and
+    ``problem`` then says why.
+    """
+
+    __tablename__ = "license_findings"
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True)
+    version_id: Mapped[int] = mapped_column(ForeignKey("versions.id", ondelete="CASCADE"), index=True)
+    source: Mapped[str] = mapped_column(String(1100))
+    raw: Mapped[str | None] = mapped_column(Text)
+    raw_length: Mapped[int | None] = mapped_column(Integer)
+    normalized: Mapped[str | None] = mapped_column(String(128))
+    problem: Mapped[str | None] = mapped_column(Text)
+    detail: Mapped[dict[str, Any] | None]
+    created_at: Mapped[dt.datetime] = mapped_column(default=utcnow)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"source": self.source, "raw": self.raw, "raw_length": self.raw_length,
+                "normalized": self.normalized, "problem": self.problem, "detail": self.detail}

@@ -370,3 +370,13 @@ class SourceNotAllowedError(PermissionDeniedError):
     """A submission names an upstream this registry is not configured to read from."""
 
     code = "source-not-allowed"
+
+
+class UnrecognizedLicenseError(InvalidInputError):
+    """A declared license that normalizes to no SPDX expression and no ``other:<name>``."""
+
+    code = "unrecognized-license"
+
+    def __init__(self, license: str, problem: str) -> None:
+        super().__init__(f"license {license[:80]!r} is not recognized: {problem}", license=license[:256],
+                         problem=problem)

@@ -25,6 +25,7 @@ from sqlalchemy.exc import IntegrityError as SAIntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 
 from registry import audit
+from registry.services import licenses
 from registry.auth import AuthenticatedPrincipal, Permission, get_tenant, require, validate_name
 from registry.clock import Clock
 from registry.db.models import Blob, BlobOwner, Model, Tenant, Version, VersionFile
@@ -56,6 +57,8 @@ class SubmitRequest:
     include: tuple[str, ...] = ()
     exclude: tuple[str, ...] = ()
     hf_endpoint: str | None = None
+    license: str | None = None
+    """A license the submitter declares (an SPDX id or expression, a Hub id, or ``other:<name>``)."""
 
     def validate(self) -> None:
         """Refuse free text that is too long or holds control or bidirectional characters (globs are
@@ -69,6 +72,7 @@ class SubmitRequest:
             validate_text(self.revision, field="revision", max_length=MAX_REVISION_LENGTH)
         if self.hf_endpoint is not None:
             validate_text(self.hf_endpoint, field="hf_endpoint", max_length=MAX_SOURCE_LENGTH)
+        licenses.check_declared(self.license)
 
 
 @dataclass(frozen=True)
@@ -174,6 +178,7 @@ def submit(
     Raises:
         PermissionDeniedError: the principal may not submit in ``tenant``.
         InvalidInputError: a bad model name, source URI or glob.
+        UnrecognizedLicenseError: the declared license normalizes to nothing.
         TenantNotFoundError: no such tenant.
     """
     require(principal, tenant, Permission.SUBMIT)
@@ -215,6 +220,7 @@ def submit(
         include=list(request.include),
         exclude=list(request.exclude),
         submitted_by=principal.id,
+        declared_license=request.license,
     )
     model.next_version += 1
     session.add(version)
@@ -222,7 +228,8 @@ def submit(
     ref = f"{tenant}/{name}@{version.number}"
     audit.append(session, actor=principal.name, action="version.submitted", subject=ref, tenant=tenant,
                  details={"source": request.source, "requested_revision": request.revision,
-                          "include": list(request.include), "exclude": list(request.exclude)})
+                          "include": list(request.include), "exclude": list(request.exclude),
+                          "declared_license": request.license})
     if snapshot is not None:
         accept_snapshot(session, version, snapshot, limits, clock)
     elif isinstance(resolve_error, UpstreamError):
@@ -334,6 +341,7 @@ def submit_uploaded(
     label: str,
     limits: Limits,
     clock: Clock,
+    license: str | None = None,
 ) -> tuple[Version, bool]:
     """Submit a version whose files were uploaded beforehand (``PUT /v1/blobs/sha256/{digest}``).
 
@@ -348,6 +356,7 @@ def submit_uploaded(
     require(principal, tenant, Permission.SUBMIT)
     validate_name("model", name)
     validate_text(label, field="label", max_length=MAX_LABEL_LENGTH)
+    licenses.check_declared(license)
     # Refused before any lookup: a huge list costs no more than this.
     if len(files) > limits.max_files:
         raise LimitExceededError(f"{len(files)} files exceed the limit of {limits.max_files}",
@@ -376,7 +385,8 @@ def submit_uploaded(
         session.rollback()
         return existing, False
     version = Version(model_id=model.id, number=model.next_version, state=VersionState.SUBMITTED.value,
-                      source_kind="upload", source_repo=label, include=[], exclude=[], submitted_by=principal.id)
+                      source_kind="upload", source_repo=label, include=[], exclude=[], submitted_by=principal.id,
+                      declared_license=license)
     model.next_version += 1
     session.add(version)
     session.flush()
@@ -424,7 +434,11 @@ def accept_snapshot(session: Session, version: Version, snapshot: Snapshot, limi
         _fail(session, version, exc, actor="system")
         return
     version.resolved_revision = snapshot.revision
-    version.license = snapshot.license
+    # The card's license, normalized (never the raw text: that is bounded in upstream_card); the
+    # license recorded after mirroring (services.licenses.record_licenses) replaces it.
+    version.upstream_card = licenses.bounded_card(snapshot.card)
+    card = licenses.card_license(version.upstream_card)
+    version.license = card.id if card is not None else None
     version.source_key = source_key(snapshot.source_kind, snapshot.repo, version.source_endpoint,
                                     snapshot.revision, tuple(version.include), tuple(version.exclude))
     if stored is None:

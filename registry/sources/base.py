@@ -35,6 +35,9 @@ class Snapshot:
     revision: str  # 40-hex commit (hf) or a digest of the listing (s3, local)
     files: tuple[UpstreamFile, ...]
     license: str | None = None
+    card: dict | None = None
+    """What the upstream says about license and access (HF: the card's ``license``, ``license_name`` and
+    ``license_link`` as found, ``gated``, and ``access``: which token accepted a gated repository's terms)."""
 
 
 class Source(abc.ABC):

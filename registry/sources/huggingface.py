@@ -44,6 +44,7 @@ from registry.sources.filters import FileFilter
 
 CHUNK_SIZE = 1024 * 1024
 _RETRYABLE_STATUSES = frozenset({408, 425, 429, 500, 502, 503, 504})
+_WHOAMI: dict[tuple[str, str], str | None] = {}
 
 
 class HuggingFaceSource(Source):
@@ -138,7 +139,48 @@ class HuggingFaceSource(Source):
             revision=commit,
             files=tuple(files),
             license=_license(info),
+            card=self._card(api, info),
         )
+
+    def _card(self, api: HfApi, info: ModelInfo) -> dict:
+        """The card's license fields as found and, for a gated repository, who accepted its terms.
+
+        The hub let this token list a gated repository's files, so the token's owner accepted its access
+        terms: recorded as the identity the hub reports (``whoami``) when it answers, and always as a
+        fingerprint (a sha256 prefix, never the token).
+        """
+        card_data = info.card_data.to_dict() if info.card_data is not None else {}
+        card = {key: card_data.get(key) for key in ("license", "license_name", "license_link")}
+        gated = getattr(info, "gated", None)
+        card["gated"] = gated if gated in (False, "auto", "manual") else (None if gated is None else str(gated)[:64])
+        if gated:
+            card["access"] = self._access()
+        return card
+
+    def _access(self) -> dict:
+        if not self._token:
+            return {"token": None}
+        token = str(self._token)
+        fingerprint = "sha256:" + hashlib.sha256(token.encode()).hexdigest()[:16]
+        return {"token": "registry", "fingerprint": fingerprint, "identity": self._whoami(token, fingerprint)}
+
+    def _whoami(self, token: str, fingerprint: str) -> str | None:
+        """The token's user name as the hub reports it; None when the hub does not say.
+
+        The Hub rate-limits ``whoami`` hard, so an answer is remembered per endpoint and token for the
+        life of the process.
+        """
+        key = (self.endpoint, fingerprint)
+        if key in _WHOAMI:
+            return _WHOAMI[key]
+        try:
+            who = HfApi(endpoint=self.endpoint, library_name="modelreg").whoami(token=token)
+        # whoami is optional: a hub (or mirror) that does not answer it leaves only the fingerprint.
+        except Exception:  # noqa: BLE001
+            return None
+        name = who.get("name") if isinstance(who, dict) else None
+        _WHOAMI[key] = name[:256] if isinstance(name, str) else None
+        return _WHOAMI[key]
 
     def _upstream_file(self, entry: RepoFile) -> UpstreamFile:
         # The path is checked by the filter's select, with the whole listing; here only the digests.

@@ -1,5 +1,5 @@
-"""Jobs whose inputs reach the database's limits: a path as long as a path may be, and a value the
-database refuses. Both databases where they differ (SQLite does not enforce VARCHAR lengths)."""
+"""Jobs whose inputs reach the database's limits: a path as long as a path may be, and an upstream value
+longer than a column (issue 7). Both databases where they differ (SQLite does not enforce VARCHAR lengths)."""
 
 from __future__ import annotations
 
@@ -62,16 +62,18 @@ def test_job_keys_are_kept_as_they_are_while_they_fit():
 
 
 @pytest.mark.postgres
-def test_a_value_the_database_refuses_fails_the_version_with_its_own_reason(pg_url, tmp_path):
-    """An upstream's license longer than its column: PostgreSQL refuses it when the revision is
-    resolved by the worker. The job is not retried, and the version says why it failed."""
+def test_an_upstream_license_longer_than_its_column_no_longer_fails_the_version(pg_url, tmp_path):
+    """Issue 7: an upstream's license longer than ``versions.license`` (128) failed the version on
+    PostgreSQL when the worker resolved it (unstorable_data). The column now holds only the normalized id;
+    the raw value is kept bounded in ``upstream_card`` and the version goes on."""
     dbsupport.truncate_all(pg_url)
     with HfUpstream() as hub:
         container = bootstrap(Settings(database_url=pg_url, data_dir=tmp_path / "data",
                                        blob_store_url=(tmp_path / "blobs").as_uri(),
                                        hf_allowed_endpoints=[hub.url]))
         try:
-            hub.add_repo("org/verbose", card_data={"license": "a license of many words " * 10})
+            verbose = "a license of many words " * 10
+            hub.add_repo("org/verbose", card_data={"license": verbose})
             hub.commit("org/verbose", tiny_model_files(1))
             hub.unreachable()
             admin = make_admin(container)
@@ -86,11 +88,12 @@ def test_a_value_the_database_refuses_fails_the_version_with_its_own_reason(pg_u
             drain(container)
 
             v = _version(container, version_id)
-            assert (v.state, v.failure_reason) == ("failed", "unstorable_data"), v.failure_detail
-            assert "value too long" in v.failure_detail["message"]
+            assert v.failure_reason != "unstorable_data", v.failure_detail
+            assert v.resolved_revision is not None and v.license is None
+            assert v.upstream_card["license"] == verbose
             with container.session_factory() as session:
                 job = session.scalars(select(Job).where(Job.kind == "resolve_version")).one()
-            assert (job.state, job.attempts) == ("dead", 1)
+            assert job.state == "succeeded"
         finally:
             container.dispose()
             dbsupport.truncate_all(pg_url)

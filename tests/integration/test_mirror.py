@@ -79,7 +79,7 @@ def test_hf_branch_is_pinned_mirrored_and_sealed(store_container, admin, hub):
     drain(c)
     v = _version(c, version_id)
     assert v.state == "awaiting_approval", v.failure_detail
-    assert v.license == "apache-2.0"
+    assert v.license == "Apache-2.0"  # normalized to its SPDX id
     mirrored = {f.path: f for f in v.files}
     assert set(mirrored) == set(files) | {".gitattributes"}
     for path, data in files.items():

@@ -90,6 +90,8 @@ def test_resolve_pins_a_branch_to_its_commit_and_publishes_digests(hub, model):
     assert snapshot.requested_revision == "main"
     assert snapshot.revision == hub.head(REPO) and len(snapshot.revision) == 40
     assert snapshot.license == "apache-2.0"
+    # The card's license fields as found (normalized later), and the repository is not gated.
+    assert snapshot.card == {"license": "apache-2.0", "license_name": None, "license_link": None, "gated": False}
     files = {f.path: f for f in snapshot.files}
     assert set(files) == set(model) | {".gitattributes"}
     for path, data in model.items():

@@ -85,6 +85,7 @@ class _Repo:
     card_data: dict | None
     tags: list[str]
     private: bool
+    gated: bool | str = False
     default_branch: str = "main"
     branches: dict[str, str] = field(default_factory=dict)
     git_tags: dict[str, str] = field(default_factory=dict)
@@ -110,7 +111,8 @@ class HfUpstream:
         root: Directory for file contents; a temporary one (removed on ``stop``) when None.
         page_size: Entries per page of the tree listing (the Hub uses 1000).
         lfs_threshold: Files at least this large are LFS (besides ``LFS_SUFFIXES``).
-        token: The bearer token private repositories require.
+        token: The bearer token private and gated repositories require.
+        token_owner: The user name ``/api/whoami-v2`` reports for ``token``; None: whoami is not served.
         lfs_redirect: ``None`` serves LFS files directly; ``"same-host"`` redirects them to a path on the
             hub; ``"other-host"`` to a second listener (another origin), as the Hub does to its CDN.
     """
@@ -123,6 +125,7 @@ class HfUpstream:
         lfs_threshold: int = DEFAULT_LFS_THRESHOLD,
         token: str | None = None,
         lfs_redirect: Literal["same-host", "other-host"] | None = None,
+        token_owner: str | None = None,
     ) -> None:
         self._own_root = root is None
         self.root = Path(tempfile.mkdtemp(prefix="hf-upstream-")) if root is None else Path(root)
@@ -130,6 +133,7 @@ class HfUpstream:
         self.page_size = page_size
         self.lfs_threshold = lfs_threshold
         self.token = token
+        self.token_owner = token_owner
         self.lfs_redirect = lfs_redirect
         self.requests: list[RequestRecord] = []
         self._repos: dict[str, _Repo] = {}
@@ -190,6 +194,7 @@ class HfUpstream:
         tags: Iterable[str] = (),
         private: bool = False,
         gitattributes: bool = True,
+        gated: bool | str = False,
     ) -> str:
         """Create a repository whose ``main`` holds one initial commit, as the Hub does.
 
@@ -198,6 +203,8 @@ class HfUpstream:
             card_data: The model card metadata (``cardData``), e.g. ``{"license": "apache-2.0"}``.
             tags: Extra tags; ``license:<id>`` is added from ``card_data``.
             private: Requests need ``Authorization: Bearer <token>``.
+            gated: The Hub's ``gated`` field (False, ``"auto"``, ``"manual"``): the info is public, files
+                need the token (the Hub answers 403 ``GatedRepo`` to others).
             gitattributes: Whether the initial commit holds the Hub's usual ``.gitattributes``.
 
         Returns:
@@ -211,7 +218,7 @@ class HfUpstream:
         with self._lock:
             if repo_id in self._repos:
                 raise ValueError(f"{repo_id} exists")
-            self._repos[repo_id] = _Repo(repo_id, card_data, tag_list, private)
+            self._repos[repo_id] = _Repo(repo_id, card_data, tag_list, private, gated)
             return self.commit(repo_id, {".gitattributes": GITATTRIBUTES} if gitattributes else {})
 
     def commit(
@@ -468,6 +475,8 @@ def _make_handler(upstream: HfUpstream, server_name: str) -> type[BaseHTTPReques
                     raise _Answer(404, "not found")
                 self._send_file(repo_id, commit, hf_file, head)
                 return
+            if segs == ["api", "whoami-v2"] and not head:
+                return self._whoami()
             if segs[:2] == ["api", "models"] and len(segs) >= 4:
                 repo_id, rest = f"{segs[2]}/{segs[3]}", segs[4:]
                 if head:
@@ -482,6 +491,13 @@ def _make_handler(upstream: HfUpstream, server_name: str) -> type[BaseHTTPReques
             if len(segs) >= 5 and segs[2] == "resolve":
                 return self._resolve_file(f"{segs[0]}/{segs[1]}", segs[3], "/".join(segs[4:]), head)
             raise _Answer(404, "not found")
+
+        def _whoami(self) -> None:
+            if upstream.token_owner is None:
+                raise _Answer(404, "not found")
+            if self.headers.get("Authorization") != f"Bearer {upstream.token}":
+                raise _Answer(401, "Invalid user token.")
+            self._send_json({"type": "user", "name": upstream.token_owner, "auth": {"type": "access_token"}})
 
         def _info(self, repo_id: str, revision: str | None, query: dict[str, str]) -> None:
             with upstream._lock:
@@ -506,7 +522,7 @@ def _make_handler(upstream: HfUpstream, server_name: str) -> type[BaseHTTPReques
                     "lastModified": repo.commit_dates[commit],
                     "private": repo.private,
                     "disabled": False,
-                    "gated": False,
+                    "gated": repo.gated,
                     "tags": list(repo.tags),
                     "siblings": siblings,
                 }
@@ -557,6 +573,8 @@ def _make_handler(upstream: HfUpstream, server_name: str) -> type[BaseHTTPReques
                 repo = self._repo(repo_id)
                 commit = self._commit(repo, revision)
                 hf_file = repo.commits[commit].get(path)
+                if repo.gated and self.headers.get("Authorization") != f"Bearer {upstream.token}":
+                    raise _Answer(403, f"Access to model {repo_id} is restricted.", "GatedRepo")
             if hf_file is None:
                 raise _Answer(404, f"{path} does not exist on {revision}", "EntryNotFound", commit)
             if hf_file.lfs and upstream.lfs_redirect is not None:

@@ -147,6 +147,10 @@ HOSTILE_ANSWERS = {
         "failure_detail": {"message": "boom" + HOSTILE}, "requested_revision": "main" + HOSTILE,
         "resolved_revision": None, "source": {"kind": "upload", "repo": "label" + HOSTILE},
         "files": [{"path": "w" + HOSTILE, "size": 1, "sha256": None, "mirrored": False}],
+        "licenses": {"resolved": "MIT" + HOSTILE, "declared": None, "gated": "manual" + HOSTILE,
+                     "access": {"token": "registry", "identity": "bot" + HOSTILE},
+                     "findings": [{"source": "card" + HOSTILE, "normalized": None, "problem": "bad" + HOSTILE},
+                                  {"source": "conflict", "normalized": None, "problem": "x" + HOSTILE}]},
     }),
     "/v1/whoami": (403, {"type": "https://modelreg.dev/problems/permission-denied", "title": "x" + HOSTILE,
                          "status": 403, "detail": "denied" + HOSTILE}),
@@ -186,7 +190,7 @@ def _raw_controls(text: str) -> list[str]:
 
 @pytest.mark.parametrize(("args", "lines"), [
     (["tenant", "list"], 2),
-    (["version", "show", "acme/m", "1"], 4),
+    (["version", "show", "acme/m", "1"], 8),
     (["whoami"], 1),
 ])
 def test_human_output_never_writes_control_characters_from_the_server(hostile_registry, args, lines):
