@@ -29,7 +29,7 @@ def live(container, tmp_path):
     for name in ("tiny", "bare"):
         with container.session_factory() as session:
             versions.submit(session, admin, "acme", name, SubmitRequest(source=str(root)),
-                            open_source=container.open_source, limits=container.limits())
+                            open_source=container.open_source, limits=container.limits(), clock=container.clock)
     drain(container)
     with container.session_factory() as session:
         begin_write(session)
