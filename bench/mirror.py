@@ -132,7 +132,7 @@ def run_pipeline(container: Container, hub: HfUpstream, workers: int, size: int)
         with container.session_factory() as session:
             version, _ = versions.submit(session, admin, "bench", "model",
                                          SubmitRequest(source=f"hf://{REPO_ID}", hf_endpoint=hub.url),
-                                         open_source=container.open_source, limits=container.limits())
+                                         open_source=container.open_source, limits=container.limits(), clock=container.clock)
             version_id = version.id
         while (state := state_of(container, version_id)) in ("submitted", "mirroring"):
             time.sleep(0.01)
@@ -199,10 +199,11 @@ def time_sealing(container: Container, hub: HfUpstream, repetitions: int) -> lis
         with container.session_factory() as session:
             version, _ = versions.submit(session, admin, "seal", f"model-{index}",
                                          SubmitRequest(source=f"hf://{REPO_ID}", hf_endpoint=hub.url),
-                                         open_source=container.open_source, limits=container.limits())
+                                         open_source=container.open_source, limits=container.limits(), clock=container.clock)
             version_id = version.id
         started = time.perf_counter()
-        mirroring.seal_version(container.session_factory, version_id, signing_key=container.signing_key)
+        mirroring.seal_version(container.session_factory, version_id, signing_key=container.signing_key,
+                               clock=container.clock, blob_store=container.blob_store)
         took.append(time.perf_counter() - started)
         assert state_of(container, version_id) == "scanning"
     return took

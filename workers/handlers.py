@@ -30,7 +30,7 @@ def _resolve_version_dead(c: Container, payload: Payload, error: str, cause: Bas
 
 def _seal_version(c: Container, payload: Payload) -> None:
     mirroring.seal_version(c.session_factory, int(payload["version_id"]), signing_key=c.signing_key,
-                          clock=c.clock, registry_url=c.settings.public_url)
+                          clock=c.clock, blob_store=c.blob_store, registry_url=c.settings.public_url)
 
 
 def _seal_version_dead(c: Container, payload: Payload, error: str, cause: BaseException | None) -> None:

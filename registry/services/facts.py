@@ -13,7 +13,8 @@ from typing import Any
 from sqlalchemy.orm import Session
 
 from registry.auth import AuthenticatedPrincipal
-from registry.db.models import Version, VersionFacts, utcnow
+from registry.clock import Clock
+from registry.db.models import Version, VersionFacts
 from registry.domain.capacity import CapacityEstimate, estimate_capacity
 from registry.domain.errors import InvalidStateError
 from registry.facts import READER_VERSION, read_model_facts
@@ -21,7 +22,7 @@ from registry.services.versions import read_version, version_ref
 from registry.storage.base import BlobStore
 
 
-def record_facts(session: Session, version: Version, blob_store: BlobStore) -> VersionFacts:
+def record_facts(session: Session, version: Version, blob_store: BlobStore, *, clock: Clock) -> VersionFacts:
     """Read the facts of ``version``'s stored files and store them (flushed, not committed).
 
     The reads are ranged GETs of headers; a caller holding a write lock it would rather not hold
@@ -31,6 +32,7 @@ def record_facts(session: Session, version: Version, blob_store: BlobStore) -> V
         session: The caller's session, in its write transaction.
         version: A version whose files are all stored (``sha256`` set).
         blob_store: Where the bytes are; only headers are read (``open_range``).
+        clock: The container's clock (the recording time).
 
     Raises:
         InvalidStateError: a file of the version is not stored yet.
@@ -41,7 +43,7 @@ def record_facts(session: Session, version: Version, blob_store: BlobStore) -> V
         raise InvalidStateError(f"{version_ref(version)} has files not stored yet: {pending[:5]}",
                                 state=version.state, files=pending[:20])
     return store_facts(session, version, collect_facts([(f.path, f.size, f.sha256) for f in version.files],
-                                                       blob_store))
+                                                       blob_store), clock=clock)
 
 
 def collect_facts(files: list[tuple[str, int, str]], blob_store: BlobStore) -> dict[str, Any]:
@@ -58,13 +60,13 @@ def collect_facts(files: list[tuple[str, int, str]], blob_store: BlobStore) -> d
     return read_model_facts({path: size for path, size, _ in files}, read_range)
 
 
-def store_facts(session: Session, version: Version, facts: dict[str, Any]) -> VersionFacts:
+def store_facts(session: Session, version: Version, facts: dict[str, Any], *, clock: Clock) -> VersionFacts:
     """Store facts read by :func:`collect_facts` for ``version``, replacing any (flushed, not committed)."""
     row = session.get(VersionFacts, version.id)
     if row is None:
         row = VersionFacts(version_id=version.id)
         session.add(row)
-    row.reader_version, row.facts, row.recorded_at = READER_VERSION, facts, utcnow()
+    row.reader_version, row.facts, row.recorded_at = READER_VERSION, facts, clock.now()
     session.flush()
     return row
 

@@ -23,7 +23,7 @@ from registry.db.session import begin_write
 from registry.domain.errors import IntegrityError, NotFoundError, RegistryError, UpstreamError
 from registry.domain.files import FileEntry, validate_file_list
 from registry.domain.states import VersionState
-from registry.services import lifecycle
+from registry.services import facts, licenses, lifecycle
 from registry.services.versions import (
     Limits,
     SourceOpener,
@@ -193,9 +193,19 @@ def _with_path(exc: IntegrityError, path: str) -> IntegrityError:
 
 
 def seal_version(session_factory: sessionmaker[Session], version_id: int, *, signing_key: SigningKey,
-                 clock: Clock, registry_url: str | None = None) -> None:
-    """Job: freeze the file list and sign it; sealing starts the next stage's work (see ``lifecycle``)."""
+                 clock: Clock, blob_store: BlobStore, registry_url: str | None = None) -> None:
+    """Job: freeze the file list, record what the files say (facts, licenses) and sign it; sealing starts
+    the next stage's work (see ``lifecycle``)."""
     with session_factory() as session:
+        # The facts are headers read from the store: read before the write lock, not while holding it.
+        version = session.get(Version, version_id)
+        if version is None or version.state != VersionState.MIRRORING.value:
+            return
+        if any(f.sha256 is None for f in version.files):
+            raise NotFoundError(f"version {version_id} still has files to mirror")
+        found = facts.collect_facts([(f.path, f.size, f.sha256) for f in version.files], blob_store)
+        session.rollback()
+
         begin_write(session)
         version = lock_version_unchecked(session, version_id)
         if version is None or version.state != VersionState.MIRRORING.value:
@@ -203,6 +213,9 @@ def seal_version(session_factory: sessionmaker[Session], version_id: int, *, sig
         files = version.files
         if any(f.sha256 is None for f in files):
             raise NotFoundError(f"version {version_id} still has files to mirror")
+        facts.store_facts(session, version, found, clock=clock)
+        # A few bounded reads (README front matter, LICENSE files) of files now known to be stored.
+        licenses.record_licenses(session, version, blob_store)
         entries = validate_file_list(FileEntry(f.path, f.size, f.sha256) for f in files)
         statement = build_model_statement(
             f"{version.model.tenant.name}/{version.model.name}",

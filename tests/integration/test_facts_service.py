@@ -39,7 +39,8 @@ def _sealed_version(container, tmp_path, files, name="m", state="awaiting_approv
 def _record(container, vid, blob_store=None):
     with container.session_factory() as session:
         begin_write(session)
-        row = facts_service.record_facts(session, session.get(Version, vid), blob_store or container.blob_store)
+        row = facts_service.record_facts(session, session.get(Version, vid), blob_store or container.blob_store,
+                                         clock=container.clock)
         session.commit()
         return row.facts
 
@@ -49,7 +50,9 @@ def test_record_and_read_facts(container, tmp_path):
     files["tiny-Q8_0.gguf"] = tiny_gguf()
     admin, vid = _sealed_version(container, tmp_path, files)
     with container.session_factory() as session:
-        assert facts_service.read_facts(session, admin, "acme", "m", 1) is None
+        # Sealing recorded them; recording again replaces them.
+        sealed = facts_service.read_facts(session, admin, "acme", "m", 1)
+    assert sealed is not None and sealed["weights"]["formats"]["value"] == ["gguf", "safetensors"]
     recorded = _record(container, vid)
     assert recorded["reader_version"] == READER_VERSION
     _record(container, vid)  # idempotent: the row is replaced, not duplicated
@@ -108,7 +111,7 @@ def test_facts_of_a_version_with_unstored_files_are_refused(container, tmp_path)
         version, _ = versions.submit(session, admin, "acme", "p", SubmitRequest(source=str(root)),
                                      open_source=container.open_source, limits=container.limits(), clock=container.clock)
         with pytest.raises(InvalidStateError):
-            facts_service.record_facts(session, version, container.blob_store)
+            facts_service.record_facts(session, version, container.blob_store, clock=container.clock)
 
 
 @pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
