@@ -370,3 +370,27 @@ class SourceNotAllowedError(PermissionDeniedError):
     """A submission names an upstream this registry is not configured to read from."""
 
     code = "source-not-allowed"
+
+
+class SeparationOfDutiesError(PermissionDeniedError):
+    """The submitter of a version tried to decide on it (approve or reject)."""
+
+    code = "separation-of-duties"
+
+
+class CapacityNotHeldError(PermissionDeniedError):
+    """A decision in a capacity (security, legal, ml) the principal is not an approver in, in the tenant."""
+
+    code = "capacity-not-held"
+
+
+class NotAwaitingApprovalError(InvalidStateError):
+    """A decision on a version that is not awaiting approval (still in the pipeline, or decided)."""
+
+    code = "not-awaiting-approval"
+
+
+class AlreadyDecidedError(ConflictError):
+    """A principal decided on this version before: one person counts once."""
+
+    code = "already-decided"
