@@ -2,7 +2,7 @@
 
 A version that reaches ``awaiting_approval`` is judged at once (the lifecycle's stage for that state
 calls :func:`judge_on_arrival`), so what it still needs is known before anyone looks. Each decision
-(:func:`decide`) is checked by :func:`registry.domain.approvals.check_decision`, recorded, audited
+(:func:`decide`) is checked by the rules of :mod:`registry.domain.approvals`, recorded, audited
 and judged again in one transaction: the version becomes ``approved`` in the transaction in which
 the policy is satisfied, and one ``reject`` rejects it (denying is always safe, so a reject needs no
 policy to agree). Every judgement is stored with its policy bundle and input digests
@@ -35,7 +35,7 @@ from registry.clock import Clock, SystemClock
 from registry.db.models import Approval, PolicyDecision, Principal, Version
 from registry.db.session import begin_write, is_postgres
 from registry.domain import policy_input as pi
-from registry.domain.approvals import check_decision
+from registry.domain.approvals import check_approver, check_decision
 from registry.domain.errors import AlreadyDecidedError, InvalidInputError, InvalidStateError
 from registry.domain.files import MAX_PATH_LENGTH
 from registry.domain.states import VersionState
@@ -207,14 +207,14 @@ def decide(session: Session, principal: AuthenticatedPrincipal, tenant: str, nam
         InvalidInputError: a bad decision, comment, or a file the version does not hold.
     """
     require(principal, tenant, Permission.APPROVE)
+    check_approver(principal=principal.name, capacity=request.capacity, held=principal.capacities(tenant),
+                   decision=request.decision)
     request.validate()
     begin_write(session)
     version = _lock_version(session, tenant, name, number)
     ref = version_ref(version)
-    check_decision(principal=principal.name, capacity=request.capacity, held=principal.capacities(tenant),
-                   submitter=_submitter(session, version), state=version.state,
-                   decided={a.principal.name for a in _approvals_of(session, version)},
-                   decision=request.decision)
+    check_decision(principal=principal.name, submitter=_submitter(session, version), state=version.state,
+                   decided={a.principal.name for a in _approvals_of(session, version)})
     paths = {f.path for f in version.files}
     unknown = sorted(set(request.files) - paths)
     if unknown:
