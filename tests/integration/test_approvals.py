@@ -220,3 +220,38 @@ def test_policy_evaluation_changes_nothing(reg):
     assert body["decision"]["input_digest"] == stored[-1].input_digest
     with reg.container.session_factory() as session:
         assert len(session.scalars(select(PolicyDecision)).all()) == len(stored)
+
+
+def test_two_approvals_at_once_see_each_other(reg):
+    """Decisions on one version are judged one after the other: the second sees the first, and approves."""
+    import threading
+
+    from registry.auth import authenticate
+    from registry.services import approvals
+
+    container = reg.container
+    numbers = [reg.submit("org/clean", f"race{i}") for i in range(4)]
+    with container.session_factory() as session:
+        who = {name: authenticate(session, reg.tokens[name]) for name in ("sec", "mia")}
+    errors: list[BaseException] = []
+
+    def approve(name: str, model: str, number: int, capacity: str, barrier: threading.Barrier) -> None:
+        try:
+            with container.session_factory() as session:
+                barrier.wait()
+                approvals.decide(session, who[name], TENANT, model, number,
+                                 approvals.ApprovalRequest("approve", capacity), engine=container.policy,
+                                 clock=container.clock)
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+
+    for i, n in enumerate(numbers):
+        barrier = threading.Barrier(2)
+        threads = [threading.Thread(target=approve, args=(name, f"race{i}", n, capacity, barrier))
+                   for name, capacity in (("sec", "security"), ("mia", "ml"))]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=60)
+    assert errors == []
+    assert [reg.approvals(f"race{i}", n)["state"] for i, n in enumerate(numbers)] == ["approved"] * 4
