@@ -32,7 +32,7 @@ from sqlalchemy.orm import Session
 from registry import audit
 from registry.auth import AuthenticatedPrincipal, Permission, require
 from registry.clock import Clock, SystemClock
-from registry.db.models import Approval, PolicyDecision, Principal, Version
+from registry.db.models import Approval, PolicyDecision, Principal, ScanResult, Version
 from registry.db.session import begin_write, is_postgres
 from registry.domain import policy_input as pi
 from registry.domain.approvals import check_approver, check_decision
@@ -109,8 +109,6 @@ def _license_for(session: Session, version: Version) -> pi.LicenseInfo:
 
 def _scan_verdicts(session: Session, version: Version) -> list[pi.ScanVerdict]:
     """modelreg's verdict and findings per file (modelscan's records are kept, but never decide)."""
-    from registry.db.models import ScanResult
-
     out = []
     for f in version.files:
         row = session.scalar(select(ScanResult).where(
