@@ -11,7 +11,13 @@ from api.params import NAME_PATTERN, ByteCount, PrincipalName, TenantName
 from registry.auth import Role
 
 from registry.domain.files import MAX_PATH_LENGTH
-from registry.domain.text import MAX_COMMENT_LENGTH, MAX_DESCRIPTION_LENGTH, MAX_REVISION_LENGTH, MAX_SOURCE_LENGTH, FreeText
+from registry.domain.text import (
+    MAX_COMMENT_LENGTH,
+    MAX_DESCRIPTION_LENGTH,
+    MAX_REVISION_LENGTH,
+    MAX_SOURCE_LENGTH,
+    FreeText,
+)
 from registry.sources.filters import MAX_GLOB_LENGTH, MAX_GLOBS
 
 
@@ -119,12 +125,13 @@ class VersionPublic(BaseModel):
 
 class ApprovalCreate(Strict):
     decision: Literal["approve", "reject"]
-    capacity: str = Field(pattern=NAME_PATTERN, max_length=32, description="the approver capacity decided in: "
-                                                                           "security, legal, ml...")
+    capacity: str = Field(pattern=NAME_PATTERN, max_length=32,
+                          description="the approver capacity decided in: security, legal, ml...")
     comment: FreeText(MAX_COMMENT_LENGTH) = ""
     files: list[FreeText(MAX_PATH_LENGTH)] = Field(
         default_factory=list, max_length=1000,
-        description="paths of the version this decision vouches for (suspicious files a security approval names)")
+        description="paths of the version this decision vouches for "
+                    "(suspicious files a security approval names)")
 
 
 class ApprovalPublic(BaseModel):
@@ -137,7 +144,8 @@ class ApprovalPublic(BaseModel):
 
 
 class PolicyDecisionPublic(BaseModel):
-    outcome: str = Field(description="approved, pending, blocked, rejected or error (the policy failed: it denies)")
+    outcome: str = Field(
+        description="approved, pending, blocked, rejected or error (the policy failed: it denies)")
     allowed: bool
     unmet: list[dict[str, Any]]
     bundle_digest: str

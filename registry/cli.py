@@ -398,14 +398,17 @@ def _decide(decision: str, model: str, number: int, capacity: str, comment: str,
             url: Optional[str], token: Optional[str], as_json: bool) -> None:
     with _client(url, token) as client:
         status = client.post(f"{_versions_path(model, number)}/approvals",
-                             json={"decision": decision, "capacity": capacity, "comment": comment, "files": files})
+                             json={"decision": decision, "capacity": capacity, "comment": comment,
+                                   "files": files})
     _emit(status, as_json, _status_lines(status))
 
 
 @app.command()
 def approve(
-    model: str = typer.Argument(..., help="TENANT/NAME"), number: int = typer.Argument(..., metavar="VERSION"),
-    capacity: str = typer.Option(..., "--capacity", help="the approver capacity you decide in: security, legal, ml..."),
+    model: str = typer.Argument(..., help="TENANT/NAME"),
+    number: int = typer.Argument(..., metavar="VERSION"),
+    capacity: str = typer.Option(..., "--capacity",
+                                 help="the approver capacity you decide in: security, legal, ml..."),
     comment: str = typer.Option("", "--comment", help="why, for the record"),
     files: list[str] = typer.Option([], "--file", help="a suspicious file of the version this approval names "
                                                       "(repeatable)"),
@@ -417,7 +420,8 @@ def approve(
 
 @app.command()
 def reject(
-    model: str = typer.Argument(..., help="TENANT/NAME"), number: int = typer.Argument(..., metavar="VERSION"),
+    model: str = typer.Argument(..., help="TENANT/NAME"),
+    number: int = typer.Argument(..., metavar="VERSION"),
     capacity: str = typer.Option(..., "--capacity", help="the approver capacity you decide in"),
     comment: str = typer.Option("", "--comment", help="why, for the record"),
     url: str = UrlOpt, token: str = TokenOpt, as_json: bool = JsonOpt,
@@ -428,7 +432,8 @@ def reject(
 
 @app.command()
 def status(
-    model: str = typer.Argument(..., help="TENANT/NAME"), number: int = typer.Argument(..., metavar="VERSION"),
+    model: str = typer.Argument(..., help="TENANT/NAME"),
+    number: int = typer.Argument(..., metavar="VERSION"),
     url: str = UrlOpt, token: str = TokenOpt, as_json: bool = JsonOpt,
 ) -> None:
     """A version's state, what it still needs (unmet requirements), and the approvals so far."""
@@ -439,16 +444,17 @@ def status(
 
 @policy_app.command("eval")
 def policy_eval(
-    model: str = typer.Argument(..., help="TENANT/NAME"), number: int = typer.Argument(..., metavar="VERSION"),
+    model: str = typer.Argument(..., help="TENANT/NAME"),
+    number: int = typer.Argument(..., metavar="VERSION"),
     url: str = UrlOpt, token: str = TokenOpt, as_json: bool = JsonOpt,
 ) -> None:
     """Evaluate the approval policy on a version now: the decision and what is unmet; changes nothing."""
     with _client(url, token) as client:
         result = client.get(f"{_versions_path(model, number)}/policy")
     d = result["decision"]
-    _emit(result, as_json, [f"{result['model']}@{result['version']}: {result['state']}; policy says {d['outcome']}"
-                            f" (bundle {d['bundle_digest'][:12]}, input {d['input_digest'][:12]})",
-                            *_unmet_lines(d["unmet"])])
+    head = (f"{result['model']}@{result['version']}: {result['state']}; policy says {d['outcome']}"
+            f" (bundle {d['bundle_digest'][:12]}, input {d['input_digest'][:12]})")
+    _emit(result, as_json, [head, *_unmet_lines(d["unmet"])])
 
 
 # --- audit -----------------------------------------------------------------------------------

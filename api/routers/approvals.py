@@ -17,7 +17,8 @@ from api.schemas import (
 from registry.domain.errors import ConflictError, NotFoundError
 from registry.services import approvals
 
-router = APIRouter(prefix="/v1/models", tags=["approvals"], responses=responses(*AUTHENTICATED, NotFoundError))
+router = APIRouter(prefix="/v1/models", tags=["approvals"],
+                   responses=responses(*AUTHENTICATED, NotFoundError))
 
 
 def status_public(s: approvals.ApprovalStatus) -> ApprovalStatusPublic:
@@ -35,8 +36,8 @@ def status_public(s: approvals.ApprovalStatus) -> ApprovalStatusPublic:
 
 @router.post("/{tenant}/{name}/versions/{number}/approvals", status_code=status.HTTP_201_CREATED,
              response_model=ApprovalStatusPublic, responses=responses(ConflictError))
-def decide(tenant: TenantName, name: ModelName, number: VersionNumber, body: ApprovalCreate, session: SessionDep,
-           principal: PrincipalDep, container: ContainerDep) -> ApprovalStatusPublic:
+def decide(tenant: TenantName, name: ModelName, number: VersionNumber, body: ApprovalCreate,
+           session: SessionDep, principal: PrincipalDep, container: ContainerDep) -> ApprovalStatusPublic:
     """Approve or reject a version awaiting approval, in a capacity you hold; answers where it stands now."""
     request = approvals.ApprovalRequest(decision=body.decision, capacity=body.capacity, comment=body.comment,
                                         files=tuple(body.files))
@@ -59,5 +60,5 @@ def evaluate_policy(tenant: TenantName, name: ModelName, number: VersionNumber, 
     version, d = approvals.evaluate(session, principal, tenant, name, number, engine=container.policy)
     return PolicyEvaluationPublic(
         model=f"{tenant}/{name}", version=number, state=version.state,
-        decision=PolicyDecisionPublic(outcome=d.outcome, allowed=d.allowed, unmet=d.unmet,
-                                      bundle_digest=d.bundle_digest, input_digest=d.input_digest, error=d.error))
+        decision=PolicyDecisionPublic(outcome=d.outcome, allowed=d.allowed, unmet=d.unmet, error=d.error,
+                                      bundle_digest=d.bundle_digest, input_digest=d.input_digest))

@@ -26,7 +26,9 @@ def upgrade() -> None:
         sa.Column("comment", sa.Text(), nullable=False),
         sa.Column("files", sa.JSON(), nullable=False),
         sa.Column("at", sa.DateTime(timezone=True), nullable=False),
-        sa.ForeignKeyConstraint(["principal_id"], ["principals.id"], name=op.f("fk_approvals_principal_id_principals")),
+        sa.ForeignKeyConstraint(
+            ["principal_id"], ["principals.id"], name=op.f("fk_approvals_principal_id_principals")
+        ),
         sa.ForeignKeyConstraint(
             ["version_id"], ["versions.id"], name=op.f("fk_approvals_version_id_versions"), ondelete="CASCADE"
         ),

@@ -138,8 +138,9 @@ def approval_input_for(session: Session, version: Version) -> pi.ApprovalInput:
         InvalidStateError: the version's files are not all stored yet (nothing to judge).
     """
     if any(f.sha256 is None for f in version.files):
-        raise InvalidStateError(f"{version_ref(version)} is {version.state}: its files are not all stored yet",
-                                state=version.state)
+        raise InvalidStateError(
+            f"{version_ref(version)} is {version.state}: its files are not all stored yet",
+            state=version.state)
     return pi.approval_input(
         version=pi.VersionRef(version.model.tenant.name, version.model.name, version.number, version.state),
         source=pi.SourceRef(version.source_kind, version.source_repo, version.resolved_revision),
@@ -179,7 +180,10 @@ def judge_on_arrival(session: Session, version: Version) -> None:
     put there by bootstrap); a session without an engine judges with none, which denies.
     """
     provider: Callable[[], PolicyEngine] | None = session.info.get(POLICY_INFO)
-    engine = provider() if provider is not None else PolicyEngine(Path("-"), None, "no policy engine configured")
+    if provider is not None:
+        engine = provider()
+    else:
+        engine = PolicyEngine(Path("-"), None, "no policy engine configured")
     clock: Clock = session.info.get(CLOCK_INFO) or SystemClock()
     _approve_if_allowed(session, version, _judge(session, version, engine, clock.now()), "system")
 
@@ -194,7 +198,8 @@ def _lock_version(session: Session, tenant: str, name: str, number: int) -> Vers
 
 def decide(session: Session, principal: AuthenticatedPrincipal, tenant: str, name: str, number: int,
            request: ApprovalRequest, *, engine: PolicyEngine, clock: Clock) -> ApprovalStatus:
-    """Record ``principal``'s decision on a version, judge it, and approve or reject it if that is the outcome.
+    """Record ``principal``'s decision on a version, judge it, and approve or reject it if that is the
+    outcome.
 
     Raises:
         PermissionDeniedError: the principal may not approve in ``tenant``.
@@ -237,8 +242,9 @@ def decide(session: Session, principal: AuthenticatedPrincipal, tenant: str, nam
     except SAIntegrityError:
         # The same person's other decision committed first (the unique constraint).
         session.rollback()
-        raise AlreadyDecidedError(f"{principal.name} has decided on this version already: one person counts once",
-                                  principal=principal.name) from None
+        raise AlreadyDecidedError(
+            f"{principal.name} has decided on this version already: one person counts once",
+            principal=principal.name) from None
     return _status(session, version)
 
 
@@ -272,7 +278,8 @@ def _key(requirement: dict[str, Any]) -> tuple[str, str, str]:
 
 def _status(session: Session, version: Version) -> ApprovalStatus:
     decisions = list(session.scalars(select(PolicyDecision).where(
-        PolicyDecision.version_id == version.id, PolicyDecision.kind == "approval").order_by(PolicyDecision.id)))
+        PolicyDecision.version_id == version.id, PolicyDecision.kind == "approval",
+    ).order_by(PolicyDecision.id)))
     latest = decisions[-1] if decisions else None
     unmet = list(latest.unmet) if latest else []
     now_unmet = {_key(u) for u in unmet}
@@ -281,6 +288,7 @@ def _status(session: Session, version: Version) -> ApprovalStatus:
         for u in d.unmet:
             if _key(u) not in now_unmet and u["code"] != "policy.error":
                 met.setdefault(_key(u), u)
-    return ApprovalStatus(ref=version_ref(version), state=version.state, submitter=_submitter(session, version),
-                          decision=latest, unmet=unmet, met=list(met.values()),
+    return ApprovalStatus(ref=version_ref(version), state=version.state,
+                          submitter=_submitter(session, version), decision=latest, unmet=unmet,
+                          met=list(met.values()),
                           approvals=_approvals_of(session, version))

@@ -31,14 +31,15 @@ def people(server) -> dict[str, str]:
                                  ("mia", "approver", "ml"), ("sam", "approver", "security")):
         if name not in tokens:
             server.cli("principal", "create", name, check=True)
-        server.cli("principal", "grant", name, "--tenant", "team", "--role", role, "--capacity", capacity, check=True)
+        server.cli("principal", "grant", name, "--tenant", "team", "--role", role, "--capacity", capacity,
+                   check=True)
         tokens[name] = server.cli("principal", "token", name, check=True).stdout.strip()
     return tokens
 
 
 def submit(server, hub, repo: str, model: str, token: str) -> int:
-    result = server.cli("submit", f"hf://{repo}", "--model", model, "--hf-endpoint", hub.url, "--wait", "--json",
-                        token=token, timeout=300)
+    result = server.cli("submit", f"hf://{repo}", "--model", model, "--hf-endpoint", hub.url, "--wait",
+                        "--json", token=token, timeout=300)
     assert result.returncode == 0, result.stderr
     version = json.loads(result.stdout)
     assert version["state"] == "awaiting_approval", version
@@ -88,8 +89,8 @@ def test_remote_code_waits_for_security_naming_the_file_and_a_reject_rejects(ser
     n = submit(server, hub, "org/remote", "team/remote", server.tokens["sam"])
     status = server.cli("status", "team/remote", str(n), check=True).stdout
     assert "unmet: security.remote-code" in status and "unmet: security.file-review" in status
-    named = server.cli("approve", "team/remote", str(n), "--capacity", "security", "--file", "modeling_tiny.py",
-                       "--json", token=server.tokens["sec"])
+    named = server.cli("approve", "team/remote", str(n), "--capacity", "security",
+                       "--file", "modeling_tiny.py", "--json", token=server.tokens["sec"])
     assert named.returncode == 0, named.stderr
     body = json.loads(named.stdout)
     assert [u["code"] for u in body["unmet"]] == ["approval.missing"]

@@ -63,7 +63,8 @@ class Registry:
         return r.json()
 
     def decide(self, name: str, number: int, who: str, capacity: str, decision: str = "approve", **body):
-        return self.client.post(f"/v1/models/{TENANT}/{name}/versions/{number}/approvals", headers=self.auth(who),
+        return self.client.post(f"/v1/models/{TENANT}/{name}/versions/{number}/approvals",
+                                headers=self.auth(who),
                                 json={"decision": decision, "capacity": capacity, **body})
 
 
