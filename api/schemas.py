@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool
 
@@ -12,7 +12,13 @@ from registry.auth import Role
 
 from registry.domain.files import MAX_PATH_LENGTH
 from registry.domain.licenses import MAX_LICENSE_LENGTH
-from registry.domain.text import MAX_DESCRIPTION_LENGTH, MAX_REVISION_LENGTH, MAX_SOURCE_LENGTH, FreeText
+from registry.domain.text import (
+    MAX_COMMENT_LENGTH,
+    MAX_DESCRIPTION_LENGTH,
+    MAX_REVISION_LENGTH,
+    MAX_SOURCE_LENGTH,
+    FreeText,
+)
 from registry.sources.filters import MAX_GLOB_LENGTH, MAX_GLOBS
 
 
@@ -128,3 +134,52 @@ class VersionDetail(VersionPublic):
     facts: dict[str, Any] | None = Field(
         description="what the headers of the version's files say (weights, architecture, quantization, "
                     "tokenizer); each fact is {value, source} or {value: null, unknown: why}; null until recorded")
+
+
+class ApprovalCreate(Strict):
+    decision: Literal["approve", "reject"]
+    capacity: str = Field(pattern=NAME_PATTERN, max_length=32,
+                          description="the approver capacity decided in: security, legal, ml...")
+    comment: FreeText(MAX_COMMENT_LENGTH) = ""
+    files: list[FreeText(MAX_PATH_LENGTH)] = Field(
+        default_factory=list, max_length=1000,
+        description="paths of the version this decision vouches for "
+                    "(suspicious files a security approval names)")
+
+
+class ApprovalPublic(BaseModel):
+    principal: str
+    capacity: str
+    decision: str
+    comment: str
+    files: list[str]
+    at: dt.datetime
+
+
+class PolicyDecisionPublic(BaseModel):
+    outcome: str = Field(
+        description="approved, pending, blocked, rejected or error (the policy failed: it denies)")
+    allowed: bool
+    unmet: list[dict[str, Any]]
+    bundle_digest: str
+    input_digest: str
+    error: str | None
+    decided_at: dt.datetime | None = Field(None, description="when it was stored (none for a dry evaluation)")
+
+
+class ApprovalStatusPublic(BaseModel):
+    model: str
+    version: int
+    state: str
+    submitter: str | None
+    unmet: list[dict[str, Any]] = Field(description="what the latest stored policy decision left unmet")
+    met: list[dict[str, Any]] = Field(description="requirements unmet in an earlier decision, met since")
+    decision: PolicyDecisionPublic | None = Field(description="the latest stored policy decision")
+    approvals: list[ApprovalPublic]
+
+
+class PolicyEvaluationPublic(BaseModel):
+    model: str
+    version: int
+    state: str
+    decision: PolicyDecisionPublic

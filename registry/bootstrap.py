@@ -138,8 +138,13 @@ def bootstrap(settings: Settings | None = None, *, migrate: bool = False,
 
         migrations.upgrade(engine)
     # Jobs are enqueued by services in their own transactions: the session carries the setting.
+    from registry.policy import POLICY_INFO
+
+    # The policy engine is built on first use (container.policy); the work a state starts reaches it
+    # through the session, as it reaches the clock. The lambda reads `container`, assigned below.
     session_factory = make_session_factory(engine, info={MAX_ATTEMPTS_INFO: settings.job_max_attempts,
-                                                         CLOCK_INFO: clock})
+                                                         CLOCK_INFO: clock,
+                                                         POLICY_INFO: lambda: container.policy})
     queue = JobQueue(
         session_factory,
         lease=dt.timedelta(seconds=settings.job_lease_seconds),
@@ -147,7 +152,9 @@ def bootstrap(settings: Settings | None = None, *, migrate: bool = False,
         backoff_max=dt.timedelta(seconds=settings.job_backoff_max_seconds),
         clock=clock,
     )
-    return Container(settings=settings, engine=engine, session_factory=session_factory, queue=queue, clock=clock)
+    container = Container(settings=settings, engine=engine, session_factory=session_factory, queue=queue,
+                          clock=clock)
+    return container
 
 
 @dataclass(frozen=True, slots=True)

@@ -36,11 +36,13 @@ principal_app = typer.Typer(help="Principals, roles and tokens (administrators).
 audit_app = typer.Typer(help="The audit log.", no_args_is_help=True)
 version_app = typer.Typer(help="Model versions.", no_args_is_help=True)
 keys_app = typer.Typer(help="Signing keys.", no_args_is_help=True)
+policy_app = typer.Typer(help="Release policies.", no_args_is_help=True)
 app.add_typer(tenant_app, name="tenant")
 app.add_typer(principal_app, name="principal")
 app.add_typer(audit_app, name="audit")
 app.add_typer(version_app, name="version")
 app.add_typer(keys_app, name="keys")
+app.add_typer(policy_app, name="policy")
 
 UrlOpt = typer.Option(None, "--url", envvar="MODELREG_URL", help="Registry URL.")
 TokenOpt = typer.Option(None, "--token", envvar="MODELREG_TOKEN", help="API token.")
@@ -475,6 +477,95 @@ def keys_export(output: Path = typer.Option(Path("registry.pub"), "--output", "-
         keys = client.get("/v1/keys")
     output.write_text(keys["keys"][0]["public_key_pem"])
     _emit({"written": str(output), "key_id": keys["keys"][0]["key_id"]}, as_json, f"wrote {output}")
+
+
+# --- approvals -------------------------------------------------------------------------------
+
+
+def _versions_path(model: str, number: int) -> str:
+    tenant, name = _split_model(model)
+    return f"/v1/models/{_seg(tenant)}/{_seg(name)}/versions/{number}"
+
+
+def _unmet_lines(unmet: list[dict[str, Any]]) -> list[str]:
+    return [f"  unmet: {u['code']}: {u['message']}" for u in unmet]
+
+
+def _status_lines(s: dict[str, Any]) -> list[str]:
+    lines = [f"{s['model']}@{s['version']}: {s['state']}"]
+    if s.get("decision"):
+        d = s["decision"]
+        lines.append(f"  policy: {d['outcome']} (bundle {d['bundle_digest'][:12]}, input {d['input_digest'][:12]})")
+    lines += _unmet_lines(s["unmet"])
+    lines += [f"  met: {u['code']}: {u['message']}" for u in s["met"]]
+    for a in s["approvals"]:
+        named = f" files {', '.join(a['files'])}" if a["files"] else ""
+        comment = f": {a['comment']}" if a["comment"] else ""
+        lines.append(f"  {a['decision']} by {a['principal']} as {a['capacity']} at {a['at']}{named}{comment}")
+    return lines
+
+
+def _decide(decision: str, model: str, number: int, capacity: str, comment: str, files: list[str],
+            url: Optional[str], token: Optional[str], as_json: bool) -> None:
+    with _client(url, token) as client:
+        status = client.post(f"{_versions_path(model, number)}/approvals",
+                             json={"decision": decision, "capacity": capacity, "comment": comment,
+                                   "files": files})
+    _emit(status, as_json, _status_lines(status))
+
+
+@app.command()
+def approve(
+    model: str = typer.Argument(..., help="TENANT/NAME"),
+    number: int = typer.Argument(..., metavar="VERSION"),
+    capacity: str = typer.Option(..., "--capacity",
+                                 help="the approver capacity you decide in: security, legal, ml..."),
+    comment: str = typer.Option("", "--comment", help="why, for the record"),
+    files: list[str] = typer.Option([], "--file", help="a suspicious file of the version this approval names "
+                                                      "(repeatable)"),
+    url: str = UrlOpt, token: str = TokenOpt, as_json: bool = JsonOpt,
+) -> None:
+    """Approve a version awaiting approval; it becomes approved when the policy is satisfied."""
+    _decide("approve", model, number, capacity, comment, files, url, token, as_json)
+
+
+@app.command()
+def reject(
+    model: str = typer.Argument(..., help="TENANT/NAME"),
+    number: int = typer.Argument(..., metavar="VERSION"),
+    capacity: str = typer.Option(..., "--capacity", help="the approver capacity you decide in"),
+    comment: str = typer.Option("", "--comment", help="why, for the record"),
+    url: str = UrlOpt, token: str = TokenOpt, as_json: bool = JsonOpt,
+) -> None:
+    """Reject a version awaiting approval: one reject rejects it."""
+    _decide("reject", model, number, capacity, comment, [], url, token, as_json)
+
+
+@app.command()
+def status(
+    model: str = typer.Argument(..., help="TENANT/NAME"),
+    number: int = typer.Argument(..., metavar="VERSION"),
+    url: str = UrlOpt, token: str = TokenOpt, as_json: bool = JsonOpt,
+) -> None:
+    """A version's state, what it still needs (unmet requirements), and the approvals so far."""
+    with _client(url, token) as client:
+        result = client.get(f"{_versions_path(model, number)}/approvals")
+    _emit(result, as_json, _status_lines(result))
+
+
+@policy_app.command("eval")
+def policy_eval(
+    model: str = typer.Argument(..., help="TENANT/NAME"),
+    number: int = typer.Argument(..., metavar="VERSION"),
+    url: str = UrlOpt, token: str = TokenOpt, as_json: bool = JsonOpt,
+) -> None:
+    """Evaluate the approval policy on a version now: the decision and what is unmet; changes nothing."""
+    with _client(url, token) as client:
+        result = client.get(f"{_versions_path(model, number)}/policy")
+    d = result["decision"]
+    head = (f"{result['model']}@{result['version']}: {result['state']}; policy says {d['outcome']}"
+            f" (bundle {d['bundle_digest'][:12]}, input {d['input_digest'][:12]})")
+    _emit(result, as_json, [head, *_unmet_lines(d["unmet"])])
 
 
 # --- audit -----------------------------------------------------------------------------------

@@ -30,21 +30,43 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import importlib.util
 import json
 import re
+import sys
 from importlib import resources
 from pathlib import Path
-from typing import Any, Literal
-
-from regopy import Interpreter, RegoError
+from typing import TYPE_CHECKING, Any, Literal
 
 from registry.domain.errors import InvalidInputError
 from registry.signing.canonical import canonical_json
+
+if TYPE_CHECKING:
+    from regopy import Interpreter, RegoError
+
+
+def _regopy() -> Any:
+    """The regopy module, loaded on first use, after TensorFlow when TensorFlow is installed.
+
+    The two share a process in one order only: TensorFlow imported after regopy aborts the process
+    (``free(): invalid pointer``), the other way round works. modelscan imports TensorFlow on its
+    first scan, in the same worker (and ``serve``) process that judges versions, so it goes first.
+    """
+    if "regopy" not in sys.modules and importlib.util.find_spec("tensorflow") is not None:
+        import tensorflow  # noqa: F401
+
+    import regopy
+
+    return regopy
 
 MAX_INPUT_BYTES = 4 << 20
 """Largest policy input (canonical JSON) evaluated; above it the decision denies."""
 MAX_POLICY_BYTES = 1 << 20
 """Largest policy file read; a bigger one makes the bundle fail to load."""
+
+POLICY_INFO = "modelreg.policy"
+"""The key, in a session's ``info``, of a zero-argument callable giving the container's engine (bootstrap
+puts it there, so the work a version's new state starts can judge it)."""
 
 Kind = Literal["approval", "promotion"]
 KINDS: tuple[Kind, ...] = ("approval", "promotion")
@@ -170,7 +192,7 @@ class PolicyEngine:
     def bundle_digest(self) -> str:
         return self.bundle.digest if self.bundle else ""
 
-    def interpreter(self, extra_modules: dict[str, str] | None = None) -> Interpreter:
+    def interpreter(self, extra_modules: dict[str, str] | None = None) -> "Interpreter":
         """A fresh interpreter with the bundle (and ``extra_modules``, e.g. Rego tests) loaded.
 
         Raises:
@@ -178,7 +200,9 @@ class PolicyEngine:
         """
         if self.bundle is None:
             raise PolicyEvaluationError(self.load_error or "no policy bundle")
-        rego = Interpreter()
+        regopy = _regopy()
+        RegoError = regopy.RegoError  # noqa: N806
+        rego = regopy.Interpreter()
         # Without this a failing built-in (a type error, a bad regex) silently makes its rule
         # undefined, which could drop an unmet requirement: surface it as an error instead.
         rego.strict_built_in_errors = True
@@ -275,7 +299,8 @@ def _outcome(kind: Kind, unmet: list[dict[str, Any]], rejected: bool) -> str:
     return "blocked" if any(u.get("satisfiable") is not True for u in unmet) else "pending"
 
 
-def _query(rego: Interpreter, query: str) -> Any:
+def _query(rego: "Interpreter", query: str) -> Any:
+    RegoError = _regopy().RegoError  # noqa: N806
     try:
         output = rego.query(query)
     except RegoError as exc:
@@ -306,7 +331,7 @@ _ERROR_AT_RE = re.compile(r"\(error \d+:[^|]*\|(\d+)\|")
 _ERROR_MSG_RE = re.compile(r"\(errormsg (\d+):")
 
 
-def _compile_error(error: RegoError, source: str) -> str:
+def _compile_error(error: "RegoError", source: str) -> str:
     """``line N: message`` from a rego-cpp compile error, else its first lines."""
     text = str(error)
     msg = _ERROR_MSG_RE.search(text)

@@ -404,3 +404,23 @@ class LicenseFinding(Base):
     def as_dict(self) -> dict[str, Any]:
         return {"source": self.source, "raw": self.raw, "raw_length": self.raw_length,
                 "normalized": self.normalized, "problem": self.problem, "detail": self.detail}
+
+
+class Approval(Base):
+    """One person's decision on a version, in one capacity. A person decides once per version (the
+    unique constraint holds it against two requests at once); ``files`` are the suspicious files a
+    security approval vouches for."""
+
+    __tablename__ = "approvals"
+    __table_args__ = (UniqueConstraint("version_id", "principal_id"),)
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True)
+    version_id: Mapped[int] = mapped_column(ForeignKey("versions.id", ondelete="CASCADE"), index=True)
+    principal_id: Mapped[int] = mapped_column(ForeignKey("principals.id"))
+    capacity: Mapped[str] = mapped_column(String(32))
+    decision: Mapped[str] = mapped_column(String(16))
+    comment: Mapped[str] = mapped_column(Text, default="")
+    files: Mapped[list[Any]] = mapped_column(default=list)
+    at: Mapped[dt.datetime]
+
+    principal: Mapped[Principal] = relationship()

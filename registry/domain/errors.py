@@ -380,3 +380,27 @@ class UnrecognizedLicenseError(InvalidInputError):
     def __init__(self, license: str, problem: str) -> None:
         super().__init__(f"license {license[:80]!r} is not recognized: {problem}", license=license[:256],
                          problem=problem)
+
+
+class SeparationOfDutiesError(PermissionDeniedError):
+    """The submitter of a version tried to decide on it (approve or reject)."""
+
+    code = "separation-of-duties"
+
+
+class CapacityNotHeldError(PermissionDeniedError):
+    """A decision in a capacity (security, legal, ml) the principal is not an approver in, in the tenant."""
+
+    code = "capacity-not-held"
+
+
+class NotAwaitingApprovalError(InvalidStateError):
+    """A decision on a version that is not awaiting approval (still in the pipeline, or decided)."""
+
+    code = "not-awaiting-approval"
+
+
+class AlreadyDecidedError(ConflictError):
+    """A principal decided on this version before: one person counts once."""
+
+    code = "already-decided"

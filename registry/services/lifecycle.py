@@ -83,12 +83,20 @@ class Stage:
     applies: Callable[[Session, Version], bool] = _always
 
 
+def _judge(session: Session, version: Version) -> None:
+    """Judge a version awaiting approval at once, so what it still needs is known (and approve it if nothing)."""
+    from registry.services import approvals
+
+    approvals.judge_on_arrival(session, version)
+
+
 STAGES: dict[VersionState, Stage] = {
     S.MIRRORING: Stage(start=_queue_mirroring),
     S.SEALED: Stage(start=_start_scanning),
     S.SCANNING: Stage(start=_queue_scans),
     # Evals (issue 9) take this place: until a version has evals to run, it goes straight to approval.
     S.EVALUATING: Stage(applies=_never),
+    S.AWAITING_APPROVAL: Stage(start=_judge),
 }
 """State -> the work entering it starts. States without a row start no work."""
 

@@ -43,6 +43,8 @@ PUBLIC = "public"  # no token needed: every caller, even with a bad token, gets 
 AUTHENTICATED = "authenticated"  # any valid token
 ADMIN = "admin"  # principals flagged is_admin (not the tenant role "admin")
 AUDITS_ANY_TENANT = "audits-any-tenant"  # auditors of any tenant (the request names none): the whole log's checkpoints
+# Approvers in the capacity the request names (security), in the tenant: no other role, administrators included.
+APPROVER_IN_CAPACITY = "approver-in-capacity"
 
 ROLE_MAY: dict[str, frozenset[str]] = {
     "submitter": frozenset({"read", "submit"}),
@@ -106,6 +108,10 @@ RULES: dict[tuple[str, str], Rule] = {
     ("GET", "/v1/models/{tenant}/{name}/versions/{number}"): Rule("read", 200),
     ("GET", "/v1/models/{tenant}/{name}/versions/{number}/signature"): Rule("read", 200),
     ("GET", "/v1/models/{tenant}/{name}/versions/{number}/scans"): Rule("read", 200),
+    ("POST", "/v1/models/{tenant}/{name}/versions/{number}/approvals"): Rule(
+        APPROVER_IN_CAPACITY, 201, lambda w, t: {"json": {"decision": "approve", "capacity": "security"}}),
+    ("GET", "/v1/models/{tenant}/{name}/versions/{number}/approvals"): Rule("read", 200),
+    ("GET", "/v1/models/{tenant}/{name}/versions/{number}/policy"): Rule("read", 200),
     ("HEAD", "/v1/blobs/sha256/{digest}"): Rule("submit", 200, tenant_query),
     ("PUT", "/v1/blobs/sha256/{digest}"): Rule("submit", 201, lambda w, t: {**tenant_query(w, t),
                                                                              "content": w.blob_bytes[t]}),
@@ -226,6 +232,8 @@ def expected_status(rule: Rule, caller: str, tenant: str) -> int:
         return rule.ok
     if caller in REFUSED_TOKENS:
         return 401
+    if rule.who == APPROVER_IN_CAPACITY:
+        return rule.ok if caller == "approver" and tenant == OWN else 403
     if rule.who == AUTHENTICATED or caller == "sysadmin":
         return rule.ok
     if rule.who == ADMIN:

@@ -46,6 +46,10 @@ RELAXED: dict[tuple[str, str], tuple[str, str]] = {
                                                       "only with it; the files must have been uploaded"),
     ("POST", "/v1/principals/{name}/roles"): (ACCEPTS_422, "an approver needs a capacity"),
     ("PUT", "/v1/blobs/sha256/{digest}"): (ACCEPTS_422, "the body must hash to the digest in the path"),
+    ("POST", "/v1/models/{tenant}/{name}/versions/{number}/approvals"): (
+        ACCEPTS_422, "the caller must be an approver in the capacity the body names (403), not the version's "
+                     "submitter (403), and decide once on a version awaiting approval (409); the files it "
+                     "names must be the version's (422)"),
     ("DELETE", "/v1/principals/{name}/roles"): (
         "ensure_resource_availability", "its 404 is about the role or tenant named in the body (not held, no "
                                         "such tenant), not about the principal in the path, which exists"),

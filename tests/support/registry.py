@@ -19,8 +19,9 @@ def make_admin(container: Container, tenant: str = "acme") -> AuthenticatedPrinc
         return load_principal(principal)
 
 
-def role_token(container: Container, name: str, tenant: str, role: str) -> str:
-    """A new principal ``name`` holding ``role`` in ``tenant`` (created if need be); return its token."""
+def role_token(container: Container, name: str, tenant: str, role: str, capacity: str = "") -> str:
+    """A new principal ``name`` holding ``role`` (an approver's in ``capacity``) in ``tenant`` (created if
+    need be); return its token."""
     with container.session_factory() as session:
         row = session.query(Tenant).filter_by(name=tenant).first()
         if row is None:
@@ -30,7 +31,7 @@ def role_token(container: Container, name: str, tenant: str, role: str) -> str:
         principal = Principal(name=name)
         session.add(principal)
         session.flush()
-        session.add(RoleBinding(principal_id=principal.id, tenant_id=row.id, role=role, capacity=""))
+        session.add(RoleBinding(principal_id=principal.id, tenant_id=row.id, role=role, capacity=capacity))
         issued = issue_token(session, principal)
         session.commit()
         return issued.token

@@ -1,0 +1,64 @@
+"""Approvals of a version, and its policy evaluated on demand."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, status
+
+from api.deps import ContainerDep, PrincipalDep, SessionDep
+from api.params import ModelName, TenantName, VersionNumber
+from api.problems import AUTHENTICATED, responses
+from api.schemas import (
+    ApprovalCreate,
+    ApprovalPublic,
+    ApprovalStatusPublic,
+    PolicyDecisionPublic,
+    PolicyEvaluationPublic,
+)
+from registry.domain.errors import ConflictError, NotFoundError
+from registry.services import approvals
+
+router = APIRouter(prefix="/v1/models", tags=["approvals"],
+                   responses=responses(*AUTHENTICATED, NotFoundError))
+
+
+def status_public(s: approvals.ApprovalStatus) -> ApprovalStatusPublic:
+    model, number = s.ref.rsplit("@", 1)
+    d = s.decision
+    return ApprovalStatusPublic(
+        model=model, version=int(number), state=s.state, submitter=s.submitter, unmet=s.unmet, met=s.met,
+        decision=None if d is None else PolicyDecisionPublic(
+            outcome=d.outcome, allowed=d.allowed, unmet=d.unmet, bundle_digest=d.bundle_digest,
+            input_digest=d.input_digest, error=d.error, decided_at=d.decided_at),
+        approvals=[ApprovalPublic(principal=a.principal.name, capacity=a.capacity, decision=a.decision,
+                                  comment=a.comment, files=a.files, at=a.at) for a in s.approvals],
+    )
+
+
+@router.post("/{tenant}/{name}/versions/{number}/approvals", status_code=status.HTTP_201_CREATED,
+             response_model=ApprovalStatusPublic, responses=responses(ConflictError))
+def decide(tenant: TenantName, name: ModelName, number: VersionNumber, body: ApprovalCreate,
+           session: SessionDep, principal: PrincipalDep, container: ContainerDep) -> ApprovalStatusPublic:
+    """Approve or reject a version awaiting approval, in a capacity you hold; answers where it stands now."""
+    request = approvals.ApprovalRequest(decision=body.decision, capacity=body.capacity, comment=body.comment,
+                                        files=tuple(body.files))
+    return status_public(approvals.decide(session, principal, tenant, name, number, request,
+                                          engine=container.policy, clock=container.clock))
+
+
+@router.get("/{tenant}/{name}/versions/{number}/approvals", response_model=ApprovalStatusPublic)
+def get_approvals(tenant: TenantName, name: ModelName, number: VersionNumber, session: SessionDep,
+                  principal: PrincipalDep) -> ApprovalStatusPublic:
+    """The version's state, what its latest policy decision left unmet (and met), and the decisions so far."""
+    return status_public(approvals.status(session, principal, tenant, name, number))
+
+
+@router.get("/{tenant}/{name}/versions/{number}/policy", response_model=PolicyEvaluationPublic,
+            responses=responses(ConflictError))
+def evaluate_policy(tenant: TenantName, name: ModelName, number: VersionNumber, session: SessionDep,
+                    principal: PrincipalDep, container: ContainerDep) -> PolicyEvaluationPublic:
+    """Evaluate the approval policy on the version as it stands, storing and changing nothing."""
+    version, d = approvals.evaluate(session, principal, tenant, name, number, engine=container.policy)
+    return PolicyEvaluationPublic(
+        model=f"{tenant}/{name}", version=number, state=version.state,
+        decision=PolicyDecisionPublic(outcome=d.outcome, allowed=d.allowed, unmet=d.unmet, error=d.error,
+                                      bundle_digest=d.bundle_digest, input_digest=d.input_digest))

@@ -1,0 +1,309 @@
+"""Approvals: people decide on a version, the approval policy says what their decisions add up to.
+
+A version that reaches ``awaiting_approval`` is judged at once (the lifecycle's stage for that state
+calls :func:`judge_on_arrival`), so what it still needs is known before anyone looks. Each decision
+(:func:`decide`) is checked by the rules of :mod:`registry.domain.approvals`, recorded, audited
+and judged again in one transaction: the version becomes ``approved`` in the transaction in which
+the policy is satisfied, and one ``reject`` rejects it (denying is always safe, so a reject needs no
+policy to agree). Every judgement is stored with its policy bundle and input digests
+(:func:`registry.services.policy.decide_approval`); :func:`evaluate` judges without storing anything.
+
+The policy input is built from the database by :func:`approval_input_for`. Facts and the license
+come through :func:`_facts_for` and :func:`_license_for`, the one place each is read.
+
+Example:
+    >>> status = decide(session, principal, "acme", "tiny", 1, ApprovalRequest("approve", "security"),
+    ...                 engine=container.policy, clock=container.clock)  # doctest: +SKIP
+    >>> status.state, [u["code"] for u in status.unmet]  # doctest: +SKIP
+    ('awaiting_approval', ['approval.missing'])
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from sqlalchemy import select
+from sqlalchemy.exc import IntegrityError as SAIntegrityError
+from sqlalchemy.orm import Session
+
+from registry import audit
+from registry.auth import AuthenticatedPrincipal, Permission, require
+from registry.clock import Clock, SystemClock
+from registry.db.models import (
+    Approval,
+    LicenseFinding,
+    PolicyDecision,
+    Principal,
+    ScanResult,
+    Version,
+    VersionFacts,
+)
+from registry.db.session import begin_write, is_postgres
+from registry.domain import policy_input as pi
+from registry.domain.approvals import check_approver, check_decision
+from registry.domain.errors import AlreadyDecidedError, InvalidInputError, InvalidStateError
+from registry.domain.files import MAX_PATH_LENGTH
+from registry.domain.states import VersionState
+from registry.domain.text import MAX_COMMENT_LENGTH, validate_text
+from registry.jobs import CLOCK_INFO
+from registry.policy import POLICY_INFO, Decision, PolicyEngine
+from registry.scanning import SCANNER_NAME, SCANNER_VERSION
+from registry.services import lifecycle
+from registry.services.policy import decide_approval
+from registry.services.versions import _get_version, version_ref
+
+MAX_NAMED_FILES = 1000
+"""Most files one approval may name."""
+
+
+@dataclass(frozen=True)
+class ApprovalRequest:
+    """A decision as a person makes it.
+
+    Attributes:
+        decision: ``approve`` or ``reject``.
+        capacity: The capacity decided in (``security``, ``legal``, ``ml``...).
+        comment: Why, for the record.
+        files: Paths of the version the decision vouches for (suspicious files a security approval names).
+    """
+
+    decision: str
+    capacity: str
+    comment: str = ""
+    files: tuple[str, ...] = ()
+
+    def validate(self) -> None:
+        """Raises: InvalidTextError (the comment), InvalidInputError (too many files named)."""
+        validate_text(self.comment, field="comment", max_length=MAX_COMMENT_LENGTH)
+        if len(self.files) > MAX_NAMED_FILES:
+            raise InvalidInputError(f"an approval names at most {MAX_NAMED_FILES} files", field="files")
+        for path in self.files:
+            validate_text(path, field="files", max_length=MAX_PATH_LENGTH)
+
+
+@dataclass(frozen=True)
+class ApprovalStatus:
+    """Where a version stands: its state, the latest stored judgement, the decisions so far.
+
+    Attributes:
+        met: Requirements unmet in an earlier judgement of the version and not in the latest.
+    """
+
+    ref: str
+    state: str
+    submitter: str | None
+    decision: PolicyDecision | None
+    unmet: list[dict[str, Any]]
+    met: list[dict[str, Any]]
+    approvals: list[Approval] = field(default_factory=list)
+
+
+# --- the policy input, from the database ---------------------------------------------------------
+
+
+def _facts_for(session: Session, version: Version) -> dict[str, Any] | None:
+    """The version's model facts, as sealing recorded them (None for a version sealed before facts were read)."""
+    row = session.get(VersionFacts, version.id)
+    return None if row is None else {**row.facts, "reader_version": row.reader_version}
+
+
+def _license_for(session: Session, version: Version) -> pi.LicenseInfo:
+    """The version's resolved license and the findings behind it (sealing recorded them).
+
+    SPDX ids match without regard to case, so the policy compares them lower-cased; ``other:<name>``
+    ids are lower-case already.
+    """
+    resolved = (version.license or "").strip().lower()
+    findings = session.scalars(select(LicenseFinding).where(LicenseFinding.version_id == version.id)
+                               .order_by(LicenseFinding.id))
+    return pi.LicenseInfo(resolved or None, tuple(f.as_dict() for f in findings))
+
+
+def _scan_verdicts(session: Session, version: Version) -> list[pi.ScanVerdict]:
+    """modelreg's verdict and findings per file (modelscan's records are kept, but never decide)."""
+    out = []
+    for f in version.files:
+        row = session.scalar(select(ScanResult).where(
+            ScanResult.blob_digest == f.sha256, ScanResult.path == f.path,
+            ScanResult.scanner == SCANNER_NAME, ScanResult.scanner_version == SCANNER_VERSION))
+        if row is not None:
+            findings = tuple((x["rule_id"], x["severity"]) for x in row.findings)
+            out.append(pi.ScanVerdict(f.path, row.verdict, findings))
+    return out
+
+
+def _approvals_of(session: Session, version: Version) -> list[Approval]:
+    return list(session.scalars(select(Approval).where(Approval.version_id == version.id)
+                                .order_by(Approval.at, Approval.id)))
+
+
+def _submitter(session: Session, version: Version) -> str | None:
+    if version.submitted_by is None:
+        return None
+    return session.scalar(select(Principal.name).where(Principal.id == version.submitted_by))
+
+
+def approval_input_for(session: Session, version: Version) -> pi.ApprovalInput:
+    """The input of the approval policy for ``version``, read from the database (no authorization check).
+
+    Raises:
+        InvalidStateError: the version's files are not all stored yet (nothing to judge).
+    """
+    if any(f.sha256 is None for f in version.files):
+        raise InvalidStateError(
+            f"{version_ref(version)} is {version.state}: its files are not all stored yet",
+            state=version.state)
+    return pi.approval_input(
+        version=pi.VersionRef(version.model.tenant.name, version.model.name, version.number, version.state),
+        source=pi.SourceRef(version.source_kind, version.source_repo, version.resolved_revision),
+        files=[pi.FileEntry(f.path, f.size, f.sha256) for f in version.files],
+        scans=_scan_verdicts(session, version),
+        license=_license_for(session, version),
+        approvals=[pi.Approval(a.principal.name, a.capacity, a.decision, a.at, tuple(a.files))
+                   for a in _approvals_of(session, version)],
+        submitter=_submitter(session, version) or "",
+        facts=_facts_for(session, version),
+        evals=[],
+    )
+
+
+# --- judging ---------------------------------------------------------------------------------------
+
+
+def _approve_if_allowed(session: Session, version: Version, decision: Decision, actor: str) -> None:
+    """The version becomes approved in the transaction whose judgement allows it."""
+    if decision.allowed:
+        lifecycle.advance(session, version, VersionState.APPROVED, actor, _digests(decision))
+
+
+def _digests(decision: Decision) -> dict[str, str]:
+    return {"bundle_digest": decision.bundle_digest, "input_digest": decision.input_digest}
+
+
+def _judge(session: Session, version: Version, engine: PolicyEngine, now: dt.datetime) -> Decision:
+    """Judge ``version`` with ``engine`` and store the decision (its digests with it)."""
+    return decide_approval(session, version, dict(approval_input_for(session, version)), engine, now)
+
+
+def judge_on_arrival(session: Session, version: Version) -> None:
+    """The work of entering ``awaiting_approval``: judge the version now (in the caller's transaction).
+
+    The policy engine and the clock come from the session (``info[POLICY_INFO]``, ``info[CLOCK_INFO]``,
+    put there by bootstrap); a session without an engine judges with none, which denies.
+    """
+    provider: Callable[[], PolicyEngine] | None = session.info.get(POLICY_INFO)
+    if provider is not None:
+        engine = provider()
+    else:
+        engine = PolicyEngine(Path("-"), None, "no policy engine configured")
+    clock: Clock = session.info.get(CLOCK_INFO) or SystemClock()
+    _approve_if_allowed(session, version, _judge(session, version, engine, clock.now()), "system")
+
+
+def _lock_version(session: Session, tenant: str, name: str, number: int) -> Version:
+    version = _get_version(session, tenant, name, number)
+    if is_postgres(session):
+        # Decisions on one version are judged one after the other: two approvals at once each see the other.
+        session.refresh(version, with_for_update=True)
+    return version
+
+
+def decide(session: Session, principal: AuthenticatedPrincipal, tenant: str, name: str, number: int,
+           request: ApprovalRequest, *, engine: PolicyEngine, clock: Clock) -> ApprovalStatus:
+    """Record ``principal``'s decision on a version, judge it, and approve or reject it if that is the
+    outcome.
+
+    Raises:
+        PermissionDeniedError: the principal may not approve in ``tenant``.
+        CapacityNotHeldError: they are no approver in ``request.capacity`` there.
+        SeparationOfDutiesError: they submitted the version.
+        NotAwaitingApprovalError: the version is not awaiting approval.
+        AlreadyDecidedError: they decided on it before.
+        InvalidInputError: a bad decision, comment, or a file the version does not hold.
+    """
+    require(principal, tenant, Permission.APPROVE)
+    check_approver(principal=principal.name, capacity=request.capacity, held=principal.capacities(tenant),
+                   decision=request.decision)
+    request.validate()
+    begin_write(session)
+    version = _lock_version(session, tenant, name, number)
+    ref = version_ref(version)
+    check_decision(principal=principal.name, submitter=_submitter(session, version), state=version.state,
+                   decided={a.principal.name for a in _approvals_of(session, version)})
+    paths = {f.path for f in version.files}
+    unknown = sorted(set(request.files) - paths)
+    if unknown:
+        raise InvalidInputError(f"{ref} has no file {unknown[0]!r}", field="files", files=unknown[:20])
+    now = clock.now()
+    session.add(Approval(version_id=version.id, principal_id=principal.id, capacity=request.capacity,
+                         decision=request.decision, comment=request.comment, files=sorted(set(request.files)),
+                         at=now))
+    session.flush()
+    judged = _judge(session, version, engine, now)
+    audit.append(session, actor=principal.name, action=f"version.approval.{request.decision}", subject=ref,
+                 tenant=tenant, details={"capacity": request.capacity, "files": sorted(set(request.files)),
+                                         "comment": request.comment, "outcome": judged.outcome,
+                                         "unmet": [u["code"] for u in judged.unmet], **_digests(judged)})
+    if request.decision == "reject":
+        lifecycle.advance(session, version, VersionState.REJECTED, principal.name,
+                          {"capacity": request.capacity, **_digests(judged)})
+    else:
+        _approve_if_allowed(session, version, judged, principal.name)
+    try:
+        session.commit()
+    except SAIntegrityError:
+        # The same person's other decision committed first (the unique constraint).
+        session.rollback()
+        raise AlreadyDecidedError(
+            f"{principal.name} has decided on this version already: one person counts once",
+            principal=principal.name) from None
+    return _status(session, version)
+
+
+def status(session: Session, principal: AuthenticatedPrincipal, tenant: str, name: str,
+           number: int) -> ApprovalStatus:
+    """The version's state, what the latest stored judgement left unmet and met, and the decisions so far.
+
+    Raises:
+        PermissionDeniedError: the principal may not read in ``tenant``.
+    """
+    require(principal, tenant, Permission.READ)
+    return _status(session, _get_version(session, tenant, name, number))
+
+
+def evaluate(session: Session, principal: AuthenticatedPrincipal, tenant: str, name: str, number: int, *,
+             engine: PolicyEngine) -> tuple[Version, Decision]:
+    """Judge the version as it stands now with the current policy, storing and changing nothing.
+
+    Raises:
+        PermissionDeniedError: the principal may not read in ``tenant``.
+        InvalidStateError: the version's files are not all stored yet.
+    """
+    require(principal, tenant, Permission.READ)
+    version = _get_version(session, tenant, name, number)
+    return version, engine.approval(dict(approval_input_for(session, version)))
+
+
+def _key(requirement: dict[str, Any]) -> tuple[str, str, str]:
+    return requirement["code"], str(requirement.get("capacity")), str(requirement.get("path", ""))
+
+
+def _status(session: Session, version: Version) -> ApprovalStatus:
+    decisions = list(session.scalars(select(PolicyDecision).where(
+        PolicyDecision.version_id == version.id, PolicyDecision.kind == "approval",
+    ).order_by(PolicyDecision.id)))
+    latest = decisions[-1] if decisions else None
+    unmet = list(latest.unmet) if latest else []
+    now_unmet = {_key(u) for u in unmet}
+    met: dict[tuple[str, str, str], dict[str, Any]] = {}
+    for d in decisions[:-1]:
+        for u in d.unmet:
+            if _key(u) not in now_unmet and u["code"] != "policy.error":
+                met.setdefault(_key(u), u)
+    return ApprovalStatus(ref=version_ref(version), state=version.state,
+                          submitter=_submitter(session, version), decision=latest, unmet=unmet,
+                          met=list(met.values()),
+                          approvals=_approvals_of(session, version))
