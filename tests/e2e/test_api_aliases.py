@@ -241,3 +241,19 @@ def test_a_rescan_that_turns_a_file_unsafe_revokes_the_approved_versions_holding
         event = session.scalars(select(AuditEvent).where(AuditEvent.action == "version.revoked")).one()
         assert (event.actor, event.details["files"], event.details["aliases"]) == ("system", ["extra.pkl"], ["prod"])
         assert json.dumps(event.details).count("extra.pkl") >= 2
+
+
+def test_a_rollback_to_a_revoked_version_is_refused_not_skipped(world, container):
+    client, tokens = world
+    for version in (1, 2):
+        assert client.put(f"{BASE}/aliases/prod", headers=_as(tokens, "ml"), json={"version": version}).status_code == 200
+    assert client.post(f"{BASE}/versions/1/revoke", headers=_as(tokens, "security"),
+                       json={"reason": "bad weights"}).status_code == 200
+    r = client.post(f"{BASE}/aliases/prod/rollback", headers=_as(tokens, "ml"))
+    assert r.status_code == 403 and r.json()["unmet"][0]["code"] == "promotion.target-not-approved"
+    assert "version 1 is revoked" in r.json()["detail"]
+    assert _resolve(client, tokens).json()["version"] == 2
+    with container.session_factory() as session:
+        from registry import audit
+
+        audit.verify(session)
