@@ -12,7 +12,13 @@ from registry.auth import Role
 
 from registry.domain.files import MAX_PATH_LENGTH
 from registry.domain.aliases import MAX_CANARY_TENANTS
-from registry.domain.text import MAX_COMMENT_LENGTH, MAX_DESCRIPTION_LENGTH, MAX_REVISION_LENGTH, MAX_SOURCE_LENGTH, FreeText
+from registry.domain.text import (
+    MAX_COMMENT_LENGTH,
+    MAX_DESCRIPTION_LENGTH,
+    MAX_REVISION_LENGTH,
+    MAX_SOURCE_LENGTH,
+    FreeText,
+)
 from registry.sources.filters import MAX_GLOB_LENGTH, MAX_GLOBS
 
 

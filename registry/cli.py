@@ -373,8 +373,10 @@ def promote(
     model: str = typer.Argument(..., help="TENANT/NAME"),
     alias: str = typer.Argument(..., help="alias to move: prod, canary, staging..."),
     version: int = typer.Argument(..., help="an approved version"),
-    canary_version: Optional[int] = typer.Option(None, "--canary-version", help="a second version for a few tenants"),
-    canary_tenants: list[str] = typer.Option([], "--canary-tenant", help="a tenant that gets the canary (repeatable)"),
+    canary_version: Optional[int] = typer.Option(None, "--canary-version",
+                                                 help="a second version, for a few tenants"),
+    canary_tenants: list[str] = typer.Option([], "--canary-tenant",
+                                             help="a tenant that gets the canary version (repeatable)"),
     comment: str = typer.Option("", "--comment", help="why"),
     url: str = UrlOpt, token: str = TokenOpt, as_json: bool = JsonOpt,
 ) -> None:

@@ -79,8 +79,8 @@ def rollback_alias(tenant: TenantName, name: ModelName, alias: AliasName, sessio
 def resolve_alias(tenant: TenantName, name: ModelName, alias: AliasName, session: SessionDep,
                   principal: PrincipalDep,
                   for_tenant: Annotated[TenantName | None, Query(
-                      description="the tenant the request is served for (default: the model's tenant)")] = None,
-                  ) -> ResolutionPublic:
+                      description="the tenant the request is served for (default: the model's tenant)",
+                  )] = None) -> ResolutionPublic:
     """The version the alias gives this tenant: the canary's if the tenant is in it, else the main one.
 
     A revoked version does not resolve: 409 with the problem type ``revoked``, naming it and why.

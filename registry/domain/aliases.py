@@ -86,7 +86,8 @@ def make_target(version: int, canary_version: int | None = None,
     tenants = list(canary_tenants)
     for number in (version, canary_version):
         if number is not None and (isinstance(number, bool) or not isinstance(number, int) or number < 1):
-            raise InvalidInputError(f"a version number is a positive integer, not {number!r}", field="version")
+            raise InvalidInputError(f"a version number is a positive integer, not {number!r}",
+                                    field="version")
     if canary_version is None:
         if tenants:
             raise InvalidInputError("canary tenants need a canary version", field="canary.version")

@@ -82,8 +82,8 @@ def parse_ref(text: str) -> ModelRef:
             raise InvalidRefError(text, "a version number is a positive integer without leading zeros")
         return ModelRef(tenant, name, version=int(selector))
     if not ALIAS_RE.match(selector):
-        raise InvalidRefError(text, f"invalid alias name {selector!r}: use a lower-case letter, then up to 62 "
-                                    "lower-case letters, digits, '.', '_' or '-'")
+        raise InvalidRefError(text, f"invalid alias name {selector!r}: use a lower-case letter, then up "
+                                    "to 62 lower-case letters, digits, '.', '_' or '-'")
     return ModelRef(tenant, name, alias=selector)
 
 

@@ -44,7 +44,8 @@ def revoke(session: Session, principal: AuthenticatedPrincipal, tenant: str, nam
             REVOKING_CAPACITY not in principal.capacities(tenant):
         raise PermissionDeniedError(
             f"{principal.name!r} may not revoke in tenant {tenant!r}: administrators and "
-            f"{REVOKING_CAPACITY} approvers may", principal=principal.name, tenant=tenant, permission="revoke")
+            f"{REVOKING_CAPACITY} approvers may",
+            principal=principal.name, tenant=tenant, permission="revoke")
     validate_text(reason, field="reason", max_length=MAX_COMMENT_LENGTH)
     if not reason.strip():
         raise InvalidInputError("a revocation needs a reason", field="reason")

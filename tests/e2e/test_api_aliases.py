@@ -65,9 +65,11 @@ def test_promote_to_prod_and_to_a_canary(world, container):
     assert r.status_code == 200, r.text
     assert (r.json()["version"], r.json()["canary"], r.json()["updated_by"]) == (1, None, "mia")
     assert _resolve(client, tokens).json() | {"manifest_digest": None} == {
-        "model": f"{T}/{M}", "alias": "prod", "for_tenant": T, "version": 1, "canary": False, "manifest_digest": None}
+        "model": f"{T}/{M}", "alias": "prod", "for_tenant": T, "version": 1, "canary": False,
+        "manifest_digest": None}
     r = client.put(f"{BASE}/aliases/prod", headers=_as(tokens, "ml"),
-                   json={"version": 1, "canary": {"version": 2, "tenants": ["beta", "gamma"]}, "comment": "try 2"})
+                   json={"version": 1, "canary": {"version": 2, "tenants": ["beta", "gamma"]},
+                         "comment": "try 2"})
     assert r.status_code == 200, r.text
     assert r.json()["canary"] == {"version": 2, "tenants": ["beta", "gamma"]}
     # A canary tenant resolves the canary version; every other tenant the main one.
@@ -86,14 +88,16 @@ def test_promote_to_prod_and_to_a_canary(world, container):
     history = listed[0]["history"]
     assert [(m["action"], m["by"], m["from_version"], m["to_version"], m["comment"]) for m in history] == [
         ("promote", "mia", 1, 1, "try 2"), ("promote", "mia", None, 1, "first")]
-    assert history[0]["from_canary"] is None and history[0]["to_canary"] == {"version": 2, "tenants": ["beta", "gamma"]}
+    assert history[0]["from_canary"] is None
+    assert history[0]["to_canary"] == {"version": 2, "tenants": ["beta", "gamma"]}
     with container.session_factory() as session:
         allowed = session.scalars(select(PolicyDecision).where(PolicyDecision.kind == "promotion")).all()
         assert [d.allowed for d in allowed] == [True, True]
         assert {(d.bundle_digest, d.input_digest) for d in allowed} == {
             (m["bundle_digest"], m["input_digest"]) for m in history}
         events = session.scalars(select(AuditEvent).where(AuditEvent.action == "alias.promoted")).all()
-        assert [e.subject for e in events] == [f"{T}/{M}@prod"] * 2 and events[1].details["to_canary"]["version"] == 2
+        assert [e.subject for e in events] == [f"{T}/{M}@prod"] * 2
+        assert events[1].details["to_canary"]["version"] == 2
     # Pointing it where it points already moves nothing.
     r = client.put(f"{BASE}/aliases/prod", headers=_as(tokens, "ml"),
                    json={"version": 1, "canary": {"version": 2, "tenants": ["gamma", "beta"]}})
@@ -103,7 +107,8 @@ def test_promote_to_prod_and_to_a_canary(world, container):
 def test_rollback_restores_the_previous_version_in_one_call(world, container):
     client, tokens = world
     for version in (1, 2):
-        assert client.put(f"{BASE}/aliases/prod", headers=_as(tokens, "ml"), json={"version": version}).status_code == 200
+        r = client.put(f"{BASE}/aliases/prod", headers=_as(tokens, "ml"), json={"version": version})
+        assert r.status_code == 200, r.text
     assert _resolve(client, tokens).json()["version"] == 2
     r = client.post(f"{BASE}/aliases/prod/rollback", headers=_as(tokens, "ml"), json={"comment": "2 is slow"})
     assert r.status_code == 200, r.text
@@ -135,10 +140,12 @@ def test_promoting_a_version_not_approved_is_refused_by_policy(world, container)
     for body in ({"version": 3}, {"version": 1, "canary": {"version": 3, "tenants": ["beta"]}}):
         r = client.put(f"{BASE}/aliases/prod", headers=_as(tokens, "registry-admin"), json=body)
         assert r.status_code == 403 and r.json()["type"].endswith("/promotion-denied"), r.text
-        assert any("not-approved" in u["code"] for u in r.json()["unmet"]) and "awaiting_approval" in r.json()["detail"]
+        assert any("not-approved" in u["code"] for u in r.json()["unmet"])
+        assert "awaiting_approval" in r.json()["detail"]
     with container.session_factory() as session:
         denied = session.scalars(select(PolicyDecision).where(PolicyDecision.kind == "promotion")).all()
-        assert [d.allowed for d in denied] == [False, False] and all(len(d.input_digest) == 64 for d in denied)
+        assert [d.allowed for d in denied] == [False, False]
+        assert all(len(d.input_digest) == 64 for d in denied)
         assert session.scalars(select(AliasMove)).all() == []
     assert client.get(f"{BASE}/aliases", headers=_as(tokens, "ml")).json() == []
     r = client.put(f"{BASE}/aliases/prod", headers=_as(tokens, "ml"), json={"version": 9})
@@ -171,7 +178,8 @@ def test_a_revoked_version_stops_resolving_and_cannot_be_promoted(world, contain
     for who in ("ml", "submitter", "node"):
         r = client.post(f"{BASE}/versions/1/revoke", headers=_as(tokens, who), json={"reason": "no"})
         assert r.status_code == 403 and r.json()["type"].endswith("/permission-denied"), who
-    r = client.post(f"{BASE}/versions/1/revoke", headers=_as(tokens, "security"), json={"reason": "CVE-2099-7"})
+    r = client.post(f"{BASE}/versions/1/revoke", headers=_as(tokens, "security"),
+                    json={"reason": "CVE-2099-7"})
     assert r.status_code == 200, r.text
     assert r.json()["state"] == "revoked"
     assert r.json()["revocation"]["by"] == "sam" and r.json()["revocation"]["reason"] == "CVE-2099-7"
@@ -185,7 +193,8 @@ def test_a_revoked_version_stops_resolving_and_cannot_be_promoted(world, contain
     for alias in ("prod", "staging"):
         r = client.put(f"{BASE}/aliases/{alias}", headers=_as(tokens, "registry-admin"), json={"version": 1})
         assert r.status_code == 403 and "revoked" in r.json()["detail"], r.text
-    r = client.post(f"{BASE}/versions/1/revoke", headers=_as(tokens, "tenant-admin"), json={"reason": "again"})
+    r = client.post(f"{BASE}/versions/1/revoke", headers=_as(tokens, "tenant-admin"),
+                    json={"reason": "again"})
     assert r.status_code == 409 and r.json()["type"].endswith("/invalid-state")
     r = client.post(f"{BASE}/versions/2/revoke", headers=_as(tokens, "security"), json={"reason": ""})
     assert r.status_code == 422
@@ -212,10 +221,12 @@ def test_a_rescan_that_turns_a_file_unsafe_revokes_the_approved_versions_holding
     with container.session_factory() as session:
         for f in LocalDirectorySource(str(src)).resolve(None).files:
             session.add(ScanResult(blob_digest=f.sha256, path=f.path, scanner="modelreg",
-                                   scanner_version=SCANNER_VERSION, format="pickle", verdict="safe", findings=[]))
+                                   scanner_version=SCANNER_VERSION, format="pickle", verdict="safe",
+                                   findings=[]))
         session.commit()
     held = awaiting_version(container, admin, tmp_path / "a", T, "held", files=files)
-    other = awaiting_version(container, admin, tmp_path / "b", T, "held2", files=files)
+    # The same file in a version still awaiting a decision: flagged for its reviewers, not revoked.
+    awaiting_version(container, admin, tmp_path / "b", T, "held2", files=files)
     clean = awaiting_version(container, admin, tmp_path / "c", T, "clean", seed=9)
     approve_standin(container, T, "held", held)
     approve_standin(container, T, "clean", clean)
@@ -230,23 +241,28 @@ def test_a_rescan_that_turns_a_file_unsafe_revokes_the_approved_versions_holding
             scans.rescan_all(session, admin)
         drain(container)
         r = client.get(f"/v1/models/{T}/held/aliases/prod/resolve", headers=auth)
-        assert r.status_code == 409 and r.json()["type"].endswith("/revoked") and "extra.pkl" in r.json()["reason"]
-        assert client.get(f"/v1/models/{T}/clean/aliases/prod/resolve", headers=auth).json()["version"] == clean
+        assert r.status_code == 409 and r.json()["type"].endswith("/revoked")
+        assert "extra.pkl" in r.json()["reason"]
+        clean_prod = client.get(f"/v1/models/{T}/clean/aliases/prod/resolve", headers=auth)
+        assert clean_prod.json()["version"] == clean
         shown = client.get(f"/v1/models/{T}/held/versions/{held}", headers=auth).json()
         assert shown["state"] == "revoked" and shown["revocation"]["by"] == "system"
     with container.session_factory() as session:
         states = {v.model.name: v.state for v in session.scalars(select(Version))}
         # The approved version is revoked; the one still awaiting a decision is flagged for its reviewers.
         assert states == {"held": "revoked", "held2": "awaiting_approval", "clean": "approved"}
+        assert {v.model.name for v in session.scalars(select(Version)) if v.flagged_at} == {"held2"}
         event = session.scalars(select(AuditEvent).where(AuditEvent.action == "version.revoked")).one()
-        assert (event.actor, event.details["files"], event.details["aliases"]) == ("system", ["extra.pkl"], ["prod"])
+        assert (event.actor, event.details["files"], event.details["aliases"]) == (
+            "system", ["extra.pkl"], ["prod"])
         assert json.dumps(event.details).count("extra.pkl") >= 2
 
 
 def test_a_rollback_to_a_revoked_version_is_refused_not_skipped(world, container):
     client, tokens = world
     for version in (1, 2):
-        assert client.put(f"{BASE}/aliases/prod", headers=_as(tokens, "ml"), json={"version": version}).status_code == 200
+        r = client.put(f"{BASE}/aliases/prod", headers=_as(tokens, "ml"), json={"version": version})
+        assert r.status_code == 200, r.text
     assert client.post(f"{BASE}/versions/1/revoke", headers=_as(tokens, "security"),
                        json={"reason": "bad weights"}).status_code == 200
     r = client.post(f"{BASE}/aliases/prod/rollback", headers=_as(tokens, "ml"))

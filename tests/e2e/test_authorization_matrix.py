@@ -121,7 +121,8 @@ RULES: dict[tuple[str, str], Rule] = {
     ("GET", "/v1/models/{tenant}/{name}/aliases/{alias}/resolve"): Rule("read|fetch", 200,
                                                                        lambda w, t: w.promoted(t)),
     ("POST", "/v1/models/{tenant}/{name}/versions/{number}/revoke"): Rule(
-        "revoke", 200, lambda w, t: {"json": {"reason": "matrix"}}, path={"number": lambda w, t: w.revocable(t)}),
+        "revoke", 200, lambda w, t: {"json": {"reason": "matrix"}},
+        path={"number": lambda w, t: w.revocable(t)}),
     ("HEAD", "/v1/blobs/sha256/{digest}"): Rule("submit", 200, tenant_query),
     ("PUT", "/v1/blobs/sha256/{digest}"): Rule("submit", 201, lambda w, t: {**tenant_query(w, t),
                                                                              "content": w.blob_bytes[t]}),

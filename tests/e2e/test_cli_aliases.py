@@ -26,8 +26,9 @@ def test_promote_canary_rollback_list_and_revoke_from_the_cli(container, tmp_pat
 
     with serve_in_thread(create_app(container)) as url:
         def cli(*args: str, token: str = ml) -> subprocess.CompletedProcess:
-            return subprocess.run([MODELREG, *args], capture_output=True, text=True, timeout=120, cwd=tmp_path,
-                                  env={**os.environ, "MODELREG_URL": url, "MODELREG_TOKEN": token})
+            env = {**os.environ, "MODELREG_URL": url, "MODELREG_TOKEN": token}
+            return subprocess.run([MODELREG, *args], capture_output=True, text=True, timeout=120,
+                                  cwd=tmp_path, env=env)
 
         def ok(*args: str, token: str = ml):
             r = cli(*args, "--json", token=token)
@@ -43,7 +44,8 @@ def test_promote_canary_rollback_list_and_revoke_from_the_cli(container, tmp_pat
         assert (back["version"], back["canary"]["version"]) == (1, 2)
         listed = ok("alias", "list", "acme/llm")
         assert [(m["action"], m["to_version"], m["comment"]) for m in listed[0]["history"]] == [
-            ("rollback", 1, "2 is slow"), ("promote", 2, ""), ("promote", 1, "try 2"), ("promote", 1, "first")]
+            ("rollback", 1, "2 is slow"), ("promote", 2, ""), ("promote", 1, "try 2"),
+            ("promote", 1, "first")]
         human = cli("alias", "list", "acme/llm")
         assert human.returncode == 0 and human.stdout.startswith("prod -> 1 (canary 2 for beta, gamma)")
         assert "rollback" in human.stdout and "by mia: 2 is slow" in human.stdout

@@ -40,7 +40,8 @@ def test_a_ref_cannot_name_an_alias_that_looks_like_a_number():
 
 def test_make_target():
     assert make_target(3) == AliasTarget(3)
-    assert make_target(3, 4, ["beta", "beta", "gamma"]) == AliasTarget(3, Canary(4, frozenset({"beta", "gamma"})))
+    canaried = AliasTarget(3, Canary(4, frozenset({"beta", "gamma"})))
+    assert make_target(3, 4, ["beta", "beta", "gamma"]) == canaried
 
 
 @pytest.mark.parametrize("args,field", [
