@@ -18,6 +18,7 @@ from typing import Annotated
 from pydantic import Field
 
 from registry.auth import NAME_RE
+from registry.domain.refs import ALIAS_RE
 from registry.domain.files import SHA256_RE
 
 INT32_MAX = 2**31 - 1
@@ -41,6 +42,8 @@ _NAME = {"pattern": NAME_PATTERN, "min_length": 1, "max_length": 63}
 
 TenantName = Annotated[str, Field(**_NAME, description="tenant name")]
 ModelName = Annotated[str, Field(**_NAME, description="model name, unique within its tenant")]
+AliasName = Annotated[str, Field(pattern=_json_schema_pattern(ALIAS_RE), min_length=1, max_length=63,
+                                 description="alias name (prod, canary, staging...): a letter first")]
 PrincipalName = Annotated[str, Field(**_NAME, description="principal name")]
 Sha256Hex = Annotated[str, Field(pattern=SHA256_PATTERN, min_length=64, max_length=64,
                                  description="sha256 of the blob, 64 lower-case hex digits")]

@@ -7,11 +7,12 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool
 
-from api.params import NAME_PATTERN, ByteCount, PrincipalName, TenantName
+from api.params import NAME_PATTERN, ByteCount, PrincipalName, TenantName, VersionNumber
 from registry.auth import Role
 
 from registry.domain.files import MAX_PATH_LENGTH
 from registry.domain.licenses import MAX_LICENSE_LENGTH
+from registry.domain.aliases import MAX_CANARY_TENANTS
 from registry.domain.text import (
     MAX_COMMENT_LENGTH,
     MAX_DESCRIPTION_LENGTH,
@@ -109,6 +110,12 @@ class FilePublic(BaseModel):
     mirrored: bool
 
 
+class RevocationPublic(BaseModel):
+    at: dt.datetime
+    by: str
+    reason: str
+
+
 class VersionPublic(BaseModel):
     model: str
     version: int
@@ -128,6 +135,7 @@ class VersionPublic(BaseModel):
     sealed_at: dt.datetime | None
     files: list[FilePublic]
     progress: dict[str, int]
+    revocation: RevocationPublic | None = Field(None, description="set once the version is revoked")
 
 
 class VersionDetail(VersionPublic):
@@ -183,3 +191,60 @@ class PolicyEvaluationPublic(BaseModel):
     version: int
     state: str
     decision: PolicyDecisionPublic
+
+
+class CanaryCreate(Strict):
+    version: VersionNumber = Field(description="the canary version (not the main one)")
+    tenants: list[TenantName] = Field(min_length=1, max_length=MAX_CANARY_TENANTS,
+                                      description="the tenants served the canary version")
+
+
+class AliasUpdate(Strict):
+    version: VersionNumber = Field(description="an approved version: every tenant not in the canary gets it")
+    canary: CanaryCreate | None = None
+    comment: FreeText(MAX_COMMENT_LENGTH) = ""
+
+
+class RollbackCreate(Strict):
+    comment: FreeText(MAX_COMMENT_LENGTH) = ""
+
+
+class RevocationCreate(Strict):
+    reason: FreeText(MAX_COMMENT_LENGTH) = Field(min_length=1, description="why it must never be released")
+
+
+class CanaryPublic(BaseModel):
+    version: int
+    tenants: list[str]
+
+
+class AliasMovePublic(BaseModel):
+    action: str = Field(description="promote or rollback")
+    at: dt.datetime
+    by: str
+    from_version: int | None
+    from_canary: CanaryPublic | None
+    to_version: int
+    to_canary: CanaryPublic | None
+    comment: str
+    bundle_digest: str = Field(description="the promotion policy bundle that allowed the move")
+    input_digest: str
+
+
+class AliasPublic(BaseModel):
+    model: str
+    name: str
+    version: int
+    canary: CanaryPublic | None
+    updated_by: str
+    updated_at: dt.datetime
+    history: list[AliasMovePublic] = Field(description="every move, newest first")
+
+
+class ResolutionPublic(BaseModel):
+    model: str
+    alias: str
+    for_tenant: str
+    version: int
+    canary: bool = Field(description="whether the version came through the alias's canary")
+    manifest_digest: str | None

@@ -24,16 +24,19 @@ may_move(doc, cfg) if {
 	c in alias_capacities(doc.alias, cfg)
 }
 
-unmet_of(doc, cfg) := (not_permitted(doc, cfg) | not_approved(doc, "target")) | not_approved(doc, "canary")
+unmet_of(doc, cfg) := (not_permitted(doc, cfg) | not_approved(doc.target, "target")) | not_approved(doc.canary, "canary")
 
 not_permitted(doc, cfg) := {u |
 	not may_move(doc, cfg)
 	u := {"code": "promotion.not-permitted", "message": sprintf("%s may not move alias %s: needs admin or one of %v", [doc.principal.name, doc.alias, alias_capacities(doc.alias, cfg)])}
 }
 
-not_approved(doc, role) := {u |
-	v := doc[role]
+# Given the version itself, not the document and a key: rego-cpp 1.5.2 ranges `doc[role]` over every
+# key of the document inside a comprehension, which judged `current` too (and refused to move an alias
+# away from a revoked version). The version the alias points at now is never judged. The code is built
+# with concat: its sprintf quotes a string that came in as a function argument ("promotion."target"...").
+not_approved(v, role) := {u |
 	v != null
 	v.state != "approved"
-	u := {"code": sprintf("promotion.%s-not-approved", [role]), "message": sprintf("version %v is %s, not approved", [v.number, v.state])}
+	u := {"code": concat("", ["promotion.", role, "-not-approved"]), "message": sprintf("version %v is %s, not approved", [v.number, v.state])}
 }

@@ -51,3 +51,8 @@ test_alias_capacities_come_from_data if {
 	count(promotion.unmet_of(move(security, "canary", "approved"), cfg2)) == 0
 	count(promotion.unmet_of(move(security, "prod", "approved"), cfg2)) == 1
 }
+
+test_an_alias_moves_away_from_a_revoked_version if {
+	doc := object.union(move(ml, "prod", "approved"), {"current": {"number": 1, "state": "revoked"}})
+	count(promotion.unmet_of(doc, cfg)) == 0
+}

@@ -37,12 +37,14 @@ audit_app = typer.Typer(help="The audit log.", no_args_is_help=True)
 version_app = typer.Typer(help="Model versions.", no_args_is_help=True)
 keys_app = typer.Typer(help="Signing keys.", no_args_is_help=True)
 policy_app = typer.Typer(help="Release policies.", no_args_is_help=True)
+alias_app = typer.Typer(help="Aliases of a model (prod, canary...).", no_args_is_help=True)
 app.add_typer(tenant_app, name="tenant")
 app.add_typer(principal_app, name="principal")
 app.add_typer(audit_app, name="audit")
 app.add_typer(version_app, name="version")
 app.add_typer(keys_app, name="keys")
 app.add_typer(policy_app, name="policy")
+app.add_typer(alias_app, name="alias")
 
 UrlOpt = typer.Option(None, "--url", envvar="MODELREG_URL", help="Registry URL.")
 TokenOpt = typer.Option(None, "--token", envvar="MODELREG_TOKEN", help="API token.")
@@ -459,6 +461,88 @@ def version_scans(
     for f in result["files"]:
         lines.append(f"  {f['verdict'] or '(pending)':10} {f['format'] or '':14} {f['path']}")
     _emit(result, as_json, lines)
+
+
+# --- releases --------------------------------------------------------------------------------
+
+
+def _alias_lines(a: dict[str, Any]) -> list[str]:
+    canary = a.get("canary")
+    head = f"{a['name']} -> {a['version']}"
+    if canary:
+        head += f" (canary {canary['version']} for {', '.join(canary['tenants'])})"
+    lines = [head]
+    for m in a.get("history", []):
+        moved = f"{m['from_version'] if m['from_version'] is not None else '-'} -> {m['to_version']}"
+        if m["to_canary"]:
+            moved += f" (canary {m['to_canary']['version']})"
+        why = f": {m['comment']}" if m["comment"] else ""
+        lines.append(f"  {m['at']}  {m['action']:8} {moved}  by {m['by']}{why}")
+    return lines
+
+
+@app.command()
+def promote(
+    model: str = typer.Argument(..., help="TENANT/NAME"),
+    alias: str = typer.Argument(..., help="alias to move: prod, canary, staging..."),
+    version: int = typer.Argument(..., help="an approved version"),
+    canary_version: Optional[int] = typer.Option(None, "--canary-version",
+                                                 help="a second version, for a few tenants"),
+    canary_tenants: list[str] = typer.Option([], "--canary-tenant",
+                                             help="a tenant that gets the canary version (repeatable)"),
+    comment: str = typer.Option("", "--comment", help="why"),
+    url: str = UrlOpt, token: str = TokenOpt, as_json: bool = JsonOpt,
+) -> None:
+    """Point ALIAS of MODEL at VERSION (with an optional canary), if the promotion policy allows."""
+    tenant, name = _split_model(model)
+    if (canary_version is None) != (not canary_tenants):
+        raise CliError("--canary-version and --canary-tenant go together")
+    body: dict[str, Any] = {"version": version, "comment": comment}
+    if canary_version is not None:
+        body["canary"] = {"version": canary_version, "tenants": canary_tenants}
+    with _client(url, token) as client:
+        moved = client.put(f"/v1/models/{_seg(tenant)}/{_seg(name)}/aliases/{_seg(alias)}", json=body)
+    _emit(moved, as_json, _alias_lines({**moved, "history": moved["history"][:1]}))
+
+
+@app.command()
+def rollback(
+    model: str = typer.Argument(..., help="TENANT/NAME"), alias: str = typer.Argument(...),
+    comment: str = typer.Option("", "--comment", help="why"),
+    url: str = UrlOpt, token: str = TokenOpt, as_json: bool = JsonOpt,
+) -> None:
+    """Move ALIAS back to the version it pointed at before its newest move."""
+    tenant, name = _split_model(model)
+    with _client(url, token) as client:
+        moved = client.post(f"/v1/models/{_seg(tenant)}/{_seg(name)}/aliases/{_seg(alias)}/rollback",
+                            json={"comment": comment})
+    _emit(moved, as_json, _alias_lines({**moved, "history": moved["history"][:1]}))
+
+
+@alias_app.command("list")
+def alias_list(
+    model: str = typer.Argument(..., help="TENANT/NAME"),
+    url: str = UrlOpt, token: str = TokenOpt, as_json: bool = JsonOpt,
+) -> None:
+    """Every alias of MODEL, with its history (who, when, from, to, why)."""
+    tenant, name = _split_model(model)
+    with _client(url, token) as client:
+        found = client.get(f"/v1/models/{_seg(tenant)}/{_seg(name)}/aliases")
+    _emit(found, as_json, [line for a in found for line in _alias_lines(a)] or ["(no aliases)"])
+
+
+@app.command()
+def revoke(
+    model: str = typer.Argument(..., help="TENANT/NAME"), number: int = typer.Argument(..., help="version"),
+    reason: str = typer.Option(..., "--reason", help="why it must never be released again"),
+    url: str = UrlOpt, token: str = TokenOpt, as_json: bool = JsonOpt,
+) -> None:
+    """Revoke a version (administrators and security approvers): aliases pointing at it stop resolving."""
+    tenant, name = _split_model(model)
+    with _client(url, token) as client:
+        version = client.post(f"/v1/models/{_seg(tenant)}/{_seg(name)}/versions/{number}/revoke",
+                              json={"reason": reason})
+    _emit(version, as_json, f"{version['model']}@{version['version']}: revoked ({reason})")
 
 
 @keys_app.command("list")

@@ -9,7 +9,7 @@ from fastapi import APIRouter, Response, status
 from api.deps import ContainerDep, PrincipalDep, SessionDep
 from api.params import ModelName, TenantName, VersionNumber
 from api.problems import AUTHENTICATED, responses
-from api.schemas import FilePublic, VersionCreate, VersionDetail, VersionPublic
+from api.schemas import FilePublic, RevocationPublic, VersionCreate, VersionDetail, VersionPublic
 from registry.db.models import Version
 from registry.domain.errors import InvalidInputError, LimitExceededError, NotFoundError
 from registry.domain.files import FileEntry
@@ -51,6 +51,8 @@ def version_public(v: Version) -> VersionPublic:
             "files": len(files), "files_mirrored": sum(f.mirrored for f in files),
             "bytes": sum(f.size for f in files), "bytes_mirrored": sum(f.size for f in files if f.mirrored),
         },
+        revocation=RevocationPublic(at=v.revoked_at, by=v.revoked_by or "", reason=v.revoke_reason or "")
+        if v.revoked_at is not None else None,
     )
 
 

@@ -186,6 +186,10 @@ class Version(Base):
     flagged_at: Mapped[dt.datetime | None]
     """Set when a later rescan finds an unsafe file in a version already past scanning."""
     flag_reason: Mapped[str | None] = mapped_column(String(256))
+    revoked_at: Mapped[dt.datetime | None]
+    """Set when the version is revoked (by a person, or by a rescan that found an unsafe file)."""
+    revoked_by: Mapped[str | None] = mapped_column(String(128))
+    revoke_reason: Mapped[str | None] = mapped_column(Text)
 
     model: Mapped[Model] = relationship()
     files: Mapped[list["VersionFile"]] = relationship(
@@ -424,3 +428,53 @@ class Approval(Base):
     at: Mapped[dt.datetime]
 
     principal: Mapped[Principal] = relationship()
+
+
+class Alias(Base):
+    """A name (``prod``, ``canary``) of a model that points at one of its versions, maybe with a canary.
+
+    The canary, when set, is a second version served to ``canary_tenants`` only; see
+    ``registry/domain/aliases.py``. Every move is recorded in ``alias_history``.
+    """
+
+    __tablename__ = "aliases"
+    __table_args__ = (UniqueConstraint("model_id", "name"),)
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True)
+    model_id: Mapped[int] = mapped_column(ForeignKey("models.id", ondelete="CASCADE"), index=True)
+    name: Mapped[str] = mapped_column(String(64))
+    version_id: Mapped[int] = mapped_column(ForeignKey("versions.id"))
+    canary_version_id: Mapped[int | None] = mapped_column(ForeignKey("versions.id"))
+    canary_tenants: Mapped[list[Any]] = mapped_column(default=list)
+    updated_by: Mapped[str] = mapped_column(String(128))
+    updated_at: Mapped[dt.datetime]
+
+    model: Mapped[Model] = relationship()
+    version: Mapped[Version] = relationship(foreign_keys=[version_id])
+    canary_version: Mapped[Version | None] = relationship(foreign_keys=[canary_version_id])
+    history: Mapped[list["AliasMove"]] = relationship(back_populates="alias", order_by="AliasMove.id",
+                                                      cascade="all, delete-orphan")
+
+
+class AliasMove(Base):
+    """One move of an alias: who, when, from what to what (version numbers and canaries), why, and
+    the promotion policy decision that allowed it (bundle and input digests)."""
+
+    __tablename__ = "alias_history"
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True)
+    alias_id: Mapped[int] = mapped_column(ForeignKey("aliases.id", ondelete="CASCADE"), index=True)
+    action: Mapped[str] = mapped_column(String(16))
+    """``promote`` or ``rollback``."""
+    at: Mapped[dt.datetime]
+    actor: Mapped[str] = mapped_column(String(128))
+    from_version: Mapped[int | None] = mapped_column(Integer)
+    from_canary: Mapped[dict[str, Any] | None]
+    """``{"version": n, "tenants": [...]}`` or None; the same for ``to_canary``."""
+    to_version: Mapped[int] = mapped_column(Integer)
+    to_canary: Mapped[dict[str, Any] | None]
+    comment: Mapped[str] = mapped_column(Text, default="")
+    bundle_digest: Mapped[str] = mapped_column(String(64))
+    input_digest: Mapped[str] = mapped_column(String(64))
+
+    alias: Mapped[Alias] = relationship(back_populates="history")

@@ -404,3 +404,47 @@ class AlreadyDecidedError(ConflictError):
     """A principal decided on this version before: one person counts once."""
 
     code = "already-decided"
+
+
+class AliasNotFoundError(NotFoundError):
+    code = "alias-not-found"
+
+    def __init__(self, model: str, alias: str) -> None:
+        super().__init__(f"model {model!r} has no alias {alias!r}", model=model, alias=alias)
+
+
+class RevokedError(ConflictError):
+    """An alias points at a revoked version: it does not resolve until it is moved.
+
+    A conflict with the alias's current state (409), not a gone resource: moving the alias clears it.
+    """
+
+    code = "revoked"
+
+    def __init__(self, model: str, version: int, reason: str, *, alias: str | None = None) -> None:
+        through = f" (alias {alias!r} points at it; move the alias)" if alias else ""
+        super().__init__(f"{model}@{version} was revoked: {reason}{through}",
+                         model=model, version=version, reason=reason, alias=alias)
+
+
+class NothingToRollBackError(ConflictError):
+    """An alias whose every move was undone already, or that was only ever set once."""
+
+    code = "nothing-to-roll-back"
+
+    def __init__(self, model: str, alias: str) -> None:
+        super().__init__(f"alias {alias!r} of {model!r} has no earlier target to roll back to",
+                         model=model, alias=alias)
+
+
+class PromotionDeniedError(PolicyViolationError):
+    """The promotion policy refused to move an alias; ``unmet`` says why, the digests say by which
+    rules on which input (the decision is stored)."""
+
+    code = "promotion-denied"
+
+    def __init__(self, model: str, alias: str, unmet: list[dict[str, Any]], *, bundle_digest: str,
+                 input_digest: str) -> None:
+        reasons = "; ".join(str(u.get("message", u.get("code"))) for u in unmet) or "denied"
+        super().__init__(f"moving alias {alias!r} of {model!r} is not allowed: {reasons}", model=model,
+                         alias=alias, unmet=unmet, bundle_digest=bundle_digest, input_digest=input_digest)

@@ -244,7 +244,7 @@ def promotion_input(
 
     Args:
         principal: Who moves the alias.
-        is_admin: Whether they are a registry administrator.
+        is_admin: Whether they administer the tenant (a registry administrator or the tenant's admin role).
         capacities: Their approver capacities in the model's tenant.
         alias: The alias moved.
         target: ``(number, state)`` of the version it is to point at.

@@ -22,6 +22,9 @@ from registry.domain.errors import InvalidRefError
 # \Z, not $: "$" also matches before a final newline, and "m\n" named a model.
 NAME_RE = re.compile(r"\A[a-z0-9][a-z0-9._-]{0,62}\Z")
 """Tenant, model, principal and alias names: lower-case letters, digits, ``.``, ``_``, ``-``; 1-63 chars."""
+# A letter first: "@3" names version 3, so an alias must never look like a number.
+ALIAS_RE = re.compile(r"\A[a-z][a-z0-9._-]{0,62}\Z")
+"""Alias names: a lower-case letter, then up to 62 lower-case letters, digits, ``.``, ``_`` or ``-``."""
 SCHEME = "modelreg://"
 _VERSION_RE = re.compile(r"\A[1-9][0-9]{0,9}\Z")
 _NAME_RULE = "1-63 lower-case letters, digits, '.', '_' or '-', starting with a letter or digit"
@@ -78,7 +81,9 @@ def parse_ref(text: str) -> ModelRef:
         if not _VERSION_RE.match(selector):
             raise InvalidRefError(text, "a version number is a positive integer without leading zeros")
         return ModelRef(tenant, name, version=int(selector))
-    _check_name(text, "alias", selector)
+    if not ALIAS_RE.match(selector):
+        raise InvalidRefError(text, f"invalid alias name {selector!r}: use a lower-case letter, then up "
+                                    "to 62 lower-case letters, digits, '.', '_' or '-'")
     return ModelRef(tenant, name, alias=selector)
 
 

@@ -7,8 +7,9 @@ file fails the version with reason ``unsafe_file``, a file whose scan ended in `
 to its next stage (approval, where policy decides about ``suspicious`` files). ``modelscan`` runs beside our engine on
 the formats it knows; its result is stored too, but never decides.
 
-A rescan (``rescan_all``, after a scanner upgrade) scans every stored file again; a version already
-past scanning whose file turns unsafe is flagged for revocation, with an audit event.
+A rescan (``rescan_all``, after a scanner upgrade) scans every stored file again; an approved version
+whose file turns unsafe is revoked (:mod:`registry.services.revocations`), and one past scanning but
+not approved yet is flagged for its reviewers, with an audit event.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from registry.clock import Clock
 from registry.db.models import ScanResult, Version, VersionFile
 from registry.db.session import begin_write, is_postgres
 from registry.domain.states import VersionState
-from registry.services import lifecycle
+from registry.services import lifecycle, revocations
 from registry.scanning import SCANNER_NAME, SCANNER_VERSION, FileScan, Verdict, scan_stream
 from registry.storage.base import BlobStore
 
@@ -123,7 +124,8 @@ def _scan_modelscan(blob_store: BlobStore, digest: str, path: str, sniffed: str)
 
 
 def settle_versions_of(session_factory: sessionmaker[Session], digest: str, path: str, *, clock: Clock) -> None:
-    """Decide every version in ``scanning`` that holds this file, and flag approved ones turned unsafe."""
+    """Decide every version in ``scanning`` that holds this file; revoke approved ones turned unsafe, and
+    flag the ones awaiting a decision."""
     with session_factory() as session:
         version_ids = list(session.scalars(
             select(VersionFile.version_id).where(VersionFile.sha256 == digest, VersionFile.path == path)))
@@ -169,12 +171,18 @@ def decide(session: Session, version: Version) -> None:
 
 
 def _flag_if_unsafe(session: Session, version: Version, clock: Clock) -> None:
+    """An approved version turned unsafe is revoked; one not released yet is flagged for its reviewers."""
     results = _verdicts(session, version)
     unsafe = sorted(p for p, r in results.items() if r is not None and r.verdict == Verdict.UNSAFE.value)
     if not unsafe:
         return
+    reason = f"rescan with {SCANNER_NAME} {SCANNER_VERSION} found unsafe: {', '.join(unsafe)}"
+    if version.state == VersionState.APPROVED.value:
+        revocations.revoke_as_system(session, version, reason, clock=clock, details={
+            "files": unsafe, "scanner": SCANNER_NAME, "scanner_version": SCANNER_VERSION})
+        return
     version.flagged_at = clock.now()
-    version.flag_reason = f"rescan with {SCANNER_NAME} {SCANNER_VERSION} found unsafe: {', '.join(unsafe)}"[:256]
+    version.flag_reason = reason[:256]
     audit.append(session, actor="system", action="version.flagged_for_revocation",
                  subject=f"{version.model.tenant.name}/{version.model.name}@{version.number}",
                  tenant=version.model.tenant.name,

@@ -108,6 +108,30 @@ def _get_version(session: Session, tenant: str, name: str, number: int) -> Versi
     return version
 
 
+def load_model_unchecked(session: Session, tenant: str, name: str) -> Model:
+    """The model, for a service that has checked the principal itself (aliases, revocation).
+
+    Raises:
+        TenantNotFoundError, ModelNotFoundError.
+    """
+    return _get_model(session, tenant, name)
+
+
+def load_version_unchecked(session: Session, model: Model, number: int, *, lock: bool = False) -> Version:
+    """Version ``number`` of ``model`` (locked for update on PostgreSQL with ``lock``), unchecked.
+
+    Raises:
+        VersionNotFoundError.
+    """
+    query = select(Version).where(Version.model_id == model.id, Version.number == number)
+    if lock and is_postgres(session):
+        query = query.with_for_update()
+    version = session.scalar(query)
+    if version is None:
+        raise VersionNotFoundError(f"{model.tenant.name}/{model.name}", number)
+    return version
+
+
 def list_versions(session: Session, principal: AuthenticatedPrincipal, tenant: str, name: str) -> list[Version]:
     require(principal, tenant, Permission.READ)
     model = _get_model(session, tenant, name)

@@ -26,16 +26,19 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 from urllib.parse import parse_qsl, urlsplit
 
-import pytest
 from fastapi.routing import APIRoute
 from fastapi.testclient import TestClient
 
 from api.app import create_app
 from registry.auth import issue_token, load_principal
-from registry.db.models import Principal, Version
+from sqlalchemy import select
+
+from registry.db.models import Model, Principal, Version
+from registry.domain.aliases import make_target
 from registry.domain.files import FileEntry
-from registry.services import identity, versions
+from registry.services import aliases, identity, versions
 from tests.support.registry import drain
+from tests.support.releases import approve_standin
 
 # --- who may do what (written out, not imported) ----------------------------------------------
 
@@ -48,10 +51,12 @@ APPROVER_IN_CAPACITY = "approver-in-capacity"
 
 ROLE_MAY: dict[str, frozenset[str]] = {
     "submitter": frozenset({"read", "submit"}),
-    "approver": frozenset({"read", "approve"}),
+    # The matrix's approver is a `security` approver: it may revoke, and the promotion policy does not
+    # let it move aliases ("promote": ml approvers and admins of the tenant).
+    "approver": frozenset({"read", "approve", "revoke"}),
     "auditor": frozenset({"read", "audit"}),
     "node": frozenset({"fetch"}),
-    "admin": frozenset({"read", "submit", "approve", "audit", "fetch", "admin"}),
+    "admin": frozenset({"read", "submit", "approve", "audit", "fetch", "admin", "promote", "revoke"}),
     "none": frozenset(),
 }
 OWN, OTHER = "a", "b"
@@ -66,13 +71,15 @@ class Rule:
             ``"audit"``...) that the caller must hold in the tenant the request names.
         ok: the status of an allowed call.
         request: ``(world, tenant) -> extra request arguments`` (query, JSON body, content).
-        path: path parameters that differ from the world's defaults for the tenant.
+        path: path parameters that differ from the world's defaults for the tenant: the name of another
+            default, or ``(world, tenant) -> value``.
     """
 
     who: str
+    """A rule's ``who`` may name alternatives, ``"read|fetch"``: holding one of them is enough."""
     ok: int
     request: Callable[["World", str], dict[str, Any]] | None = None
-    path: dict[str, str] = field(default_factory=dict)
+    path: dict[str, Any] = field(default_factory=dict)
 
 
 def tenant_query(w: "World", t: str) -> dict[str, Any]:
@@ -112,6 +119,15 @@ RULES: dict[tuple[str, str], Rule] = {
         APPROVER_IN_CAPACITY, 201, lambda w, t: {"json": {"decision": "approve", "capacity": "security"}}),
     ("GET", "/v1/models/{tenant}/{name}/versions/{number}/approvals"): Rule("read", 200),
     ("GET", "/v1/models/{tenant}/{name}/versions/{number}/policy"): Rule("read", 200),
+    ("PUT", "/v1/models/{tenant}/{name}/aliases/{alias}"): Rule("promote", 200, lambda w, t: w.promotion(t)),
+    ("GET", "/v1/models/{tenant}/{name}/aliases"): Rule("read", 200),
+    ("POST", "/v1/models/{tenant}/{name}/aliases/{alias}/rollback"): Rule("promote", 200,
+                                                                         lambda w, t: w.rollbackable(t)),
+    ("GET", "/v1/models/{tenant}/{name}/aliases/{alias}/resolve"): Rule("read|fetch", 200,
+                                                                       lambda w, t: w.promoted(t)),
+    ("POST", "/v1/models/{tenant}/{name}/versions/{number}/revoke"): Rule(
+        "revoke", 200, lambda w, t: {"json": {"reason": "matrix"}},
+        path={"number": lambda w, t: w.revocable(t)}),
     ("HEAD", "/v1/blobs/sha256/{digest}"): Rule("submit", 200, tenant_query),
     ("PUT", "/v1/blobs/sha256/{digest}"): Rule("submit", 201, lambda w, t: {**tenant_query(w, t),
                                                                              "content": w.blob_bytes[t]}),
@@ -151,6 +167,8 @@ class World:
     digest: dict[str, str] = field(default_factory=dict)
     model: dict[str, str] = field(default_factory=dict)
     throwaway_token_id: int = 0
+    releasable: dict[str, tuple[int, int]] = field(default_factory=dict)
+    to_revoke: dict[str, int] = field(default_factory=dict)
     counter: itertools.count = field(default_factory=itertools.count)
 
     def fresh(self, kind: str) -> str:
@@ -158,7 +176,58 @@ class World:
 
     def path_values(self, tenant: str) -> dict[str, str]:
         return {"tenant": tenant, "name": self.model[tenant], "number": "1", "digest": self.digest[tenant],
-                "token_id": str(self.throwaway_token_id), "target": "target"}
+                "token_id": str(self.throwaway_token_id), "target": "target", "alias": "prod"}
+
+    def version(self, tenant: str, approved: bool) -> int:
+        """A new version of the tenant's model, through the pipeline (approved by the stand-in if asked)."""
+        data = json.dumps({"model_type": "matrix", "tenant": tenant, "n": next(self.counter)}).encode()
+        digest = hashlib.sha256(data).hexdigest()
+        with self.container.session_factory() as session:
+            versions.upload_blob(session, self.root, tenant, digest, io.BytesIO(data), len(data),
+                                 blob_store=self.container.blob_store)
+            version, _ = versions.submit_uploaded(
+                session, self.root, tenant, self.model[tenant], [FileEntry("config.json", len(data), digest)],
+                label="matrix", limits=self.container.limits(), clock=self.container.clock)
+            number = version.number
+        drain(self.container)
+        if approved:
+            approve_standin(self.container, tenant, self.model[tenant], number)
+        return number
+
+    def approved(self, tenant: str) -> tuple[int, int]:
+        """Two approved versions of the tenant's model, made once."""
+        if tenant not in self.releasable:
+            self.releasable[tenant] = (self.version(tenant, True), self.version(tenant, True))
+        return self.releasable[tenant]
+
+    def _promote(self, tenant: str, number: int) -> None:
+        with self.container.session_factory() as session:
+            aliases.promote(session, self.root, tenant, self.model[tenant], "prod", make_target(number),
+                            policy=self.container.policy, clock=self.container.clock)
+
+    def promotion(self, tenant: str) -> dict[str, Any]:
+        return {"json": {"version": self.approved(tenant)[0], "comment": "matrix"}}
+
+    def promoted(self, tenant: str) -> dict[str, Any]:
+        self._promote(tenant, self.approved(tenant)[0])
+        return {"params": {"for_tenant": "beta"}}
+
+    def rollbackable(self, tenant: str) -> dict[str, Any]:
+        """prod's newest move not undone is first -> second, whatever the calls before did."""
+        first, second = self.approved(tenant)
+        self._promote(tenant, first)
+        self._promote(tenant, second)
+        return {"json": {"comment": "matrix"}}
+
+    def revocable(self, tenant: str) -> str:
+        """A version that is not revoked yet (a new one once a call revoked the last)."""
+        with self.container.session_factory() as session:
+            number = self.to_revoke.get(tenant)
+            state = session.scalar(select(Version.state).join(Model).where(
+                Model.name == self.model[tenant], Version.number == number)) if number else None
+        if state in (None, "revoked"):
+            self.to_revoke[tenant] = self.version(tenant, False)
+        return str(self.to_revoke[tenant])
 
     def presigned(self, tenant: str) -> dict[str, str]:
         url = self.container.blob_store.presign_get(self.digest[tenant], dt.timedelta(minutes=10))
@@ -241,14 +310,15 @@ def expected_status(rule: Rule, caller: str, tenant: str) -> int:
     if rule.who == AUDITS_ANY_TENANT:
         return rule.ok if "audit" in ROLE_MAY[caller] else 403
     held = ROLE_MAY[caller] if tenant == OWN else frozenset()
-    return rule.ok if rule.who in held else 403
+    return rule.ok if held & set(rule.who.split("|")) else 403
 
 
 def call(client: TestClient, world: World, key: tuple[str, str], rule: Rule, caller: str, tenant: str,
          **overrides: str):
     method, template = key
     values = {**world.path_values(tenant), **overrides}
-    values.update({param: values[source] for param, source in rule.path.items()})
+    values.update({param: source(world, tenant) if callable(source) else values[source]
+                   for param, source in rule.path.items()})
     extra = rule.request(world, tenant) if rule.request else {}
     headers = {"Authorization": f"Bearer {world.tokens[caller]}"} if caller != "no token" else {}
     return client.request(method, template.format(**values), headers=headers, **extra)

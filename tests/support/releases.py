@@ -1,0 +1,63 @@
+"""Versions ready for release, made through the real pipeline, for the alias and revocation tests.
+
+``approve_standin`` is a stand-in for the approvals flow (built in parallel, merged later): it makes
+a version ``approved`` through ``lifecycle.advance``, the one way the approvals service will do it too.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from registry.auth import AuthenticatedPrincipal, issue_token
+from registry.bootstrap import Container
+from registry.db.models import Principal, RoleBinding, Tenant, Version
+from registry.domain.states import VersionState
+from registry.services import lifecycle, versions
+from registry.services.versions import SubmitRequest
+from tests.support.registry import drain
+from tests.support.tiny_model import tiny_model_files
+
+
+def principal_token(container: Container, name: str, tenant: str, role: str, capacity: str = "") -> str:
+    """A new principal ``name`` holding ``role`` (with ``capacity``) in ``tenant``; return its token."""
+    with container.session_factory() as session:
+        row = session.query(Tenant).filter_by(name=tenant).first()
+        if row is None:
+            row = Tenant(name=tenant)
+            session.add(row)
+            session.flush()
+        principal = Principal(name=name)
+        session.add(principal)
+        session.flush()
+        session.add(RoleBinding(principal_id=principal.id, tenant_id=row.id, role=role, capacity=capacity))
+        token = issue_token(session, principal).token
+        session.commit()
+        return token
+
+
+def awaiting_version(container: Container, admin: AuthenticatedPrincipal, root: Path, tenant: str, name: str,
+                     files: dict[str, bytes] | None = None, seed: int = 1) -> int:
+    """Submit a model directory and run the pipeline to ``awaiting_approval``; return the version number."""
+    for path, data in (files or tiny_model_files(seed)).items():
+        (root / path).parent.mkdir(parents=True, exist_ok=True)
+        (root / path).write_bytes(data)
+    with container.session_factory() as session:
+        version, _ = versions.submit(session, admin, tenant, name, SubmitRequest(source=str(root)),
+                                     open_source=container.open_source, limits=container.limits(),
+                                     clock=container.clock)
+        version_id, number = version.id, version.number
+    drain(container)
+    with container.session_factory() as session:
+        state = session.get(Version, version_id).state
+    assert state == VersionState.AWAITING_APPROVAL.value, state
+    return number
+
+
+def approve_standin(container: Container, tenant: str, name: str, number: int) -> None:
+    """Stand-in for the approvals flow: move an awaiting version to ``approved`` via ``lifecycle.advance``."""
+    with container.session_factory() as session:
+        model = versions.load_model_unchecked(session, tenant, name)
+        version = versions.load_version_unchecked(session, model, number)
+        lifecycle.advance(session, version, VersionState.APPROVED, "approvals-standin",
+                          {"stand_in": "approvals flow, merged separately"})
+        session.commit()
