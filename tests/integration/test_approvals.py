@@ -256,3 +256,36 @@ def test_two_approvals_at_once_see_each_other(reg):
             t.join(timeout=60)
     assert errors == []
     assert [reg.approvals(f"race{i}", n)["state"] for i, n in enumerate(numbers)] == ["approved"] * 4
+
+
+def test_submit_to_prod_end_to_end_with_the_facts_and_license_sealing_recorded(reg):
+    """Submit -> mirror -> scan -> security and ml approve -> approved -> alias prod, no stand-in."""
+    from registry.services.approvals import approval_input_for
+
+    n = reg.submit("org/clean", "e2e")
+    with reg.container.session_factory() as session:
+        judged = approval_input_for(session, session.scalar(select(Version).where(Version.number == n)))
+    # What sealing recorded reaches the policy: the headers' facts and the card's license.
+    assert judged["facts"]["weights"]["formats"]["value"] == ["safetensors"]
+    assert judged["license"]["id"] == "mit"
+    assert reg.decide("e2e", n, "sec", "security").status_code == 201
+    assert reg.decide("e2e", n, "mia", "ml").json()["state"] == "approved"
+
+    # An approver without the ml capacity may not move prod; the ml approver may.
+    base = f"/v1/models/{TENANT}/e2e/aliases"
+    refused = reg.client.put(f"{base}/prod", headers=reg.auth("sec"), json={"version": n})
+    assert refused.status_code == 403 and refused.json()["type"].endswith("/promotion-denied"), refused.text
+    moved = reg.client.put(f"{base}/prod", headers=reg.auth("mia"), json={"version": n, "comment": "ship it"})
+    assert moved.status_code == 200, moved.text
+    resolved = reg.client.get(f"{base}/prod/resolve", headers=reg.auth("sam"))
+    assert resolved.status_code == 200 and resolved.json()["version"] == n, resolved.text
+
+    with reg.container.session_factory() as session:
+        version = session.scalar(select(Version).where(Version.number == n, Version.state == "approved"))
+        kinds = [(d.kind, d.allowed) for d in session.scalars(
+            select(PolicyDecision).where(PolicyDecision.version_id == version.id).order_by(PolicyDecision.id))]
+        digests = session.scalars(select(PolicyDecision.input_digest)
+                                  .where(PolicyDecision.version_id == version.id)).all()
+    assert kinds == [("approval", False), ("approval", False), ("approval", True),
+                     ("promotion", False), ("promotion", True)]
+    assert all(len(d) == 64 for d in digests)
