@@ -124,15 +124,22 @@ def state_of(container: Container, version_id: int) -> str:
 
 
 def run_pipeline(container: Container, hub: HfUpstream, workers: int, size: int) -> tuple[Timing, int]:
-    admin = make_admin(container, "bench")
+    elapsed, version_id = mirror(container, make_admin(container, "bench"), "bench", "model", hub, workers)
+    return Timing("modelreg", elapsed, size), version_id
+
+
+def mirror(container: Container, admin, tenant: str, name: str, hub: HfUpstream, workers: int) -> tuple[float, int]:
+    """Submit the hub's model as ``tenant/name`` and run ``workers`` worker threads until it is sealed;
+    return the seconds from submit to sealed and the version id."""
     stop = threading.Event()
     threads = run_workers(container, build_handlers(), workers, stop, poll_interval=0.02)
     try:
         started = time.perf_counter()
         with container.session_factory() as session:
-            version, _ = versions.submit(session, admin, "bench", "model",
+            version, _ = versions.submit(session, admin, tenant, name,
                                          SubmitRequest(source=f"hf://{REPO_ID}", hf_endpoint=hub.url),
-                                         open_source=container.open_source, limits=container.limits(), clock=container.clock)
+                                         open_source=container.open_source, limits=container.limits(),
+                                         clock=container.clock)
             version_id = version.id
         while (state := state_of(container, version_id)) in ("submitted", "mirroring"):
             time.sleep(0.01)
@@ -145,7 +152,7 @@ def run_pipeline(container: Container, hub: HfUpstream, workers: int, size: int)
         with container.session_factory() as session:
             v = session.get(Version, version_id)
             raise SystemExit(f"the version ended {state}: {v.failure_reason} {v.failure_detail}")
-    return Timing("modelreg", elapsed, size), version_id
+    return elapsed, version_id
 
 
 def run_raw(hub: HfUpstream, revision: str, files: dict[str, Path], client, bucket: str, *,
@@ -192,20 +199,25 @@ def run_raw(hub: HfUpstream, revision: str, files: dict[str, Path], client, buck
 
 
 def time_sealing(container: Container, hub: HfUpstream, repetitions: int) -> list[float]:
-    """Seal ``repetitions`` fresh versions of the already stored files; return each seal's seconds."""
+    """Seal ``repetitions`` fresh versions of files the tenant holds already; return each seal's seconds
+    (file list, facts and licenses read from the stored headers, statement, signature)."""
     admin = make_admin(container, "seal")
+    # Blobs are owned per tenant: the tenant mirrors the files once, then each version is only sealed.
+    mirror(container, admin, "seal", "warm-up", hub, workers=2)
     took = []
     for index in range(repetitions):
         with container.session_factory() as session:
             version, _ = versions.submit(session, admin, "seal", f"model-{index}",
                                          SubmitRequest(source=f"hf://{REPO_ID}", hf_endpoint=hub.url),
-                                         open_source=container.open_source, limits=container.limits(), clock=container.clock)
+                                         open_source=container.open_source, limits=container.limits(),
+                                         clock=container.clock)
             version_id = version.id
         started = time.perf_counter()
         mirroring.seal_version(container.session_factory, version_id, signing_key=container.signing_key,
                                clock=container.clock, blob_store=container.blob_store)
         took.append(time.perf_counter() - started)
-        assert state_of(container, version_id) == "scanning"
+        # The warm-up's verdicts are cached, so sealing goes on to decide the scan and judge the policy.
+        assert state_of(container, version_id) in ("scanning", "awaiting_approval")
     return took
 
 
