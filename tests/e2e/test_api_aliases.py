@@ -19,7 +19,8 @@ from registry.services import scans
 from registry.sources.local import LocalDirectorySource
 from tests.support import scan_samples
 from tests.support.registry import drain, make_admin
-from tests.support.releases import approve_standin, awaiting_version, principal_token
+from tests.support.registry import role_token
+from tests.support.releases import approve_standin, awaiting_version
 from tests.support.tiny_model import tiny_model_files
 
 T, M = "acme", "llm"
@@ -35,12 +36,12 @@ def world(container, tmp_path):
     for number in (1, 2):
         approve_standin(container, T, M, number)
     tokens = {
-        "ml": principal_token(container, "mia", T, "approver", "ml"),
-        "security": principal_token(container, "sam", T, "approver", "security"),
-        "submitter": principal_token(container, "sub", T, "submitter"),
-        "node": principal_token(container, "nod", T, "node"),
-        "tenant-admin": principal_token(container, "tad", T, "admin"),
-        "registry-admin": principal_token(container, "root", "other", "auditor"),
+        "ml": role_token(container, "mia", T, "approver", "ml"),
+        "security": role_token(container, "sam", T, "approver", "security"),
+        "submitter": role_token(container, "sub", T, "submitter"),
+        "node": role_token(container, "nod", T, "node"),
+        "tenant-admin": role_token(container, "tad", T, "admin"),
+        "registry-admin": role_token(container, "root", "other", "auditor"),
     }
     with container.session_factory() as session:
         from registry.db.models import Principal
@@ -230,7 +231,7 @@ def test_a_rescan_that_turns_a_file_unsafe_revokes_the_approved_versions_holding
     clean = awaiting_version(container, admin, tmp_path / "c", T, "clean", seed=9)
     approve_standin(container, T, "held", held)
     approve_standin(container, T, "clean", clean)
-    token = principal_token(container, "mia", T, "approver", "ml")
+    token = role_token(container, "mia", T, "approver", "ml")
     with TestClient(create_app(container), raise_server_exceptions=False) as client:
         auth = {"Authorization": f"Bearer {token}"}
         for name, number in (("held", held), ("clean", clean)):

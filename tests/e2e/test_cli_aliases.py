@@ -12,7 +12,8 @@ import subprocess
 from api.app import create_app
 from tests.support.live_app import serve_in_thread
 from tests.support.registry import make_admin
-from tests.support.releases import approve_standin, awaiting_version, principal_token
+from tests.support.registry import role_token
+from tests.support.releases import approve_standin, awaiting_version
 from tests.support.server import MODELREG
 
 
@@ -21,8 +22,8 @@ def test_promote_canary_rollback_list_and_revoke_from_the_cli(container, tmp_pat
     for seed in (1, 2):
         awaiting_version(container, admin, tmp_path / f"v{seed}", "acme", "llm", seed=seed)
         approve_standin(container, "acme", "llm", seed)
-    ml = principal_token(container, "mia", "acme", "approver", "ml")
-    security = principal_token(container, "sam", "acme", "approver", "security")
+    ml = role_token(container, "mia", "acme", "approver", "ml")
+    security = role_token(container, "sam", "acme", "approver", "security")
 
     with serve_in_thread(create_app(container)) as url:
         def cli(*args: str, token: str = ml) -> subprocess.CompletedProcess:

@@ -8,31 +8,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from registry.auth import AuthenticatedPrincipal, issue_token
+from registry.auth import AuthenticatedPrincipal
 from registry.bootstrap import Container
-from registry.db.models import Principal, RoleBinding, Tenant, Version
+from registry.db.models import Version
 from registry.domain.states import VersionState
 from registry.services import lifecycle, versions
 from registry.services.versions import SubmitRequest
 from tests.support.registry import drain
 from tests.support.tiny_model import tiny_model_files
-
-
-def principal_token(container: Container, name: str, tenant: str, role: str, capacity: str = "") -> str:
-    """A new principal ``name`` holding ``role`` (with ``capacity``) in ``tenant``; return its token."""
-    with container.session_factory() as session:
-        row = session.query(Tenant).filter_by(name=tenant).first()
-        if row is None:
-            row = Tenant(name=tenant)
-            session.add(row)
-            session.flush()
-        principal = Principal(name=name)
-        session.add(principal)
-        session.flush()
-        session.add(RoleBinding(principal_id=principal.id, tenant_id=row.id, role=role, capacity=capacity))
-        token = issue_token(session, principal).token
-        session.commit()
-        return token
 
 
 def awaiting_version(container: Container, admin: AuthenticatedPrincipal, root: Path, tenant: str, name: str,
