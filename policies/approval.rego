@@ -48,7 +48,7 @@ verdict_of(doc, path) := v if {
 	v := s.verdict
 }
 
-unmet_of(doc, cfg) := ((((((rejections(doc) | unsafe_files(doc)) | unscanned_files(doc)) | suspicious_files(doc, cfg)) | remote_code(doc, cfg)) | license(doc, cfg)) | capacities(doc, cfg))
+unmet_of(doc, cfg) := (((((((rejections(doc) | unsafe_files(doc)) | unscanned_files(doc)) | suspicious_files(doc, cfg)) | remote_code(doc, cfg)) | license(doc, cfg)) | license_conflict(doc, cfg)) | capacities(doc, cfg))
 
 rejections(doc) := {u |
 	some a in doc.approvals
@@ -96,6 +96,19 @@ license(doc, cfg) := {u |
 	not license_allowed(doc, cfg)
 	not approved_as(doc, cfg.license_capacity)
 	u := {"code": "legal.license", "message": sprintf("license %v is not on the allow-list: needs a %s approval", [doc.license.id, cfg.license_capacity]), "capacity": cfg.license_capacity, "satisfiable": true}
+}
+
+# The submitter declared one license and the upstream's card, README or LICENSE file says another.
+license_conflicts(doc) := {f.detail |
+	some f in doc.license.findings
+	f.source == "conflict"
+}
+
+license_conflict(doc, cfg) := {u |
+	conflicts := license_conflicts(doc)
+	count(conflicts) > 0
+	not approved_as(doc, cfg.license_capacity)
+	u := {"code": "legal.license-conflict", "message": sprintf("the licenses found disagree: needs a %s approval", [cfg.license_capacity]), "capacity": cfg.license_capacity, "satisfiable": true}
 }
 
 capacities(doc, cfg) := {u |

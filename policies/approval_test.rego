@@ -69,6 +69,12 @@ test_license_off_the_allow_list_needs_legal if {
 	count(approval.unmet_of(with_approvals(doc, array.concat(both, [approve("lee", "legal", [])])), cfg)) == 0
 }
 
+test_a_license_conflict_needs_legal if {
+	conflict := {"source": "conflict", "raw": null, "raw_length": null, "normalized": null, "problem": null, "detail": {"declared": "Apache-2.0", "card": "CC-BY-NC-4.0"}}
+	doc := object.union(with_approvals(clean, both), {"license": {"id": "apache-2.0", "findings": [conflict]}})
+	codes(doc) == {"legal.license-conflict"}
+}
+
 test_unknown_license_needs_legal if {
 	doc := object.union(with_approvals(clean, both), {"license": {"id": null, "findings": []}})
 	codes(doc) == {"legal.license"}
