@@ -13,7 +13,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import signal
 import struct
 from datetime import timedelta
 from pathlib import Path
@@ -31,7 +30,7 @@ from registry.storage import BlobStore, LocalBlobStore, S3BlobStore
 from tests.support import db as dbsupport
 from tests.support.hf_upstream import HfUpstream
 from tests.support.registry import drain, make_admin
-from tests.support.worker_process import Deployment, start_worker, stop_worker, wait_for
+from tests.support.worker_process import Deployment, kill_worker, start_worker, stop_worker, wait_for
 
 MIB = 1024 * 1024
 PART_SIZE = 5 * MIB
@@ -168,13 +167,8 @@ def test_killed_worker_mid_file_then_another_completes_the_version(deployment, c
     try:
         # At least one part (S3) or some bytes (local) of the shard are written: the kill lands mid-file.
         wait_for(lambda: partial_writes(deployment, store), "bytes of the shard being written", first, log)
-        os.killpg(first.pid, signal.SIGKILL)
-        first.wait(timeout=10)
     finally:
-        if first.poll() is None:
-            first.kill()
-            first.wait()
-    assert first.returncode == -signal.SIGKILL
+        kill_worker(first)
 
     # The killed attempt left a partial write behind, and nothing of the shard under its final key.
     assert partial_writes(deployment, store)
