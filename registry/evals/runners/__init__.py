@@ -1,0 +1,123 @@
+"""Eval runners: what each is called, its version, and the one interface they share.
+
+A runner is a function ``run(ctx: RunContext) -> RunnerResult`` in its own module, imported only
+inside the runner subprocess (``registry.evals.child``), so a worker never imports torch. ``RUNNERS``
+is the one table from a suite's ``runner`` name to that function and the runner's version; the
+version goes into the suite version recorded beside every result, so bump it whenever what a
+runner measures changes.
+
+Metrics are flat: ``{"<group>.<metric>": number}`` with lowercase names (``factual.accuracy``,
+``latency.ttft_ms_p50``, ``sanity.nan_tensors``). Policies gate on these keys. ``breakdown`` holds
+the same metrics per language and per prompt-length bucket (``registry.evals.cases.length_bucket``).
+Each case outcome is ``{"evalset", "id", "category", "language", "length", "passed", "detail"}``
+(``passed`` is None for a case that only measures, such as latency).
+
+Example:
+    >>> RUNNERS["weights-sanity"].version
+    '1.0.0'
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import math
+import re
+from pathlib import Path
+from typing import Any, Callable
+
+from registry.evals.cases import Case
+
+METRIC_NAME = re.compile(r"[a-z0-9_]+(\.[a-z0-9_]+)*")
+MAX_METRICS = 1000
+MAX_CASE_DETAIL = 500
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class RunnerInfo:
+    name: str
+    version: str
+    entry: str
+    """``module:function`` of ``run``."""
+
+    def load(self) -> Callable[["RunContext"], "RunnerResult"]:
+        module, _, function = self.entry.partition(":")
+        return getattr(importlib.import_module(module), function)
+
+
+RUNNERS: dict[str, RunnerInfo] = {info.name: info for info in (
+    RunnerInfo("weights-sanity", "1.0.0", "registry.evals.runners.sanity:run"),
+    RunnerInfo("causal-lm", "1.0.0", "registry.evals.runners.causal_lm:run"),
+    RunnerInfo("openai", "1.0.0", "registry.evals.runners.openai:run"),
+    RunnerInfo("command", "1.0.0", "registry.evals.runners.command:run"),
+)}
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class EvalSet:
+    name: str
+    digest: str
+    cases: tuple[Case, ...]
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class RunContext:
+    """What a runner gets, inside its subprocess.
+
+    Attributes:
+        model_dir: the version's files, each hash-checked against its recorded digest, read-only.
+        settings: the suite's ``settings`` object, as written in the policy data.
+        evalsets: the suite's eval sets, parsed.
+        work_dir: a private temp directory (also ``TMPDIR`` and ``HOME``), removed afterwards.
+        facts: the version's recorded facts (``registry.facts``), or None.
+        trust_remote_code: True only when policy allowed the version's remote code.
+        deadline: ``time.monotonic()`` value by which the runner must be done (the parent kills it then).
+    """
+
+    model_dir: Path
+    settings: dict[str, Any]
+    evalsets: tuple[EvalSet, ...]
+    work_dir: Path
+    facts: dict[str, Any] | None
+    trust_remote_code: bool
+    deadline: float
+
+
+@dataclasses.dataclass(slots=True)
+class RunnerResult:
+    metrics: dict[str, float]
+    cases: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+    breakdown: dict[str, dict[str, dict[str, float]]] = dataclasses.field(default_factory=dict)
+    """``{"language": {"en": {metric: value}}, "length": {"short": {...}}}``."""
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"metrics": self.metrics, "cases": self.cases, "breakdown": self.breakdown}
+
+
+class RunnerError(Exception):
+    """A runner could not evaluate the model (bad settings, a model it cannot load): the eval fails
+    with this message as its reason."""
+
+
+def check_metrics(metrics: Any, where: str = "metrics") -> dict[str, float]:
+    """Metrics a runner returned (or a command wrote), checked: names, finite numbers, how many.
+
+    Raises:
+        RunnerError: a name or value that is not a metric.
+
+    Example:
+        >>> check_metrics({"factual.accuracy": 1, "n": 2.5})
+        {'factual.accuracy': 1.0, 'n': 2.5}
+    """
+    if not isinstance(metrics, dict):
+        raise RunnerError(f"{where} is an object of name to number")
+    if len(metrics) > MAX_METRICS:
+        raise RunnerError(f"{where} holds more than {MAX_METRICS} metrics")
+    out = {}
+    for name, value in metrics.items():
+        if not isinstance(name, str) or len(name) > 128 or not METRIC_NAME.fullmatch(name):
+            raise RunnerError(f"{where}: metric name {str(name)[:40]!r} is not lowercase dotted words")
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+            raise RunnerError(f"{where}: metric {name} is {str(value)[:20]}, not a finite number")
+        out[name] = float(value)
+    return out
