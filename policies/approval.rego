@@ -7,6 +7,7 @@
 # call them with their own documents (rego-cpp 1.5.2 crashes on `with input as`).
 package modelreg.approval
 
+import data.modelreg.evals
 import rego.v1
 
 decision := {
@@ -48,7 +49,7 @@ verdict_of(doc, path) := v if {
 	v := s.verdict
 }
 
-unmet_of(doc, cfg) := (((((((rejections(doc) | unsafe_files(doc)) | unscanned_files(doc)) | suspicious_files(doc, cfg)) | remote_code(doc, cfg)) | license(doc, cfg)) | license_conflict(doc, cfg)) | capacities(doc, cfg))
+unmet_of(doc, cfg) := (((((((((rejections(doc) | unsafe_files(doc)) | unscanned_files(doc)) | suspicious_files(doc, cfg)) | remote_code(doc, cfg)) | license(doc, cfg)) | license_conflict(doc, cfg)) | capacities(doc, cfg)) | evals.gates(doc, cfg)) | evals.regressions(doc, cfg))
 
 rejections(doc) := {u |
 	some a in doc.approvals

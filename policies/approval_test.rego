@@ -15,6 +15,7 @@ clean := {
 	"scans": [{"path": "model.safetensors", "verdict": "safe", "findings": []}],
 	"license": {"id": "apache-2.0", "findings": []},
 	"evals": [],
+	"baseline": null,
 	"approvals": [],
 	"submitter": "alice",
 }

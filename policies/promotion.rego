@@ -1,7 +1,7 @@
 # The promotion policy: who may point which alias at which version.
 #
 # Input: {principal: {name, is_admin, capacities}, alias, target: {number, state},
-#         canary: null | {number, state}, current: null | {number, state}} (see README.md).
+#         canary: null | {number, state}, current: null | {number, state}, evals, baseline} (see README.md).
 # Output: `decision`, an object whose `unmet` is a set of {code, message}; the move is allowed when
 # it is empty.
 # Admins move any alias; otherwise the principal needs one of the capacities data.json lists for the
@@ -9,6 +9,7 @@
 # target (and a canary) must be an approved version: not pending, rejected or revoked.
 package modelreg.promotion
 
+import data.modelreg.evals
 import rego.v1
 
 decision := {"unmet": unmet_of(input, data.modelreg.config)}
@@ -24,7 +25,11 @@ may_move(doc, cfg) if {
 	c in alias_capacities(doc.alias, cfg)
 }
 
-unmet_of(doc, cfg) := (not_permitted(doc, cfg) | not_approved(doc.target, "target")) | not_approved(doc.canary, "canary")
+unmet_of(doc, cfg) := ((not_permitted(doc, cfg) | not_approved(doc.target, "target")) | not_approved(doc.canary, "canary")) | regressions(doc, cfg)
+
+# The target's evals may not regress against the version the alias points at now (the same rule as
+# approval's, whose baseline is `evals.baseline_alias`; here it is the alias moved).
+regressions(doc, cfg) := evals.regressions(doc, cfg)
 
 not_permitted(doc, cfg) := {u |
 	not may_move(doc, cfg)

@@ -77,6 +77,7 @@ class JobKind(str, enum.Enum):
     MIRROR_FILE = "mirror_file"
     SEAL_VERSION = "seal_version"
     SCAN_BLOB = "scan_blob"
+    RUN_EVAL = "run_eval"
 
 
 def enqueue_job(session: Session, kind: JobKind, payload: dict[str, Any], *key_parts: object) -> Job:

@@ -192,6 +192,17 @@ class PolicyEngine:
     def bundle_digest(self) -> str:
         return self.bundle.digest if self.bundle else ""
 
+    def data(self) -> dict[str, Any]:
+        """The bundle's ``data.json`` as an object (empty when there is none or it does not parse:
+        the policy decisions already fail on that, with the reason)."""
+        if self.bundle is None or self.bundle.data_json is None:
+            return {}
+        try:
+            data = json.loads(self.bundle.data_json)
+        except ValueError:
+            return {}
+        return data if isinstance(data, dict) else {}
+
     def interpreter(self, extra_modules: dict[str, str] | None = None) -> "Interpreter":
         """A fresh interpreter with the bundle (and ``extra_modules``, e.g. Rego tests) loaded.
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from registry.bootstrap import Container
 from registry.domain.errors import RegistryError, UnstorableDataError, UpstreamError
 from registry.jobs import JobKind
-from registry.services import mirroring, scans, versions
+from registry.services import evals, mirroring, scans, versions
 from workers.registry import Handler, HandlerRegistry, Payload
 
 
@@ -47,6 +47,14 @@ def _scan_blob_dead(c: Container, payload: Payload, error: str, _cause: BaseExce
     scans.fail_scanning_versions_of(c.session_factory, payload["digest"], payload["path"], _last_line(error))
 
 
+def _run_eval(c: Container, payload: Payload) -> None:
+    evals.run_eval(c.session_factory, int(payload["result_id"]), blob_store=c.blob_store, clock=c.clock)
+
+
+def _run_eval_dead(c: Container, payload: Payload, error: str, _cause: BaseException | None) -> None:
+    evals.fail_eval(c.session_factory, int(payload["result_id"]), _last_line(error), clock=c.clock)
+
+
 def _version_failure(cause: BaseException | None, otherwise: RegistryError) -> RegistryError:
     """Why the version of a dead job fails: a value the database refused says so itself."""
     return cause if isinstance(cause, UnstorableDataError) else otherwise
@@ -63,4 +71,5 @@ def build_handlers() -> HandlerRegistry:
         Handler(JobKind.MIRROR_FILE.value, _mirror_file, _mirror_file_dead),
         Handler(JobKind.SEAL_VERSION.value, _seal_version, _seal_version_dead),
         Handler(JobKind.SCAN_BLOB.value, _scan_blob, _scan_blob_dead),
+        Handler(JobKind.RUN_EVAL.value, _run_eval, _run_eval_dead),
     ])

@@ -478,3 +478,63 @@ class AliasMove(Base):
     input_digest: Mapped[str] = mapped_column(String(64))
 
     alias: Mapped[Alias] = relationship(back_populates="history")
+
+
+class EvalSet(Base):
+    """One version of an eval set: its JSONL bytes are the blob ``digest``; a change is a new ``number``.
+
+    Eval sets belong to the deployment, as the suites that name them do (``policies/data.json``).
+    """
+
+    __tablename__ = "eval_sets"
+    __table_args__ = (UniqueConstraint("name", "number"), UniqueConstraint("name", "digest"))
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True)
+    name: Mapped[str] = mapped_column(String(64))
+    number: Mapped[int] = mapped_column(Integer)
+    digest: Mapped[str] = mapped_column(String(64), ForeignKey("blobs.digest"))
+    size: Mapped[int] = mapped_column(BigInteger)
+    cases: Mapped[int] = mapped_column(Integer)
+    categories: Mapped[dict[str, Any]]
+    """Category -> number of cases."""
+    languages: Mapped[dict[str, Any]]
+    """Language -> number of cases."""
+    description: Mapped[str] = mapped_column(Text, default="")
+    created_by: Mapped[str] = mapped_column(String(128))
+    created_at: Mapped[dt.datetime]
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "number": self.number, "digest": self.digest, "size": self.size,
+                "cases": self.cases, "categories": self.categories, "languages": self.languages,
+                "description": self.description, "created_by": self.created_by,
+                "created_at": self.created_at.isoformat()}
+
+
+class EvalResult(Base):
+    """One suite's eval of one version: ``pending`` from the moment the version enters ``evaluating``,
+    then ``completed`` (the runner's metrics) or ``failed`` (``reason``: timeout, memory, crash, ...).
+
+    ``definition`` is the suite as it was run: runner and its version, settings, and the eval sets by
+    digest; ``suite_version`` is the sha256 of it, so a baseline compares like with like.
+    """
+
+    __tablename__ = "eval_results"
+    __table_args__ = (UniqueConstraint("version_id", "suite"),)
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True)
+    version_id: Mapped[int] = mapped_column(ForeignKey("versions.id", ondelete="CASCADE"), index=True)
+    suite: Mapped[str] = mapped_column(String(64))
+    suite_version: Mapped[str] = mapped_column(String(64))
+    runner: Mapped[str] = mapped_column(String(64))
+    runner_version: Mapped[str] = mapped_column(String(32))
+    definition: Mapped[dict[str, Any]]
+    status: Mapped[str] = mapped_column(String(16))
+    reason: Mapped[str | None] = mapped_column(String(32))
+    error: Mapped[str | None] = mapped_column(Text)
+    metrics: Mapped[dict[str, Any]] = mapped_column(default=dict)
+    breakdown: Mapped[dict[str, Any]] = mapped_column(default=dict)
+    cases: Mapped[list[Any]] = mapped_column(default=list)
+    log_digest: Mapped[str | None] = mapped_column(String(64))
+    duration_ms: Mapped[int | None] = mapped_column(Integer)
+    created_at: Mapped[dt.datetime]
+    finished_at: Mapped[dt.datetime | None]

@@ -140,6 +140,7 @@ class ApprovalInput(TypedDict):
     scans: list[ScanDoc]
     license: LicenseDoc
     evals: list[dict[str, Any]]
+    baseline: dict[str, Any] | None
     approvals: list[ApprovalDoc]
     submitter: str
 
@@ -161,6 +162,8 @@ class PromotionInput(TypedDict):
     target: TargetDoc
     canary: TargetDoc | None
     current: TargetDoc | None
+    evals: list[dict[str, Any]]
+    baseline: dict[str, Any] | None
 
 
 def approval_input(
@@ -174,6 +177,7 @@ def approval_input(
     submitter: str,
     facts: dict[str, Any] | None = None,
     evals: Iterable[dict[str, Any]] = (),
+    baseline: dict[str, Any] | None = None,
 ) -> ApprovalInput:
     """Build the input of ``policies/approval.rego``.
 
@@ -187,7 +191,9 @@ def approval_input(
         approvals: Decisions so far, by anyone (the policy decides which count).
         submitter: Name of the principal who submitted the version.
         facts: Model facts, or None until they are read.
-        evals: Eval results (filled by the eval runners).
+        evals: Each suite's eval result (``registry.services.evals.policy_evals``), sorted by suite.
+        baseline: The completed evals of the version behind the baseline alias, or None
+            (``registry.services.evals.policy_baseline``).
 
     Raises:
         InvalidInputError: a duplicate file, an unknown verdict or decision, a naive time.
@@ -224,7 +230,8 @@ def approval_input(
             for p, (v, fs) in sorted(merged.items())
         ],
         "license": {"id": license.id, "findings": list(license.findings)},
-        "evals": list(evals),
+        "evals": sorted(evals, key=lambda e: e["suite"]),
+        "baseline": baseline,
         "approvals": sorted(approval_docs, key=lambda a: (a["at"], a["principal"], a["capacity"])),
         "submitter": submitter,
     }
@@ -239,6 +246,8 @@ def promotion_input(
     target: tuple[int, str],
     canary: tuple[int, str] | None = None,
     current: tuple[int, str] | None = None,
+    evals: Iterable[dict[str, Any]] = (),
+    baseline: dict[str, Any] | None = None,
 ) -> PromotionInput:
     """Build the input of ``policies/promotion.rego``.
 
@@ -250,6 +259,8 @@ def promotion_input(
         target: ``(number, state)`` of the version it is to point at.
         canary: ``(number, state)`` of a canary version, if any.
         current: ``(number, state)`` of the version it points at now, if any.
+        evals: The target version's eval results, as in the approval input.
+        baseline: The completed evals of the version the alias points at now, or None.
     """
 
     def ref(value: tuple[int, str] | None) -> TargetDoc | None:
@@ -261,4 +272,6 @@ def promotion_input(
         "target": {"number": target[0], "state": target[1]},
         "canary": ref(canary),
         "current": ref(current),
+        "evals": sorted(evals, key=lambda e: e["suite"]),
+        "baseline": baseline,
     }

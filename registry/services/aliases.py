@@ -31,7 +31,7 @@ from registry.domain.states import VersionState
 from registry.domain.text import MAX_COMMENT_LENGTH, validate_text
 from registry.policy import PolicyEngine
 from registry.services import policy as policy_service
-from registry.services import versions
+from registry.services import evals, versions
 
 
 @dataclass(frozen=True)
@@ -179,6 +179,8 @@ def _move(session: Session, principal: AuthenticatedPrincipal, model: Model, ali
         target=(main.number, main.state),
         canary=(canary.number, canary.state) if canary else None,
         current=(current.number, current.state) if current else None,
+        evals=evals.policy_evals(session, main),
+        baseline=evals.policy_baseline(session, main, alias),
     )
     decision = policy_service.decide_promotion(session, main, dict(doc), policy, clock.now())
     if not decision.allowed:

@@ -51,7 +51,7 @@ from registry.domain.text import MAX_COMMENT_LENGTH, validate_text
 from registry.jobs import CLOCK_INFO
 from registry.policy import POLICY_INFO, Decision, PolicyEngine
 from registry.scanning import SCANNER_NAME, SCANNER_VERSION
-from registry.services import lifecycle
+from registry.services import evals, lifecycle
 from registry.services.policy import decide_approval
 from registry.services.versions import _get_version, version_ref
 
@@ -146,8 +146,10 @@ def _submitter(session: Session, version: Version) -> str | None:
     return session.scalar(select(Principal.name).where(Principal.id == version.submitted_by))
 
 
-def approval_input_for(session: Session, version: Version) -> pi.ApprovalInput:
+def approval_input_for(session: Session, version: Version, engine: PolicyEngine | None = None) -> pi.ApprovalInput:
     """The input of the approval policy for ``version``, read from the database (no authorization check).
+
+    ``engine`` names the baseline alias (``modelreg.config.evals.baseline_alias``, default ``prod``).
 
     Raises:
         InvalidStateError: the version's files are not all stored yet (nothing to judge).
@@ -166,7 +168,8 @@ def approval_input_for(session: Session, version: Version) -> pi.ApprovalInput:
                    for a in _approvals_of(session, version)],
         submitter=_submitter(session, version) or "",
         facts=_facts_for(session, version),
-        evals=[],
+        evals=evals.policy_evals(session, version),
+        baseline=evals.policy_baseline(session, version, evals.baseline_alias(engine)),
     )
 
 
@@ -185,7 +188,7 @@ def _digests(decision: Decision) -> dict[str, str]:
 
 def _judge(session: Session, version: Version, engine: PolicyEngine, now: dt.datetime) -> Decision:
     """Judge ``version`` with ``engine`` and store the decision (its digests with it)."""
-    return decide_approval(session, version, dict(approval_input_for(session, version)), engine, now)
+    return decide_approval(session, version, dict(approval_input_for(session, version, engine)), engine, now)
 
 
 def judge_on_arrival(session: Session, version: Version) -> None:
@@ -284,7 +287,7 @@ def evaluate(session: Session, principal: AuthenticatedPrincipal, tenant: str, n
     """
     require(principal, tenant, Permission.READ)
     version = _get_version(session, tenant, name, number)
-    return version, engine.approval(dict(approval_input_for(session, version)))
+    return version, engine.approval(dict(approval_input_for(session, version, engine)))
 
 
 def _key(requirement: dict[str, Any]) -> tuple[str, str, str]:

@@ -31,10 +31,6 @@ def _always(session: Session, version: Version) -> bool:
     return True
 
 
-def _never(session: Session, version: Version) -> bool:
-    return False
-
-
 def _no_work(session: Session, version: Version) -> None:
     return None
 
@@ -83,6 +79,19 @@ class Stage:
     applies: Callable[[Session, Version], bool] = _always
 
 
+def _has_evals(session: Session, version: Version) -> bool:
+    from registry.services import evals
+
+    return evals.has_evals(session, version)
+
+
+def _queue_evals(session: Session, version: Version) -> None:
+    """A ``run_eval`` job per applicable suite (``registry.services.evals``); with none left pending, move on."""
+    from registry.services import evals
+
+    evals.queue_evals(session, version)
+
+
 def _judge(session: Session, version: Version) -> None:
     """Judge a version awaiting approval at once, so what it still needs is known (and approve it if nothing)."""
     from registry.services import approvals
@@ -94,8 +103,8 @@ STAGES: dict[VersionState, Stage] = {
     S.MIRRORING: Stage(start=_queue_mirroring),
     S.SEALED: Stage(start=_start_scanning),
     S.SCANNING: Stage(start=_queue_scans),
-    # Evals (issue 9) take this place: until a version has evals to run, it goes straight to approval.
-    S.EVALUATING: Stage(applies=_never),
+    # A version no suite applies to goes straight to approval.
+    S.EVALUATING: Stage(start=_queue_evals, applies=_has_evals),
     S.AWAITING_APPROVAL: Stage(start=_judge),
 }
 """State -> the work entering it starts. States without a row start no work."""

@@ -349,9 +349,15 @@ def grant_blob(session: Session, tenant_id: int, digest: str, size: int, *, via:
     """
     insert = postgresql_insert if is_postgres(session) else sqlite_insert
     # Concurrent uploads or mirrors of the same bytes grant at once: the second insert is a no-op.
-    session.execute(insert(Blob).values(digest=digest, size=size).on_conflict_do_nothing())
+    record_blob(session, digest, size)
     session.execute(insert(BlobOwner).values(tenant_id=tenant_id, digest=digest, via=via)
                     .on_conflict_do_nothing())
+
+
+def record_blob(session: Session, digest: str, size: int) -> None:
+    """Record a blob just stored, if new (no tenant owns it by this: eval sets belong to the deployment)."""
+    insert = postgresql_insert if is_postgres(session) else sqlite_insert
+    session.execute(insert(Blob).values(digest=digest, size=size).on_conflict_do_nothing())
 
 
 @_retry_once_on_race

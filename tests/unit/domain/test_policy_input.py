@@ -30,10 +30,11 @@ def build(**overrides):
 
 def test_every_field_of_the_schema_is_present():
     doc = build()
-    assert set(doc) == {"version", "source", "facts", "files", "scans", "license", "evals", "approvals", "submitter"}
+    assert set(doc) == {"version", "source", "facts", "files", "scans", "license", "evals", "baseline", "approvals",
+                        "submitter"}
     assert doc["version"] == {"tenant": "acme", "model": "tiny", "number": 3, "state": "awaiting_approval"}
     assert doc["source"] == {"kind": "hf", "repo": "org/tiny", "revision": "c" * 40}
-    assert doc["facts"] is None and doc["evals"] == []
+    assert doc["facts"] is None and doc["evals"] == [] and doc["baseline"] is None
     assert doc["license"] == {"id": "mit", "findings": [{"kind": "declared-conflict"}]}
     assert doc["approvals"][0] == {"principal": "sam", "capacity": "security", "decision": "approve",
                                    "files": ["b.json"], "at": "2026-01-01T00:00:00+00:00"}
@@ -94,5 +95,5 @@ def test_promotion_input():
     assert doc == {
         "principal": {"name": "mia", "is_admin": False, "capacities": ["ml", "security"]},
         "alias": "prod", "target": {"number": 2, "state": "approved"}, "canary": None,
-        "current": {"number": 1, "state": "approved"},
+        "current": {"number": 1, "state": "approved"}, "evals": [], "baseline": None,
     }

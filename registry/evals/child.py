@@ -1,0 +1,102 @@
+"""The runner subprocess: ``python -m registry.evals.child SPEC.json``.
+
+The parent (:mod:`registry.evals.sandbox`) writes the spec, starts this process with limits and a
+scrubbed environment, and reads the result file it names. This module parses the eval sets, calls the
+runner's ``run`` and writes ``{"result": {...}}`` or ``{"error": "..."}``; its exit status says which:
+
+====  ==================================================
+0     the runner finished: ``result`` holds its output
+3     the runner refused (``RunnerError``): ``error`` says why
+4     the memory limit was hit (``MemoryError``)
+1     anything else (the traceback is in the log)
+====  ==================================================
+
+It imports no database, web or worker code: only the eval-set parser and the runner.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+EXIT_OK = 0
+EXIT_CRASH = 1
+EXIT_RUNNER_ERROR = 3
+EXIT_MEMORY = 4
+MAX_CASES_RECORDED = 10_000
+
+
+def _write(path: Path, doc: dict[str, Any]) -> None:
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(doc, allow_nan=False))
+    os.replace(tmp, path)
+
+
+def _run(spec: dict[str, Any]) -> dict[str, Any]:
+    from registry.evals.cases import parse_cases
+    from registry.evals.runners import (MAX_CASE_DETAIL, RUNNERS, EvalSet, RunContext, RunnerError,
+                                        check_metrics)
+
+    evalsets = []
+    for entry in spec["evalsets"]:
+        cases = parse_cases(Path(entry["path"]).read_bytes())
+        evalsets.append(EvalSet(entry["name"], entry["digest"], tuple(cases)))
+    ctx = RunContext(model_dir=Path(spec["model_dir"]), settings=spec["settings"], evalsets=tuple(evalsets),
+                     work_dir=Path(spec["work_dir"]), facts=spec.get("facts"),
+                     trust_remote_code=bool(spec.get("trust_remote_code")),
+                     deadline=time.monotonic() + float(spec["timeout_s"]))
+    result = RUNNERS[spec["runner"]].load()(ctx)
+    metrics = check_metrics(result.metrics)
+    breakdown = {axis: {key: check_metrics(values, f"breakdown.{axis}.{key}") for key, values in groups.items()}
+                 for axis, groups in (result.breakdown or {}).items()}
+    cases = []
+    for case in result.cases[:MAX_CASES_RECORDED]:
+        if not isinstance(case, dict):
+            raise RunnerError("a case outcome is an object")
+        detail = case.get("detail")
+        cases.append({**case, "detail": str(detail)[:MAX_CASE_DETAIL] if detail is not None else None})
+    return {"metrics": metrics, "breakdown": breakdown, "cases": cases,
+            "cases_total": len(result.cases)}
+
+
+def _limit_memory(megabytes: int) -> None:
+    """Cap this process's address space (its children inherit the cap) and write no core files."""
+    import resource
+
+    limit = megabytes << 20
+    resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+
+
+def main(argv: list[str]) -> int:
+    spec_path = Path(argv[1])
+    spec = json.loads(spec_path.read_text())
+    output = Path(spec["output"])
+    # First of all, before any runner code: set here rather than by the parent, whose threads make a
+    # preexec_fn unsafe.
+    _limit_memory(int(spec["memory_mb"]))
+    from registry.domain.errors import RegistryError
+    from registry.evals.runners import RunnerError
+
+    try:
+        _write(output, {"result": _run(spec)})
+        return EXIT_OK
+    except MemoryError:
+        print("runner: MemoryError: the memory limit was reached", file=sys.stderr, flush=True)
+        return EXIT_MEMORY
+    except (RunnerError, RegistryError) as e:
+        print(f"runner: {type(e).__name__}: {e}", file=sys.stderr, flush=True)
+        _write(output, {"error": str(e)[:2000]})
+        return EXIT_RUNNER_ERROR
+    except Exception:
+        traceback.print_exc()
+        return EXIT_CRASH
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

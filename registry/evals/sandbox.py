@@ -1,0 +1,212 @@
+"""Running one suite in a subprocess: a verified, read-only model directory, limits, a scrubbed environment.
+
+:func:`materialize` copies a version's files out of the blob store, hashing each one as it is written
+and refusing any whose bytes differ from the recorded digest, then makes the tree read-only.
+:func:`run_runner` starts ``python -m registry.evals.child`` in a new session with:
+
+- a wall-clock limit (the whole process group is killed when it passes);
+- an address-space limit (``RLIMIT_AS``, set by the child before any runner code runs);
+- an environment built from nothing but an allow-list (no ``MODELREG_*``, no cloud or hub
+  credentials), with ``HOME`` and ``TMPDIR`` in a private temp directory and the hubs offline;
+- its output (both streams) captured as the eval's log, bounded.
+
+Example:
+    >>> outcome = run_runner(definition, model_dir, evalsets, facts=None, work_root=tmp)  # doctest: +SKIP
+    >>> outcome.status, outcome.reason  # doctest: +SKIP
+    ('failed', 'timeout')
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Iterable
+
+from registry.domain.errors import DigestMismatchError, InvalidPathError
+from registry.evals import child
+from registry.storage.base import BlobStore
+
+# Variables a runner may see from the worker's environment; everything else is dropped.
+PASSED_THROUGH = ("PATH", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "PYTHONPATH")
+# Prefixes a suite may not ask to pass through (``settings.api_key_env``): the registry's and the clouds'.
+FORBIDDEN_PREFIXES = ("MODELREG_", "AWS_", "GOOGLE_", "AZURE_", "HF_", "HUGGING_FACE_", "DATABASE_", "PG")
+MAX_LOG_BYTES = 1 << 20
+LOG_HEAD_BYTES = 256 << 10
+KILL_GRACE_S = 5.0
+
+
+@dataclasses.dataclass(slots=True)
+class Outcome:
+    """What one suite's run came to: ``completed`` with the runner's output, or ``failed`` with a reason."""
+
+    status: str
+    reason: str | None
+    error: str | None
+    result: dict[str, Any]
+    log: bytes
+    duration_ms: int
+
+
+def failed(reason: str, error: str, log: bytes = b"", duration_ms: int = 0) -> Outcome:
+    return Outcome("failed", reason, error[:2000], {}, log, duration_ms)
+
+
+def materialize(files: Iterable[tuple[str, str]], blob_store: BlobStore, dest: Path) -> Path:
+    """Write each ``(path, sha256)`` under ``dest`` from the store, hash-checked; leave it read-only.
+
+    Raises:
+        DigestMismatchError: a blob's bytes do not hash to the digest the version recorded.
+        InvalidPathError: a path that would leave ``dest``.
+    """
+    root = dest.resolve()
+    for path, digest in files:
+        target = (root / path).resolve()
+        if root not in target.parents:
+            raise InvalidPathError(path, "leaves the model directory")
+        target.parent.mkdir(parents=True, exist_ok=True)
+        h = hashlib.sha256()
+        with open(target, "xb") as out:
+            for chunk in blob_store.open_range(digest):
+                h.update(chunk)
+                out.write(chunk)
+        if h.hexdigest() != digest:
+            raise DigestMismatchError(path, expected=digest, actual=h.hexdigest())
+    _set_modes(root, file_mode=0o444, dir_mode=0o555)
+    return root
+
+
+def _set_modes(root: Path, *, file_mode: int, dir_mode: int) -> None:
+    for dirpath, dirnames, filenames in os.walk(root):
+        for name in filenames:
+            os.chmod(os.path.join(dirpath, name), file_mode)
+        os.chmod(dirpath, dir_mode)
+
+
+def remove_tree(root: Path) -> None:
+    """Remove a materialized (read-only) tree."""
+    if root.exists():
+        _set_modes(root, file_mode=0o644, dir_mode=0o755)
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def scrubbed_env(work_dir: Path, settings: dict[str, Any]) -> dict[str, str]:
+    """The runner's whole environment: the allow-list, a private home, the hubs offline, and the one
+    variable a suite names in ``settings.api_key_env`` (an eval endpoint's key) when it is set."""
+    env = {k: os.environ[k] for k in PASSED_THROUGH if k in os.environ}
+    env.update({
+        "HOME": str(work_dir), "TMPDIR": str(work_dir), "HF_HOME": str(work_dir / "hf"),
+        "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "HF_HUB_DISABLE_TELEMETRY": "1",
+        "TOKENIZERS_PARALLELISM": "false", "PYTHONDONTWRITEBYTECODE": "1", "PYTHONUNBUFFERED": "1",
+    })
+    key_env = settings.get("api_key_env")
+    if isinstance(key_env, str) and key_env in os.environ and not key_env.upper().startswith(FORBIDDEN_PREFIXES):
+        env[key_env] = os.environ[key_env]
+    return env
+
+
+def run_runner(definition: dict[str, Any], model_dir: Path, evalsets: list[dict[str, str]], *,
+               facts: dict[str, Any] | None, work_root: Path, trust_remote_code: bool = False) -> Outcome:
+    """Run the suite ``definition`` (see :meth:`registry.evals.suites.Suite.definition`) on ``model_dir``.
+
+    Args:
+        evalsets: ``{"name", "digest", "path"}`` of each eval set's verified bytes on disk.
+        work_root: where the runner's private temp directory is made (and removed afterwards).
+    """
+    timeout_s = float(definition["timeout_s"])
+    work_dir = Path(tempfile.mkdtemp(prefix="run-", dir=work_root))
+    try:
+        output = work_dir / "result.json"
+        spec = {
+            "runner": definition["runner"], "settings": definition["settings"], "model_dir": str(model_dir),
+            "evalsets": evalsets, "work_dir": str(work_dir), "facts": facts, "output": str(output),
+            "trust_remote_code": trust_remote_code, "memory_mb": definition["memory_mb"],
+            # The runner's own deadline comes a little early, so it can stop what it started.
+            "timeout_s": max(1.0, timeout_s - min(KILL_GRACE_S, timeout_s / 10)),
+        }
+        spec_path = work_dir / "spec.json"
+        spec_path.write_text(json.dumps(spec))
+        log_path = work_dir / "runner.log"
+        started = time.monotonic()
+        with open(log_path, "wb") as log_file:
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "registry.evals.child", str(spec_path)], cwd=work_dir,
+                env=scrubbed_env(work_dir, definition["settings"]), stdin=subprocess.DEVNULL,
+                stdout=log_file, stderr=subprocess.STDOUT, start_new_session=True,
+            )
+            timed_out = False
+            try:
+                code = proc.wait(timeout=timeout_s)
+            except subprocess.TimeoutExpired:
+                timed_out = True
+                _kill_group(proc.pid)
+                code = proc.wait()
+            finally:
+                # Whatever the runner started (a model server) goes with it.
+                _kill_group(proc.pid)
+        duration_ms = int((time.monotonic() - started) * 1000)
+        log = _read_log(log_path)
+        return _outcome(code, timed_out, timeout_s, output, log, duration_ms)
+    finally:
+        remove_tree(work_dir)
+
+
+def _outcome(code: int, timed_out: bool, timeout_s: float, output: Path, log: bytes,
+             duration_ms: int) -> Outcome:
+    if timed_out:
+        return failed("timeout", f"the runner did not finish within {timeout_s:g} s", log, duration_ms)
+    if code == child.EXIT_MEMORY:
+        return failed("memory", "the runner reached its memory limit", log, duration_ms)
+    if code < 0:
+        name = signal.Signals(-code).name if -code in signal.Signals._value2member_map_ else str(-code)
+        return failed("crash", f"the runner was killed by {name}", log, duration_ms)
+    doc = _read_output(output)
+    if code == child.EXIT_RUNNER_ERROR:
+        return failed("runner_error", str((doc or {}).get("error") or "the runner refused"), log, duration_ms)
+    if code != child.EXIT_OK:
+        return failed("crash", f"the runner exited with status {code}: {_last_line(log)}", log, duration_ms)
+    if not isinstance(doc, dict) or not isinstance(doc.get("result"), dict):
+        return failed("bad_output", "the runner finished without a readable result", log, duration_ms)
+    return Outcome("completed", None, None, doc["result"], log, duration_ms)
+
+
+def _read_output(path: Path) -> Any:
+    try:
+        if path.stat().st_size > 64 << 20:
+            return None
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def _read_log(path: Path) -> bytes:
+    """The log, whole when small, else its head and its tail with a line saying what was left out."""
+    size = path.stat().st_size
+    with open(path, "rb") as f:
+        if size <= MAX_LOG_BYTES:
+            return f.read()
+        head = f.read(LOG_HEAD_BYTES)
+        tail_bytes = MAX_LOG_BYTES - LOG_HEAD_BYTES
+        f.seek(size - tail_bytes)
+        tail = f.read()
+    return head + f"\n[... {size - MAX_LOG_BYTES} bytes of log left out ...]\n".encode() + tail
+
+
+def _last_line(log: bytes) -> str:
+    lines = [line for line in log.decode("utf-8", "replace").splitlines() if line.strip()]
+    return lines[-1][:300] if lines else "no output"
+
+
+def _kill_group(pid: int) -> None:
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass

@@ -1,0 +1,424 @@
+"""Evals: eval sets, the ``evaluating`` stage's jobs, their results, and what policy sees of them.
+
+Entering ``evaluating`` (:func:`queue_evals`, in the transaction that enters it) writes a ``pending``
+result per applicable suite, with the suite frozen as it will run (eval sets resolved to digests), and
+queues a ``run_eval`` job per result. :func:`run_eval` re-checks the version (still evaluating, no
+unsafe or unscanned file, not flagged), materializes its files hash-checked, runs the runner in its
+subprocess (:mod:`registry.evals.sandbox`) outside any transaction, stores the log as a blob, and
+records the outcome only over a ``pending`` result: a job run twice (its worker died after the run)
+records once. When no result is pending any more the version moves on to ``awaiting_approval``.
+
+Example:
+    >>> add_evalset(session, admin, "safety", data, "refusals", blob_store=store, clock=clock)  # doctest: +SKIP
+    >>> version_evals(session, principal, "acme", "tiny", 1)  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import io
+import logging
+import tempfile
+from collections import Counter
+from pathlib import Path
+from typing import Any, Callable
+
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session, sessionmaker
+
+from registry import audit, jobs
+from registry.auth import AuthenticatedPrincipal, Permission, require, require_admin
+from registry.clock import Clock, SystemClock
+from registry.db.models import Alias, EvalResult, EvalSet, Model, ScanResult, Version, VersionFacts
+from registry.db.session import begin_write, is_postgres
+from registry.domain.errors import (DigestMismatchError, InvalidInputError, NotFoundError, PermissionDeniedError,
+                                    RegistryError)
+from registry.domain.states import VersionState
+from registry.evals import sandbox
+from registry.evals.cases import parse_cases
+from registry.evals.suites import EVALSET_NAME, Suite, SuiteError, suite_version, suites_of
+from registry.jobs import CLOCK_INFO
+from registry.policy import POLICY_INFO, PolicyEngine
+from registry.scanning import SCANNER_NAME, SCANNER_VERSION
+from registry.services import lifecycle
+from registry.services.versions import _get_version, grant_blob, lock_version_unchecked, record_blob, version_ref
+from registry.storage.base import BlobStore
+
+log = logging.getLogger(__name__)
+
+PENDING, COMPLETED, FAILED = "pending", "completed", "failed"
+MAX_DESCRIPTION = 1024
+
+
+class EvalSetNotFoundError(NotFoundError):
+    code = "evalset-not-found"
+
+    def __init__(self, name: str, number: int | None = None) -> None:
+        which = f"{name} version {number}" if number is not None else name
+        super().__init__(f"no eval set {which}", name=name, number=number)
+
+
+class EvalNotFoundError(NotFoundError):
+    code = "eval-not-found"
+
+    def __init__(self, ref: str, suite: str) -> None:
+        super().__init__(f"{ref} has no eval of suite {suite!r}", suite=suite)
+
+
+# --- eval sets ---------------------------------------------------------------------------------
+
+
+def _require_reader(principal: AuthenticatedPrincipal) -> None:
+    """Eval sets belong to the deployment: anyone who may read models somewhere may read them."""
+    if principal.is_admin or any(Permission.READ in principal.permissions(t) for t in principal.roles):
+        return
+    raise PermissionDeniedError(f"{principal.name!r} may not read eval sets", principal=principal.name,
+                                permission=Permission.READ.value)
+
+
+def validate_evalset_name(name: str) -> str:
+    if not isinstance(name, str) or not EVALSET_NAME.fullmatch(name):
+        raise InvalidInputError(f"eval set name {str(name)[:40]!r} is not a lowercase slug of at most 64 characters",
+                                field="name")
+    return name
+
+
+def add_evalset(session: Session, principal: AuthenticatedPrincipal, name: str, data: bytes, description: str,
+                *, blob_store: BlobStore, clock: Clock) -> tuple[EvalSet, bool]:
+    """Store ``data`` as the next version of eval set ``name`` (or return the version it already is).
+
+    Returns:
+        The eval set version, and whether it was created (False: these bytes are already a version).
+
+    Raises:
+        PermissionDeniedError: only administrators add eval sets (they gate every tenant's releases).
+        EvalSetError: the bytes are not a valid eval set (the line says where).
+    """
+    require_admin(principal)
+    validate_evalset_name(name)
+    from registry.domain.text import validate_text
+
+    validate_text(description, field="description", max_length=MAX_DESCRIPTION)
+    cases = parse_cases(data)
+    put = blob_store.put(io.BytesIO(data), expected_size=len(data))
+    begin_write(session)
+    existing = session.scalar(select(EvalSet).where(EvalSet.name == name, EvalSet.digest == put.digest))
+    if existing is not None:
+        return existing, False
+    number = (session.scalar(select(func.max(EvalSet.number)).where(EvalSet.name == name)) or 0) + 1
+    record_blob(session, put.digest, put.size)
+    row = EvalSet(name=name, number=number, digest=put.digest, size=put.size, cases=len(cases),
+                  categories=dict(sorted(Counter(c.category for c in cases).items())),
+                  languages=dict(sorted(Counter(c.language for c in cases).items())),
+                  description=description, created_by=principal.name, created_at=clock.now())
+    session.add(row)
+    session.flush()
+    audit.append(session, actor=principal.name, action="evalset.added", subject=f"evalset:{name}@{number}",
+                 tenant=None, details={"digest": put.digest, "cases": len(cases), "categories": row.categories})
+    session.commit()
+    return row, True
+
+
+def list_evalsets(session: Session, principal: AuthenticatedPrincipal) -> list[EvalSet]:
+    """The newest version of every eval set, by name."""
+    _require_reader(principal)
+    newest = (select(EvalSet.name, func.max(EvalSet.number).label("number")).group_by(EvalSet.name).subquery())
+    return list(session.scalars(select(EvalSet).join(
+        newest, (EvalSet.name == newest.c.name) & (EvalSet.number == newest.c.number)).order_by(EvalSet.name)))
+
+
+def evalset_versions(session: Session, principal: AuthenticatedPrincipal, name: str) -> list[EvalSet]:
+    _require_reader(principal)
+    rows = list(session.scalars(select(EvalSet).where(EvalSet.name == name).order_by(EvalSet.number)))
+    if not rows:
+        raise EvalSetNotFoundError(name)
+    return rows
+
+
+def get_evalset(session: Session, principal: AuthenticatedPrincipal, name: str, number: int | None) -> EvalSet:
+    """Version ``number`` of eval set ``name`` (its newest with None)."""
+    _require_reader(principal)
+    query = select(EvalSet).where(EvalSet.name == name)
+    query = query.where(EvalSet.number == number) if number is not None else query.order_by(EvalSet.number.desc())
+    row = session.scalars(query.limit(1)).first()
+    if row is None:
+        raise EvalSetNotFoundError(name, number)
+    return row
+
+
+def evalset_bytes(blob_store: BlobStore, row: EvalSet) -> bytes:
+    """An eval set's stored bytes, checked against its digest."""
+    import hashlib
+
+    data = b"".join(blob_store.open_range(row.digest))
+    if hashlib.sha256(data).hexdigest() != row.digest:
+        raise DigestMismatchError(f"evalset:{row.name}@{row.number}", expected=row.digest,
+                                  actual=hashlib.sha256(data).hexdigest())
+    return data
+
+
+# --- the evaluating stage ----------------------------------------------------------------------
+
+
+def _engine(session: Session) -> PolicyEngine | None:
+    provider: Callable[[], PolicyEngine] | None = session.info.get(POLICY_INFO)
+    return provider() if provider is not None else None
+
+
+def _facts(session: Session, version: Version) -> dict[str, Any] | None:
+    row = session.get(VersionFacts, version.id)
+    return row.facts if row is not None else None
+
+
+def applicable_suites(session: Session, version: Version) -> tuple[list[Suite], str | None]:
+    """The suites that evaluate ``version`` under the current policy bundle, or the reason they are unreadable."""
+    engine = _engine(session)
+    if engine is None:
+        return [], None
+    try:
+        suites = suites_of(engine.data())
+    except SuiteError as e:
+        return [], e.message
+    model = f"{version.model.tenant.name}/{version.model.name}"
+    facts = _facts(session, version)
+    return [s for s in suites.values() if s.applies(model, facts)], None
+
+
+def has_evals(session: Session, version: Version) -> bool:
+    """Whether ``evaluating`` applies: some suite applies, or the suites cannot be read (that fails loudly)."""
+    suites, error = applicable_suites(session, version)
+    return bool(suites) or error is not None
+
+
+def queue_evals(session: Session, version: Version) -> None:
+    """The work of entering ``evaluating``: a pending result and a ``run_eval`` job per applicable suite.
+
+    A suite that cannot run (the suites do not parse, an eval set it names does not exist) is recorded
+    failed at once with the reason, so the version still reaches approval, with that requirement unmet.
+    """
+    clock: Clock = session.info.get(CLOCK_INFO) or SystemClock()
+    now = clock.now()
+    suites, error = applicable_suites(session, version)
+    if error is not None:
+        session.add(EvalResult(version_id=version.id, suite="suites", suite_version="", runner="", runner_version="",
+                               definition={}, status=FAILED, reason="bad_suite", error=error[:2000],
+                               created_at=now, finished_at=now))
+    for suite in suites:
+        digests, missing = _resolve_evalsets(session, suite)
+        definition = suite.definition(digests) if not missing else {"suite": suite.name, "runner": suite.runner}
+        row = EvalResult(version_id=version.id, suite=suite.name, suite_version=suite_version(definition),
+                         runner=suite.runner, runner_version=suite.runner_version, definition=definition,
+                         status=PENDING, created_at=now)
+        if missing:
+            row.status, row.reason, row.finished_at = FAILED, "missing_evalset", now
+            row.error = f"eval set {missing} does not exist (or not with the pinned digest)"
+        session.add(row)
+        session.flush()
+        if row.status == PENDING:
+            jobs.enqueue_job(session, jobs.JobKind.RUN_EVAL, {"result_id": row.id}, version.id, suite.name)
+    session.flush()
+    _complete_if_done(session, version)
+
+
+def _resolve_evalsets(session: Session, suite: Suite) -> tuple[dict[str, str], str | None]:
+    digests = {}
+    for ref in suite.evalsets:
+        query = select(EvalSet.digest).where(EvalSet.name == ref.name)
+        query = query.where(EvalSet.digest == ref.digest) if ref.digest else query.order_by(EvalSet.number.desc())
+        digest = session.scalars(query.limit(1)).first()
+        if digest is None:
+            return {}, ref.name + (f"@sha256:{ref.digest}" if ref.digest else "")
+        digests[ref.name] = digest
+    return digests, None
+
+
+def _complete_if_done(session: Session, version: Version) -> None:
+    """Move an ``evaluating`` version on once none of its results is pending."""
+    if version.state != VersionState.EVALUATING.value:
+        return
+    rows = list(session.scalars(select(EvalResult).where(EvalResult.version_id == version.id)))
+    if any(r.status == PENDING for r in rows):
+        return
+    lifecycle.complete(session, version, "system", {"evals": {r.suite: r.reason or r.status for r in rows}})
+
+
+def _unsafe_reason(session: Session, version: Version) -> str | None:
+    """Why the version must not be evaluated (never load a file that failed a scan), or None."""
+    if version.flagged_at is not None:
+        return f"flagged: {version.flag_reason}"
+    for f in version.files:
+        verdict = session.scalar(select(ScanResult.verdict).where(
+            ScanResult.blob_digest == f.sha256, ScanResult.path == f.path, ScanResult.scanner == SCANNER_NAME,
+            ScanResult.scanner_version == SCANNER_VERSION))
+        if verdict is None or verdict in ("unsafe", "error"):
+            return f"{f.path}: scan verdict {verdict or 'missing'}"
+    return None
+
+
+def run_eval(session_factory: sessionmaker[Session], result_id: int, *, blob_store: BlobStore, clock: Clock,
+             work_root: Path | None = None) -> None:
+    """The ``run_eval`` job: run one suite on one version and record the outcome (once)."""
+    with session_factory() as session:
+        row = session.get(EvalResult, result_id)
+        if row is None or row.status != PENDING:
+            return
+        version = session.get(Version, row.version_id)
+        if version is None or version.state != VersionState.EVALUATING.value:
+            return
+        unsafe = _unsafe_reason(session, version)
+        files = [(f.path, f.sha256) for f in version.files]
+        facts = _facts(session, version)
+        definition = dict(row.definition)
+        evalsets = [(e["name"], e["digest"]) for e in definition.get("evalsets", [])]
+    if unsafe is not None:
+        outcome = sandbox.failed("unsafe", f"not evaluated: {unsafe}")
+    else:
+        outcome = _run_outside_transaction(files, evalsets, definition, facts, blob_store, work_root)
+    _record(session_factory, result_id, outcome, _store_log(blob_store, outcome.log), clock=clock)
+
+
+def _run_outside_transaction(files: list[tuple[str, str]], evalsets: list[tuple[str, str]],
+                             definition: dict[str, Any], facts: dict[str, Any] | None, blob_store: BlobStore,
+                             work_root: Path | None) -> sandbox.Outcome:
+    root = Path(tempfile.mkdtemp(prefix="modelreg-eval-", dir=work_root))
+    try:
+        try:
+            model_dir = sandbox.materialize(files, blob_store, root / "model")
+            sets = []
+            for name, digest in evalsets:
+                path = root / "evalsets" / f"{name}.jsonl"
+                path.parent.mkdir(exist_ok=True)
+                sandbox.materialize([(path.name, digest)], blob_store, path.parent / name)
+                sets.append({"name": name, "digest": digest, "path": str(path.parent / name / path.name)})
+        except DigestMismatchError as e:
+            return sandbox.failed("integrity", f"a stored blob does not match its digest: {e.message}")
+        # trust_remote_code stays off: remote code needs a security approval, which comes after evals.
+        return sandbox.run_runner(definition, model_dir, sets, facts=facts, work_root=root, trust_remote_code=False)
+    finally:
+        sandbox.remove_tree(root)
+
+
+def _store_log(blob_store: BlobStore, log_bytes: bytes) -> str | None:
+    if not log_bytes:
+        return None
+    return blob_store.put(io.BytesIO(log_bytes), expected_size=len(log_bytes)).digest
+
+
+def _record(session_factory: sessionmaker[Session], result_id: int, outcome: sandbox.Outcome,
+            log_digest: str | None, *, clock: Clock) -> None:
+    with session_factory() as session:
+        begin_write(session)
+        row = session.get(EvalResult, result_id)
+        if row is None:
+            return
+        version = lock_version_unchecked(session, row.version_id)
+        session.refresh(row)
+        if version is None or row.status != PENDING:
+            return  # recorded by an earlier run of this job: count it once
+        if log_digest is not None:
+            grant_blob(session, version.model.tenant_id, log_digest, len(outcome.log), via="eval")
+        result = outcome.result
+        row.status = outcome.status
+        row.reason, row.error = outcome.reason, outcome.error
+        row.metrics = result.get("metrics", {})
+        row.breakdown = result.get("breakdown", {})
+        row.cases = result.get("cases", [])
+        row.log_digest, row.duration_ms, row.finished_at = log_digest, outcome.duration_ms, clock.now()
+        tenant = version.model.tenant.name
+        audit.append(session, actor="system", action="version.eval.recorded", subject=version_ref(version),
+                     tenant=tenant, details={"suite": row.suite, "suite_version": row.suite_version,
+                                             "status": row.status, "reason": row.reason,
+                                             "metrics": dict(list(row.metrics.items())[:50])})
+        session.flush()
+        _complete_if_done(session, version)
+        session.commit()
+
+
+def fail_eval(session_factory: sessionmaker[Session], result_id: int, error: str, *, clock: Clock) -> None:
+    """When a ``run_eval`` job is dead (its retries spent): record the suite failed with the last error."""
+    _record(session_factory, result_id, sandbox.failed("job_failed", error), None, clock=clock)
+
+
+# --- reading -----------------------------------------------------------------------------------
+
+
+def result_doc(row: EvalResult, *, cases: bool = False) -> dict[str, Any]:
+    failed_cases = sum(1 for c in row.cases if isinstance(c, dict) and c.get("passed") is False)
+    doc = {"suite": row.suite, "suite_version": row.suite_version, "runner": row.runner,
+           "runner_version": row.runner_version, "status": row.status, "reason": row.reason, "error": row.error,
+           "metrics": row.metrics, "breakdown": row.breakdown, "cases_recorded": len(row.cases),
+           "cases_failed": failed_cases, "log_digest": row.log_digest, "duration_ms": row.duration_ms,
+           "evalsets": row.definition.get("evalsets", []), "settings": row.definition.get("settings", {}),
+           "created_at": row.created_at.isoformat(),
+           "finished_at": row.finished_at.isoformat() if row.finished_at else None}
+    if cases:
+        doc["cases"] = row.cases
+    return doc
+
+
+def _results(session: Session, version: Version) -> list[EvalResult]:
+    return list(session.scalars(select(EvalResult).where(EvalResult.version_id == version.id)
+                                .order_by(EvalResult.suite)))
+
+
+def version_evals(session: Session, principal: AuthenticatedPrincipal, tenant: str, name: str,
+                  number: int) -> tuple[Version, list[dict[str, Any]]]:
+    """The eval results of a version, one per suite (per-case outcomes left out: see :func:`version_eval`)."""
+    require(principal, tenant, Permission.READ)
+    version = _get_version(session, tenant, name, number)
+    return version, [result_doc(r) for r in _results(session, version)]
+
+
+def version_eval(session: Session, principal: AuthenticatedPrincipal, tenant: str, name: str, number: int,
+                 suite: str) -> dict[str, Any]:
+    """One suite's result on a version, with every case outcome."""
+    require(principal, tenant, Permission.READ)
+    version = _get_version(session, tenant, name, number)
+    row = session.scalar(select(EvalResult).where(EvalResult.version_id == version.id, EvalResult.suite == suite))
+    if row is None:
+        raise EvalNotFoundError(version_ref(version), suite)
+    return result_doc(row, cases=True)
+
+
+def eval_log(session: Session, principal: AuthenticatedPrincipal, tenant: str, name: str, number: int,
+             suite: str, *, blob_store: BlobStore) -> bytes:
+    """The runner's log of one suite on a version (empty when there is none)."""
+    doc = version_eval(session, principal, tenant, name, number, suite)
+    if not doc["log_digest"]:
+        return b""
+    return b"".join(blob_store.open_range(doc["log_digest"]))
+
+
+# --- what the policies see ---------------------------------------------------------------------
+
+
+def policy_evals(session: Session, version: Version) -> list[dict[str, Any]]:
+    """``input.evals``: each suite's status, reason, suite version and metrics, sorted by suite."""
+    return [{"suite": r.suite, "suite_version": r.suite_version, "runner": r.runner,
+             "runner_version": r.runner_version, "status": r.status, "reason": r.reason, "metrics": r.metrics}
+            for r in _results(session, version)]
+
+
+def baseline_alias(engine: PolicyEngine | None) -> str | None:
+    """The alias whose version is the baseline (``modelreg.config.evals.baseline_alias``, default ``prod``)."""
+    config = ((engine.data() if engine else {}).get("modelreg") or {}).get("config") or {}
+    evals_config = config.get("evals") if isinstance(config, dict) else None
+    value = evals_config.get("baseline_alias", "prod") if isinstance(evals_config, dict) else "prod"
+    return value if isinstance(value, str) and value else None
+
+
+def policy_baseline(session: Session, version: Version, alias: str | None) -> dict[str, Any] | None:
+    """``input.baseline``: the completed evals of the version behind ``alias`` of the same model, or None.
+
+    None when there is no such alias, or it points at this very version. Policies compare a suite's
+    metrics only when the baseline's ``suite_version`` equals this version's (like with like).
+    """
+    if alias is None:
+        return None
+    row = session.scalar(select(Alias).where(Alias.model_id == version.model_id, Alias.name == alias))
+    if row is None or row.version_id == version.id:
+        return None
+    behind = session.get(Version, row.version_id)
+    evals = [{"suite": r.suite, "suite_version": r.suite_version, "metrics": r.metrics}
+             for r in _results(session, behind) if r.status == COMPLETED]
+    return {"alias": alias, "version": behind.number, "evals": evals}
