@@ -33,10 +33,10 @@ from api.app import create_app
 from registry.auth import issue_token, load_principal
 from sqlalchemy import select
 
-from registry.db.models import Model, Principal, Version
+from registry.db.models import EvalResult, Model, Principal, Version
 from registry.domain.aliases import make_target
 from registry.domain.files import FileEntry
-from registry.services import aliases, identity, versions
+from registry.services import aliases, evals, identity, versions
 from tests.support.registry import drain
 from tests.support.releases import approve_standin
 
@@ -46,6 +46,7 @@ PUBLIC = "public"  # no token needed: every caller, even with a bad token, gets 
 AUTHENTICATED = "authenticated"  # any valid token
 ADMIN = "admin"  # principals flagged is_admin (not the tenant role "admin")
 AUDITS_ANY_TENANT = "audits-any-tenant"  # auditors of any tenant (the request names none): the whole log's checkpoints
+READS_ANY_TENANT = "reads-any-tenant"  # readers of any tenant (the request names none): deployment-wide eval sets
 # Approvers in the capacity the request names (security), in the tenant: no other role, administrators included.
 APPROVER_IN_CAPACITY = "approver-in-capacity"
 
@@ -60,6 +61,8 @@ ROLE_MAY: dict[str, frozenset[str]] = {
     "none": frozenset(),
 }
 OWN, OTHER = "a", "b"
+EVALSET = (b'{"id": "c1", "category": "factual", "language": "en", '
+           b'"messages": [{"role": "user", "content": "2+2?"}], "expect": {"exact": "4"}}\n')
 
 
 @dataclass(frozen=True)
@@ -128,6 +131,15 @@ RULES: dict[tuple[str, str], Rule] = {
     ("POST", "/v1/models/{tenant}/{name}/versions/{number}/revoke"): Rule(
         "revoke", 200, lambda w, t: {"json": {"reason": "matrix"}},
         path={"number": lambda w, t: w.revocable(t)}),
+    ("PUT", "/v1/evalsets/{name}"): Rule(ADMIN, 201, lambda w, t: {"content": EVALSET},
+                                         path={"name": lambda w, t: w.fresh("set")}),
+    ("GET", "/v1/evalsets"): Rule(READS_ANY_TENANT, 200),
+    ("GET", "/v1/evalsets/{name}"): Rule(READS_ANY_TENANT, 200, path={"name": "evalset"}),
+    ("GET", "/v1/evalsets/{name}/versions/{number}"): Rule(READS_ANY_TENANT, 200, path={"name": "evalset"}),
+    ("GET", "/v1/evalsets/{name}/versions/{number}/cases"): Rule(READS_ANY_TENANT, 200, path={"name": "evalset"}),
+    ("GET", "/v1/models/{tenant}/{name}/versions/{number}/evals"): Rule("read", 200),
+    ("GET", "/v1/models/{tenant}/{name}/versions/{number}/evals/{suite}"): Rule("read", 200),
+    ("GET", "/v1/models/{tenant}/{name}/versions/{number}/evals/{suite}/log"): Rule("read", 200),
     ("HEAD", "/v1/blobs/sha256/{digest}"): Rule("submit", 200, tenant_query),
     ("PUT", "/v1/blobs/sha256/{digest}"): Rule("submit", 201, lambda w, t: {**tenant_query(w, t),
                                                                              "content": w.blob_bytes[t]}),
@@ -176,7 +188,8 @@ class World:
 
     def path_values(self, tenant: str) -> dict[str, str]:
         return {"tenant": tenant, "name": self.model[tenant], "number": "1", "digest": self.digest[tenant],
-                "token_id": str(self.throwaway_token_id), "target": "target", "alias": "prod"}
+                "token_id": str(self.throwaway_token_id), "target": "target", "alias": "prod",
+                "evalset": "matrix-set", "suite": "matrix"}
 
     def version(self, tenant: str, approved: bool) -> int:
         """A new version of the tenant's model, through the pipeline (approved by the stand-in if asked)."""
@@ -289,6 +302,15 @@ def build_world(container) -> World:
     drain(container)
     with container.session_factory() as session:
         states = {v.state for v in session.query(Version)}
+        evals.add_evalset(session, root, "matrix-set", EVALSET, "", blob_store=container.blob_store,
+                          clock=container.clock)
+        # An eval result of each tenant's version (the matrix's models are a config.json: no suite applies).
+        for version in session.query(Version):
+            session.add(EvalResult(version_id=version.id, suite="matrix", suite_version="0" * 64, runner="command",
+                                   runner_version="1.0.0", definition={}, status="completed", metrics={"x": 1.0},
+                                   log_digest=world.digest[version.model.tenant.name], duration_ms=1,
+                                   created_at=container.clock.now(), finished_at=container.clock.now()))
+        session.commit()
     assert states == {"awaiting_approval"}, states
     return world
 
@@ -309,6 +331,8 @@ def expected_status(rule: Rule, caller: str, tenant: str) -> int:
         return 403
     if rule.who == AUDITS_ANY_TENANT:
         return rule.ok if "audit" in ROLE_MAY[caller] else 403
+    if rule.who == READS_ANY_TENANT:
+        return rule.ok if "read" in ROLE_MAY[caller] else 403
     held = ROLE_MAY[caller] if tenant == OWN else frozenset()
     return rule.ok if held & set(rule.who.split("|")) else 403
 
