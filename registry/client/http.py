@@ -76,6 +76,28 @@ class RegistryClient:
     def get(self, path: str, **kwargs: Any) -> Any:
         return self.request("GET", path, **kwargs)
 
+    def get_bytes(self, path: str, *, limit: int = 64 << 20) -> bytes:
+        """A body that is not JSON (an eval log, an eval set's JSONL), at most ``limit`` bytes."""
+        try:
+            with self.http.stream("GET", path) as response:
+                if response.status_code >= 400:
+                    response.read()
+                    try:
+                        body = response.json()
+                        if not isinstance(body, dict):
+                            raise ValueError
+                    except ValueError:
+                        body = {"detail": response.text[:200] or response.reason_phrase}
+                    raise RemoteError(response.status_code, body)
+                data = bytearray()
+                for chunk in response.iter_bytes():
+                    data += chunk
+                    if len(data) > limit:
+                        raise RegistryError(f"the response from {self.url}{path} is over {limit} bytes")
+                return bytes(data)
+        except httpx.HTTPError as exc:
+            raise RegistryError(f"cannot reach the registry at {self.url}: {exc}") from exc
+
     def post(self, path: str, **kwargs: Any) -> Any:
         return self.request("POST", path, **kwargs)
 
