@@ -18,12 +18,32 @@ suite_thresholds(cfg, suite) := object.get(object.get(eval_config(cfg), "thresho
 
 suite_regressions(cfg, suite) := object.get(object.get(eval_config(cfg), "regressions", {}), suite, {})
 
+# Messages are built with concat: regopy's sprintf quotes a string that reached it through a function
+# argument or object.get, and the quotes break its JSON output.
+text(value, _) := concat("", [": ", value]) if is_string(value)
+
+text(value, otherwise) := otherwise if not is_string(value)
+
+value_text(metrics, metric) := sprintf("%v", [metrics[metric]]) if is_number(metrics[metric])
+
+value_text(metrics, metric) := "missing" if not is_number(metrics[metric])
+
+min_text(bound) := [sprintf("at least %v", [bound.min])] if is_number(bound.min)
+
+min_text(bound) := [] if not is_number(bound.min)
+
+max_text(bound) := [sprintf("at most %v", [bound.max])] if is_number(bound.max)
+
+max_text(bound) := [] if not is_number(bound.max)
+
+bound_text(bound) := concat(" and ", array.concat(min_text(bound), max_text(bound)))
+
 gates(doc, cfg) := not_completed(doc) | thresholds(doc, cfg)
 
 not_completed(doc) := {u |
 	some e in doc.evals
 	e.status != "completed"
-	u := {"code": "eval.failed", "message": sprintf("eval suite %s is %s (%v): %v", [e.suite, e.status, e.reason, object.get(e, "error", null)]), "suite": e.suite, "capacity": null, "satisfiable": false}
+	u := {"code": "eval.failed", "message": concat("", ["eval suite ", e.suite, " is ", e.status, text(e.reason, "")]), "suite": e.suite, "capacity": null, "satisfiable": false}
 }
 
 below_min(value, bound) if value < bound.min
@@ -43,7 +63,7 @@ thresholds(doc, cfg) := {u |
 	thresholds := suite_thresholds(cfg, e.suite)
 	bound := thresholds[metric]
 	not within(e.metrics, metric, bound)
-	u := {"code": "eval.threshold", "message": sprintf("eval suite %s: %s is %v, needs min %v, max %v", [e.suite, metric, object.get(e.metrics, metric, "missing"), object.get(bound, "min", "-"), object.get(bound, "max", "-")]), "suite": e.suite, "metric": metric, "capacity": null, "satisfiable": false}
+	u := {"code": "eval.threshold", "message": concat("", ["eval suite ", e.suite, ": ", metric, " is ", value_text(e.metrics, metric), ", needs ", bound_text(bound)]), "suite": e.suite, "metric": metric, "capacity": null, "satisfiable": false}
 }
 
 worse_by(value, base, rule) := base - value if rule.better == "higher"
@@ -75,5 +95,5 @@ regressions(doc, cfg) := {u |
 	rules := suite_regressions(cfg, e.suite)
 	rule := rules[metric]
 	regressed(e, metric, rule, base_metrics)
-	u := {"code": "eval.regression", "message": sprintf("eval suite %s: %s is %v, worse than %v on %s (version %v) by more than the tolerance", [e.suite, metric, object.get(e.metrics, metric, "missing"), base_metrics[metric], doc.baseline.alias, doc.baseline.version]), "suite": e.suite, "metric": metric, "capacity": null, "satisfiable": false}
+	u := {"code": "eval.regression", "message": concat("", ["eval suite ", e.suite, ": ", metric, " is ", value_text(e.metrics, metric), ", worse than ", sprintf("%v", [base_metrics[metric]]), " on ", doc.baseline.alias, sprintf(" (version %v)", [doc.baseline.version]), " by more than the tolerance"]), "suite": e.suite, "metric": metric, "capacity": null, "satisfiable": false}
 }

@@ -89,3 +89,21 @@ test_metric_the_baseline_had_but_this_lacks_regresses if {
 	m := {"factual.accuracy": 0.9, "latency.ttft_ms_p95": 100}
 	metrics_of(doc(m, prod(good))) == {"lm.perplexity.en"}
 }
+
+test_messages_name_the_value_and_the_bound if {
+	some u in evals.gates(doc(object.union(good, {"factual.accuracy": 0.5}), null), cfg)
+	u.message == "eval suite lm: factual.accuracy is 0.5, needs at least 0.8"
+	some v in evals.gates(doc({"latency.ttft_ms_p95": 1, "lm.perplexity.en": 1}, null), cfg)
+	v.message == "eval suite lm: factual.accuracy is missing, needs at least 0.8"
+}
+
+test_failed_message_names_the_reason if {
+	d := {"evals": [object.union(run({}), {"status": "failed", "reason": "timeout"})], "baseline": null}
+	some u in evals.gates(d, cfg)
+	u.message == "eval suite lm is failed: timeout"
+}
+
+test_regression_message_names_the_baseline if {
+	some u in evals.regressions(doc(object.union(good, {"factual.accuracy": 0.87}), prod(good)), cfg)
+	u.message == "eval suite lm: factual.accuracy is 0.87, worse than 0.9 on prod (version 3) by more than the tolerance"
+}
