@@ -20,13 +20,14 @@ import pytest
 from safetensors.numpy import load, save
 from sqlalchemy import select
 
-from registry.db.models import AuditEvent, EvalResult, Job, Version
+from registry.auth import load_principal
+from registry.db.models import AuditEvent, EvalResult, Job, Principal, Version
 from registry.domain.aliases import make_target
 from registry.jobs import JobKind
 from registry.policy import default_policy_dir
 from registry.services import aliases, approvals, evals, lifecycle, versions
 from registry.services.versions import SubmitRequest
-from tests.support.registry import drain, make_admin
+from tests.support.registry import drain, make_admin, role_token
 from tests.support.releases import approve_standin, awaiting_version
 from tests.support.scan_samples import reduce_pickle
 from tests.support.tiny_llm import tiny_llm_files
@@ -167,6 +168,15 @@ def test_a_zeroed_tensor_misses_the_sanity_threshold_and_approvals_cannot_waive_
     assert state == "awaiting_approval" and len(gate) == 1
     assert gate[0]["metric"] == "sanity.failed_checks" and gate[0]["satisfiable"] is False
     assert gate[0]["message"] == "eval suite sanity: sanity.failed_checks is 1, needs at most 0"
+    for name, capacity in (("sec", "security"), ("mia", "ml"), ("lex", "legal")):
+        role_token(container, name, TENANT, "approver", capacity)
+        with container.session_factory() as session:
+            approver = load_principal(session.scalar(select(Principal).where(Principal.name == name)))
+            status = approvals.decide(session, approver, TENANT, "zeroed", number,
+                                      approvals.ApprovalRequest("approve", capacity, "", []),
+                                      engine=container.policy, clock=container.clock)
+    assert status.state == "awaiting_approval"
+    assert [u["code"] for u in status.unmet] == ["eval.threshold"]
 
 
 def test_an_unsafe_version_never_reaches_eval(container, tmp_path):
