@@ -236,12 +236,14 @@ def aggregate(outcomes: Iterable[Outcome], price: Price | None = None) -> dict[s
     return metrics
 
 
-def breakdown(outcomes: Iterable[Outcome], price: Price | None = None) -> dict[str, dict[str, dict[str, float]]]:
+def breakdown(outcomes: Iterable[Outcome],
+              price: Price | None = None) -> dict[str, dict[str, dict[str, float]]]:
     """:func:`aggregate` per language and per prompt-length bucket:
     ``{"language": {"en": {...}}, "length": {"short": {...}}}``."""
     outcomes = list(outcomes)
     out: dict[str, dict[str, dict[str, float]]] = {"language": {}, "length": {}}
-    for dimension, key in (("language", lambda o: o.case.language), ("length", lambda o: o.case.length_bucket)):
+    for dimension, key in (("language", lambda o: o.case.language),
+                           ("length", lambda o: o.case.length_bucket)):
         groups: dict[str, list[Outcome]] = {}
         for o in outcomes:
             groups.setdefault(key(o), []).append(o)

@@ -142,7 +142,8 @@ def parse_settings(raw: Any) -> Settings:
     if unknown:
         raise RunnerError(f"openai runner: unknown setting {unknown[0]!r} (known: {', '.join(SETTINGS)})")
     if ("endpoint" in raw) == ("serve" in raw):
-        raise RunnerError("openai runner: set exactly one of endpoint (a running server) and serve (a command)")
+        raise RunnerError("openai runner: set exactly one of endpoint (a running server) "
+                          "and serve (a command)")
     defaults = Settings(None, None, None, None)
     return Settings(
         endpoint=_endpoint(raw["endpoint"]) if "endpoint" in raw else None,
@@ -154,7 +155,8 @@ def parse_settings(raw: Any) -> Settings:
         startup_timeout_s=_seconds(raw, "startup_timeout_s", defaults.startup_timeout_s),
         max_tokens=_integer(raw, "max_tokens", defaults.max_tokens, 1, MAX_TOKENS_LIMIT),
         price=_price(raw["price_per_million"]) if "price_per_million" in raw else None,
-        refusal_markers=_markers(raw["refusal_markers"]) if "refusal_markers" in raw else DEFAULT_REFUSAL_MARKERS,
+        refusal_markers=(_markers(raw["refusal_markers"]) if "refusal_markers" in raw
+                         else DEFAULT_REFUSAL_MARKERS),
     )
 
 
@@ -187,7 +189,8 @@ def _text(raw: dict[str, Any], key: str, limit: int) -> str:
 
 def _env_name(value: Any) -> str:
     if not isinstance(value, str) or not _ENV_NAME.fullmatch(value):
-        raise RunnerError("openai runner: api_key_env is the name of an environment variable (OPENAI_API_KEY)")
+        raise RunnerError("openai runner: api_key_env is the name of an environment variable "
+                          "(OPENAI_API_KEY)")
     return value
 
 
@@ -241,18 +244,17 @@ def _api_base(settings: Settings, ctx: RunContext, headers: dict[str, str], stop
     port = _free_port()
     argv = [fill_placeholders(a, model_dir=ctx.model_dir, port=port) for a in settings.serve]
     libc = _libc()
+    die_with_us = (lambda: libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)) if libc else None
     try:
         proc = subprocess.Popen(argv, cwd=ctx.work_dir, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, start_new_session=True,
-                                preexec_fn=(lambda: libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)) if libc else None)
+                                stderr=subprocess.PIPE, start_new_session=True, preexec_fn=die_with_us)
     except OSError as e:
-        raise RunnerError(f"openai runner: the serve command {argv[0]!r} cannot be started: {e.strerror or e}") \
-            from None
+        raise RunnerError(f"openai runner: the serve command {argv[0]!r} cannot be started: "
+                          f"{e.strerror or e}") from None
     output = _OutputTail(proc)
     try:
         base = f"http://127.0.0.1:{port}/v1"
-        _wait_ready(proc, base, headers, min(time.monotonic() + settings.startup_timeout_s, stop_at),
-                    settings.startup_timeout_s, output)
+        _wait_ready(proc, base, headers, settings.startup_timeout_s, stop_at, output)
         yield base
     finally:
         stop_process_group(proc)
@@ -290,12 +292,14 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _wait_ready(proc: subprocess.Popen, base: str, headers: dict[str, str], until: float,
-                timeout_s: float, output: "_OutputTail") -> None:
+def _wait_ready(proc: subprocess.Popen, base: str, headers: dict[str, str], timeout_s: float,
+                stop_at: float, output: "_OutputTail") -> None:
+    until = time.monotonic() + timeout_s
     with httpx.Client(headers=headers, trust_env=False) as client:
         while True:
             status = exit_status(proc)
             if status is not None:
+                output.join(timeout_s=1.0)  # let the readers catch its last words
                 raise RunnerError(f"openai runner: the serve command exited with status {status} before "
                                   f"answering GET /v1/models; its last output:\n{output.tail()}")
             try:
@@ -306,6 +310,9 @@ def _wait_ready(proc: subprocess.Popen, base: str, headers: dict[str, str], unti
             if time.monotonic() >= until:
                 raise RunnerError(f"openai runner: the serve command did not answer GET /v1/models with 200 "
                                   f"within {timeout_s:g} s; its last output:\n{output.tail()}")
+            if time.monotonic() >= stop_at:
+                raise RunnerError("openai runner: the run's deadline came while the serve command was "
+                                  f"starting; its last output:\n{output.tail()}")
             time.sleep(0.2)
 
 
@@ -368,9 +375,9 @@ class _OutputTail:
         with self._lock:
             return "\n".join(self._lines) or "(no output)"
 
-    def join(self) -> None:
+    def join(self, timeout_s: float = 5.0) -> None:
         for t in self._threads:
-            t.join(timeout=5)
+            t.join(timeout=timeout_s)
 
 
 def _first_model(client: httpx.Client, base: str, timeout_s: float) -> str:
@@ -420,7 +427,8 @@ def request_body(model: str, case: Case, default_max_tokens: int) -> dict[str, A
     return body
 
 
-def complete(client: httpx.Client, base: str, body: dict[str, Any], timeout_s: float, stop_at: float) -> Reply:
+def complete(client: httpx.Client, base: str, body: dict[str, Any], timeout_s: float,
+             stop_at: float) -> Reply:
     """Send one streaming chat completion and read its reply; a failure is the reply's ``error``.
 
     Raises:
@@ -436,6 +444,10 @@ def complete(client: httpx.Client, base: str, body: dict[str, Any], timeout_s: f
                            timeout=httpx.Timeout(cut_at - sent_at)) as response:
             if response.status_code != 200:
                 return Reply(error=f"HTTP {response.status_code}: {_error_text(response)}")
+            content_type = response.headers.get("content-type", "")
+            if "text/event-stream" not in content_type:
+                return Reply(error=f"the answer is {content_type or 'untyped'}, not an event stream "
+                                   "(the server ignored stream: true)")
             return _read_stream(response, sent_at, cut_at, stop_at)
     except httpx.TimeoutException:
         if time.monotonic() >= stop_at:
