@@ -8,6 +8,8 @@ verified model directory, waits for (``GET /v1/models`` answers 200), and always
         "concurrency": 8, "max_tokens": 256,
         "price_per_million": {"input": 0.2, "output": 0.6}}}
 
+(For the ``tool_call`` cases vLLM also needs ``--enable-auto-tool-choice --tool-call-parser <parser>``.)
+
 Settings (anything else is refused):
 
 ======================  ===================================================================================
@@ -62,8 +64,8 @@ import httpx
 
 from registry.evals.cases import MAX_TOKENS_LIMIT, Case
 from registry.evals.runners import RunContext, RunnerError, RunnerResult, check_metrics
-from registry.evals.scoring import DEFAULT_REFUSAL_MARKERS, Outcome, Price, Reply, ToolCall, aggregate, \
-    breakdown, judge
+from registry.evals.scoring import DEFAULT_REFUSAL_MARKERS, Price, Reply, ToolCall, aggregate, breakdown, \
+    judge, metric_group
 
 SETTINGS = ("endpoint", "serve", "model", "api_key_env", "concurrency", "request_timeout_s",
             "startup_timeout_s", "max_tokens", "price_per_million", "refusal_markers")
@@ -113,13 +115,16 @@ def run(ctx: RunContext) -> RunnerResult:
     """
     settings = parse_settings(ctx.settings)
     headers = _auth_headers(settings.api_key_env)
+    pairs = [(evalset.name, case) for evalset in ctx.evalsets for case in evalset.cases]
+    for _, case in pairs:
+        metric_group(case.category)  # a reserved name fails now, not after the whole run
     stop_at = ctx.deadline - DEADLINE_MARGIN_S
     with _api_base(settings, ctx, headers, stop_at) as base:
         with httpx.Client(headers=headers, trust_env=settings.serve is None, follow_redirects=False,
                           limits=httpx.Limits(max_connections=settings.concurrency,
                                               max_keepalive_connections=settings.concurrency)) as client:
-            model = settings.model or _first_model(client, base, settings.request_timeout_s)
-            pairs = [(evalset.name, case) for evalset in ctx.evalsets for case in evalset.cases]
+            budget = min(settings.request_timeout_s, stop_at - time.monotonic())
+            model = settings.model or _first_model(client, base, budget)
             replies = _complete_all(client, base, model, [case for _, case in pairs], settings, stop_at)
     outcomes = [judge(case, reply, settings.refusal_markers) for (_, case), reply in zip(pairs, replies)]
     return RunnerResult(metrics=check_metrics(aggregate(outcomes, settings.price)),
@@ -381,6 +386,8 @@ class _OutputTail:
 
 
 def _first_model(client: httpx.Client, base: str, timeout_s: float) -> str:
+    if timeout_s <= 0:
+        raise RunnerError("openai runner: the run's deadline came before the model could be named")
     try:
         response = client.get(f"{base}/models", timeout=timeout_s)
         response.raise_for_status()

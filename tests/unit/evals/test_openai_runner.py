@@ -73,6 +73,16 @@ def test_an_api_key_env_that_is_not_set_fails_before_any_request(tmp_path, monke
         run(ctx)
 
 
+def test_a_reserved_category_fails_before_any_request(tmp_path):
+    c = parse_case({"id": "a", "category": "requests", "language": "en",
+                    "messages": [{"role": "user", "content": "q"}], "expect": {"exact": "a"}})
+    ctx = RunContext(model_dir=tmp_path, settings={"serve": ["/no/such/server", "{port}"]},
+                     evalsets=(EvalSet("s", "sha256:0", (c,)),), work_dir=tmp_path, facts=None,
+                     trust_remote_code=False, deadline=time.monotonic() + 60)
+    with pytest.raises(RunnerError, match="reserved metric group 'requests'"):
+        run(ctx)
+
+
 def test_placeholders_are_filled_and_nothing_else():
     args = [fill_placeholders(a, model_dir=Path("/models/x y"), port=8123)
             for a in ["{python}", "{model_dir}", "--port={port}", "{other}", '{"a": 1}', "{{port}}"]]
