@@ -1,0 +1,618 @@
+"""The ``openai`` runner: score eval sets against an OpenAI-compatible chat endpoint serving the version.
+
+The suite either names a running ``endpoint`` or a ``serve`` command that the runner starts on the
+verified model directory, waits for (``GET /v1/models`` answers 200), and always stops afterwards::
+
+    {"runner": "openai", "settings": {
+        "serve": ["vllm", "serve", "{model_dir}", "--port", "{port}", "--host", "127.0.0.1"],
+        "concurrency": 8, "max_tokens": 256,
+        "price_per_million": {"input": 0.2, "output": 0.6}}}
+
+(For the ``tool_call`` cases vLLM also needs ``--enable-auto-tool-choice --tool-call-parser <parser>``.)
+
+Settings (anything else is refused):
+
+======================  ===================================================================================
+``endpoint``            base URL of the API (``http://host:8000/v1``); or else
+``serve``               argv list, no shell; ``{model_dir}``, ``{port}`` (a free port, required) and
+                        ``{python}`` (this interpreter) are filled in; output goes to our stderr
+``model``               the model name sent; default: the first id ``GET /v1/models`` lists
+``api_key_env``         name of an environment variable holding the bearer key (optional)
+``concurrency``         requests in flight, 1-32 (default 4)
+``request_timeout_s``   seconds a request may take (default 60)
+``startup_timeout_s``   seconds the serve command has to answer ``/v1/models`` (default 300)
+``max_tokens``          for cases that do not set their own (default 256)
+``price_per_million``   ``{"input": usd, "output": usd}``: adds ``cost.usd``
+``refusal_markers``     phrases that mark a refusal (default ``scoring.DEFAULT_REFUSAL_MARKERS``)
+======================  ===================================================================================
+
+Every request is what the official ``openai`` client sends for ``chat.completions.create(...,
+stream=True, stream_options={"include_usage": True}, temperature=0, max_tokens=n)``, with ``tools`` and
+``tool_choice="auto"`` when the case has tools. The server-sent events are parsed here: ``delta.content``
+(and ``delta.refusal``) make the text, ``delta.tool_calls`` fragments are joined by index, the final
+chunk with ``choices: []`` carries the usage. TTFT is the time from sending to the first text or
+tool-call delta; TPOT is (last delta - first delta) / (completion tokens - 1).
+
+A request is made once: an HTTP error, a timeout, a stream that breaks off (no ``[DONE]`` and no
+finish reason), more than :data:`MAX_RESPONSE_BYTES`, or tool-call arguments that are not JSON fail the
+case with the reason and count in ``requests.failed``. A request's reads wait at most its timeout
+each, and it is cut at the first chunk past it. The run ends before ``ctx.deadline`` with time to stop
+the server, or fails. The metrics are ``registry.evals.scoring``'s.
+"""
+
+from __future__ import annotations
+
+import collections
+import concurrent.futures
+import contextlib
+import ctypes
+import dataclasses
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.parse
+from pathlib import Path
+from typing import Any, Iterator
+
+import httpx
+
+from registry.evals.cases import MAX_TOKENS_LIMIT, Case
+from registry.evals.runners import RunContext, RunnerError, RunnerResult, check_metrics
+from registry.evals.scoring import DEFAULT_REFUSAL_MARKERS, Price, Reply, ToolCall, aggregate, breakdown, \
+    judge, metric_group
+
+SETTINGS = ("endpoint", "serve", "model", "api_key_env", "concurrency", "request_timeout_s",
+            "startup_timeout_s", "max_tokens", "price_per_million", "refusal_markers")
+MAX_CONCURRENCY = 32
+MAX_TIMEOUT_S = 24 * 3600
+MAX_RESPONSE_BYTES = 4 << 20
+"""Bytes one streamed response may hold; more fails the request."""
+MAX_ERROR_BODY = 1000
+STOP_GRACE_S = 5.0
+"""Seconds the serve command has to exit after SIGTERM before its process group is killed."""
+DEADLINE_MARGIN_S = STOP_GRACE_S + 5.0
+"""Kept free before ``ctx.deadline`` to stop the server and hand back the result."""
+OUTPUT_TAIL_LINES = 30
+PR_SET_PDEATHSIG = 1
+PLACEHOLDER = re.compile(r"\{(model_dir|port|python)\}")
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}")
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Settings:
+    endpoint: str | None
+    serve: tuple[str, ...] | None
+    model: str | None
+    api_key_env: str | None
+    concurrency: int = 4
+    request_timeout_s: float = 60.0
+    startup_timeout_s: float = 300.0
+    max_tokens: int = 256
+    price: Price | None = None
+    refusal_markers: tuple[str, ...] = DEFAULT_REFUSAL_MARKERS
+
+
+class StreamError(Exception):
+    """A response that cannot be read as an OpenAI chat completion stream."""
+
+
+class DeadlineReachedError(Exception):
+    """The run's deadline came before a request could finish."""
+
+
+def run(ctx: RunContext) -> RunnerResult:
+    """Every case of every eval set, sent once, scored and aggregated.
+
+    Raises:
+        RunnerError: bad settings, a serve command that does not come up, no model to name, or the
+            run's deadline reached before every case was answered.
+    """
+    settings = parse_settings(ctx.settings)
+    headers = _auth_headers(settings.api_key_env)
+    pairs = [(evalset.name, case) for evalset in ctx.evalsets for case in evalset.cases]
+    for _, case in pairs:
+        metric_group(case.category)  # a reserved name fails now, not after the whole run
+    stop_at = ctx.deadline - DEADLINE_MARGIN_S
+    with _api_base(settings, ctx, headers, stop_at) as base:
+        with httpx.Client(headers=headers, trust_env=settings.serve is None, follow_redirects=False,
+                          limits=httpx.Limits(max_connections=settings.concurrency,
+                                              max_keepalive_connections=settings.concurrency)) as client:
+            budget = min(settings.request_timeout_s, stop_at - time.monotonic())
+            model = settings.model or _first_model(client, base, budget)
+            replies = _complete_all(client, base, model, [case for _, case in pairs], settings, stop_at)
+    outcomes = [judge(case, reply, settings.refusal_markers) for (_, case), reply in zip(pairs, replies)]
+    return RunnerResult(metrics=check_metrics(aggregate(outcomes, settings.price)),
+                        cases=[o.as_dict(name) for (name, _), o in zip(pairs, outcomes)],
+                        breakdown=breakdown(outcomes, settings.price))
+
+
+# --- settings -------------------------------------------------------------------------------
+
+
+def parse_settings(raw: Any) -> Settings:
+    """The runner's settings, every one checked.
+
+    Raises:
+        RunnerError: an unknown key, a missing or malformed value.
+    """
+    if not isinstance(raw, dict):
+        raise RunnerError("openai runner settings are an object")
+    unknown = sorted(set(raw) - set(SETTINGS))
+    if unknown:
+        raise RunnerError(f"openai runner: unknown setting {unknown[0]!r} (known: {', '.join(SETTINGS)})")
+    if ("endpoint" in raw) == ("serve" in raw):
+        raise RunnerError("openai runner: set exactly one of endpoint (a running server) "
+                          "and serve (a command)")
+    defaults = Settings(None, None, None, None)
+    return Settings(
+        endpoint=_endpoint(raw["endpoint"]) if "endpoint" in raw else None,
+        serve=_serve(raw["serve"]) if "serve" in raw else None,
+        model=_text(raw, "model", 256) if "model" in raw else None,
+        api_key_env=_env_name(raw["api_key_env"]) if "api_key_env" in raw else None,
+        concurrency=_integer(raw, "concurrency", defaults.concurrency, 1, MAX_CONCURRENCY),
+        request_timeout_s=_seconds(raw, "request_timeout_s", defaults.request_timeout_s),
+        startup_timeout_s=_seconds(raw, "startup_timeout_s", defaults.startup_timeout_s),
+        max_tokens=_integer(raw, "max_tokens", defaults.max_tokens, 1, MAX_TOKENS_LIMIT),
+        price=_price(raw["price_per_million"]) if "price_per_million" in raw else None,
+        refusal_markers=(_markers(raw["refusal_markers"]) if "refusal_markers" in raw
+                         else DEFAULT_REFUSAL_MARKERS),
+    )
+
+
+def _endpoint(value: Any) -> str:
+    if not isinstance(value, str) or len(value) > 2048:
+        raise RunnerError("openai runner: endpoint is a URL string such as http://host:8000/v1")
+    url = urllib.parse.urlsplit(value)
+    if url.scheme not in ("http", "https") or not url.hostname or url.query or url.fragment:
+        raise RunnerError(f"openai runner: endpoint {value[:80]!r} is not an http(s) base URL "
+                          "without query or fragment (http://host:8000/v1)")
+    return value.rstrip("/")
+
+
+def _serve(value: Any) -> tuple[str, ...]:
+    if (not isinstance(value, list) or not 1 <= len(value) <= 256
+            or not all(isinstance(a, str) and a and len(a) <= 4096 for a in value)):
+        raise RunnerError("openai runner: serve is a command as a list of 1 to 256 non-empty strings "
+                          '(["vllm", "serve", "{model_dir}", "--port", "{port}"])')
+    if not any("{port}" in a for a in value):
+        raise RunnerError("openai runner: the serve command must listen on {port} (the runner picks it)")
+    return tuple(value)
+
+
+def _text(raw: dict[str, Any], key: str, limit: int) -> str:
+    value = raw[key]
+    if not isinstance(value, str) or not value or len(value) > limit:
+        raise RunnerError(f"openai runner: {key} is a non-empty string of at most {limit} characters")
+    return value
+
+
+def _env_name(value: Any) -> str:
+    if not isinstance(value, str) or not _ENV_NAME.fullmatch(value):
+        raise RunnerError("openai runner: api_key_env is the name of an environment variable "
+                          "(OPENAI_API_KEY)")
+    return value
+
+
+def _integer(raw: dict[str, Any], key: str, default: int, low: int, high: int) -> int:
+    value = raw.get(key, default)
+    if type(value) is not int or not low <= value <= high:
+        raise RunnerError(f"openai runner: {key} is an integer from {low} to {high}")
+    return value
+
+
+def _seconds(raw: dict[str, Any], key: str, default: float) -> float:
+    value = raw.get(key, default)
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= MAX_TIMEOUT_S:
+        raise RunnerError(f"openai runner: {key} is a number of seconds above 0, at most {MAX_TIMEOUT_S}")
+    return float(value)
+
+
+def _price(value: Any) -> Price:
+    if (not isinstance(value, dict) or set(value) != {"input", "output"}
+            or not all(not isinstance(v, bool) and isinstance(v, (int, float)) and 0 <= v < 1e6
+                       for v in value.values())):
+        raise RunnerError("openai runner: price_per_million is {input: usd, output: usd}, "
+                          "non-negative numbers (US dollars per million tokens)")
+    return Price(float(value["input"]), float(value["output"]))
+
+
+def _markers(value: Any) -> tuple[str, ...]:
+    if (not isinstance(value, list) or not 1 <= len(value) <= 500
+            or not all(isinstance(m, str) and m.strip() and len(m) <= 200 for m in value)):
+        raise RunnerError("openai runner: refusal_markers is a list of 1 to 500 non-empty phrases")
+    return tuple(value)
+
+
+def _auth_headers(env_name: str | None) -> dict[str, str]:
+    if env_name is None:
+        return {}
+    key = os.environ.get(env_name)
+    if not key:
+        raise RunnerError(f"openai runner: api_key_env names {env_name}, which is not set")
+    return {"Authorization": f"Bearer {key}"}
+
+
+# --- the server -----------------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def _api_base(settings: Settings, ctx: RunContext, headers: dict[str, str], stop_at: float) -> Iterator[str]:
+    if settings.serve is None:
+        yield settings.endpoint
+        return
+    port = _free_port()
+    argv = [fill_placeholders(a, model_dir=ctx.model_dir, port=port) for a in settings.serve]
+    libc = _libc()
+    die_with_us = (lambda: libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)) if libc else None
+    try:
+        proc = subprocess.Popen(argv, cwd=ctx.work_dir, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, start_new_session=True, preexec_fn=die_with_us)
+    except OSError as e:
+        raise RunnerError(f"openai runner: the serve command {argv[0]!r} cannot be started: "
+                          f"{e.strerror or e}") from None
+    output = _OutputTail(proc)
+    try:
+        base = f"http://127.0.0.1:{port}/v1"
+        _wait_ready(proc, base, headers, settings.startup_timeout_s, stop_at, output)
+        yield base
+    finally:
+        stop_process_group(proc)
+        output.join()
+
+
+def _libc() -> Any:
+    # The serve command has its own process group, so a parent that kills this runner's group at the
+    # deadline would miss it: on Linux it is told to die with us (PR_SET_PDEATHSIG). libc is loaded
+    # here, before the fork, because the child may only call into it.
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        return ctypes.CDLL(None, use_errno=True)
+    except OSError:
+        return None
+
+
+def fill_placeholders(arg: str, *, model_dir: Path, port: int) -> str:
+    """One serve argument with ``{model_dir}``, ``{port}`` and ``{python}`` filled in; other braces stay.
+
+    Example:
+        >>> fill_placeholders("--port={port}", model_dir=Path("/m"), port=8000)
+        '--port=8000'
+        >>> fill_placeholders('{"temperature": 0}', model_dir=Path("/m"), port=8000)
+        '{"temperature": 0}'
+    """
+    values = {"model_dir": str(model_dir), "port": str(port), "python": sys.executable}
+    return PLACEHOLDER.sub(lambda m: values[m.group(1)], arg)
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _wait_ready(proc: subprocess.Popen, base: str, headers: dict[str, str], timeout_s: float,
+                stop_at: float, output: "_OutputTail") -> None:
+    until = time.monotonic() + timeout_s
+    with httpx.Client(headers=headers, trust_env=False) as client:
+        while True:
+            status = exit_status(proc)
+            if status is not None:
+                output.join(timeout_s=1.0)  # let the readers catch its last words
+                raise RunnerError(f"openai runner: the serve command exited with status {status} before "
+                                  f"answering GET /v1/models; its last output:\n{output.tail()}")
+            try:
+                if client.get(f"{base}/models", timeout=2.0).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                pass
+            if time.monotonic() >= until:
+                raise RunnerError(f"openai runner: the serve command did not answer GET /v1/models with 200 "
+                                  f"within {timeout_s:g} s; its last output:\n{output.tail()}")
+            if time.monotonic() >= stop_at:
+                raise RunnerError("openai runner: the run's deadline came while the serve command was "
+                                  f"starting; its last output:\n{output.tail()}")
+            time.sleep(0.2)
+
+
+def exit_status(proc: subprocess.Popen) -> int | None:
+    """The process's exit status once it has exited, else None; it is not reaped, so its pid still
+    names its process group for :func:`stop_process_group`."""
+    if proc.returncode is not None:
+        return proc.returncode
+    try:
+        info = os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+    except ChildProcessError:
+        return proc.wait()
+    if info is None:
+        return None
+    return info.si_status if info.si_code == os.CLD_EXITED else -info.si_status
+
+
+def stop_process_group(proc: subprocess.Popen) -> None:
+    """SIGTERM to the process's group, SIGKILL after :data:`STOP_GRACE_S`, and SIGKILL to whatever of
+    the group outlives its leader; then reap the leader."""
+    if exit_status(proc) is None:
+        _signal_group(proc, signal.SIGTERM)
+        give_up = time.monotonic() + STOP_GRACE_S
+        while exit_status(proc) is None and time.monotonic() < give_up:
+            time.sleep(0.05)
+    # The leader is not reaped yet, so its pid cannot have been reused: the group is still ours.
+    _signal_group(proc, signal.SIGKILL)
+    proc.wait()
+
+
+def _signal_group(proc: subprocess.Popen, sig: int) -> None:
+    if proc.returncode is not None:
+        return
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, sig)
+
+
+class _OutputTail:
+    """Forwards the serve command's stdout and stderr to our stderr, line by line, keeping the last lines."""
+
+    def __init__(self, proc: subprocess.Popen) -> None:
+        self._lines: collections.deque[str] = collections.deque(maxlen=OUTPUT_TAIL_LINES)
+        self._lock = threading.Lock()
+        self._threads = [threading.Thread(target=self._pump, args=(stream,), daemon=True)
+                         for stream in (proc.stdout, proc.stderr)]
+        for t in self._threads:
+            t.start()
+
+    def _pump(self, stream) -> None:
+        with stream:
+            for raw in stream:
+                line = raw.decode("utf-8", "replace").rstrip("\n")[:500]
+                with self._lock:
+                    self._lines.append(line)
+                with contextlib.suppress(OSError, ValueError):
+                    sys.stderr.write(f"[serve] {line}\n")
+                    sys.stderr.flush()
+
+    def tail(self) -> str:
+        with self._lock:
+            return "\n".join(self._lines) or "(no output)"
+
+    def join(self, timeout_s: float = 5.0) -> None:
+        for t in self._threads:
+            t.join(timeout=timeout_s)
+
+
+def _first_model(client: httpx.Client, base: str, timeout_s: float) -> str:
+    if timeout_s <= 0:
+        raise RunnerError("openai runner: the run's deadline came before the model could be named")
+    try:
+        response = client.get(f"{base}/models", timeout=timeout_s)
+        response.raise_for_status()
+        model = response.json()["data"][0]["id"]
+    except (httpx.HTTPError, ValueError, KeyError, IndexError, TypeError) as e:
+        raise RunnerError(f"openai runner: GET {base}/models names no model ({type(e).__name__}: "
+                          f"{str(e)[:200]}); set the model setting") from None
+    if not isinstance(model, str) or not model:
+        raise RunnerError(f"openai runner: GET {base}/models names no model; set the model setting")
+    return model
+
+
+# --- requests -------------------------------------------------------------------------------
+
+
+def _complete_all(client: httpx.Client, base: str, model: str, cases: list[Case], settings: Settings,
+                  stop_at: float) -> list[Reply]:
+    def one(case: Case) -> Reply | None:
+        try:
+            return complete(client, base, request_body(model, case, settings.max_tokens),
+                            settings.request_timeout_s, stop_at)
+        except DeadlineReachedError:
+            return None
+
+    with concurrent.futures.ThreadPoolExecutor(max_workers=settings.concurrency) as pool:
+        replies = list(pool.map(one, cases))
+    missing = sum(r is None for r in replies)
+    if missing:
+        raise RunnerError(f"openai runner: the run's deadline came before {missing} of {len(cases)} cases "
+                          "were answered")
+    return replies
+
+
+def request_body(model: str, case: Case, default_max_tokens: int) -> dict[str, Any]:
+    """The JSON body for one case, as the official client writes it for the same call."""
+    body: dict[str, Any] = {
+        "messages": list(case.messages), "model": model,
+        "max_tokens": case.max_tokens or default_max_tokens,
+        "stream": True, "stream_options": {"include_usage": True}, "temperature": 0,
+    }
+    if case.tools:
+        body["tools"] = list(case.tools)
+        body["tool_choice"] = "auto"
+    return body
+
+
+def complete(client: httpx.Client, base: str, body: dict[str, Any], timeout_s: float,
+             stop_at: float) -> Reply:
+    """Send one streaming chat completion and read its reply; a failure is the reply's ``error``.
+
+    Raises:
+        DeadlineReachedError: ``stop_at`` came before the request was sent or finished.
+    """
+    sent_at = time.monotonic()
+    cut_at = min(sent_at + timeout_s, stop_at)
+    if cut_at <= sent_at:
+        raise DeadlineReachedError
+    try:
+        with client.stream("POST", f"{base}/chat/completions", json=body,
+                           headers={"Accept": "text/event-stream"},
+                           timeout=httpx.Timeout(cut_at - sent_at)) as response:
+            if response.status_code != 200:
+                return Reply(error=f"HTTP {response.status_code}: {_error_text(response)}")
+            content_type = response.headers.get("content-type", "")
+            if "text/event-stream" not in content_type:
+                return Reply(error=f"the answer is {content_type or 'untyped'}, not an event stream "
+                                   "(the server ignored stream: true)")
+            return _read_stream(response, sent_at, cut_at, stop_at)
+    except httpx.TimeoutException:
+        if time.monotonic() >= stop_at:
+            raise DeadlineReachedError from None
+        return Reply(error=f"timed out after {timeout_s:g} s")
+    except httpx.HTTPError as e:
+        return Reply(error=f"{type(e).__name__}: {str(e)[:200] or 'connection failed'}")
+    except StreamError as e:
+        return Reply(error=str(e))
+
+
+def _read_stream(response: httpx.Response, sent_at: float, cut_at: float, stop_at: float) -> Reply:
+    state = _StreamState()
+    done = False
+    for data in sse_data(response.iter_bytes(), MAX_RESPONSE_BYTES):
+        if time.monotonic() > cut_at:
+            if cut_at >= stop_at:
+                raise DeadlineReachedError
+            raise httpx.ReadTimeout("the response took longer than the request timeout")
+        if data.strip() == "[DONE]":
+            done = True
+            break
+        try:
+            chunk = json.loads(data)
+        except json.JSONDecodeError:
+            raise StreamError(f"a stream event is not JSON: {data[:80]!r}") from None
+        state.add(chunk, time.monotonic())
+    if not done and state.finish_reason is None:
+        raise StreamError("the stream broke off: no finish_reason and no [DONE]")
+    return state.reply(sent_at)
+
+
+def sse_data(chunks: Iterator[bytes], limit: int) -> Iterator[str]:
+    """The ``data`` of each server-sent event in a byte stream (``event``, ``id`` and comments ignored).
+
+    Raises:
+        StreamError: more than ``limit`` bytes, or data that is not UTF-8.
+
+    Example:
+        >>> list(sse_data(iter([b'data: {"a":', b' 1}\\n\\n: ping\\n\\ndata: [DONE]\\n\\n']), 1000))
+        ['{"a": 1}', '[DONE]']
+    """
+    buffer = bytearray()
+    lines: list[str] = []
+    total = 0
+    for chunk in chunks:
+        total += len(chunk)
+        if total > limit:
+            raise StreamError(f"the response is larger than {limit} bytes")
+        buffer += chunk
+        while (end := buffer.find(b"\n")) >= 0:
+            line = bytes(buffer[:end]).rstrip(b"\r")
+            del buffer[:end + 1]
+            if not line:
+                if lines:
+                    yield "\n".join(lines)
+                    lines = []
+                continue
+            field, _, value = line.partition(b":")
+            if field == b"data":
+                try:
+                    lines.append(value.removeprefix(b" ").decode("utf-8"))
+                except UnicodeDecodeError:
+                    raise StreamError("the stream is not UTF-8") from None
+    if lines:
+        yield "\n".join(lines)
+
+
+class _StreamState:
+    """A streamed chat completion put together chunk by chunk (choice 0 only)."""
+
+    def __init__(self) -> None:
+        self.text: list[str] = []
+        self.calls: dict[int, dict[str, str]] = {}
+        self.first_at: float | None = None
+        self.last_at: float | None = None
+        self.usage: dict[str, Any] | None = None
+        self.finish_reason: str | None = None
+
+    def add(self, chunk: Any, now: float) -> None:
+        if not isinstance(chunk, dict):
+            raise StreamError("a stream chunk is not a JSON object")
+        if chunk.get("error"):
+            error = chunk["error"]
+            message = error.get("message") if isinstance(error, dict) else error
+            raise StreamError(f"the server reported an error mid-stream: {str(message)[:200]}")
+        if isinstance(chunk.get("usage"), dict):
+            self.usage = chunk["usage"]
+        choices = chunk.get("choices") or []
+        if not isinstance(choices, list):
+            raise StreamError("a stream chunk's choices is not a list")
+        for choice in choices:
+            if isinstance(choice, dict) and choice.get("index", 0) == 0:
+                self._add_choice(choice, now)
+
+    def _add_choice(self, choice: dict[str, Any], now: float) -> None:
+        delta = choice.get("delta") or {}
+        if not isinstance(delta, dict):
+            raise StreamError("a choice's delta is not an object")
+        got = False
+        for key in ("content", "refusal"):
+            if isinstance(delta.get(key), str) and delta[key]:
+                self.text.append(delta[key])
+                got = True
+        for fragment in delta.get("tool_calls") or []:
+            index = fragment.get("index") if isinstance(fragment, dict) else None
+            if type(index) is not int:
+                raise StreamError("a tool_calls delta has no integer index")
+            function = fragment.get("function") or {}
+            call = self.calls.setdefault(index, {"name": "", "arguments": ""})
+            for key in ("name", "arguments"):
+                if isinstance(function.get(key), str):
+                    call[key] += function[key]
+            got = True
+        if got:
+            self.first_at = self.first_at if self.first_at is not None else now
+            self.last_at = now
+        if choice.get("finish_reason"):
+            self.finish_reason = str(choice["finish_reason"])
+
+    def reply(self, sent_at: float) -> Reply:
+        tool_calls = []
+        for index in sorted(self.calls):
+            call = self.calls[index]
+            if not call["name"]:
+                raise StreamError(f"tool call {index} names no function")
+            try:
+                # An empty arguments string is a call without arguments (some servers send "" for {}).
+                arguments = json.loads(call["arguments"]) if call["arguments"].strip() else {}
+            except json.JSONDecodeError as e:
+                raise StreamError(f"tool call {index} ({call['name']}): arguments are not JSON ({e.msg}): "
+                                  f"{call['arguments'][:80]!r}") from None
+            tool_calls.append(ToolCall(call["name"], arguments))
+        tokens_in, tokens_out = _usage(self.usage)
+        ttft = None if self.first_at is None else (self.first_at - sent_at) * 1000
+        tpot = None
+        if self.first_at is not None and tokens_out is not None and tokens_out >= 2:
+            tpot = (self.last_at - self.first_at) * 1000 / (tokens_out - 1)
+        return Reply(text="".join(self.text), tool_calls=tuple(tool_calls), ttft_ms=ttft, tpot_ms=tpot,
+                     input_tokens=tokens_in, output_tokens=tokens_out)
+
+
+def _usage(usage: dict[str, Any] | None) -> tuple[int | None, int | None]:
+    if usage is None:
+        return None, None
+    counts = [usage.get("prompt_tokens"), usage.get("completion_tokens")]
+    return tuple(c if type(c) is int and c >= 0 else None for c in counts)  # type: ignore[return-value]
+
+
+def _error_text(response: httpx.Response) -> str:
+    body = bytearray()
+    for chunk in response.iter_bytes():
+        body += chunk
+        if len(body) >= MAX_ERROR_BODY:
+            break
+    text = bytes(body[:MAX_ERROR_BODY]).decode("utf-8", "replace").strip()
+    try:
+        message = json.loads(text)["error"]["message"]
+        return str(message)[:300]
+    except (ValueError, KeyError, TypeError):
+        return text[:300] or response.reason_phrase
