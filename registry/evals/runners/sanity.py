@@ -113,10 +113,11 @@ class Report:
     skipped: set[str] = field(default_factory=set)
     weight_map: dict[str, str] | None = None
 
-    def fail(self, check: str, what: str) -> None:
+    def fail(self, check: str, subject: str, what: str) -> None:
+        """A failure of ``check`` about ``subject`` (a tensor, file or layer): one case, id ``check:subject``."""
         found = self.failures.setdefault(check, [])
         if len(found) < MAX_TENSOR_CASES:
-            self.cases.append(_case(f"{check}:{what}"[:200], False, what))
+            self.cases.append(_case(f"{check}:{subject}"[:200], False, what))
         found.append(what)
 
     def note(self, check: str, text: str) -> None:
@@ -179,6 +180,7 @@ def run(ctx: RunContext) -> RunnerResult:
     m["sanity.tensors"] = len(tensors)
     m["sanity.parameters"] = sum(t.elements for t in tensors)
     m["sanity.tensor_bytes"] = total
+    m.setdefault("sanity.unknown_dtypes", 0)
     for check, metric in (("headers", "sanity.unreadable_files"), ("index", "sanity.index_mismatches"),
                           ("nan", "sanity.nan_tensors"), ("inf", "sanity.inf_tensors"),
                           ("zero_tensors", "sanity.zero_tensors"), ("duplicates", "sanity.duplicate_tensors"),
@@ -219,11 +221,11 @@ def _load_config(root: Path, report: Report) -> dict[str, Any] | None:
     try:
         config = _load_json(path)
     except ValueError as e:
-        report.fail("shapes", str(e))
+        report.fail("shapes", CONFIG, str(e))
         report.skip("layers", "config.json is unreadable: layers not checked")
         return None
     if not isinstance(config, dict):
-        report.fail("shapes", "config.json is not a JSON object")
+        report.fail("shapes", CONFIG, "config.json is not a JSON object")
         report.skip("layers", "config.json is unreadable: layers not checked")
         return None
     text = config.get("text_config")
@@ -249,12 +251,12 @@ def _weight_files(root: Path, report: Report) -> list[str]:
     try:
         doc = _load_json(index)
     except ValueError as e:
-        report.fail("index", str(e))
+        report.fail("index", INDEX, str(e))
         doc = None
     weight_map = doc.get("weight_map") if isinstance(doc, dict) else None
     if not isinstance(weight_map, dict) or not all(isinstance(v, str) for v in weight_map.values()):
         if doc is not None:
-            report.fail("index", f"{INDEX} has no weight_map of tensor -> shard file name")
+            report.fail("index", INDEX, f"{INDEX} has no weight_map of tensor -> shard file name")
         if not present:
             raise RunnerError("no safetensors weights")
         return present
@@ -262,7 +264,7 @@ def _weight_files(root: Path, report: Report) -> list[str]:
     held = set(present)
     for shard in shards:
         if shard not in held:
-            report.fail("index", f"shard {shard[:200]!r} named in {INDEX} does not exist")
+            report.fail("index", shard, f"shard {shard[:200]!r} named in {INDEX} does not exist")
     files = [s for s in shards if s in held]
     if not files:
         raise RunnerError(f"no safetensors weights: none of the shards {INDEX} names exists")
@@ -282,7 +284,9 @@ def _read_headers(root: Path, files: list[str], report: Report) -> list[Tensor]:
             header, findings = read_header(f, size)
             if header is None:
                 flaw = next((x for x in findings if x.severity is Severity.UNSAFE), None)
-                report.fail("headers", f"{name}: {flaw.rule_id}: {flaw.message}" if flaw else f"{name}: unreadable")
+                report.fail("headers", name, f"{name}: {flaw.rule_id}: {flaw.message}" if flaw else f"{name}: unreadable")
+                unknown = sum(1 for x in findings if x.rule_id == "safetensors.tensor.dtype-unknown")
+                report.metrics["sanity.unknown_dtypes"] = report.metrics.get("sanity.unknown_dtypes", 0) + unknown
                 continue
             # read_header validated the whole header (types, offsets, coverage); only the offsets are kept here.
             f.seek(8)
@@ -302,10 +306,10 @@ def _check_index(root: Path, tensors: list[Tensor], report: Report) -> None:
     files_read = {t.file for t in tensors}
     for name, shard in weight_map.items():
         if shard in files_read and (shard, name) not in where:
-            report.fail("index", f"tensor {name[:200]!r} mapped to {shard[:200]!r} is not in it")
+            report.fail("index", name, f"tensor {name[:200]!r} mapped to {shard[:200]!r} is not in it")
     for t in tensors:
         if weight_map.get(t.name) != t.file:
-            report.fail("index", f"tensor {t.name[:200]!r} in {t.file[:200]!r} is not mapped there by {INDEX}")
+            report.fail("index", t.name, f"tensor {t.name[:200]!r} in {t.file[:200]!r} is not mapped there by {INDEX}")
 
 
 # --- tensor data ------------------------------------------------------------------------------------
@@ -378,11 +382,11 @@ def _any_nonzero(values: np.ndarray, dtype: str) -> bool:
 def _check_values(tensors: list[Tensor], report: Report) -> None:
     for t in tensors:
         if t.nan:
-            report.fail("nan", f"{t.name} ({t.dtype}): {t.nan} NaN")
+            report.fail("nan", t.name, f"{t.name} ({t.dtype}): {t.nan} NaN")
         if t.inf:
-            report.fail("inf", f"{t.name} ({t.dtype}): {t.inf} Inf")
+            report.fail("inf", t.name, f"{t.name} ({t.dtype}): {t.inf} Inf")
         if t.all_zero:
-            report.fail("zero_tensors", f"{t.name} ({t.dtype} {list(t.shape)})")
+            report.fail("zero_tensors", t.name, f"{t.name} ({t.dtype} {list(t.shape)})")
     odd = sorted({t.dtype for t in tensors} & _NO_NAN_ENCODING)
     if odd:
         report.note("nan", f"{', '.join(odd)} encode no NaN or Inf: nothing to count there")
@@ -408,7 +412,7 @@ def _check_duplicates(tensors: list[Tensor], config: dict[str, Any] | None, repo
             tied += 1
             continue
         for name in names[1:]:
-            report.fail("duplicates", f"{name} holds the same bytes as {names[0]}")
+            report.fail("duplicates", name, f"{name} holds the same bytes as {names[0]}")
     report.metrics["sanity.tied_tensors"] = tied
     if tied:
         report.note("duplicates", "embeddings and lm_head hold the same bytes: config.json ties them")
@@ -461,7 +465,7 @@ def _check_shapes(tensors: list[Tensor], config: dict[str, Any] | None, report: 
             continue
         checked += 1
         if t.shape != expected[kind]:
-            report.fail("shapes", f"{t.name} is {list(t.shape)}, config.json implies {list(expected[kind])}")
+            report.fail("shapes", t.name, f"{t.name} is {list(t.shape)}, config.json implies {list(expected[kind])}")
     if not report.failures.get("shapes"):
         report.note("shapes", f"{checked} tensors agree with config.json ({', '.join(sorted(expected))})")
 
@@ -479,9 +483,9 @@ def _check_layers(tensors: list[Tensor], config: dict[str, Any] | None, report: 
     missing = sorted(set(range(layers)) - present)
     unexpected = sorted(i for i in present - set(range(layers + extra)))
     for i in missing[:MAX_TENSOR_CASES]:
-        report.fail("layers", f"layer {i} of num_hidden_layers {layers} has no tensor")
+        report.fail("layers", f"layer {i}", f"layer {i} of num_hidden_layers {layers} has no tensor")
     for i in unexpected[:MAX_TENSOR_CASES]:
-        report.fail("layers", f"layer {i} is beyond num_hidden_layers {layers}")
+        report.fail("layers", f"layer {i}", f"layer {i} is beyond num_hidden_layers {layers}")
     if not missing and not unexpected:
         report.note("layers", f"layers 0..{layers - 1} present, as config.json states")
 
@@ -495,6 +499,6 @@ def _check_parameters(tensors: list[Tensor], facts: dict[str, Any] | None, repor
         return
     counted = sum(t.elements for t in tensors)
     if counted != value:
-        report.fail("parameter_count", f"the tensors hold {counted} elements, the facts record {value}")
+        report.fail("parameter_count", "parameters", f"the tensors hold {counted} elements, the facts record {value}")
     else:
         report.note("parameter_count", f"{counted} elements, as the facts record")

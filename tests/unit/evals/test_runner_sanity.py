@@ -53,6 +53,12 @@ def _failed(result) -> set[str]:
     return {c["id"] for c in result.cases if c["passed"] is False}
 
 
+def _detail(result, case_id: str) -> str:
+    (case,) = [c for c in result.cases if c["id"] == case_id]
+    assert case["passed"] is False
+    return case["detail"]
+
+
 def _expected_parameters(model: Path) -> int:
     """The tiny Llama's parameters as transformers counts them on the model it loads."""
     import torch
@@ -90,7 +96,7 @@ def test_the_tiny_llama_passes_with_its_parameter_count(clean):
     assert m["sanity.failed_checks"] == 0
     for key in ("nan_values", "inf_values", "nan_tensors", "inf_tensors", "zero_tensors", "duplicate_tensors",
                 "shape_mismatches", "layer_mismatches", "parameter_count_mismatch", "index_mismatches",
-                "unreadable_files", "tied_tensors"):
+                "unreadable_files", "unknown_dtypes", "tied_tensors"):
         assert m[f"sanity.{key}"] == 0, key
     cases = {c["id"]: c for c in result.cases}
     assert set(cases) == set(sanity.CHECKS)
@@ -110,7 +116,9 @@ def test_nan_planted(model, clean):
     result = _run(model)
     assert _changed(clean[1].metrics, result.metrics) == {
         "sanity.nan_values": 2, "sanity.nan_tensors": 1, "sanity.failed_checks": 1}
-    assert _failed(result) == {"nan", "nan:model.layers.0.self_attn.q_proj.weight (F32): 2 NaN"}
+    assert _failed(result) == {"nan", "nan:model.layers.0.self_attn.q_proj.weight"}
+    assert _detail(result, "nan:model.layers.0.self_attn.q_proj.weight") == \
+        "model.layers.0.self_attn.q_proj.weight (F32): 2 NaN"
 
 
 def test_inf_planted(model, clean):
@@ -127,7 +135,7 @@ def test_zeroed_tensor(model, clean):
     _edit(model, model__layers__1__mlp__up_proj__weight=lambda a: np.zeros_like(a))
     result = _run(model)
     assert _changed(clean[1].metrics, result.metrics) == {"sanity.zero_tensors": 1, "sanity.failed_checks": 1}
-    assert "zero_tensors:model.layers.1.mlp.up_proj.weight (F32 [64, 32])" in _failed(result)
+    assert _detail(result, "zero_tensors:model.layers.1.mlp.up_proj.weight") == "model.layers.1.mlp.up_proj.weight (F32 [64, 32])"
 
 
 def test_negative_zeros_are_zeros_and_one_tiny_value_is_not(model, clean):
@@ -147,8 +155,8 @@ def test_duplicated_tensor(model, clean):
     _edit(model, model__layers__1__self_attn__o_proj__weight=lambda a: q_proj)
     result = _run(model)
     assert _changed(clean[1].metrics, result.metrics) == {"sanity.duplicate_tensors": 1, "sanity.failed_checks": 1}
-    assert ("duplicates:model.layers.1.self_attn.o_proj.weight holds the same bytes as "
-            "model.layers.0.self_attn.q_proj.weight") in _failed(result)
+    assert _detail(result, "duplicates:model.layers.1.self_attn.o_proj.weight") == \
+        "model.layers.1.self_attn.o_proj.weight holds the same bytes as model.layers.0.self_attn.q_proj.weight"
 
 
 @pytest.mark.parametrize("tied", [True, False])
@@ -174,8 +182,8 @@ def test_config_hidden_size_edited(model, clean):
     result = _run(model)
     # embeddings and lm_head, and per layer q, k, v, o, gate, up and down: every projection reads hidden_size.
     assert _changed(clean[1].metrics, result.metrics) == {"sanity.shape_mismatches": 16, "sanity.failed_checks": 1}
-    assert ("shapes:model.layers.0.self_attn.k_proj.weight is [16, 32], config.json implies [16, 48]"
-            in _failed(result))
+    assert _detail(result, "shapes:model.layers.0.self_attn.k_proj.weight") == \
+        "model.layers.0.self_attn.k_proj.weight is [16, 32], config.json implies [16, 48]"
 
 
 def test_config_kv_heads_edited(model, clean):
@@ -188,7 +196,7 @@ def test_config_layer_count_edited(model, clean):
     _edit_config(model, num_hidden_layers=3)
     result = _run(model)
     assert _changed(clean[1].metrics, result.metrics) == {"sanity.layer_mismatches": 1, "sanity.failed_checks": 1}
-    assert "layers:layer 2 of num_hidden_layers 3 has no tensor" in _failed(result)
+    assert _detail(result, "layers:layer 2") == "layer 2 of num_hidden_layers 3 has no tensor"
 
 
 def test_without_config_shapes_and_layers_are_skipped_not_passed(model, clean):
@@ -205,7 +213,7 @@ def test_facts_with_a_wrong_parameter_count(model, clean):
     result = _run(model, facts)
     assert _changed(clean[1].metrics, result.metrics) == {
         "sanity.parameter_count_mismatch": 1, "sanity.failed_checks": 1}
-    assert "parameter_count:the tensors hold 39072 elements, the facts record 39073" in _failed(result)
+    assert _detail(result, "parameter_count:parameters") == "the tensors hold 39072 elements, the facts record 39073"
 
 
 def test_without_facts_the_parameter_count_is_skipped(model, clean):
@@ -325,8 +333,8 @@ def test_index_naming_a_missing_shard(model, clean):
     result = _run(model)
     assert _changed(clean[1].metrics, result.metrics) == {
         "sanity.files": 2, "sanity.index_mismatches": 1, "sanity.failed_checks": 1}
-    assert "index:shard 'model-00003-of-00003.safetensors' named in model.safetensors.index.json does not exist" \
-        in _failed(result)
+    assert _detail(result, "index:model-00003-of-00003.safetensors") == \
+        "shard 'model-00003-of-00003.safetensors' named in model.safetensors.index.json does not exist"
     # The facts record no parameter count for an index naming a missing shard: nothing to compare.
     assert next(c for c in result.cases if c["id"] == "parameter_count")["passed"] is None
 
@@ -345,8 +353,8 @@ def test_a_file_with_an_unknown_dtype(model, clean):
     _write_raw(model / "extra.safetensors", {"x": ("F7", (2,), b"\0\0")})
     result = _run(model)
     assert _changed(clean[1].metrics, result.metrics) == {
-        "sanity.files": 2, "sanity.unreadable_files": 1, "sanity.failed_checks": 1}
-    assert any("safetensors.tensor.dtype-unknown" in c for c in _failed(result))
+        "sanity.files": 2, "sanity.unreadable_files": 1, "sanity.unknown_dtypes": 1, "sanity.failed_checks": 1}
+    assert "safetensors.tensor.dtype-unknown" in _detail(result, "headers:extra.safetensors")
 
 
 def test_no_safetensors_at_all(tmp_path):
