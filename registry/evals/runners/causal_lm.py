@@ -217,10 +217,12 @@ def _chat_template(tokenizer: Any, checks: Checks, metrics: dict[str, float]) ->
         metrics["lm.chat_template_ok"] = 0
         checks.add("chat_template", "chat_template", False, f"does not render: {type(e).__name__}: {e}")
         return None
-    missing = [m["content"] for m in SAMPLE_CONVERSATION if m["content"] not in rendered]
-    if not isinstance(rendered, str) or missing:
+    # Assistant turns may be reworded (reasoning templates strip their thinking); the user's may not.
+    missing = [m["content"] for m in SAMPLE_CONVERSATION
+               if m["role"] == "user" and (not isinstance(rendered, str) or m["content"] not in rendered)]
+    if missing:
         metrics["lm.chat_template_ok"] = 0
-        checks.add("chat_template", "chat_template", False, f"the rendering lacks the messages {missing}")
+        checks.add("chat_template", "chat_template", False, f"the rendering lacks the user's messages {missing}")
         return None
     metrics["lm.chat_template_ok"] = 1
     checks.add("chat_template", "chat_template", True, f"renders {len(rendered)} characters")

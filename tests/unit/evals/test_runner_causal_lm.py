@@ -187,3 +187,22 @@ def test_torch_load_is_refused_while_the_runner_works():
 def test_bad_settings(tiny, settings, message):
     with pytest.raises(RunnerError, match=message):
         _run(tiny, settings)
+
+
+def test_remote_code_is_not_imported_unless_policy_allowed_it(model, tmp_path):
+    marker = tmp_path / "imported"
+    (model / "modeling_custom.py").write_text(
+        f"open({str(marker)!r}, 'w').close()\n"
+        "from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast\n"
+        "class CustomConfig(LlamaConfig): pass\n"
+        "class CustomModel(LlamaForCausalLM): config_class = CustomConfig\n"
+        "class CustomTokenizer(PreTrainedTokenizerFast): pass\n")
+    for name, auto_map in (("config.json", {"AutoConfig": "modeling_custom.CustomConfig",
+                                            "AutoModelForCausalLM": "modeling_custom.CustomModel"}),
+                           ("tokenizer_config.json", {"AutoTokenizer": [None, "modeling_custom.CustomTokenizer"]})):
+        doc = json.loads((model / name).read_text())
+        doc["auto_map"] = auto_map
+        (model / name).write_text(json.dumps(doc))
+    result = _run(model, QUICK, trust_remote_code=False)
+    assert result.metrics["lm.failed_checks"] == 0
+    assert not marker.exists()
