@@ -65,7 +65,7 @@ def run(ctx: RunContext) -> RunnerResult:
     """
     settings = _settings(ctx.settings)
     if not _has_safetensors(ctx.model_dir):
-        raise RunnerError("no safetensors weights: causal-lm loads safetensors only and never unpickles weights")
+        raise RunnerError("no safetensors weights: causal-lm loads safetensors only, never pickled weights")
     with _offline(), _no_torch_load():
         try:
             import torch
@@ -84,7 +84,8 @@ def run(ctx: RunContext) -> RunnerResult:
         breakdown: dict[str, dict[str, float]] = {}
         for lang, text in settings["texts"].items():
             _deadline(ctx)
-            breakdown[lang] = _language(tokenizer, model, torch, lang, text, settings["max_text_tokens"], checks)
+            breakdown[lang] = _language(tokenizer, model, torch, lang, text, settings["max_text_tokens"],
+                                        checks)
             if "lm.perplexity" in breakdown[lang]:
                 metrics[f"lm.perplexity.{lang.replace('-', '_')}"] = breakdown[lang]["lm.perplexity"]
         _deadline(ctx)
@@ -116,8 +117,8 @@ def _settings(settings: dict[str, Any]) -> dict[str, Any]:
     if (not isinstance(texts, dict) or not 1 <= len(texts) <= MAX_TEXTS
             or not all(isinstance(k, str) and _LANGUAGE.fullmatch(k) for k in texts)
             or not all(isinstance(v, str) and 0 < len(v) <= MAX_TEXT_CHARS for v in texts.values())):
-        raise RunnerError(f"causal-lm setting texts is {{language: text}}: 1 to {MAX_TEXTS} lowercase language "
-                          f"tags, each text 1 to {MAX_TEXT_CHARS} characters")
+        raise RunnerError(f"causal-lm setting texts is {{language: text}}: 1 to {MAX_TEXTS} lowercase "
+                          f"language tags, each text 1 to {MAX_TEXT_CHARS} characters")
     return {"threads": _int_setting(settings, "threads", 2, 1, 64),
             "max_new_tokens": _int_setting(settings, "max_new_tokens", 16, 1, 512),
             "max_text_tokens": _int_setting(settings, "max_text_tokens", 512, 2, 8192),
@@ -161,7 +162,7 @@ def _no_torch_load() -> Iterator[None]:
     original = torch.load
 
     def refuse(*args: Any, **kwargs: Any) -> Any:
-        raise TorchLoadRefusedError("refused torch.load (unpickling) while loading the model: safetensors only")
+        raise TorchLoadRefusedError("refused torch.load (it unpickles) while loading the model")
 
     torch.load = refuse
     try:
@@ -222,7 +223,8 @@ def _chat_template(tokenizer: Any, checks: Checks, metrics: dict[str, float]) ->
                if m["role"] == "user" and (not isinstance(rendered, str) or m["content"] not in rendered)]
     if missing:
         metrics["lm.chat_template_ok"] = 0
-        checks.add("chat_template", "chat_template", False, f"the rendering lacks the user's messages {missing}")
+        checks.add("chat_template", "chat_template", False,
+                   f"the rendering lacks the user's messages {missing}")
         return None
     metrics["lm.chat_template_ok"] = 1
     checks.add("chat_template", "chat_template", True, f"renders {len(rendered)} characters")
@@ -236,7 +238,8 @@ def _language(tokenizer: Any, model: Any, torch: Any, lang: str, text: str, max_
     decoded = tokenizer.decode(ids, skip_special_tokens=True)
     # A leading space some tokenizers add or drop (sentencepiece's "▁") is no round-trip failure.
     ok = decoded.strip() == text.strip()
-    detail = f"{len(ids)} tokens" if ok else f"decodes to {decoded[:200]!r} ({_first_difference(text, decoded)})"
+    detail = (f"{len(ids)} tokens" if ok
+              else f"decodes to {decoded[:200]!r} ({_first_difference(text, decoded)})")
     checks.add(f"roundtrip:{lang}", "tokenizer", ok, detail, lang, len(text))
     out["lm.roundtrip_failures"] = 0 if ok else 1
     out["lm.tokens"] = len(ids)

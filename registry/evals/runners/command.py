@@ -79,7 +79,8 @@ def _settings(settings: dict[str, Any]) -> tuple[list[str], float | None, str | 
     known = {"command", "timeout_s", "metrics_key", "prefix"}
     unknown = sorted(set(settings) - known)
     if unknown:
-        raise RunnerError(f"the command runner has no setting {unknown[0]!r} (it knows {', '.join(sorted(known))})")
+        raise RunnerError(f"the command runner has no setting {unknown[0]!r} "
+                          f"(it knows {', '.join(sorted(known))})")
     argv = settings.get("command")
     if (not isinstance(argv, list) or not 1 <= len(argv) <= MAX_ARGS
             or not all(isinstance(a, str) and len(a) <= MAX_ARG_CHARS for a in argv) or not argv[0]):

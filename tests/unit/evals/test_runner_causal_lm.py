@@ -130,7 +130,7 @@ def test_nan_weights_give_no_perplexity_and_a_failed_check(model):
 
 
 class _CreatesMarker:
-    """Unpickling this creates the marker file (``open(path, "w")``), as a malicious checkpoint would run code."""
+    """Unpickling this creates the marker file (``open(path, "w")``): a checkpoint that runs code."""
 
     def __init__(self, marker: Path) -> None:
         self.marker = marker
@@ -197,9 +197,10 @@ def test_remote_code_is_not_imported_unless_policy_allowed_it(model, tmp_path):
         "class CustomConfig(LlamaConfig): pass\n"
         "class CustomModel(LlamaForCausalLM): config_class = CustomConfig\n"
         "class CustomTokenizer(PreTrainedTokenizerFast): pass\n")
-    for name, auto_map in (("config.json", {"AutoConfig": "modeling_custom.CustomConfig",
-                                            "AutoModelForCausalLM": "modeling_custom.CustomModel"}),
-                           ("tokenizer_config.json", {"AutoTokenizer": [None, "modeling_custom.CustomTokenizer"]})):
+    auto_maps = {"config.json": {"AutoConfig": "modeling_custom.CustomConfig",
+                                 "AutoModelForCausalLM": "modeling_custom.CustomModel"},
+                 "tokenizer_config.json": {"AutoTokenizer": [None, "modeling_custom.CustomTokenizer"]}}
+    for name, auto_map in auto_maps.items():
         doc = json.loads((model / name).read_text())
         doc["auto_map"] = auto_map
         (model / name).write_text(json.dumps(doc))

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
-import sys
 import textwrap
 import time
 from pathlib import Path
@@ -30,7 +28,8 @@ LM_EVAL_OUTPUT = {
 
 def _script(tmp_path: Path, body: str) -> Path:
     path = tmp_path / "evaluate.py"
-    path.write_text("import json, os, sys\nout, model_dir = sys.argv[1], sys.argv[2]\n" + textwrap.dedent(body))
+    prelude = "import json, os, sys\nout, model_dir = sys.argv[1], sys.argv[2]\n"
+    path.write_text(prelude + textwrap.dedent(body))
     return path
 
 
@@ -46,7 +45,8 @@ def _ctx(tmp_path: Path, settings: dict, deadline_s: float = 60) -> RunContext:
 
 def _run(tmp_path: Path, body: str, **settings):
     script = _script(tmp_path, body)
-    return command.run(_ctx(tmp_path, {"command": ["{python}", str(script), "{output}", "{model_dir}"], **settings}))
+    argv = ["{python}", str(script), "{output}", "{model_dir}"]
+    return command.run(_ctx(tmp_path, {"command": argv, **settings}))
 
 
 def _writes(doc) -> str:
@@ -67,7 +67,8 @@ def test_flat_object_nested_and_names_lowercased(tmp_path):
 def test_lm_evaluation_harness_results(tmp_path):
     result = _run(tmp_path, _writes(LM_EVAL_OUTPUT), prefix="lm_eval")
     assert result.metrics == {
-        "lm_eval.hellaswag.acc": 0.25, "lm_eval.hellaswag.acc_stderr": 0.04, "lm_eval.hellaswag.acc_norm": 0.3,
+        "lm_eval.hellaswag.acc": 0.25, "lm_eval.hellaswag.acc_stderr": 0.04,
+        "lm_eval.hellaswag.acc_norm": 0.3,
         "lm_eval.gsm8k.exact_match_strict_match": 0.1, "lm_eval.gsm8k.exact_match_flexible_extract": 0.2,
         "lm_eval.mmlu_abstract_algebra.acc": 0.5, "lm_eval.mmlu.acc": 0.45,
     }
@@ -78,7 +79,8 @@ def test_lm_evaluation_harness_output_directory(tmp_path):
     body = f"""
     d = os.path.join(out, "__model__")
     os.makedirs(d)
-    json.dump({{"results": {{"old": {{"acc,none": 0.1}}}}}}, open(os.path.join(d, "results_2024-01-01T00-00-00.json"), "w"))
+    old = {{"results": {{"old": {{"acc,none": 0.1}}}}}}
+    json.dump(old, open(os.path.join(d, "results_2024-01-01T00-00-00.json"), "w"))
     json.dump({json.dumps(LM_EVAL_OUTPUT)}, open(os.path.join(d, "results_2024-06-01T00-00-00.json"), "w"))
     """
     result = _run(tmp_path, body)
@@ -99,8 +101,8 @@ def test_placeholders_are_substituted_and_the_command_runs_in_the_work_dir(tmp_p
                "python": int(sys.argv[5] == sys.executable)}, open(out, "w"))
     """
     script = _script(tmp_path, body)
-    ctx = _ctx(tmp_path, {"command": ["{python}", str(script), "{output}", "{model_dir}", "{work_dir}", '{"a": 1}',
-                                      "{python}"]})
+    argv = ["{python}", str(script), "{output}", "{model_dir}", "{work_dir}", '{"a": 1}', "{python}"]
+    ctx = _ctx(tmp_path, {"command": argv})
     assert command.run(ctx).metrics == {"argc": 6.0, "literal_braces": 1.0, "python": 1.0}
     assert (ctx.work_dir / command.OUTPUT_NAME).is_file()
 
