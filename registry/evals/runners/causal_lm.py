@@ -82,10 +82,10 @@ def run(ctx: RunContext) -> RunnerResult:
                                      "lm.parameters": sum(p.numel() for p in model.parameters())}
         prompt = _chat_template(tokenizer, checks, metrics)
         breakdown: dict[str, dict[str, float]] = {}
+        max_tokens = _max_tokens(model, settings["max_text_tokens"])
         for lang, text in settings["texts"].items():
             _deadline(ctx)
-            breakdown[lang] = _language(tokenizer, model, torch, lang, text, settings["max_text_tokens"],
-                                        checks)
+            breakdown[lang] = _language(tokenizer, model, torch, lang, text, max_tokens, checks)
             if "lm.perplexity" in breakdown[lang]:
                 metrics[f"lm.perplexity.{lang.replace('-', '_')}"] = breakdown[lang]["lm.perplexity"]
         _deadline(ctx)
@@ -185,6 +185,14 @@ def _load(ctx: RunContext, transformers: Any, torch: Any) -> tuple[Any, Any]:
     return tokenizer, model
 
 
+def _max_tokens(model: Any, setting: int) -> int:
+    """Texts are cut to the setting, and to the positions the model knows."""
+    positions = getattr(model.config, "max_position_embeddings", None)
+    if isinstance(positions, int) and not isinstance(positions, bool) and positions > 1:
+        return min(setting, positions)
+    return setting
+
+
 def _deadline(ctx: RunContext) -> None:
     if time.monotonic() > ctx.deadline:
         raise RunnerError("causal-lm ran past its deadline")
@@ -249,8 +257,13 @@ def _language(tokenizer: Any, model: Any, torch: Any, lang: str, text: str, max_
     if input_ids.shape[1] < 2:
         checks.add(f"perplexity:{lang}", "perplexity", False, "the text is under 2 tokens", lang, len(text))
         return out
-    with torch.no_grad():
-        loss = model(input_ids=input_ids, labels=input_ids).loss.item()
+    try:
+        with torch.no_grad():
+            loss = model(input_ids=input_ids, labels=input_ids).loss.item()
+    except Exception as e:  # a forward pass that fails on the model's own tokens is the finding
+        checks.add(f"perplexity:{lang}", "perplexity", False,
+                   f"the forward pass raised {type(e).__name__}: {e}", lang, len(text))
+        return out
     perplexity = math.exp(loss) if math.isfinite(loss) and loss < 700 else math.inf
     if not math.isfinite(perplexity):
         checks.add(f"perplexity:{lang}", "perplexity", False, f"loss {loss}: perplexity is not finite", lang,

@@ -207,3 +207,13 @@ def test_remote_code_is_not_imported_unless_policy_allowed_it(model, tmp_path):
     result = _run(model, QUICK, trust_remote_code=False)
     assert result.metrics["lm.failed_checks"] == 0
     assert not marker.exists()
+
+
+def test_texts_are_cut_to_the_positions_the_model_knows(model):
+    config = json.loads((model / "config.json").read_text())
+    config["max_position_embeddings"] = 16
+    (model / "config.json").write_text(json.dumps(config))
+    result = _run(model, {"texts": {"en": causal_lm.DEFAULT_TEXTS["en"]}, "max_new_tokens": 1,
+                          "max_text_tokens": 100})  # the text is 97 tokens
+    assert _cases(result)["perplexity:en"]["detail"].endswith("over 16 tokens")
+    assert math.isfinite(result.metrics["lm.perplexity.en"])
