@@ -14,6 +14,7 @@ pickle. The checks, each one case (``category`` ``"sanity"``) and counted in the
 ``duplicates``         no two tensors with the same bytes (sha256), except embeddings and lm_head
                        when ``config.json`` declares ``tie_word_embeddings``
 ``shapes``             embeddings, lm_head, attention and MLP projections agree with ``config.json``
+                       (an unreadable ``config.json`` fails here)
 ``layers``             the layer indices present are exactly ``0 .. num_hidden_layers - 1``
 ``parameter_count``    the elements counted equal the recorded facts' ``weights.parameters``
 =====================  ===========================================================================
@@ -22,8 +23,9 @@ Only what ``config.json`` states is checked; what it does not say is skipped, an
 case's detail. ``sanity.failed_checks`` counts the checks that failed: a policy gates on it with max 0.
 
 Example:
-    >>> _nan_inf_bits("BF16")  # (exponent mask, mantissa mask) of a NaN/Inf test
-    (32640, 127)
+    >>> bf16 = np.array([0x7FC0, 0xFF80, 0x3F80, 0x8000], dtype="<u2")  # NaN, -Inf, 1.0, -0.0
+    >>> _nan_inf(bf16, "BF16"), _any_nonzero(bf16[3:], "BF16")
+    ((1, 1), False)
 """
 
 from __future__ import annotations
@@ -42,7 +44,7 @@ import numpy as np
 from registry.evals.runners import MAX_CASE_DETAIL, RunContext, RunnerError, RunnerResult
 from registry.scanning._formatio import DuplicateKeyError, strict_json_loads
 from registry.scanning.model import Severity
-from registry.scanning.safetensors import DTYPE_BITS, MAX_HEADER_SIZE, read_header
+from registry.scanning.safetensors import DTYPE_BITS, read_header
 
 CHUNK_BYTES = 8 << 20
 """Tensor bytes mapped and tested at a time: memory stays a small multiple of this."""
@@ -54,13 +56,15 @@ MAX_TENSOR_CASES = 50
 INDEX = "model.safetensors.index.json"
 CONFIG = "config.json"
 
-CHECKS = ("headers", "index", "nan", "inf", "zero_tensors", "duplicates", "shapes", "layers", "parameter_count")
+CHECKS = ("headers", "index", "nan", "inf", "zero_tensors", "duplicates", "shapes", "layers",
+          "parameter_count")
 
 # Plain numpy dtypes (little-endian, as safetensors stores them); the others are tested bitwise.
 _NUMPY = {"F32": "<f4", "F64": "<f8", "C64": "<c8", "BOOL": "u1", "U8": "u1", "I8": "i1", "I16": "<i2",
           "U16": "<u2", "I32": "<i4", "U32": "<u4", "I64": "<i8", "U64": "<u8"}
 # (exponent mask, mantissa mask): all exponent bits set is Inf (mantissa 0) or NaN (IEEE-like layouts).
-_IEEE_BITS = {"F16": ("<u2", 0x7C00, 0x03FF), "BF16": ("<u2", 0x7F80, 0x007F), "F8_E5M2": ("u1", 0x7C, 0x03)}
+_IEEE_BITS = {"F16": ("<u2", 0x7C00, 0x03FF), "BF16": ("<u2", 0x7F80, 0x007F),
+              "F8_E5M2": ("u1", 0x7C, 0x03)}
 # Formats with one NaN encoding (or none) and no Inf: value & mask == nan (OCP FP8, FNUZ, E8M0).
 _SINGLE_NAN = {"F8_E4M3": (0x7F, 0x7F), "F8_E4M3FNUZ": (0xFF, 0x80), "F8_E5M2FNUZ": (0xFF, 0x80),
                "F8_E8M0": (0xFF, 0xFF)}
@@ -75,11 +79,6 @@ _HEAD = re.compile(r"(^|\.)(lm_head|embed_out)\.weight$|^output\.weight$")
 _LAYER = re.compile(r"(?:^|\.)(?:layers|h|blocks|layer)\.(\d+)\.")
 _ATTN = re.compile(r"\.(?:self_attn|attention|attn)\.(q_proj|k_proj|v_proj|o_proj)\.weight$")
 _MLP = re.compile(r"\.(?:mlp|feed_forward)\.(gate_proj|up_proj|down_proj)\.weight$")
-
-
-def _nan_inf_bits(dtype: str) -> tuple[int, int]:
-    _, exponent, mantissa = _IEEE_BITS[dtype]
-    return exponent, mantissa
 
 
 @dataclass(slots=True)
@@ -112,11 +111,13 @@ class Report:
     notes: dict[str, str] = field(default_factory=dict)
     skipped: set[str] = field(default_factory=set)
     weight_map: dict[str, str] | None = None
+    unknown_dtypes: int = 0
 
-    def fail(self, check: str, what: str) -> None:
+    def fail(self, check: str, subject: str, what: str) -> None:
+        """A failure of ``check`` about ``subject`` (a tensor, file or layer): a case ``check:subject``."""
         found = self.failures.setdefault(check, [])
         if len(found) < MAX_TENSOR_CASES:
-            self.cases.append(_case(f"{check}:{what}"[:200], False, what))
+            self.cases.append(_case(f"{check}:{subject}"[:200], False, what))
         found.append(what)
 
     def note(self, check: str, text: str) -> None:
@@ -134,7 +135,8 @@ class Report:
             if found:
                 failed += 1
                 shown = ", ".join(found[:MAX_NAMES_IN_DETAIL])
-                more = f" and {len(found) - MAX_NAMES_IN_DETAIL} more" if len(found) > MAX_NAMES_IN_DETAIL else ""
+                hidden = len(found) - MAX_NAMES_IN_DETAIL
+                more = f" and {hidden} more" if hidden > 0 else ""
                 self.cases.append(_case(check, False, f"{len(found)} found: {shown}{more}"))
             else:
                 passed = None if check in self.skipped else True
@@ -158,7 +160,7 @@ def run(ctx: RunContext) -> RunnerResult:
     config = _load_config(root, report)
     files = _weight_files(root, report)
     tensors = _read_headers(root, files, report)
-    _check_index(root, tensors, report)
+    _check_index(tensors, report)
     started = time.monotonic()
     total = sum(t.nbytes for t in tensors)
     print(f"weights-sanity: {len(tensors)} tensors in {len(files)} files, {total} bytes", flush=True)
@@ -179,6 +181,7 @@ def run(ctx: RunContext) -> RunnerResult:
     m["sanity.tensors"] = len(tensors)
     m["sanity.parameters"] = sum(t.elements for t in tensors)
     m["sanity.tensor_bytes"] = total
+    m["sanity.unknown_dtypes"] = report.unknown_dtypes
     for check, metric in (("headers", "sanity.unreadable_files"), ("index", "sanity.index_mismatches"),
                           ("nan", "sanity.nan_tensors"), ("inf", "sanity.inf_tensors"),
                           ("zero_tensors", "sanity.zero_tensors"), ("duplicates", "sanity.duplicate_tensors"),
@@ -219,11 +222,11 @@ def _load_config(root: Path, report: Report) -> dict[str, Any] | None:
     try:
         config = _load_json(path)
     except ValueError as e:
-        report.fail("shapes", str(e))
+        report.fail("shapes", CONFIG, str(e))
         report.skip("layers", "config.json is unreadable: layers not checked")
         return None
     if not isinstance(config, dict):
-        report.fail("shapes", "config.json is not a JSON object")
+        report.fail("shapes", CONFIG, "config.json is not a JSON object")
         report.skip("layers", "config.json is unreadable: layers not checked")
         return None
     text = config.get("text_config")
@@ -249,12 +252,12 @@ def _weight_files(root: Path, report: Report) -> list[str]:
     try:
         doc = _load_json(index)
     except ValueError as e:
-        report.fail("index", str(e))
+        report.fail("index", INDEX, str(e))
         doc = None
     weight_map = doc.get("weight_map") if isinstance(doc, dict) else None
     if not isinstance(weight_map, dict) or not all(isinstance(v, str) for v in weight_map.values()):
         if doc is not None:
-            report.fail("index", f"{INDEX} has no weight_map of tensor -> shard file name")
+            report.fail("index", INDEX, f"{INDEX} has no weight_map of tensor -> shard file name")
         if not present:
             raise RunnerError("no safetensors weights")
         return present
@@ -262,7 +265,7 @@ def _weight_files(root: Path, report: Report) -> list[str]:
     held = set(present)
     for shard in shards:
         if shard not in held:
-            report.fail("index", f"shard {shard[:200]!r} named in {INDEX} does not exist")
+            report.fail("index", shard, f"shard {shard[:200]!r} named in {INDEX} does not exist")
     files = [s for s in shards if s in held]
     if not files:
         raise RunnerError(f"no safetensors weights: none of the shards {INDEX} names exists")
@@ -282,9 +285,12 @@ def _read_headers(root: Path, files: list[str], report: Report) -> list[Tensor]:
             header, findings = read_header(f, size)
             if header is None:
                 flaw = next((x for x in findings if x.severity is Severity.UNSAFE), None)
-                report.fail("headers", f"{name}: {flaw.rule_id}: {flaw.message}" if flaw else f"{name}: unreadable")
+                why = f"{flaw.rule_id}: {flaw.message}" if flaw else "unreadable"
+                report.fail("headers", name, f"{name}: {why}")
+                unknown = sum(1 for x in findings if x.rule_id == "safetensors.tensor.dtype-unknown")
+                report.unknown_dtypes += unknown
                 continue
-            # read_header validated the whole header (types, offsets, coverage); only the offsets are kept here.
+            # read_header validated the whole header (types, offsets, coverage); only offsets are read here.
             f.seek(8)
             entries = strict_json_loads(f.read(header.header_size).decode("utf-8").rstrip())
         data_start = 8 + header.header_size
@@ -294,7 +300,7 @@ def _read_headers(root: Path, files: list[str], report: Report) -> list[Tensor]:
     return tensors
 
 
-def _check_index(root: Path, tensors: list[Tensor], report: Report) -> None:
+def _check_index(tensors: list[Tensor], report: Report) -> None:
     weight_map = report.weight_map
     if weight_map is None:
         return
@@ -302,16 +308,17 @@ def _check_index(root: Path, tensors: list[Tensor], report: Report) -> None:
     files_read = {t.file for t in tensors}
     for name, shard in weight_map.items():
         if shard in files_read and (shard, name) not in where:
-            report.fail("index", f"tensor {name[:200]!r} mapped to {shard[:200]!r} is not in it")
+            report.fail("index", name, f"tensor {name[:200]!r} mapped to {shard[:200]!r} is not in it")
     for t in tensors:
         if weight_map.get(t.name) != t.file:
-            report.fail("index", f"tensor {t.name[:200]!r} in {t.file[:200]!r} is not mapped there by {INDEX}")
+            report.fail("index", t.name,
+                        f"tensor {t.name[:200]!r} in {t.file[:200]!r} is not mapped there by {INDEX}")
 
 
 # --- tensor data ------------------------------------------------------------------------------------
 
 def _chunks(path: Path, t: Tensor) -> Iterator[np.ndarray]:
-    """The tensor's bytes as uint8 arrays of at most ``CHUNK_BYTES``, each a memory map unmapped after use."""
+    """The tensor's bytes as uint8 arrays of at most ``CHUNK_BYTES``, each a memory map of its own."""
     width = max(1, DTYPE_BITS[t.dtype] // 8)
     step = max(width, CHUNK_BYTES - CHUNK_BYTES % width)
     for offset in range(0, t.nbytes, step):
@@ -378,11 +385,11 @@ def _any_nonzero(values: np.ndarray, dtype: str) -> bool:
 def _check_values(tensors: list[Tensor], report: Report) -> None:
     for t in tensors:
         if t.nan:
-            report.fail("nan", f"{t.name} ({t.dtype}): {t.nan} NaN")
+            report.fail("nan", t.name, f"{t.name} ({t.dtype}): {t.nan} NaN")
         if t.inf:
-            report.fail("inf", f"{t.name} ({t.dtype}): {t.inf} Inf")
+            report.fail("inf", t.name, f"{t.name} ({t.dtype}): {t.inf} Inf")
         if t.all_zero:
-            report.fail("zero_tensors", f"{t.name} ({t.dtype} {list(t.shape)})")
+            report.fail("zero_tensors", t.name, f"{t.name} ({t.dtype} {list(t.shape)})")
     odd = sorted({t.dtype for t in tensors} & _NO_NAN_ENCODING)
     if odd:
         report.note("nan", f"{', '.join(odd)} encode no NaN or Inf: nothing to count there")
@@ -408,7 +415,7 @@ def _check_duplicates(tensors: list[Tensor], config: dict[str, Any] | None, repo
             tied += 1
             continue
         for name in names[1:]:
-            report.fail("duplicates", f"{name} holds the same bytes as {names[0]}")
+            report.fail("duplicates", name, f"{name} holds the same bytes as {names[0]}")
     report.metrics["sanity.tied_tensors"] = tied
     if tied:
         report.note("duplicates", "embeddings and lm_head hold the same bytes: config.json ties them")
@@ -424,7 +431,9 @@ def _expected_shapes(config: dict[str, Any]) -> dict[str, tuple[int, int]]:
     vocab, hidden = _int(config, "vocab_size"), _int(config, "hidden_size")
     heads = _int(config, "num_attention_heads")
     kv_heads = _int(config, "num_key_value_heads") or heads
-    head_dim = _int(config, "head_dim") or (hidden // heads if hidden and heads and hidden % heads == 0 else None)
+    head_dim = _int(config, "head_dim")
+    if head_dim is None and hidden and heads and hidden % heads == 0:
+        head_dim = hidden // heads
     inter = _int(config, "intermediate_size")
     out: dict[str, tuple[int, int]] = {}
     if vocab and hidden:
@@ -449,7 +458,7 @@ def _check_shapes(tensors: list[Tensor], config: dict[str, Any] | None, report: 
         return
     expected = _expected_shapes(config)
     if not expected:
-        report.skip("shapes", "config.json states no vocab_size, hidden_size or head counts: shapes not checked")
+        report.skip("shapes", "config.json states no vocab_size, hidden_size or head counts: not checked")
         return
     checked = 0
     for t in tensors:
@@ -461,7 +470,8 @@ def _check_shapes(tensors: list[Tensor], config: dict[str, Any] | None, report: 
             continue
         checked += 1
         if t.shape != expected[kind]:
-            report.fail("shapes", f"{t.name} is {list(t.shape)}, config.json implies {list(expected[kind])}")
+            report.fail("shapes", t.name,
+                        f"{t.name} is {list(t.shape)}, config.json implies {list(expected[kind])}")
     if not report.failures.get("shapes"):
         report.note("shapes", f"{checked} tensors agree with config.json ({', '.join(sorted(expected))})")
 
@@ -479,9 +489,9 @@ def _check_layers(tensors: list[Tensor], config: dict[str, Any] | None, report: 
     missing = sorted(set(range(layers)) - present)
     unexpected = sorted(i for i in present - set(range(layers + extra)))
     for i in missing[:MAX_TENSOR_CASES]:
-        report.fail("layers", f"layer {i} of num_hidden_layers {layers} has no tensor")
+        report.fail("layers", f"layer {i}", f"layer {i} of num_hidden_layers {layers} has no tensor")
     for i in unexpected[:MAX_TENSOR_CASES]:
-        report.fail("layers", f"layer {i} is beyond num_hidden_layers {layers}")
+        report.fail("layers", f"layer {i}", f"layer {i} is beyond num_hidden_layers {layers}")
     if not missing and not unexpected:
         report.note("layers", f"layers 0..{layers - 1} present, as config.json states")
 
@@ -495,6 +505,7 @@ def _check_parameters(tensors: list[Tensor], facts: dict[str, Any] | None, repor
         return
     counted = sum(t.elements for t in tensors)
     if counted != value:
-        report.fail("parameter_count", f"the tensors hold {counted} elements, the facts record {value}")
+        report.fail("parameter_count", "parameters",
+                    f"the tensors hold {counted} elements, the facts record {value}")
     else:
         report.note("parameter_count", f"{counted} elements, as the facts record")

@@ -24,6 +24,7 @@ from registry.facts import read_model_facts
 from tests.support.tiny_llm import write_tiny_llm
 
 WEIGHTS = "model.safetensors"
+ONE_FAILED = {"sanity.failed_checks": 1}
 
 
 def _facts(model: Path) -> dict:
@@ -38,8 +39,9 @@ def _facts(model: Path) -> dict:
 
 
 def _run(model: Path, facts: dict | None | str = "read"):
-    ctx = RunContext(model_dir=model, settings={}, evalsets=(), work_dir=model.parent, trust_remote_code=False,
-                     facts=_facts(model) if facts == "read" else facts, deadline=time.monotonic() + 120)
+    ctx = RunContext(model_dir=model, settings={}, evalsets=(), work_dir=model.parent,
+                     facts=_facts(model) if facts == "read" else facts, trust_remote_code=False,
+                     deadline=time.monotonic() + 120)
     result = sanity.run(ctx)
     assert check_metrics(result.metrics) == result.metrics
     return result
@@ -49,8 +51,19 @@ def _changed(base: dict, metrics: dict) -> dict:
     return {k: metrics[k] for k in metrics if metrics[k] != base.get(k)}
 
 
+def _flips(clean, metrics: dict) -> dict:
+    """The metrics that differ from the clean model's."""
+    return _changed(clean[1].metrics, metrics)
+
+
 def _failed(result) -> set[str]:
     return {c["id"] for c in result.cases if c["passed"] is False}
+
+
+def _detail(result, case_id: str) -> str:
+    (case,) = [c for c in result.cases if c["id"] == case_id]
+    assert case["passed"] is False
+    return case["detail"]
 
 
 def _expected_parameters(model: Path) -> int:
@@ -90,7 +103,7 @@ def test_the_tiny_llama_passes_with_its_parameter_count(clean):
     assert m["sanity.failed_checks"] == 0
     for key in ("nan_values", "inf_values", "nan_tensors", "inf_tensors", "zero_tensors", "duplicate_tensors",
                 "shape_mismatches", "layer_mismatches", "parameter_count_mismatch", "index_mismatches",
-                "unreadable_files", "tied_tensors"):
+                "unreadable_files", "unknown_dtypes", "tied_tensors"):
         assert m[f"sanity.{key}"] == 0, key
     cases = {c["id"]: c for c in result.cases}
     assert set(cases) == set(sanity.CHECKS)
@@ -108,9 +121,11 @@ def test_nan_planted(model, clean):
 
     _edit(model, model__layers__0__self_attn__q_proj__weight=plant)
     result = _run(model)
-    assert _changed(clean[1].metrics, result.metrics) == {
-        "sanity.nan_values": 2, "sanity.nan_tensors": 1, "sanity.failed_checks": 1}
-    assert _failed(result) == {"nan", "nan:model.layers.0.self_attn.q_proj.weight (F32): 2 NaN"}
+    assert _flips(clean, result.metrics) == {
+        "sanity.nan_values": 2, "sanity.nan_tensors": 1, **ONE_FAILED}
+    assert _failed(result) == {"nan", "nan:model.layers.0.self_attn.q_proj.weight"}
+    assert _detail(result, "nan:model.layers.0.self_attn.q_proj.weight") == \
+        "model.layers.0.self_attn.q_proj.weight (F32): 2 NaN"
 
 
 def test_inf_planted(model, clean):
@@ -119,15 +134,16 @@ def test_inf_planted(model, clean):
         return a
 
     _edit(model, model__layers__1__self_attn__v_proj__weight=plant)
-    assert _changed(clean[1].metrics, _run(model).metrics) == {
-        "sanity.inf_values": 2, "sanity.inf_tensors": 1, "sanity.failed_checks": 1}
+    assert _flips(clean, _run(model).metrics) == {
+        "sanity.inf_values": 2, "sanity.inf_tensors": 1, **ONE_FAILED}
 
 
 def test_zeroed_tensor(model, clean):
     _edit(model, model__layers__1__mlp__up_proj__weight=lambda a: np.zeros_like(a))
     result = _run(model)
-    assert _changed(clean[1].metrics, result.metrics) == {"sanity.zero_tensors": 1, "sanity.failed_checks": 1}
-    assert "zero_tensors:model.layers.1.mlp.up_proj.weight (F32 [64, 32])" in _failed(result)
+    assert _flips(clean, result.metrics) == {"sanity.zero_tensors": 1, **ONE_FAILED}
+    assert _detail(result, "zero_tensors:model.layers.1.mlp.up_proj.weight") == \
+        "model.layers.1.mlp.up_proj.weight (F32 [64, 32])"
 
 
 def test_negative_zeros_are_zeros_and_one_tiny_value_is_not(model, clean):
@@ -138,7 +154,7 @@ def test_negative_zeros_are_zeros_and_one_tiny_value_is_not(model, clean):
 
     _edit(model, model__layers__0__mlp__gate_proj__weight=lambda a: np.full_like(a, -0.0),
           model__layers__0__mlp__up_proj__weight=tiny)
-    assert _changed(clean[1].metrics, _run(model).metrics) == {"sanity.zero_tensors": 1, "sanity.failed_checks": 1}
+    assert _flips(clean, _run(model).metrics) == {"sanity.zero_tensors": 1, **ONE_FAILED}
 
 
 def test_duplicated_tensor(model, clean):
@@ -146,9 +162,10 @@ def test_duplicated_tensor(model, clean):
     q_proj = tensors["model.layers.0.self_attn.q_proj.weight"]
     _edit(model, model__layers__1__self_attn__o_proj__weight=lambda a: q_proj)
     result = _run(model)
-    assert _changed(clean[1].metrics, result.metrics) == {"sanity.duplicate_tensors": 1, "sanity.failed_checks": 1}
-    assert ("duplicates:model.layers.1.self_attn.o_proj.weight holds the same bytes as "
-            "model.layers.0.self_attn.q_proj.weight") in _failed(result)
+    assert _flips(clean, result.metrics) == {"sanity.duplicate_tensors": 1, **ONE_FAILED}
+    assert _detail(result, "duplicates:model.layers.1.self_attn.o_proj.weight") == \
+        "model.layers.1.self_attn.o_proj.weight holds the same bytes as " \
+        "model.layers.0.self_attn.q_proj.weight"
 
 
 @pytest.mark.parametrize("tied", [True, False])
@@ -159,8 +176,8 @@ def test_lm_head_equal_to_embeddings_is_allowed_only_when_config_ties_them(model
     config["tie_word_embeddings"] = tied
     (model / "config.json").write_text(json.dumps(config))
     expected = ({"sanity.tied_tensors": 1} if tied
-                else {"sanity.duplicate_tensors": 1, "sanity.failed_checks": 1})
-    assert _changed(clean[1].metrics, _run(model).metrics) == expected
+                else {"sanity.duplicate_tensors": 1, **ONE_FAILED})
+    assert _flips(clean, _run(model).metrics) == expected
 
 
 def _edit_config(model: Path, **changes) -> None:
@@ -173,28 +190,28 @@ def test_config_hidden_size_edited(model, clean):
     _edit_config(model, hidden_size=48)
     result = _run(model)
     # embeddings and lm_head, and per layer q, k, v, o, gate, up and down: every projection reads hidden_size.
-    assert _changed(clean[1].metrics, result.metrics) == {"sanity.shape_mismatches": 16, "sanity.failed_checks": 1}
-    assert ("shapes:model.layers.0.self_attn.k_proj.weight is [16, 32], config.json implies [16, 48]"
-            in _failed(result))
+    assert _flips(clean, result.metrics) == {"sanity.shape_mismatches": 16, **ONE_FAILED}
+    assert _detail(result, "shapes:model.layers.0.self_attn.k_proj.weight") == \
+        "model.layers.0.self_attn.k_proj.weight is [16, 32], config.json implies [16, 48]"
 
 
 def test_config_kv_heads_edited(model, clean):
     _edit_config(model, num_key_value_heads=4)
     result = _run(model)
-    assert _changed(clean[1].metrics, result.metrics) == {"sanity.shape_mismatches": 4, "sanity.failed_checks": 1}
+    assert _flips(clean, result.metrics) == {"sanity.shape_mismatches": 4, **ONE_FAILED}
 
 
 def test_config_layer_count_edited(model, clean):
     _edit_config(model, num_hidden_layers=3)
     result = _run(model)
-    assert _changed(clean[1].metrics, result.metrics) == {"sanity.layer_mismatches": 1, "sanity.failed_checks": 1}
-    assert "layers:layer 2 of num_hidden_layers 3 has no tensor" in _failed(result)
+    assert _flips(clean, result.metrics) == {"sanity.layer_mismatches": 1, **ONE_FAILED}
+    assert _detail(result, "layers:layer 2") == "layer 2 of num_hidden_layers 3 has no tensor"
 
 
 def test_without_config_shapes_and_layers_are_skipped_not_passed(model, clean):
     (model / "config.json").unlink()
     result = _run(model)
-    assert _changed(clean[1].metrics, result.metrics) == {}
+    assert _flips(clean, result.metrics) == {}
     cases = {c["id"]: c for c in result.cases}
     assert cases["shapes"]["passed"] is None and cases["layers"]["passed"] is None
 
@@ -203,14 +220,15 @@ def test_facts_with_a_wrong_parameter_count(model, clean):
     facts = _facts(model)
     facts["weights"]["parameters"]["value"] += 1
     result = _run(model, facts)
-    assert _changed(clean[1].metrics, result.metrics) == {
-        "sanity.parameter_count_mismatch": 1, "sanity.failed_checks": 1}
-    assert "parameter_count:the tensors hold 39072 elements, the facts record 39073" in _failed(result)
+    assert _flips(clean, result.metrics) == {
+        "sanity.parameter_count_mismatch": 1, **ONE_FAILED}
+    assert _detail(result, "parameter_count:parameters") == \
+        "the tensors hold 39072 elements, the facts record 39073"
 
 
 def test_without_facts_the_parameter_count_is_skipped(model, clean):
     result = _run(model, None)
-    assert _changed(clean[1].metrics, result.metrics) == {}
+    assert _flips(clean, result.metrics) == {}
     assert next(c for c in result.cases if c["id"] == "parameter_count")["passed"] is None
 
 
@@ -269,7 +287,7 @@ def test_half_and_eighth_precision_nan_and_inf_by_their_bits(model, dtype):
     k.reshape(-1)[3:3 + len(infs)] = infs
     write()
     result = _run(model)
-    expected = {"sanity.nan_values": 2, "sanity.nan_tensors": 1, "sanity.failed_checks": 1}
+    expected = {"sanity.nan_values": 2, "sanity.nan_tensors": 1, **ONE_FAILED}
     if infs:
         expected.update({"sanity.inf_values": 1, "sanity.inf_tensors": 1, "sanity.failed_checks": 2})
     assert _changed(base.metrics, result.metrics) == expected
@@ -284,8 +302,8 @@ def test_chunks_cover_every_byte_once(model, clean, monkeypatch):
 
     _edit(model, model__embed_tokens__weight=plant)
     result = _run(model)
-    assert _changed(clean[1].metrics, result.metrics) == {
-        "sanity.nan_values": 5, "sanity.nan_tensors": 1, "sanity.failed_checks": 1}
+    assert _flips(clean, result.metrics) == {
+        "sanity.nan_values": 5, "sanity.nan_tensors": 1, **ONE_FAILED}
     # The digest of a tensor read in 410 windows is the sha256 of all its bytes.
     raw = (model / WEIGHTS).read_bytes()
     n = struct.unpack("<Q", raw[:8])[0]
@@ -293,7 +311,8 @@ def test_chunks_cover_every_byte_once(model, clean, monkeypatch):
     t = sanity.Tensor(WEIGHTS, "model.embed_tokens.weight", "F32", (320, 32), 8 + n + begin, end - begin)
     sanity._scan_tensor(model / WEIGHTS, t)
     assert t.nan == 5 and not t.constant and not t.all_zero
-    assert t.digest == hashlib.sha256(load_file(model / WEIGHTS)["model.embed_tokens.weight"].tobytes()).hexdigest()
+    embeddings = load_file(model / WEIGHTS)["model.embed_tokens.weight"]
+    assert t.digest == hashlib.sha256(embeddings.tobytes()).hexdigest()
 
 
 # --- shards and headers -----------------------------------------------------------------------------
@@ -315,7 +334,7 @@ def _shard(model: Path) -> dict:
 def test_sharded_model_passes(model, clean):
     _shard(model)
     result = _run(model)
-    assert _changed(clean[1].metrics, result.metrics) == {"sanity.files": 2}
+    assert _flips(clean, result.metrics) == {"sanity.files": 2}
 
 
 def test_index_naming_a_missing_shard(model, clean):
@@ -323,10 +342,10 @@ def test_index_naming_a_missing_shard(model, clean):
     index["weight_map"]["model.extra.weight"] = "model-00003-of-00003.safetensors"
     (model / sanity.INDEX).write_text(json.dumps(index))
     result = _run(model)
-    assert _changed(clean[1].metrics, result.metrics) == {
-        "sanity.files": 2, "sanity.index_mismatches": 1, "sanity.failed_checks": 1}
-    assert "index:shard 'model-00003-of-00003.safetensors' named in model.safetensors.index.json does not exist" \
-        in _failed(result)
+    assert _flips(clean, result.metrics) == {
+        "sanity.files": 2, "sanity.index_mismatches": 1, **ONE_FAILED}
+    assert _detail(result, "index:model-00003-of-00003.safetensors") == \
+        "shard 'model-00003-of-00003.safetensors' named in model.safetensors.index.json does not exist"
     # The facts record no parameter count for an index naming a missing shard: nothing to compare.
     assert next(c for c in result.cases if c["id"] == "parameter_count")["passed"] is None
 
@@ -337,16 +356,16 @@ def test_index_mapping_a_tensor_to_the_wrong_shard(model, clean):
     (model / sanity.INDEX).write_text(json.dumps(index))
     result = _run(model, None)
     # Named in the wrong shard, and found in a shard that the index does not map it to.
-    assert _changed(clean[1].metrics, result.metrics) == {
-        "sanity.files": 2, "sanity.index_mismatches": 2, "sanity.failed_checks": 1}
+    assert _flips(clean, result.metrics) == {
+        "sanity.files": 2, "sanity.index_mismatches": 2, **ONE_FAILED}
 
 
 def test_a_file_with_an_unknown_dtype(model, clean):
     _write_raw(model / "extra.safetensors", {"x": ("F7", (2,), b"\0\0")})
     result = _run(model)
-    assert _changed(clean[1].metrics, result.metrics) == {
-        "sanity.files": 2, "sanity.unreadable_files": 1, "sanity.failed_checks": 1}
-    assert any("safetensors.tensor.dtype-unknown" in c for c in _failed(result))
+    assert _flips(clean, result.metrics) == {
+        "sanity.files": 2, "sanity.unreadable_files": 1, "sanity.unknown_dtypes": 1, **ONE_FAILED}
+    assert "safetensors.tensor.dtype-unknown" in _detail(result, "headers:extra.safetensors")
 
 
 def test_no_safetensors_at_all(tmp_path):
