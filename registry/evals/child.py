@@ -8,6 +8,7 @@ runner's ``run`` and writes ``{"result": {...}}`` or ``{"error": "..."}``; its e
 0     the runner finished: ``result`` holds its output
 3     the runner refused (``RunnerError``): ``error`` says why
 4     the memory limit was hit (``MemoryError``)
+5     the runner ran out of time (``RunnerTimeoutError``): ``error`` says where
 1     anything else (the traceback is in the log)
 ====  ==================================================
 
@@ -28,6 +29,7 @@ EXIT_OK = 0
 EXIT_CRASH = 1
 EXIT_RUNNER_ERROR = 3
 EXIT_MEMORY = 4
+EXIT_TIMEOUT = 5
 MAX_CASES_RECORDED = 10_000
 
 
@@ -73,6 +75,48 @@ def _limit_memory(megabytes: int) -> None:
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
 
 
+# Linux: unshare(2) and mount(2) flags.
+_CLONE_NEWUSER, _CLONE_NEWNS = 0x10000000, 0x00020000
+_MS_RDONLY, _MS_NOSUID, _MS_NODEV, _MS_NOEXEC = 1, 2, 4, 8
+_MS_REMOUNT, _MS_BIND, _MS_REC, _MS_PRIVATE = 32, 4096, 16384, 1 << 18
+
+
+def _mount_read_only(paths: list[str]) -> str:
+    """Make ``paths`` read-only for this process and its children, even for root.
+
+    File modes (0444) stop an ordinary user but not root; a read-only bind mount stops both. The
+    process enters its own user and mount namespaces (no privilege needed where the kernel allows
+    unprivileged user namespaces) and remounts each path read-only there; nothing changes outside.
+    Where namespaces are not allowed the file modes remain, and the log says so.
+
+    Returns:
+        What protects the paths, for the log.
+    """
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    uid, gid = os.getuid(), os.getgid()
+    if libc.unshare(_CLONE_NEWUSER | _CLONE_NEWNS) != 0:
+        return f"file modes only (no user namespace: {os.strerror(ctypes.get_errno())})"
+    try:
+        Path("/proc/self/setgroups").write_text("deny")
+        Path("/proc/self/uid_map").write_text(f"{uid} {uid} 1")
+        Path("/proc/self/gid_map").write_text(f"{gid} {gid} 1")
+    except OSError as e:
+        return f"file modes only (user namespace map refused: {e})"
+    if libc.mount(b"none", b"/", None, _MS_REC | _MS_PRIVATE, None) != 0:
+        return f"file modes only (mount namespace: {os.strerror(ctypes.get_errno())})"
+    for path in paths:
+        target = path.encode()
+        # A remount in a user namespace must keep the flags the outer mount locked.
+        st = os.statvfs(path)
+        kept = st.f_flag & (_MS_NOSUID | _MS_NODEV | _MS_NOEXEC)
+        if (libc.mount(target, target, None, _MS_BIND | _MS_REC, None) != 0
+                or libc.mount(None, target, None, _MS_BIND | _MS_REMOUNT | _MS_RDONLY | kept, None) != 0):
+            raise OSError(ctypes.get_errno(), f"cannot mount {path} read-only: {os.strerror(ctypes.get_errno())}")
+    return "a read-only mount"
+
+
 def main(argv: list[str]) -> int:
     spec_path = Path(argv[1])
     spec = json.loads(spec_path.read_text())
@@ -80,8 +124,11 @@ def main(argv: list[str]) -> int:
     # First of all, before any runner code: set here rather than by the parent, whose threads make a
     # preexec_fn unsafe.
     _limit_memory(int(spec["memory_mb"]))
+    protected = [spec["model_dir"], *sorted({str(Path(e["path"]).parent) for e in spec["evalsets"]})]
+    print(f"runner: the model directory is protected by {_mount_read_only(protected)}", file=sys.stderr,
+          flush=True)
     from registry.domain.errors import RegistryError
-    from registry.evals.runners import RunnerError
+    from registry.evals.runners import RunnerError, RunnerTimeoutError
 
     try:
         _write(output, {"result": _run(spec)})
@@ -89,6 +136,10 @@ def main(argv: list[str]) -> int:
     except MemoryError:
         print("runner: MemoryError: the memory limit was reached", file=sys.stderr, flush=True)
         return EXIT_MEMORY
+    except RunnerTimeoutError as e:
+        print(f"runner: out of time: {e}", file=sys.stderr, flush=True)
+        _write(output, {"error": str(e)[:2000]})
+        return EXIT_TIMEOUT
     except (RunnerError, RegistryError) as e:
         print(f"runner: {type(e).__name__}: {e}", file=sys.stderr, flush=True)
         _write(output, {"error": str(e)[:2000]})

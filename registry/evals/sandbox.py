@@ -42,6 +42,10 @@ FORBIDDEN_PREFIXES = ("MODELREG_", "AWS_", "GOOGLE_", "AZURE_", "HF_", "HUGGING_
 MAX_LOG_BYTES = 1 << 20
 LOG_HEAD_BYTES = 256 << 10
 KILL_GRACE_S = 5.0
+# What a process out of address space prints when the failure is not a Python MemoryError: a shared
+# library that cannot be mapped, a C++ allocation, an errno.
+OUT_OF_MEMORY_SIGNS = (b"MemoryError", b"Cannot allocate memory", b"failed to map segment", b"std::bad_alloc",
+                       b"out of memory")
 
 
 @dataclasses.dataclass(slots=True)
@@ -163,12 +167,15 @@ def _outcome(code: int, timed_out: bool, timeout_s: float, output: Path, log: by
              duration_ms: int) -> Outcome:
     if timed_out:
         return failed("timeout", f"the runner did not finish within {timeout_s:g} s", log, duration_ms)
-    if code == child.EXIT_MEMORY:
+    if code == child.EXIT_MEMORY or (code != child.EXIT_OK and any(sign in log[-65536:]
+                                                                   for sign in OUT_OF_MEMORY_SIGNS)):
         return failed("memory", "the runner reached its memory limit", log, duration_ms)
     if code < 0:
         name = signal.Signals(-code).name if -code in signal.Signals._value2member_map_ else str(-code)
         return failed("crash", f"the runner was killed by {name}", log, duration_ms)
     doc = _read_output(output)
+    if code == child.EXIT_TIMEOUT:
+        return failed("timeout", str((doc or {}).get("error") or "the runner ran out of time"), log, duration_ms)
     if code == child.EXIT_RUNNER_ERROR:
         return failed("runner_error", str((doc or {}).get("error") or "the runner refused"), log, duration_ms)
     if code != child.EXIT_OK:

@@ -237,13 +237,13 @@ def test_a_regression_against_prod_beyond_tolerance_is_unmet(container, policy, 
 
 
 def test_a_runner_that_times_out_or_crashes_fails_the_eval_with_its_reason(container, policy, scripts, tmp_path):
-    policy(suites={"slow": command_suite(scripts["sleep"], timeout_s=2),
+    policy(suites={"slow": command_suite(scripts["sleep"], timeout_s=8),
                    "crashing": command_suite(scripts["crash"])})
     admin = make_admin(container)
     number = submit(container, admin, tmp_path / "m", "flaky", scored_model(1))
     rows = results(container, "flaky", number)
     assert (rows["slow"].status, rows["slow"].reason) == ("failed", "timeout")
-    assert "2 s" in rows["slow"].error and rows["slow"].duration_ms < 30_000
+    assert "timeout" in rows["slow"].error and rows["slow"].duration_ms < 30_000
     assert (rows["crashing"].status, rows["crashing"].reason) == ("failed", "crash")
     assert "SIGSEGV" in rows["crashing"].error
     state, unmet = state_and_unmet(container, admin, "flaky", number)

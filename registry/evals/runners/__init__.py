@@ -99,6 +99,11 @@ class RunnerError(Exception):
     with this message as its reason."""
 
 
+class RunnerTimeoutError(RunnerError):
+    """The runner ran out of time (its deadline, or a command's own ``timeout_s``): the eval fails with
+    reason ``timeout``, as when the parent kills it."""
+
+
 def check_metrics(metrics: Any, where: str = "metrics") -> dict[str, float]:
     """Metrics a runner returned (or a command wrote), checked: names, finite numbers, how many.
 

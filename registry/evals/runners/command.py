@@ -37,7 +37,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from registry.evals.runners import RunContext, RunnerError, RunnerResult, check_metrics
+from registry.evals.runners import RunContext, RunnerError, RunnerResult, RunnerTimeoutError, check_metrics
 
 MAX_OUTPUT_BYTES = 32 << 20
 MAX_ARGS = 256
@@ -61,7 +61,7 @@ def run(ctx: RunContext) -> RunnerResult:
     argv = [_substitute(arg, values) for arg in argv]
     left = ctx.deadline - time.monotonic() - DEADLINE_MARGIN_S
     if left <= 0:
-        raise RunnerError("no time is left before the eval's deadline to run the command")
+        raise RunnerTimeoutError("no time is left before the eval's deadline to run the command")
     timeout = min(timeout, left) if timeout is not None else left
     print(f"command: {argv[0]} ({len(argv) - 1} arguments), timeout {timeout:.0f}s", flush=True)
     _run(argv, ctx.work_dir, timeout)
@@ -117,7 +117,7 @@ def _run(argv: list[str], cwd: Path, timeout: float) -> None:
         code = process.wait(timeout=timeout)
     except subprocess.TimeoutExpired:
         _kill_group(process)
-        raise RunnerError(f"the command ran over its {timeout:.0f}s timeout and was stopped") from None
+        raise RunnerTimeoutError(f"the command ran over its {timeout:.0f}s timeout and was stopped") from None
     except BaseException:
         _kill_group(process)
         raise

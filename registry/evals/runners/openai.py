@@ -63,7 +63,7 @@ from typing import Any, Iterator
 import httpx
 
 from registry.evals.cases import MAX_TOKENS_LIMIT, Case
-from registry.evals.runners import RunContext, RunnerError, RunnerResult, check_metrics
+from registry.evals.runners import RunContext, RunnerError, RunnerResult, RunnerTimeoutError, check_metrics
 from registry.evals.scoring import DEFAULT_REFUSAL_MARKERS, Price, Reply, ToolCall, aggregate, breakdown, \
     judge, metric_group
 
@@ -316,7 +316,7 @@ def _wait_ready(proc: subprocess.Popen, base: str, headers: dict[str, str], time
                 raise RunnerError(f"openai runner: the serve command did not answer GET /v1/models with 200 "
                                   f"within {timeout_s:g} s; its last output:\n{output.tail()}")
             if time.monotonic() >= stop_at:
-                raise RunnerError("openai runner: the run's deadline came while the serve command was "
+                raise RunnerTimeoutError("openai runner: the run's deadline came while the serve command was "
                                   f"starting; its last output:\n{output.tail()}")
             time.sleep(0.2)
 
@@ -387,7 +387,7 @@ class _OutputTail:
 
 def _first_model(client: httpx.Client, base: str, timeout_s: float) -> str:
     if timeout_s <= 0:
-        raise RunnerError("openai runner: the run's deadline came before the model could be named")
+        raise RunnerTimeoutError("openai runner: the run's deadline came before the model could be named")
     try:
         response = client.get(f"{base}/models", timeout=timeout_s)
         response.raise_for_status()
@@ -416,7 +416,7 @@ def _complete_all(client: httpx.Client, base: str, model: str, cases: list[Case]
         replies = list(pool.map(one, cases))
     missing = sum(r is None for r in replies)
     if missing:
-        raise RunnerError(f"openai runner: the run's deadline came before {missing} of {len(cases)} cases "
+        raise RunnerTimeoutError(f"openai runner: the run's deadline came before {missing} of {len(cases)} cases "
                           "were answered")
     return replies
 
