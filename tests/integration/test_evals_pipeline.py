@@ -325,3 +325,47 @@ def test_an_evalset_change_is_a_new_suite_version(container, policy, scripts, tm
     assert a.definition["evalsets"] == [{"name": "arith", "digest": one.digest}]
     assert b.definition["evalsets"] == [{"name": "arith", "digest": two.digest}]
     assert a.suite_version != b.suite_version
+
+
+def test_the_openai_runner_through_the_pipeline_scores_an_evalset_and_gates_on_it(container, policy, tmp_path):
+    """A ``run_eval`` job serves the verified tiny Llama with the project's test server (its serve command),
+    scores an eval set added through the service, records every category's metrics, and the policy gates."""
+    from tests.integration.test_eval_openai import EXPECTED_METRICS, KNOWN, PRICE, SERVE
+
+    admin = make_admin(container)
+    data = "".join(json.dumps(d) + "\n" for _, d in KNOWN).encode()
+    with container.session_factory() as session:
+        evals.add_evalset(session, admin, "known", data, "every expectation kind, passing and failing",
+                          blob_store=container.blob_store, clock=container.clock)
+    policy(suites={"chat": {"runner": "openai", "evalsets": ["known"], "timeout_s": 300,
+                            "applies_to": {"architectures": ["*ForCausalLM"]},
+                            "settings": {"serve": SERVE, "max_tokens": 8, "concurrency": 4,
+                                         "startup_timeout_s": 120, "price_per_million": PRICE}}},
+           thresholds={"chat": {"factual.accuracy": {"min": 0.9}, "requests.failed": {"max": 0}}})
+    number = awaiting_version(container, admin, tmp_path / "m", TENANT, "chatty", files=tiny_llm_files())
+    chat = results(container, "chatty", number)["chat"]
+    assert chat.status == "completed", (chat.reason, chat.error)
+    for name, value in EXPECTED_METRICS.items():
+        assert chat.metrics[name] == pytest.approx(value), name
+    assert chat.metrics["tokens.input"] > 0 and chat.metrics["latency.ttft_ms_p50"] > 0
+    assert chat.metrics["cost.usd"] == pytest.approx(
+        (chat.metrics["tokens.input"] * PRICE["input"] + chat.metrics["tokens.output"] * PRICE["output"]) / 1e6)
+    assert set(chat.breakdown) == {"language", "length"} and set(chat.breakdown["language"]) == {"en", "de"}
+    assert chat.definition["evalsets"][0]["name"] == "known" and len(chat.cases) == len(KNOWN)
+    _, unmet = state_and_unmet(container, admin, "chatty", number)
+    assert [(u["code"], u["metric"]) for u in unmet if u["code"].startswith("eval.")] == [
+        ("eval.threshold", "factual.accuracy")]
+
+
+def test_the_causal_lm_runner_through_the_pipeline_loads_the_verified_weights(container, policy, tmp_path):
+    policy(suites={"lm": {"runner": "causal-lm", "applies_to": {"architectures": ["*ForCausalLM"]},
+                          "settings": {"max_new_tokens": 4}, "timeout_s": 300}},
+           thresholds={"lm": {"lm.failed_checks": {"max": 0}, "lm.perplexity.en": {"max": 10_000}}})
+    admin = make_admin(container)
+    number = awaiting_version(container, admin, tmp_path / "m", TENANT, "lm", files=tiny_llm_files())
+    lm = results(container, "lm", number)["lm"]
+    assert lm.status == "completed", (lm.reason, lm.error)
+    assert 1 < lm.metrics["lm.perplexity.en"] < 10_000 and lm.metrics["lm.generation_ok"] == 1
+    assert lm.metrics["lm.chat_template_ok"] == 1 and lm.metrics["lm.roundtrip_failures"] == 0
+    assert lm.metrics["lm.parameters"] == results(container, "lm", number)["sanity"].metrics["sanity.parameters"]
+    assert not [u for u in state_and_unmet(container, admin, "lm", number)[1] if u["code"].startswith("eval.")]
