@@ -1,4 +1,4 @@
-"""The runner subprocess: ``python -m registry.evals.child SPEC.json``.
+"""The runner subprocess: ``python -m registry.evals.child SPEC.json PARENT_PID``.
 
 The parent (:mod:`registry.evals.sandbox`) writes the spec, starts this process with limits and a
 scrubbed environment, and reads the result file it names. This module parses the eval sets, calls the
@@ -117,7 +117,19 @@ def _mount_read_only(paths: list[str]) -> str:
     return "a read-only mount"
 
 
+def _die_with_the_worker(parent: int) -> None:
+    """SIGKILL this runner when the worker that started it dies (its job will run again elsewhere)."""
+    import ctypes
+    import signal
+
+    if sys.platform.startswith("linux"):
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    if os.getppid() != parent:  # it died before the call
+        os._exit(EXIT_CRASH)
+
+
 def main(argv: list[str]) -> int:
+    _die_with_the_worker(int(argv[2]) if len(argv) > 2 else os.getppid())
     spec_path = Path(argv[1])
     spec = json.loads(spec_path.read_text())
     output = Path(spec["output"])

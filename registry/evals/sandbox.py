@@ -142,7 +142,7 @@ def run_runner(definition: dict[str, Any], model_dir: Path, evalsets: list[dict[
         started = time.monotonic()
         with open(log_path, "wb") as log_file:
             proc = subprocess.Popen(
-                [sys.executable, "-m", "registry.evals.child", str(spec_path)], cwd=work_dir,
+                [sys.executable, "-m", "registry.evals.child", str(spec_path), str(os.getpid())], cwd=work_dir,
                 env=scrubbed_env(work_dir, definition["settings"]), stdin=subprocess.DEVNULL,
                 stdout=log_file, stderr=subprocess.STDOUT, start_new_session=True,
             )

@@ -19,10 +19,13 @@ Example:
 
 from __future__ import annotations
 
+import ctypes
 import dataclasses
 import importlib
 import math
 import re
+import signal
+import sys
 from pathlib import Path
 from typing import Any, Callable
 
@@ -102,6 +105,25 @@ class RunnerError(Exception):
 class RunnerTimeoutError(RunnerError):
     """The runner ran out of time (its deadline, or a command's own ``timeout_s``): the eval fails with
     reason ``timeout``, as when the parent kills it."""
+
+
+PR_SET_PDEATHSIG = 1
+
+
+def die_with_parent() -> Callable[[], None] | None:
+    """A ``preexec_fn`` that has a child process killed when this process dies (Linux), or None elsewhere.
+
+    Runners start programs in their own process groups (so a deadline kills all of a program's
+    processes); a group of its own escapes the kill of the runner itself, and a worker that dies takes
+    its runner with it the same way. libc is loaded here, before the fork: the child may only call it.
+    """
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+    except OSError:
+        return None
+    return lambda: libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
 def check_metrics(metrics: Any, where: str = "metrics") -> dict[str, float]:

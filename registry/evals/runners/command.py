@@ -37,7 +37,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from registry.evals.runners import RunContext, RunnerError, RunnerResult, RunnerTimeoutError, check_metrics
+from registry.evals.runners import (RunContext, RunnerError, RunnerResult, RunnerTimeoutError, check_metrics,
+                                    die_with_parent)
 
 MAX_OUTPUT_BYTES = 32 << 20
 MAX_ARGS = 256
@@ -110,7 +111,8 @@ def _run(argv: list[str], cwd: Path, timeout: float) -> None:
     sys.stdout.flush()
     sys.stderr.flush()
     try:
-        process = subprocess.Popen(argv, cwd=cwd, stdin=subprocess.DEVNULL, start_new_session=True)
+        process = subprocess.Popen(argv, cwd=cwd, stdin=subprocess.DEVNULL, start_new_session=True,
+                                   preexec_fn=die_with_parent())
     except OSError as e:
         raise RunnerError(f"the command could not start: {e.strerror or e}: {argv[0]}") from None
     try:

@@ -45,7 +45,6 @@ from __future__ import annotations
 import collections
 import concurrent.futures
 import contextlib
-import ctypes
 import dataclasses
 import json
 import os
@@ -63,7 +62,8 @@ from typing import Any, Iterator
 import httpx
 
 from registry.evals.cases import MAX_TOKENS_LIMIT, Case
-from registry.evals.runners import RunContext, RunnerError, RunnerResult, RunnerTimeoutError, check_metrics
+from registry.evals.runners import (RunContext, RunnerError, RunnerResult, RunnerTimeoutError, check_metrics,
+                                    die_with_parent)
 from registry.evals.scoring import DEFAULT_REFUSAL_MARKERS, Price, Reply, ToolCall, aggregate, breakdown, \
     judge, metric_group
 
@@ -79,7 +79,6 @@ STOP_GRACE_S = 5.0
 DEADLINE_MARGIN_S = STOP_GRACE_S + 5.0
 """Kept free before ``ctx.deadline`` to stop the server and hand back the result."""
 OUTPUT_TAIL_LINES = 30
-PR_SET_PDEATHSIG = 1
 PLACEHOLDER = re.compile(r"\{(model_dir|port|python)\}")
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}")
 
@@ -248,8 +247,7 @@ def _api_base(settings: Settings, ctx: RunContext, headers: dict[str, str], stop
         return
     port = _free_port()
     argv = [fill_placeholders(a, model_dir=ctx.model_dir, port=port) for a in settings.serve]
-    libc = _libc()
-    die_with_us = (lambda: libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)) if libc else None
+    die_with_us = die_with_parent()
     try:
         proc = subprocess.Popen(argv, cwd=ctx.work_dir, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                 stderr=subprocess.PIPE, start_new_session=True, preexec_fn=die_with_us)
@@ -264,18 +262,6 @@ def _api_base(settings: Settings, ctx: RunContext, headers: dict[str, str], stop
     finally:
         stop_process_group(proc)
         output.join()
-
-
-def _libc() -> Any:
-    # The serve command has its own process group, so a parent that kills this runner's group at the
-    # deadline would miss it: on Linux it is told to die with us (PR_SET_PDEATHSIG). libc is loaded
-    # here, before the fork, because the child may only call into it.
-    if not sys.platform.startswith("linux"):
-        return None
-    try:
-        return ctypes.CDLL(None, use_errno=True)
-    except OSError:
-        return None
 
 
 def fill_placeholders(arg: str, *, model_dir: Path, port: int) -> str:
