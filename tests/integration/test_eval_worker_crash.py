@@ -1,0 +1,107 @@
+"""A worker killed in the middle of an eval: its runner dies with it, another worker runs the suite again
+once the lease runs out, and the result is recorded once."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import time
+from pathlib import Path
+
+import pytest
+from sqlalchemy import select
+
+from registry.bootstrap import bootstrap
+from registry.db.models import AuditEvent, EvalResult, Version
+from registry.policy import default_policy_dir
+from registry.services import versions
+from registry.services.versions import SubmitRequest
+from tests.integration.test_mirror_crash import deployment  # noqa: F401  (the fixture)
+from tests.support.registry import make_admin
+from tests.support.worker_process import kill_worker, start_worker, stop_worker, wait_for
+
+# Appends "start <pid>" to the runs file, works (a minute the first time, a second after), then appends
+# "done <pid>" and reports.
+SLOW_SCRIPT = """
+import json, os, sys, time
+from pathlib import Path
+runs = Path(sys.argv[3])
+first = not runs.exists()
+with runs.open("a") as f:
+    f.write(f"start {os.getpid()}\\n")
+time.sleep(60 if first else 1)
+with runs.open("a") as f:
+    f.write(f"done {os.getpid()}\\n")
+Path(sys.argv[2]).write_text(json.dumps({"metrics": {"quality.score": 0.9}}))
+"""
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    with open(f"/proc/{pid}/stat") as f:
+        return f.read().split()[2] != "Z"
+
+
+@pytest.mark.parametrize("deployment", ["local"], indirect=True)
+def test_a_worker_killed_mid_eval_leaves_no_runner_and_the_rerun_records_once(deployment, tmp_path):
+    policy = tmp_path / "policies"
+    shutil.copytree(default_policy_dir(), policy)
+    data = json.loads((policy / "data.json").read_text())
+    script, runs = tmp_path / "slow.py", tmp_path / "runs.txt"
+    script.write_text(SLOW_SCRIPT)
+    data["modelreg"]["suites"]["quality"] = {
+        "runner": "command", "timeout_s": 120,
+        "settings": {"command": ["{python}", str(script), "{model_dir}", "{output}", str(runs)]}}
+    (policy / "data.json").write_text(json.dumps(data))
+    deployment.env["MODELREG_POLICY_DIR"] = str(policy)
+    deployment.settings.policy_dir = policy
+    deployment.settings.local_source_roots = [tmp_path]
+    deployment.env["MODELREG_LOCAL_SOURCE_ROOTS"] = json.dumps([str(tmp_path)])
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "config.json").write_text('{"model_type": "slow"}')
+
+    container = bootstrap(deployment.settings)
+    try:
+        admin = make_admin(container)
+        with container.session_factory() as session:
+            version, _ = versions.submit(session, admin, "acme", "slow", SubmitRequest(source=str(model)),
+                                         open_source=container.open_source, limits=container.limits(),
+                                         clock=container.clock)
+            version_id = version.id
+
+        log = tmp_path / "workers.log"
+        first = start_worker(deployment, log)
+        try:
+            started = wait_for(lambda: runs.exists() and runs.read_text().split(), "the eval to start", first, log)
+        finally:
+            kill_worker(first)
+        pid = int(started[1])
+        give_up = time.monotonic() + 10
+        while alive(pid) and time.monotonic() < give_up:
+            time.sleep(0.1)
+        assert not alive(pid), "the runner's command outlived the killed worker"
+
+        second = start_worker(deployment, log)
+        try:
+            def settled() -> bool:
+                with container.session_factory() as session:
+                    return session.get(Version, version_id).state == "awaiting_approval"
+
+            wait_for(settled, "the version to settle", second, log)
+        finally:
+            stop_worker(second)
+
+        lines = runs.read_text().split("\n")
+        assert [line.split()[0] for line in lines if line] == ["start", "start", "done"]
+        with container.session_factory() as session:
+            rows = session.scalars(select(EvalResult).where(EvalResult.version_id == version_id)).all()
+            recorded = session.scalars(select(AuditEvent).where(AuditEvent.action == "version.eval.recorded")).all()
+        assert [(r.suite, r.status, r.metrics) for r in rows] == [("quality", "completed", {"quality.score": 0.9})]
+        assert len(recorded) == 1
+    finally:
+        container.dispose()
