@@ -120,6 +120,8 @@ def test_readme_use_block_runs_as_written(store, hub, tmp_path, request):
     assert {f["path"] for f in uploaded["files"]} == {p for p in tiny_model_files(5) if p.endswith((".json", ".safetensors"))}
     assert "source-not-allowed" in output("modelreg submit /srv")[1]
     assert output("modelreg version show acme/model 1")[0].startswith("acme/model@1: awaiting_approval")
+    evals = output("modelreg evals acme/model 1")[0].splitlines()
+    assert evals[0] == "acme/model@1: awaiting_approval" and evals[1].startswith("  sanity: completed, weights-sanity")
     assert "Verification succeeded" in output("model_signing verify key")[0]
     signature = json.loads((copy / "model.sig").read_text())
     assert {"mediaType", "verificationMaterial", "dsseEnvelope"} <= signature.keys()
