@@ -31,6 +31,7 @@ def _imports(package: str) -> dict[str, set[str]]:
     ("registry/storage", {"sqlalchemy", "fastapi"}),
     ("registry/sources", {"sqlalchemy", "fastapi"}),
     ("registry/scanning", {"sqlalchemy", "fastapi"}),
+    ("registry/evals", {"sqlalchemy", "fastapi", "boto3"}),
 ])
 def test_package_does_not_import(package, forbidden):
     offenders = {path: names & forbidden for path, names in _imports(package).items() if names & forbidden}
@@ -40,5 +41,15 @@ def test_package_does_not_import(package, forbidden):
 def test_fetch_client_and_signing_load_without_sqlalchemy_or_fastapi():
     code = ("import sys, registry.client.http, registry.signing; "
             "bad = [m for m in ('sqlalchemy', 'fastapi', 'boto3') if m in sys.modules]; print(bad)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True)
+    assert out.stdout.strip() == "[]"
+
+
+def test_the_eval_runner_subprocess_loads_no_database_or_web_code():
+    """What ``python -m registry.evals.child`` imports before any runner: the runner sees no registry internals."""
+    code = ("import sys, registry.evals.child, registry.evals.cases, registry.evals.runners, registry.evals.scoring, "
+            "registry.evals.runners.sanity, registry.evals.runners.command, registry.evals.runners.openai; "
+            "bad = [m for m in sys.modules if m.split('.')[0] in ('sqlalchemy', 'fastapi', 'boto3', 'api', 'workers')"
+            " or m.startswith(('registry.db', 'registry.services', 'registry.storage'))]; print(bad)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True)
     assert out.stdout.strip() == "[]"
