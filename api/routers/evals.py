@@ -25,12 +25,16 @@ EvalSetNumber = Annotated[int, Field(ge=1, le=INT32_MAX, description="version of
 SuiteName = Annotated[str, Field(pattern=f"^{SUITE_NAME.pattern}$", min_length=1, max_length=64,
                                  description="suite name, as in the policy data")]
 _JSONL = {"application/x-ndjson": {"schema": {"type": "string"}}}
+# The request body is read raw, whatever its Content-Type: the CLI sends application/x-ndjson. The schema
+# names octet-stream, which OpenAPI tools (schemathesis included) know how to send.
+_JSONL_BODY = {"application/octet-stream": {"schema": {"type": "string", "format": "binary",
+                                                       "description": "the eval set: UTF-8 JSONL, a case per line"}}}
 
 
 @router.put("/v1/evalsets/{name}", status_code=status.HTTP_201_CREATED, responses={
     200: {"description": "these bytes are a version of the eval set already: that version"},
     **responses(LimitExceededError, UpstreamError)},
-    openapi_extra={"requestBody": {"required": True, "content": _JSONL}})
+    openapi_extra={"requestBody": {"required": True, "content": _JSONL_BODY}})
 async def put_evalset(name: EvalSetName, request: Request, response: Response, session: SessionDep,
                       principal: PrincipalDep, container: ContainerDep,
                       description: str = Query("", max_length=1024, description="what the set measures")

@@ -11,7 +11,7 @@ from api.params import ModelName, TenantName, VersionNumber
 from api.problems import AUTHENTICATED, responses
 from api.schemas import FilePublic, RevocationPublic, VersionCreate, VersionDetail, VersionPublic
 from registry.db.models import Version
-from registry.domain.errors import InvalidInputError, LimitExceededError, NotFoundError
+from registry.domain.errors import InvalidInputError, InvalidStateError, LimitExceededError, NotFoundError
 from registry.domain.files import FileEntry
 from registry.services import facts, versions
 
@@ -102,15 +102,11 @@ def get_version(tenant: TenantName, name: ModelName, number: VersionNumber, sess
     return VersionDetail(**version_public(version).model_dump(), facts=found)
 
 
-@router.get("/{tenant}/{name}/versions/{number}/signature")
+@router.get("/{tenant}/{name}/versions/{number}/signature", responses=responses(InvalidStateError))
 def get_signature(tenant: TenantName, name: ModelName, number: VersionNumber, session: SessionDep,
                   principal: PrincipalDep) -> dict[str, Any]:
-    """The version's OpenSSF model-signing bundle (save it as ``model.sig``)."""
-    version = versions.read_version(session, principal, tenant, name, number)
-    if version.manifest_bundle is None:
-        raise NotFoundError(f"{tenant}/{name}@{number} is not sealed yet (state {version.state})",
-                            state=version.state)
-    return version.manifest_bundle
+    """The version's OpenSSF model-signing bundle (save it as ``model.sig``); 409 until it is sealed."""
+    return versions.read_signature(session, principal, tenant, name, number)
 
 
 @router.get("/{tenant}/{name}/versions/{number}/scans")

@@ -35,6 +35,7 @@ from registry.domain.errors import (
     BlobsNotUploadedError,
     InvalidInputError,
     InvalidPathError,
+    InvalidStateError,
     LimitExceededError,
     ModelNotFoundError,
     RegistryError,
@@ -143,6 +144,20 @@ def read_version(
 ) -> Version:
     require(principal, tenant, Permission.READ)
     return _get_version(session, tenant, name, number)
+
+
+def read_signature(session: Session, principal: AuthenticatedPrincipal, tenant: str, name: str,
+                   number: int) -> dict[str, Any]:
+    """The version's OpenSSF model-signing bundle.
+
+    Raises:
+        InvalidStateError: the version exists but is not sealed yet, so it has no signature (409).
+    """
+    version = read_version(session, principal, tenant, name, number)
+    if version.manifest_bundle is None:
+        raise InvalidStateError(f"{tenant}/{name}@{number} is not sealed yet (state {version.state})",
+                                state=version.state)
+    return version.manifest_bundle
 
 
 def version_ref(version: Version) -> str:

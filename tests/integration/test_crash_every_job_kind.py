@@ -1,9 +1,9 @@
 """The whole state machine, with a worker process killed in the middle of each job kind.
 
-A version is driven through every state reachable today: ``submitted`` (its upstream was unreachable
-at submission), ``mirroring``, ``sealed``, ``scanning``, ``awaiting_approval``, and, for a model holding an
+A version is driven through every state before a decision: ``submitted`` (its upstream was unreachable
+at submission), ``mirroring``, ``sealed``, ``scanning``, ``evaluating``, ``awaiting_approval``, and, for a model holding an
 unsafe file, ``failed``. For each job kind (``resolve_version``, ``mirror_file``, ``seal_version``,
-``scan_blob``) the jobs before it run in this process; then a ``modelreg worker`` process claims a job of
+``scan_blob``, ``run_eval``) the jobs before it run in this process; then a ``modelreg worker`` process claims a job of
 that kind while the test holds the version's row lock, so the worker does the job's work and stops at
 the transaction that would record it. The test kills it there (SIGKILL: no handler runs, nothing
 commits), lets go of the lock and starts another worker: the version still completes, and every step
@@ -41,9 +41,11 @@ from workers.registry import HandlerRegistry
 
 pytestmark = pytest.mark.postgres
 
-ORDER = [JobKind.RESOLVE_VERSION, JobKind.MIRROR_FILE, JobKind.SEAL_VERSION, JobKind.SCAN_BLOB]
-TRAIL = ["version.submitted", "version.resolved", "version.sealed", "version.scanning", "version.scanned"]
-FAILED_TRAIL = [*TRAIL[:-1], "version.failed"]
+ORDER = [JobKind.RESOLVE_VERSION, JobKind.MIRROR_FILE, JobKind.SEAL_VERSION, JobKind.SCAN_BLOB, JobKind.RUN_EVAL]
+# The tiny model's safetensors weights get the shipped `sanity` suite: one run_eval job.
+TRAIL = ["version.submitted", "version.resolved", "version.sealed", "version.scanning", "version.scanned",
+         "version.eval.recorded", "version.evaluated"]
+FAILED_TRAIL = [*TRAIL[:4], "version.failed"]
 
 
 @pytest.fixture
@@ -181,7 +183,7 @@ def test_an_unsafe_model_fails_once_after_a_worker_is_killed_mid_scan(container,
     files = tiny_model_files(4)
     files["pytorch_model.bin"] = scan_samples.torch_zip_payload_in_data_pkl()
     version_id = _submit_while_upstream_is_down(container, hub, files)
-    _run_in_process(container, ORDER[:-1])
+    _run_in_process(container, ORDER[:ORDER.index(JobKind.SCAN_BLOB)])
 
     log = tmp_path / "workers.log"
     state = _kill_mid_job_then_complete(container, deployment, version_id, JobKind.SCAN_BLOB, log)
@@ -190,3 +192,7 @@ def test_an_unsafe_model_fails_once_after_a_worker_is_killed_mid_scan(container,
     with container.session_factory() as session:
         assert session.get(Version, version_id).failure_reason == "unsafe_file"
     assert _trail(container, version_id) == FAILED_TRAIL
+
+
+def test_every_job_kind_is_crashed_here():
+    assert set(ORDER) == set(JobKind)

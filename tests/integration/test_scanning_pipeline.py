@@ -57,7 +57,7 @@ def test_ordinary_model_is_scanned_safe_and_awaits_approval(container, admin, tm
         assert {r.verdict for r in rows} == {"safe"}
         assert {r.format for r in rows if r.path.endswith(".safetensors")} == {"safetensors"}
         events = [e.action for e in session.scalars(select(AuditEvent).order_by(AuditEvent.id))]
-        assert events[-1] == "version.scanned"
+        assert events[-3:] == ["version.scanned", "version.eval.recorded", "version.evaluated"]
 
 
 def test_unsafe_pickle_fails_the_version_with_unsafe_file(container, admin, tmp_path):
