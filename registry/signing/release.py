@@ -1,0 +1,186 @@
+"""Release manifests: what a serving node may download, signed by the registry, short-lived.
+
+A release is a DSSE envelope (payload type ``application/vnd.modelreg.release+json``) over::
+
+    {"_type": "https://modelreg.dev/release/v1",
+     "model": "acme/tiny", "ref": "prod", "tenant": "acme", "version": 3,
+     "source": {"kind": "hf", "repo": "org/tiny", "revision": "<40 hex>"},
+     "files": [{"path": "config.json", "size": 812, "sha256": "<hex>"}, ...],
+     "license": "apache-2.0", "facts": {...},
+     "statement_digest": "<sha256 of the version's signed model-signing statement>",
+     "approval_digest": "<sha256 of the canonical approval record>",
+     "serial": 7, "issued_at": "...", "expires_at": "..."}
+
+``tenant`` is the tenant the release was resolved for (a canary tenant gets the canary version). The
+``serial`` only grows per model and ref; a node refuses a lower one than it accepted before (rollback), an
+expired release (freeze), any path that is not clean and relative, and a file list with a path twice.
+Transport URLs travel beside the envelope, unsigned: the bytes are checked against ``files`` instead.
+
+Example:
+    >>> import datetime as dt
+    >>> from registry.signing.keys import SigningKey
+    >>> from registry.signing.trust_root import parse_root, root_document, sign_root
+    >>> key, now = SigningKey.generate(), dt.datetime(2026, 11, 30, tzinfo=dt.timezone.utc)
+    >>> root = parse_root(sign_root(root_document(1, [key.public_key], 1, now + dt.timedelta(days=365)), [key]))
+    >>> payload = release_payload(model="acme/tiny", ref="prod", tenant="acme", version=1,
+    ...     source={"kind": "hf", "repo": "org/tiny", "revision": "a" * 40},
+    ...     files=[{"path": "config.json", "size": 2, "sha256": "b" * 64}], license="mit", facts=None,
+    ...     statement_digest="c" * 64, approval_digest="d" * 64, serial=1,
+    ...     issued_at=now, expires_at=now + dt.timedelta(minutes=5))
+    >>> release = verify_release(sign_release(payload, [key]), root, now=now, model="acme/tiny", ref="prod")
+    >>> release.version, release.serial, release.files[0].path
+    (1, 1, 'config.json')
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import json
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from registry.domain.errors import IntegrityError, InvalidPathError, SignatureError
+from registry.domain.files import SHA256_RE, validate_path
+from registry.signing.canonical import canonical_json
+from registry.signing.dsse import sign_envelope, verify_envelope
+from registry.signing.keys import SigningKey
+from registry.signing.trust_root import TrustRoot
+
+RELEASE_PAYLOAD_TYPE = "application/vnd.modelreg.release+json"
+RELEASE_TYPE = "https://modelreg.dev/release/v1"
+MAX_RELEASE_BYTES = 8 << 20
+"""The largest release envelope a node reads (100,000 files fit)."""
+MAX_FILES = 100_000
+
+
+class ReleaseExpiredError(IntegrityError):
+    code = "release-expired"
+
+
+class ReleaseRollbackError(IntegrityError):
+    code = "release-rollback"
+
+
+class ReleaseMismatchError(IntegrityError):
+    """The release is for another model or ref than the one asked for (a mix-and-match)."""
+
+    code = "release-mismatch"
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ReleaseFile:
+    path: str
+    size: int
+    sha256: str
+
+
+@dataclasses.dataclass(frozen=True)
+class Release:
+    model: str
+    ref: str
+    tenant: str
+    version: int
+    serial: int
+    issued_at: dt.datetime
+    expires_at: dt.datetime
+    files: tuple[ReleaseFile, ...]
+    payload: dict[str, Any]
+
+    @property
+    def total_size(self) -> int:
+        return sum(f.size for f in self.files)
+
+
+def release_payload(*, model: str, ref: str, tenant: str, version: int, source: Mapping[str, Any],
+                    files: Sequence[Mapping[str, Any]], license: str | None, facts: Mapping[str, Any] | None,
+                    statement_digest: str, approval_digest: str, serial: int, issued_at: dt.datetime,
+                    expires_at: dt.datetime) -> dict[str, Any]:
+    """The payload of a release (files sorted by path)."""
+    return {"_type": RELEASE_TYPE, "model": model, "ref": ref, "tenant": tenant, "version": version,
+            "source": dict(source),
+            "files": [{"path": f["path"], "size": f["size"], "sha256": f["sha256"]}
+                      for f in sorted(files, key=lambda f: f["path"])],
+            "license": license, "facts": dict(facts) if facts is not None else None,
+            "statement_digest": statement_digest, "approval_digest": approval_digest, "serial": serial,
+            "issued_at": issued_at.astimezone(dt.timezone.utc).isoformat(),
+            "expires_at": expires_at.astimezone(dt.timezone.utc).isoformat()}
+
+
+def sign_release(payload: Mapping[str, Any], keys: Sequence[SigningKey]) -> dict[str, Any]:
+    return sign_envelope(canonical_json(dict(payload)), RELEASE_PAYLOAD_TYPE, list(keys))
+
+
+def _time(doc: Mapping[str, Any], key: str) -> dt.datetime:
+    try:
+        value = dt.datetime.fromisoformat(doc[key])
+    except (KeyError, TypeError, ValueError):
+        raise SignatureError(f"the release's {key} is not an ISO 8601 time", reason="malformed") from None
+    if value.tzinfo is None:
+        raise SignatureError(f"the release's {key} has no time zone", reason="malformed")
+    return value
+
+
+def _files(doc: Mapping[str, Any]) -> tuple[ReleaseFile, ...]:
+    entries = doc.get("files")
+    if not isinstance(entries, list) or len(entries) > MAX_FILES:
+        raise SignatureError(f"the release's files are a list of at most {MAX_FILES}", reason="malformed")
+    out, seen = [], set()
+    for entry in entries:
+        if not isinstance(entry, dict):
+            raise SignatureError("a release file is an object", reason="malformed")
+        path, size, digest = entry.get("path"), entry.get("size"), entry.get("sha256")
+        if not isinstance(path, str):
+            raise SignatureError("a release file has no path", reason="malformed")
+        validate_path(path)  # InvalidPathError: traversal, absolute, backslash, control characters...
+        if path in seen:
+            raise InvalidPathError(path, "listed twice in the release")
+        seen.add(path)
+        if type(size) is not int or size < 0 or not isinstance(digest, str) or not SHA256_RE.match(digest):
+            raise SignatureError(f"release file {path!r} has no valid size and sha256", reason="malformed")
+        out.append(ReleaseFile(path, size, digest))
+    return tuple(out)
+
+
+def verify_release(envelope: Mapping[str, Any], root: TrustRoot, *, now: dt.datetime, model: str, ref: str,
+                   min_serial: int | None = None) -> Release:
+    """Check a release envelope as a node must before downloading a byte.
+
+    Args:
+        root: the node's trust root, already walked forward (:func:`registry.signing.trust_root.walk`).
+        model, ref: what the node asked for; a release of anything else is refused.
+        min_serial: the highest serial the node accepted before for this model and ref (None: none yet).
+
+    Raises:
+        SignatureError: not signed by a threshold of the root's keys, or malformed (``reason`` says).
+        ReleaseExpiredError: ``expires_at`` has passed.
+        ReleaseRollbackError: ``serial`` is lower than ``min_serial``.
+        ReleaseMismatchError: another model or ref.
+        InvalidPathError: a file path that is not clean and relative, or one listed twice.
+    """
+    payload = verify_envelope(envelope, root.keys, RELEASE_PAYLOAD_TYPE, threshold=root.threshold)
+    if len(payload) > MAX_RELEASE_BYTES:
+        raise SignatureError("the release is larger than a node reads", reason="malformed")
+    try:
+        doc = json.loads(payload)
+    except ValueError:
+        raise SignatureError("the release's payload is not JSON", reason="malformed") from None
+    if not isinstance(doc, dict) or doc.get("_type") != RELEASE_TYPE:
+        raise SignatureError(f"the payload is not a {RELEASE_TYPE} document", reason="malformed")
+    if doc.get("model") != model or doc.get("ref") != ref:
+        raise ReleaseMismatchError(f"the release is for {doc.get('model')}@{doc.get('ref')}, not {model}@{ref}",
+                                   model=doc.get("model"), ref=doc.get("ref"))
+    version, serial = doc.get("version"), doc.get("serial")
+    if type(version) is not int or version < 1 or type(serial) is not int or serial < 0:
+        raise SignatureError("the release's version or serial is not an integer", reason="malformed")
+    issued_at, expires_at = _time(doc, "issued_at"), _time(doc, "expires_at")
+    if now >= expires_at:
+        raise ReleaseExpiredError(f"the release of {model}@{ref} expired at {expires_at.isoformat()}",
+                                  expires_at=expires_at.isoformat())
+    if min_serial is not None and serial < min_serial:
+        raise ReleaseRollbackError(f"the release of {model}@{ref} has serial {serial}, lower than {min_serial} "
+                                   f"accepted before", serial=serial, accepted=min_serial)
+    tenant = doc.get("tenant")
+    if not isinstance(tenant, str):
+        raise SignatureError("the release names no tenant", reason="malformed")
+    return Release(model, ref, tenant, version, serial, issued_at, expires_at, _files(doc), doc)
