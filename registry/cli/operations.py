@@ -1,0 +1,259 @@
+"""The ``modelreg`` command: the audit log, the database, the store and the processes.
+
+``audit``, ``migrate``, ``gc``, ``serve``, ``worker``.
+"""
+
+from __future__ import annotations
+
+import json
+from importlib.metadata import entry_points
+from pathlib import Path
+from typing import Any, Optional
+
+import typer
+
+from registry.cli._base import CliError, JsonOpt, TokenOpt, UrlOpt, _client, _emit, app, audit_app
+
+
+@audit_app.command("verify")
+def audit_verify(
+    data_dir: Optional[Path] = typer.Option(None, "--data-dir", help="embedded registry directory"),
+    checkpoints: Optional[Path] = typer.Option(
+        None, "--checkpoints",
+        help="JSON file of checkpoints saved earlier (`modelreg audit checkpoints --json`)"),
+    public_keys: list[Path] = typer.Option(
+        [], "--public-key", help="registry public key PEM the checkpoints must be signed with (repeatable; "
+                                 "default: the registry's own signing key)"),
+    as_json: bool = JsonOpt,
+) -> None:
+    """Recompute the audit chain in the database; name the first altered, removed or reordered event.
+
+    With --checkpoints, also check each checkpoint's signature and that the chain still reaches every
+    checkpointed event with the signed hash: a cut or recomputed chain fails.
+    """
+    from registry import audit
+    from registry.bootstrap import bootstrap
+
+    settings = _local_settings(data_dir)
+    saved = _read_checkpoints(checkpoints) if checkpoints is not None else []
+    keys = _checkpoint_keys(settings, public_keys) if saved else []
+    container = bootstrap(settings)
+    try:
+        with container.session_factory() as session:
+            report = audit.verify(session, checkpoints=saved, keys=keys)
+    finally:
+        container.dispose()
+    held = f", {report.checkpoints} checkpoint(s) hold" if checkpoints is not None else ""
+    _emit({"ok": True, "events": report.events, "head_hash": report.head_hash,
+           "checkpoints": report.checkpoints},
+          as_json, f"audit log intact: {report.events} events, head {report.head_hash}{held}")
+
+
+def _local_settings(data_dir: Optional[Path]) -> Any:
+    """Settings of a registry whose database this command opens itself; the embedded one must exist."""
+    from registry.bootstrap import load_settings
+
+    settings = load_settings(**({"data_dir": data_dir} if data_dir else {}))
+    if settings.database_url is None and not (settings.data_dir / "registry.db").is_file():
+        raise CliError(f"no embedded registry in {settings.data_dir} (no registry.db): pass --data-dir, "
+                       "or set MODELREG_DATABASE_URL")
+    return settings
+
+
+def _read_checkpoints(path: Path) -> list[Any]:
+    """A saved list of checkpoints (or one checkpoint, as `audit checkpoint --json` prints it)."""
+    try:
+        data = json.loads(path.read_text())
+    except ValueError as err:
+        raise CliError(f"{path} is not JSON: {err}") from None
+    if isinstance(data, dict):
+        data = [data]
+    if not isinstance(data, list):
+        raise CliError(f"{path} holds no list of checkpoints")
+    return data
+
+
+def _checkpoint_keys(settings: Any, files: list[Path]) -> list[Any]:
+    from registry.signing.keys import SigningKey, VerifyingKey, load_signing_key
+
+    if files:
+        return [VerifyingKey.from_file(f) for f in files]
+    pem = settings.signing_key_pem.get_secret_value() if settings.signing_key_pem else None
+    if settings.signing_key_file is not None or pem:
+        return [load_signing_key(settings.signing_key_file, pem).public_key]
+    embedded = settings.data_dir / "keys" / "signing-key.pem"
+    if not embedded.exists():
+        raise CliError("no registry key to check the checkpoints with: pass --public-key "
+                       "(the PEM of `modelreg keys export`)")
+    return [SigningKey.from_file(embedded).public_key]
+
+
+@audit_app.command("checkpoint")
+def audit_checkpoint(
+    data_dir: Optional[Path] = typer.Option(None, "--data-dir", help="embedded registry directory"),
+    as_json: bool = JsonOpt,
+) -> None:
+    """Sign the audit chain's head now (event id, chain hash, time) and store the checkpoint."""
+    from registry import audit
+    from registry.bootstrap import bootstrap, prepare_embedded
+
+    settings = _local_settings(data_dir)
+    if settings.database_url is None:
+        prepare_embedded(settings)
+    container = bootstrap(settings)
+    try:
+        with container.session_factory() as session:
+            made = audit.checkpoint(session, container.signing_key)
+            if made is None:
+                raise CliError("the audit log is empty: there is nothing to checkpoint yet")
+            record = made.as_dict()
+    finally:
+        container.dispose()
+    _emit(record, as_json,
+          f"checkpoint of event {record['event_id']} ({record['event_hash']}) at {record['at']}")
+
+
+@audit_app.command("checkpoints")
+def audit_checkpoints(url: str = UrlOpt, token: str = TokenOpt, as_json: bool = JsonOpt) -> None:
+    """Every signed audit checkpoint (auditors, administrators); save the --json output for `audit verify`."""
+    found: list[dict[str, Any]] = []
+    with _client(url, token) as client:
+        while True:
+            page = client.get("/v1/audit/checkpoints", params={"after": found[-1]["id"] if found else 0,
+                                                               "limit": 1000})
+            found.extend(page)
+            if len(page) < 1000:
+                break
+    _emit(found, as_json, "\n".join(f"{c['event_id']:>10}  {c['event_hash']}  {c['at']}" for c in found))
+
+
+@app.command()
+def migrate(data_dir: Optional[Path] = typer.Option(None, "--data-dir"), as_json: bool = JsonOpt) -> None:
+    """Bring the database schema to the newest revision."""
+    from registry.bootstrap import bootstrap, ensure_data_dir, load_settings
+
+    settings = load_settings(**({"data_dir": data_dir} if data_dir else {}))
+    ensure_data_dir(settings)
+    container = bootstrap(settings, migrate=True)
+    from alembic.migration import MigrationContext
+
+    with container.engine.connect() as conn:
+        head = MigrationContext.configure(conn).get_current_revision()
+    container.dispose()
+    _emit({"ok": True, "revision": head}, as_json, f"database schema is up to date (revision {head})")
+
+
+@app.command()
+def gc(
+    older_than_hours: float = typer.Option(24.0, "--older-than-hours", min=0.0,
+                                           help="only what was left at least this long ago"),
+    data_dir: Optional[Path] = typer.Option(None, "--data-dir"),
+    as_json: bool = JsonOpt,
+) -> None:
+    """Sweep the blob store: temporary files and unfinished multipart uploads of crashed writers."""
+    import datetime as dt
+
+    from registry.bootstrap import bootstrap, load_settings, prepare_embedded
+
+    settings = load_settings(**({"data_dir": data_dir} if data_dir else {}))
+    if settings.database_url is None:
+        prepare_embedded(settings)
+    container = bootstrap(settings)
+    try:
+        swept = container.blob_store.sweep_incomplete(dt.timedelta(hours=older_than_hours))
+    finally:
+        container.dispose()
+    _emit({"swept": swept}, as_json, f"swept {swept} incomplete upload(s)")
+
+
+# --- processes -------------------------------------------------------------------------------
+
+
+def _component(name: str) -> Any:
+    found = [ep for ep in entry_points(group="modelreg.components") if ep.name == name]
+    if not found:
+        raise CliError(f"component {name!r} is not installed (reinstall modelreg: pip install -e .)")
+    return found[0].load()
+
+
+@app.command()
+def serve(
+    data_dir: Optional[Path] = typer.Option(None, "--data-dir", help="state directory (default ./.modelreg)"),
+    host: Optional[str] = typer.Option(None, "--host"),
+    port: Optional[int] = typer.Option(None, "--port"),
+    workers: Optional[int] = typer.Option(None, "--workers", help="worker threads in this process"),
+    as_json: bool = typer.Option(False, "--json", help="print the startup record as one JSON line"),
+) -> None:
+    """Run the API and N worker threads in one process (the embedded default: SQLite and local blobs)."""
+    import threading
+
+    import uvicorn
+
+    from registry.bootstrap import bootstrap, ensure_initial_admin, load_settings, prepare_embedded
+
+    overrides: dict[str, Any] = {}
+    for key, value in (("data_dir", data_dir), ("host", host), ("port", port), ("workers", workers)):
+        if value is not None:
+            overrides[key] = value
+    settings = load_settings(**overrides)
+    prepare_embedded(settings)
+    if settings.public_url is None:
+        settings.public_url = f"http://{settings.host}:{settings.port}"
+    container = bootstrap(settings, migrate=True)
+    first = ensure_initial_admin(container)
+    create_app = _component("api")
+    start_workers = _component("workers")
+    stop = threading.Event()
+    threads = start_workers(container, settings.workers, stop)
+    if as_json:
+        typer.echo(json.dumps({"url": settings.public_url, "workers": len(threads),
+                               "admin_token_file": str(first.admin_token_file) if first.admin_token_file else None,
+                               "created_admin": first.created_admin}))
+    else:
+        if first.created_admin:
+            typer.echo(f"created tenant 'default' and principal 'admin'; admin token in {first.admin_token_file}")
+        elif first.admin_token_file:
+            typer.echo(f"admin token in {first.admin_token_file}")
+        typer.echo(f"modelreg serving on {settings.public_url} with {len(threads)} worker threads")
+    try:
+        uvicorn.run(create_app(container), host=settings.host, port=settings.port, log_level="warning")
+    finally:
+        stop.set()
+        for thread in threads:
+            thread.join(timeout=30)
+        container.dispose()
+
+
+@app.command()
+def worker(
+    concurrency: int = typer.Option(1, "--concurrency", min=1, help="worker threads"),
+    as_json: bool = typer.Option(False, "--json", help="log as JSON lines"),
+) -> None:
+    """Run background jobs (mirroring, sealing, scanning) until SIGTERM or SIGINT."""
+    import logging
+
+    from registry.bootstrap import bootstrap, load_settings, prepare_embedded
+
+    if as_json:
+        logging.basicConfig(level=logging.INFO, handlers=[_json_log_handler()])
+    settings = load_settings()
+    # The same key as `serve` beside it: the data directory's, made on first start, unless one is set.
+    prepare_embedded(settings)
+    container = bootstrap(settings)
+    try:
+        _component("worker-process")(container, concurrency)
+    finally:
+        container.dispose()
+
+
+def _json_log_handler():
+    import logging
+
+    class JsonFormatter(logging.Formatter):
+        def format(self, record: logging.LogRecord) -> str:
+            return json.dumps({"time": self.formatTime(record), "level": record.levelname, "logger": record.name,
+                               "message": record.getMessage()})
+
+    handler = logging.StreamHandler()
+    handler.setFormatter(JsonFormatter())
+    return handler

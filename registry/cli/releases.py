@@ -1,0 +1,119 @@
+"""The ``modelreg`` command: aliases, promotion, rollback, revocation and the registry's keys."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Optional
+
+import typer
+
+from registry.cli._base import (
+    CliError,
+    JsonOpt,
+    TokenOpt,
+    UrlOpt,
+    _client,
+    _emit,
+    _seg,
+    _split_model,
+    alias_app,
+    app,
+    keys_app,
+)
+
+
+def _alias_lines(a: dict[str, Any]) -> list[str]:
+    canary = a.get("canary")
+    head = f"{a['name']} -> {a['version']}"
+    if canary:
+        head += f" (canary {canary['version']} for {', '.join(canary['tenants'])})"
+    lines = [head]
+    for m in a.get("history", []):
+        moved = f"{m['from_version'] if m['from_version'] is not None else '-'} -> {m['to_version']}"
+        if m["to_canary"]:
+            moved += f" (canary {m['to_canary']['version']})"
+        why = f": {m['comment']}" if m["comment"] else ""
+        lines.append(f"  {m['at']}  {m['action']:8} {moved}  by {m['by']}{why}")
+    return lines
+
+
+@app.command()
+def promote(
+    model: str = typer.Argument(..., help="TENANT/NAME"),
+    alias: str = typer.Argument(..., help="alias to move: prod, canary, staging..."),
+    version: int = typer.Argument(..., help="an approved version"),
+    canary_version: Optional[int] = typer.Option(None, "--canary-version",
+                                                 help="a second version, for a few tenants"),
+    canary_tenants: list[str] = typer.Option([], "--canary-tenant",
+                                             help="a tenant that gets the canary version (repeatable)"),
+    comment: str = typer.Option("", "--comment", help="why"),
+    url: str = UrlOpt, token: str = TokenOpt, as_json: bool = JsonOpt,
+) -> None:
+    """Point ALIAS of MODEL at VERSION (with an optional canary), if the promotion policy allows."""
+    tenant, name = _split_model(model)
+    if (canary_version is None) != (not canary_tenants):
+        raise CliError("--canary-version and --canary-tenant go together")
+    body: dict[str, Any] = {"version": version, "comment": comment}
+    if canary_version is not None:
+        body["canary"] = {"version": canary_version, "tenants": canary_tenants}
+    with _client(url, token) as client:
+        moved = client.put(f"/v1/models/{_seg(tenant)}/{_seg(name)}/aliases/{_seg(alias)}", json=body)
+    _emit(moved, as_json, _alias_lines({**moved, "history": moved["history"][:1]}))
+
+
+@app.command()
+def rollback(
+    model: str = typer.Argument(..., help="TENANT/NAME"), alias: str = typer.Argument(...),
+    comment: str = typer.Option("", "--comment", help="why"),
+    url: str = UrlOpt, token: str = TokenOpt, as_json: bool = JsonOpt,
+) -> None:
+    """Move ALIAS back to the version it pointed at before its newest move."""
+    tenant, name = _split_model(model)
+    with _client(url, token) as client:
+        moved = client.post(f"/v1/models/{_seg(tenant)}/{_seg(name)}/aliases/{_seg(alias)}/rollback",
+                            json={"comment": comment})
+    _emit(moved, as_json, _alias_lines({**moved, "history": moved["history"][:1]}))
+
+
+@alias_app.command("list")
+def alias_list(
+    model: str = typer.Argument(..., help="TENANT/NAME"),
+    url: str = UrlOpt, token: str = TokenOpt, as_json: bool = JsonOpt,
+) -> None:
+    """Every alias of MODEL, with its history (who, when, from, to, why)."""
+    tenant, name = _split_model(model)
+    with _client(url, token) as client:
+        found = client.get(f"/v1/models/{_seg(tenant)}/{_seg(name)}/aliases")
+    _emit(found, as_json, [line for a in found for line in _alias_lines(a)] or ["(no aliases)"])
+
+
+@app.command()
+def revoke(
+    model: str = typer.Argument(..., help="TENANT/NAME"), number: int = typer.Argument(..., help="version"),
+    reason: str = typer.Option(..., "--reason", help="why it must never be released again"),
+    url: str = UrlOpt, token: str = TokenOpt, as_json: bool = JsonOpt,
+) -> None:
+    """Revoke a version (administrators and security approvers): aliases pointing at it stop resolving."""
+    tenant, name = _split_model(model)
+    with _client(url, token) as client:
+        version = client.post(f"/v1/models/{_seg(tenant)}/{_seg(name)}/versions/{number}/revoke",
+                              json={"reason": reason})
+    _emit(version, as_json, f"{version['model']}@{version['version']}: revoked ({reason})")
+
+
+@keys_app.command("list")
+def keys_list(url: str = UrlOpt, token: str = TokenOpt, as_json: bool = JsonOpt) -> None:
+    """The registry's public signing keys."""
+    with _client(url, token) as client:
+        keys = client.get("/v1/keys")
+    _emit(keys, as_json, [f"{k['key_id']}  {k['algorithm']}" for k in keys["keys"]])
+
+
+@keys_app.command("export")
+def keys_export(output: Path = typer.Option(Path("registry.pub"), "--output", "-o"),
+                url: str = UrlOpt, token: str = TokenOpt, as_json: bool = JsonOpt) -> None:
+    """Write the registry's public key PEM (for `model_signing verify key --public_key`)."""
+    with _client(url, token) as client:
+        keys = client.get("/v1/keys")
+    output.write_text(keys["keys"][0]["public_key_pem"])
+    _emit({"written": str(output), "key_id": keys["keys"][0]["key_id"]}, as_json, f"wrote {output}")

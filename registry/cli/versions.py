@@ -1,0 +1,323 @@
+"""The ``modelreg`` command: submitting, showing and scanning versions.
+
+``submit``, ``version``, ``scan``, ``rescan``.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any, Optional
+
+import httpx
+import typer
+
+from registry.cli._base import (
+    CliError,
+    JsonOpt,
+    TokenOpt,
+    UrlOpt,
+    _client,
+    _emit,
+    _say,
+    _seg,
+    _split_model,
+    app,
+    version_app,
+)
+
+# `submit --wait` waits until the version needs a person (approval) or has ended.
+WAIT_DONE_STATES = {"failed", "rejected", "revoked", "approved", "awaiting_approval"}
+
+
+@app.command()
+def submit(
+    source: str = typer.Argument(..., help="hf://org/repo, s3://bucket/prefix, or a local directory"),
+    model: str = typer.Option(..., "--model", help="TENANT/NAME"),
+    revision: Optional[str] = typer.Option(None, "--revision", help="branch, tag or commit"),
+    include: list[str] = typer.Option([], "--include", help="glob of files to mirror (repeatable)"),
+    exclude: list[str] = typer.Option([], "--exclude", help="glob of files to leave out (repeatable)"),
+    hf_endpoint: Optional[str] = typer.Option(None, "--hf-endpoint", help="Hugging Face-compatible hub URL"),
+    license: Optional[str] = typer.Option(
+        None, "--license", help="the license you declare: an SPDX id or expression, a Hub id, or other:NAME"),
+    upload: bool = typer.Option(
+        True, "--upload/--no-upload",
+        help="send a local directory's files through the API (default); --no-upload makes the server read "
+             "the path itself, which it allows only under its MODELREG_LOCAL_SOURCE_ROOTS"),
+    wait: bool = typer.Option(False, "--wait", help="wait until the version is scanned (awaiting approval) or failed"),
+    timeout: float = typer.Option(3600.0, "--timeout", help="seconds --wait waits at most"),
+    url: str = UrlOpt, token: str = TokenOpt, as_json: bool = JsonOpt,
+) -> None:
+    """Submit a model version; with --wait, show progress and exit non-zero if it fails."""
+    tenant, name = _split_model(model)
+    if license is not None:
+        # Checked here too, so a directory is not uploaded for a submission the registry will refuse.
+        from registry.domain.licenses import normalize_license
+
+        declared = normalize_license(license)
+        if declared.id is None:
+            raise CliError(f"license {license!r} is not recognized: {declared.problem}")
+    local = "://" not in source or source.startswith("file://")
+    if local and "://" not in source:
+        # A relative directory is resolved here: the server has another working directory.
+        source = str(Path(source).resolve())
+    with _client(url, token) as client:
+        if local and upload:
+            body = _upload_directory(client, tenant, source, include, exclude, quiet=as_json)
+        else:
+            body = {"source": source, "revision": revision, "include": include, "exclude": exclude,
+                    "hf_endpoint": hf_endpoint}
+        if license is not None:
+            body["license"] = license
+        # The registry pins the revision before it answers: listing a hub is quick, but hashing a
+        # large local directory to name its revision can take minutes.
+        version = client.post(f"/v1/models/{_seg(tenant)}/{_seg(name)}/versions", json=body,
+                              timeout=httpx.Timeout(30.0, read=3600.0))
+        if wait:
+            version = _wait_for(client, version, timeout, show_progress=not as_json)
+    if as_json:
+        _emit(version, True)
+    else:
+        _print_version(version)
+    if version["state"] == "failed":
+        raise typer.Exit(1)
+
+
+def _upload_directory(client: Any, tenant: str, source: str, include: list[str], exclude: list[str],
+                      quiet: bool) -> dict[str, Any]:
+    """Hash a local directory here, upload the blobs the registry lacks, and describe the version."""
+    from registry.client.http import RemoteError
+    from registry.sources.local import LocalDirectorySource
+
+    directory = Path(source.removeprefix("file://"))
+    src = LocalDirectorySource(str(directory), include=include, exclude=exclude)
+    snapshot = src.resolve(None)
+    for f in snapshot.files:
+        try:
+            client.request("HEAD", f"/v1/blobs/sha256/{f.sha256}", params={"tenant": tenant})
+            continue
+        except RemoteError as exc:
+            if exc.status != 404:
+                raise
+        if not quiet:
+            _say(f"uploading {f.path} ({f.size} bytes)", err=True)
+        with open(directory / f.path, "rb") as data:
+            client.request("PUT", f"/v1/blobs/sha256/{f.sha256}", params={"tenant": tenant}, content=data,
+                           headers={"Content-Length": str(f.size)})
+    return {"source": f"upload:{directory.name}",
+            "files": [{"path": f.path, "size": f.size, "sha256": f.sha256} for f in snapshot.files]}
+
+
+def _wait_for(client: Any, version: dict[str, Any], timeout: float, show_progress: bool) -> dict[str, Any]:
+    from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TransferSpeedColumn
+
+    path = f"/v1/models/{version['model']}/versions/{version['version']}"
+    deadline = time.monotonic() + timeout
+    with Progress(TextColumn("[bold]{task.description}"), BarColumn(), DownloadColumn(), TransferSpeedColumn(),
+                  TextColumn("{task.fields[files]}"), disable=not show_progress, transient=True) as progress:
+        task = progress.add_task(version["state"], total=None, files="")
+        while version["state"] not in WAIT_DONE_STATES:
+            if time.monotonic() > deadline:
+                raise CliError(f"timed out after {timeout:.0f}s waiting for {version['model']}@{version['version']} "
+                               f"(state {version['state']})")
+            p = version.get("progress") or {}
+            progress.update(task, description=version["state"], total=p.get("bytes") or None,
+                            completed=p.get("bytes_mirrored", 0),
+                            files=f"{p.get('files_mirrored', 0)}/{p.get('files', 0)} files")
+            time.sleep(0.3)
+            version = client.get(path)
+    return version
+
+
+def _print_version(v: dict[str, Any]) -> None:
+    lines = [f"{v['model']}@{v['version']}: {v['state']}"]
+    if v.get("failure_reason"):
+        detail = (v.get("failure_detail") or {}).get("message", "")
+        lines.append(f"  failed: {v['failure_reason']}: {detail}")
+    src = v["source"]
+    lines.append(f"  source: {src['kind']} {src['repo']}"
+                 f" {v.get('requested_revision') or ''} -> {v.get('resolved_revision') or '?'}")
+    if "licenses" in v:  # absent from servers older than the license findings
+        lines += _license_lines(v["licenses"])
+    for f in v.get("files", []):
+        lines.append(f"  {f['sha256'] or '(pending)':64}  {f['size']:>12}  {f['path']}")
+    _say(*lines)
+
+
+def _license_lines(licenses: dict[str, Any]) -> list[str]:
+    """The license block of ``version show``: resolved, each finding (where from), gated access."""
+    lines = [f"  license: {licenses.get('resolved') or '(none recognized)'}"
+             + (f" (declared {licenses['declared']})" if licenses.get("declared") else "")]
+    for f in licenses.get("findings", []):
+        if f["source"] == "conflict":
+            lines.append(f"    conflict: {f['problem']}")
+        else:
+            outcome = f["normalized"] or f"unrecognized: {f['problem']}"
+            lines.append(f"    {f['source']}: {outcome}")
+    access = licenses.get("access")
+    if licenses.get("gated"):
+        who = (access or {}).get("identity") or (access or {}).get("fingerprint") or "no token"
+        lines.append(f"  gated ({licenses['gated']}): terms accepted by {(access or {}).get('token')} token {who}")
+    return lines
+
+
+@version_app.command("show")
+def version_show(
+    model: str = typer.Argument(..., help="TENANT/NAME"), number: int = typer.Argument(...),
+    context: Optional[int] = typer.Option(None, "--context", min=1,
+                                          help="tokens per sequence: estimate the GPU memory to serve it"),
+    sequences: Optional[int] = typer.Option(None, "--sequences", min=1,
+                                            help="sequences held at once (with --context; default 1)"),
+    url: str = UrlOpt, token: str = TokenOpt, as_json: bool = JsonOpt,
+) -> None:
+    """Show a version: state, source, pinned revision, files, model facts (and a capacity estimate)."""
+    from registry.domain.capacity import estimate_capacity
+
+    if sequences is not None and context is None:
+        raise CliError("--sequences needs --context (the tokens each sequence holds)")
+    tenant, name = _split_model(model)
+    with _client(url, token) as client:
+        version = client.get(f"/v1/models/{_seg(tenant)}/{_seg(name)}/versions/{number}")
+    facts = version.get("facts")
+    estimate = None
+    if context is not None:
+        if not isinstance(facts, dict):
+            raise CliError(f"{model}@{number} has no facts recorded (state {version['state']}): "
+                           "no capacity estimate")
+        estimate = estimate_capacity(facts, context, sequences or 1)
+    if as_json:
+        _emit({**version, "capacity": estimate.as_dict()} if estimate else version, True)
+    else:
+        _print_version(version)
+        # A registry older than facts sends no key at all: nothing to say then.
+        _say(*(_facts_lines(facts) if "facts" in version else ()), *(_capacity_lines(estimate) if estimate else ()))
+
+
+def _cell(cell: Any) -> str:
+    """A fact for reading: its value, or ``? (why)``."""
+    if not isinstance(cell, dict):
+        return "?"
+    if cell.get("value") is None and "unknown" in cell:
+        return f"? ({cell['unknown']})"
+    value = cell.get("value")
+    if isinstance(value, dict):
+        return ", ".join(f"{k} {v}" for k, v in value.items()) or "-"
+    if isinstance(value, list):
+        return ", ".join(map(str, value)) or "-"
+    return "-" if value is None else str(value)
+
+
+def _obj(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
+def _size(n: Any) -> str:
+    return f"{n / 2**30:.2f} GiB ({n} bytes)" if isinstance(n, int) else "?"
+
+
+def _facts_lines(facts: Any) -> list[str]:
+    if not isinstance(facts, dict):
+        return ["  facts: not recorded"]
+    w, a, q, t = (_obj(facts.get(k)) for k in ("weights", "architecture", "quantization", "tokenizer"))
+    from registry.domain.capacity import estimate_capacity
+
+    per_token = estimate_capacity(facts)
+    kv = per_token.kv_bytes_per_token
+    return [
+        f"  facts (reader {facts.get('reader_version')}):",
+        f"    weights: {_cell(w.get('formats'))}; parameters {_cell(w.get('parameters'))}; "
+        f"tensor bytes {_cell(w.get('tensor_bytes'))}; dtypes {_cell(w.get('dtypes'))}",
+        f"    architecture: {_cell(a.get('model_type'))} ({_cell(a.get('architectures'))}); "
+        f"layers {_cell(a.get('num_hidden_layers'))}, hidden {_cell(a.get('hidden_size'))}, "
+        f"heads {_cell(a.get('num_attention_heads'))}, KV heads {_cell(a.get('num_key_value_heads'))}, "
+        f"head dim {_cell(a.get('head_dim'))}",
+        f"    vocabulary {_cell(a.get('vocab_size'))}; context {_cell(a.get('max_position_embeddings'))}; "
+        f"rope scaling {_cell(a.get('rope_scaling'))}; dtype {_cell(a.get('torch_dtype'))}",
+        f"    quantization: {_cell(q.get('method'))}, bits {_cell(q.get('bits'))}, "
+        f"group size {_cell(q.get('group_size'))}, tool {_cell(q.get('tool'))}; "
+        f"GGUF file type {_cell(q.get('gguf_file_type'))}",
+        f"    tokenizer: {_cell(t.get('class'))}; bos {_cell(t.get('bos_token'))}, eos {_cell(t.get('eos_token'))}, "
+        f"pad {_cell(t.get('pad_token'))}, unk {_cell(t.get('unk_token'))}",
+        f"    chat template sha256: {_cell(t.get('chat_template_sha256'))}",
+        "    KV cache per token: " + (f"{kv['fp16']} bytes fp16, {kv['fp8']} bytes fp8 ({per_token.attention})"
+                                     if kv else f"? ({'; '.join(f'{k}: {v}' for k, v in per_token.unknown.items())})"),
+    ]
+
+
+def _capacity_lines(est: Any) -> list[str]:
+    head = f"  capacity at {est.context} tokens x {est.sequences} sequence(s):"
+    if est.kv_cache_bytes is None:
+        return [head, "    ? (" + "; ".join(f"{k}: {v}" for k, v in est.unknown.items()) + ")"]
+    lines = [head, f"    weights {_size(est.weight_bytes)}"]
+    for dtype, kv in est.kv_cache_bytes.items():
+        total = est.total_bytes[dtype] if est.total_bytes else None
+        lines.append(f"    KV cache {dtype}: {_size(kv)}; GPU memory needed {_size(total)}")
+    lines += [f"    note: {n}" for n in est.notes]
+    lines.append("    not counted: " + "; ".join(est.not_counted))
+    return lines
+
+
+@version_app.command("signature")
+def version_signature(
+    model: str = typer.Argument(..., help="TENANT/NAME"), number: int = typer.Argument(...),
+    output: Path = typer.Option(Path("model.sig"), "--output", "-o"),
+    url: str = UrlOpt, token: str = TokenOpt, as_json: bool = JsonOpt,
+) -> None:
+    """Save the version's OpenSSF model-signing bundle (verify with `model_signing verify key`)."""
+    tenant, name = _split_model(model)
+    with _client(url, token) as client:
+        bundle = client.get(f"/v1/models/{_seg(tenant)}/{_seg(name)}/versions/{number}/signature")
+    output.write_text(json.dumps(bundle))
+    _emit({"written": str(output), "key_id": bundle["verificationMaterial"]["publicKey"]["hint"]}, as_json,
+          f"wrote {output}")
+
+
+@app.command()
+def scan(
+    path: Path = typer.Argument(..., exists=True, help="a model file or directory"),
+    as_json: bool = JsonOpt,
+) -> None:
+    """Scan local files for serialization attacks, with no server. Exit 0 safe, 1 unsafe or suspicious, 2 error."""
+    from registry.scanning import Verdict, scan_directory, scan_file
+
+    results = scan_directory(path) if path.is_dir() else [scan_file(path)]
+    worst = Verdict.worst([r.verdict for r in results])
+    if as_json:
+        _emit({"verdict": worst.value, "files": [r.as_dict() for r in results]}, True)
+    else:
+        for r in results:
+            _say(f"{r.verdict.value:10} {r.format:14} {r.path}",
+                 *(f"    {f.severity.value:10} {f.rule_id}  {f.location}: {f.message}" for f in r.findings))
+        _say(f"{len(results)} file(s): {worst.value}")
+    code = {Verdict.SAFE: 0, Verdict.SUSPICIOUS: 1, Verdict.UNSAFE: 1, Verdict.ERROR: 2}[worst]
+    if code:
+        raise typer.Exit(code)
+
+
+@app.command()
+def rescan(
+    all_files: bool = typer.Option(False, "--all", help="every stored file (required)"),
+    url: str = UrlOpt, token: str = TokenOpt, as_json: bool = JsonOpt,
+) -> None:
+    """Rescan stored files with the current scanner version (administrators)."""
+    if not all_files:
+        raise CliError("say --all: rescan queues a scan of every stored file not yet scanned by this version")
+    with _client(url, token) as client:
+        result = client.post("/v1/scans/rescan")
+    _emit(result, as_json, f"queued {result['queued']} scan(s) with {result['scanner']} {result['scanner_version']}")
+
+
+@version_app.command("scans")
+def version_scans(
+    model: str = typer.Argument(..., help="TENANT/NAME"), number: int = typer.Argument(...),
+    url: str = UrlOpt, token: str = TokenOpt, as_json: bool = JsonOpt,
+) -> None:
+    """Per-file scan verdicts of a version."""
+    tenant, name = _split_model(model)
+    with _client(url, token) as client:
+        result = client.get(f"/v1/models/{_seg(tenant)}/{_seg(name)}/versions/{number}/scans")
+    lines = [f"{result['model']}@{result['version']}: {result['state']}"]
+    for f in result["files"]:
+        lines.append(f"  {f['verdict'] or '(pending)':10} {f['format'] or '':14} {f['path']}")
+    _emit(result, as_json, lines)
