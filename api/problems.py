@@ -120,6 +120,12 @@ def problem(status: int, code: str, title: str, detail: str, headers: dict[str, 
     return JSONResponse(body, status_code=status, media_type=MEDIA_TYPE, headers=headers or None)
 
 
+def problem_for(exc: errors.RegistryError, headers: dict[str, str] | None = None, **extra: Any) -> JSONResponse:
+    """The problem answer of a deliberate error: its status, type, message and details (and ``extra``)."""
+    return problem(status_for(exc), exc.code, type(exc).__name__, exc.message, headers=headers,
+                   **{**_jsonable(exc.details), **extra})
+
+
 def install(app: FastAPI) -> None:
     """Install the error handlers, and the ``Problem`` schema the documented errors refer to."""
     generate = app.openapi
@@ -134,8 +140,7 @@ def install(app: FastAPI) -> None:
 
     @app.exception_handler(errors.RegistryError)
     async def _registry_error(_request: Request, exc: errors.RegistryError) -> JSONResponse:
-        status = status_for(exc)
-        return problem(status, exc.code, type(exc).__name__, exc.message, **_jsonable(exc.details))
+        return problem_for(exc)
 
     @app.exception_handler(RequestValidationError)
     async def _validation_error(_request: Request, exc: RequestValidationError) -> JSONResponse:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 import tempfile
 
 from fastapi import APIRouter, Header, Query, Request, Response, status
@@ -12,6 +11,7 @@ from starlette.concurrency import run_in_threadpool
 from api.deps import ContainerDep, PrincipalDep, SessionDep
 from api.params import Sha256Hex, TenantName
 from api.problems import AUTHENTICATED, responses
+from api.ranges import byte_range, content_range
 from registry.domain.errors import (
     IntegrityError,
     InvalidInputError,
@@ -28,11 +28,6 @@ from registry.services import versions
 router = APIRouter(prefix="/v1/blobs", tags=["blobs"])
 
 SPOOL_IN_MEMORY = 8 * 1024 * 1024
-
-
-# ASCII digits only ("\d" takes any script's), and no more than a size can have: int() of thousands
-# of digits raises, and such a range is not one this server supports (416).
-RANGE_RE = re.compile(r"\Abytes=([0-9]{0,19})-([0-9]{0,19})\Z")
 
 
 _BYTES = {"application/octet-stream": {"schema": {"type": "string", "format": "binary"}}}
@@ -59,25 +54,14 @@ def get_blob(
         raise PermissionDeniedError("a blob URL needs its expires and signature parameters", digest=digest)
     verify(require_sha256(digest), expires, signature)
     size = store.stat(digest).size
-    start, end, status_code = 0, size, 200
-    if range_header:
-        match = RANGE_RE.match(range_header.strip())
-        if match is None or match.groups() == ("", ""):
-            raise RangeNotSatisfiableError(f"unsupported Range {range_header!r}", range=range_header)
-        first, last = match.groups()
-        if first == "":
-            start, end = max(0, size - int(last)), size
-        else:
-            start, end = int(first), min(size, int(last) + 1) if last else size
-        if start >= size or start >= end:
-            raise RangeNotSatisfiableError(f"Range {range_header!r} is outside the blob's {size} bytes",
-                                           range=range_header, size=size)
-        status_code = 206
+    requested = byte_range(range_header, size)
+    start, end = requested or (0, size)
     headers = {"Content-Length": str(end - start), "Accept-Ranges": "bytes", "ETag": f'"{digest}"',
                "Cache-Control": "private, max-age=31536000, immutable"}
-    if status_code == 206:
-        headers["Content-Range"] = f"bytes {start}-{end - 1}/{size}"
-    return StreamingResponse(store.open_range(digest, start, end), status_code=status_code, headers=headers,
+    if requested is not None:
+        headers["Content-Range"] = content_range(start, end, size)
+    return StreamingResponse(store.open_range(digest, start, end), status_code=206 if requested else 200,
+                             headers=headers,
                              media_type="application/octet-stream")
 
 

@@ -135,6 +135,30 @@ class EntryNotFoundError(NotFoundError):
         super().__init__(f"file {path!r} not found in upstream {repo!r}", repo=repo, path=path)
 
 
+class ReleaseNotFoundError(RevisionNotFoundError):
+    """A revision of a model this registry serves (alias, version number or commit) that names no release.
+
+    ``reason`` says why: no such alias, version or commit; the version is not approved; it is revoked.
+    A revision, like the Hub's, so clients of the Hugging Face-compatible endpoint see ``RevisionNotFound``.
+    """
+
+    code = "release-not-found"
+
+    def __init__(self, model: str, revision: str, reason: str) -> None:
+        RegistryError.__init__(self, f"{model}@{revision} names no released version: {reason}",
+                               model=model, revision=revision, reason=reason)
+
+
+class ReleaseFileNotFoundError(EntryNotFoundError):
+    """A path that is neither a file nor a folder of a released version."""
+
+    code = "file-not-found"
+
+    def __init__(self, model: str, revision: str, path: str, *, commit: str | None = None) -> None:
+        RegistryError.__init__(self, f"{model}@{revision} has no file or folder {path!r}",
+                               model=model, revision=revision, path=path, commit=commit)
+
+
 class UpstreamChangedError(ConflictError):
     """An upstream object changed (or vanished) after it was resolved; resolve the source again."""
 

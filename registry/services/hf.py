@@ -1,0 +1,371 @@
+"""The Hugging Face-compatible view of released versions: what ``/hf`` serves, decided here.
+
+A repository is a model (``tenant/name``); a revision is an alias (``prod``), a version number (``3``) or
+the commit of a version. Only approved, unrevoked versions are revisions: anything else, like an unknown
+alias, is :class:`~registry.domain.errors.ReleaseNotFoundError` (the Hub's ``RevisionNotFound``). Readers
+and serving nodes of the tenant (``read`` or ``fetch``) may look; the Hub token is a modelreg bearer token.
+
+Decisions a reader might question (see also ``docs/hf-endpoint.md``):
+
+- **The commit** of a version is the first 40 hex digits of its statement digest (``manifest_digest``:
+  the sha256 of the signed in-toto statement's canonical JSON, which names model, version and every
+  file's sha256). It is deterministic, differs between versions, and anyone holding the version's
+  signature bundle can recompute it. ``X-Repo-Commit`` carries the same value.
+- **``main``**, the Hub's default branch (what clients ask for when given no revision), is the ``prod``
+  alias. An alias literally named ``main`` is not reachable here.
+- **LFS or not**: a file is served as an LFS file (``lfs.oid`` = its sha256, ETag = sha256) when it is at
+  least :data:`LFS_THRESHOLD` bytes or its name ends in one of :data:`LFS_SUFFIXES` (the Hub's default
+  ``.gitattributes``); any other file is a plain git file whose ETag and ``oid`` are its git blob sha1,
+  ``sha1("blob <len>\\0" + data)``, read once from the blob store (so only for files under 10 MiB) and
+  kept per blob in a process-wide cache. An LFS file's ``oid`` is the git blob sha1 of its LFS pointer.
+- **Canary**: an alias with a canary serves its canary version to a caller that holds a role in one of
+  the canary tenants (besides read or fetch in the model's tenant); everyone else gets its main version.
+- **Folders** have no git tree here; a folder's ``oid`` is a sha1 over the paths and sha256 digests of the
+  files below it, so it changes exactly when they do.
+
+Example:
+    >>> release = resolve(session, principal, "acme", "llm", "prod")           # doctest: +SKIP
+    >>> page = tree_page(release, "", recursive=True, cursor=0, page_size=1000,
+    ...                  blob_store=store)                                    # doctest: +SKIP
+    >>> [e.path for e in page.entries]                                         # doctest: +SKIP
+    ['config.json', 'model.safetensors']
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Iterable, Literal
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from registry.auth import AuthenticatedPrincipal, Permission
+from registry.db.models import Alias, Model, Version, VersionFile
+from registry.domain.errors import (
+    AliasNotFoundError,
+    InvalidInputError,
+    PermissionDeniedError,
+    ReleaseFileNotFoundError,
+    ReleaseNotFoundError,
+    RevokedError,
+    SizeMismatchError,
+    VersionNotFoundError,
+)
+from registry.domain.refs import ALIAS_RE
+from registry.domain.states import VersionState
+from registry.services import aliases, versions
+from registry.storage.base import BlobStore
+
+DEFAULT_BRANCH = "main"
+DEFAULT_ALIAS = "prod"
+"""The alias ``main`` (the Hub's default branch) stands for."""
+LFS_THRESHOLD = 10 * 1024 * 1024
+"""Files this large or larger are LFS files (the Hub's limit for plain git files)."""
+LFS_SUFFIXES = (
+    ".7z", ".arrow", ".bin", ".bz2", ".ckpt", ".ftz", ".gguf", ".gz", ".h5", ".joblib", ".mlmodel", ".model",
+    ".msgpack", ".npy", ".npz", ".onnx", ".ot", ".parquet", ".pb", ".pickle", ".pkl", ".pt", ".pth", ".rar",
+    ".safetensors", ".tar", ".tflite", ".tgz", ".wasm", ".xz", ".zip", ".zst",
+)
+"""Names the Hub's default ``.gitattributes`` stores in LFS (weights, archives, pickles)."""
+MAX_PATHS = 1000
+"""The most paths one paths-info request may ask about."""
+COMMIT_RE = re.compile(r"\A[0-9a-f]{40}\Z")
+NUMBER_RE = re.compile(r"\A[1-9][0-9]{0,9}\Z")
+INT32_MAX = 2**31 - 1
+SHA1_CACHE_SIZE = 100_000
+
+
+@dataclass(frozen=True, slots=True)
+class ReleaseFile:
+    """A file of a released version as stored: path, size, sha256 and whether it is served as LFS."""
+
+    path: str
+    size: int
+    sha256: str
+    lfs: bool
+    known_git_sha1: str | None = None
+    """The git blob sha1 the mirror checked the bytes against, when the upstream published one."""
+
+
+@dataclass(frozen=True, slots=True)
+class Release:
+    """A revision resolved to an approved, unrevoked version (authorization already checked)."""
+
+    repo_id: str
+    revision: str
+    """What the caller asked for (``prod``, ``3``, a commit)."""
+    commit: str
+    version: int
+    files: tuple[ReleaseFile, ...]
+    """Sorted by path."""
+    sealed_at: datetime | None
+    license: str | None
+
+    @property
+    def pinned(self) -> bool:
+        """Whether the revision was the commit itself, so its answers never change."""
+        return self.revision == self.commit
+
+    def file(self, path: str) -> ReleaseFile:
+        """The file at ``path``.
+
+        Raises:
+            ReleaseFileNotFoundError: no such file (a folder is not a file).
+        """
+        for f in self.files:
+            if f.path == path:
+                return f
+        raise ReleaseFileNotFoundError(self.repo_id, self.revision, path, commit=self.commit)
+
+
+@dataclass(frozen=True, slots=True)
+class HfFile:
+    """A file as the Hub describes it."""
+
+    path: str
+    size: int
+    sha256: str
+    lfs: bool
+    blob_id: str
+    """The git blob sha1 of the contents (plain file) or of the LFS pointer (LFS file)."""
+    pointer_size: int
+    """The LFS pointer's size; 0 for a plain file."""
+
+    @property
+    def etag(self) -> str:
+        return self.sha256 if self.lfs else self.blob_id
+
+
+@dataclass(frozen=True, slots=True)
+class TreeEntry:
+    """One entry of a tree listing or paths-info answer: a file (with ``file``) or a folder."""
+
+    type: Literal["file", "directory"]
+    path: str
+    oid: str
+    size: int
+    file: HfFile | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class TreePage:
+    entries: list[TreeEntry]
+    next_cursor: int | None
+    """Where the next page starts, or None after the last page."""
+
+
+# --- resolving --------------------------------------------------------------------------------
+
+
+def resolve(session: Session, principal: AuthenticatedPrincipal, tenant: str, name: str,
+            revision: str) -> Release:
+    """The released version ``revision`` of ``tenant/name`` names, for ``principal``.
+
+    Args:
+        revision: An alias, ``main`` (the ``prod`` alias), a version number, or a version's commit.
+
+    Raises:
+        PermissionDeniedError: neither ``read`` nor ``fetch`` in ``tenant``.
+        TenantNotFoundError, ModelNotFoundError: no such repository.
+        ReleaseNotFoundError: the revision names no version, or one not approved, or a revoked one.
+    """
+    if not {Permission.READ, Permission.FETCH} & principal.permissions(tenant):
+        raise PermissionDeniedError(f"{principal.name!r} may neither read nor fetch in tenant {tenant!r}",
+                                    principal=principal.name, tenant=tenant, permission="fetch")
+    model = versions.load_model_unchecked(session, tenant, name)
+    repo_id = f"{tenant}/{name}"
+    version = _version_named(session, principal, model, repo_id, revision)
+    if version.state == VersionState.REVOKED.value:
+        raise ReleaseNotFoundError(repo_id, revision,
+                                   f"version {version.number} is revoked: {version.revoke_reason or 'revoked'}")
+    if version.state != VersionState.APPROVED.value or version.manifest_digest is None:
+        raise ReleaseNotFoundError(repo_id, revision,
+                                   f"version {version.number} is {version.state}, not approved")
+    return Release(
+        repo_id=repo_id, revision=revision, commit=commit_of(version), version=version.number,
+        files=tuple(_release_file(f) for f in sorted(version.files, key=lambda f: f.path)),
+        sealed_at=version.sealed_at, license=version.license,
+    )
+
+
+def commit_of(version: Version) -> str:
+    """The 40-hex commit a sealed version is served under: its statement digest's first 40 hex digits."""
+    if version.manifest_digest is None:
+        raise ValueError(f"version {version.number} is not sealed: it has no commit")
+    return version.manifest_digest[:40]
+
+
+def is_lfs(path: str, size: int) -> bool:
+    """Whether a file is served as an LFS file (sha256 ETag) rather than a plain git file (sha1 ETag)."""
+    return size >= LFS_THRESHOLD or path.lower().endswith(LFS_SUFFIXES)
+
+
+def _version_named(session: Session, principal: AuthenticatedPrincipal, model: Model, repo_id: str,
+                   revision: str) -> Version:
+    if COMMIT_RE.match(revision):
+        # A version number has at most 10 digits, so a 40-hex revision is always a commit.
+        version = session.scalar(select(Version).where(Version.model_id == model.id,
+                                                       Version.manifest_digest.startswith(revision)))
+        if version is None:
+            raise ReleaseNotFoundError(repo_id, revision, "no version has this commit")
+        return version
+    if NUMBER_RE.match(revision) and int(revision) <= INT32_MAX:
+        try:
+            return versions.load_version_unchecked(session, model, int(revision))
+        except VersionNotFoundError:
+            raise ReleaseNotFoundError(repo_id, revision, f"no version {revision}") from None
+    alias = DEFAULT_ALIAS if revision == DEFAULT_BRANCH else revision
+    if not ALIAS_RE.match(alias):
+        raise ReleaseNotFoundError(repo_id, revision, "not an alias, a version number or a commit")
+    canary_tenants = session.scalar(select(Alias.canary_tenants).where(Alias.model_id == model.id,
+                                                                        Alias.name == alias)) or []
+    for_tenant = next((t for t in sorted(principal.roles) if t in canary_tenants), None)
+    try:
+        return aliases.resolve(session, principal, model.tenant.name, model.name, alias, for_tenant).version
+    except AliasNotFoundError:
+        raise ReleaseNotFoundError(repo_id, revision, f"no alias {alias!r}") from None
+    except RevokedError as e:
+        raise ReleaseNotFoundError(repo_id, revision, e.message) from None
+
+
+def _release_file(row: VersionFile) -> ReleaseFile:
+    assert row.sha256 is not None, "an approved version's files are all stored"
+    lfs = is_lfs(row.path, row.size)
+    return ReleaseFile(row.path, row.size, row.sha256, lfs, None if lfs else row.upstream_git_sha1)
+
+
+# --- describing -------------------------------------------------------------------------------
+
+
+def describe(release_file: ReleaseFile, blob_store: BlobStore) -> HfFile:
+    """The file as the Hub describes it: git blob id, and for an LFS file its pointer's size.
+
+    Raises:
+        BlobNotFoundError, SizeMismatchError: the store lost or changed a plain file's bytes.
+    """
+    f = release_file
+    if f.lfs:
+        pointer = lfs_pointer(f.sha256, f.size)
+        return HfFile(f.path, f.size, f.sha256, True, git_blob_sha1(pointer), len(pointer))
+    blob_id = f.known_git_sha1 or _GIT_SHA1.get(f.sha256, f.size, blob_store)
+    return HfFile(f.path, f.size, f.sha256, False, blob_id, 0)
+
+
+def describe_all(release: Release, blob_store: BlobStore) -> list[HfFile]:
+    """Every file of the release, described (the siblings of the repository info)."""
+    return [describe(f, blob_store) for f in release.files]
+
+
+def git_blob_sha1(data: bytes) -> str:
+    """The git blob id of ``data``: ``sha1("blob <len>\\0" + data)``.
+
+    >>> git_blob_sha1(b"")
+    'e69de29bb2d1d6434b8b29ae775ad8c2e48c5391'
+    """
+    return hashlib.sha1(b"blob %d\x00" % len(data) + data).hexdigest()
+
+
+def lfs_pointer(sha256: str, size: int) -> bytes:
+    """The git LFS pointer file that stands for a file in git."""
+    return f"version https://git-lfs.github.com/spec/v1\noid sha256:{sha256}\nsize {size}\n".encode()
+
+
+class _GitSha1Cache:
+    """Git blob sha1 per stored blob (sha256), computed from the store once; a blob's bytes never change."""
+
+    def __init__(self, maxsize: int) -> None:
+        self._maxsize = maxsize
+        self._known: OrderedDict[str, str] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, sha256: str, size: int, blob_store: BlobStore) -> str:
+        with self._lock:
+            if sha256 in self._known:
+                self._known.move_to_end(sha256)
+                return self._known[sha256]
+        digest = hashlib.sha1(b"blob %d\x00" % size)
+        read = 0
+        for chunk in blob_store.open_range(sha256):
+            read += len(chunk)
+            digest.update(chunk)
+        if read != size:
+            raise SizeMismatchError(sha256, expected=size, actual=read)
+        with self._lock:
+            self._known[sha256] = digest.hexdigest()
+            while len(self._known) > self._maxsize:
+                self._known.popitem(last=False)
+        return digest.hexdigest()
+
+
+_GIT_SHA1 = _GitSha1Cache(SHA1_CACHE_SIZE)
+
+
+# --- listing ----------------------------------------------------------------------------------
+
+
+def tree_page(release: Release, path: str, *, recursive: bool, cursor: int, page_size: int,
+              blob_store: BlobStore) -> TreePage:
+    """One page of the listing of folder ``path`` ("" for the root), folders included, sorted by path.
+
+    Without ``recursive``, only the folder's direct children; with it, everything below.
+
+    Raises:
+        ReleaseFileNotFoundError: ``path`` is not a folder of the release (a file is not one either).
+    """
+    folder = path.strip("/")
+    prefix = f"{folder}/" if folder else ""
+    below = [f for f in release.files if f.path.startswith(prefix)]
+    if folder and not below:
+        raise ReleaseFileNotFoundError(release.repo_id, release.revision, folder, commit=release.commit)
+    listed: dict[str, ReleaseFile | None] = {}
+    for f in below:
+        parts = f.path[len(prefix):].split("/")
+        depth = len(parts) if recursive else 1
+        for n in range(1, min(depth, len(parts) - 1) + 1):
+            listed.setdefault(prefix + "/".join(parts[:n]), None)
+        if recursive or len(parts) == 1:
+            listed[f.path] = f
+    paths = sorted(listed)
+    page = paths[cursor:cursor + page_size]
+    entries = [_entry(release, p, listed[p], blob_store) for p in page]
+    more = cursor + page_size < len(paths)
+    return TreePage(entries, cursor + page_size if more else None)
+
+
+def paths_info(release: Release, paths: Iterable[str], blob_store: BlobStore) -> list[TreeEntry]:
+    """The entries of the files and folders among ``paths``; paths that are neither are left out, as the Hub does.
+
+    Raises:
+        InvalidInputError: more than :data:`MAX_PATHS` paths.
+    """
+    asked = list(dict.fromkeys(p.strip("/") for p in paths))
+    if len(asked) > MAX_PATHS:
+        raise InvalidInputError(f"at most {MAX_PATHS} paths per request, not {len(asked)}", field="paths")
+    by_path = {f.path: f for f in release.files}
+    entries = []
+    for path in asked:
+        if path in by_path:
+            entries.append(_entry(release, path, by_path[path], blob_store))
+        elif path and any(p.startswith(path + "/") for p in by_path):
+            entries.append(_entry(release, path, None, blob_store))
+    return entries
+
+
+def _entry(release: Release, path: str, f: ReleaseFile | None, blob_store: BlobStore) -> TreeEntry:
+    if f is None:
+        return TreeEntry("directory", path, _folder_oid(release, path), 0)
+    described = describe(f, blob_store)
+    return TreeEntry("file", path, described.blob_id, f.size, described)
+
+
+def _folder_oid(release: Release, folder: str) -> str:
+    digest = hashlib.sha1(b"tree\x00")
+    for f in release.files:
+        if f.path.startswith(folder + "/"):
+            digest.update(f"{f.path}\x00{f.sha256}\n".encode())
+    return digest.hexdigest()
