@@ -140,6 +140,18 @@ RULES: dict[tuple[str, str], Rule] = {
     ("GET", "/v1/models/{tenant}/{name}/versions/{number}/evals"): Rule("read", 200),
     ("GET", "/v1/models/{tenant}/{name}/versions/{number}/evals/{suite}"): Rule("read", 200),
     ("GET", "/v1/models/{tenant}/{name}/versions/{number}/evals/{suite}/log"): Rule("read", 200),
+    ("GET", "/hf/api/models/{tenant}/{name}"): Rule("read|fetch", 200, lambda w, t: w.released(t)),
+    ("GET", "/hf/api/models/{tenant}/{name}/revision/{revision}"): Rule("read|fetch", 200,
+                                                                       lambda w, t: w.released(t)),
+    ("GET", "/hf/api/models/{tenant}/{name}/tree/{revision}"): Rule("read|fetch", 200, lambda w, t: w.released(t)),
+    ("GET", "/hf/api/models/{tenant}/{name}/tree/{revision}/{path:path}"): Rule(
+        "read|fetch", 200, lambda w, t: w.released(t), path={"path": "folder"}),
+    ("POST", "/hf/api/models/{tenant}/{name}/paths-info/{revision}"): Rule(
+        "read|fetch", 200, lambda w, t: {**w.released(t), "data": {"paths": ["config.json"]}}),
+    ("HEAD", "/hf/{tenant}/{name}/resolve/{revision}/{path:path}"): Rule("read|fetch", 200,
+                                                                        lambda w, t: w.released(t)),
+    ("GET", "/hf/{tenant}/{name}/resolve/{revision}/{path:path}"): Rule("read|fetch", 200,
+                                                                       lambda w, t: w.released(t)),
     ("HEAD", "/v1/blobs/sha256/{digest}"): Rule("submit", 200, tenant_query),
     ("PUT", "/v1/blobs/sha256/{digest}"): Rule("submit", 201, lambda w, t: {**tenant_query(w, t),
                                                                              "content": w.blob_bytes[t]}),
@@ -189,17 +201,24 @@ class World:
     def path_values(self, tenant: str) -> dict[str, str]:
         return {"tenant": tenant, "name": self.model[tenant], "number": "1", "digest": self.digest[tenant],
                 "token_id": str(self.throwaway_token_id), "target": "target", "alias": "prod",
-                "evalset": "matrix-set", "suite": "matrix"}
+                "evalset": "matrix-set", "suite": "matrix", "revision": "prod", "path": "config.json",
+                "folder": "sub"}
 
     def version(self, tenant: str, approved: bool) -> int:
         """A new version of the tenant's model, through the pipeline (approved by the stand-in if asked)."""
-        data = json.dumps({"model_type": "matrix", "tenant": tenant, "n": next(self.counter)}).encode()
-        digest = hashlib.sha256(data).hexdigest()
+        # A file in a folder too, for the /hf tree of a folder.
+        files = {"config.json": json.dumps({"model_type": "matrix", "tenant": tenant,
+                                            "n": next(self.counter)}).encode(),
+                 "sub/notes.txt": b"notes\n"}
+        entries = []
         with self.container.session_factory() as session:
-            versions.upload_blob(session, self.root, tenant, digest, io.BytesIO(data), len(data),
-                                 blob_store=self.container.blob_store)
+            for path, data in files.items():
+                digest = hashlib.sha256(data).hexdigest()
+                versions.upload_blob(session, self.root, tenant, digest, io.BytesIO(data), len(data),
+                                     blob_store=self.container.blob_store)
+                entries.append(FileEntry(path, len(data), digest))
             version, _ = versions.submit_uploaded(
-                session, self.root, tenant, self.model[tenant], [FileEntry("config.json", len(data), digest)],
+                session, self.root, tenant, self.model[tenant], entries,
                 label="matrix", limits=self.container.limits(), clock=self.container.clock)
             number = version.number
         drain(self.container)
@@ -224,6 +243,11 @@ class World:
     def promoted(self, tenant: str) -> dict[str, Any]:
         self._promote(tenant, self.approved(tenant)[0])
         return {"params": {"for_tenant": "beta"}}
+
+    def released(self, tenant: str) -> dict[str, Any]:
+        """prod points at an approved version (whichever): what the /hf routes serve."""
+        self._promote(tenant, self.approved(tenant)[0])
+        return {}
 
     def rollbackable(self, tenant: str) -> dict[str, Any]:
         """prod's newest move not undone is first -> second, whatever the calls before did."""
@@ -340,6 +364,7 @@ def expected_status(rule: Rule, caller: str, tenant: str) -> int:
 def call(client: TestClient, world: World, key: tuple[str, str], rule: Rule, caller: str, tenant: str,
          **overrides: str):
     method, template = key
+    template = template.replace(":path}", "}")
     values = {**world.path_values(tenant), **overrides}
     values.update({param: source(world, tenant) if callable(source) else values[source]
                    for param, source in rule.path.items()})
