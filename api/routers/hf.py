@@ -11,10 +11,11 @@ describes the protocol as served.
 from __future__ import annotations
 
 import datetime as dt
-from typing import Annotated, Any, Callable, Coroutine
+from collections.abc import Callable, Coroutine
+from typing import Annotated, Any
 from urllib.parse import quote, urlencode
 
-from fastapi import APIRouter, Depends, Header, Query, Request, Response
+from fastapi import APIRouter, Depends, Header, Request, Response
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import StreamingResponse
 from fastapi.routing import APIRoute
@@ -117,7 +118,7 @@ def model_info_at(tenant: TenantName, name: ModelName, revision: Revision, sessi
 
 def _info(release: Release, container) -> HfModelInfoPublic:
     tenant = release.repo_id.split("/")[0]
-    sealed = release.sealed_at.astimezone(dt.timezone.utc) if release.sealed_at else None
+    sealed = release.sealed_at.astimezone(dt.UTC) if release.sealed_at else None
     return HfModelInfoPublic(
         id=release.repo_id, modelId=release.repo_id, author=tenant, sha=release.commit,
         lastModified=sealed.strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z" if sealed else None,

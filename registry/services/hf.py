@@ -37,9 +37,10 @@ import hashlib
 import re
 import threading
 from collections import OrderedDict
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Iterable, Literal
+from typing import Literal
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session

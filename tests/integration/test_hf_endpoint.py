@@ -145,42 +145,38 @@ def test_snapshot_download_by_alias_gets_exactly_the_approved_bytes(live, tmp_pa
 TRANSFORMERS_PULL = """
 import hashlib, json, sys
 from transformers import AutoModelForCausalLM, AutoTokenizer
-source = sys.argv[1]
-kwargs = {} if source.startswith("/") else {"revision": sys.argv[2]}
-model = AutoModelForCausalLM.from_pretrained(source, **kwargs)
-tokenizer = AutoTokenizer.from_pretrained(source, **kwargs)
-digest = hashlib.sha256()
-for key, tensor in sorted(model.state_dict().items()):
-    digest.update(key.encode()); digest.update(tensor.numpy().tobytes())
-ids = tokenizer("The capital of France is")["input_ids"]
-print(json.dumps({"weights": digest.hexdigest(), "ids": ids,
-                  "template": tokenizer.apply_chat_template([{"role": "user", "content": "hi"}], tokenize=False)}))
+
+def fingerprint(source, **kwargs):
+    model = AutoModelForCausalLM.from_pretrained(source, **kwargs)
+    tokenizer = AutoTokenizer.from_pretrained(source, **kwargs)
+    digest = hashlib.sha256()
+    for key, tensor in sorted(model.state_dict().items()):
+        digest.update(key.encode()); digest.update(tensor.numpy().tobytes())
+    chat = tokenizer.apply_chat_template([{"role": "user", "content": "hi"}], tokenize=False)
+    return {"weights": digest.hexdigest(), "ids": tokenizer("The capital of France is")["input_ids"], "chat": chat}
+
+repo, revision, original = sys.argv[1:]
+print(json.dumps({"pulled": fingerprint(repo, revision=revision), "original": fingerprint(original)}))
 """
 
 
-def _transformers(source: str, revision: str, env: dict[str, str]) -> dict:
-    result = subprocess.run([sys.executable, "-c", TRANSFORMERS_PULL, source, revision], env=env,
-                            capture_output=True, text=True, timeout=300)
-    assert result.returncode == 0, result.stderr[-3000:]
-    return json.loads(result.stdout.strip().splitlines()[-1])
-
-
-@pytest.mark.parametrize("revision", ["main", "prod"])
-def test_transformers_from_pretrained_pulls_the_model_with_hf_endpoint_set(live, tmp_path, revision):
-    """``main`` (what a bare ``from_pretrained`` asks for) is the ``prod`` alias."""
+def test_transformers_from_pretrained_pulls_the_model_with_hf_endpoint_set(live, tmp_path):
     original = tmp_path / "original"
-    original.mkdir()
     for path, data in live.files.items():
         (original / path).parent.mkdir(parents=True, exist_ok=True)
         (original / path).write_bytes(data)
     env = {k: v for k, v in os.environ.items() if not k.startswith(("HF_", "HUGGING"))}
     env.update(HF_ENDPOINT=live.endpoint, HF_TOKEN=live.token, HF_HOME=str(tmp_path / "hf-home"),
                HF_HUB_DISABLE_TELEMETRY="1", TRANSFORMERS_NO_ADVISORY_WARNINGS="1")
-    pulled = _transformers(REPO, revision, env)
-    assert pulled == _transformers(str(original), revision, env)
+    result = subprocess.run([sys.executable, "-c", TRANSFORMERS_PULL, REPO, "prod", str(original)], check=False,
+                            env=env,
+                            capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    loaded = json.loads(result.stdout.strip().splitlines()[-1])
+    assert loaded["pulled"] == loaded["original"]
     snapshot = tmp_path / "hf-home" / "hub" / "models--acme--llm" / "snapshots" / live.commit
     fetched = _tree_bytes(snapshot)
-    assert {"config.json", "model.safetensors", "tokenizer.json"} <= set(fetched)
+    assert {"config.json", "model.safetensors", "tokenizer.json", "chat_template.jinja"} <= set(fetched)
     assert all(data == live.files[path] for path, data in fetched.items())
 
 
