@@ -113,6 +113,7 @@ def fetch(
     dest: Path = typer.Argument(..., help="Directory to fill: absent, or empty (/mnt/models), or this release"),
     trust_root: Path = TrustRootOpt, cache: Optional[Path] = CacheOpt, parallel: int = ParallelOpt,
     cache_high: Optional[str] = HighOpt, cache_low: Optional[str] = LowOpt, recheck_hours: float = RecheckOpt,
+    part_size: str = typer.Option("64M", "--part-size", help="Range size a big file is split into."),
     url: str = UrlOpt, token: str = TokenOpt,
 ) -> None:
     """Fetch the approved release REF into DEST, verified against the pinned trust root."""
@@ -124,7 +125,7 @@ def fetch(
         node_cache = _cache(cache, cache_high, cache_low, recheck_hours)
         with _api(url, token) as api:
             result = fetch_ref(ref, dest, api=api, trust_root_file=trust_root, cache=node_cache,
-                               parallel=parallel, reporter=reporter)
+                               parallel=parallel, part_size=parse_size(part_size) or 1, reporter=reporter)
         times = ", ".join(f"{k} {v:.2f}s" for k, v in result.timings.items())
         what = "already there" if result.noop else (
             f"{result.downloaded_files} downloaded ({result.downloaded_bytes / 2**20:.1f} MiB), "
