@@ -29,7 +29,7 @@ from typing import Any, Optional
 
 import typer
 
-from registry.cli._base import CliError, TokenOpt, UrlOpt, _say, app
+from registry.cli._base import CliError, JsonOpt, TokenOpt, UrlOpt, _say, app
 
 EXIT_HELP = ("Exit codes: 0 ok, 1 error, 2 usage, 10 signature, 11 expired, 12 rollback, 13 digest, 14 revoked, "
              "15 not-approved, 16 network, 17 destination (DEST holds something else), 18 manifest (bad path or "
@@ -114,14 +114,14 @@ def fetch(
     trust_root: Path = TrustRootOpt, cache: Optional[Path] = CacheOpt, parallel: int = ParallelOpt,
     cache_high: Optional[str] = HighOpt, cache_low: Optional[str] = LowOpt, recheck_hours: float = RecheckOpt,
     part_size: str = typer.Option("64M", "--part-size", help="Range size a big file is split into."),
-    url: str = UrlOpt, token: str = TokenOpt,
+    url: str = UrlOpt, token: str = TokenOpt, as_json: bool = JsonOpt,
 ) -> None:
     """Fetch the approved release REF into DEST, verified against the pinned trust root."""
     from registry.client.fetch import fetch as fetch_ref
     from registry.client.progress import Reporter
 
     def body() -> None:
-        reporter = Reporter()
+        reporter = Reporter(tty=False if as_json else None)
         node_cache = _cache(cache, cache_high, cache_low, recheck_hours)
         with _api(url, token) as api:
             result = fetch_ref(ref, dest, api=api, trust_root_file=trust_root, cache=node_cache,
@@ -141,6 +141,7 @@ def fetch(
 def verify(
     directory: Path = typer.Argument(..., help="A directory `modelreg fetch` filled"),
     trust_root: Path = TrustRootOpt, cache: Optional[Path] = CacheOpt, parallel: int = ParallelOpt,
+    as_json: bool = JsonOpt,
 ) -> None:
     """Re-hash a fetched directory against its signed release (in parallel); report every difference.
 
@@ -176,13 +177,13 @@ def verify(
         check_bundle_matches(bundle, release)
         verify_directory(directory, release, parallel=parallel)
         _summary({"model": model, "version": release.version, "files": len(release.files), "ok": True},
-                 sys.stdout.isatty(), f"{directory}: {model}@{release.version}, {len(release.files)} files verified")
+                 not as_json and sys.stdout.isatty(), f"{directory}: {model}@{release.version}, {len(release.files)} files verified")
 
     _run(body)
 
 
 @cache_app.command("verify", epilog=EXIT_HELP)
-def cache_verify(cache: Optional[Path] = CacheOpt, parallel: int = ParallelOpt) -> None:
+def cache_verify(cache: Optional[Path] = CacheOpt, parallel: int = ParallelOpt, as_json: bool = JsonOpt) -> None:
     """Re-hash every cached blob; remove and report the ones whose bytes are not their digest (exit 13)."""
     from registry.domain.errors import IntegrityError
 
@@ -190,7 +191,7 @@ def cache_verify(cache: Optional[Path] = CacheOpt, parallel: int = ParallelOpt) 
         report = _cache(cache).verify(parallel=parallel)
         for bad in report.bad:
             typer.echo(json.dumps({"event": "bad-blob", **bad}, sort_keys=True))
-        _summary({"checked": report.checked, "bad": len(report.bad)}, sys.stdout.isatty(),
+        _summary({"checked": report.checked, "bad": len(report.bad)}, not as_json and sys.stdout.isatty(),
                  f"{report.checked} blobs checked, {len(report.bad)} bad (removed)")
         if report.bad:
             raise IntegrityError(f"{len(report.bad)} cached blob(s) did not match their digest and were removed: "
@@ -206,7 +207,7 @@ def cache_warm(
     wait: int = typer.Option(300, "--wait", min=1, max=3600, help="Seconds of each long poll on the manifest."),
     once: bool = typer.Option(False, "--once", help="Bring each REF's current release into the cache, then exit."),
     cache_high: Optional[str] = HighOpt, cache_low: Optional[str] = LowOpt, recheck_hours: float = RecheckOpt,
-    url: str = UrlOpt, token: str = TokenOpt,
+    url: str = UrlOpt, token: str = TokenOpt, as_json: bool = JsonOpt,
 ) -> None:
     """Keep the node cache ahead of alias moves: download a new release before any pod asks for it.
 
@@ -221,7 +222,7 @@ def cache_warm(
     def body() -> None:
         parsed = [parse_ref(r) for r in refs]
         node_cache = _cache(cache, cache_high, cache_low, recheck_hours)
-        reporter = Reporter()
+        reporter = Reporter(tty=False if as_json else None)
         with _api(url, token) as api:
             if once:
                 for ref in parsed:

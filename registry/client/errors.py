@@ -101,11 +101,12 @@ def from_problem(status: int, problem_code: str, message: str, details: dict[str
         return RevokedReleaseError(message, **details)
     if problem_code in NOT_APPROVED_PROBLEMS:
         return NotApprovedError(message, **details)
+    details = {**details, "status": status}
     if status >= 500:
-        return NetworkError(message, status=status, **details)
+        return NetworkError(message, **details)
     if status == 404:
         return ReleaseNotFoundError(message, **details)
-    return RegistryError(message, status=status, **details)
+    return RegistryError(message, **details)
 
 
 def classify(exc: BaseException) -> str:
