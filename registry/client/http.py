@@ -9,6 +9,7 @@ from typing import Any
 
 import httpx
 
+from registry.client.errors import NetworkError
 from registry.domain.errors import RegistryError
 
 
@@ -54,7 +55,7 @@ class RegistryClient:
         try:
             response = self.http.request(method, path, **kwargs)
         except httpx.HTTPError as exc:
-            raise RegistryError(f"cannot reach the registry at {self.url}: {exc}") from exc
+            raise NetworkError(f"cannot reach the registry at {self.url}: {exc}") from exc
         if response.status_code >= 400:
             try:
                 body = response.json()
@@ -96,7 +97,7 @@ class RegistryClient:
                         raise RegistryError(f"the response from {self.url}{path} is over {limit} bytes")
                 return bytes(data)
         except httpx.HTTPError as exc:
-            raise RegistryError(f"cannot reach the registry at {self.url}: {exc}") from exc
+            raise NetworkError(f"cannot reach the registry at {self.url}: {exc}") from exc
 
     def post(self, path: str, **kwargs: Any) -> Any:
         return self.request("POST", path, **kwargs)

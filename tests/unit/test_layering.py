@@ -32,6 +32,7 @@ def _imports(package: str) -> dict[str, set[str]]:
     ("registry/sources", {"sqlalchemy", "fastapi"}),
     ("registry/scanning", {"sqlalchemy", "fastapi"}),
     ("registry/evals", {"sqlalchemy", "fastapi", "boto3"}),
+    ("registry/client", {"sqlalchemy", "fastapi", "boto3", "api", "workers"}),
 ])
 def test_package_does_not_import(package, forbidden):
     offenders = {path: names & forbidden for path, names in _imports(package).items() if names & forbidden}
@@ -39,8 +40,11 @@ def test_package_does_not_import(package, forbidden):
 
 
 def test_fetch_client_and_signing_load_without_sqlalchemy_or_fastapi():
-    code = ("import sys, registry.client.http, registry.signing; "
-            "bad = [m for m in ('sqlalchemy', 'fastapi', 'boto3') if m in sys.modules]; print(bad)")
+    code = ("import sys, registry.client.http, registry.signing, registry.client.api, registry.client.cache, "
+            "registry.client.trust, registry.client.download, registry.client.assemble, registry.client.fetch, "
+            "registry.client.progress, registry.client.errors, registry.cli.fetch; "
+            "bad = [m for m in sys.modules if m.split('.')[0] in ('sqlalchemy', 'fastapi', 'boto3')"
+            " or m.startswith(('registry.db', 'registry.services', 'registry.storage'))]; print(bad)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True)
     assert out.stdout.strip() == "[]"
 

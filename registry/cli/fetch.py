@@ -1,0 +1,263 @@
+"""The ``modelreg`` command on serving nodes: ``fetch``, ``verify``, ``cache verify`` and ``cache warm``.
+
+Exit codes (the same table as :mod:`registry.client.errors`; a failure prints one line on stderr,
+``error: <kind>: <what>``):
+
+    0 ok; 1 error; 2 usage; 10 signature; 11 expired; 12 rollback; 13 digest; 14 revoked;
+    15 not-approved; 16 network; 17 destination; 18 manifest.
+
+Output: a progress bar on stderr when it is a terminal, else JSON lines on stdout (``{"event": "phase"}``,
+``{"event": "progress"}``); the last line on stdout is the summary, with the seconds of each phase
+(manifest, verify, download, assemble).
+
+Environment: ``MODELREG_URL`` and ``MODELREG_TOKEN`` (the node's token), ``MODELREG_CACHE`` (the cache
+directory, default ``~/.cache/modelreg``), ``MODELREG_CACHE_HIGH``/``MODELREG_CACHE_LOW`` (watermarks,
+e.g. ``50G``), ``MODELREG_CACHE_RECHECK_HOURS`` (re-hash a cached blob not verified for that long).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import re
+import sys
+import threading
+from datetime import timedelta
+from pathlib import Path
+from typing import Any, Optional
+
+import typer
+
+from registry.cli._base import CliError, JsonOpt, TokenOpt, UrlOpt, _say, app
+
+EXIT_HELP = ("Exit codes: 0 ok, 1 error, 2 usage, 10 signature, 11 expired, 12 rollback, 13 digest, 14 revoked, "
+             "15 not-approved, 16 network, 17 destination (DEST holds something else), 18 manifest (bad path or "
+             "bundle).")
+
+cache_app = typer.Typer(help="The node cache of fetched blobs.", no_args_is_help=True)
+app.add_typer(cache_app, name="cache")
+
+CacheOpt = typer.Option(None, "--cache", envvar="MODELREG_CACHE",
+                        help="Node cache directory (default ~/.cache/modelreg).")
+TrustRootOpt = typer.Option(..., "--trust-root", help="The node's pinned trust root (a DSSE JSON file).")
+ParallelOpt = typer.Option(8, "--parallel", min=1, max=64, help="Parallel download streams (and hash threads).")
+HighOpt = typer.Option(None, "--cache-high", envvar="MODELREG_CACHE_HIGH",
+                       help="Evict least recently used blobs above this size (e.g. 50G).")
+LowOpt = typer.Option(None, "--cache-low", envvar="MODELREG_CACHE_LOW",
+                      help="...down to this size (default 80% of --cache-high).")
+RecheckOpt = typer.Option(24.0, "--recheck-hours", envvar="MODELREG_CACHE_RECHECK_HOURS",
+                          help="Re-hash a cached blob before use when not verified for this many hours.")
+
+_SIZE_RE = re.compile(r"\A([0-9]+)([KMGT]i?)?B?\Z", re.IGNORECASE)
+
+
+def parse_size(text: str | None) -> int | None:
+    """``10G`` -> bytes (K, M, G, T are powers of 1024)."""
+    if text is None or text == "":
+        return None
+    match = _SIZE_RE.match(text.strip())
+    if match is None:
+        raise CliError(f"not a size: {text!r} (use bytes, or 500M, 50G...)")
+    unit = (match.group(2) or "")[:1].upper()
+    return int(match.group(1)) * 1024 ** " KMGT".index(unit or " ")
+
+
+def _cache(path: Optional[Path], high: Optional[str] = None, low: Optional[str] = None,
+           recheck_hours: float = 24.0):
+    from registry.client.cache import NodeCache
+
+    root = path or Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "modelreg"
+    return NodeCache(root, high=parse_size(high), low=parse_size(low),
+                     recheck_after=timedelta(hours=recheck_hours))
+
+
+def _api(url: Optional[str], token: Optional[str]):
+    from registry.client.api import RegistryApi
+
+    if not url:
+        raise CliError("no registry URL: pass --url or set MODELREG_URL")
+    return RegistryApi(url, token)
+
+
+def _fail(exc: BaseException) -> typer.Exit:
+    from registry.client.errors import exit_code
+
+    code, kind = exit_code(exc)
+    _say(f"error: {kind}: {' '.join(str(exc).split())}", err=True)
+    return typer.Exit(code)
+
+
+def _summary(data: dict[str, Any], tty: bool, human: str) -> None:
+    if tty:
+        _say(human)
+    else:
+        typer.echo(json.dumps({"event": "summary", **data}, sort_keys=True, default=str))
+
+
+def _run(body):
+    """Run a command body; every deliberate failure becomes its exit code and one stderr line."""
+    from registry.domain.errors import RegistryError
+
+    try:
+        return body()
+    except typer.Exit:
+        raise
+    except (RegistryError, OSError) as exc:
+        raise _fail(exc) from None
+
+
+@app.command(epilog=EXIT_HELP)
+def fetch(
+    ref: str = typer.Argument(..., help="tenant/name@alias|version, or modelreg://tenant/name@alias"),
+    dest: Path = typer.Argument(..., help="Directory to fill: absent, or empty (/mnt/models), or this release"),
+    trust_root: Path = TrustRootOpt, cache: Optional[Path] = CacheOpt, parallel: int = ParallelOpt,
+    cache_high: Optional[str] = HighOpt, cache_low: Optional[str] = LowOpt, recheck_hours: float = RecheckOpt,
+    part_size: str = typer.Option("64M", "--part-size", help="Range size a big file is split into."),
+    url: str = UrlOpt, token: str = TokenOpt, as_json: bool = JsonOpt,
+) -> None:
+    """Fetch the approved release REF into DEST, verified against the pinned trust root."""
+    from registry.client.fetch import fetch as fetch_ref
+    from registry.client.progress import Reporter
+
+    def body() -> None:
+        reporter = Reporter(tty=False if as_json else None)
+        node_cache = _cache(cache, cache_high, cache_low, recheck_hours)
+        with _api(url, token) as api:
+            result = fetch_ref(ref, dest, api=api, trust_root_file=trust_root, cache=node_cache,
+                               parallel=parallel, part_size=parse_size(part_size) or 1, reporter=reporter)
+        times = ", ".join(f"{k} {v:.2f}s" for k, v in result.timings.items())
+        what = "already there" if result.noop else (
+            f"{result.downloaded_files} downloaded ({result.downloaded_bytes / 2**20:.1f} MiB), "
+            f"{result.cached_files} from cache")
+        _summary(result.as_dict(), reporter.tty,
+                 f"{result.model}@{result.version} (serial {result.serial}) in {dest}: {result.files} files, "
+                 f"{what}; {times}")
+
+    _run(body)
+
+
+@app.command(epilog=EXIT_HELP)
+def verify(
+    directory: Path = typer.Argument(..., help="A directory `modelreg fetch` filled"),
+    trust_root: Path = TrustRootOpt, cache: Optional[Path] = CacheOpt, parallel: int = ParallelOpt,
+    as_json: bool = JsonOpt,
+) -> None:
+    """Re-hash a fetched directory against its signed release (in parallel); report every difference.
+
+    The release's signature is checked against the pinned root (walked through the roots the cache
+    accepted, when --cache is given); its expiry is not: it was checked at fetch, and DIR is checked for
+    what it holds. model.sig must be the bundle the release names.
+    """
+    from registry.client.assemble import check_bundle_matches, read_release_file, verify_directory
+    from registry.client.trust import NodeTrust, load_pinned_root
+    from registry.signing.release import verify_release
+    from registry.signing.trust_root import RootError
+
+    def body() -> None:
+        import datetime as dt
+
+        stored = read_release_file(directory)
+        if stored is None or not isinstance(stored.get("envelope"), dict):
+            raise CliError(f"{directory} holds no release file (.git/modelreg-release.json): was it fetched?")
+        envelope = stored["envelope"]
+        try:
+            claimed = json.loads(base64.b64decode(envelope["payload"]))
+            issued = dt.datetime.fromisoformat(claimed["issued_at"])
+            model, ref = str(claimed["model"]), str(claimed["ref"])
+        except (KeyError, TypeError, ValueError):
+            raise RootError("the release file is not a release envelope", reason="malformed") from None
+        root = NodeTrust.load(trust_root, cache).root if cache else load_pinned_root(trust_root)
+        # The clock is the release's own issue time: its signature is checked, its expiry deliberately not.
+        release = verify_release(envelope, root, now=issued, model=model, ref=ref)
+        try:
+            bundle = json.loads((directory / "model.sig").read_text())
+        except (OSError, ValueError):
+            bundle = {}
+        check_bundle_matches(bundle, release)
+        verify_directory(directory, release, parallel=parallel)
+        _summary({"model": model, "version": release.version, "files": len(release.files), "ok": True},
+                 not as_json and sys.stdout.isatty(), f"{directory}: {model}@{release.version}, {len(release.files)} files verified")
+
+    _run(body)
+
+
+@cache_app.command("verify", epilog=EXIT_HELP)
+def cache_verify(cache: Optional[Path] = CacheOpt, parallel: int = ParallelOpt, as_json: bool = JsonOpt) -> None:
+    """Re-hash every cached blob; remove and report the ones whose bytes are not their digest (exit 13)."""
+    from registry.domain.errors import IntegrityError
+
+    def body() -> None:
+        report = _cache(cache).verify(parallel=parallel)
+        for bad in report.bad:
+            typer.echo(json.dumps({"event": "bad-blob", **bad}, sort_keys=True))
+        _summary({"checked": report.checked, "bad": len(report.bad)}, not as_json and sys.stdout.isatty(),
+                 f"{report.checked} blobs checked, {len(report.bad)} bad (removed)")
+        if report.bad:
+            raise IntegrityError(f"{len(report.bad)} cached blob(s) did not match their digest and were removed: "
+                                 + ", ".join(f"{b['tenant']}/{b['digest'][:16]}" for b in report.bad[:5]))
+
+    _run(body)
+
+
+@cache_app.command("warm", epilog=EXIT_HELP)
+def cache_warm(
+    refs: list[str] = typer.Argument(..., help="tenant/name@alias ... to keep cached"),
+    trust_root: Path = TrustRootOpt, cache: Optional[Path] = CacheOpt, parallel: int = ParallelOpt,
+    wait: int = typer.Option(300, "--wait", min=1, max=3600, help="Seconds of each long poll on the manifest."),
+    once: bool = typer.Option(False, "--once", help="Bring each REF's current release into the cache, then exit."),
+    cache_high: Optional[str] = HighOpt, cache_low: Optional[str] = LowOpt, recheck_hours: float = RecheckOpt,
+    url: str = UrlOpt, token: str = TokenOpt, as_json: bool = JsonOpt,
+) -> None:
+    """Keep the node cache ahead of alias moves: download a new release before any pod asks for it.
+
+    Long-polls each REF's manifest (``wait=``); on a change, verifies the release and caches its files.
+    Run as a DaemonSet. With --once, a failure exits with its code; otherwise it is printed and retried.
+    """
+    from registry.client.fetch import warm_once
+    from registry.client.progress import Reporter
+    from registry.domain.errors import RegistryError
+    from registry.domain.refs import parse_ref
+
+    def body() -> None:
+        parsed = [parse_ref(r) for r in refs]
+        node_cache = _cache(cache, cache_high, cache_low, recheck_hours)
+        reporter = Reporter(tty=False if as_json else None)
+        with _api(url, token) as api:
+            if once:
+                for ref in parsed:
+                    _, result = warm_once(ref, api=api, trust_root_file=trust_root, cache=node_cache, etag=None,
+                                          wait=None, parallel=parallel, reporter=reporter)
+                    if result is not None:
+                        _summary(result.as_dict(), reporter.tty,
+                                 f"{result.model}@{result.ref} -> {result.version}: {result.downloaded_files} "
+                                 f"downloaded, {result.cached_files} cached")
+                return
+            stop = threading.Event()
+
+            def poll(ref) -> None:
+                etag: str | None = None
+                while not stop.is_set():
+                    try:
+                        etag, result = warm_once(ref, api=api, trust_root_file=trust_root, cache=node_cache,
+                                                 etag=etag, wait=wait, parallel=parallel, reporter=reporter)
+                    except RegistryError as exc:
+                        from registry.client.errors import exit_code
+
+                        _say(f"error: {exit_code(exc)[1]}: {ref}: {' '.join(str(exc).split())}", err=True)
+                        stop.wait(10)
+                        continue
+                    if result is not None:
+                        _summary(result.as_dict(), reporter.tty, f"{ref} -> {result.version} cached")
+
+            threads = [threading.Thread(target=poll, args=(r,), daemon=True) for r in parsed]
+            for t in threads:
+                t.start()
+            try:
+                for t in threads:
+                    t.join()
+            except KeyboardInterrupt:
+                stop.set()
+                raise
+
+    _run(body)

@@ -1,0 +1,216 @@
+"""One typed client of the registry API for serving nodes: trust roots, release manifests, blob bytes.
+
+Paths are built here and nowhere else; answers come back as small dataclasses, and problems as the
+errors of :mod:`registry.client.errors`. Transport URLs (presigned, possibly another host) are read with a
+second HTTP client that never sends the node's bearer token: a presigned S3 URL carries its own
+authorisation, and the registry's token must not travel to a bucket.
+
+Example:
+    >>> api = RegistryApi("http://127.0.0.1:1", "token")
+    >>> api.manifest_path("acme", "tiny")
+    '/v1/models/acme/tiny/manifest'
+    >>> api.close()
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+from urllib.parse import quote
+
+import httpx
+
+from registry.client.errors import NetworkError, TransportError, from_problem
+from registry.client.http import RegistryClient, RemoteError
+from registry.domain.errors import RegistryError
+from registry.signing.release import MAX_RELEASE_BYTES
+from registry.signing.trust_root import MAX_ROOT_BYTES
+
+MAX_MANIFEST_RESPONSE_BYTES = 2 * MAX_RELEASE_BYTES + (4 << 20)
+"""The manifest response: the envelope (base64, so 4/3 of the payload), transport URLs and the bundle."""
+
+
+def _seg(value: str) -> str:
+    return quote(value, safe="")
+
+
+@dataclasses.dataclass(frozen=True)
+class ManifestResponse:
+    """What ``GET .../manifest`` answers: the signed release and the unsigned things beside it."""
+
+    envelope: dict[str, Any]
+    transport: dict[str, str]
+    signature_bundle: dict[str, Any]
+    trust_root_version: int | None
+    etag: str | None
+
+    @classmethod
+    def from_json(cls, body: Any, etag: str | None) -> "ManifestResponse":
+        if not isinstance(body, dict) or not isinstance(body.get("envelope"), dict) \
+                or not isinstance(body.get("transport"), dict) or not isinstance(body.get("signature_bundle"), dict):
+            raise RegistryError("the manifest response has no envelope, transport and signature_bundle objects")
+        transport = body["transport"]
+        if not all(isinstance(k, str) and isinstance(v, str) for k, v in transport.items()):
+            raise RegistryError("the manifest's transport maps paths to URL strings")
+        version = body.get("trust_root_version")
+        return cls(body["envelope"], dict(transport), body["signature_bundle"],
+                   version if type(version) is int else None, etag)
+
+
+class RegistryApi:
+    """The calls a serving node makes. ``url`` is the registry (``MODELREG_URL``), ``token`` the node's."""
+
+    def __init__(self, url: str, token: str | None, *, timeout: float = 60.0,
+                 transport: httpx.BaseTransport | None = None) -> None:
+        self.client = RegistryClient(url, token, timeout=timeout, transport=transport)
+        # No Authorization header, no base URL: transport URLs are absolute and carry their own credentials.
+        self.blobs = httpx.Client(timeout=httpx.Timeout(timeout, connect=10.0), follow_redirects=False,
+                                  headers={"User-Agent": "modelreg-client/0.1"}, transport=transport)
+
+    @staticmethod
+    def manifest_path(tenant: str, name: str) -> str:
+        return f"/v1/models/{_seg(tenant)}/{_seg(name)}/manifest"
+
+    # --- trust roots -----------------------------------------------------------------------
+
+    def trust_root(self, version: int | None = None) -> dict[str, Any] | None:
+        """Root envelope ``version`` (the newest when None), or None when the registry has none (404).
+
+        At most :data:`MAX_ROOT_BYTES` are read: a server cannot make a node read without end.
+        """
+        path = "/v1/trust-root" if version is None else f"/v1/trust-root/{int(version)}"
+        try:
+            raw = self.client.get_bytes(path, limit=MAX_ROOT_BYTES)
+        except RemoteError as exc:
+            if exc.status == 404:
+                return None
+            raise from_problem(exc.status, exc.problem_code, exc.message, {}) from None
+        except RegistryError as exc:
+            if isinstance(exc, NetworkError):
+                raise
+            raise NetworkError(str(exc)) from None  # over the size cap: the server misbehaves
+        try:
+            envelope = json.loads(raw)
+        except ValueError:
+            raise RegistryError(f"trust root {version or 'newest'} is not JSON") from None
+        if not isinstance(envelope, dict):
+            raise RegistryError(f"trust root {version or 'newest'} is not a JSON object")
+        return envelope
+
+    # --- release manifests -----------------------------------------------------------------
+
+    def manifest(self, tenant: str, name: str, ref: str, *, etag: str | None = None,
+                 wait: float | None = None) -> ManifestResponse | None:
+        """The release of ``tenant/name@ref`` for this node, or None when unchanged since ``etag`` (304).
+
+        Args:
+            etag: The ETag of the manifest the node holds; sent as If-None-Match.
+            wait: Seconds the server may hold the request until the alias moves (long poll).
+
+        Raises:
+            RevokedReleaseError, NotApprovedError, ReleaseNotFoundError: the registry refused.
+            NetworkError: unreachable, or a 5xx.
+        """
+        params: dict[str, Any] = {"ref": ref}
+        if wait is not None:
+            params["wait"] = int(wait)
+        headers = {"If-None-Match": etag} if etag else {}
+        timeout = self.client.http.timeout.read or 60.0
+        try:
+            with self.client.http.stream("GET", self.manifest_path(tenant, name), params=params, headers=headers,
+                                         timeout=(wait or 0) + timeout) as response:
+                if response.status_code == 304:
+                    return None
+                body = _read_capped(response, MAX_MANIFEST_RESPONSE_BYTES)
+                if response.status_code >= 400:
+                    raise _problem(response.status_code, body)
+                try:
+                    data = json.loads(body)
+                except ValueError:
+                    raise RegistryError("the manifest response is not JSON") from None
+                return ManifestResponse.from_json(data, response.headers.get("etag"))
+        except httpx.HTTPError as exc:
+            raise NetworkError(f"cannot reach the registry at {self.client.url}: {exc}") from exc
+
+    # --- blob bytes ------------------------------------------------------------------------
+
+    @contextmanager
+    def blob_range(self, url: str, start: int, end: int, total: int) -> Iterator[httpx.Response]:
+        """Stream bytes ``[start, end)`` of a blob of ``total`` bytes from a transport URL.
+
+        The caller reads no more than ``end - start`` bytes from the response.
+
+        Raises:
+            TransportError: the server ignored the range, or the blob it holds has another size.
+            NetworkError: unreachable, or an error status.
+        """
+        headers = {"Range": f"bytes={start}-{end - 1}", "Accept-Encoding": "identity"}
+        try:
+            with self.blobs.stream("GET", url, headers=headers) as response:
+                _check_range_response(response, start, end, total)
+                yield response
+        except httpx.HTTPError as exc:
+            raise NetworkError(f"cannot read {_redact(url)}: {exc}") from exc
+
+    def close(self) -> None:
+        self.client.close()
+        self.blobs.close()
+
+    def __enter__(self) -> "RegistryApi":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _redact(url: str) -> str:
+    """A transport URL without its query (the presigned signature is a credential)."""
+    return url.split("?", 1)[0]
+
+
+def _read_capped(response: httpx.Response, limit: int) -> bytes:
+    data = bytearray()
+    for chunk in response.iter_bytes():
+        data += chunk
+        if len(data) > limit:
+            raise NetworkError(f"the registry's answer is over {limit} bytes")
+    return bytes(data)
+
+
+def _problem(status: int, body: bytes) -> RegistryError:
+    try:
+        problem = json.loads(body)
+        if not isinstance(problem, dict):
+            raise ValueError
+    except ValueError:
+        problem = {"detail": body[:200].decode("utf-8", "replace") or f"HTTP {status}"}
+    remote = RemoteError(status, problem)
+    return from_problem(status, remote.problem_code, remote.message,
+                        {"status": status, "problem": remote.problem_code})
+
+
+def _check_range_response(response: httpx.Response, start: int, end: int, total: int) -> None:
+    where = _redact(str(response.url))
+    if response.status_code >= 400:
+        response.read()
+        raise NetworkError(f"{where} answered HTTP {response.status_code}", status=response.status_code)
+    if response.status_code == 200:
+        # A server that ignores Range sends the whole blob: usable only for a range that starts at 0.
+        length = response.headers.get("content-length")
+        if start != 0 or (length is not None and int(length) != total):
+            raise TransportError(f"{where} ignored the byte range (HTTP 200)")
+        return
+    if response.status_code != 206:
+        raise TransportError(f"{where} answered HTTP {response.status_code} to a range request")
+    content_range = response.headers.get("content-range", "")
+    expected = f"bytes {start}-{end - 1}/"
+    if not content_range.startswith(expected):
+        raise TransportError(f"{where} sent range {content_range!r}, not {expected}...")
+    if content_range[len(expected):] != str(total):
+        from registry.domain.errors import SizeMismatchError
+
+        actual = content_range[len(expected):]
+        raise SizeMismatchError(where, expected=total, actual=int(actual) if actual.isdigit() else -1)

@@ -1,0 +1,272 @@
+"""Putting a verified release into DEST, atomically, and checking a fetched directory later.
+
+DEST holds the release's files, ``model.sig`` (the version's OpenSSF model-signing bundle, so
+``model_signing verify key DEST --signature DEST/model.sig`` works) and the release envelope as
+:data:`RELEASE_FILE`. That name is under ``.git/``, which the bundle's ``ignore_paths`` (and
+model_signing's defaults) leave out, so the model-signing check sees exactly the signed files; a
+release may therefore not list ``model.sig`` or anything under ``.git/`` itself.
+
+Atomicity. Files are linked (or copied, across filesystems) from the cache into a staging directory
+beside DEST, on DEST's filesystem, then:
+
+- DEST absent: the staging directory is renamed to DEST (one atomic step);
+- DEST an empty directory (KServe's emptyDir at ``/mnt/models`` is a mount point, which cannot be
+  renamed over): staging lives inside DEST, and its entries are renamed into DEST with the release
+  file last; on a failure the entries moved are removed again, so DEST is empty as before;
+- DEST holding exactly this release (same version and files, sizes as listed, nothing extra): no-op;
+- anything else: refused, DEST untouched.
+
+A hard link shares its bytes with the cache: a pod that writes into DEST would change the cached
+blob, which is why blobs are read-only and re-hashed on a schedule (:mod:`registry.client.cache`).
+
+Example:
+    >>> expected_paths([ReleaseFile("config.json", 2, "0" * 64)])
+    ['.git/modelreg-release.json', 'config.json', 'model.sig']
+"""
+
+from __future__ import annotations
+
+import base64
+import errno
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+from registry.client.cache import sha256_file
+from registry.client.errors import BadManifestError, DestinationError
+from registry.domain.errors import InvalidPathError, ManifestMismatchError
+from registry.signing.bundle import SIGNATURE_FILE_NAME, is_ignored
+from registry.signing.release import Release, ReleaseFile
+
+RELEASE_FILE = ".git/modelreg-release.json"
+STAGING_PREFIX = ".modelreg-staging-"
+
+
+def expected_paths(files: Sequence[ReleaseFile]) -> list[str]:
+    return sorted([f.path for f in files] + [SIGNATURE_FILE_NAME, RELEASE_FILE])
+
+
+def check_reserved(files: Sequence[ReleaseFile]) -> None:
+    """Refuse a release that lists a file where DEST keeps its signature or its release.
+
+    Raises:
+        InvalidPathError: ``model.sig``, or a path under ``.git/``, in the file list.
+    """
+    for f in files:
+        if f.path == SIGNATURE_FILE_NAME or f.path == ".git" or f.path.startswith(".git/"):
+            raise InvalidPathError(f.path, "reserved for the fetched directory's signature and release")
+
+
+def scan_directory(root: Path) -> tuple[dict[str, os.stat_result], list[str]]:
+    """Every regular file under ``root`` (relative POSIX path -> stat), and links or special files found."""
+    files: dict[str, os.stat_result] = {}
+    odd: list[str] = []
+    pending = [(root, "")]
+    while pending:
+        folder, prefix = pending.pop()
+        with os.scandir(folder) as entries:
+            for entry in entries:
+                rel = prefix + entry.name
+                if entry.is_symlink():
+                    odd.append(rel)
+                elif entry.is_dir(follow_symlinks=False):
+                    pending.append((Path(entry.path), rel + "/"))
+                elif entry.is_file(follow_symlinks=False):
+                    files[rel] = entry.stat(follow_symlinks=False)
+                else:
+                    odd.append(rel)
+    return files, odd
+
+
+def read_release_file(dest: Path) -> dict[str, Any] | None:
+    path = dest / RELEASE_FILE
+    try:
+        with open(path, "rb") as f:
+            data = f.read(32 << 20)
+        value = json.loads(data)
+    except (OSError, ValueError):
+        return None
+    return value if isinstance(value, dict) else None
+
+
+def holds_release(dest: Path, release: Release) -> bool:
+    """Whether DEST already holds exactly ``release``'s files (by version, file list and sizes; no re-hash)."""
+    stored = read_release_file(dest)
+    if stored is None or not isinstance(stored.get("envelope"), dict):
+        return False
+    try:
+        payload = json.loads(base64.b64decode(stored["envelope"]["payload"]))
+    except (KeyError, TypeError, ValueError):
+        return False
+    if payload.get("model") != release.model or payload.get("version") != release.version \
+            or payload.get("files") != release.payload.get("files"):
+        return False
+    present, odd = scan_directory(dest)
+    if odd or sorted(present) != expected_paths(release.files):
+        return False
+    return all(present[f.path].st_size == f.size for f in release.files)
+
+
+def destination_is_release(dest: Path, release: Release) -> bool:
+    """True when DEST already holds ``release`` (a no-op); False when DEST is absent or empty.
+
+    Raises:
+        DestinationError: DEST is not a directory, or holds anything else.
+    """
+    if dest.is_symlink() or (dest.exists() and not dest.is_dir()):
+        raise DestinationError(f"{dest} exists and is not a directory", dest=str(dest))
+    if not dest.is_dir() or not [e for e in os.listdir(dest) if not e.startswith(STAGING_PREFIX)]:
+        return False
+    if holds_release(dest, release):
+        return True
+    raise DestinationError(f"{dest} is not empty and does not hold {release.model}@{release.version}: "
+                           "refusing to change it", dest=str(dest))
+
+
+def _link_or_copy(source: Path, target: Path) -> str:
+    target.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        os.link(source, target)
+        return "link"
+    except OSError as exc:
+        if exc.errno not in (errno.EXDEV, errno.EPERM, errno.EMLINK, errno.ENOTSUP, errno.EACCES):
+            raise
+    shutil.copyfile(source, target)
+    os.chmod(target, 0o444)
+    return "copy"
+
+
+def _stage(staging: Path, release: Release, blobs: Mapping[str, Path], bundle: Mapping[str, Any],
+           envelope: Mapping[str, Any]) -> dict[str, int]:
+    counts = {"link": 0, "copy": 0}
+    for f in release.files:
+        counts[_link_or_copy(blobs[f.path], staging / f.path)] += 1
+    (staging / SIGNATURE_FILE_NAME).write_text(json.dumps(bundle, indent=2))
+    (staging / RELEASE_FILE).parent.mkdir(parents=True, exist_ok=True)
+    (staging / RELEASE_FILE).write_text(json.dumps({"envelope": dict(envelope)}, indent=2))
+    present, odd = scan_directory(staging)
+    if odd or sorted(present) != expected_paths(release.files):
+        raise ManifestMismatchError(missing=sorted(set(expected_paths(release.files)) - set(present)),
+                                    extra=sorted(set(present) - set(expected_paths(release.files))),
+                                    mismatched=[], not_regular=odd)
+    return counts
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def assemble(dest: Path, release: Release, blobs: Mapping[str, Path], bundle: Mapping[str, Any],
+             envelope: Mapping[str, Any]) -> dict[str, Any]:
+    """Make DEST hold ``release`` from the cached ``blobs`` (path -> cached file); DEST is unchanged on failure.
+
+    Returns:
+        ``{"noop": bool, "link": n, "copy": n}``.
+
+    Raises:
+        DestinationError: DEST is a non-empty directory holding something else, or not a directory.
+    """
+    check_reserved(release.files)
+    dest = Path(dest)
+    if destination_is_release(dest, release):
+        return {"noop": True, "link": 0, "copy": 0}
+    if dest.is_dir():
+        return _fill_empty(dest, release, blobs, bundle, envelope)
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=STAGING_PREFIX, dir=dest.parent))
+    try:
+        counts = _stage(staging, release, blobs, bundle, envelope)
+        os.chmod(staging, 0o755)
+        os.rename(staging, dest)  # atomic; fails if another process made DEST meanwhile
+    except OSError as exc:
+        shutil.rmtree(staging, ignore_errors=True)
+        if exc.errno in (errno.ENOTEMPTY, errno.EEXIST):
+            raise DestinationError(f"{dest} appeared while the release was staged", dest=str(dest)) from None
+        raise
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    _fsync_dir(dest.parent)
+    return {"noop": False, **counts}
+
+
+def _fill_empty(dest: Path, release: Release, blobs: Mapping[str, Path], bundle: Mapping[str, Any],
+                envelope: Mapping[str, Any]) -> dict[str, Any]:
+    staging = Path(tempfile.mkdtemp(prefix=STAGING_PREFIX, dir=dest))
+    moved: list[Path] = []
+    try:
+        counts = _stage(staging, release, blobs, bundle, envelope)
+        # The release file last: a reader that finds it finds every file.
+        names = sorted(os.listdir(staging), key=lambda n: n == ".git")
+        for name in names:
+            os.rename(staging / name, dest / name)
+            moved.append(dest / name)
+        staging.rmdir()
+    except BaseException:
+        for path in reversed(moved):
+            shutil.rmtree(path) if path.is_dir() and not path.is_symlink() else path.unlink(missing_ok=True)
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    _fsync_dir(dest)
+    return {"noop": False, **counts}
+
+
+def verify_directory(directory: Path, release: Release, *, parallel: int = 4) -> None:
+    """Re-hash a fetched directory against its release, in parallel; every difference is reported.
+
+    Raises:
+        ManifestMismatchError: missing, extra or changed files, links or special files.
+    """
+    present, odd = scan_directory(directory)
+    listed = {f.path: f for f in release.files}
+    wanted = set(expected_paths(release.files))
+    missing = sorted(wanted - set(present))
+    extra = sorted(set(present) - wanted)
+
+    def check(f: ReleaseFile) -> dict[str, str] | None:
+        path = directory / f.path
+        if present[f.path].st_size != f.size:
+            return {"path": f.path, "expected": f.sha256, "actual": f"size {present[f.path].st_size}"}
+        actual = sha256_file(path)
+        return None if actual == f.sha256 else {"path": f.path, "expected": f.sha256, "actual": actual}
+
+    with ThreadPoolExecutor(max_workers=max(1, parallel)) as pool:
+        # The largest first, so the pool is not left waiting on one big file at the end.
+        todo = sorted((listed[p] for p in listed if p in present), key=lambda f: -f.size)
+        mismatched = [m for m in pool.map(check, todo) if m is not None]
+    if missing or extra or odd or mismatched:
+        raise ManifestMismatchError(missing=missing, extra=extra, mismatched=sorted(mismatched, key=lambda m: m["path"]),
+                                    not_regular=odd)
+
+
+def check_bundle_matches(bundle: Mapping[str, Any], release: Release) -> None:
+    """The bundle is the one the release names (``statement_digest``) and lists the release's files.
+
+    Raises:
+        BadManifestError: another statement, or other files (``model_signing verify`` would fail on DEST).
+    """
+    try:
+        payload = base64.b64decode(bundle["dsseEnvelope"]["payload"], validate=True)
+        statement = json.loads(payload)
+        resources = {r["name"]: r["digest"] for r in statement["predicate"]["resources"]}
+    except (KeyError, TypeError, ValueError):
+        raise BadManifestError("the signature bundle is not a model-signing bundle") from None
+    digest = hashlib.sha256(payload).hexdigest()
+    if digest != release.payload.get("statement_digest"):
+        raise BadManifestError(f"the signature bundle's statement ({digest[:16]}...) is not the one the release "
+                               "names", expected=release.payload.get("statement_digest"), actual=digest)
+    signed = {f.path: f.sha256 for f in release.files if not is_ignored(f.path)}
+    if resources != signed:
+        raise BadManifestError("the signature bundle lists other files than the release",
+                               only_bundle=sorted(set(resources) - set(signed)),
+                               only_release=sorted(set(signed) - set(resources)))

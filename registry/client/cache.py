@@ -1,0 +1,302 @@
+"""The node cache: content-addressed blobs shared by every fetch on one node.
+
+Layout under the cache directory::
+
+    tenants/<tenant>/blobs/sha256/<2 hex>/<64 hex>   verified blobs, read-only (mode 0444)
+    tenants/<tenant>/partial/<64 hex>[.parts.json]   downloads in progress, kept to resume
+    tenants/<tenant>/locks/<64 hex>.lock             one flock per digest: one process downloads a blob
+    index.sqlite3                                    last use and last verification of each blob
+    fetch.lock                                       shared by fetches in flight, exclusive for eviction
+    trust/                                           roots walked and serials accepted (registry.client.trust)
+
+A directory per tenant: the bytes one tenant fetched never satisfy another tenant's fetch, so a node
+shared by tenants tells none of them what the others run, and one tenant's cache cannot be filled
+for another. Within a tenant, two pods fetching one model download each blob once: the first to
+take a digest's lock downloads it; the other waits, then finds it cached.
+
+Use and eviction. Access times are kept in SQLite (stdlib, safe between processes, atomic updates)
+rather than file atimes, which ``noatime``/``relatime`` mounts do not keep. Above the high watermark
+the least recently used blobs are removed until the low watermark, except blobs a fetched directory
+still uses: a blob hard-linked into a DEST (link count above 1) frees nothing when removed and would
+be downloaded again, and a fetch in flight holds ``fetch.lock`` shared, so eviction (exclusive,
+non-blocking) never removes a blob between its check and its link; the last fetch to finish evicts.
+
+Re-checks. A blob not verified for ``recheck_after`` is re-hashed before it is used; a bad one is
+removed and downloaded again. ``modelreg cache verify`` re-hashes them all on demand.
+
+Example:
+    >>> import hashlib, tempfile, pathlib
+    >>> cache = NodeCache(pathlib.Path(tempfile.mkdtemp()))
+    >>> data = b"weights"; digest = hashlib.sha256(data).hexdigest()
+    >>> part = cache.partial_path("acme", digest); _ = part.write_bytes(data)
+    >>> cache.commit("acme", digest, len(data), part).read_bytes()
+    b'weights'
+    >>> cache.lookup("acme", digest, len(data)) is not None, cache.lookup("beta", digest, len(data))
+    (True, None)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import fcntl
+import hashlib
+import os
+import sqlite3
+import threading
+import time
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from datetime import timedelta
+from pathlib import Path
+
+from registry.domain.errors import InvalidInputError
+from registry.domain.files import is_sha256
+from registry.domain.refs import NAME_RE
+
+HASH_CHUNK = 4 << 20
+DEFAULT_RECHECK = timedelta(hours=24)
+
+
+def sha256_file(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb", buffering=0) as f:
+        while chunk := f.read(HASH_CHUNK):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+@dataclasses.dataclass(frozen=True)
+class CachedBlob:
+    tenant: str
+    digest: str
+    path: Path
+    size: int
+    links: int
+
+
+@dataclasses.dataclass
+class VerifyReport:
+    checked: int = 0
+    bad: list[dict[str, str]] = dataclasses.field(default_factory=list)
+
+
+@dataclasses.dataclass
+class EvictReport:
+    ran: bool
+    before: int = 0
+    after: int = 0
+    evicted: list[str] = dataclasses.field(default_factory=list)
+
+
+class NodeCache:
+    """One node's blob cache directory.
+
+    Args:
+        root: The cache directory (created if missing).
+        high, low: Capacity watermarks in bytes: above ``high``, evict down to ``low`` (None: never evict).
+        recheck_after: Re-hash a cached blob before use when it was last verified longer ago than this.
+        clock: Seconds since the epoch (tests move it).
+    """
+
+    def __init__(self, root: Path, *, high: int | None = None, low: int | None = None,
+                 recheck_after: timedelta = DEFAULT_RECHECK, clock: Callable[[], float] = time.time) -> None:
+        if high is not None and low is None:
+            low = int(high * 0.8)
+        if high is not None and low is not None and not 0 <= low <= high:
+            raise InvalidInputError("the cache's low watermark must be between 0 and the high one")
+        self.root = Path(root)
+        self.high, self.low = high, low
+        self.recheck_after = recheck_after
+        self.clock = clock
+        self.root.mkdir(parents=True, exist_ok=True)
+        self._db_lock = threading.Lock()
+        self._db = sqlite3.connect(self.root / "index.sqlite3", timeout=60, check_same_thread=False,
+                                   isolation_level=None)
+        with self._db_lock:
+            self._db.execute("CREATE TABLE IF NOT EXISTS blobs (tenant TEXT NOT NULL, digest TEXT NOT NULL, "
+                             "size INTEGER NOT NULL, last_used REAL NOT NULL, verified_at REAL NOT NULL, "
+                             "PRIMARY KEY (tenant, digest))")
+
+    def close(self) -> None:
+        self._db.close()
+
+    # --- paths and locks -------------------------------------------------------------------
+
+    def tenant_dir(self, tenant: str) -> Path:
+        if not isinstance(tenant, str) or not NAME_RE.match(tenant):
+            raise InvalidInputError(f"invalid tenant name {tenant!r}", tenant=str(tenant))
+        return self.root / "tenants" / tenant
+
+    def blob_path(self, tenant: str, digest: str) -> Path:
+        if not is_sha256(digest):
+            raise InvalidInputError(f"not a sha256 digest: {digest!r}")
+        return self.tenant_dir(tenant) / "blobs" / "sha256" / digest[:2] / digest
+
+    def partial_path(self, tenant: str, digest: str) -> Path:
+        if not is_sha256(digest):
+            raise InvalidInputError(f"not a sha256 digest: {digest!r}")
+        path = self.tenant_dir(tenant) / "partial" / digest
+        path.parent.mkdir(parents=True, exist_ok=True)
+        return path
+
+    @contextmanager
+    def digest_lock(self, tenant: str, digest: str) -> Iterator[None]:
+        """Exclusive, between processes and threads (flock is per open file): one downloader per blob."""
+        if not is_sha256(digest):
+            raise InvalidInputError(f"not a sha256 digest: {digest!r}")
+        locks = self.tenant_dir(tenant) / "locks"
+        locks.mkdir(parents=True, exist_ok=True)
+        with open(locks / f"{digest}.lock", "a+b") as handle:
+            fcntl.flock(handle, fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(handle, fcntl.LOCK_UN)
+
+    @contextmanager
+    def in_use(self) -> Iterator[None]:
+        """Held (shared) by a fetch from its first cache look-up to DEST's last link: no eviction meanwhile."""
+        with open(self.root / "fetch.lock", "a+b") as handle:
+            fcntl.flock(handle, fcntl.LOCK_SH)
+            try:
+                yield
+            finally:
+                fcntl.flock(handle, fcntl.LOCK_UN)
+
+    # --- the index -------------------------------------------------------------------------
+
+    def _record(self, tenant: str, digest: str, size: int, *, verified: bool) -> None:
+        now = self.clock()
+        with self._db_lock:
+            if verified:
+                self._db.execute("INSERT INTO blobs VALUES (?, ?, ?, ?, ?) ON CONFLICT (tenant, digest) DO UPDATE "
+                                 "SET size = excluded.size, last_used = excluded.last_used, "
+                                 "verified_at = excluded.verified_at", (tenant, digest, size, now, now))
+            else:
+                # A blob found on disk with no row (an index lost) counts as never verified.
+                self._db.execute("INSERT INTO blobs VALUES (?, ?, ?, ?, 0) ON CONFLICT (tenant, digest) DO UPDATE "
+                                 "SET last_used = excluded.last_used", (tenant, digest, size, now))
+
+    def _forget(self, tenant: str, digest: str) -> None:
+        with self._db_lock:
+            self._db.execute("DELETE FROM blobs WHERE tenant = ? AND digest = ?", (tenant, digest))
+
+    def _verified_at(self, tenant: str, digest: str) -> float:
+        with self._db_lock:
+            row = self._db.execute("SELECT verified_at FROM blobs WHERE tenant = ? AND digest = ?",
+                                   (tenant, digest)).fetchone()
+        return row[0] if row else 0.0
+
+    def _last_used(self) -> dict[tuple[str, str], float]:
+        with self._db_lock:
+            return {(t, d): u for t, d, u in self._db.execute("SELECT tenant, digest, last_used FROM blobs")}
+
+    # --- blobs -----------------------------------------------------------------------------
+
+    def lookup(self, tenant: str, digest: str, size: int) -> Path | None:
+        """The cached blob, re-hashed first when its last check is older than ``recheck_after``.
+
+        Call under :meth:`digest_lock`. A blob of the wrong size or digest is removed (None).
+        """
+        path = self.blob_path(tenant, digest)
+        try:
+            actual_size = path.stat().st_size
+        except FileNotFoundError:
+            return None
+        if actual_size != size:
+            self._remove(tenant, digest)
+            return None
+        if self.clock() - self._verified_at(tenant, digest) >= self.recheck_after.total_seconds():
+            if sha256_file(path) != digest:
+                self._remove(tenant, digest)
+                return None
+            self._record(tenant, digest, size, verified=True)
+        else:
+            self._record(tenant, digest, size, verified=False)
+        return path
+
+    def commit(self, tenant: str, digest: str, size: int, verified_file: Path) -> Path:
+        """Move a file whose bytes were just hashed to ``digest`` into the cache (read-only); its path there."""
+        path = self.blob_path(tenant, digest)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        os.chmod(verified_file, 0o444)
+        os.replace(verified_file, path)
+        self._record(tenant, digest, size, verified=True)
+        return path
+
+    def _remove(self, tenant: str, digest: str) -> None:
+        self.blob_path(tenant, digest).unlink(missing_ok=True)
+        self._forget(tenant, digest)
+
+    def blobs(self) -> Iterator[CachedBlob]:
+        tenants = self.root / "tenants"
+        if not tenants.is_dir():
+            return
+        for tenant in sorted(p.name for p in tenants.iterdir() if p.is_dir()):
+            store = tenants / tenant / "blobs" / "sha256"
+            if not store.is_dir():
+                continue
+            for shard in sorted(store.iterdir()):
+                for path in sorted(shard.iterdir()) if shard.is_dir() else ():
+                    if not is_sha256(path.name) or path.name.startswith(".") or not path.is_file():
+                        continue
+                    st = path.stat()
+                    yield CachedBlob(tenant, path.name, path, st.st_size, st.st_nlink)
+
+    def size(self) -> int:
+        return sum(b.size for b in self.blobs())
+
+    def verify(self, *, parallel: int = 4) -> VerifyReport:
+        """Re-hash every cached blob; remove and report the ones whose bytes are not their name."""
+        report = VerifyReport()
+
+        def check(blob: CachedBlob) -> None:
+            with self.digest_lock(blob.tenant, blob.digest):
+                if not blob.path.exists():
+                    return
+                actual = sha256_file(blob.path)
+                if actual == blob.digest and blob.path.stat().st_size == blob.size:
+                    self._record(blob.tenant, blob.digest, blob.size, verified=True)
+                    return
+                self._remove(blob.tenant, blob.digest)
+                report.bad.append({"tenant": blob.tenant, "digest": blob.digest, "actual": actual,
+                                   "path": str(blob.path)})
+
+        blobs = list(self.blobs())
+        with ThreadPoolExecutor(max_workers=max(1, parallel)) as pool:
+            list(pool.map(check, blobs))
+        report.checked = len(blobs)
+        return report
+
+    def evict(self) -> EvictReport:
+        """Above the high watermark, remove least recently used blobs no DEST uses, down to the low one.
+
+        Runs only when no fetch is in flight (else that fetch evicts when it finishes).
+        """
+        if self.high is None:
+            return EvictReport(ran=False)
+        with open(self.root / "fetch.lock", "a+b") as handle:
+            try:
+                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                return EvictReport(ran=False)
+            try:
+                blobs = list(self.blobs())
+                total = sum(b.size for b in blobs)
+                report = EvictReport(ran=True, before=total, after=total)
+                if total <= self.high:
+                    return report
+                used = self._last_used()
+                candidates = sorted((b for b in blobs if b.links == 1),
+                                    key=lambda b: (used.get((b.tenant, b.digest), 0.0), b.digest))
+                for blob in candidates:
+                    if total <= (self.low or 0):
+                        break
+                    self._remove(blob.tenant, blob.digest)
+                    total -= blob.size
+                    report.evicted.append(f"{blob.tenant}/{blob.digest}")
+                report.after = total
+                return report
+            finally:
+                fcntl.flock(handle, fcntl.LOCK_UN)

@@ -1,0 +1,144 @@
+"""What a fetch can fail on, and the exit code of each: one table for the CLI, its help and the deploy docs.
+
+A serving node's init container is judged by its exit code alone, so every refusal a node must tell apart
+has its own code (``python -m registry.cli fetch ...; echo $?``):
+
+====  ==============  =======================================================================
+code  kind            meaning
+====  ==============  =======================================================================
+0     ok              DEST holds the release (fetched, or already there)
+1     error           anything else (a bug, a full disk, a bad argument value)
+2     usage           the command line itself is wrong
+10    signature       the release or a trust root is not signed by the keys it must be, or malformed
+11    expired         the release, or the newest trust root, has expired
+12    rollback        the release's serial is lower than one this node accepted before
+13    digest          bytes differ from the signed digest or size (download, cache, or a fetched DIR)
+14    revoked         the registry refuses: the version was revoked
+15    not-approved    the registry refuses: the version is not approved (or not released to this node)
+16    network         the registry or the blob store cannot be reached, or answered 5xx
+17    destination     DEST holds something other than this release; it was left as it was
+18    manifest        the release is signed but unusable: a path that is not clean, a reserved name,
+                      or a signature bundle that does not match its files
+====  ==============  =======================================================================
+
+Example:
+    >>> from registry.client.errors import exit_code
+    >>> from registry.signing.release import ReleaseRollbackError
+    >>> exit_code(ReleaseRollbackError("serial 3 < 7"))
+    (12, 'rollback')
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from registry.domain.errors import (
+    IntegrityError,
+    InvalidPathError,
+    ManifestMismatchError,
+    NotFoundError,
+    RegistryError,
+    SignatureError,
+    UpstreamError,
+)
+
+EXIT_CODES: dict[str, int] = {
+    "ok": 0, "error": 1, "usage": 2, "signature": 10, "expired": 11, "rollback": 12, "digest": 13,
+    "revoked": 14, "not-approved": 15, "network": 16, "destination": 17, "manifest": 18,
+}
+
+
+class NetworkError(UpstreamError):
+    """The registry or a transport URL could not be reached, or answered with a server error."""
+
+    code = "network"
+
+
+class RevokedReleaseError(RegistryError):
+    """The registry refused the manifest: the version (or the one the alias points at) was revoked."""
+
+    code = "revoked"
+
+
+class NotApprovedError(RegistryError):
+    """The registry refused the manifest: the version is not approved, so it is never released."""
+
+    code = "not-approved"
+
+
+class ReleaseNotFoundError(NotFoundError):
+    code = "release-not-found"
+
+
+class DestinationError(RegistryError):
+    """DEST holds something that is not this release (or cannot be written); it was left as it was."""
+
+    code = "destination-not-empty"
+
+
+class BadManifestError(IntegrityError):
+    """A signed release that cannot be used as it is: a reserved path, or a bundle that does not match it."""
+
+    code = "bad-manifest"
+
+
+class TransportError(NetworkError):
+    """A transport URL answered, but not with the bytes asked for (no range support, a wrong total size)."""
+
+    code = "transport"
+
+
+# Problem types the manifest endpoint answers with (the last segment of the RFC 9457 ``type``).
+# Kept in one place so the server's names and the node's exit codes cannot drift apart silently.
+REVOKED_PROBLEMS = frozenset({"revoked", "version-revoked"})
+NOT_APPROVED_PROBLEMS = frozenset({"not-approved", "version-not-approved", "not-released", "invalid-state",
+                                   "not-awaiting-approval"})
+
+
+def from_problem(status: int, problem_code: str, message: str, details: dict[str, Any]) -> RegistryError:
+    """The client error for a problem the registry answered a manifest request with."""
+    if problem_code in REVOKED_PROBLEMS:
+        return RevokedReleaseError(message, **details)
+    if problem_code in NOT_APPROVED_PROBLEMS:
+        return NotApprovedError(message, **details)
+    details = {**details, "status": status}
+    if status >= 500:
+        return NetworkError(message, **details)
+    if status == 404:
+        return ReleaseNotFoundError(message, **details)
+    return RegistryError(message, **details)
+
+
+def classify(exc: BaseException) -> str:
+    """The kind (a key of :data:`EXIT_CODES`) of a failure."""
+    # Imported here: release.py imports cryptography, which errors.py's importers may not need.
+    from registry.signing.release import ReleaseExpiredError, ReleaseMismatchError, ReleaseRollbackError
+    from registry.signing.trust_root import RootError
+
+    if isinstance(exc, RootError):
+        return "expired" if exc.details.get("reason") == "expired" else "signature"
+    if isinstance(exc, ReleaseExpiredError):
+        return "expired"
+    if isinstance(exc, ReleaseRollbackError):
+        return "rollback"
+    if isinstance(exc, RevokedReleaseError):
+        return "revoked"
+    if isinstance(exc, NotApprovedError):
+        return "not-approved"
+    if isinstance(exc, NetworkError):
+        return "network"
+    if isinstance(exc, DestinationError):
+        return "destination"
+    if isinstance(exc, InvalidPathError | BadManifestError | ReleaseMismatchError):
+        return "manifest"
+    if isinstance(exc, SignatureError):
+        return "signature"
+    if isinstance(exc, ManifestMismatchError | IntegrityError):
+        return "digest"
+    return "error"
+
+
+def exit_code(exc: BaseException) -> tuple[int, str]:
+    """``(exit code, kind)`` of a failure."""
+    kind = classify(exc)
+    return EXIT_CODES[kind], kind

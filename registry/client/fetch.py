@@ -1,0 +1,244 @@
+"""The fetch client: a verified release of a model into DEST, through the node cache.
+
+Two layers. :func:`fetch_release` is the core: given the signed release envelope, its transport URLs and
+the version's model-signing bundle (whatever carried them), it verifies, downloads what the cache lacks
+and assembles DEST, then commits the trust state. :func:`fetch` is the HTTP layer over it: it asks the
+registry's manifest endpoint for the release and walks the trust root forward. :func:`warm` long-polls
+the manifest to keep a node cache ahead of alias moves.
+
+Order of checks, each before any byte is written anywhere but the cache's partial files:
+signature by the trust root (walked from the pinned file), expiry, serial not lower than the last
+accepted for the model and ref, model and ref as asked, clean and unreserved paths, the bundle is the
+one the release names; then each file's size and sha256 as it is downloaded (or re-checked in the
+cache); then DEST. The root walked and the serial are persisted only after DEST holds the release.
+
+Example:
+    >>> ref_selector(parse_ref("modelreg://acme/tiny@prod")), ref_selector(parse_ref("acme/tiny@3"))
+    ('prod', '3')
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import threading
+from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+from registry.client.api import ManifestResponse, RegistryApi
+from registry.client.assemble import assemble, check_bundle_matches, check_reserved, destination_is_release
+from registry.client.cache import NodeCache
+from registry.client.download import DEFAULT_PART_SIZE, download_blob
+from registry.client.errors import BadManifestError
+from registry.client.progress import Reporter
+from registry.client.trust import NodeTrust
+from registry.domain.errors import InvalidRefError
+from registry.domain.refs import ModelRef, parse_ref
+from registry.signing.release import Release, ReleaseFile, verify_release
+
+DEFAULT_PARALLEL = 8
+
+
+def ref_selector(ref: ModelRef) -> str:
+    """The ``ref`` of the manifest request and of the release: an alias, or a version number as text."""
+    if ref.alias is not None:
+        return ref.alias
+    if ref.version is not None:
+        return str(ref.version)
+    raise InvalidRefError(str(ref), "name an alias or a version: tenant/name@prod or tenant/name@3")
+
+
+def _utcnow() -> dt.datetime:
+    return dt.datetime.now(dt.timezone.utc)
+
+
+@dataclasses.dataclass
+class FetchResult:
+    """What a fetch did, for the summary line."""
+
+    model: str
+    ref: str
+    version: int
+    serial: int
+    dest: str | None
+    noop: bool = False
+    files: int = 0
+    bytes: int = 0
+    cached_files: int = 0
+    downloaded_files: int = 0
+    downloaded_bytes: int = 0
+    resumed_bytes: int = 0
+    links: int = 0
+    copies: int = 0
+    timings: dict[str, float] = dataclasses.field(default_factory=dict)
+
+    def as_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+def verify_manifest(envelope: Mapping[str, Any], bundle: Mapping[str, Any], *, ref: ModelRef, trust: NodeTrust,
+                    now: dt.datetime) -> Release:
+    """Every check a release passes before a byte is downloaded (see the module docstring).
+
+    Raises:
+        SignatureError, ReleaseExpiredError, ReleaseRollbackError, ReleaseMismatchError, InvalidPathError,
+        BadManifestError: as named.
+    """
+    selector = ref_selector(ref)
+    release = verify_release(envelope, trust.root, now=now, model=ref.model, ref=selector,
+                             min_serial=trust.serial(ref.model, selector))
+    check_reserved(release.files)
+    check_bundle_matches(bundle, release)
+    return release
+
+
+def ensure_cached(release: Release, transport: Mapping[str, str], *, tenant: str, cache: NodeCache,
+                  api: RegistryApi, parallel: int = DEFAULT_PARALLEL, part_size: int = DEFAULT_PART_SIZE,
+                  reporter: Reporter | None = None, result: FetchResult | None = None) -> dict[str, Path]:
+    """Each file of ``release`` in the cache (downloaded when missing); return path -> cached blob.
+
+    Call inside ``cache.in_use()``. One blob per digest: files with the same bytes share it.
+
+    Raises:
+        BadManifestError: a file the cache lacks has no transport URL.
+        DigestMismatchError, SizeMismatchError, NetworkError: from the download.
+    """
+    reporter = reporter or Reporter(tty=False)
+    by_digest: dict[str, ReleaseFile] = {}
+    for f in release.files:
+        by_digest.setdefault(f.sha256, f)
+    found: dict[str, Path] = {}
+    counting = threading.Lock()
+
+    with ThreadPoolExecutor(max_workers=max(1, parallel), thread_name_prefix="part") as parts:
+        def one(f: ReleaseFile) -> None:
+            with cache.digest_lock(tenant, f.sha256):
+                cached = cache.lookup(tenant, f.sha256, f.size)
+                if cached is not None:
+                    found[f.sha256] = cached
+                    if result is not None:
+                        with counting:
+                            result.cached_files += 1
+                    return
+                url = transport.get(f.path) or next(
+                    (transport[g.path] for g in release.files if g.sha256 == f.sha256 and g.path in transport), None)
+                if url is None:
+                    raise BadManifestError(f"{f.path} is not cached and the manifest gives no URL for it",
+                                           path=f.path)
+                partial = cache.partial_path(tenant, f.sha256)
+                reporter.expect(f.size)
+                resumed = download_blob(api, url, partial, digest=f.sha256, size=f.size, pool=parts,
+                                        part_size=part_size, progress=reporter.advance)
+                found[f.sha256] = cache.commit(tenant, f.sha256, f.size, partial)
+                if result is not None:
+                    with counting:
+                        result.downloaded_files += 1
+                        result.downloaded_bytes += f.size - resumed
+                        result.resumed_bytes += resumed
+
+        # Coordinators wait on their parts and on other processes' digest locks: their own pool, so
+        # they never take the part streams' threads.
+        with ThreadPoolExecutor(max_workers=max(1, min(parallel, len(by_digest))),
+                                thread_name_prefix="blob") as coordinators:
+            futures = [coordinators.submit(one, f) for f in sorted(by_digest.values(), key=lambda f: -f.size)]
+            errors = []
+            for future in futures:
+                try:
+                    future.result()
+                except BaseException as exc:  # noqa: BLE001 - all awaited; the first error is raised
+                    errors.append(exc)
+            if errors:
+                raise errors[0]
+    return {f.path: found[f.sha256] for f in release.files}
+
+
+def fetch_release(envelope: Mapping[str, Any], transport: Mapping[str, str], bundle: Mapping[str, Any], *,
+                  ref: ModelRef, dest: Path, trust: NodeTrust, cache: NodeCache, api: RegistryApi,
+                  parallel: int = DEFAULT_PARALLEL, part_size: int = DEFAULT_PART_SIZE,
+                  reporter: Reporter | None = None, now: dt.datetime | None = None) -> FetchResult:
+    """Verify a release, bring its files into the cache and DEST; commit the trust state only on success.
+
+    ``trust.root`` must already be walked forward (:meth:`NodeTrust.refresh`). On any failure DEST is as it
+    was and neither a root nor a serial is written.
+    """
+    reporter = reporter or Reporter(tty=False)
+    with reporter.phase("verify"):
+        release = verify_manifest(envelope, bundle, ref=ref, trust=trust, now=now or _utcnow())
+    result = FetchResult(release.model, release.ref, release.version, release.serial, str(dest),
+                         files=len(release.files), bytes=release.total_size)
+    with cache.in_use():
+        # Before any download: a DEST holding something else is refused now, not after the bytes came.
+        if destination_is_release(Path(dest), release):
+            result.noop = True
+        else:
+            with reporter.phase("download"):
+                blobs = ensure_cached(release, transport, tenant=ref.tenant, cache=cache, api=api,
+                                      parallel=parallel, part_size=part_size, reporter=reporter, result=result)
+            with reporter.phase("assemble"):
+                done = assemble(Path(dest), release, blobs, bundle, envelope)
+            result.noop, result.links, result.copies = done["noop"], done["link"], done["copy"]
+    trust.accept(release.model, release.ref, release.serial)
+    trust.commit()
+    cache.evict()
+    result.timings = dict(reporter.timings)
+    return result
+
+
+def _walk_root(api: RegistryApi, trust: NodeTrust, response: ManifestResponse | None, now: dt.datetime) -> None:
+    hint = response.trust_root_version if response is not None else None
+    # The manifest says which root signed it: when ours is as new, the walk only checks our root's expiry.
+    fetch = api.trust_root if hint is None or hint > trust.root.version else (lambda version: None)
+    trust.refresh(fetch, now=now)
+
+
+def fetch(ref_text: str, dest: Path, *, api: RegistryApi, trust_root_file: Path, cache: NodeCache,
+          parallel: int = DEFAULT_PARALLEL, part_size: int = DEFAULT_PART_SIZE,
+          reporter: Reporter | None = None) -> FetchResult:
+    """``modelreg fetch``: the manifest from the registry, then :func:`fetch_release`.
+
+    Raises:
+        InvalidRefError: REF names no alias or version.
+        RevokedReleaseError, NotApprovedError, ReleaseNotFoundError, NetworkError: from the registry.
+        Anything :func:`fetch_release` raises.
+    """
+    reporter = reporter or Reporter(tty=False)
+    ref = parse_ref(ref_text)
+    selector = ref_selector(ref)
+    trust = NodeTrust.load(trust_root_file, cache.root)
+    with reporter.phase("manifest"):
+        response = api.manifest(ref.tenant, ref.name, selector)
+        assert response is not None  # no ETag was sent, so no 304
+    with reporter.phase("verify"):
+        _walk_root(api, trust, response, _utcnow())
+    return fetch_release(response.envelope, response.transport, response.signature_bundle, ref=ref, dest=dest,
+                         trust=trust, cache=cache, api=api, parallel=parallel, part_size=part_size,
+                         reporter=reporter)
+
+
+def warm_once(ref: ModelRef, *, api: RegistryApi, trust_root_file: Path, cache: NodeCache, etag: str | None,
+              wait: float | None, parallel: int = DEFAULT_PARALLEL, reporter: Reporter | None = None
+              ) -> tuple[str | None, FetchResult | None]:
+    """One long poll for ``ref``: when the release changed, verify it and bring its files into the cache.
+
+    Returns:
+        The ETag to poll with next, and what was fetched (None when the manifest did not change).
+    """
+    reporter = reporter or Reporter(tty=False)
+    response = api.manifest(ref.tenant, ref.name, ref_selector(ref), etag=etag, wait=wait)
+    if response is None:
+        return etag, None
+    trust = NodeTrust.load(trust_root_file, cache.root)
+    now = _utcnow()
+    _walk_root(api, trust, response, now)
+    release = verify_manifest(response.envelope, response.signature_bundle, ref=ref, trust=trust, now=now)
+    result = FetchResult(release.model, release.ref, release.version, release.serial, None,
+                         files=len(release.files), bytes=release.total_size)
+    with cache.in_use():
+        ensure_cached(release, response.transport, tenant=ref.tenant, cache=cache, api=api, parallel=parallel,
+                      reporter=reporter, result=result)
+    trust.accept(release.model, release.ref, release.serial)
+    trust.commit()
+    cache.evict()
+    return response.etag, result

@@ -1,0 +1,173 @@
+"""A node's trust: the pinned root, the rotations it has walked, and the serials it has accepted.
+
+The pinned root (``--trust-root FILE``) is never written: it is the operator's, often a read-only
+ConfigMap. Each root accepted since is kept in the cache directory as ``trust/roots/<n>.json`` and,
+at every start, walked again from the pinned file (a few signature checks), so a file planted in the
+cache cannot add trust the pin does not chain to. New roots and serials are written by
+:meth:`NodeTrust.commit`, which the fetch calls only after DEST holds the release: a root or a serial is
+never persisted for a fetch that failed (tough's CVE-2025-2888 cached one before its rollback check).
+
+Example:
+    >>> import datetime as dt, json, tempfile, pathlib
+    >>> from registry.signing.keys import SigningKey
+    >>> from registry.signing.trust_root import root_document, sign_root
+    >>> key, d = SigningKey.generate(), pathlib.Path(tempfile.mkdtemp())
+    >>> later = dt.datetime(2099, 1, 1, tzinfo=dt.timezone.utc)
+    >>> _ = (d / "root.json").write_text(json.dumps(sign_root(root_document(1, [key.public_key], 1, later), [key])))
+    >>> trust = NodeTrust.load(d / "root.json", d / "cache")
+    >>> trust.root.version, trust.serial("acme/tiny", "prod")
+    (1, None)
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import tempfile
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+from registry.domain.errors import InvalidInputError
+from registry.signing.trust_root import MAX_ROOT_BYTES, RootError, TrustRoot, parse_root, walk
+
+
+def read_json_file(path: Path, limit: int, what: str) -> Any:
+    try:
+        with open(path, "rb") as f:
+            data = f.read(limit + 1)
+    except OSError as exc:
+        raise InvalidInputError(f"cannot read {what} {path}: {exc.strerror}", path=str(path)) from None
+    if len(data) > limit:
+        raise InvalidInputError(f"{what} {path} is over {limit} bytes", path=str(path))
+    try:
+        return json.loads(data)
+    except ValueError:
+        raise InvalidInputError(f"{what} {path} is not JSON", path=str(path)) from None
+
+
+def write_atomic(path: Path, data: bytes) -> None:
+    """Write ``path`` so a reader sees the old file or the new one, never half of it."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def load_pinned_root(path: Path) -> TrustRoot:
+    """The root in the node's pinned file, trusted on its own signatures.
+
+    Raises:
+        InvalidInputError: unreadable or not JSON.
+        RootError: not a root signed by a threshold of its own keys.
+    """
+    envelope = read_json_file(Path(path), MAX_ROOT_BYTES, "trust root file")
+    if not isinstance(envelope, dict):
+        raise RootError(f"trust root file {path} is not a DSSE envelope", reason="malformed")
+    return parse_root(envelope)
+
+
+class NodeTrust:
+    """The trusted root and accepted serials of one node cache directory.
+
+    Nothing here is written until :meth:`commit`.
+    """
+
+    def __init__(self, root: TrustRoot, state_dir: Path, serials: dict[str, int]) -> None:
+        self.root = root
+        self.state_dir = state_dir
+        self._serials = serials
+        self._accepted: dict[str, int] = {}
+        self._new_roots: dict[int, dict[str, Any]] = {}
+
+    @classmethod
+    def load(cls, pinned: Path, cache_dir: Path, *, now: dt.datetime | None = None) -> "NodeTrust":
+        """The pinned root, walked forward through the roots accepted before (kept in the cache).
+
+        The stored chain is not checked for expiry here (the walk against the registry does that on
+        the final root); a stored root that does not chain is ignored, with everything after it.
+        """
+        root = load_pinned_root(pinned)
+        state_dir = Path(cache_dir) / "trust"
+        stored = state_dir / "roots"
+
+        def local(version: int) -> Mapping[str, Any] | None:
+            path = stored / f"{version}.json"
+            if not path.is_file():
+                return None
+            envelope = read_json_file(path, MAX_ROOT_BYTES, "stored trust root")
+            return envelope if isinstance(envelope, dict) else None
+
+        try:
+            # Only that the stored chain holds; expiry is checked on the final root after the registry's walk.
+            root = walk(root, local, now=dt.datetime.min.replace(tzinfo=dt.timezone.utc))
+        except RootError:
+            pass  # a stored chain that breaks is not trusted; the walk from the registry starts at the pin
+        serials_file = state_dir / "serials.json"
+        serials: dict[str, int] = {}
+        if serials_file.is_file():
+            loaded = read_json_file(serials_file, 16 << 20, "serial state")
+            if isinstance(loaded, dict):
+                serials = {k: v for k, v in loaded.items() if isinstance(k, str) and type(v) is int}
+        return cls(root, state_dir, serials)
+
+    def refresh(self, fetch: Callable[[int], Mapping[str, Any] | None], *, now: dt.datetime) -> TrustRoot:
+        """Walk forward through the registry's rotations (``fetch(n)``: root n or None); check expiry.
+
+        Raises:
+            RootError: a rotation not signed by the previous root and itself, too many, or an expired
+                final root.
+        """
+        fetched: dict[int, dict[str, Any]] = {}
+
+        def recording(version: int) -> Mapping[str, Any] | None:
+            envelope = fetch(version)
+            if envelope is not None:
+                fetched[version] = dict(envelope)
+            return envelope
+
+        newest = walk(self.root, recording, now=now)
+        self._new_roots.update({v: e for v, e in fetched.items() if self.root.version < v <= newest.version})
+        self.root = newest
+        return newest
+
+    def serial(self, model: str, ref: str) -> int | None:
+        return self._serials.get(f"{model}@{ref}")
+
+    def accept(self, model: str, ref: str, serial: int) -> None:
+        """Remember ``serial`` for ``model@ref``; written by :meth:`commit`."""
+        self._accepted[f"{model}@{ref}"] = serial
+
+    def commit(self) -> None:
+        """Persist the roots walked and the serials accepted (call only after the fetch succeeded)."""
+        stored = self.state_dir / "roots"
+        for version, envelope in sorted(self._new_roots.items()):
+            write_atomic(stored / f"{version}.json", json.dumps(envelope).encode())
+        if self._accepted:
+            import fcntl
+
+            self.state_dir.mkdir(parents=True, exist_ok=True)
+            # Another fetch may commit its own model's serial at the same time: merge under a lock.
+            with open(self.state_dir / "serials.lock", "a+b") as lock:
+                fcntl.flock(lock, fcntl.LOCK_EX)
+                path = self.state_dir / "serials.json"
+                current: dict[str, int] = {}
+                if path.is_file():
+                    loaded = read_json_file(path, 16 << 20, "serial state")
+                    current = loaded if isinstance(loaded, dict) else {}
+                for key, serial in self._accepted.items():
+                    # Never lower: a slower fetch of an older release must not undo a newer one's serial.
+                    if type(current.get(key)) is not int or current[key] < serial:
+                        current[key] = serial
+                write_atomic(path, json.dumps(current, sort_keys=True).encode())
+            self._serials.update(current)
+        self._new_roots, self._accepted = {}, {}
+

@@ -1,0 +1,366 @@
+"""``modelreg fetch``, ``verify`` and ``cache`` as a serving node runs them, against a real registry.
+
+The version is made by the real pipeline and approved (the approvals stand-in); its bytes come from the
+registry's own presigned blob URLs (Range included). Until the manifest and trust-root endpoints land
+(built in parallel), ``tests/support/manifest_standin.py`` answers them by the contract, with releases the
+test signs with its own key and root, and proxies the blob URLs so the test sees every GET. Each refusal
+leaves DEST as it was and exits with its own code and one stderr line.
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime as dt
+import hashlib
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from api.app import create_app
+from registry.db.models import Version, VersionFile
+from registry.services import versions as version_service
+from registry.signing.keys import SigningKey
+from registry.signing.release import release_payload, sign_release
+from registry.signing.trust_root import root_document, sign_root
+from tests.support.live_app import serve_in_thread
+from tests.support.manifest_standin import Standin
+from tests.support.registry import make_admin
+from tests.support.releases import approve_standin, awaiting_version
+from tests.support.server import MODELREG
+from tests.support.tiny_model import tiny_model_files
+
+WORKTREE = Path(__file__).resolve().parents[2]
+MODEL_SIGNING = Path(sys.executable).parent / "model_signing"
+BIG = bytes((i * 7919 + i // 1000) % 251 for i in range(3 * 1024 * 1024 + 12345))
+PART = "1M"
+NOW = dt.datetime.now(dt.timezone.utc)
+LATER = NOW + dt.timedelta(days=365)
+
+
+class Node:
+    """One registry, one approved version, a stand-in manifest endpoint and a node's files."""
+
+    def __init__(self, container, tmp_path: Path, standin: Standin, signing_key_pem: str) -> None:
+        self.container, self.tmp, self.standin = container, tmp_path, standin
+        self.key = SigningKey.generate()
+        self.registry_key = SigningKey.from_pem(signing_key_pem)
+        self.root_file = tmp_path / "trust-root.json"
+        self.root_file.write_text(json.dumps(sign_root(root_document(1, [self.key.public_key], 1, LATER), [self.key])))
+        standin.roots[1] = json.loads(self.root_file.read_text())
+        self.cache = tmp_path / "node-cache"
+        with container.session_factory() as session:
+            model = version_service.load_model_unchecked(session, "acme", "tiny")
+            version = version_service.load_version_unchecked(session, model, 1)
+            self.files = [{"path": f.path, "size": f.size, "sha256": f.sha256} for f in version.files]
+            self.bundle = version.manifest_bundle
+            self.revision = version.resolved_revision or "0" * 40
+        statement = base64.b64decode(self.bundle["dsseEnvelope"]["payload"])
+        self.statement_digest = hashlib.sha256(statement).hexdigest()
+
+    def blob_file(self, digest: str) -> Path:
+        return self.tmp / "blobs" / "blobs" / "sha256" / digest[:2] / digest
+
+    def release(self, *, ref: str = "prod", serial: int = 1, expires: dt.datetime | None = None,
+                files: list[dict] | None = None, keys: list[SigningKey] | None = None,
+                root_version: int = 1) -> dict:
+        payload = release_payload(
+            model="acme/tiny", ref=ref, tenant="acme", version=1,
+            source={"kind": "local", "repo": "tiny", "revision": self.revision},
+            files=files if files is not None else self.files, license="apache-2.0", facts=None,
+            statement_digest=self.statement_digest, approval_digest="d" * 64, serial=serial,
+            issued_at=NOW - dt.timedelta(minutes=1), expires_at=expires or NOW + dt.timedelta(hours=1))
+        envelope = sign_release(payload, keys or [self.key])
+        store = self.container.blob_store
+        transport = {f["path"]: self.standin.transport_url(store.presign_get(f["sha256"], dt.timedelta(hours=1)))
+                     for f in self.files}
+        body = {"envelope": envelope, "transport": transport, "signature_bundle": self.bundle,
+                "trust_root_version": root_version}
+        self.standin.manifests[("acme", "tiny", ref)] = body
+        return body
+
+    def env(self) -> dict[str, str]:
+        return {**os.environ, "PYTHONPATH": str(WORKTREE), "MODELREG_URL": self.standin.url,
+                "MODELREG_TOKEN": "node-token", "MODELREG_CACHE": str(self.cache)}
+
+    def cli(self, *args: str, timeout: float = 120) -> subprocess.CompletedProcess:
+        return subprocess.run([MODELREG, *args], capture_output=True, text=True, timeout=timeout, env=self.env())
+
+    def fetch(self, dest: Path, ref: str = "acme/tiny@prod", *extra: str) -> subprocess.CompletedProcess:
+        return self.cli("fetch", ref, str(dest), "--trust-root", str(self.root_file), "--part-size", PART,
+                        "--parallel", "4", *extra)
+
+    def popen_fetch(self, dest: Path) -> subprocess.Popen:
+        return subprocess.Popen([MODELREG, "fetch", "acme/tiny@prod", str(dest), "--trust-root", str(self.root_file),
+                                 "--part-size", PART, "--parallel", "4"], env=self.env(),
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+@pytest.fixture
+def node(container, tmp_path, signing_key_pem):
+    admin = make_admin(container, "acme")
+    files = {**tiny_model_files(1), "big.txt": BIG}
+    awaiting_version(container, admin, tmp_path / "src", "acme", "tiny", files=files)
+    approve_standin(container, "acme", "tiny", 1)
+    with serve_in_thread(create_app(container)) as url, Standin(url) as standin:
+        yield Node(container, tmp_path, standin, signing_key_pem)
+
+
+def _summary(result: subprocess.CompletedProcess) -> dict:
+    lines = [json.loads(line) for line in result.stdout.splitlines() if line.startswith("{")]
+    return next(line for line in reversed(lines) if line["event"] == "summary")
+
+
+def _tree(path: Path) -> dict[str, bytes] | None:
+    if not path.exists():
+        return None
+    return {str(p.relative_to(path)): p.read_bytes() for p in sorted(path.rglob("*")) if p.is_file()}
+
+
+def _refused(result: subprocess.CompletedProcess, code: int, kind: str) -> None:
+    assert result.returncode == code, (result.returncode, result.stderr)
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"error: {kind}: "), result.stderr
+
+
+def test_fetch_fills_dest_that_model_signing_verifies_then_noop_and_verify(node):
+    node.release()
+    dest = node.tmp / "models" / "tiny"
+    ok = node.fetch(dest)
+    assert ok.returncode == 0, ok.stderr
+    summary = _summary(ok)
+    assert summary["version"] == 1 and summary["downloaded_files"] == len(node.files) and not summary["noop"]
+    assert set(summary["timings"]) == {"manifest", "verify", "download", "assemble"}
+    for f in node.files:
+        assert hashlib.sha256((dest / f["path"]).read_bytes()).hexdigest() == f["sha256"]
+    assert (dest / "big.txt").read_bytes() == BIG
+    assert json.loads((dest / "model.sig").read_text()) == node.bundle
+    # The big file came in ranges of the part size; no blob URL got the node's token.
+    assert len([g for g in node.standin.blob_gets if g["range"]]) >= 4
+    assert all(g["auth"] is None for g in node.standin.blob_gets)
+    assert all(g["auth"] == "Bearer node-token" for g in node.standin.manifest_gets)
+
+    public_key = node.tmp / "registry.pub"
+    public_key.write_bytes(node.registry_key.public_key.public_pem())
+    checked = subprocess.run([str(MODEL_SIGNING), "verify", "key", str(dest), "--public_key", str(public_key),
+                              "--signature", str(dest / "model.sig")], capture_output=True, text=True, timeout=120)
+    assert checked.returncode == 0, checked.stderr + checked.stdout
+
+    gets = len(node.standin.blob_gets)
+    again = node.fetch(dest)
+    assert again.returncode == 0, again.stderr
+    assert _summary(again)["noop"] and len(node.standin.blob_gets) == gets
+
+    verified = node.cli("verify", str(dest), "--trust-root", str(node.root_file))
+    assert verified.returncode == 0, verified.stderr
+    shard = dest / "big.txt"
+    shard.chmod(0o644)
+    with open(shard, "r+b") as f:
+        f.seek(1234)
+        f.write(b"\x00" if BIG[1234] else b"\x01")
+    _refused(node.cli("verify", str(dest), "--trust-root", str(node.root_file)), 13, "digest")
+    (dest / "stray.txt").write_text("x")
+    refused = node.cli("verify", str(dest), "--trust-root", str(node.root_file))
+    _refused(refused, 13, "digest")
+    assert "extra (stray.txt)" in refused.stderr
+
+
+def test_fetch_fills_an_existing_empty_dest_from_the_cache(node):
+    node.release()
+    assert node.fetch(node.tmp / "first").returncode == 0
+    gets = len(node.standin.blob_gets)
+    mount = node.tmp / "mnt-models"
+    mount.mkdir()
+    ok = node.fetch(mount, "modelreg://acme/tiny@prod")
+    assert ok.returncode == 0, ok.stderr
+    assert len(node.standin.blob_gets) == gets and _summary(ok)["cached_files"] == len(node.files)
+    assert _tree(mount) == _tree(node.tmp / "first")
+    assert not [p for p in mount.iterdir() if p.name.startswith(".modelreg-staging")]
+
+
+def _forged(node) -> None:
+    body = node.release()
+    payload = json.loads(base64.b64decode(body["envelope"]["payload"]))
+    payload["version"] = 2
+    body["envelope"]["payload"] = base64.b64encode(json.dumps(payload).encode()).decode()
+
+
+def _unknown_key(node) -> None:
+    node.release(keys=[SigningKey.generate()])
+
+
+def _expired(node) -> None:
+    node.release(expires=NOW - dt.timedelta(seconds=1))
+
+
+def _traversal(node) -> None:
+    node.release(files=[*node.files, {"path": "../escape.txt", "size": 1, "sha256": "a" * 64}])
+
+
+def _extra_file(node) -> None:
+    node.release(files=[*node.files, {"path": "extra.txt", "size": 1, "sha256": node.files[0]["sha256"]}])
+
+
+def _missing_file(node) -> None:
+    node.release(files=[f for f in node.files if f["path"] != "config.json"])
+
+
+def _flipped_blob(node) -> None:
+    node.release()
+    big = next(f for f in node.files if f["path"] == "big.txt")
+    stored = node.blob_file(big["sha256"])
+    stored.chmod(0o644)
+    data = bytearray(stored.read_bytes())
+    data[2_500_000] ^= 0x01
+    stored.write_bytes(bytes(data))
+
+
+def _revoked(node) -> None:
+    node.standin.problems[("acme", "tiny", "prod")] = (409, {"code": "revoked", "detail": "acme/tiny@1 was revoked"})
+
+
+def _not_approved(node) -> None:
+    node.standin.problems[("acme", "tiny", "prod")] = (409, {"code": "not-approved",
+                                                             "detail": "acme/tiny@1 is not approved"})
+
+
+def _rotation_not_signed_by_previous(node) -> None:
+    new = SigningKey.generate()
+    node.standin.roots[2] = sign_root(root_document(2, [new.public_key], 1, LATER), [new])
+    node.release(keys=[new], root_version=2)
+
+
+def _network(node) -> None:
+    node.release()
+    node.standin.server.shutdown()
+    node.standin.server.server_close()
+
+
+@pytest.mark.parametrize("attack,code,kind", [
+    (_forged, 10, "signature"), (_unknown_key, 10, "signature"), (_expired, 11, "expired"),
+    (_flipped_blob, 13, "digest"), (_revoked, 14, "revoked"), (_not_approved, 15, "not-approved"),
+    (_traversal, 18, "manifest"), (_extra_file, 18, "manifest"), (_missing_file, 18, "manifest"),
+    (_rotation_not_signed_by_previous, 10, "signature"), (_network, 16, "network"),
+])
+@pytest.mark.parametrize("dest_kind", ["absent", "empty"])
+def test_each_refusal_leaves_dest_as_it_was(node, attack, code, kind, dest_kind):
+    dest = node.tmp / "mnt-models"
+    if dest_kind == "empty":
+        dest.mkdir()
+    attack(node)
+    _refused(node.fetch(dest), code, kind)
+    assert _tree(dest) == (None if dest_kind == "absent" else {})
+    if dest_kind == "empty":
+        assert list(dest.iterdir()) == []
+    # Neither a root nor a serial was persisted for a fetch that failed.
+    assert not (node.cache / "trust" / "roots").exists() and not (node.cache / "trust" / "serials.json").exists()
+
+
+def test_a_lower_serial_is_refused_after_a_higher_one_was_accepted(node):
+    node.release(serial=5)
+    assert node.fetch(node.tmp / "one").returncode == 0
+    node.release(serial=4)
+    _refused(node.fetch(node.tmp / "two"), 12, "rollback")
+    assert not (node.tmp / "two").exists()
+    node.release(serial=5)
+    assert node.fetch(node.tmp / "three").returncode == 0
+
+
+def test_a_dest_with_other_content_is_refused_untouched(node):
+    node.release()
+    dest = node.tmp / "busy"
+    dest.mkdir()
+    (dest / "notes.txt").write_text("mine")
+    _refused(node.fetch(dest), 17, "destination")
+    assert _tree(dest) == {"notes.txt": b"mine"}
+    assert node.standin.blob_gets == []  # refused before a byte was downloaded
+
+
+def test_a_rotation_signed_by_both_roots_is_walked_and_kept_in_the_cache_only_after_success(node):
+    new = SigningKey.generate()
+    node.standin.roots[2] = sign_root(root_document(2, [new.public_key], 1, LATER), [node.key, new])
+    pinned = node.root_file.read_bytes()
+    node.release(keys=[new], root_version=2, expires=NOW - dt.timedelta(seconds=1))
+    _refused(node.fetch(node.tmp / "expired"), 11, "expired")
+    assert not (node.cache / "trust" / "roots" / "2.json").exists()
+    node.release(keys=[new], root_version=2)
+    ok = node.fetch(node.tmp / "dest")
+    assert ok.returncode == 0, ok.stderr
+    assert (node.cache / "trust" / "roots" / "2.json").exists() and node.root_file.read_bytes() == pinned
+    # The next fetch trusts root 2 from the cache (walked again from the pin) even if the registry is quiet.
+    del node.standin.roots[2]
+    assert node.fetch(node.tmp / "dest2").returncode == 0
+
+
+def _bytes_requested(gets: list[dict], sizes: dict[str, int]) -> dict[str, int]:
+    total: dict[str, int] = {}
+    for g in gets:
+        digest = g["path"].rsplit("/", 1)[-1]
+        if g["range"]:
+            first, last = g["range"].removeprefix("bytes=").split("-")
+            total[digest] = total.get(digest, 0) + int(last) - int(first) + 1
+        else:
+            total[digest] = total.get(digest, 0) + sizes[digest]
+    return total
+
+
+def test_two_processes_fetching_one_model_into_one_cache_download_each_blob_once(node):
+    node.release()
+    sizes = {f["sha256"]: f["size"] for f in node.files}
+    one, two = node.popen_fetch(node.tmp / "pod-a"), node.popen_fetch(node.tmp / "pod-b")
+    for process in (one, two):
+        _, err = process.communicate(timeout=180)
+        assert process.returncode == 0, err
+    requested = _bytes_requested(node.standin.blob_gets, sizes)
+    assert requested == {d: s for d, s in sizes.items() if s > 0}
+    assert _tree(node.tmp / "pod-a") == _tree(node.tmp / "pod-b")
+
+
+def test_an_interrupted_download_resumes_where_it_stopped(node):
+    node.release()
+    big = next(f for f in node.files if f["path"] == "big.txt")
+    node.standin.cut_after = 100 * 1024
+    _refused(node.fetch(node.tmp / "dest"), 16, "network")
+    assert not (node.tmp / "dest").exists()
+    partial = node.cache / "tenants" / "acme" / "partial" / big["sha256"]
+    assert partial.exists() and partial.with_name(partial.name + ".parts.json").exists()
+    first = len(node.standin.blob_gets)
+    node.standin.cut_after = None
+    ok = node.fetch(node.tmp / "dest")
+    assert ok.returncode == 0, ok.stderr
+    assert (node.tmp / "dest" / "big.txt").read_bytes() == BIG
+    summary = _summary(ok)
+    assert summary["resumed_bytes"] > 0
+    again = _bytes_requested(node.standin.blob_gets[first:], {big["sha256"]: big["size"]})
+    assert again[big["sha256"]] == big["size"] - summary["resumed_bytes"] < big["size"]
+    assert not partial.exists()
+
+
+def test_cache_warm_once_fills_the_cache_then_fetch_downloads_nothing(node):
+    node.release()
+    warm = node.cli("cache", "warm", "acme/tiny@prod", "--trust-root", str(node.root_file), "--once")
+    assert warm.returncode == 0, warm.stderr
+    gets = len(node.standin.blob_gets)
+    assert gets > 0
+    ok = node.fetch(node.tmp / "dest")
+    assert ok.returncode == 0 and len(node.standin.blob_gets) == gets
+    assert _summary(ok)["cached_files"] == len(node.files)
+
+
+def test_cache_verify_finds_removes_and_reports_a_corrupted_blob(node):
+    node.release()
+    assert node.fetch(node.tmp / "dest").returncode == 0
+    clean = node.cli("cache", "verify", "--cache", str(node.cache))
+    assert clean.returncode == 0 and _summary(clean)["bad"] == 0
+    big = next(f for f in node.files if f["path"] == "big.txt")
+    cached = node.cache / "tenants" / "acme" / "blobs" / "sha256" / big["sha256"][:2] / big["sha256"]
+    cached.chmod(0o644)
+    with open(cached, "r+b") as f:
+        f.write(b"X")
+    bad = node.cli("cache", "verify", "--cache", str(node.cache))
+    _refused(bad, 13, "digest")
+    assert big["sha256"][:16] in bad.stderr and not cached.exists()
+    assert json.loads(bad.stdout.splitlines()[0])["digest"] == big["sha256"]

@@ -1,0 +1,133 @@
+"""A stand-in for the registry's manifest and trust-root endpoints (being built in parallel), in front of a
+real registry: a real HTTP server on loopback that
+
+- answers ``GET /v1/trust-root[/{n}]`` and ``GET /v1/models/{tenant}/{name}/manifest?ref=`` by the contract
+  (ETag and If-None-Match, 304, RFC 9457 problems), from what the test set in ``roots`` and ``manifests``;
+- proxies ``GET /v1/blobs/...`` (the real presigned URLs, Range included) to the real registry, logging each
+  request (``blob_gets``) and optionally cutting a response short to simulate an interrupted download.
+
+Releases are signed by the test with ``registry.signing.release.sign_release``; the bytes are the registry's.
+When the real endpoint lands, tests point the client at the registry itself instead.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+import httpx
+
+
+class Standin:
+    def __init__(self, upstream: str) -> None:
+        self.upstream = upstream.rstrip("/")
+        self.roots: dict[int, dict[str, Any]] = {}
+        self.manifests: dict[tuple[str, str, str], dict[str, Any]] = {}
+        self.problems: dict[tuple[str, str, str], tuple[int, dict[str, Any]]] = {}
+        self.blob_gets: list[dict[str, Any]] = []
+        self.manifest_gets: list[dict[str, Any]] = []
+        self.cut_after: int | None = None
+        """When set, every blob response stops after this many bytes (the connection is closed)."""
+        self.lock = threading.Lock()
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
+        self.server.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    def __enter__(self) -> "Standin":
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+    def transport_url(self, presigned: str) -> str:
+        """A presigned blob URL of the registry, through this proxy."""
+        return self.url + presigned[presigned.index("/v1/blobs/"):]
+
+    def _handler(self):
+        standin = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+            def _json(self, status: int, body: Any, content_type: str = "application/json",
+                      headers: dict[str, str] | None = None) -> None:
+                data = json.dumps(body).encode()
+                self.send_response(status)
+                self.send_header("Content-Type", content_type)
+                self.send_header("Content-Length", str(len(data)))
+                for k, v in (headers or {}).items():
+                    self.send_header(k, v)
+                self.end_headers()
+                self.wfile.write(data)
+
+            def _problem(self, status: int, code: str, detail: str) -> None:
+                self._json(status, {"type": f"https://modelreg.dev/problems/{code}", "title": code,
+                                    "status": status, "detail": detail}, "application/problem+json")
+
+            def do_GET(self) -> None:  # noqa: N802
+                url = urlsplit(self.path)
+                parts = url.path.strip("/").split("/")
+                if url.path.startswith("/v1/blobs/"):
+                    return self._blob()
+                if parts[:2] == ["v1", "trust-root"]:
+                    version = max(standin.roots) if len(parts) == 2 and standin.roots else (
+                        int(parts[2]) if len(parts) == 3 and parts[2].isdigit() else None)
+                    if version not in standin.roots:
+                        return self._problem(404, "not-found", "no such trust root")
+                    return self._json(200, standin.roots[version])
+                if len(parts) == 5 and parts[:2] == ["v1", "models"] and parts[4] == "manifest":
+                    ref = parse_qs(url.query).get("ref", [""])[0]
+                    key = (parts[2], parts[3], ref)
+                    with standin.lock:
+                        standin.manifest_gets.append({"key": key, "auth": self.headers.get("Authorization")})
+                    if key in standin.problems:
+                        status, problem = standin.problems[key]
+                        return self._problem(status, problem["code"], problem["detail"])
+                    if key not in standin.manifests:
+                        return self._problem(404, "alias-not-found", "no such model or ref")
+                    body = standin.manifests[key]
+                    etag = '"' + hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()[:32] + '"'
+                    if self.headers.get("If-None-Match") == etag:
+                        self.send_response(304)
+                        self.send_header("ETag", etag)
+                        self.send_header("Content-Length", "0")
+                        self.end_headers()
+                        return None
+                    return self._json(200, body, headers={"ETag": etag})
+                return self._problem(404, "not-found", url.path)
+
+            def _blob(self) -> None:
+                headers = {"Range": self.headers["Range"]} if self.headers.get("Range") else {}
+                with standin.lock:
+                    standin.blob_gets.append({"path": self.path.split("?")[0], "range": headers.get("Range"),
+                                              "auth": self.headers.get("Authorization")})
+                with httpx.stream("GET", standin.upstream + self.path, headers=headers, timeout=60) as upstream:
+                    self.send_response(upstream.status_code)
+                    for name in ("Content-Type", "Content-Length", "Content-Range", "Accept-Ranges", "ETag"):
+                        if name in upstream.headers:
+                            self.send_header(name, upstream.headers[name])
+                    cut = standin.cut_after
+                    if cut is not None:
+                        self.send_header("Connection", "close")
+                    self.end_headers()
+                    sent = 0
+                    for chunk in upstream.iter_raw(64 << 10):
+                        if cut is not None and sent + len(chunk) > cut:
+                            self.wfile.write(chunk[:cut - sent])
+                            self.wfile.flush()
+                            self.close_connection = True
+                            return
+                        self.wfile.write(chunk)
+                        sent += len(chunk)
+
+        return Handler

@@ -1,0 +1,121 @@
+"""The node cache: LRU eviction between the watermarks, blobs in use kept, re-checks on a schedule."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import subprocess
+import sys
+from datetime import timedelta
+from pathlib import Path
+
+from registry.client.cache import NodeCache
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1_000_000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def _put(cache: NodeCache, tenant: str, data: bytes) -> str:
+    digest = hashlib.sha256(data).hexdigest()
+    partial = cache.partial_path(tenant, digest)
+    partial.write_bytes(data)
+    cache.commit(tenant, digest, len(data), partial)
+    return digest
+
+
+def test_eviction_removes_least_recently_used_blobs_down_to_the_low_watermark(tmp_path):
+    clock = Clock()
+    cache = NodeCache(tmp_path, high=3500, low=2000, clock=clock)
+    digests = []
+    for i in range(4):
+        clock.now += 10
+        digests.append(_put(cache, "acme", bytes([i]) * 1000))
+    clock.now += 10
+    assert cache.lookup("acme", digests[0], 1000) is not None  # the oldest, used again: now the newest
+    report = cache.evict()
+    assert report.ran and report.before == 4000 and report.after == 2000
+    assert report.evicted == [f"acme/{digests[1]}", f"acme/{digests[2]}"]
+    assert cache.lookup("acme", digests[0], 1000) and cache.lookup("acme", digests[3], 1000)
+    assert cache.evict().evicted == []  # under the high watermark: nothing
+
+
+def test_a_blob_linked_into_a_dest_is_never_evicted(tmp_path):
+    clock = Clock()
+    cache = NodeCache(tmp_path / "c", high=1500, low=0, clock=clock)
+    old = _put(cache, "acme", b"a" * 1000)
+    clock.now += 10
+    new = _put(cache, "acme", b"b" * 1000)
+    os.link(cache.blob_path("acme", old), tmp_path / "dest-file")
+    assert cache.evict().evicted == [f"acme/{new}"]
+    assert cache.blob_path("acme", old).exists()
+
+
+def test_no_eviction_while_a_fetch_is_in_flight(tmp_path):
+    cache = NodeCache(tmp_path, high=10, low=0)
+    digest = _put(cache, "acme", b"x" * 100)
+    with cache.in_use():
+        assert not cache.evict().ran
+    assert cache.blob_path("acme", digest).exists()
+    assert cache.evict().evicted == [f"acme/{digest}"]
+
+
+def test_a_blob_not_verified_for_the_recheck_interval_is_rehashed_before_use(tmp_path):
+    clock = Clock()
+    cache = NodeCache(tmp_path, recheck_after=timedelta(hours=1), clock=clock)
+    digest = _put(cache, "acme", b"weights" * 100)
+    path = cache.blob_path("acme", digest)
+    path.chmod(0o644)
+    path.write_bytes(b"Weights" + b"weights" * 99)  # same size, other bytes
+    clock.now += 1800
+    assert cache.lookup("acme", digest, 700) == path  # checked 30 minutes ago: trusted
+    clock.now += 1800
+    assert cache.lookup("acme", digest, 700) is None and not path.exists()  # due: re-hashed, removed
+
+
+def test_tenants_do_not_share_blobs(tmp_path):
+    cache = NodeCache(tmp_path)
+    digest = _put(cache, "acme", b"secret weights")
+    assert cache.lookup("acme", digest, 14) is not None
+    assert cache.lookup("beta", digest, 14) is None
+
+
+def test_verify_removes_and_reports_corrupted_blobs(tmp_path):
+    cache = NodeCache(tmp_path)
+    good, bad = _put(cache, "acme", b"good"), _put(cache, "beta", b"bad!")
+    path = cache.blob_path("beta", bad)
+    path.chmod(0o644)
+    path.write_bytes(b"BAD!")
+    report = cache.verify(parallel=2)
+    assert report.checked == 2 and [b["digest"] for b in report.bad] == [bad]
+    assert not path.exists() and cache.blob_path("acme", good).exists()
+
+
+LOCKER = """
+import sys, time
+from pathlib import Path
+from registry.client.cache import NodeCache
+cache = NodeCache(Path(sys.argv[1]))
+with cache.digest_lock("acme", "a" * 64):
+    print("locked", flush=True)
+    time.sleep(1.0)
+"""
+
+
+def test_the_digest_lock_excludes_another_process(tmp_path):
+    cache = NodeCache(tmp_path)
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[3])}
+    other = subprocess.Popen([sys.executable, "-c", LOCKER, str(tmp_path)], stdout=subprocess.PIPE, text=True,
+                             env=env)
+    assert other.stdout.readline().strip() == "locked"
+    import time
+
+    start = time.monotonic()
+    with cache.digest_lock("acme", "a" * 64):
+        waited = time.monotonic() - start
+    other.wait(timeout=30)
+    assert waited > 0.5
