@@ -17,7 +17,7 @@ import typer.main
 import yaml
 
 from registry.cli import app
-from registry.domain.refs import parse_model
+from registry.domain.refs import parse_ref
 
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"
@@ -85,7 +85,7 @@ def test_each_fetch_container_runs_a_real_command_with_real_options(where, conta
             assert arg.split("=")[0] in options, f"{where}: {command.name} has no option {arg}"
     for arg in positionals:
         if arg.startswith("modelreg://"):
-            parse_model(arg)
+            parse_ref(arg)
     env = {e["name"] for e in container.get("env", [])}
     read = {p.envvar for p in command.params if getattr(p, "envvar", None)}
     assert {"MODELREG_URL", "MODELREG_TOKEN", "MODELREG_TRUST_ROOT", "MODELREG_CACHE_DIR"} <= env, where
@@ -106,7 +106,7 @@ def test_kserve_selects_the_modelreg_storage_container_by_uri_prefix():
     (isvc,) = [doc for _, doc in _documents() if doc["kind"] == "InferenceService"]
     uri = isvc["spec"]["predictor"]["model"]["storageUri"]
     assert uri.startswith("modelreg://")
-    ref = parse_model(uri)
+    ref = parse_ref(uri)
     assert (ref.tenant, ref.name) == ("acme", "tiny-llm")
 
 
