@@ -40,7 +40,8 @@ app.add_typer(cache_app, name="cache")
 
 CacheOpt = typer.Option(None, "--cache", envvar="MODELREG_CACHE",
                         help="Node cache directory (default ~/.cache/modelreg).")
-TrustRootOpt = typer.Option(..., "--trust-root", help="The node's pinned trust root (a DSSE JSON file).")
+TrustRootOpt = typer.Option(..., "--trust-root", envvar="MODELREG_TRUST_ROOT",
+                            help="The node's pinned trust root (a DSSE JSON file).")
 ParallelOpt = typer.Option(8, "--parallel", min=1, max=64, help="Parallel download streams (and hash threads).")
 HighOpt = typer.Option(None, "--cache-high", envvar="MODELREG_CACHE_HIGH",
                        help="Evict least recently used blobs above this size (e.g. 50G).")
