@@ -11,6 +11,7 @@ from api.deps import ContainerDep, SessionDep
 from api.params import INT32_MAX
 from api.problems import responses
 from api.schemas import EnvelopePublic, KeysPublic
+from registry.domain.errors import InvalidInputError
 from registry.services import trust_roots
 from registry.services.trust_roots import TrustRootNotFoundError
 from registry.signing.trust_root import ALGORITHM, TrustRoot
@@ -42,7 +43,7 @@ def newest_trust_root(session: SessionDep, container: ContainerDep) -> JSONRespo
 
 
 @router.get("/trust-root/{version}", response_model=EnvelopePublic,
-            responses=responses(TrustRootNotFoundError))
+            responses=responses(TrustRootNotFoundError, InvalidInputError))
 def trust_root(version: Annotated[int, Path(ge=1, le=INT32_MAX, description="trust root version")],
                session: SessionDep, container: ContainerDep) -> JSONResponse:
     """Trust root ``version``; 404 (``trust-root-not-found``) past the newest, where a node's walk stops.

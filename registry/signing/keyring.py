@@ -2,7 +2,7 @@
 
 A rotation (``modelreg keys rotate``) writes its new key into the data directory's ``keys/`` folder
 (0600), beside the embedded default key. A running server finds it there the first time the newest
-trust root names a key it does not hold yet (:meth:`KeyRing.find` scans again on a miss), so the
+trust root names a key it does not hold yet (:meth:`KeyRing.find` scans again when its first choice is missing), so the
 embedded registry rotates without a restart. A deployment that sets ``MODELREG_SIGNING_KEY_FILE``
 points it at the new key (or keeps the new key in the data directory's ``keys/``) and restarts.
 
@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -28,6 +29,8 @@ from registry.domain.errors import InvalidKeyError
 from registry.signing.keys import SigningKey
 
 log = logging.getLogger(__name__)
+
+RESCAN_SECONDS = 5.0
 
 
 class KeyRing:
@@ -44,6 +47,7 @@ class KeyRing:
         self._lock = threading.Lock()
         self._keys: dict[str, SigningKey] = {primary.key_id: primary}
         self._seen: set[Path] = set()
+        self._missed: dict[str, float] = {}
         self.rescan()
 
     def rescan(self) -> None:
@@ -67,13 +71,19 @@ class KeyRing:
         return dict(self._keys)
 
     def find(self, key_ids: Iterable[str]) -> SigningKey | None:
-        """The first of ``key_ids`` (in order) whose private key is held, scanning the directory again once
-        if none is; None if the registry holds none of them."""
+        """The first of ``key_ids`` (in order of preference) whose private key is held; None if none is.
+
+        When the first choice is not held, the directory is scanned again (for a given key at most once
+        every ``RESCAN_SECONDS``, so a server lacking a key does not list the directory per request).
+        """
         wanted = list(key_ids)
-        for attempt in range(2):
-            for key_id in wanted:
-                if key_id in self._keys:
-                    return self._keys[key_id]
-            if attempt == 0:
+        if wanted and wanted[0] not in self._keys:
+            now = time.monotonic()
+            last = self._missed.get(wanted[0])
+            if last is None or now - last >= RESCAN_SECONDS:
+                self._missed[wanted[0]] = now
                 self.rescan()
+        for key_id in wanted:
+            if key_id in self._keys:
+                return self._keys[key_id]
         return None
