@@ -27,6 +27,7 @@ from registry.settings import Settings
 
 if TYPE_CHECKING:
     from registry.policy import PolicyEngine
+    from registry.services.manifests import ReleaseCache
     from registry.signing.keyring import KeyRing
     from registry.signing.keys import SigningKey
     from registry.storage.base import BlobStore
@@ -69,6 +70,13 @@ class Container:
         from registry.signing.keyring import KeyRing
 
         return KeyRing(self.signing_key, self.settings.data_dir.resolve() / "keys")
+
+    @cached_property
+    def release_cache(self) -> "ReleaseCache":
+        """What never changes in this database's releases (per version, per trust root), kept per process."""
+        from registry.services.manifests import ReleaseCache
+
+        return ReleaseCache()
 
     @cached_property
     def policy(self) -> "PolicyEngine":

@@ -66,7 +66,8 @@ async def get_manifest(
     settings = container.settings
     kwargs = dict(principal=principal, tenant=tenant, name=name, ref=ref, for_tenant=for_tenant,
                   if_none_match=if_none_match, keyring=container.keyring, blob_store=container.blob_store,
-                  clock=container.clock, config=manifests.ReleaseConfig.from_settings(settings))
+                  clock=container.clock, config=manifests.ReleaseConfig.from_settings(settings),
+                  cache=container.release_cache)
     issued = await run_in_threadpool(_issue, session, **kwargs)
     if issued.body is not None or wait == 0:
         return _answer(issued)

@@ -36,13 +36,11 @@ from registry.services import evals, versions
 
 @dataclass(frozen=True)
 class Resolved:
-    """What an alias resolves to for a tenant: the version row, whether through the canary, and the
-    alias's whole value (what a release's serial follows)."""
+    """What an alias resolves to for a tenant: the version row, and whether through the canary."""
 
     version: Version
     canary: bool
     for_tenant: str
-    target: rules.AliasTarget | None = None
 
 
 def promote(session: Session, principal: AuthenticatedPrincipal, tenant: str, name: str, alias: str,
@@ -122,7 +120,7 @@ def resolve(session: Session, principal: AuthenticatedPrincipal, tenant: str, na
     revoked = {n: v.revoke_reason or "revoked" for n, v in versions_by_number.items()
                if v.state == VersionState.REVOKED.value}
     found = rules.resolve(f"{tenant}/{name}", alias, target_of(row), for_tenant, revoked)
-    return Resolved(versions_by_number[found.version], found.canary, for_tenant, target_of(row))
+    return Resolved(versions_by_number[found.version], found.canary, for_tenant)
 
 
 def target_of(row: Alias) -> rules.AliasTarget:

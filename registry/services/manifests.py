@@ -1,7 +1,7 @@
 """Release manifests, server side: what a serving node may download for a model's alias or version.
 
-:func:`issue` resolves ``ref`` (an alias, through :func:`registry.services.aliases.resolve` and its
-canary routing, or a version number) for the tenant a request is served for, refuses anything but an
+:func:`issue` resolves ``ref`` (an alias, by the canary routing of :func:`registry.domain.aliases.resolve`
+as :func:`registry.services.aliases.resolve` does, in one query; or a version number) for the tenant a request is served for, refuses anything but an
 approved, unrevoked version, and signs a release (:mod:`registry.signing.release`) with a key of the
 newest trust root (:func:`registry.services.trust_roots.release_signer`). Presigned blob URLs travel
 beside the signed payload, with the version's OpenSSF bundle (written by the fetch client as
@@ -20,6 +20,9 @@ Decisions a reader might question:
   audit chain serializes its appends on one head row, so an event per issuance would queue every
   manifest request behind one lock and drown the decisions auditors read. Who may fetch, alias
   moves, approvals, revocations and key rotations are audited where they happen.
+- What never changes is cached per process (:class:`ReleaseCache`): a version's files, digests and bundle,
+  and the trust roots. A request then costs its authentication, one query resolving the ref with its
+  stored serial, one for the newest root's number, and the issuance insert.
 - A long poll (:func:`watch_state`) compares one small fingerprint of the alias row, its versions'
   states and the newest root between polls, and issues again only when it changes.
 
@@ -110,9 +113,33 @@ class Issued:
     watch: WatchKey
 
 
+class ReleaseCache:
+    """What never changes for a database, kept per process (the container holds one): the release parts
+    of each approved version (files, source, license, facts, statement and approval digests, bundle) by
+    version id, and the parsed trust roots with the key chosen for each.
+
+    A version's state is always read fresh: a revocation is seen by the next request.
+    """
+
+    MAX_VERSIONS = 4096
+
+    def __init__(self) -> None:
+        self.versions: dict[int, _VersionRelease] = {}
+        self.roots: dict[int, tuple[Any, Any]] = {}
+
+    def version_release(self, session: Session, version_id: int) -> _VersionRelease:
+        found = self.versions.get(version_id)
+        if found is None:
+            found = _version_release(session, session.get(Version, version_id))
+            if len(self.versions) >= self.MAX_VERSIONS:
+                self.versions.clear()
+            self.versions[version_id] = found
+        return found
+
+
 def issue(session: Session, principal: AuthenticatedPrincipal, tenant: str, name: str, ref: str,
           for_tenant: str | None = None, *, if_none_match: str | None = None, keyring: KeyRing,
-          blob_store: BlobStore, clock: Clock, config: ReleaseConfig) -> Issued:
+          blob_store: BlobStore, clock: Clock, config: ReleaseConfig, cache: ReleaseCache | None = None) -> Issued:
     """The signed release of ``tenant/name@ref`` for ``for_tenant`` (default ``tenant``), recorded; or,
     when ``if_none_match`` holds its current ETag, nothing (no record, no signature).
 
@@ -127,40 +154,38 @@ def issue(session: Session, principal: AuthenticatedPrincipal, tenant: str, name
         NoSigningKeyError: the registry holds no key of the newest trust root.
     """
     _authorize(principal, tenant)
+    cache = cache or ReleaseCache()
     for_tenant = for_tenant or tenant
     model_ref = f"{tenant}/{name}"
-    version, target_digest, is_alias = _resolve(session, principal, tenant, name, ref, for_tenant)
-    if version.state == VersionState.REVOKED.value:
-        raise RevokedError(model_ref, version.number, version.revoke_reason or "revoked",
-                           alias=ref if is_alias else None)
-    if version.state != VersionState.APPROVED.value:
-        raise NotApprovedError(model_ref, version.number, version.state)
-    watch = WatchKey(version.model_id, ref if is_alias else None, version.id)
-    root, key = release_signer(session, keyring, expires_in=config.root_expiry, clock=clock)
-    stored = session.execute(select(ReleaseSerial.serial, ReleaseSerial.target_digest).where(
-        ReleaseSerial.model_id == version.model_id, ReleaseSerial.ref == ref)).one_or_none()
-    if stored is not None and stored.target_digest == target_digest:
-        etag = release_etag(stored.serial, version.number, for_tenant, key.key_id)
+    found = _resolve(session, principal, tenant, name, ref, for_tenant)
+    if found.state == VersionState.REVOKED.value:
+        raise RevokedError(model_ref, found.number, found.revoke_reason or "revoked",
+                           alias=ref if found.is_alias else None)
+    if found.state != VersionState.APPROVED.value:
+        raise NotApprovedError(model_ref, found.number, found.state)
+    watch = WatchKey(found.model_id, ref if found.is_alias else None, found.version_id)
+    root, key = release_signer(session, keyring, expires_in=config.root_expiry, clock=clock, cache=cache.roots)
+    if found.serial is not None and found.serial_digest == found.target_digest:
+        etag = release_etag(found.serial, found.number, for_tenant, key.key_id)
         if etag_matches(if_none_match, etag):
             session.rollback()
-            return Issued(etag, stored.serial, version.number, None, watch)
+            return Issued(etag, found.serial, found.number, None, watch)
     now = clock.now()
-    number, model_id = version.number, version.model_id
-    payload_parts = _version_release(session, version)
+    parts = cache.version_release(session, found.version_id)
     begin_write(session)
-    serial = _serial(session, model_id, ref, target_digest, stored, now)
+    serial = _serial(session, found, ref, now)
     session.add(ReleaseIssuance(principal=principal.name, model=model_ref, ref=ref, for_tenant=for_tenant,
-                                version=number, serial=serial, key_id=key.key_id, at=now))
+                                version=found.number, serial=serial, key_id=key.key_id, at=now))
     session.commit()
-    ttl = config.alias_ttl if is_alias else config.version_ttl
-    payload = release_payload(model=model_ref, ref=ref, tenant=for_tenant, version=number, serial=serial,
-                              issued_at=now, expires_at=now + ttl, **payload_parts.fields)
+    ttl = config.alias_ttl if found.is_alias else config.version_ttl
+    payload = release_payload(model=model_ref, ref=ref, tenant=for_tenant, version=found.number, serial=serial,
+                              issued_at=now, expires_at=now + ttl, **parts.fields)
     body = {"envelope": sign_release(payload, [key]),
             "transport": {f["path"]: blob_store.presign_get(f["sha256"], config.url_ttl)
-                          for f in payload_parts.fields["files"]},
-            "signature_bundle": payload_parts.bundle,
+                          for f in parts.fields["files"]},
+            "signature_bundle": parts.bundle,
             "trust_root_version": root.version}
-    return Issued(release_etag(serial, number, for_tenant, key.key_id), serial, number, body, watch)
+    return Issued(release_etag(serial, found.number, for_tenant, key.key_id), serial, found.number, body, watch)
 
 
 def watch_state(session: Session, watch: WatchKey) -> tuple[Any, ...]:
@@ -210,42 +235,111 @@ def _authorize(principal: AuthenticatedPrincipal, tenant: str) -> None:
                                     principal=principal.name, tenant=tenant, permission="fetch")
 
 
+@dataclass(frozen=True)
+class _Found:
+    """The version a ref gives a tenant, with what its serial follows and the serial stored for it."""
+
+    model_id: int
+    version_id: int
+    number: int
+    state: str
+    revoke_reason: str | None
+    is_alias: bool
+    target_digest: str
+    serial: int | None
+    serial_digest: str | None
+
+
 def _resolve(session: Session, principal: AuthenticatedPrincipal, tenant: str, name: str, ref: str,
-             for_tenant: str) -> tuple[Version, str, bool]:
-    """The version ``ref`` gives ``for_tenant``, the digest of what the ref points at, and whether it is
-    an alias."""
+             for_tenant: str) -> _Found:
+    """Resolve ``ref`` for ``for_tenant`` in one query (model, alias, both versions, the stored serial),
+    by :func:`registry.domain.aliases.resolve`'s rules; when nothing matches, the services' loaders say
+    what is missing (tenant, model, alias or version)."""
     if isinstance(ref, str) and VERSION_REF_RE.match(ref):
-        model = versions.load_model_unchecked(session, tenant, name)
-        version = versions.load_version_unchecked(session, model, int(ref))
-        return version, _digest({"version": version.number}), False
+        row = session.execute(_VERSION_QUERY, {"tenant": tenant, "name": name, "number": int(ref),
+                                               "ref": ref}).one_or_none()
+        if row is None:
+            model = versions.load_model_unchecked(session, tenant, name)
+            versions.load_version_unchecked(session, model, int(ref))  # VersionNotFoundError
+            raise AssertionError("unreachable: the version exists but was not found")  # pragma: no cover
+        return _Found(row.model_id, row.id, row.number, row.state, row.revoke_reason, False,
+                      _digest({"version": row.number}), row.serial, row.target_digest)
     try:
         alias_rules.validate_alias_name(ref)
     except InvalidInputError:
         raise InvalidInputError(f"invalid ref {ref!r}: name an alias (a lower-case letter first) or a version "
                                 "number", field="ref", value=str(ref)[:80]) from None
-    found = aliases.resolve(session, principal, tenant, name, ref, for_tenant)
-    assert found.target is not None
-    return found.version, _digest({"version": found.target.version,
-                                   "canary": aliases.canary_doc(found.target)}), True
+    params = {"tenant": tenant, "name": name, "ref": ref}
+    row = session.execute(_ALIAS_QUERY, params).one_or_none()
+    if row is None:
+        # Raises what is missing (tenant, model, alias); an alias made since is read again.
+        aliases.resolve(session, principal, tenant, name, ref, for_tenant)
+        row = session.execute(_ALIAS_QUERY, params).one()
+    canary = (alias_rules.Canary(row.c_number, frozenset(row.canary_tenants or ()))
+              if row.c_id is not None else None)
+    target = alias_rules.AliasTarget(row.number, canary)
+    revoked = {number: reason or "revoked" for number, state, reason in (
+        (row.number, row.state, row.revoke_reason), (row.c_number, row.c_state, row.c_revoke_reason))
+        if state == VersionState.REVOKED.value}
+    resolution = alias_rules.resolve(f"{tenant}/{name}", ref, target, for_tenant, revoked)  # RevokedError
+    if resolution.canary:
+        version = (row.c_id, row.c_number, row.c_state, row.c_revoke_reason)
+    else:
+        version = (row.id, row.number, row.state, row.revoke_reason)
+    return _Found(row.model_id, version[0], version[1], version[2], version[3], True,
+                  _digest({"version": target.version, "canary": aliases.canary_doc(target)}),
+                  row.serial, row.target_digest)
+
+
+def _queries() -> tuple[Any, Any]:
+    from sqlalchemy import and_, bindparam
+    from sqlalchemy.orm import aliased
+
+    from registry.db.models import Model, Tenant
+
+    canary = aliased(Version)
+    serial_join = and_(ReleaseSerial.model_id == Model.id, ReleaseSerial.ref == bindparam("ref"))
+    alias_query = (
+        select(Model.id.label("model_id"), Version.id, Version.number, Version.state, Version.revoke_reason,
+               canary.id.label("c_id"), canary.number.label("c_number"), canary.state.label("c_state"),
+               canary.revoke_reason.label("c_revoke_reason"), Alias.canary_tenants, ReleaseSerial.serial,
+               ReleaseSerial.target_digest)
+        .select_from(Model).join(Tenant, Tenant.id == Model.tenant_id)
+        .join(Alias, and_(Alias.model_id == Model.id, Alias.name == bindparam("ref")))
+        .join(Version, Version.id == Alias.version_id)
+        .outerjoin(canary, canary.id == Alias.canary_version_id)
+        .outerjoin(ReleaseSerial, serial_join)
+        .where(Tenant.name == bindparam("tenant"), Model.name == bindparam("name")))
+    version_query = (
+        select(Model.id.label("model_id"), Version.id, Version.number, Version.state, Version.revoke_reason,
+               ReleaseSerial.serial, ReleaseSerial.target_digest)
+        .select_from(Model).join(Tenant, Tenant.id == Model.tenant_id)
+        .join(Version, and_(Version.model_id == Model.id, Version.number == bindparam("number")))
+        .outerjoin(ReleaseSerial, serial_join)
+        .where(Tenant.name == bindparam("tenant"), Model.name == bindparam("name")))
+    return alias_query, version_query
+
+
+_ALIAS_QUERY, _VERSION_QUERY = _queries()
 
 
 def _digest(target: dict[str, Any]) -> str:
     return hashlib.sha256(canonical_json(target)).hexdigest()
 
 
-def _serial(session: Session, model_id: int, ref: str, target_digest: str, stored: Any, now: dt.datetime) -> int:
-    """The serial for ``target_digest``: the stored one when it is what the ref resolved to before, else
+def _serial(session: Session, found: _Found, ref: str, now: dt.datetime) -> int:
+    """The serial for what ``ref`` resolves to now: the stored one when it resolved to the same before, else
     one more (a single conditional UPDATE: concurrent issuers after one move bump it once)."""
-    if stored is not None and stored.target_digest == target_digest:
-        return stored.serial
-    key = (ReleaseSerial.model_id == model_id, ReleaseSerial.ref == ref)
-    if stored is None:
+    if found.serial is not None and found.serial_digest == found.target_digest:
+        return found.serial
+    key = (ReleaseSerial.model_id == found.model_id, ReleaseSerial.ref == ref)
+    if found.serial is None:
         insert = postgresql_insert if is_postgres(session) else sqlite_insert
-        session.execute(insert(ReleaseSerial).values(model_id=model_id, ref=ref, serial=1,
-                                                     target_digest=target_digest, updated_at=now)
+        session.execute(insert(ReleaseSerial).values(model_id=found.model_id, ref=ref, serial=1,
+                                                     target_digest=found.target_digest, updated_at=now)
                         .on_conflict_do_nothing())
-    session.execute(update(ReleaseSerial).where(*key, ReleaseSerial.target_digest != target_digest)
-                    .values(serial=ReleaseSerial.serial + 1, target_digest=target_digest, updated_at=now))
+    session.execute(update(ReleaseSerial).where(*key, ReleaseSerial.target_digest != found.target_digest)
+                    .values(serial=ReleaseSerial.serial + 1, target_digest=found.target_digest, updated_at=now))
     return session.scalar(select(ReleaseSerial.serial).where(*key))
 
 

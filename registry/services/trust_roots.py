@@ -28,7 +28,7 @@ import threading
 from collections.abc import Mapping
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import func, select
 from sqlalchemy.dialects.postgresql import insert as postgresql_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.exc import IntegrityError as SAIntegrityError
@@ -127,22 +127,30 @@ def ensure_root(session: Session, primary: SigningKey, *, expires_in: dt.timedel
     return root
 
 
-def release_signer(session: Session, keyring: KeyRing, *, expires_in: dt.timedelta,
-                   clock: Clock) -> tuple[TrustRoot, SigningKey]:
+def release_signer(session: Session, keyring: KeyRing, *, expires_in: dt.timedelta, clock: Clock,
+                   cache: dict[int, tuple[TrustRoot, SigningKey]] | None = None) -> tuple[TrustRoot, SigningKey]:
     """The newest root and the key release manifests are signed with now.
 
     The key is one the newest root lists and the registry holds: the keys that root added first (the
-    rotation's new key), then the others, each by key id.
+    rotation's new key), then the others, each by key id. With ``cache`` (one per database: a root
+    never changes), a request costs one query for the newest version number.
 
     Raises:
         NoSigningKeyError: the registry holds none of the newest root's keys.
     """
+    if cache is not None:
+        version = session.scalar(select(func.max(TrustRootRecord.version)))
+        if version in cache:
+            return cache[version]
     root = ensure_root(session, keyring.primary, expires_in=expires_in, clock=clock)
     previous = _previous_keys(session, root)
     order = sorted(root.keys, key=lambda key_id: (key_id in previous, key_id))
     key = keyring.find(order)
     if key is None:
         raise NoSigningKeyError(root.version)
+    if cache is not None and key.key_id == order[0]:
+        # Only the first choice is kept: a preferred key installed later is picked up then.
+        cache[root.version] = (root, key)
     return root, key
 
 
