@@ -22,7 +22,7 @@ Decisions a reader might question:
   moves, approvals, revocations and key rotations are audited where they happen.
 - What never changes is cached per process (:class:`ReleaseCache`): a version's files, digests and bundle,
   and the trust roots. A request then costs its authentication, one query resolving the ref with its
-  stored serial, one for the newest root's number, and the issuance insert.
+  stored serial and the newest root's number, and the issuance insert.
 - A long poll (:func:`watch_state`) compares one small fingerprint of the alias row, its versions'
   states and the newest root between polls, and issues again only when it changes.
 
@@ -164,7 +164,8 @@ def issue(session: Session, principal: AuthenticatedPrincipal, tenant: str, name
     if found.state != VersionState.APPROVED.value:
         raise NotApprovedError(model_ref, found.number, found.state)
     watch = WatchKey(found.model_id, ref if found.is_alias else None, found.version_id)
-    root, key = release_signer(session, keyring, expires_in=config.root_expiry, clock=clock, cache=cache.roots)
+    root, key = release_signer(session, keyring, expires_in=config.root_expiry, clock=clock, cache=cache.roots,
+                               newest_version=found.root_version)
     if found.serial is not None and found.serial_digest == found.target_digest:
         etag = release_etag(found.serial, found.number, for_tenant, key.key_id)
         if etag_matches(if_none_match, etag):
@@ -248,6 +249,7 @@ class _Found:
     target_digest: str
     serial: int | None
     serial_digest: str | None
+    root_version: int | None
 
 
 def _resolve(session: Session, principal: AuthenticatedPrincipal, tenant: str, name: str, ref: str,
@@ -263,7 +265,7 @@ def _resolve(session: Session, principal: AuthenticatedPrincipal, tenant: str, n
             versions.load_version_unchecked(session, model, int(ref))  # VersionNotFoundError
             raise AssertionError("unreachable: the version exists but was not found")  # pragma: no cover
         return _Found(row.model_id, row.id, row.number, row.state, row.revoke_reason, False,
-                      _digest({"version": row.number}), row.serial, row.target_digest)
+                      _digest({"version": row.number}), row.serial, row.target_digest, row.root_version)
     try:
         alias_rules.validate_alias_name(ref)
     except InvalidInputError:
@@ -288,7 +290,7 @@ def _resolve(session: Session, principal: AuthenticatedPrincipal, tenant: str, n
         version = (row.id, row.number, row.state, row.revoke_reason)
     return _Found(row.model_id, version[0], version[1], version[2], version[3], True,
                   _digest({"version": target.version, "canary": aliases.canary_doc(target)}),
-                  row.serial, row.target_digest)
+                  row.serial, row.target_digest, row.root_version)
 
 
 def _queries() -> tuple[Any, Any]:
@@ -298,12 +300,14 @@ def _queries() -> tuple[Any, Any]:
     from registry.db.models import Model, Tenant
 
     canary = aliased(Version)
+    # The newest trust root's number rides along: the signer needs nothing else when its root is cached.
+    root_version = select(func.max(TrustRootRecord.version)).scalar_subquery().label("root_version")
     serial_join = and_(ReleaseSerial.model_id == Model.id, ReleaseSerial.ref == bindparam("ref"))
     alias_query = (
         select(Model.id.label("model_id"), Version.id, Version.number, Version.state, Version.revoke_reason,
                canary.id.label("c_id"), canary.number.label("c_number"), canary.state.label("c_state"),
                canary.revoke_reason.label("c_revoke_reason"), Alias.canary_tenants, ReleaseSerial.serial,
-               ReleaseSerial.target_digest)
+               ReleaseSerial.target_digest, root_version)
         .select_from(Model).join(Tenant, Tenant.id == Model.tenant_id)
         .join(Alias, and_(Alias.model_id == Model.id, Alias.name == bindparam("ref")))
         .join(Version, Version.id == Alias.version_id)
@@ -312,7 +316,7 @@ def _queries() -> tuple[Any, Any]:
         .where(Tenant.name == bindparam("tenant"), Model.name == bindparam("name")))
     version_query = (
         select(Model.id.label("model_id"), Version.id, Version.number, Version.state, Version.revoke_reason,
-               ReleaseSerial.serial, ReleaseSerial.target_digest)
+               ReleaseSerial.serial, ReleaseSerial.target_digest, root_version)
         .select_from(Model).join(Tenant, Tenant.id == Model.tenant_id)
         .join(Version, and_(Version.model_id == Model.id, Version.number == bindparam("number")))
         .outerjoin(ReleaseSerial, serial_join)

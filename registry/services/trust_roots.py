@@ -128,18 +128,20 @@ def ensure_root(session: Session, primary: SigningKey, *, expires_in: dt.timedel
 
 
 def release_signer(session: Session, keyring: KeyRing, *, expires_in: dt.timedelta, clock: Clock,
-                   cache: dict[int, tuple[TrustRoot, SigningKey]] | None = None) -> tuple[TrustRoot, SigningKey]:
+                   cache: dict[int, tuple[TrustRoot, SigningKey]] | None = None,
+                   newest_version: int | None = None) -> tuple[TrustRoot, SigningKey]:
     """The newest root and the key release manifests are signed with now.
 
     The key is one the newest root lists and the registry holds: the keys that root added first (the
     rotation's new key), then the others, each by key id. With ``cache`` (one per database: a root
-    never changes), a request costs one query for the newest version number.
+    never changes), a request costs one query for the newest version number, or none when the caller
+    read it (``newest_version``) in a query of its own.
 
     Raises:
         NoSigningKeyError: the registry holds none of the newest root's keys.
     """
     if cache is not None:
-        version = session.scalar(select(func.max(TrustRootRecord.version)))
+        version = newest_version or session.scalar(select(func.max(TrustRootRecord.version)))
         if version in cache:
             return cache[version]
     root = ensure_root(session, keyring.primary, expires_in=expires_in, clock=clock)
