@@ -10,9 +10,10 @@ seeds it in-process through the services (tenant ``acme``, a five-file version o
 real pipeline, approved, ``prod`` pointing at it, a ``node`` principal and token per client), and starts
 ``modelreg serve`` on it (no worker threads) as its own process.
 
-Each round, ``--clients`` httpx async clients (one connection each, as many nodes) start together and
-each asks ``GET /v1/models/acme/llm/manifest?ref=prod`` ``--requests`` times, ``--interval`` seconds apart
-on average (jittered, so the nodes do not march in step): every answer is a full issuance (resolve,
+Each round, ``--clients`` httpx async clients (one keep-alive connection each, as many nodes) each ask
+``GET /v1/models/acme/llm/manifest?ref=prod`` ``--requests`` times, ``--interval`` seconds apart on
+average (jittered, the first at a random point of the first interval, so the nodes do not march in
+step; ``--clients / --interval`` is the offered rate): every answer is a full issuance (resolve,
 serial, a signature, presigned URLs, an issuance row). With ``--interval 0`` each client asks again as
 soon as it has its answer (a closed loop: the server's throughput, not a node's latency). A request
 counts as an error unless it is a 200 whose envelope verifies against the trust root (checked after the
@@ -122,26 +123,31 @@ def start_server(database_url: str, data_dir: Path, log: Path) -> tuple[subproce
 
 
 async def client_loop(url: str, token: str, requests: int, interval: float, start: asyncio.Event,
-                      out: list[tuple[float, int, bytes]]) -> None:
-    limits = httpx.Limits(max_connections=1, max_keepalive_connections=1)
+                      out: list[tuple[float, int, bytes]], path: str = PATH) -> None:
+    # uvicorn closes a connection idle for 5 s; a client that keeps one longer races that close.
+    limits = httpx.Limits(max_connections=1, max_keepalive_connections=1, keepalive_expiry=4.0)
     async with httpx.AsyncClient(base_url=url, limits=limits, timeout=60,
                                  headers={"Authorization": f"Bearer {token}"}) as http:
         await start.wait()
         for index in range(requests):
-            if interval and index:
-                await asyncio.sleep(random.uniform(0.5, 1.5) * interval)
+            if interval:
+                # The first request at a random point of the first interval: nodes in a steady state, not
+                # 200 pods created in the same millisecond (that burst is --interval 0's first wave).
+                await asyncio.sleep(random.uniform(0, 1) * interval if index == 0
+                                    else random.uniform(0.5, 1.5) * interval)
             began = time.perf_counter()
             try:
-                r = await http.get(PATH, params={"ref": "prod"})
+                r = await http.get(path, params={"ref": "prod"})
                 out.append((time.perf_counter() - began, r.status_code, r.content))
             except httpx.HTTPError as err:
                 out.append((time.perf_counter() - began, 0, repr(err).encode()))
 
 
-async def one_round(url: str, tokens: list[str], requests: int, interval: float) -> tuple[list, float]:
+async def one_round(url: str, tokens: list[str], requests: int, interval: float,
+                    path: str = PATH) -> tuple[list, float]:
     start = asyncio.Event()
     out: list[tuple[float, int, bytes]] = []
-    tasks = [asyncio.create_task(client_loop(url, t, requests, interval, start, out)) for t in tokens]
+    tasks = [asyncio.create_task(client_loop(url, t, requests, interval, start, out, path)) for t in tokens]
     await asyncio.sleep(0.5)  # every client's task is waiting on the start line
     began = time.perf_counter()
     start.set()
@@ -179,6 +185,7 @@ def main() -> int:
     parser.add_argument("--requests", type=int, default=5, help="requests per client per round")
     parser.add_argument("--interval", type=float, default=1.0, help="mean seconds between a client's requests")
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--baseline", action="store_true", help="first, the same load on GET /healthz")
     parser.add_argument("--database-url", help="an existing, migrated database (default: a fresh one, dropped)")
     args = parser.parse_args()
 
@@ -195,6 +202,13 @@ def main() -> int:
         print(f"machine: {os.cpu_count()} CPUs, Python {platform.python_version()}, load "
               f"{' '.join(f'{x:.1f}' for x in os.getloadavg())}; {args.clients} clients x {args.requests} requests, "
               f"interval {args.interval} s")
+        if args.baseline:
+            # The floor on this machine: the same clients on GET /healthz (no database, no token check).
+            results, elapsed = asyncio.run(one_round(url, tokens, args.requests, args.interval, "/healthz"))
+            latencies = [r[0] * 1000 for r in results]
+            print(f"baseline /healthz: {len(results)} requests in {elapsed:.1f} s: p50 "
+                  f"{percentile(latencies, 50):.1f} ms, p99 {percentile(latencies, 99):.1f} ms, errors "
+                  f"{sum(r[1] != 200 for r in results)}")
         for number in range(1, args.rounds + 1):
             results, elapsed = asyncio.run(one_round(url, tokens, args.requests, args.interval))
             latencies = [r[0] * 1000 for r in results]

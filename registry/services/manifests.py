@@ -43,7 +43,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import func, select, update
+from sqlalchemy import func, select, text, update
 from sqlalchemy.dialects.postgresql import insert as postgresql_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.orm import Session
@@ -175,6 +175,10 @@ def issue(session: Session, principal: AuthenticatedPrincipal, tenant: str, name
     parts = cache.version_release(session, found.version_id)
     begin_write(session)
     serial = _serial(session, found, ref, now)
+    if serial == found.serial and is_postgres(session):
+        # Only the issuance row is written: it need not wait for the WAL flush (a crash may lose the last
+        # few rows, never a serial; a bumped serial commits durably, so a serial never names two contents).
+        session.execute(text("SET LOCAL synchronous_commit = off"))
     session.add(ReleaseIssuance(principal=principal.name, model=model_ref, ref=ref, for_tenant=for_tenant,
                                 version=found.number, serial=serial, key_id=key.key_id, at=now))
     session.commit()
