@@ -33,12 +33,18 @@ SessionDep = Annotated[Session, Depends(get_session)]
 _bearer = HTTPBearer(auto_error=False, scheme_name="token", description="A modelreg token: `mr_...`")
 
 
-def get_principal(
-    session: SessionDep, credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
-) -> AuthenticatedPrincipal:
+async def get_bearer_token(credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]) -> str:
+    """The bearer token, not yet checked: for a hot route that authenticates in its own transaction."""
     if credentials is None or not credentials.credentials.strip():
         raise AuthenticationError("missing bearer token (Authorization: Bearer <token>)")
-    principal = authenticate(session, credentials.credentials.strip())
+    return credentials.credentials.strip()
+
+
+BearerTokenDep = Annotated[str, Depends(get_bearer_token)]
+
+
+def get_principal(session: SessionDep, token: BearerTokenDep) -> AuthenticatedPrincipal:
+    principal = authenticate(session, token)
     # Reads after authentication start a fresh transaction, not one opened by the lookup.
     session.rollback()
     return principal

@@ -248,3 +248,39 @@ class ResolutionPublic(BaseModel):
     version: int
     canary: bool = Field(description="whether the version came through the alias's canary")
     manifest_digest: str | None
+
+
+class EnvelopeSignaturePublic(BaseModel):
+    sig: str = Field(description="base64 DER ECDSA P-256 signature over the DSSE pre-authentication encoding")
+    keyid: str = Field(description="the signing key's id: hex sha256 of its public key PEM")
+
+
+class EnvelopePublic(BaseModel):
+    """A DSSE envelope (https://github.com/secure-systems-lab/dsse): the signed payload, base64."""
+
+    payload: str
+    payloadType: str
+    signatures: list[EnvelopeSignaturePublic]
+
+
+class ReleasePublic(BaseModel):
+    """A release manifest as served: the signed envelope, and beside it what is not signed."""
+
+    envelope: EnvelopePublic = Field(description="DSSE envelope of application/vnd.modelreg.release+json: "
+                                                 "model, ref, version, files, digests, serial, expiry")
+    transport: dict[str, str] = Field(description="path -> a URL of the file's bytes (a presigned GET, or this "
+                                                  "registry's ranged blob endpoint, maybe relative to it); "
+                                                  "unsigned: the bytes are checked against the envelope's files")
+    signature_bundle: dict[str, Any] | None = Field(
+        description="the version's OpenSSF model-signing bundle, for DEST/model.sig")
+    trust_root_version: int = Field(description="the trust root whose key signed the envelope")
+
+
+class KeyPublic(BaseModel):
+    key_id: str
+    algorithm: str
+    public_key_pem: str
+
+
+class KeysPublic(BaseModel):
+    keys: list[KeyPublic]

@@ -19,7 +19,7 @@ import secrets
 from dataclasses import dataclass, field
 
 from sqlalchemy import select
-from sqlalchemy.orm import Session, selectinload
+from sqlalchemy.orm import Session, joinedload
 
 from registry.db.models import ApiToken, Principal, RoleBinding, Tenant, utcnow
 from registry.domain.errors import AuthenticationError, InvalidInputError, PermissionDeniedError
@@ -144,11 +144,12 @@ def authenticate(session: Session, token: str | None) -> AuthenticatedPrincipal:
     """
     if not token:
         raise AuthenticationError("missing bearer token")
-    row = session.scalar(
+    # One query (every request authenticates; a principal holds a handful of roles).
+    row = session.execute(
         select(ApiToken)
         .where(ApiToken.token_hash == hash_token(token))
-        .options(selectinload(ApiToken.principal).selectinload(Principal.roles).selectinload(RoleBinding.tenant))
-    )
+        .options(joinedload(ApiToken.principal).joinedload(Principal.roles).joinedload(RoleBinding.tenant))
+    ).unique().scalar_one_or_none()
     now = utcnow()
     if row is None:
         raise AuthenticationError("unknown token")

@@ -4,7 +4,8 @@
 time. The embedded default (no database or blob store URL set) keeps everything under the data
 directory and creates on first start what a fresh install needs: the schema, the ``default``
 tenant, an ``admin`` principal whose token is written to ``DATA_DIR/admin-token`` (mode 0600), and
-a signing key in ``DATA_DIR/keys/signing-key.pem``.
+a signing key in ``DATA_DIR/keys/signing-key.pem``; trust root 1 is made from the signing key on first
+use (:func:`registry.services.trust_roots.ensure_root`).
 """
 
 from __future__ import annotations
@@ -26,6 +27,8 @@ from registry.settings import Settings
 
 if TYPE_CHECKING:
     from registry.policy import PolicyEngine
+    from registry.services.manifests import ReleaseCache
+    from registry.signing.keyring import KeyRing
     from registry.signing.keys import SigningKey
     from registry.storage.base import BlobStore
 
@@ -59,6 +62,21 @@ class Container:
 
         pem = self.settings.signing_key_pem.get_secret_value() if self.settings.signing_key_pem else None
         return load_signing_key(self.settings.signing_key_file, pem)
+
+    @cached_property
+    def keyring(self) -> "KeyRing":
+        """The configured signing key and the keys rotations wrote to ``data_dir/keys/`` (see
+        :mod:`registry.signing.keyring`); release manifests are signed with one the newest trust root lists."""
+        from registry.signing.keyring import KeyRing
+
+        return KeyRing(self.signing_key, self.settings.data_dir.resolve() / "keys")
+
+    @cached_property
+    def release_cache(self) -> "ReleaseCache":
+        """What never changes in this database's releases (per version, per trust root), kept per process."""
+        from registry.services.manifests import ReleaseCache
+
+        return ReleaseCache()
 
     @cached_property
     def policy(self) -> "PolicyEngine":
@@ -219,6 +237,16 @@ def ensure_initial_admin(container: Container) -> FirstStart:
         _write_secret(token_file, issued.token)
         session.commit()
     return FirstStart(admin_token_file=token_file, created_admin=True)
+
+
+def ensure_trust_root(container: Container) -> int:
+    """Publish trust root 1 from the signing key if there is no root yet; return the newest root's version."""
+    from registry.services.trust_roots import ensure_root
+
+    with container.session_factory() as session:
+        root = ensure_root(session, container.keyring.primary, clock=container.clock,
+                           expires_in=dt.timedelta(days=container.settings.trust_root_expiry_days))
+    return root.version
 
 
 def _write_secret(path: Path, value: str) -> None:

@@ -33,6 +33,17 @@ class Settings(BaseSettings):
 
     signing_key_file: Path | None = Field(None, description="PEM of the ECDSA P-256 signing key.")
     signing_key_pem: SecretStr | None = Field(None, description="The signing key PEM itself.")
+    trust_root_expiry_days: int = Field(
+        365, ge=1, le=3650, description="Lifetime of a trust root made by this registry (root 1, and each rotation).")
+
+    release_alias_ttl_seconds: int = Field(
+        300, ge=10, le=86400 * 7, description="Lifetime of a release manifest of a moving alias (prod, canary).")
+    release_version_ttl_seconds: int = Field(
+        86400, ge=10, le=86400 * 30, description="Lifetime of a release manifest of a version number.")
+    release_url_ttl_seconds: int = Field(
+        3600, ge=60, le=7 * 86400, description="Lifetime of the presigned blob URLs beside a release manifest.")
+    release_poll_seconds: float = Field(
+        1.0, gt=0, le=60, description="How often a long-polling manifest request (?wait=) looks for a move.")
 
     hf_endpoint: str = "https://huggingface.co"
     hf_token: SecretStr | None = None

@@ -189,7 +189,7 @@ def serve(
 
     import uvicorn
 
-    from registry.bootstrap import bootstrap, ensure_initial_admin, load_settings, prepare_embedded
+    from registry.bootstrap import bootstrap, ensure_initial_admin, ensure_trust_root, load_settings, prepare_embedded
 
     overrides: dict[str, Any] = {}
     for key, value in (("data_dir", data_dir), ("host", host), ("port", port), ("workers", workers)):
@@ -201,6 +201,7 @@ def serve(
         settings.public_url = f"http://{settings.host}:{settings.port}"
     container = bootstrap(settings, migrate=True)
     first = ensure_initial_admin(container)
+    ensure_trust_root(container)
     create_app = _component("api")
     start_workers = _component("workers")
     stop = threading.Event()

@@ -117,3 +117,52 @@ def keys_export(output: Path = typer.Option(Path("registry.pub"), "--output", "-
         keys = client.get("/v1/keys")
     output.write_text(keys["keys"][0]["public_key_pem"])
     _emit({"written": str(output), "key_id": keys["keys"][0]["key_id"]}, as_json, f"wrote {output}")
+
+
+@keys_app.command("rotate")
+def keys_rotate(
+    data_dir: Optional[Path] = typer.Option(None, "--data-dir", help="embedded registry directory"),
+    new_key: Optional[Path] = typer.Option(
+        None, "--new-key", help="the new private key PEM: used if it exists, else generated there (0600); "
+                                "default DATA_DIR/keys/signing-key-<N+1>.pem, where the server finds it"),
+    keep_old: bool = typer.Option(False, "--keep-old", help="list root N's keys in root N+1 too (a planned "
+                                                            "rotation across servers restarting one by one)"),
+    threshold: int = typer.Option(1, "--threshold", min=1, help="signatures root N+2 and releases need"),
+    as_json: bool = JsonOpt,
+) -> None:
+    """Publish trust root N+1 with a new signing key, signed by root N's keys and the new one.
+
+    Works on the registry's database and key files (an operator command, like `audit checkpoint`).
+    Nodes walk from root N to N+1; new releases are signed with the new key. A server configured with
+    MODELREG_SIGNING_KEY_FILE signs with the new key once it is in DATA_DIR/keys/ or the setting names it.
+    """
+    import datetime as dt
+
+    from registry.bootstrap import bootstrap, prepare_embedded
+    from registry.cli.operations import _local_settings
+    from registry.services import trust_roots
+    from registry.signing.keys import SigningKey, write_new_key
+
+    settings = _local_settings(data_dir)
+    if settings.database_url is None:
+        prepare_embedded(settings)
+    container = bootstrap(settings)
+    expires_in = dt.timedelta(days=settings.trust_root_expiry_days)
+    try:
+        with container.session_factory() as session:
+            current = trust_roots.ensure_root(session, container.keyring.primary, expires_in=expires_in,
+                                              clock=container.clock)
+            path = new_key or settings.data_dir.resolve() / "keys" / f"signing-key-{current.version + 1}.pem"
+            key = SigningKey.from_file(path) if path.exists() else write_new_key(path)
+            root = trust_roots.rotate(session, container.keyring, key, keep_old=keep_old, threshold=threshold,
+                                      expires_in=expires_in, clock=container.clock)
+    finally:
+        container.dispose()
+    record = {"version": root.version, "key_id": key.key_id, "key_file": str(path),
+              "keys": sorted(root.keys), "threshold": root.threshold, "expires": root.expires.isoformat()}
+    lines = [f"published trust root {root.version}: new key {key.key_id} in {path}",
+             f"  keys {', '.join(k[:16] for k in sorted(root.keys))}; threshold {root.threshold}; "
+             f"expires {root.expires.isoformat()}"]
+    if settings.signing_key_file is not None and path.resolve().parent != settings.data_dir.resolve() / "keys":
+        lines.append(f"  set MODELREG_SIGNING_KEY_FILE={path} and restart the registry to sign with it")
+    _emit(record, as_json, lines)

@@ -538,3 +538,52 @@ class EvalResult(Base):
     duration_ms: Mapped[int | None] = mapped_column(Integer)
     created_at: Mapped[dt.datetime]
     finished_at: Mapped[dt.datetime | None]
+
+
+class TrustRootRecord(Base):
+    """One published trust root (``registry/signing/trust_root.py``): its DSSE envelope, never changed.
+
+    Root 1 is made from the registry's signing key on first use; ``modelreg keys rotate`` adds N+1.
+    """
+
+    __tablename__ = "trust_roots"
+
+    version: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=False)
+    envelope: Mapped[dict[str, Any]]
+    created_at: Mapped[dt.datetime]
+
+
+class ReleaseSerial(Base):
+    """The serial of a model's ref (an alias or a version number): it only grows.
+
+    ``target_digest`` is the sha256 of what the ref resolved to when the serial was last bumped (main
+    version and canary); the serial is bumped when that changes, so the same content keeps its serial.
+    """
+
+    __tablename__ = "release_serials"
+
+    model_id: Mapped[int] = mapped_column(ForeignKey("models.id", ondelete="CASCADE"), primary_key=True)
+    ref: Mapped[str] = mapped_column(String(64), primary_key=True)
+    serial: Mapped[int] = mapped_column(BigInteger)
+    target_digest: Mapped[str] = mapped_column(String(64))
+    updated_at: Mapped[dt.datetime]
+
+
+class ReleaseIssuance(Base):
+    """One release manifest issued (a 200 answer): who got which version of which ref, with what serial.
+
+    A provenance record, not an audit event: see ``registry/services/manifests.py``.
+    """
+
+    __tablename__ = "release_issuances"
+    __table_args__ = (Index("ix_release_issuances_model_ref_at", "model", "ref", "at"),)
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True)
+    principal: Mapped[str] = mapped_column(String(128))
+    model: Mapped[str] = mapped_column(String(128))
+    ref: Mapped[str] = mapped_column(String(64))
+    for_tenant: Mapped[str] = mapped_column(String(64))
+    version: Mapped[int] = mapped_column(Integer)
+    serial: Mapped[int] = mapped_column(BigInteger)
+    key_id: Mapped[str] = mapped_column(String(64))
+    at: Mapped[dt.datetime]

@@ -451,6 +451,20 @@ class RevokedError(ConflictError):
                          model=model, version=version, reason=reason, alias=alias)
 
 
+class NotApprovedError(ConflictError):
+    """A release asked of a version that is not approved (still in the pipeline, rejected or failed).
+
+    A conflict with the version's state (409), as :class:`RevokedError` is: only approved, unrevoked
+    versions are released.
+    """
+
+    code = "not-approved"
+
+    def __init__(self, model: str, version: int, state: str) -> None:
+        super().__init__(f"{model}@{version} is {state}, not approved: it is not released", model=model,
+                         version=version, state=state)
+
+
 class NothingToRollBackError(ConflictError):
     """An alias whose every move was undone already, or that was only ever set once."""
 

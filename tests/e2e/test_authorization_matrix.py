@@ -97,6 +97,8 @@ RULES: dict[tuple[str, str], Rule] = {
     ("GET", "/docs/oauth2-redirect"): Rule(PUBLIC, 200),
     ("GET", "/redoc"): Rule(PUBLIC, 200),
     ("GET", "/v1/keys"): Rule(PUBLIC, 200),
+    ("GET", "/v1/trust-root"): Rule(PUBLIC, 200),
+    ("GET", "/v1/trust-root/{version}"): Rule(PUBLIC, 200, path={"version": lambda w, t: "1"}),
     ("GET", "/v1/blobs/sha256/{digest}"): Rule(PUBLIC, 200, lambda w, t: {"params": w.presigned(t)}),
     ("GET", "/v1/whoami"): Rule(AUTHENTICATED, 200),
     ("POST", "/v1/tenants"): Rule(ADMIN, 201, lambda w, t: {"json": {"name": w.fresh("tenant")}}),
@@ -128,6 +130,8 @@ RULES: dict[tuple[str, str], Rule] = {
                                                                          lambda w, t: w.rollbackable(t)),
     ("GET", "/v1/models/{tenant}/{name}/aliases/{alias}/resolve"): Rule("read|fetch", 200,
                                                                        lambda w, t: w.promoted(t)),
+    ("GET", "/v1/models/{tenant}/{name}/manifest"): Rule(
+        "read|fetch", 200, lambda w, t: {"params": {"ref": "prod", **w.promoted(t)["params"]}}),
     ("POST", "/v1/models/{tenant}/{name}/versions/{number}/revoke"): Rule(
         "revoke", 200, lambda w, t: {"json": {"reason": "matrix"}},
         path={"number": lambda w, t: w.revocable(t)}),

@@ -1,0 +1,87 @@
+"""Release manifests: what a serving node may download, signed, with an ETag and a long poll."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Header, Query
+from fastapi.responses import JSONResponse, Response
+from starlette.concurrency import run_in_threadpool
+
+from api.deps import BearerTokenDep, ContainerDep
+from api.params import ModelName, TenantName
+from api.problems import AUTHENTICATED, responses
+from api.schemas import ReleasePublic
+from registry.auth import AuthenticatedPrincipal, authenticate
+from registry.bootstrap import Container
+from registry.domain.errors import ConflictError, NotFoundError, ServiceUnavailableError
+from registry.services import manifests
+
+router = APIRouter(prefix="/v1/models", tags=["releases"])
+
+REF_PATTERN = r"^([1-9][0-9]{0,8}|[a-z][a-z0-9._-]{0,62})$"
+
+
+def _issue(container: Container, token: str, principal: AuthenticatedPrincipal | None,
+           **kwargs: Any) -> tuple[AuthenticatedPrincipal, manifests.Issued]:
+    """Authenticate (first call only) and issue in one session: one connection, one thread hop per poll.
+
+    Nothing is held after it returns: the session closes and its connection goes back to the pool.
+    """
+    with container.session_factory() as session:
+        principal = principal or authenticate(session, token)
+        return principal, manifests.issue(session, principal, **kwargs)
+
+
+def _watch_state(container: Container, watch: manifests.WatchKey) -> tuple:
+    with container.session_factory() as session:
+        return manifests.watch_state(session, watch)
+
+
+def _answer(issued: manifests.Issued) -> Response:
+    headers = {"ETag": issued.etag, "Cache-Control": "no-cache"}
+    if issued.body is None:
+        return Response(status_code=304, headers=headers)
+    return JSONResponse(issued.body, headers=headers)
+
+
+@router.get("/{tenant}/{name}/manifest", response_model=ReleasePublic, responses={
+    304: {"description": "Not Modified: the ETag in If-None-Match is current (after `wait` seconds, with wait)"},
+    **responses(*AUTHENTICATED, NotFoundError, ConflictError, ServiceUnavailableError)})
+async def get_manifest(
+    tenant: TenantName, name: ModelName, token: BearerTokenDep, container: ContainerDep,
+    ref: Annotated[str, Query(pattern=REF_PATTERN, description="an alias (prod, canary...) or a version number")],
+    for_tenant: Annotated[TenantName | None, Query(
+        description="the tenant the release is served for (its canary; default: the model's tenant)")] = None,
+    wait: Annotated[int, Query(ge=0, le=manifests.MAX_WAIT_SECONDS, description=(
+        "with If-None-Match: wait up to this many seconds for the release to change (an alias move, a "
+        "revocation, a key rotation); 200 as soon as it does, else 304"))] = 0,
+    if_none_match: Annotated[str | None, Header(description="the ETag of the release the caller holds")] = None,
+) -> Response:
+    """The signed release manifest of ``ref`` (role ``node``, or ``read`` in the tenant).
+
+    Only approved, unrevoked versions are released: 409 ``revoked`` or ``not-approved`` otherwise. Each
+    200 answer is recorded (principal, version, serial, time) for provenance.
+    """
+    settings = container.settings
+    kwargs = dict(tenant=tenant, name=name, ref=ref, for_tenant=for_tenant,
+                  if_none_match=if_none_match, keyring=container.keyring, blob_store=container.blob_store,
+                  clock=container.clock, config=manifests.ReleaseConfig.from_settings(settings),
+                  cache=container.release_cache)
+    principal, issued = await run_in_threadpool(_issue, container, token, None, **kwargs)
+    if issued.body is not None or wait == 0:
+        return _answer(issued)
+    deadline = time.monotonic() + wait
+    seen = await run_in_threadpool(_watch_state, container, issued.watch)
+    while (remaining := deadline - time.monotonic()) > 0:
+        # The request holds no thread and no connection while it sleeps.
+        await asyncio.sleep(min(settings.release_poll_seconds, remaining))
+        state = await run_in_threadpool(_watch_state, container, issued.watch)
+        if state != seen:
+            seen = state
+            principal, issued = await run_in_threadpool(_issue, container, token, None, **kwargs)
+            if issued.body is not None:
+                break
+    return _answer(issued)

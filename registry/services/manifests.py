@@ -1,0 +1,396 @@
+"""Release manifests, server side: what a serving node may download for a model's alias or version.
+
+:func:`issue` resolves ``ref`` (an alias, by the canary routing of :func:`registry.domain.aliases.resolve`
+as :func:`registry.services.aliases.resolve` does, in one query; or a version number) for the tenant a request is served for, refuses anything but an
+approved, unrevoked version, and signs a release (:mod:`registry.signing.release`) with a key of the
+newest trust root (:func:`registry.services.trust_roots.release_signer`). Presigned blob URLs travel
+beside the signed payload, with the version's OpenSSF bundle (written by the fetch client as
+``model.sig``).
+
+Decisions a reader might question:
+
+- The serial of ``(model, ref)`` (``release_serials``) is bumped when the issuing request sees that
+  what the ref resolves to (main version and canary) differs from what it resolved to at the last
+  bump, by one conditional ``UPDATE``: two requests racing after a move bump it once, and the same
+  content keeps its serial. A version number always resolves to itself: its serial stays 1.
+- The ETag digests serial, version, the tenant served and the signing key id: it changes exactly
+  when a node must look again (an alias move, a canary change, a key rotation), not with ``issued_at``.
+- Each 200 answer is a row in ``release_issuances`` (principal, model, ref, tenant, version, serial,
+  key, time), not an audit event: every pod start and every long-poll wake-up issues one, and the
+  audit chain serializes its appends on one head row, so an event per issuance would queue every
+  manifest request behind one lock and drown the decisions auditors read. Who may fetch, alias
+  moves, approvals, revocations and key rotations are audited where they happen.
+- What never changes is cached per process (:class:`ReleaseCache`): a version's files, digests and bundle,
+  and the trust roots. A request then costs its authentication, one query resolving the ref with its
+  stored serial and the newest root's number, and the issuance insert.
+- A long poll (:func:`watch_state`) compares one small fingerprint of the alias row, its versions'
+  states and the newest root between polls, and issues again only when it changes.
+
+Example:
+    >>> issued = issue(session, node, "acme", "llm", "prod", keyring=container.keyring,
+    ...                blob_store=container.blob_store, clock=container.clock,
+    ...                config=ReleaseConfig.from_settings(container.settings))  # doctest: +SKIP
+    >>> issued.body["envelope"]["payloadType"]  # doctest: +SKIP
+    'application/vnd.modelreg.release+json'
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime as dt
+import hashlib
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import func, select, text, update
+from sqlalchemy.dialects.postgresql import insert as postgresql_insert
+from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+from sqlalchemy.orm import Session
+
+from registry.auth import AuthenticatedPrincipal, Permission
+from registry.clock import Clock
+from registry.db.models import (
+    Alias,
+    Approval,
+    PolicyDecision,
+    ReleaseIssuance,
+    ReleaseSerial,
+    TrustRootRecord,
+    Version,
+    VersionFacts,
+)
+from registry.db.session import begin_write, is_postgres
+from registry.domain import aliases as alias_rules
+from registry.domain.errors import InvalidInputError, InvalidStateError, NotApprovedError, PermissionDeniedError, RevokedError
+from registry.domain.states import VersionState
+from registry.services import aliases, versions
+from registry.services.trust_roots import release_signer
+from registry.signing.canonical import canonical_json
+from registry.signing.keyring import KeyRing
+from registry.signing.release import release_payload, sign_release
+from registry.storage.base import BlobStore
+
+VERSION_REF_RE = re.compile(r"\A[1-9][0-9]{0,8}\Z")
+"""A version number as a ref (nine digits at most: an ``Integer`` column holds it)."""
+MAX_WAIT_SECONDS = 300
+
+
+@dataclass(frozen=True)
+class ReleaseConfig:
+    """Lifetimes of what :func:`issue` hands out (from settings)."""
+
+    alias_ttl: dt.timedelta
+    version_ttl: dt.timedelta
+    url_ttl: dt.timedelta
+    root_expiry: dt.timedelta
+
+    @classmethod
+    def from_settings(cls, settings: Any) -> ReleaseConfig:
+        return cls(alias_ttl=dt.timedelta(seconds=settings.release_alias_ttl_seconds),
+                   version_ttl=dt.timedelta(seconds=settings.release_version_ttl_seconds),
+                   url_ttl=dt.timedelta(seconds=settings.release_url_ttl_seconds),
+                   root_expiry=dt.timedelta(days=settings.trust_root_expiry_days))
+
+
+@dataclass(frozen=True)
+class WatchKey:
+    """What a long poll watches: the alias row (or the version, for a version number ref)."""
+
+    model_id: int
+    alias: str | None
+    version_id: int
+
+
+@dataclass(frozen=True)
+class Issued:
+    """A release as answered: ``body`` is None when the caller's ETag is current (304)."""
+
+    etag: str
+    serial: int
+    version: int
+    body: dict[str, Any] | None
+    watch: WatchKey
+
+
+class ReleaseCache:
+    """What never changes for a database, kept per process (the container holds one): the release parts
+    of each approved version (files, source, license, facts, statement and approval digests, bundle) by
+    version id, and the parsed trust roots with the key chosen for each.
+
+    A version's state is always read fresh: a revocation is seen by the next request.
+    """
+
+    MAX_VERSIONS = 4096
+
+    def __init__(self) -> None:
+        self.versions: dict[int, _VersionRelease] = {}
+        self.roots: dict[int, tuple[Any, Any]] = {}
+
+    def version_release(self, session: Session, version_id: int) -> _VersionRelease:
+        found = self.versions.get(version_id)
+        if found is None:
+            found = _version_release(session, session.get(Version, version_id))
+            if len(self.versions) >= self.MAX_VERSIONS:
+                self.versions.clear()
+            self.versions[version_id] = found
+        return found
+
+
+def issue(session: Session, principal: AuthenticatedPrincipal, tenant: str, name: str, ref: str,
+          for_tenant: str | None = None, *, if_none_match: str | None = None, keyring: KeyRing,
+          blob_store: BlobStore, clock: Clock, config: ReleaseConfig, cache: ReleaseCache | None = None) -> Issued:
+    """The signed release of ``tenant/name@ref`` for ``for_tenant`` (default ``tenant``), recorded; or,
+    when ``if_none_match`` holds its current ETag, nothing (no record, no signature).
+
+    Readers and serving nodes (``fetch``) of the tenant may ask.
+
+    Raises:
+        PermissionDeniedError: neither ``read`` nor ``fetch`` in ``tenant``.
+        InvalidInputError: ``ref`` is neither an alias name nor a version number.
+        TenantNotFoundError, ModelNotFoundError, AliasNotFoundError, VersionNotFoundError: nothing by that name.
+        RevokedError: the version the ref gives this tenant is revoked.
+        NotApprovedError: it is not approved.
+        NoSigningKeyError: the registry holds no key of the newest trust root.
+    """
+    _authorize(principal, tenant)
+    cache = cache or ReleaseCache()
+    for_tenant = for_tenant or tenant
+    model_ref = f"{tenant}/{name}"
+    found = _resolve(session, principal, tenant, name, ref, for_tenant)
+    if found.state == VersionState.REVOKED.value:
+        raise RevokedError(model_ref, found.number, found.revoke_reason or "revoked",
+                           alias=ref if found.is_alias else None)
+    if found.state != VersionState.APPROVED.value:
+        raise NotApprovedError(model_ref, found.number, found.state)
+    watch = WatchKey(found.model_id, ref if found.is_alias else None, found.version_id)
+    root, key = release_signer(session, keyring, expires_in=config.root_expiry, clock=clock, cache=cache.roots,
+                               newest_version=found.root_version)
+    if found.serial is not None and found.serial_digest == found.target_digest:
+        etag = release_etag(found.serial, found.number, for_tenant, key.key_id)
+        if etag_matches(if_none_match, etag):
+            session.rollback()
+            return Issued(etag, found.serial, found.number, None, watch)
+    now = clock.now()
+    parts = cache.version_release(session, found.version_id)
+    begin_write(session)
+    serial = _serial(session, found, ref, now)
+    if serial == found.serial and is_postgres(session):
+        # Only the issuance row is written: it need not wait for the WAL flush (a crash may lose the last
+        # few rows, never a serial; a bumped serial commits durably, so a serial never names two contents).
+        session.execute(text("SET LOCAL synchronous_commit = off"))
+    session.add(ReleaseIssuance(principal=principal.name, model=model_ref, ref=ref, for_tenant=for_tenant,
+                                version=found.number, serial=serial, key_id=key.key_id, at=now))
+    session.commit()
+    ttl = config.alias_ttl if found.is_alias else config.version_ttl
+    payload = release_payload(model=model_ref, ref=ref, tenant=for_tenant, version=found.number, serial=serial,
+                              issued_at=now, expires_at=now + ttl, **parts.fields)
+    body = {"envelope": sign_release(payload, [key]),
+            "transport": {f["path"]: blob_store.presign_get(f["sha256"], config.url_ttl)
+                          for f in parts.fields["files"]},
+            "signature_bundle": parts.bundle,
+            "trust_root_version": root.version}
+    return Issued(release_etag(serial, found.number, for_tenant, key.key_id), serial, found.number, body, watch)
+
+
+def watch_state(session: Session, watch: WatchKey) -> tuple[Any, ...]:
+    """A fingerprint of what could change a release: the alias's value and its versions' states (or the
+    version's state), and the newest trust root. Cheap: a long poll compares it between polls."""
+    newest_root = session.scalar(select(func.max(TrustRootRecord.version)))
+    if watch.alias is None:
+        state = session.scalar(select(Version.state).where(Version.id == watch.version_id))
+        return newest_root, state
+    row = session.execute(select(Alias.version_id, Alias.canary_version_id, Alias.canary_tenants)
+                          .where(Alias.model_id == watch.model_id, Alias.name == watch.alias)).one_or_none()
+    if row is None:
+        return newest_root, None
+    ids = [i for i in (row.version_id, row.canary_version_id) if i is not None]
+    states = sorted(session.execute(select(Version.id, Version.state).where(Version.id.in_(ids))).tuples())
+    return newest_root, row.version_id, row.canary_version_id, tuple(row.canary_tenants or ()), tuple(states)
+
+
+def release_etag(serial: int, version: int, for_tenant: str, key_id: str) -> str:
+    """The quoted ETag of a release: what a node must fetch again for, nothing else."""
+    digest = hashlib.sha256(f"{serial}\n{version}\n{for_tenant}\n{key_id}".encode()).hexdigest()
+    return f'"{digest[:32]}"'
+
+
+def etag_matches(if_none_match: str | None, etag: str) -> bool:
+    """Whether an ``If-None-Match`` header names ``etag`` (weak or strong, in a list).
+
+    ``*`` matches nothing: a node that holds no release must get one, never wait for a change.
+    """
+    if not if_none_match:
+        return False
+    for candidate in if_none_match.split(","):
+        candidate = candidate.strip()
+        if candidate.startswith("W/"):
+            candidate = candidate[2:]
+        if candidate == etag:
+            return True
+    return False
+
+
+# --- inside ---------------------------------------------------------------------------------------
+
+
+def _authorize(principal: AuthenticatedPrincipal, tenant: str) -> None:
+    if not {Permission.READ, Permission.FETCH} & principal.permissions(tenant):
+        raise PermissionDeniedError(f"{principal.name!r} may neither read nor fetch in tenant {tenant!r}",
+                                    principal=principal.name, tenant=tenant, permission="fetch")
+
+
+@dataclass(frozen=True)
+class _Found:
+    """The version a ref gives a tenant, with what its serial follows and the serial stored for it."""
+
+    model_id: int
+    version_id: int
+    number: int
+    state: str
+    revoke_reason: str | None
+    is_alias: bool
+    target_digest: str
+    serial: int | None
+    serial_digest: str | None
+    root_version: int | None
+
+
+def _resolve(session: Session, principal: AuthenticatedPrincipal, tenant: str, name: str, ref: str,
+             for_tenant: str) -> _Found:
+    """Resolve ``ref`` for ``for_tenant`` in one query (model, alias, both versions, the stored serial),
+    by :func:`registry.domain.aliases.resolve`'s rules; when nothing matches, the services' loaders say
+    what is missing (tenant, model, alias or version)."""
+    if isinstance(ref, str) and VERSION_REF_RE.match(ref):
+        row = session.execute(_VERSION_QUERY, {"tenant": tenant, "name": name, "number": int(ref),
+                                               "ref": ref}).one_or_none()
+        if row is None:
+            model = versions.load_model_unchecked(session, tenant, name)
+            versions.load_version_unchecked(session, model, int(ref))  # VersionNotFoundError
+            raise AssertionError("unreachable: the version exists but was not found")  # pragma: no cover
+        return _Found(row.model_id, row.id, row.number, row.state, row.revoke_reason, False,
+                      _digest({"version": row.number}), row.serial, row.target_digest, row.root_version)
+    try:
+        alias_rules.validate_alias_name(ref)
+    except InvalidInputError:
+        raise InvalidInputError(f"invalid ref {ref!r}: name an alias (a lower-case letter first) or a version "
+                                "number", field="ref", value=str(ref)[:80]) from None
+    params = {"tenant": tenant, "name": name, "ref": ref}
+    row = session.execute(_ALIAS_QUERY, params).one_or_none()
+    if row is None:
+        # Raises what is missing (tenant, model, alias); an alias made since is read again.
+        aliases.resolve(session, principal, tenant, name, ref, for_tenant)
+        row = session.execute(_ALIAS_QUERY, params).one()
+    canary = (alias_rules.Canary(row.c_number, frozenset(row.canary_tenants or ()))
+              if row.c_id is not None else None)
+    target = alias_rules.AliasTarget(row.number, canary)
+    revoked = {number: reason or "revoked" for number, state, reason in (
+        (row.number, row.state, row.revoke_reason), (row.c_number, row.c_state, row.c_revoke_reason))
+        if state == VersionState.REVOKED.value}
+    resolution = alias_rules.resolve(f"{tenant}/{name}", ref, target, for_tenant, revoked)  # RevokedError
+    if resolution.canary:
+        version = (row.c_id, row.c_number, row.c_state, row.c_revoke_reason)
+    else:
+        version = (row.id, row.number, row.state, row.revoke_reason)
+    return _Found(row.model_id, version[0], version[1], version[2], version[3], True,
+                  _digest({"version": target.version, "canary": aliases.canary_doc(target)}),
+                  row.serial, row.target_digest, row.root_version)
+
+
+def _queries() -> tuple[Any, Any]:
+    from sqlalchemy import and_, bindparam
+    from sqlalchemy.orm import aliased
+
+    from registry.db.models import Model, Tenant
+
+    canary = aliased(Version)
+    # The newest trust root's number rides along: the signer needs nothing else when its root is cached.
+    root_version = select(func.max(TrustRootRecord.version)).scalar_subquery().label("root_version")
+    serial_join = and_(ReleaseSerial.model_id == Model.id, ReleaseSerial.ref == bindparam("ref"))
+    alias_query = (
+        select(Model.id.label("model_id"), Version.id, Version.number, Version.state, Version.revoke_reason,
+               canary.id.label("c_id"), canary.number.label("c_number"), canary.state.label("c_state"),
+               canary.revoke_reason.label("c_revoke_reason"), Alias.canary_tenants, ReleaseSerial.serial,
+               ReleaseSerial.target_digest, root_version)
+        .select_from(Model).join(Tenant, Tenant.id == Model.tenant_id)
+        .join(Alias, and_(Alias.model_id == Model.id, Alias.name == bindparam("ref")))
+        .join(Version, Version.id == Alias.version_id)
+        .outerjoin(canary, canary.id == Alias.canary_version_id)
+        .outerjoin(ReleaseSerial, serial_join)
+        .where(Tenant.name == bindparam("tenant"), Model.name == bindparam("name")))
+    version_query = (
+        select(Model.id.label("model_id"), Version.id, Version.number, Version.state, Version.revoke_reason,
+               ReleaseSerial.serial, ReleaseSerial.target_digest, root_version)
+        .select_from(Model).join(Tenant, Tenant.id == Model.tenant_id)
+        .join(Version, and_(Version.model_id == Model.id, Version.number == bindparam("number")))
+        .outerjoin(ReleaseSerial, serial_join)
+        .where(Tenant.name == bindparam("tenant"), Model.name == bindparam("name")))
+    return alias_query, version_query
+
+
+_ALIAS_QUERY, _VERSION_QUERY = _queries()
+
+
+def _digest(target: dict[str, Any]) -> str:
+    return hashlib.sha256(canonical_json(target)).hexdigest()
+
+
+def _serial(session: Session, found: _Found, ref: str, now: dt.datetime) -> int:
+    """The serial for what ``ref`` resolves to now: the stored one when it resolved to the same before, else
+    one more (a single conditional UPDATE: concurrent issuers after one move bump it once)."""
+    if found.serial is not None and found.serial_digest == found.target_digest:
+        return found.serial
+    key = (ReleaseSerial.model_id == found.model_id, ReleaseSerial.ref == ref)
+    if found.serial is None:
+        insert = postgresql_insert if is_postgres(session) else sqlite_insert
+        session.execute(insert(ReleaseSerial).values(model_id=found.model_id, ref=ref, serial=1,
+                                                     target_digest=found.target_digest, updated_at=now)
+                        .on_conflict_do_nothing())
+    session.execute(update(ReleaseSerial).where(*key, ReleaseSerial.target_digest != found.target_digest)
+                    .values(serial=ReleaseSerial.serial + 1, target_digest=found.target_digest, updated_at=now))
+    return session.scalar(select(ReleaseSerial.serial).where(*key))
+
+
+@dataclass(frozen=True)
+class _VersionRelease:
+    """What a release says of its version, the same in every release of it."""
+
+    fields: dict[str, Any]
+    bundle: dict[str, Any] | None
+
+
+def _version_release(session: Session, version: Version) -> _VersionRelease:
+    files = [{"path": f.path, "size": f.size, "sha256": f.sha256} for f in version.files]
+    facts_row = session.get(VersionFacts, version.id)
+    facts = None if facts_row is None else {**facts_row.facts, "reader_version": facts_row.reader_version}
+    return _VersionRelease(
+        fields={"source": {"kind": version.source_kind, "repo": version.source_repo,
+                           "revision": version.resolved_revision},
+                "files": files, "license": version.license, "facts": facts,
+                "statement_digest": statement_digest(version.manifest_bundle),
+                "approval_digest": hashlib.sha256(canonical_json(approval_record(session, version))).hexdigest()},
+        bundle=version.manifest_bundle)
+
+
+def statement_digest(bundle: dict[str, Any] | None) -> str:
+    """sha256 of the signed model-signing statement: the DSSE payload bytes of the version's bundle."""
+    if not bundle:
+        # An approved version was sealed: it has a bundle. Never sign a release saying otherwise.
+        raise InvalidStateError("the version has no signed statement (not sealed)")
+    return hashlib.sha256(base64.b64decode(bundle["dsseEnvelope"]["payload"])).hexdigest()
+
+
+def approval_record(session: Session, version: Version) -> dict[str, Any]:
+    """The record a release's ``approval_digest`` covers: the policy decision that allowed the version
+    (its bundle and input digests; None when it was approved otherwise) and every person's decision."""
+    decision = session.scalar(select(PolicyDecision).where(
+        PolicyDecision.version_id == version.id, PolicyDecision.kind == "approval",
+        PolicyDecision.allowed.is_(True)).order_by(PolicyDecision.id.desc()).limit(1))
+    decisions = session.scalars(select(Approval).where(Approval.version_id == version.id)
+                                .order_by(Approval.at, Approval.id))
+    return {"version": versions.version_ref(version),
+            "decision": None if decision is None else {
+                "bundle_digest": decision.bundle_digest, "input_digest": decision.input_digest,
+                "decided_at": decision.decided_at.isoformat()},
+            "approvals": [{"principal": a.principal.name, "capacity": a.capacity, "decision": a.decision,
+                           "at": a.at.isoformat(), "files": list(a.files)} for a in decisions]}
