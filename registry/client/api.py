@@ -19,7 +19,7 @@ import json
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
-from urllib.parse import quote
+from urllib.parse import quote, urljoin
 
 import httpx
 
@@ -148,6 +148,8 @@ class RegistryApi:
             NetworkError: unreachable, or an error status.
         """
         headers = {"Range": f"bytes={start}-{end - 1}", "Accept-Encoding": "identity"}
+        # A registry serving its own blobs (a local store without a public URL) names them by path.
+        url = urljoin(self.client.url + "/", url)
         try:
             with self.blobs.stream("GET", url, headers=headers) as response:
                 _check_range_response(response, start, end, total)

@@ -1,0 +1,187 @@
+"""Fetch: an approved multi-gigabyte model from SeaweedFS to a node, verified, against the raw download floor.
+
+Usage (from the repository root)::
+
+    .venv/bin/python bench/fetch.py [--size-gb 2] [--shards 4] [--parallel 8] [--rounds 3]
+
+Setup, once: SeaweedFS (``tests.support.seaweed``), a model directory of ``--shards`` safetensors files of
+random bytes plus ``config.json`` (five files for the defaults, ``--size-gb`` in all), a ``modelreg serve``
+process on a SQLite database and an S3 blob store that mirrors, seals, scans and evaluates it, then the
+version approved and promoted to ``prod`` (in this process, on the same database) and a node token.
+
+Each round, in this process, one after the other:
+
+- ``raw``: the floor: the manifest's presigned S3 URLs read with parallel ranged GETs (the same
+  ``--parallel`` streams and part size as the client, one shared HTTP client), bytes discarded: no hashing,
+  no disk, no checks;
+- ``cold``: ``registry.client.fetch.fetch`` into an empty node cache and a new DEST: manifest, signature and
+  root, ranged downloads hashed while streaming into the cache, hard links into DEST, ``model.sig``;
+- ``warm``: the same fetch into another new DEST with the cache warm (nothing to download);
+- ``verify``: ``modelreg verify DEST --trust-root FILE`` against ``model_signing verify key DEST`` on the
+  same directory (both as the commands a person runs, start-up included).
+
+It prints every round and the ratios: cold / raw (goal <= 1.10), warm seconds (goal <= 0.5), and verify /
+model_signing (goal <= 0.8).
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path[0] = str(REPO)
+
+import argparse  # noqa: E402
+import json  # noqa: E402
+import os  # noqa: E402
+import shutil  # noqa: E402
+import subprocess  # noqa: E402
+import tempfile  # noqa: E402
+import time  # noqa: E402
+from concurrent.futures import ThreadPoolExecutor  # noqa: E402
+
+import httpx  # noqa: E402
+
+from bench.mirror import MIB, write_model  # noqa: E402
+from registry.bootstrap import bootstrap  # noqa: E402
+from registry.client.api import RegistryApi  # noqa: E402
+from registry.client.cache import NodeCache  # noqa: E402
+from registry.client.download import DEFAULT_PART_SIZE, plan_parts  # noqa: E402
+from registry.client.fetch import fetch  # noqa: E402
+from registry.db.models import Version  # noqa: E402
+from registry.domain.aliases import make_target  # noqa: E402
+from registry.services import aliases  # noqa: E402
+from registry.settings import Settings  # noqa: E402
+from tests.support.registry import make_admin, role_token  # noqa: E402
+from tests.support.releases import approve_standin  # noqa: E402
+from tests.support.seaweed import start_seaweed  # noqa: E402
+from tests.support.server import start_server  # noqa: E402
+
+BIN = Path(sys.executable).parent
+TENANT, NAME = "bench", "big"
+
+
+def raw_download(api_url: str, token: str, parallel: int, part_size: int) -> tuple[float, int]:
+    """Seconds to read every file of the prod release through its presigned URLs, bytes discarded."""
+    with RegistryApi(api_url, token) as api:
+        response = api.manifest(TENANT, NAME, "prod")
+    sizes = {f["path"]: f["size"] for f in json.loads(
+        __import__("base64").b64decode(response.envelope["payload"]))["files"]}
+    parts = [(url, start, end) for path, url in response.transport.items()
+             for start, end in plan_parts(sizes[path], part_size)]
+    limits = httpx.Limits(max_connections=parallel, max_keepalive_connections=parallel)
+    total = 0
+    started = time.perf_counter()
+    with httpx.Client(limits=limits, timeout=120) as client:
+        def get(part: tuple[str, int, int]) -> int:
+            url, start, end = part
+            got = 0
+            with client.stream("GET", url, headers={"Range": f"bytes={start}-{end - 1}"}) as r:
+                r.raise_for_status()
+                for chunk in r.iter_raw(1 << 20):
+                    got += len(chunk)
+            return got
+
+        with ThreadPoolExecutor(parallel) as pool:
+            total = sum(pool.map(get, parts))
+    return time.perf_counter() - started, total
+
+
+def timed(argv: list[str], env: dict[str, str]) -> float:
+    started = time.perf_counter()
+    done = subprocess.run(argv, env=env, capture_output=True, text=True)
+    elapsed = time.perf_counter() - started
+    if done.returncode != 0:
+        raise SystemExit(f"{' '.join(argv)} exited {done.returncode}: {done.stderr[-800:]}")
+    return elapsed
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--size-gb", type=float, default=2.0)
+    parser.add_argument("--shards", type=int, default=4)
+    parser.add_argument("--parallel", type=int, default=8)
+    parser.add_argument("--rounds", type=int, default=3)
+    args = parser.parse_args()
+    part_size = DEFAULT_PART_SIZE
+    work = Path(tempfile.mkdtemp(prefix="modelreg-bench-fetch-"))
+    s3 = start_seaweed(work / "seaweed")
+    server = None
+    try:
+        bucket = "bench-fetch"
+        s3.client().create_bucket(Bucket=bucket)
+        model = work / "model"
+        model.mkdir()
+        write_model(model, int(args.size_gb * 1024 * MIB), args.shards)
+        data = work / "data"
+        data.mkdir()
+        env = {"MODELREG_DATABASE_URL": f"sqlite:///{work / 'registry.db'}",
+               "MODELREG_BLOB_STORE_URL": f"s3://{bucket}/registry", "MODELREG_S3_ENDPOINT_URL": s3.endpoint_url,
+               "MODELREG_S3_REGION": s3.region, "MODELREG_S3_ACCESS_KEY_ID": s3.access_key,
+               "MODELREG_S3_SECRET_ACCESS_KEY": s3.secret_key, "MODELREG_LOCAL_SOURCE_ROOTS": json.dumps([str(work)])}
+        server = start_server(data, extra_env=env, workers=2)
+        settings = Settings(**{k.removeprefix("MODELREG_").lower(): (json.loads(v) if k.endswith("ROOTS") else v)
+                               for k, v in env.items()}, data_dir=data)
+        container = bootstrap(settings)
+        admin = make_admin(container, TENANT)
+        token = role_token(container, "node-1", TENANT, "node")
+        admin_token = (data / "admin-token").read_text().strip()
+        submitted = subprocess.run([str(BIN / "modelreg"), "submit", str(model), "--no-upload", "--model",
+                                    f"{TENANT}/{NAME}", "--wait", "--timeout", "1800", "--json"],
+                                   env={**os.environ, "MODELREG_URL": server.url, "MODELREG_TOKEN": admin_token},
+                                   capture_output=True, text=True)
+        if submitted.returncode != 0:
+            raise SystemExit(f"submit failed: {submitted.stderr[-2000:]}")
+        number = json.loads(submitted.stdout)["version"]
+        with container.session_factory() as session:
+            state = session.query(Version).filter_by(number=number).one().state
+        assert state == "awaiting_approval", state
+        approve_standin(container, TENANT, NAME, number)
+        with container.session_factory() as session:
+            aliases.promote(session, admin, TENANT, NAME, "prod", make_target(number), policy=container.policy,
+                            clock=container.clock)
+        root_file = work / "root.json"
+        root_file.write_text(httpx.get(f"{server.url}/v1/trust-root").text)
+        public_key = work / "registry.pub"
+        subprocess.run([str(BIN / "modelreg"), "keys", "export", "-o", str(public_key)],
+                       env={**os.environ, "MODELREG_URL": server.url}, check=True, capture_output=True)
+        size = sum(p.stat().st_size for p in model.iterdir())
+        print(f"model: {len(list(model.iterdir()))} files, {size / MIB:.0f} MiB; parallel {args.parallel}, "
+              f"part {part_size // MIB} MiB; load {os.getloadavg()[0]:.2f}")
+        node_env = {**os.environ, "MODELREG_URL": server.url, "MODELREG_TOKEN": token}
+        for round_no in range(1, args.rounds + 1):
+            raw, got = raw_download(server.url, token, args.parallel, part_size)
+            assert got == size, (got, size)
+            cache_dir = work / f"cache-{round_no}"
+            with RegistryApi(server.url, token) as api:
+                started = time.perf_counter()
+                cold = fetch(f"{TENANT}/{NAME}@prod", work / f"dest-{round_no}", api=api, trust_root_file=root_file,
+                             cache=NodeCache(cache_dir), parallel=args.parallel)
+                cold_s = time.perf_counter() - started
+                started = time.perf_counter()
+                fetch(f"{TENANT}/{NAME}@prod", work / f"dest-{round_no}-warm", api=api, trust_root_file=root_file,
+                      cache=NodeCache(cache_dir), parallel=args.parallel)
+                warm_s = time.perf_counter() - started
+            dest = work / f"dest-{round_no}"
+            ours = timed([str(BIN / "modelreg"), "verify", str(dest), "--trust-root", str(root_file)], node_env)
+            theirs = timed([str(BIN / "model_signing"), "verify", "key", str(dest), "--public_key", str(public_key),
+                            "--signature", str(dest / "model.sig")], node_env)
+            phases = ", ".join(f"{k} {v:.2f}" for k, v in cold.timings.items())
+            print(f"round {round_no}: raw {raw:.2f} s ({size / MIB / raw:.0f} MiB/s); cold fetch {cold_s:.2f} s "
+                  f"({phases}); cold/raw {cold_s / raw:.2f} (goal <= 1.10); warm fetch {warm_s:.3f} s "
+                  f"(goal <= 0.5); modelreg verify {ours:.2f} s, model_signing verify {theirs:.2f} s, "
+                  f"ratio {ours / theirs:.2f} (goal <= 0.8); load {os.getloadavg()[0]:.2f}")
+            shutil.rmtree(cache_dir, ignore_errors=True)
+            for d in (work / f"dest-{round_no}", work / f"dest-{round_no}-warm"):
+                shutil.rmtree(d, ignore_errors=True)
+        container.dispose()
+    finally:
+        if server is not None:
+            server.stop()
+        s3.stop()
+        shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,113 @@
+"""`modelreg fetch` against the real manifest and trust-root endpoints: the node half of a release, end to end.
+
+A version made by the pipeline, approved and promoted to ``prod``; a node principal's token; the trust root
+the registry publishes. The fetch verifies and fills DEST (``model_signing verify key`` accepts it), follows
+``prod`` when it moves (a higher serial), walks a key rotation, and refuses a revoked release. The hostile
+cases (forged signatures, expired or rolled-back releases, flipped bytes) are in ``test_fetch_client.py``,
+whose stand-in server is the attacker.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from api.app import create_app
+from registry.domain.aliases import make_target
+from registry.services import aliases, revocations
+from tests.support.live_app import serve_in_thread
+from tests.support.registry import make_admin, role_token
+from tests.support.releases import approve_standin, awaiting_version
+from tests.support.server import MODELREG
+from tests.support.tiny_model import tiny_model_files
+
+MODEL_SIGNING = Path(sys.executable).parent / "model_signing"
+
+
+@pytest.fixture
+def node(container, tmp_path):
+    admin = make_admin(container, "acme")
+    numbers = [awaiting_version(container, admin, tmp_path / f"m{seed}", "acme", "tiny", seed=seed,
+                                files=tiny_model_files(seed)) for seed in (41, 42)]
+    for n in numbers:
+        approve_standin(container, "acme", "tiny", n)
+    promote(container, admin, numbers[0])
+    token = role_token(container, "node-1", "acme", "node")
+    with serve_in_thread(create_app(container)) as url:
+        import httpx
+
+        root = tmp_path / "root.json"
+        root.write_text(httpx.get(f"{url}/v1/trust-root").text)
+        env = {**os.environ, "MODELREG_URL": url, "MODELREG_TOKEN": token, "MODELREG_TRUST_ROOT": str(root),
+               "MODELREG_CACHE": str(tmp_path / "cache")}
+        yield {"url": url, "env": env, "root": root, "admin": admin, "numbers": numbers, "tmp": tmp_path}
+
+
+def promote(container, admin, number):
+    with container.session_factory() as session:
+        aliases.promote(session, admin, "acme", "tiny", "prod", make_target(number), policy=container.policy,
+                        clock=container.clock)
+
+
+def run(env, *args):
+    return subprocess.run([MODELREG, *args], env=env, capture_output=True, text=True, timeout=120)
+
+
+def test_fetch_verify_and_model_signing_accept_the_release(node, tmp_path, container):
+    dest = tmp_path / "dest"
+    done = run(node["env"], "fetch", "modelreg://acme/tiny@prod", str(dest), "--json")
+    assert done.returncode == 0, done.stderr
+    summary = json.loads(done.stdout.strip().splitlines()[-1])
+    assert summary["version"] == node["numbers"][0] and summary["serial"] == 1
+    assert {p.name for p in dest.iterdir()} >= set(tiny_model_files(41)) | {"model.sig"}
+    for path, data in tiny_model_files(41).items():
+        assert (dest / path).read_bytes() == data
+    assert run(node["env"], "verify", str(dest)).returncode == 0
+    key = tmp_path / "registry.pub"
+    assert run(node["env"], "keys", "export", "-o", str(key)).returncode == 0
+    checked = subprocess.run([MODEL_SIGNING, "verify", "key", str(dest), "--public_key", str(key),
+                              "--signature", str(dest / "model.sig")], capture_output=True, text=True)
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    again = run(node["env"], "fetch", "acme/tiny@prod", str(dest), "--json")
+    assert again.returncode == 0 and json.loads(again.stdout.strip().splitlines()[-1])["noop"] is True
+
+
+def test_fetch_follows_prod_when_it_moves_and_refuses_a_revoked_release(node, tmp_path, container):
+    first, second = node["numbers"]
+    assert run(node["env"], "fetch", "acme/tiny@prod", str(tmp_path / "a")).returncode == 0
+    promote(container, node["admin"], second)
+    moved = run(node["env"], "fetch", "acme/tiny@prod", str(tmp_path / "b"), "--json")
+    assert moved.returncode == 0, moved.stderr
+    summary = json.loads(moved.stdout.strip().splitlines()[-1])
+    assert (summary["version"], summary["serial"]) == (second, 2)
+    with container.session_factory() as session:
+        revocations.revoke(session, node["admin"], "acme", "tiny", second, "bad weights", clock=container.clock)
+    refused = run(node["env"], "fetch", "acme/tiny@prod", str(tmp_path / "c"))
+    assert refused.returncode == 14 and len(refused.stderr.strip().splitlines()) == 1, refused.stderr
+    assert "revoked" in refused.stderr and not (tmp_path / "c").exists()
+    unapproved = run(node["env"], "fetch", "acme/tiny@9", str(tmp_path / "d"))
+    assert unapproved.returncode != 0 and not (tmp_path / "d").exists()
+
+
+def test_fetch_walks_a_key_rotation_from_the_pinned_root(node, tmp_path, container):
+    rotated = subprocess.run([MODELREG, "keys", "rotate", "--data-dir", str(container.settings.data_dir)],
+                             env={**os.environ, "MODELREG_DATABASE_URL": container.settings.database_url,
+                                  "MODELREG_BLOB_STORE_URL": container.settings.resolved_blob_store_url(),
+                                  "MODELREG_SIGNING_KEY_PEM":
+                                      container.settings.signing_key_pem.get_secret_value(),
+                                  "MODELREG_PRESIGN_SECRET": "test-presign-secret"},
+                             capture_output=True, text=True)
+    assert rotated.returncode == 0, rotated.stderr
+    import httpx
+
+    assert httpx.get(f"{node['url']}/v1/trust-root").json() != json.loads(node["root"].read_text())
+    done = run(node["env"], "fetch", "acme/tiny@prod", str(tmp_path / "dest"), "--json")
+    assert done.returncode == 0, done.stderr
+    assert json.loads(node["root"].read_text())["payload"]  # the pinned file is never rewritten
+    stored = list((tmp_path / "cache" / "trust" / "roots").glob("*.json"))
+    assert [p.name for p in stored] == ["2.json"]
