@@ -51,11 +51,11 @@ class CliError(RegistryError):
 
 
 def _client(url: Optional[str], token: Optional[str]):
-    from registry.client.http import RegistryClient
+    from registry.client.api import RegistryApi
 
     if not url:
         raise CliError("no registry URL: pass --url or set MODELREG_URL (e.g. http://127.0.0.1:8080)")
-    return RegistryClient(url, token)
+    return RegistryApi(url, token)
 
 
 def _say(*lines: str, err: bool = False) -> None:
@@ -94,7 +94,3 @@ def _split_model(model: str) -> tuple[str, str]:
         raise CliError(exc.message) from None
     return ref.tenant, ref.name
 
-
-def _versions_path(model: str, number: int) -> str:
-    tenant, name = _split_model(model)
-    return f"/v1/models/{_seg(tenant)}/{_seg(name)}/versions/{number}"

@@ -6,7 +6,7 @@ from typing import Any, Optional
 
 import typer
 
-from registry.cli._base import JsonOpt, TokenOpt, UrlOpt, _client, _emit, _versions_path, app, policy_app
+from registry.cli._base import JsonOpt, TokenOpt, UrlOpt, _client, _emit, _split_model, app, policy_app
 
 
 def _unmet_lines(unmet: list[dict[str, Any]]) -> list[str]:
@@ -30,9 +30,8 @@ def _status_lines(s: dict[str, Any]) -> list[str]:
 def _decide(decision: str, model: str, number: int, capacity: str, comment: str, files: list[str],
             url: Optional[str], token: Optional[str], as_json: bool) -> None:
     with _client(url, token) as client:
-        status = client.post(f"{_versions_path(model, number)}/approvals",
-                             json={"decision": decision, "capacity": capacity, "comment": comment,
-                                   "files": files})
+        status = client.decide(*_split_model(model), number, {"decision": decision, "capacity": capacity,
+                                                              "comment": comment, "files": files})
     _emit(status, as_json, _status_lines(status))
 
 
@@ -71,7 +70,7 @@ def status(
 ) -> None:
     """A version's state, what it still needs (unmet requirements), and the approvals so far."""
     with _client(url, token) as client:
-        result = client.get(f"{_versions_path(model, number)}/approvals")
+        result = client.approval_status(*_split_model(model), number)
     _emit(result, as_json, _status_lines(result))
 
 
@@ -83,7 +82,7 @@ def policy_eval(
 ) -> None:
     """Evaluate the approval policy on a version now: the decision and what is unmet; changes nothing."""
     with _client(url, token) as client:
-        result = client.get(f"{_versions_path(model, number)}/policy")
+        result = client.policy(*_split_model(model), number)
     d = result["decision"]
     head = (f"{result['model']}@{result['version']}: {result['state']}; policy says {d['outcome']}"
             f" (bundle {d['bundle_digest'][:12]}, input {d['input_digest'][:12]})")

@@ -15,8 +15,7 @@ from registry.cli._base import (
     _client,
     _emit,
     _say,
-    _seg,
-    _versions_path,
+    _split_model,
     app,
     evalset_app,
 )
@@ -60,16 +59,16 @@ def evals_command(
     """A version's eval results: each suite's status, reason and metrics (or one suite's cases or log)."""
     if log and not suite:
         raise CliError("--log needs --suite")
-    path = f"{_versions_path(model, number)}/evals"
+    tenant, name = _split_model(model)
     with _client(url, token) as client:
         if suite and log:
-            _say(*client.get_bytes(f"{path}/{_seg(suite)}/log").decode("utf-8", "replace").splitlines())
+            _say(*client.eval_log(tenant, name, number, suite).decode("utf-8", "replace").splitlines())
             return
         if suite:
-            result = client.get(f"{path}/{_seg(suite)}")
+            result = client.eval(tenant, name, number, suite)
             _emit(result, as_json, _case_lines(result))
             return
-        result = client.get(path)
+        result = client.evals(tenant, name, number)
     _emit(result, as_json, _eval_lines(result))
 
 
@@ -91,9 +90,7 @@ def evalset_add(
     if file.stat().st_size > MAX_EVALSET_BYTES:
         raise CliError(f"{file} is over the {MAX_EVALSET_BYTES} bytes an eval set may hold")
     with _client(url, token) as client:
-        result = client.put(f"/v1/evalsets/{_seg(name)}", content=file.read_bytes(),
-                            params={"description": description},
-                            headers={"Content-Type": "application/x-ndjson"})
+        result = client.add_evalset(name, file.read_bytes(), description)
     verb = "added" if result["created"] else "unchanged, already"
     _emit(result, as_json, f"{verb} {_evalset_line(result)}")
 
@@ -102,7 +99,7 @@ def evalset_add(
 def evalset_list(url: str = UrlOpt, token: str = TokenOpt, as_json: bool = JsonOpt) -> None:
     """The newest version of every eval set."""
     with _client(url, token) as client:
-        result = client.get("/v1/evalsets")
+        result = client.evalsets()
     _emit(result, as_json, [_evalset_line(e) for e in result["evalsets"]] or ["no eval sets"])
 
 
@@ -118,14 +115,13 @@ def evalset_show(
         raise CliError("--cases needs --version")
     with _client(url, token) as client:
         if cases:
-            _say(*client.get_bytes(f"/v1/evalsets/{_seg(name)}/versions/{version}/cases")
-                 .decode("utf-8", "replace").splitlines())
+            _say(*client.evalset_cases(name, version).decode("utf-8", "replace").splitlines())
             return
         if version is not None:
-            result = client.get(f"/v1/evalsets/{_seg(name)}/versions/{version}")
+            result = client.evalset(name, version)
             _emit(result, as_json, [_evalset_line(result), f"  languages: {result['languages']}",
                                     f"  added by {result['created_by']} at {result['created_at']}",
                                     f"  {result['description']}"])
             return
-        result = client.get(f"/v1/evalsets/{_seg(name)}")
+        result = client.evalset(name)
     _emit(result, as_json, [_evalset_line(e) for e in result["versions"]])

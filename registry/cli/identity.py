@@ -6,14 +6,14 @@ from typing import Optional
 
 import typer
 
-from registry.cli._base import JsonOpt, TokenOpt, UrlOpt, _client, _emit, _seg, app, principal_app, tenant_app
+from registry.cli._base import JsonOpt, TokenOpt, UrlOpt, _client, _emit, app, principal_app, tenant_app
 
 
 @app.command()
 def whoami(url: str = UrlOpt, token: str = TokenOpt, as_json: bool = JsonOpt) -> None:
     """Show who the token belongs to and its roles."""
     with _client(url, token) as client:
-        me = client.get("/v1/whoami")
+        me = client.whoami()
     roles = ", ".join(f"{t}:{r['role']}{'/' + r['capacity'] if r['capacity'] else ''}"
                       for t, rs in me["roles"].items() for r in rs)
     _emit(me, as_json, f"{me['name']}{' (admin)' if me['is_admin'] else ''} {roles}".strip())
@@ -22,14 +22,14 @@ def whoami(url: str = UrlOpt, token: str = TokenOpt, as_json: bool = JsonOpt) ->
 @tenant_app.command("create")
 def tenant_create(name: str, url: str = UrlOpt, token: str = TokenOpt, as_json: bool = JsonOpt) -> None:
     with _client(url, token) as client:
-        created = client.post("/v1/tenants", json={"name": name})
+        created = client.create_tenant(name)
     _emit(created, as_json, f"created tenant {created['name']}")
 
 
 @tenant_app.command("list")
 def tenant_list(url: str = UrlOpt, token: str = TokenOpt, as_json: bool = JsonOpt) -> None:
     with _client(url, token) as client:
-        tenants = client.get("/v1/tenants")
+        tenants = client.tenants()
     _emit(tenants, as_json, [t["name"] for t in tenants])
 
 
@@ -39,7 +39,7 @@ def principal_create(
     as_json: bool = JsonOpt,
 ) -> None:
     with _client(url, token) as client:
-        created = client.post("/v1/principals", json={"name": name, "is_admin": admin})
+        created = client.create_principal(name, admin=admin)
     _emit(created, as_json, f"created principal {created['name']}")
 
 
@@ -52,8 +52,7 @@ def principal_grant(
     url: str = UrlOpt, token: str = TokenOpt, as_json: bool = JsonOpt,
 ) -> None:
     with _client(url, token) as client:
-        result = client.post(f"/v1/principals/{_seg(name)}/roles",
-                             json={"tenant": tenant, "role": role, "capacity": capacity})
+        result = client.grant_role(name, tenant, role, capacity)
     _emit(result, as_json, f"granted {role}{'/' + capacity if capacity else ''} in {tenant} to {name}")
 
 
@@ -66,6 +65,5 @@ def principal_token(
 ) -> None:
     """Issue a token for NAME; the secret is printed once."""
     with _client(url, token) as client:
-        issued = client.post(f"/v1/principals/{_seg(name)}/tokens",
-                             json={"description": description, "expires_in_days": days})
+        issued = client.issue_token(name, description=description, expires_in_days=days)
     _emit(issued, as_json, issued["token"])

@@ -119,8 +119,7 @@ def audit_checkpoints(url: str = UrlOpt, token: str = TokenOpt, as_json: bool = 
     found: list[dict[str, Any]] = []
     with _client(url, token) as client:
         while True:
-            page = client.get("/v1/audit/checkpoints", params={"after": found[-1]["id"] if found else 0,
-                                                               "limit": 1000})
+            page = client.audit_checkpoints(found[-1]["id"] if found else 0, 1000)
             found.extend(page)
             if len(page) < 1000:
                 break
@@ -189,7 +188,13 @@ def serve(
 
     import uvicorn
 
-    from registry.bootstrap import bootstrap, ensure_initial_admin, ensure_trust_root, load_settings, prepare_embedded
+    from registry.bootstrap import (
+        bootstrap,
+        ensure_initial_admin,
+        ensure_trust_root,
+        load_settings,
+        prepare_embedded,
+    )
 
     overrides: dict[str, Any] = {}
     for key, value in (("data_dir", data_dir), ("host", host), ("port", port), ("workers", workers)):

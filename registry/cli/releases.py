@@ -14,7 +14,6 @@ from registry.cli._base import (
     UrlOpt,
     _client,
     _emit,
-    _seg,
     _split_model,
     alias_app,
     app,
@@ -57,7 +56,7 @@ def promote(
     if canary_version is not None:
         body["canary"] = {"version": canary_version, "tenants": canary_tenants}
     with _client(url, token) as client:
-        moved = client.put(f"/v1/models/{_seg(tenant)}/{_seg(name)}/aliases/{_seg(alias)}", json=body)
+        moved = client.promote(tenant, name, alias, body)
     _emit(moved, as_json, _alias_lines({**moved, "history": moved["history"][:1]}))
 
 
@@ -70,8 +69,7 @@ def rollback(
     """Move ALIAS back to the version it pointed at before its newest move."""
     tenant, name = _split_model(model)
     with _client(url, token) as client:
-        moved = client.post(f"/v1/models/{_seg(tenant)}/{_seg(name)}/aliases/{_seg(alias)}/rollback",
-                            json={"comment": comment})
+        moved = client.rollback(tenant, name, alias, comment)
     _emit(moved, as_json, _alias_lines({**moved, "history": moved["history"][:1]}))
 
 
@@ -83,7 +81,7 @@ def alias_list(
     """Every alias of MODEL, with its history (who, when, from, to, why)."""
     tenant, name = _split_model(model)
     with _client(url, token) as client:
-        found = client.get(f"/v1/models/{_seg(tenant)}/{_seg(name)}/aliases")
+        found = client.aliases(tenant, name)
     _emit(found, as_json, [line for a in found for line in _alias_lines(a)] or ["(no aliases)"])
 
 
@@ -96,8 +94,7 @@ def revoke(
     """Revoke a version (administrators and security approvers): aliases pointing at it stop resolving."""
     tenant, name = _split_model(model)
     with _client(url, token) as client:
-        version = client.post(f"/v1/models/{_seg(tenant)}/{_seg(name)}/versions/{number}/revoke",
-                              json={"reason": reason})
+        version = client.revoke(tenant, name, number, reason)
     _emit(version, as_json, f"{version['model']}@{version['version']}: revoked ({reason})")
 
 
@@ -105,7 +102,7 @@ def revoke(
 def keys_list(url: str = UrlOpt, token: str = TokenOpt, as_json: bool = JsonOpt) -> None:
     """The registry's public signing keys."""
     with _client(url, token) as client:
-        keys = client.get("/v1/keys")
+        keys = client.keys()
     _emit(keys, as_json, [f"{k['key_id']}  {k['algorithm']}" for k in keys["keys"]])
 
 
@@ -114,7 +111,7 @@ def keys_export(output: Path = typer.Option(Path("registry.pub"), "--output", "-
                 url: str = UrlOpt, token: str = TokenOpt, as_json: bool = JsonOpt) -> None:
     """Write the registry's public key PEM (for `model_signing verify key --public_key`)."""
     with _client(url, token) as client:
-        keys = client.get("/v1/keys")
+        keys = client.keys()
     output.write_text(keys["keys"][0]["public_key_pem"])
     _emit({"written": str(output), "key_id": keys["keys"][0]["key_id"]}, as_json, f"wrote {output}")
 

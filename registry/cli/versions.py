@@ -10,7 +10,6 @@ import time
 from pathlib import Path
 from typing import Any, Optional
 
-import httpx
 import typer
 
 from registry.cli._base import (
@@ -21,7 +20,6 @@ from registry.cli._base import (
     _client,
     _emit,
     _say,
-    _seg,
     _split_model,
     app,
     version_app,
@@ -70,10 +68,7 @@ def submit(
                     "hf_endpoint": hf_endpoint}
         if license is not None:
             body["license"] = license
-        # The registry pins the revision before it answers: listing a hub is quick, but hashing a
-        # large local directory to name its revision can take minutes.
-        version = client.post(f"/v1/models/{_seg(tenant)}/{_seg(name)}/versions", json=body,
-                              timeout=httpx.Timeout(30.0, read=3600.0))
+        version = client.submit(tenant, name, body)
         if wait:
             version = _wait_for(client, version, timeout, show_progress=not as_json)
     if as_json:
@@ -87,24 +82,18 @@ def submit(
 def _upload_directory(client: Any, tenant: str, source: str, include: list[str], exclude: list[str],
                       quiet: bool) -> dict[str, Any]:
     """Hash a local directory here, upload the blobs the registry lacks, and describe the version."""
-    from registry.client.http import RemoteError
     from registry.sources.local import LocalDirectorySource
 
     directory = Path(source.removeprefix("file://"))
     src = LocalDirectorySource(str(directory), include=include, exclude=exclude)
     snapshot = src.resolve(None)
     for f in snapshot.files:
-        try:
-            client.request("HEAD", f"/v1/blobs/sha256/{f.sha256}", params={"tenant": tenant})
+        if client.has_blob(tenant, f.sha256):
             continue
-        except RemoteError as exc:
-            if exc.status != 404:
-                raise
         if not quiet:
             _say(f"uploading {f.path} ({f.size} bytes)", err=True)
         with open(directory / f.path, "rb") as data:
-            client.request("PUT", f"/v1/blobs/sha256/{f.sha256}", params={"tenant": tenant}, content=data,
-                           headers={"Content-Length": str(f.size)})
+            client.put_blob(tenant, f.sha256, data, f.size)
     return {"source": f"upload:{directory.name}",
             "files": [{"path": f.path, "size": f.size, "sha256": f.sha256} for f in snapshot.files]}
 
@@ -112,7 +101,7 @@ def _upload_directory(client: Any, tenant: str, source: str, include: list[str],
 def _wait_for(client: Any, version: dict[str, Any], timeout: float, show_progress: bool) -> dict[str, Any]:
     from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TransferSpeedColumn
 
-    path = f"/v1/models/{version['model']}/versions/{version['version']}"
+    tenant, name = version["model"].split("/", 1)
     deadline = time.monotonic() + timeout
     with Progress(TextColumn("[bold]{task.description}"), BarColumn(), DownloadColumn(), TransferSpeedColumn(),
                   TextColumn("{task.fields[files]}"), disable=not show_progress, transient=True) as progress:
@@ -126,7 +115,7 @@ def _wait_for(client: Any, version: dict[str, Any], timeout: float, show_progres
                             completed=p.get("bytes_mirrored", 0),
                             files=f"{p.get('files_mirrored', 0)}/{p.get('files', 0)} files")
             time.sleep(0.3)
-            version = client.get(path)
+            version = client.version(tenant, name, version["version"])
     return version
 
 
@@ -178,7 +167,7 @@ def version_show(
         raise CliError("--sequences needs --context (the tokens each sequence holds)")
     tenant, name = _split_model(model)
     with _client(url, token) as client:
-        version = client.get(f"/v1/models/{_seg(tenant)}/{_seg(name)}/versions/{number}")
+        version = client.version(tenant, name, number)
     facts = version.get("facts")
     estimate = None
     if context is not None:
@@ -267,7 +256,7 @@ def version_signature(
     """Save the version's OpenSSF model-signing bundle (verify with `model_signing verify key`)."""
     tenant, name = _split_model(model)
     with _client(url, token) as client:
-        bundle = client.get(f"/v1/models/{_seg(tenant)}/{_seg(name)}/versions/{number}/signature")
+        bundle = client.signature(tenant, name, number)
     output.write_text(json.dumps(bundle))
     _emit({"written": str(output), "key_id": bundle["verificationMaterial"]["publicKey"]["hint"]}, as_json,
           f"wrote {output}")
@@ -304,7 +293,7 @@ def rescan(
     if not all_files:
         raise CliError("say --all: rescan queues a scan of every stored file not yet scanned by this version")
     with _client(url, token) as client:
-        result = client.post("/v1/scans/rescan")
+        result = client.rescan()
     _emit(result, as_json, f"queued {result['queued']} scan(s) with {result['scanner']} {result['scanner_version']}")
 
 
@@ -316,7 +305,7 @@ def version_scans(
     """Per-file scan verdicts of a version."""
     tenant, name = _split_model(model)
     with _client(url, token) as client:
-        result = client.get(f"/v1/models/{_seg(tenant)}/{_seg(name)}/versions/{number}/scans")
+        result = client.scans(tenant, name, number)
     lines = [f"{result['model']}@{result['version']}: {result['state']}"]
     for f in result["files"]:
         lines.append(f"  {f['verdict'] or '(pending)':10} {f['format'] or '':14} {f['path']}")

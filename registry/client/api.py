@@ -60,8 +60,21 @@ class ManifestResponse:
                    version if type(version) is int else None, etag)
 
 
+def _model(tenant: str, name: str) -> str:
+    return f"/v1/models/{_seg(tenant)}/{_seg(name)}"
+
+
+def _version(tenant: str, name: str, number: int) -> str:
+    return f"{_model(tenant, name)}/versions/{int(number)}"
+
+
 class RegistryApi:
-    """The calls a serving node makes. ``url`` is the registry (``MODELREG_URL``), ``token`` the node's."""
+    """Every call of the registry's API that modelreg's own clients make: the ``modelreg`` commands and a
+    serving node's fetch. ``url`` is the registry (``MODELREG_URL``), ``token`` the caller's.
+
+    Answers are the API's JSON documents (the OpenAPI document at ``/openapi.json`` describes each);
+    failures raise :class:`registry.client.http.RemoteError` with the problem's type and detail.
+    """
 
     def __init__(self, url: str, token: str | None, *, timeout: float = 60.0,
                  transport: httpx.BaseTransport | None = None) -> None:
@@ -69,6 +82,121 @@ class RegistryApi:
         # No Authorization header, no base URL: transport URLs are absolute and carry their own credentials.
         self.blobs = httpx.Client(timeout=httpx.Timeout(timeout, connect=10.0), follow_redirects=False,
                                   headers={"User-Agent": "modelreg-client/0.1"}, transport=transport)
+
+    # --- identity ---------------------------------------------------------------------------
+
+    def whoami(self) -> dict[str, Any]:
+        return self.client.get("/v1/whoami")
+
+    def create_tenant(self, name: str) -> dict[str, Any]:
+        return self.client.post("/v1/tenants", json={"name": name})
+
+    def tenants(self) -> list[dict[str, Any]]:
+        return self.client.get("/v1/tenants")
+
+    def create_principal(self, name: str, *, admin: bool = False) -> dict[str, Any]:
+        return self.client.post("/v1/principals", json={"name": name, "is_admin": admin})
+
+    def grant_role(self, principal: str, tenant: str, role: str, capacity: str = "") -> dict[str, Any]:
+        return self.client.post(f"/v1/principals/{_seg(principal)}/roles",
+                                json={"tenant": tenant, "role": role, "capacity": capacity})
+
+    def issue_token(self, principal: str, **body: Any) -> dict[str, Any]:
+        return self.client.post(f"/v1/principals/{_seg(principal)}/tokens", json=body)
+
+    # --- versions ---------------------------------------------------------------------------
+
+    def submit(self, tenant: str, name: str, body: dict[str, Any]) -> dict[str, Any]:
+        # The registry pins the revision before it answers: listing a hub is quick, but hashing a large
+        # local directory to name its revision can take minutes.
+        return self.client.post(f"{_model(tenant, name)}/versions", json=body,
+                                timeout=httpx.Timeout(30.0, read=3600.0))
+
+    def has_blob(self, tenant: str, digest: str) -> bool:
+        """Whether ``tenant`` owns the blob already (an uploader skips it)."""
+        try:
+            self.client.request("HEAD", f"/v1/blobs/sha256/{digest}", params={"tenant": tenant})
+            return True
+        except RemoteError as exc:
+            if exc.status == 404:
+                return False
+            raise
+
+    def put_blob(self, tenant: str, digest: str, data: Any, size: int) -> dict[str, Any]:
+        return self.client.request("PUT", f"/v1/blobs/sha256/{digest}", params={"tenant": tenant}, content=data,
+                                   headers={"Content-Length": str(size)})
+
+    def version(self, tenant: str, name: str, number: int) -> dict[str, Any]:
+        return self.client.get(_version(tenant, name, number))
+
+    def signature(self, tenant: str, name: str, number: int) -> dict[str, Any]:
+        return self.client.get(f"{_version(tenant, name, number)}/signature")
+
+    def scans(self, tenant: str, name: str, number: int) -> dict[str, Any]:
+        return self.client.get(f"{_version(tenant, name, number)}/scans")
+
+    def rescan(self) -> dict[str, Any]:
+        return self.client.post("/v1/scans/rescan")
+
+    # --- approvals and policy -----------------------------------------------------------------
+
+    def decide(self, tenant: str, name: str, number: int, body: dict[str, Any]) -> dict[str, Any]:
+        return self.client.post(f"{_version(tenant, name, number)}/approvals", json=body)
+
+    def approval_status(self, tenant: str, name: str, number: int) -> dict[str, Any]:
+        return self.client.get(f"{_version(tenant, name, number)}/approvals")
+
+    def policy(self, tenant: str, name: str, number: int) -> dict[str, Any]:
+        return self.client.get(f"{_version(tenant, name, number)}/policy")
+
+    # --- evals ---------------------------------------------------------------------------------
+
+    def evals(self, tenant: str, name: str, number: int) -> dict[str, Any]:
+        return self.client.get(f"{_version(tenant, name, number)}/evals")
+
+    def eval(self, tenant: str, name: str, number: int, suite: str) -> dict[str, Any]:
+        return self.client.get(f"{_version(tenant, name, number)}/evals/{_seg(suite)}")
+
+    def eval_log(self, tenant: str, name: str, number: int, suite: str) -> bytes:
+        return self.client.get_bytes(f"{_version(tenant, name, number)}/evals/{_seg(suite)}/log")
+
+    def add_evalset(self, name: str, data: bytes, description: str = "") -> dict[str, Any]:
+        return self.client.put(f"/v1/evalsets/{_seg(name)}", content=data, params={"description": description},
+                               headers={"Content-Type": "application/x-ndjson"})
+
+    def evalsets(self) -> dict[str, Any]:
+        return self.client.get("/v1/evalsets")
+
+    def evalset(self, name: str, number: int | None = None) -> dict[str, Any]:
+        """Every version of the eval set, or version ``number``."""
+        if number is None:
+            return self.client.get(f"/v1/evalsets/{_seg(name)}")
+        return self.client.get(f"/v1/evalsets/{_seg(name)}/versions/{int(number)}")
+
+    def evalset_cases(self, name: str, number: int) -> bytes:
+        return self.client.get_bytes(f"/v1/evalsets/{_seg(name)}/versions/{int(number)}/cases")
+
+    # --- aliases, revocation, keys, audit --------------------------------------------------------
+
+    def promote(self, tenant: str, name: str, alias: str, body: dict[str, Any]) -> dict[str, Any]:
+        return self.client.put(f"{_model(tenant, name)}/aliases/{_seg(alias)}", json=body)
+
+    def rollback(self, tenant: str, name: str, alias: str, comment: str) -> dict[str, Any]:
+        return self.client.post(f"{_model(tenant, name)}/aliases/{_seg(alias)}/rollback", json={"comment": comment})
+
+    def aliases(self, tenant: str, name: str) -> list[dict[str, Any]]:
+        return self.client.get(f"{_model(tenant, name)}/aliases")
+
+    def revoke(self, tenant: str, name: str, number: int, reason: str) -> dict[str, Any]:
+        return self.client.post(f"{_version(tenant, name, number)}/revoke", json={"reason": reason})
+
+    def keys(self) -> dict[str, Any]:
+        return self.client.get("/v1/keys")
+
+    def audit_checkpoints(self, after: int, limit: int) -> list[dict[str, Any]]:
+        return self.client.get("/v1/audit/checkpoints", params={"after": after, "limit": limit})
+
+    # --- serving nodes ---------------------------------------------------------------------------
 
     @staticmethod
     def manifest_path(tenant: str, name: str) -> str:
