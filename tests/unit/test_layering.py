@@ -57,3 +57,9 @@ def test_the_eval_runner_subprocess_loads_no_database_or_web_code():
             " or m.startswith(('registry.db', 'registry.services', 'registry.storage'))]; print(bad)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True)
     assert out.stdout.strip() == "[]"
+
+
+def test_the_cli_builds_no_api_paths():
+    """Every `modelreg` command calls the registry through registry/client/api.py, the one typed API client."""
+    offenders = [str(p.relative_to(ROOT)) for p in (ROOT / "registry" / "cli").glob("*.py") if "/v1/" in p.read_text()]
+    assert offenders == []
