@@ -6,7 +6,7 @@ Usage (from the repository root)::
 
 Setup, once: SeaweedFS (``tests.support.seaweed``), a model directory of ``--shards`` safetensors files of
 random bytes plus ``config.json`` (five files for the defaults, ``--size-gb`` in all), a ``modelreg serve``
-process on a SQLite database and an S3 blob store that mirrors, seals, scans and evaluates it, then the
+process on a fresh PostgreSQL database (dropped at the end) and an S3 blob store that mirrors, seals, scans and evaluates it, then the
 version approved and promoted to ``prod`` (in this process, on the same database) and a node token.
 
 Each round, in this process, one after the other:
@@ -53,6 +53,7 @@ from registry.db.models import Version  # noqa: E402
 from registry.domain.aliases import make_target  # noqa: E402
 from registry.services import aliases  # noqa: E402
 from registry.settings import Settings  # noqa: E402
+from tests.support import db as dbsupport  # noqa: E402
 from tests.support.registry import make_admin, role_token  # noqa: E402
 from tests.support.releases import approve_standin  # noqa: E402
 from tests.support.seaweed import start_seaweed  # noqa: E402
@@ -107,7 +108,7 @@ def main() -> None:
     part_size = DEFAULT_PART_SIZE
     work = Path(tempfile.mkdtemp(prefix="modelreg-bench-fetch-"))
     s3 = start_seaweed(work / "seaweed")
-    server = None
+    server = database_url = None
     try:
         bucket = "bench-fetch"
         s3.client().create_bucket(Bucket=bucket)
@@ -116,7 +117,8 @@ def main() -> None:
         write_model(model, int(args.size_gb * 1024 * MIB), args.shards)
         data = work / "data"
         data.mkdir()
-        env = {"MODELREG_DATABASE_URL": f"sqlite:///{work / 'registry.db'}",
+        database_url = dbsupport.create_pg_database()
+        env = {"MODELREG_DATABASE_URL": database_url,
                "MODELREG_BLOB_STORE_URL": f"s3://{bucket}/registry", "MODELREG_S3_ENDPOINT_URL": s3.endpoint_url,
                "MODELREG_S3_REGION": s3.region, "MODELREG_S3_ACCESS_KEY_ID": s3.access_key,
                "MODELREG_S3_SECRET_ACCESS_KEY": s3.secret_key, "MODELREG_LOCAL_SOURCE_ROOTS": json.dumps([str(work)])}
@@ -179,6 +181,8 @@ def main() -> None:
     finally:
         if server is not None:
             server.stop()
+        if database_url is not None:
+            dbsupport.drop_pg_database(database_url)
         s3.stop()
         shutil.rmtree(work, ignore_errors=True)
 
