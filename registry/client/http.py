@@ -57,13 +57,7 @@ class RegistryClient:
         except httpx.HTTPError as exc:
             raise NetworkError(f"cannot reach the registry at {self.url}: {exc}") from exc
         if response.status_code >= 400:
-            try:
-                body = response.json()
-                if not isinstance(body, dict):
-                    raise ValueError
-            except ValueError:
-                body = {"detail": response.text[:200] or response.reason_phrase}
-            raise RemoteError(response.status_code, body)
+            raise _remote_error(response)
         if response.status_code == 204 or not response.content:
             return None
         content_type = response.headers.get("content-type", "")
@@ -83,13 +77,7 @@ class RegistryClient:
             with self.http.stream("GET", path) as response:
                 if response.status_code >= 400:
                     response.read()
-                    try:
-                        body = response.json()
-                        if not isinstance(body, dict):
-                            raise ValueError
-                    except ValueError:
-                        body = {"detail": response.text[:200] or response.reason_phrase}
-                    raise RemoteError(response.status_code, body)
+                    raise _remote_error(response)
                 data = bytearray()
                 for chunk in response.iter_bytes():
                     data += chunk
@@ -116,3 +104,14 @@ class RegistryClient:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _remote_error(response: httpx.Response) -> RemoteError:
+    """The error an answer of status 400 or more stands for: its problem, or a short line of its body."""
+    try:
+        body = response.json()
+        if not isinstance(body, dict):
+            raise ValueError
+    except ValueError:
+        body = {"detail": response.text[:200] or response.reason_phrase}
+    return RemoteError(response.status_code, body)

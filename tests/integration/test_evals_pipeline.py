@@ -10,9 +10,7 @@ the environment the runner sees) is known in advance.
 from __future__ import annotations
 
 import json
-import os
 import shutil
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -25,10 +23,10 @@ from registry.db.models import AuditEvent, EvalResult, Job, Principal, Version
 from registry.domain.aliases import make_target
 from registry.jobs import JobKind
 from registry.policy import default_policy_dir
-from registry.services import aliases, approvals, evals, lifecycle, versions
+from registry.services import aliases, approvals, evals, versions
 from registry.services.versions import SubmitRequest
 from tests.support.registry import drain, make_admin, role_token
-from tests.support.releases import approve_standin, awaiting_version
+from tests.support.releases import approve_standin, awaiting_version, submit_directory
 from tests.support.scan_samples import reduce_pickle
 from tests.support.tiny_llm import tiny_llm_files
 
@@ -100,16 +98,7 @@ def scripts(tmp_path) -> dict[str, Path]:
 
 def submit(container, admin, root: Path, name: str, files: dict[str, bytes]) -> int:
     """Submit a model directory and run every job; return the version number (whatever state it reached)."""
-    for path, data in files.items():
-        (root / path).parent.mkdir(parents=True, exist_ok=True)
-        (root / path).write_bytes(data)
-    with container.session_factory() as session:
-        version, _ = versions.submit(session, admin, TENANT, name, SubmitRequest(source=str(root)),
-                                     open_source=container.open_source, limits=container.limits(),
-                                     clock=container.clock)
-        number = version.number
-    drain(container)
-    return number
+    return submit_directory(container, admin, root, TENANT, name, files)[1]
 
 
 def results(container, name: str, number: int) -> dict[str, EvalResult]:

@@ -18,10 +18,11 @@ from tests.support.registry import drain
 from tests.support.tiny_model import tiny_model_files
 
 
-def awaiting_version(container: Container, admin: AuthenticatedPrincipal, root: Path, tenant: str, name: str,
-                     files: dict[str, bytes] | None = None, seed: int = 1) -> int:
-    """Submit a model directory and run the pipeline to ``awaiting_approval``; return the version number."""
-    for path, data in (files or tiny_model_files(seed)).items():
+def submit_directory(container: Container, admin: AuthenticatedPrincipal, root: Path, tenant: str, name: str,
+                     files: dict[str, bytes]) -> tuple[int, int]:
+    """Write ``files`` under ``root``, submit it and run every job; return the version's id and number
+    (whatever state it reached)."""
+    for path, data in files.items():
         (root / path).parent.mkdir(parents=True, exist_ok=True)
         (root / path).write_bytes(data)
     with container.session_factory() as session:
@@ -30,6 +31,13 @@ def awaiting_version(container: Container, admin: AuthenticatedPrincipal, root: 
                                      clock=container.clock)
         version_id, number = version.id, version.number
     drain(container)
+    return version_id, number
+
+
+def awaiting_version(container: Container, admin: AuthenticatedPrincipal, root: Path, tenant: str, name: str,
+                     files: dict[str, bytes] | None = None, seed: int = 1) -> int:
+    """Submit a model directory and run the pipeline to ``awaiting_approval``; return the version number."""
+    version_id, number = submit_directory(container, admin, root, tenant, name, files or tiny_model_files(seed))
     with container.session_factory() as session:
         state = session.get(Version, version_id).state
     assert state == VersionState.AWAITING_APPROVAL.value, state
