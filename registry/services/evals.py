@@ -15,7 +15,7 @@ Example:
 
 from __future__ import annotations
 
-import datetime as dt
+import hashlib
 import io
 import logging
 import tempfile
@@ -29,10 +29,9 @@ from sqlalchemy.orm import Session, sessionmaker
 from registry import audit, jobs
 from registry.auth import AuthenticatedPrincipal, Permission, require, require_admin
 from registry.clock import Clock, SystemClock
-from registry.db.models import Alias, EvalResult, EvalSet, Model, ScanResult, Version, VersionFacts
-from registry.db.session import begin_write, is_postgres
-from registry.domain.errors import (DigestMismatchError, InvalidInputError, NotFoundError, PermissionDeniedError,
-                                    RegistryError)
+from registry.db.models import Alias, EvalResult, EvalSet, ScanResult, Version, VersionFacts
+from registry.db.session import begin_write
+from registry.domain.errors import (DigestMismatchError, InvalidInputError, NotFoundError, PermissionDeniedError)
 from registry.domain.states import VersionState
 from registry.evals import sandbox
 from registry.evals.cases import parse_cases
@@ -148,12 +147,10 @@ def get_evalset(session: Session, principal: AuthenticatedPrincipal, name: str, 
 
 def evalset_bytes(blob_store: BlobStore, row: EvalSet) -> bytes:
     """An eval set's stored bytes, checked against its digest."""
-    import hashlib
-
     data = b"".join(blob_store.open_range(row.digest))
-    if hashlib.sha256(data).hexdigest() != row.digest:
-        raise DigestMismatchError(f"evalset:{row.name}@{row.number}", expected=row.digest,
-                                  actual=hashlib.sha256(data).hexdigest())
+    actual = hashlib.sha256(data).hexdigest()
+    if actual != row.digest:
+        raise DigestMismatchError(f"evalset:{row.name}@{row.number}", expected=row.digest, actual=actual)
     return data
 
 
@@ -284,12 +281,11 @@ def _run_outside_transaction(files: list[tuple[str, str]], evalsets: list[tuple[
     try:
         try:
             model_dir = sandbox.materialize(files, blob_store, root / "model")
-            sets = []
-            for name, digest in evalsets:
-                path = root / "evalsets" / f"{name}.jsonl"
-                path.parent.mkdir(exist_ok=True)
-                sandbox.materialize([(path.name, digest)], blob_store, path.parent / name)
-                sets.append({"name": name, "digest": digest, "path": str(path.parent / name / path.name)})
+            # Eval-set names are slugs (no "/"): one directory holds them all, each hash-checked.
+            sets_dir = sandbox.materialize([(f"{name}.jsonl", digest) for name, digest in evalsets], blob_store,
+                                           root / "evalsets")
+            sets = [{"name": name, "digest": digest, "path": str(sets_dir / f"{name}.jsonl")}
+                    for name, digest in evalsets]
         except DigestMismatchError as e:
             return sandbox.failed("integrity", f"a stored blob does not match its digest: {e.message}")
         # trust_remote_code stays off: remote code needs a security approval, which comes after evals.
