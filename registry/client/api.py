@@ -196,6 +196,53 @@ class RegistryApi:
     def audit_checkpoints(self, after: int, limit: int) -> list[dict[str, Any]]:
         return self.client.get("/v1/audit/checkpoints", params={"after": after, "limit": limit})
 
+    # --- provenance (auditors) ---------------------------------------------------------------------
+
+    def _provenance(self, tenant: str, name: str, question: str, ref: str, **params: Any) -> dict[str, Any]:
+        query = {"ref": ref, **{k: v for k, v in params.items() if v is not None}}
+        return self.client.get(f"/v1/provenance/{_seg(tenant)}/{_seg(name)}/{question}", params=query)
+
+    def provenance_origin(self, tenant: str, name: str, ref: str) -> dict[str, Any]:
+        return self._provenance(tenant, name, "origin", ref)
+
+    def provenance_files(self, tenant: str, name: str, ref: str, *, limit: int = 1000,
+                         cursor: str | None = None) -> dict[str, Any]:
+        return self._provenance(tenant, name, "files", ref, limit=limit, cursor=cursor)
+
+    def provenance_scans(self, tenant: str, name: str, ref: str, *, limit: int = 1000,
+                         cursor: str | None = None) -> dict[str, Any]:
+        return self._provenance(tenant, name, "scans", ref, limit=limit, cursor=cursor)
+
+    def provenance_evals(self, tenant: str, name: str, ref: str) -> dict[str, Any]:
+        return self._provenance(tenant, name, "evals", ref)
+
+    def provenance_license(self, tenant: str, name: str, ref: str) -> dict[str, Any]:
+        return self._provenance(tenant, name, "license", ref)
+
+    def provenance_approvals(self, tenant: str, name: str, ref: str) -> dict[str, Any]:
+        return self._provenance(tenant, name, "approvals", ref)
+
+    def provenance_nodes(self, tenant: str, name: str, ref: str, *, limit: int = 1000,
+                         cursor: str | None = None) -> dict[str, Any]:
+        return self._provenance(tenant, name, "nodes", ref, limit=limit, cursor=cursor)
+
+    def provenance_alias(self, tenant: str, name: str, alias: str, *, at: str | None = None, limit: int = 1000,
+                         cursor: str | None = None) -> dict[str, Any]:
+        params = {k: v for k, v in (("at", at), ("limit", limit), ("cursor", cursor)) if v is not None}
+        return self.client.get(f"/v1/provenance/{_seg(tenant)}/{_seg(name)}/aliases/{_seg(alias)}", params=params)
+
+    def provenance_revoked_nodes(self, tenant: str, *, limit: int = 1000, cursor: str | None = None) -> dict[str, Any]:
+        params = {k: v for k, v in (("tenant", tenant), ("limit", limit), ("cursor", cursor)) if v is not None}
+        return self.client.get("/v1/provenance/revoked-nodes", params=params)
+
+    def provenance_blob(self, digest: str, *, limit: int = 1000, cursor: str | None = None) -> dict[str, Any]:
+        """``digest``: 64 hex digits (without ``sha256:``)."""
+        params = {k: v for k, v in (("limit", limit), ("cursor", cursor)) if v is not None}
+        return self.client.get(f"/v1/provenance/blobs/sha256:{_seg(digest)}", params=params)
+
+    def provenance_audit_log(self, checkpoints: list[Any]) -> dict[str, Any]:
+        return self.client.post("/v1/provenance/audit-log", json={"checkpoints": checkpoints})
+
     # --- serving nodes ---------------------------------------------------------------------------
 
     @staticmethod
