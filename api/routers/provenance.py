@@ -32,7 +32,8 @@ router = APIRouter(prefix="/v1/provenance", tags=["provenance"], responses=respo
 
 Ref = Annotated[str, Query(pattern=REF_PATTERN, description="an alias (prod...) or a version number")]
 Limit = Annotated[int, Query(ge=1, le=provenance.MAX_PAGE, description="most rows of this page")]
-Cursor = Annotated[str | None, Query(max_length=1100, description="the next_cursor of the page before")]
+Cursor = Annotated[str | None, Query(pattern=r"^[A-Za-z0-9_-]+$", max_length=1500,
+                                     description="the next_cursor of the page before (opaque)")]
 
 
 @router.get("/{tenant}/{name}/origin", response_model=OriginPublic)

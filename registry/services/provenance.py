@@ -21,6 +21,7 @@ Example:
 
 from __future__ import annotations
 
+import base64
 import datetime as dt
 import hashlib
 from collections.abc import Mapping, Sequence
@@ -151,10 +152,11 @@ def _signing_key(session: Session, key_id: str | None) -> dict[str, Any] | None:
 
 def _files_page(session: Session, version: Version, limit: int, cursor: str | None) -> tuple[list[VersionFile], str | None]:
     query = select(VersionFile).where(VersionFile.version_id == version.id)
-    if cursor is not None:
-        query = query.where(VersionFile.path > cursor)
+    after = _cursor(cursor)
+    if after is not None:
+        query = query.where(VersionFile.path > after)
     rows = list(session.scalars(query.order_by(VersionFile.path).limit(limit + 1)))
-    return rows[:limit], (rows[limit - 1].path if len(rows) > limit else None)
+    return rows[:limit], (encode_cursor(rows[limit - 1].path) if len(rows) > limit else None)
 
 
 def files(session: Session, principal: AuthenticatedPrincipal, tenant: str, name: str, ref: str, *,
@@ -296,8 +298,14 @@ def alias_history(session: Session, principal: AuthenticatedPrincipal, tenant: s
     _check_page(limit)
     require(principal, tenant, Permission.AUDIT)
     alias_rules.validate_alias_name(alias)
-    if at is not None and at.tzinfo is None:
-        raise InvalidInputError("at must carry a time zone (e.g. 2026-01-31T12:00:00Z)", field="at")
+    if at is not None:
+        if at.tzinfo is None:
+            raise InvalidInputError("at must carry a time zone (e.g. 2026-01-31T12:00:00Z)", field="at")
+        try:
+            at = at.astimezone(dt.timezone.utc)
+        except OverflowError:
+            # Within a day of year 1 or 9999: before every move, or after every one.
+            at = (dt.datetime.min if at.year == 1 else dt.datetime.max).replace(tzinfo=dt.timezone.utc)
     after = _int_cursor(cursor)
     model = versions.load_model_unchecked(session, tenant, name)
     row = session.scalar(select(Alias).where(Alias.model_id == model.id, Alias.name == alias))
@@ -310,23 +318,44 @@ def alias_history(session: Session, principal: AuthenticatedPrincipal, tenant: s
         "canary": None if row.canary_version is None else {"version": row.canary_version.number,
                                                           "tenants": sorted(row.canary_tenants or ())},
         "moves": [_move_doc(m) for m in moves[:limit]],
-        "next_cursor": str(moves[limit - 1].id) if len(moves) > limit else None}
+        "next_cursor": encode_cursor(moves[limit - 1].id) if len(moves) > limit else None}
     if at is not None:
         last = session.scalar(select(AliasMove).where(AliasMove.alias_id == row.id, AliasMove.at <= at)
                               .order_by(AliasMove.at.desc(), AliasMove.id.desc()).limit(1))
-        doc["at"] = {"at": at.astimezone(dt.timezone.utc).isoformat(),
+        doc["at"] = {"at": at.isoformat(),
                      "version": None if last is None else last.to_version,
                      "canary": None if last is None else last.to_canary,
                      "move": None if last is None else last.id}
     return doc
 
 
-def _int_cursor(cursor: str | None) -> int:
+def encode_cursor(value: str | int) -> str:
+    """A page's ``next_cursor``: the last row's key, opaque to callers (URL-safe base64, no padding)."""
+    return base64.urlsafe_b64encode(str(value).encode()).decode().rstrip("=")
+
+
+def _cursor(cursor: str | None) -> str | None:
+    """The key a cursor of :func:`encode_cursor` holds (None: from the start)."""
     if cursor is None:
+        return None
+    try:
+        if len(cursor) > 1500 or not cursor.isascii():
+            raise ValueError
+        key = base64.b64decode(cursor + "=" * (-len(cursor) % 4), altchars=b"-_", validate=True).decode()
+        if "\x00" in key:
+            raise ValueError
+        return key
+    except ValueError:
+        raise InvalidInputError("cursor: pass the next_cursor of the page before", field="cursor") from None
+
+
+def _int_cursor(cursor: str | None) -> int:
+    key = _cursor(cursor)
+    if key is None:
         return 0
-    if not cursor.isdigit() or len(cursor) > 18:
+    if not key.isascii() or not key.isdigit() or len(key) > 18:
         raise InvalidInputError("cursor: pass the next_cursor of the page before", field="cursor")
-    return int(cursor)
+    return int(key)
 
 
 # --- serving nodes ---------------------------------------------------------------------------------
@@ -341,8 +370,9 @@ def nodes(session: Session, principal: AuthenticatedPrincipal, tenant: str, name
     version, named = _version_of(session, principal, tenant, name, ref)
     model = f"{tenant}/{name}"
     where = [ReleaseIssuance.model == model, ReleaseIssuance.version == version.number]
-    if cursor is not None:
-        where.append(ReleaseIssuance.principal > cursor)
+    after = _cursor(cursor)
+    if after is not None:
+        where.append(ReleaseIssuance.principal > after)
     rows = session.execute(
         select(ReleaseIssuance.principal, func.min(ReleaseIssuance.at), func.max(ReleaseIssuance.at),
                func.count(ReleaseIssuance.id))
@@ -361,14 +391,14 @@ def nodes(session: Session, principal: AuthenticatedPrincipal, tenant: str, name
                        "refs": sorted({r for r, _ in refs.get(who, ())}),
                        "for_tenants": sorted({t for _, t in refs.get(who, ())})}
                       for who, first, last, count in page],
-            "next_cursor": page[-1][0] if len(rows) > limit else None}
+            "next_cursor": encode_cursor(page[-1][0]) if len(rows) > limit else None}
 
 
 def revoked_nodes(session: Session, principal: AuthenticatedPrincipal, tenant: str, *, limit: int = 1000,
                   cursor: str | None = None) -> dict[str, Any]:
     """Question 8b: the principals whose last received release of a model of ``tenant`` is of a version
     revoked now: per (principal, model), the last issuance, when the version is revoked. Ordered by principal
-    and model, a page at a time (the cursor is ``principal`` and ``model`` joined by a newline)."""
+    and model, a page at a time."""
     _check_page(limit)
     require(principal, tenant, Permission.AUDIT)
     tenant_row = get_tenant(session, tenant)
@@ -381,8 +411,9 @@ def revoked_nodes(session: Session, principal: AuthenticatedPrincipal, tenant: s
                    & (ReleaseIssuance.model == tenant + "/" + Model.name))
              .join(Version, (Version.model_id == Model.id) & (Version.number == ReleaseIssuance.version))
              .where(Version.state == VersionState.REVOKED.value))
-    if cursor is not None:
-        who, sep, model = cursor.partition("\n")
+    after = _cursor(cursor)
+    if after is not None:
+        who, sep, model = after.partition("\n")
         if not sep:
             raise InvalidInputError("cursor: pass the next_cursor of the page before", field="cursor")
         query = query.where((ReleaseIssuance.principal > who)
@@ -394,7 +425,8 @@ def revoked_nodes(session: Session, principal: AuthenticatedPrincipal, tenant: s
                        "for_tenant": i.for_tenant, "last_received_at": _iso(i.at), "serial": i.serial,
                        "revocation": {"at": _iso(v.revoked_at), "by": v.revoked_by, "reason": v.revoke_reason}}
                       for i, v in page],
-            "next_cursor": f"{page[-1][0].principal}\n{page[-1][0].model}" if len(rows) > limit else None}
+            "next_cursor": encode_cursor(f"{page[-1][0].principal}\n{page[-1][0].model}") if len(rows) > limit
+            else None}
 
 
 # --- blobs -----------------------------------------------------------------------------------------
@@ -434,7 +466,7 @@ def versions_with_blob(session: Session, principal: AuthenticatedPrincipal, dige
     return {"digest": f"sha256:{digest}",
             "versions": [{"model": f"{t}/{m}", "version": v.number, "state": v.state, "path": f.path,
                           "size": f.size} for f, v, m, t in page],
-            "next_cursor": str(page[-1][0].id) if len(rows) > limit else None}
+            "next_cursor": encode_cursor(page[-1][0].id) if len(rows) > limit else None}
 
 
 # --- the audit log ---------------------------------------------------------------------------------
