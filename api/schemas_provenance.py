@@ -7,6 +7,7 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from api.schemas import Strict
+from registry.services.provenance import MAX_CHECKPOINTS
 
 
 class CanaryNote(BaseModel):
@@ -225,7 +226,7 @@ class BlobVersionsPublic(BaseModel):
 class AuditLogCheck(Strict):
     """The auditor's saved checkpoints, as ``GET /v1/audit/checkpoints`` served them."""
 
-    checkpoints: list[dict[str, Any]] = Field(max_length=10_000)
+    checkpoints: list[dict[str, Any]] = Field(max_length=MAX_CHECKPOINTS)
 
 
 class CheckpointNote(BaseModel):

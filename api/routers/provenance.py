@@ -8,9 +8,8 @@ from typing import Annotated
 from fastapi import APIRouter, Path, Query
 
 from api.deps import ContainerDep, PrincipalDep, SessionDep
-from api.params import AliasName, ModelName, Sha256Hex, TenantName
+from api.params import REF_PATTERN, AliasName, ModelName, Sha256Hex, TenantName
 from api.problems import AUTHENTICATED, responses
-from api.routers.manifests import REF_PATTERN
 from api.schemas_provenance import (
     AliasHistoryPublic,
     ApprovalsPublic,
@@ -76,8 +75,7 @@ def approvals(tenant: TenantName, name: ModelName, ref: Ref, session: SessionDep
     return provenance.approval_provenance(session, principal, tenant, name, ref, engine=container.policy)
 
 
-@router.get("/{tenant}/{name}/aliases/{alias}", response_model=AliasHistoryPublic,
-            response_model_exclude_none=False)
+@router.get("/{tenant}/{name}/aliases/{alias}", response_model=AliasHistoryPublic)
 def alias_history(tenant: TenantName, name: ModelName, alias: AliasName, session: SessionDep,
                   principal: PrincipalDep,
                   at: Annotated[dt.datetime | None, Query(description="ISO 8601 with a zone: what the alias "

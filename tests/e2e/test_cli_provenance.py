@@ -112,7 +112,7 @@ def test_blob_answers_only_from_the_auditors_tenants(live):
 
 def test_bad_input_is_one_line(live):
     server, world = live
-    for args in (("origin", "acme/llm"), ("origin", "acme@1"), ("blob", "deadbeef"), ("files", "acme/llm@staging")):
+    for args in (("origin", "acme/llm"), ("origin", "acme@1"), ("blob", "deadbeef"), ("files", "acme/llm@preview")):
         r = server.cli("provenance", *args, token=world.tokens["aud-acme"])
         assert r.returncode == 1, args
         assert len(r.stderr.strip().splitlines()) == 1 and r.stderr.startswith("error:"), (args, r.stderr)

@@ -71,6 +71,9 @@ def test_origin_of_an_alias_and_of_a_version(world):
     assert doc["submitted_by"] == "sam" and doc["revocation"] is None
     submitted = dt.datetime.fromisoformat(world.version("acme/llm", 1)["created_at"].replace("Z", "+00:00"))
     assert dt.datetime.fromisoformat(doc["submitted_at"]) == submitted
+    staging = ok(world.ask("aud-acme", "acme/llm/origin", ref="staging"))["ref"]
+    # An alias with a canary: the answer is of its main version, and says which version the canary is.
+    assert (staging["version"], staging["canary"]["version"], staging["canary"]["tenants"]) == (2, 1, ["beta"])
     three = ok(world.ask("aud-acme", "acme/llm/origin", ref="3"))
     assert (three["requested_revision"], three["resolved_revision"]) == ("main", world.shas["main-3"])
     assert three["state"] == "revoked" and three["revocation"]["by"] == "sec"
@@ -156,7 +159,7 @@ def test_alias_history_and_what_it_pointed_at_then(world):
     assert page["moves"] + rest["moves"] == doc["moves"] and rest["next_cursor"] is None
     naive = world.ask("aud-acme", "acme/llm/aliases/prod", at="2026-01-01T00:00:00")
     assert naive.status_code == 422 and naive.json()["type"].endswith("/invalid-input")
-    missing = world.ask("aud-acme", "acme/llm/aliases/staging")
+    missing = world.ask("aud-acme", "acme/llm/aliases/preview")
     assert missing.status_code == 404 and missing.json()["type"].endswith("/alias-not-found")
 
 
@@ -218,7 +221,7 @@ def test_bad_refs_and_pages_are_problems(world):
         r = world.ask("aud-acme", "acme/llm/origin", ref=ref)
         assert r.status_code == 422 and r.headers["content-type"] == "application/problem+json", ref
     assert world.ask("aud-acme", "acme/llm/origin", ref="99").json()["type"].endswith("/version-not-found")
-    assert world.ask("aud-acme", "acme/llm/origin", ref="staging").json()["type"].endswith("/alias-not-found")
+    assert world.ask("aud-acme", "acme/llm/origin", ref="preview").json()["type"].endswith("/alias-not-found")
     assert world.ask("aud-acme", "acme/llm/files", ref="1", limit=1001).status_code == 422
     for cursor in ("not-a-move", "bm90LWEtbW92ZQ", "AA", "_w", "x" * 1501):
         r = world.ask("aud-acme", "acme/llm/aliases/prod", cursor=cursor)

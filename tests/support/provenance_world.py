@@ -4,7 +4,7 @@ Two tenants. In ``acme``: ``sam`` submits ``acme/llm`` from a Hub repository (``
 then ``main`` as it moves), ``sec`` (security) and ``mia`` (ml) approve versions 1 to 3, and only ``sec``
 version 4; ``acme/nc`` has a non-commercial license, so ``lex`` approves it in the legal capacity. ``mia``
 points ``prod`` at 1, then at 2 with version 3 as a canary for tenant ``beta``, then rolls it back (to 1);
-``sec`` revokes version 3. Nodes fetch manifests between the moves: ``node-1`` through ``prod``, ``node-2``
+``sec`` revokes version 3; ``staging`` points at 2 with 1 as a canary for ``beta``. Nodes fetch manifests between the moves: ``node-1`` through ``prod``, ``node-2``
 through ``prod`` for ``beta`` (so it last got the canary, version 3, revoked since), ``node-3`` version 2 by
 its number. In ``globex``: ``gsub`` submits ``globex/llm`` from the same tag as ``acme/llm@1`` (the same
 blobs, in another tenant), ``gsec`` and ``gml`` approve it, ``gml`` promotes it and ``gnode`` fetches it;
@@ -153,6 +153,8 @@ def build(client: httpx.Client, admin_token: str, hub: HfUpstream, shas: dict[st
     assert fetch("node-1", "acme/llm", "prod") == 1
     w.call("sec", "POST", "/v1/models/acme/llm/versions/3/revoke", json={"reason": "unsafe tokenizer"})
     w.times["revoked"] = _now()
+    w.call("mia", "PUT", "/v1/models/acme/llm/aliases/staging",
+           json={"version": 2, "canary": {"version": 1, "tenants": ["beta"]}})
     w.call("gml", "PUT", "/v1/models/globex/llm/aliases/prod", json={"version": 1})
     assert fetch("gnode", "globex/llm", "prod") == 1
 
