@@ -196,6 +196,13 @@ class RegistryApi:
     def audit_checkpoints(self, after: int, limit: int) -> list[dict[str, Any]]:
         return self.client.get("/v1/audit/checkpoints", params={"after": after, "limit": limit})
 
+    # --- provenance -------------------------------------------------------------------------------
+
+    def export(self, tenant: str, name: str, number: int, fmt: str) -> bytes:
+        """A version's export (``cyclonedx`` or ``slsa``), byte for byte as the registry serves it."""
+        return self.client.get_bytes(f"/v1/provenance/{_seg(tenant)}/{_seg(name)}/versions/{int(number)}/export",
+                                     params={"format": fmt})
+
     # --- serving nodes ---------------------------------------------------------------------------
 
     @staticmethod
