@@ -38,18 +38,27 @@ from dataclasses import dataclass
 from importlib import metadata
 from typing import Any
 
+from cyclonedx.contrib.license.factories import LicenseFactory
+from cyclonedx.model import ExternalReference, ExternalReferenceType, HashAlgorithm, HashType, Property, XsUri
+from cyclonedx.model.bom import Bom, BomMetaData
+from cyclonedx.model.component import Component, ComponentType
+from cyclonedx.model.license import License, LicenseAcknowledgement
+from cyclonedx.model.tool import ToolRepository
+from cyclonedx.output.json import JsonV1Dot6
+from cyclonedx.schema import SchemaVersion
+from cyclonedx.validation.json import JsonStrictValidator
+from packageurl import PackageURL
 from sqlalchemy.orm import Session
 
 from registry.auth import AuthenticatedPrincipal, Permission, require
 from registry.clock import Clock
-from registry.db.models import Principal, VersionFacts
+from registry.db.models import Principal, Version, VersionFacts
 from registry.domain.errors import InvalidInputError, InvalidStateError
 from registry.domain.text import printable
-from registry.scanning import SCANNER_NAME
-from registry.services import evals, licenses, manifests, scans
+from registry.services import evals, licenses, manifests, scans, versions
 from registry.services.facts import facts_document
 from registry.services.trust_roots import release_signer
-from registry.services.versions import _get_version, version_ref
+from registry.services.versions import version_ref
 from registry.signing.bundle import IN_TOTO_PAYLOAD_TYPE, STATEMENT_TYPE
 from registry.signing.canonical import canonical_json
 from registry.signing.dsse import sign_envelope
@@ -67,6 +76,8 @@ BUILDER_ID = "https://modelreg.dev/registry"
 DEFAULT_HF_ENDPOINT = "https://huggingface.co"
 MAX_METRICS = 2000
 """Performance metrics in one model card (every suite's metrics and their per-language and length slices)."""
+MAX_SCANS = 8
+"""Scan records listed per file (a file rescanned by every scanner upgrade has one per version)."""
 MAX_TEXT = 4096
 """Characters of one text taken from a README (a section, a front matter value)."""
 MAX_LIST = 64
@@ -119,7 +130,7 @@ def export(session: Session, principal: AuthenticatedPrincipal, tenant: str, nam
         raise InvalidInputError(f"unknown export format {str(fmt)[:40]!r}: use {' or '.join(FORMATS)}",
                                 field="format", value=str(fmt)[:40])
     require(principal, tenant, Permission.AUDIT)
-    version = _get_version(session, tenant, name, number)
+    version = versions.load_version_unchecked(session, versions.load_model_unchecked(session, tenant, name), number)
     if version.manifest_bundle is None or any(f.sha256 is None for f in version.files):
         raise InvalidStateError(f"{version_ref(version)} is not sealed yet (state {version.state}): "
                                 "nothing to export", state=version.state)
@@ -137,18 +148,13 @@ def export(session: Session, principal: AuthenticatedPrincipal, tenant: str, nam
 # --- CycloneDX -------------------------------------------------------------------------------------
 
 
-def cyclonedx_bom(session: Session, principal: AuthenticatedPrincipal, version: Any, *, blob_store: BlobStore,
+def cyclonedx_bom(session: Session, principal: AuthenticatedPrincipal, version: Version, *, blob_store: BlobStore,
                   clock: Clock) -> bytes:
     """The version's CycloneDX 1.6 ML-BOM, validated, as JSON bytes (the caller checked the principal).
 
     Raises:
         BomSchemaError: the document fails the strict 1.6 schema.
     """
-    from cyclonedx.model.bom import Bom, BomMetaData
-    from cyclonedx.model.component import Component, ComponentType
-    from cyclonedx.model.tool import ToolRepository
-    from cyclonedx.output.json import JsonV1Dot6
-
     tenant, name = version.model.tenant.name, version.model.name
     facts = facts_document(session.get(VersionFacts, version.id))
     readme = licenses.read_readme(version, blob_store)
@@ -187,11 +193,8 @@ def validate_bom(content: bytes | str) -> None:
 
 
 @functools.cache
-def _validator() -> Any:
+def _validator() -> JsonStrictValidator:
     # Building the validator reads and compiles the schema: once per process.
-    from cyclonedx.schema import SchemaVersion
-    from cyclonedx.validation.json import JsonStrictValidator
-
     return JsonStrictValidator(SchemaVersion.V1_6)
 
 
@@ -242,19 +245,21 @@ def model_card(facts: dict[str, Any] | None, card: dict[str, Any], body: str,
 
 
 def _performance_metrics(eval_docs: list[dict[str, Any]]) -> list[dict[str, str]]:
-    """Each completed suite's metrics (slice ``suite=<name>``), then its per-language and length slices."""
+    """Each completed suite's metrics (slice ``suite=<name> runner=<runner>@<version>``), then the same metrics
+    per language and per prompt-length bucket (``... language=en``); at most :data:`MAX_METRICS`."""
     out: list[dict[str, str]] = []
     for doc in eval_docs:
         if doc["status"] != evals.COMPLETED:
             continue
         where = f"suite={doc['suite']} runner={doc['runner']}@{doc['runner_version']}"
-        out += [{"type": printable(str(k)), "value": _value(v), "slice": printable(where)}
-                for k, v in sorted(doc["metrics"].items())]
+        slices = [(where, doc["metrics"])]
         for dimension, groups in sorted((doc.get("breakdown") or {}).items()):
-            for group, values in sorted((groups or {}).items()) if isinstance(groups, dict) else ():
-                out += [{"type": printable(str(k)), "value": _value(v),
-                         "slice": printable(f"{where} {dimension}={group}")}
-                        for k, v in sorted(values.items())] if isinstance(values, dict) else []
+            if isinstance(groups, dict):
+                slices += [(f"{where} {dimension}={group}", values) for group, values in sorted(groups.items())]
+        for where_, values in slices:
+            if isinstance(values, dict):
+                out += [{"type": printable(str(k)), "value": _value(v), "slice": printable(where_)}
+                        for k, v in sorted(values.items())]
     return out[:MAX_METRICS]
 
 
@@ -262,10 +267,8 @@ def _value(value: Any) -> str:
     return printable(value) if isinstance(value, str) else json.dumps(value)
 
 
-def _model_properties(session: Session, version: Any, facts: dict[str, Any] | None, card: dict[str, Any],
-                      eval_docs: list[dict[str, Any]]) -> list[Any]:
-    from cyclonedx.model import Property
-
+def _model_properties(session: Session, version: Version, facts: dict[str, Any] | None, card: dict[str, Any],
+                      eval_docs: list[dict[str, Any]]) -> list[Property]:
     record = manifests.approval_record(session, version)
     pairs: list[tuple[str, Any]] = [
         ("modelreg:state", version.state), ("modelreg:source", f"{version.source_kind}:{version.source_repo}"),
@@ -296,52 +299,42 @@ def _model_properties(session: Session, version: Any, facts: dict[str, Any] | No
     return [Property(name=k, value=v if isinstance(v, str) else json.dumps(v)) for k, v in pairs if v is not None]
 
 
-def _file_properties(size: int, scan: dict[str, Any] | None) -> list[Any]:
-    from cyclonedx.model import Property
-
+def _file_properties(size: int, scan: dict[str, Any] | None) -> list[Property]:
     out = [Property(name="modelreg:size", value=str(size))]
     if scan is not None:
         out.append(Property(name="modelreg:scan:verdict", value=str(scan["verdict"])))
+        # Every scanner's record (modelreg's and modelscan's), newest first, a few at most.
         out += [Property(name="modelreg:scan", value=f"{s['scanner']} {s['scanner_version']}: {s['verdict']}")
-                for s in scan["scans"] if s["scanner"] == SCANNER_NAME or s["verdict"] != "safe"][:16]
+                for s in reversed(scan["scans"][-MAX_SCANS:])]
     return out
 
 
-def _sha256(digest: str) -> Any:
-    from cyclonedx.model import HashAlgorithm, HashType
-
+def _sha256(digest: str) -> HashType:
     return HashType(alg=HashAlgorithm.SHA_256, content=digest)
 
 
-def _licenses(license: str | None) -> list[Any]:
+def _licenses(license: str | None) -> list[License]:
     if not license:
         return []
-    from cyclonedx.contrib.license.factories import LicenseFactory
-    from cyclonedx.model.license import LicenseAcknowledgement
-
     # An SPDX id or expression, or ``other:<name>`` (kept as the license's name).
     return [LicenseFactory().make_from_string(license, license_acknowledgement=LicenseAcknowledgement.CONCLUDED)]
 
 
-def _hf_endpoint(version: Any) -> str:
+def _hf_endpoint(version: Version) -> str:
     return (version.source_endpoint or DEFAULT_HF_ENDPOINT).rstrip("/")
 
 
-def _purl(version: Any) -> Any:
+def _purl(version: Version) -> PackageURL | None:
     """``pkg:huggingface/org/name@revision`` (``repository_url`` for another hub) of a Hugging Face upstream."""
     if version.source_kind != "hf" or not version.resolved_revision or "/" not in version.source_repo:
         return None
-    from packageurl import PackageURL
-
     namespace, _, repo = version.source_repo.partition("/")
     endpoint = _hf_endpoint(version)
     qualifiers = {} if endpoint == DEFAULT_HF_ENDPOINT else {"repository_url": endpoint}
     return PackageURL("huggingface", namespace, repo, version.resolved_revision.lower(), qualifiers or None)
 
 
-def _upstream_refs(version: Any) -> list[Any]:
-    from cyclonedx.model import ExternalReference, ExternalReferenceType, XsUri
-
+def _upstream_refs(version: Version) -> list[ExternalReference]:
     if version.source_kind == "hf" and version.resolved_revision:
         url = f"{_hf_endpoint(version)}/{version.source_repo}/tree/{version.resolved_revision}"
         return [ExternalReference(type=ExternalReferenceType.VCS, url=XsUri(url),
@@ -417,7 +410,7 @@ def _modelreg_version() -> str:
 # --- SLSA ----------------------------------------------------------------------------------------------
 
 
-def slsa_statement(session: Session, version: Any) -> dict[str, Any]:
+def slsa_statement(session: Session, version: Version) -> dict[str, Any]:
     """The version's in-toto Statement v1 with an SLSA provenance v1 predicate (unsigned)."""
     record = manifests.approval_record(session, version)
     submitter = session.get(Principal, version.submitted_by) if version.submitted_by else None
@@ -456,7 +449,7 @@ def slsa_statement(session: Session, version: Any) -> dict[str, Any]:
     }
 
 
-def _upstream_descriptor(version: Any) -> dict[str, Any]:
+def _upstream_descriptor(version: Version) -> dict[str, Any]:
     """The upstream at its resolved revision, as an in-toto ResourceDescriptor."""
     revision = (version.resolved_revision or "").lower()
     digest = {}

@@ -134,14 +134,24 @@ def test_a_planted_invalid_model_card_field_is_caught_by_the_validator(container
         exports.validate_bom(json.dumps(doc))
 
 
-def test_a_model_card_that_would_fail_the_schema_is_a_500_never_a_document(container, built, monkeypatch):
-    monkeypatch.setattr(exports, "model_card", lambda *a: {"modelParameters": {"approach": {"type": "guesswork"}}})
+def test_the_api_serves_each_format_and_a_document_that_would_fail_the_schema_is_a_500(container, built,
+                                                                                     monkeypatch):
     token = role_token(container, "aud2", TENANT, "auditor")
+    path = f"/v1/provenance/{TENANT}/{NAME}/versions/{built[0]}/export"
     with TestClient(create_app(container), raise_server_exceptions=False) as client:
-        r = client.get(f"/v1/provenance/{TENANT}/{NAME}/versions/{built[0]}/export", params={"format": "cyclonedx"},
-                       headers={"Authorization": f"Bearer {token}"})
-    assert r.status_code == 500 and r.headers["content-type"] == "application/problem+json"
-    assert "modelCard" not in r.text
+        def get(fmt: str):
+            return client.get(path, params={"format": fmt}, headers={"Authorization": f"Bearer {token}"})
+
+        bom, slsa, unknown = get("cyclonedx"), get("slsa"), get("spdx")
+        monkeypatch.setattr(exports, "model_card", lambda *a: {"modelParameters": {"approach": {"type": "guess"}}})
+        broken = get("cyclonedx")
+    assert bom.status_code == 200 and bom.headers["content-type"] == "application/vnd.cyclonedx+json; version=1.6"
+    assert exports.validate_bom(bom.content) is None
+    assert bom.headers["content-disposition"] == f'attachment; filename="{TENANT}-{NAME}-{built[0]}.cdx.json"'
+    assert slsa.status_code == 200 and slsa.headers["content-type"] == "application/vnd.dsse.envelope.v1+json"
+    assert unknown.status_code == 422 and unknown.json()["type"].endswith("/invalid-input")
+    assert broken.status_code == 500 and broken.headers["content-type"] == "application/problem+json"
+    assert "modelCard" not in broken.text and "guess" not in broken.text
 
 
 def test_the_slsa_statement_names_every_file_and_verifies_with_the_published_key(container, built):
@@ -208,3 +218,30 @@ def test_only_auditors_and_administrators_export_and_only_sealed_versions(contai
         number = version.number
     with pytest.raises(InvalidStateError):
         export(container, principal(container, "aud"), "cyclonedx", number, name="unsealed")
+
+
+HOSTILE_README = ("---\n"
+                  "pipeline_tag: [not, a, string]\n"
+                  "datasets: [1, {a: b}, \"evil\\u202e\\x1b[31m\", \"\\ud800\"]\n"
+                  "language: \"\\ud800\"\n"
+                  "base_model: " + "x" * 10_000 + "\n"
+                  "---\n"
+                  "## Limitations\n" + "\x1b]0;title\x07" + "y" * 100_000 + "\n").encode()
+
+
+def test_a_hostile_readme_still_gives_a_valid_bom_with_its_text_bounded_and_escaped(container, tmp_path):
+    admin = make_admin(container)
+    number = awaiting_version(container, admin, tmp_path / "h", TENANT, "hostile",
+                              files={"config.json": b'{"model_type": "plain"}', "README.md": HOSTILE_README})
+    role_token(container, "aud", TENANT, "auditor")
+    done = export(container, principal(container, "aud"), "cyclonedx", number, name="hostile")
+    exports.validate_bom(done.content)
+    done.content.decode("ascii")  # every non-ASCII character escaped: no lone surrogate reaches the wire
+    [model] = done.document()["components"]
+    card = model["modelCard"]
+    assert "task" not in card.get("modelParameters", {})
+    assert [d["name"] for d in card["modelParameters"]["datasets"]] == ["evil\\u202e\\x1b[31m", "\\ud800"]
+    [limitations] = card["considerations"]["technicalLimitations"]
+    assert len(limitations) <= 2 * exports.MAX_TEXT and "\x1b" not in limitations and "\x07" not in limitations
+    base = [p["value"] for p in model["properties"] if p["name"] == "modelreg:card:base_model"]
+    assert base == ["x" * 256]
