@@ -441,9 +441,8 @@ def slsa_statement(session: Session, version: Version) -> dict[str, Any]:
                                 "resolvedDependencies": [_upstream_descriptor(version)]},
             "runDetails": {
                 "builder": {"id": BUILDER_ID, "version": {"modelreg": _modelreg_version()}},
-                "metadata": {"invocationId": version_ref(version),
-                             "startedOn": _rfc3339(version.created_at),
-                             "finishedOn": _rfc3339(version.sealed_at) if version.sealed_at else None},
+                "metadata": {"invocationId": version_ref(version), "startedOn": _rfc3339(version.created_at),
+                             **({"finishedOn": _rfc3339(version.sealed_at)} if version.sealed_at else {})},
             },
         },
     }
