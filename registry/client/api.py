@@ -243,6 +243,11 @@ class RegistryApi:
     def provenance_audit_log(self, checkpoints: list[Any]) -> dict[str, Any]:
         return self.client.post("/v1/provenance/audit-log", json={"checkpoints": checkpoints})
 
+    def export(self, tenant: str, name: str, number: int, fmt: str) -> bytes:
+        """A version's export (``cyclonedx`` or ``slsa``), byte for byte as the registry serves it."""
+        return self.client.get_bytes(f"/v1/provenance/{_seg(tenant)}/{_seg(name)}/versions/{int(number)}/export",
+                                     params={"format": fmt})
+
     # --- serving nodes ---------------------------------------------------------------------------
 
     @staticmethod

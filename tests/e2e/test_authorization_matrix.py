@@ -151,6 +151,8 @@ RULES: dict[tuple[str, str], Rule] = {
     ("GET", "/v1/models/{tenant}/{name}/versions/{number}/evals"): Rule("read", 200),
     ("GET", "/v1/models/{tenant}/{name}/versions/{number}/evals/{suite}"): Rule("read", 200),
     ("GET", "/v1/models/{tenant}/{name}/versions/{number}/evals/{suite}/log"): Rule("read", 200),
+    ("GET", "/v1/provenance/{tenant}/{name}/versions/{number}/export"): Rule(
+        "audit", 200, lambda w, t: {"params": {"format": "slsa"}}),
     ("GET", "/hf/api/models/{tenant}/{name}"): Rule("read|fetch", 200, lambda w, t: w.released(t)),
     ("GET", "/hf/api/models/{tenant}/{name}/revision/{revision}"): Rule("read|fetch", 200,
                                                                        lambda w, t: w.released(t)),
