@@ -68,6 +68,11 @@ class Settings(BaseSettings):
     policy_dir: Path | None = Field(
         None, description="Directory of *.rego policies and data.json; default the policies shipped with modelreg.")
 
+    metrics_public: bool = Field(
+        True, description="Serve /metrics without a token (scraped on an internal network); false: administrators only.")
+    metrics_cache_seconds: float = Field(
+        5.0, ge=0, le=300, description="How long a process reuses the database series of /metrics between scrapes.")
+
     job_lease_seconds: float = 60.0
     job_max_attempts: int = Field(5, ge=1, description="Attempts of a job before it is dead.")
     job_backoff_base_seconds: float = 2.0
