@@ -19,6 +19,7 @@ import json
 import time
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
+from starlette.routing import Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from registry.bootstrap import Container
@@ -86,10 +87,18 @@ class MetricsMiddleware:
         try:
             await self.app(scope, receive, send_and_watch)
         finally:
-            # The router put the matched route into the scope; its path is the template.
-            route = getattr(scope.get("route"), "path", None) or "unmatched"
-            self.metrics.observe(scope["method"], route, status, time.perf_counter() - started,
+            self.metrics.observe(scope["method"], _route_template(scope), status, time.perf_counter() - started,
                                  _problem_code(bytes(problem)) if is_problem else None)
+
+
+def _route_template(scope: Scope) -> str:
+    """The path template of the route that took the request, or ``unmatched``."""
+    # FastAPI puts its own routes into the scope; the documentation routes (/openapi.json, /docs) are
+    # plain Starlette routes it does not, so those are matched again here.
+    route = scope.get("route")
+    if route is None and "app" in scope:
+        route = next((r for r in scope["app"].router.routes if r.matches(scope)[0] is Match.FULL), None)
+    return getattr(route, "path", None) or "unmatched"
 
 
 def _problem_code(body: bytes) -> str | None:
