@@ -6,7 +6,7 @@ from fastapi import FastAPI
 
 from api import problems
 from api.metrics import ApiMetrics, MetricsMiddleware
-from api.middleware import RefuseNulMiddleware
+from api.middleware import RefuseNulMiddleware, RequestIdMiddleware
 from api.routers import admin, audit, health, metrics
 from registry.bootstrap import Container
 
@@ -21,8 +21,10 @@ def create_app(container: Container) -> FastAPI:
     problems.install(app)
     app.state.metrics = ApiMetrics(container)
     app.add_middleware(RefuseNulMiddleware)
-    # Added last, so outermost: it times and counts the refusals of the middleware inside it too.
+    # Added after it, so outside it: they time, count and log the refusals of the middleware inside too;
+    # the request id is set first of all, for every line logged on the request's behalf.
     app.add_middleware(MetricsMiddleware, metrics=app.state.metrics)
+    app.add_middleware(RequestIdMiddleware)
     app.include_router(health.router)
     app.include_router(metrics.router)
     app.include_router(admin.router)

@@ -6,6 +6,7 @@ Nothing here is built at import time: ``Settings()`` is called once, by bootstra
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Literal
 
 from pydantic import Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -68,6 +69,9 @@ class Settings(BaseSettings):
     policy_dir: Path | None = Field(
         None, description="Directory of *.rego policies and data.json; default the policies shipped with modelreg.")
 
+    log_format: Literal["text", "json"] = Field(
+        "text", description="How `serve` and `worker` log: text lines, or one JSON object a line (with request ids).")
+    log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
     metrics_public: bool = Field(
         True, description="Serve /metrics without a token (scraped on an internal network); false: administrators only.")
     metrics_cache_seconds: float = Field(
