@@ -29,7 +29,7 @@ from registry.db.models import AuditEvent, EvalResult, Job, Model, ScanResult, V
 from tests.support import db as dbsupport
 from tests.support.server import MODELREG, Server, free_port
 from tests.support.tiny_model import tiny_model_files
-from tests.support.worker_process import start_worker, stop_worker
+from tests.support.worker_process import Deployment, start_worker, stop_worker
 
 pytestmark = [pytest.mark.postgres, pytest.mark.s3, pytest.mark.slow]
 
@@ -87,6 +87,10 @@ def _start_replicas(shared_env, tmp_path, count: int) -> list[Server]:
     return servers
 
 
+def _start_worker(shared_env: dict[str, str], log) -> subprocess.Popen:
+    return start_worker(Deployment("pg-s3", None, shared_env), log)
+
+
 def _admin_token(servers: list[Server]) -> str:
     """One replica created the first administrator; its token file is in that replica's directory."""
     found = [s.admin_token for s in servers if (s.data_dir / "admin-token").exists()]
@@ -107,7 +111,7 @@ def test_two_api_replicas_and_three_workers_finish_every_version_once(shared_env
                               text=True, timeout=120)
     assert migrated.returncode == 0, migrated.stderr
     servers = _start_replicas(shared_env, tmp_path, 2)
-    workers = [start_worker_env(shared_env, tmp_path / f"worker-{i}.log") for i in range(3)]
+    workers = [_start_worker(shared_env, tmp_path / f"worker-{i}.log") for i in range(3)]
     try:
         token = _admin_token(servers)
         auth = {"Authorization": f"Bearer {token}"}
@@ -160,12 +164,6 @@ def test_two_api_replicas_and_three_workers_finish_every_version_once(shared_env
             assert report.events > 0
     finally:
         engine.dispose()
-
-
-def start_worker_env(shared_env: dict[str, str], log):
-    from tests.support.worker_process import Deployment
-
-    return start_worker(Deployment("pg-s3", None, shared_env), log)
 
 
 def _check_each_job_ran_once(session: Session) -> None:
