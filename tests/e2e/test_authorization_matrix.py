@@ -99,6 +99,7 @@ def version_ref() -> dict[str, Any]:
 RULES: dict[tuple[str, str], Rule] = {
     ("GET", "/healthz"): Rule(PUBLIC, 200),
     ("GET", "/readyz"): Rule(PUBLIC, 200),
+    ("GET", "/metrics"): Rule(PUBLIC, 200),  # MODELREG_METRICS_PUBLIC (default); tests/e2e/test_metrics.py: off
     ("GET", "/openapi.json"): Rule(PUBLIC, 200),
     ("GET", "/docs"): Rule(PUBLIC, 200),
     ("GET", "/docs/oauth2-redirect"): Rule(PUBLIC, 200),
