@@ -14,6 +14,9 @@ Each round, in this process, one after the other:
 - ``raw``: the floor: the manifest's presigned S3 URLs read with parallel ranged GETs (the same
   ``--parallel`` streams and part size as the client, one shared HTTP client), bytes discarded: no hashing,
   no disk, no checks;
+- ``raw+sha256`` and ``raw+write``: the same GETs with each part hashed in memory (no disk), or written in
+  place into a file per blob (no hashing): what each of the fetch's two unavoidable costs adds to the floor
+  on its own;
 - ``cold``: ``registry.client.fetch.fetch`` into an empty node cache and a new DEST: manifest, signature and
   root, ranged downloads hashed while streaming into the cache, hard links into DEST, ``model.sig``;
 - ``warm``: the same fetch into another new DEST with the cache warm (nothing to download);
@@ -21,7 +24,8 @@ Each round, in this process, one after the other:
   same directory (both as the commands a person runs, start-up included).
 
 It prints every round and the ratios: cold / raw (goal <= 1.10), warm seconds (goal <= 0.5), and verify /
-model_signing (goal <= 0.8).
+model_signing (goal <= 0.8), and each round's decomposition: wall time and CPU seconds of this process
+and of SeaweedFS for the floor, the two partial floors and the cold fetch.
 """
 
 from __future__ import annotations
@@ -33,13 +37,16 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path[0] = str(REPO)
 
 import argparse  # noqa: E402
+import hashlib  # noqa: E402
 import json  # noqa: E402
 import os  # noqa: E402
+import resource  # noqa: E402
 import shutil  # noqa: E402
 import subprocess  # noqa: E402
 import tempfile  # noqa: E402
 import time  # noqa: E402
 from concurrent.futures import ThreadPoolExecutor  # noqa: E402
+from typing import Any, Callable  # noqa: E402
 
 import httpx  # noqa: E402
 
@@ -63,30 +70,67 @@ BIN = Path(sys.executable).parent
 TENANT, NAME = "bench", "big"
 
 
-def raw_download(api_url: str, token: str, parallel: int, part_size: int) -> tuple[float, int]:
-    """Seconds to read every file of the prod release through its presigned URLs, bytes discarded."""
+def raw_download(api_url: str, token: str, parallel: int, part_size: int, sink: str = "discard",
+                 scratch: Path | None = None) -> tuple[float, int]:
+    """Seconds to read every file of the prod release through its presigned URLs.
+
+    ``sink`` says what happens to the bytes: ``discard`` (the floor), ``hash`` (each part through sha256
+    in memory: the hashing cost, no disk) or ``write`` (each part written in place into a file per blob
+    under ``scratch``: the page-cache cost, no hashing).
+    """
     with RegistryApi(api_url, token) as api:
         response = api.manifest(TENANT, NAME, "prod")
     sizes = {f["path"]: f["size"] for f in json.loads(
         __import__("base64").b64decode(response.envelope["payload"]))["files"]}
-    parts = [(url, start, end) for path, url in response.transport.items()
+    parts = [(path, url, start, end) for path, url in response.transport.items()
              for start, end in plan_parts(sizes[path], part_size)]
+    fds: dict[str, int] = {}
+    if sink == "write":
+        assert scratch is not None
+        scratch.mkdir(parents=True, exist_ok=True)
+        for number, path in enumerate(sizes):
+            fds[path] = os.open(scratch / f"blob-{number}", os.O_RDWR | os.O_CREAT, 0o600)
+            os.ftruncate(fds[path], sizes[path])
     limits = httpx.Limits(max_connections=parallel, max_keepalive_connections=parallel)
-    total = 0
     started = time.perf_counter()
-    with httpx.Client(limits=limits, timeout=120) as client:
-        def get(part: tuple[str, int, int]) -> int:
-            url, start, end = part
-            got = 0
-            with client.stream("GET", url, headers={"Range": f"bytes={start}-{end - 1}"}) as r:
-                r.raise_for_status()
-                for chunk in r.iter_raw(1 << 20):
-                    got += len(chunk)
-            return got
+    try:
+        with httpx.Client(limits=limits, timeout=120) as client:
+            def get(part: tuple[str, str, int, int]) -> int:
+                path, url, start, end = part
+                got = 0
+                digest = hashlib.sha256()
+                with client.stream("GET", url, headers={"Range": f"bytes={start}-{end - 1}"}) as r:
+                    r.raise_for_status()
+                    for chunk in r.iter_raw(1 << 20):
+                        if sink == "hash":
+                            digest.update(chunk)
+                        elif sink == "write":
+                            os.pwrite(fds[path], chunk, start + got)
+                        got += len(chunk)
+                return got
 
-        with ThreadPoolExecutor(parallel) as pool:
-            total = sum(pool.map(get, parts))
+            with ThreadPoolExecutor(parallel) as pool:
+                total = sum(pool.map(get, parts))
+    finally:
+        for fd in fds.values():
+            os.close(fd)
     return time.perf_counter() - started, total
+
+
+def cpu_seconds(pid: int | None = None) -> float:
+    """User and system CPU seconds of this process (``pid`` None) or of another one, from /proc."""
+    if pid is None:
+        usage = resource.getrusage(resource.RUSAGE_SELF)
+        return usage.ru_utime + usage.ru_stime
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def measured(pid: int, run: Callable[[], Any]) -> tuple[float, float, float, Any]:
+    """Wall seconds, this process's CPU seconds and process ``pid``'s CPU seconds of ``run()``, and its result."""
+    cpu, server_cpu, started = cpu_seconds(), cpu_seconds(pid), time.perf_counter()
+    result = run()
+    return time.perf_counter() - started, cpu_seconds() - cpu, cpu_seconds(pid) - server_cpu, result
 
 
 def timed(argv: list[str], env: dict[str, str]) -> float:
@@ -152,15 +196,22 @@ def main() -> None:
         print(f"model: {len(list(model.iterdir()))} files, {size / MIB:.0f} MiB; parallel {args.parallel}, "
               f"part {part_size // MIB} MiB; load {os.getloadavg()[0]:.2f}")
         node_env = {**os.environ, "MODELREG_URL": server.url, "MODELREG_TOKEN": token}
+        weed = s3.process.pid
         for round_no in range(1, args.rounds + 1):
-            raw, got = raw_download(server.url, token, args.parallel, part_size)
-            assert got == size, (got, size)
+            floors = {}
+            for sink in ("discard", "hash", "write"):
+                scratch = work / f"scratch-{round_no}"
+                wall, cpu, weed_cpu, (_, got) = measured(weed, lambda: raw_download(
+                    server.url, token, args.parallel, part_size, sink, scratch))
+                assert got == size, (sink, got, size)
+                shutil.rmtree(scratch, ignore_errors=True)
+                floors[sink] = (wall, cpu, weed_cpu)
+            raw = floors["discard"][0]
             cache_dir = work / f"cache-{round_no}"
             with RegistryApi(server.url, token) as api:
-                started = time.perf_counter()
-                cold = fetch(f"{TENANT}/{NAME}@prod", work / f"dest-{round_no}", api=api, trust_root_file=root_file,
-                             cache=NodeCache(cache_dir), parallel=args.parallel)
-                cold_s = time.perf_counter() - started
+                cold_s, cold_cpu, cold_weed, cold = measured(weed, lambda: fetch(
+                    f"{TENANT}/{NAME}@prod", work / f"dest-{round_no}", api=api, trust_root_file=root_file,
+                    cache=NodeCache(cache_dir), parallel=args.parallel))
                 started = time.perf_counter()
                 fetch(f"{TENANT}/{NAME}@prod", work / f"dest-{round_no}-warm", api=api, trust_root_file=root_file,
                       cache=NodeCache(cache_dir), parallel=args.parallel)
@@ -170,10 +221,16 @@ def main() -> None:
             theirs = timed([str(BIN / "model_signing"), "verify", "key", str(dest), "--public_key", str(public_key),
                             "--signature", str(dest / "model.sig")], node_env)
             phases = ", ".join(f"{k} {v:.2f}" for k, v in cold.timings.items())
+            cpu_of = ", ".join(f"{name} {wall:.2f} s (cpu: client {cpu:.2f} s, SeaweedFS {weed_cpu:.2f} s)"
+                               for name, (wall, cpu, weed_cpu) in (
+                                   ("raw", floors["discard"]), ("raw+sha256", floors["hash"]),
+                                   ("raw+write", floors["write"]), ("cold", (cold_s, cold_cpu, cold_weed))))
             print(f"round {round_no}: raw {raw:.2f} s ({size / MIB / raw:.0f} MiB/s); cold fetch {cold_s:.2f} s "
                   f"({phases}); cold/raw {cold_s / raw:.2f} (goal <= 1.10); warm fetch {warm_s:.3f} s "
                   f"(goal <= 0.5); modelreg verify {ours:.2f} s, model_signing verify {theirs:.2f} s, "
                   f"ratio {ours / theirs:.2f} (goal <= 0.8); load {os.getloadavg()[0]:.2f}")
+            print(f"round {round_no} decomposition: {cpu_of}; raw+sha256/raw {floors['hash'][0] / raw:.2f}, "
+                  f"raw+write/raw {floors['write'][0] / raw:.2f}")
             shutil.rmtree(cache_dir, ignore_errors=True)
             for d in (work / f"dest-{round_no}", work / f"dest-{round_no}-warm"):
                 shutil.rmtree(d, ignore_errors=True)

@@ -114,7 +114,8 @@ def fetch(
     dest: Path = typer.Argument(..., help="Directory to fill: absent, or empty (/mnt/models), or this release"),
     trust_root: Path = TrustRootOpt, cache: Optional[Path] = CacheOpt, parallel: int = ParallelOpt,
     cache_high: Optional[str] = HighOpt, cache_low: Optional[str] = LowOpt, recheck_hours: float = RecheckOpt,
-    part_size: str = typer.Option("64M", "--part-size", help="Range size a big file is split into."),
+    part_size: str = typer.Option("8M", "--part-size", help="Range size a big file is split into (at most 64M; "
+                                 "the fetch holds --parallel + 4 of them in memory)."),
     metrics_textfile: Optional[Path] = typer.Option(
         None, "--metrics-textfile", envvar="MODELREG_METRICS_TEXTFILE",
         help="Write the phase timings and outcome here for the node exporter's textfile collector "

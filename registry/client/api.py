@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 from urllib.parse import quote, urljoin
@@ -25,7 +25,8 @@ import httpx
 
 from registry.client.errors import NetworkError, TransportError, from_problem
 from registry.client.http import RegistryClient, RemoteError
-from registry.domain.errors import RegistryError
+from registry.client.transfer import USER_AGENT, RangeReader, check_range_answer, redact
+from registry.domain.errors import RegistryError, SizeMismatchError
 from registry.signing.release import MAX_RELEASE_BYTES
 from registry.signing.trust_root import MAX_ROOT_BYTES
 
@@ -81,7 +82,9 @@ class RegistryApi:
         self.client = RegistryClient(url, token, timeout=timeout, transport=transport)
         # No Authorization header, no base URL: transport URLs are absolute and carry their own credentials.
         self.blobs = httpx.Client(timeout=httpx.Timeout(timeout, connect=10.0), follow_redirects=False,
-                                  headers={"User-Agent": "modelreg-client/0.1"}, transport=transport)
+                                  headers={"User-Agent": USER_AGENT}, transport=transport)
+        # An injected transport (tests, an in-process app) carries every request: no direct path around it.
+        self._ranges = RangeReader(timeout=timeout) if transport is None else None
 
     # --- identity ---------------------------------------------------------------------------
 
@@ -337,9 +340,45 @@ class RegistryApi:
         except httpx.HTTPError as exc:
             raise NetworkError(f"cannot read {_redact(url)}: {exc}") from exc
 
+    def read_range_into(self, url: str, start: int, end: int, total: int, into: memoryview,
+                        advance: Callable[[int], None]) -> None:
+        """Fill ``into`` (``end - start`` bytes) with bytes ``[start, end)`` of a blob of ``total`` bytes.
+
+        ``advance(n)`` is called as bytes land, so a caller knows how far a failed read got. Straight
+        into ``into`` over ``http.client`` where httpx would have gone straight to the server
+        (:mod:`registry.client.transfer`); through httpx otherwise (a proxy, an injected transport).
+
+        Raises:
+            TransportError, SizeMismatchError: the server ignored the range, or holds another size.
+            NetworkError: unreachable, an error status, or the stream ended early.
+        """
+        url = urljoin(self.client.url + "/", url)
+        if self._ranges is not None and self._ranges.usable(url):
+            self._ranges.read_into(url, start, end, total, into, advance)
+            return
+        wanted, got = end - start, 0
+        with self.blob_range(url, start, end, total) as response:
+            try:
+                for chunk in response.iter_raw(1 << 20):
+                    take = min(len(chunk), wanted - got)
+                    if take < len(chunk) and response.status_code == 206:
+                        # Never more than declared: the rest is not read, and the blob is not what was signed.
+                        raise SizeMismatchError(_redact(url), expected=total, actual=start + got + len(chunk))
+                    into[got:got + take] = chunk[:take]
+                    got += take
+                    advance(take)
+                    if got == wanted:
+                        break
+            except httpx.HTTPError as exc:
+                raise NetworkError(f"cannot read {_redact(url)}: {exc}") from exc
+        if got < wanted:
+            raise NetworkError(f"the stream of {_redact(url)} ended {wanted - got} bytes early")
+
     def close(self) -> None:
         self.client.close()
         self.blobs.close()
+        if self._ranges is not None:
+            self._ranges.close()
 
     def __enter__(self) -> "RegistryApi":
         return self
@@ -348,9 +387,7 @@ class RegistryApi:
         self.close()
 
 
-def _redact(url: str) -> str:
-    """A transport URL without its query (the presigned signature is a credential)."""
-    return url.split("?", 1)[0]
+_redact = redact
 
 
 def _read_capped(response: httpx.Response, limit: int) -> bytes:
@@ -375,24 +412,6 @@ def _problem(status: int, body: bytes) -> RegistryError:
 
 
 def _check_range_response(response: httpx.Response, start: int, end: int, total: int) -> None:
-    where = _redact(str(response.url))
     if response.status_code >= 400:
         response.read()
-        raise NetworkError(f"{where} answered HTTP {response.status_code}", status=response.status_code)
-    if response.status_code == 200:
-        # A server that ignores Range sends the whole blob: usable only for a range that starts at 0.
-        length = response.headers.get("content-length")
-        if start != 0 or (length is not None and int(length) != total):
-            raise TransportError(f"{where} ignored the byte range (HTTP 200)")
-        return
-    if response.status_code != 206:
-        raise TransportError(f"{where} answered HTTP {response.status_code} to a range request")
-    content_range = response.headers.get("content-range", "")
-    expected = f"bytes {start}-{end - 1}/"
-    if not content_range.startswith(expected):
-        raise TransportError(f"{where} sent range {content_range!r}, not {expected}...")
-    if content_range[len(expected):] != str(total):
-        from registry.domain.errors import SizeMismatchError
-
-        actual = content_range[len(expected):]
-        raise SizeMismatchError(where, expected=total, actual=int(actual) if actual.isdigit() else -1)
+    check_range_answer(_redact(str(response.url)), response.status_code, response.headers, start, end, total)
