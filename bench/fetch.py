@@ -238,7 +238,7 @@ def main() -> None:
             dest = work / f"dest-{round_no}"
             # The cold fetch wrote past the page cache (O_DIRECT): read DEST once, untimed, so both verifiers
             # start from the same warm page cache, and take turns going first.
-            for f in dest.iterdir():
+            for f in (f for f in dest.rglob("*") if f.is_file()):
                 with f.open("rb") as handle:
                     while handle.read(8 << 20):
                         pass
