@@ -105,7 +105,7 @@ def add_evalset(session: Session, principal: AuthenticatedPrincipal, name: str, 
     if existing is not None:
         return existing, False
     number = (session.scalar(select(func.max(EvalSet.number)).where(EvalSet.name == name)) or 0) + 1
-    record_blob(session, put.digest, put.size)
+    record_blob(session, put.digest, put.size, blob_store=blob_store)
     row = EvalSet(name=name, number=number, digest=put.digest, size=put.size, cases=len(cases),
                   categories=dict(sorted(Counter(c.category for c in cases).items())),
                   languages=dict(sorted(Counter(c.language for c in cases).items())),
@@ -271,7 +271,8 @@ def run_eval(session_factory: sessionmaker[Session], result_id: int, *, blob_sto
         outcome = sandbox.failed("unsafe", f"not evaluated: {unsafe}")
     else:
         outcome = _run_outside_transaction(files, evalsets, definition, facts, blob_store, work_root)
-    _record(session_factory, result_id, outcome, _store_log(blob_store, outcome.log), clock=clock)
+    _record(session_factory, result_id, outcome, _store_log(blob_store, outcome.log), clock=clock,
+            blob_store=blob_store)
 
 
 def _run_outside_transaction(files: list[tuple[str, str]], evalsets: list[tuple[str, str]],
@@ -301,7 +302,7 @@ def _store_log(blob_store: BlobStore, log_bytes: bytes) -> str | None:
 
 
 def _record(session_factory: sessionmaker[Session], result_id: int, outcome: sandbox.Outcome,
-            log_digest: str | None, *, clock: Clock) -> None:
+            log_digest: str | None, *, clock: Clock, blob_store: BlobStore | None = None) -> None:
     with session_factory() as session:
         begin_write(session)
         row = session.get(EvalResult, result_id)
@@ -312,7 +313,9 @@ def _record(session_factory: sessionmaker[Session], result_id: int, outcome: san
         if version is None or row.status != PENDING:
             return  # recorded by an earlier run of this job: count it once
         if log_digest is not None:
-            grant_blob(session, version.model.tenant_id, log_digest, len(outcome.log), via="eval")
+            assert blob_store is not None
+            grant_blob(session, version.model.tenant_id, log_digest, len(outcome.log), via="eval",
+                       blob_store=blob_store)
         result = outcome.result
         row.status = outcome.status
         row.reason, row.error = outcome.reason, outcome.error

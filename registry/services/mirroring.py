@@ -129,7 +129,9 @@ def mirror_file(
         row = session.get(VersionFile, file_id)
         if row.sha256 is None:
             row.sha256, row.mirrored_at = digest, clock.now()
-        grant_blob(session, tenant_id, digest, size, via="mirror")
+        # Raises BlobVanishedError (the job is retried, and puts the bytes again) if garbage
+        # collection took them since the put.
+        grant_blob(session, tenant_id, digest, size, via="mirror", blob_store=blob_store)
         session.flush()
         remaining = session.scalar(
             select(func.count()).select_from(VersionFile).where(

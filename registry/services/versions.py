@@ -47,7 +47,7 @@ from registry.domain.files import FileEntry, require_sha256, validate_file_list
 from registry.domain.states import LIVE, VersionState
 from registry.domain.text import MAX_LABEL_LENGTH, MAX_REVISION_LENGTH, MAX_SOURCE_LENGTH, validate_text
 from registry.sources import parse_source_uri
-from registry.services import lifecycle
+from registry.services import gc, lifecycle
 from registry.sources.base import Snapshot, Source, UpstreamFile
 from registry.storage.base import BlobInfo, BlobStore
 
@@ -324,7 +324,13 @@ def upload_blob(session: Session, principal: AuthenticatedPrincipal, tenant: str
     put = blob_store.put if owned else blob_store.put_proving_possession
     result = put(source, expected_sha256=digest, expected_size=size)
     begin_write(session)
-    grant_blob(session, tenant_id, digest, result.size, via="upload")
+    try:
+        grant_blob(session, tenant_id, digest, result.size, via="upload", blob_store=blob_store)
+    except gc.BlobVanishedError:
+        # Garbage collection took bytes that were stored already (so the body was not read): the
+        # client sends them again.
+        session.rollback()
+        raise
     session.commit()
     return True
 
@@ -356,23 +362,27 @@ def owned_blobs(session: Session, tenant_id: int, digests: Iterable[str]) -> dic
     return {digest: size for digest, size in rows}
 
 
-def grant_blob(session: Session, tenant_id: int, digest: str, size: int, *, via: str) -> None:
-    """Record a blob just stored (if new) and the tenant's ownership of it (if new).
+def grant_blob(session: Session, tenant_id: int, digest: str, size: int, *, via: str,
+               blob_store: BlobStore) -> None:
+    """Record bytes just put (``gc.record_blob``: a row, or a fresh use time) and the tenant's ownership
+    of them (if new).
 
     Call it in a write transaction, once the tenant has shown it holds the bytes: it uploaded or
     mirrored them, hashed in full.
+
+    Raises:
+        BlobVanishedError: garbage collection deleted the bytes after they were put; put them again.
     """
     insert = postgresql_insert if is_postgres(session) else sqlite_insert
+    gc.record_blob(session, digest, size, blob_store=blob_store)
     # Concurrent uploads or mirrors of the same bytes grant at once: the second insert is a no-op.
-    record_blob(session, digest, size)
     session.execute(insert(BlobOwner).values(tenant_id=tenant_id, digest=digest, via=via)
                     .on_conflict_do_nothing())
 
 
-def record_blob(session: Session, digest: str, size: int) -> None:
-    """Record a blob just stored, if new (no tenant owns it by this: eval sets belong to the deployment)."""
-    insert = postgresql_insert if is_postgres(session) else sqlite_insert
-    session.execute(insert(Blob).values(digest=digest, size=size).on_conflict_do_nothing())
+def record_blob(session: Session, digest: str, size: int, *, blob_store: BlobStore) -> None:
+    """Record bytes just put, owned by no tenant (eval sets belong to the deployment); see ``gc.record_blob``."""
+    gc.record_blob(session, digest, size, blob_store=blob_store)
 
 
 @_retry_once_on_race
@@ -422,6 +432,13 @@ def submit_uploaded(
                         revision=hashlib.sha256(listing).hexdigest(),
                         files=tuple(UpstreamFile(path=e.path, size=e.size, sha256=e.sha256) for e in entries))
     begin_write(session)
+    # Held until the version's files are committed: garbage collection may have taken a blob since
+    # the lookup above, and the client then uploads it again.
+    held = gc.hold_blobs(session, stored)
+    gone = [e.path for e in entries if e.sha256 not in held]
+    if gone:
+        session.rollback()
+        raise BlobsNotUploadedError(tenant, gone)
     model = _lock_or_create_model(session, tenant_id, name)
     key = source_key("upload", label, None, snapshot.revision, (), ())
     existing = session.scalar(select(Version).where(
@@ -488,6 +505,10 @@ def accept_snapshot(session: Session, version: Version, snapshot: Snapshot, limi
                                     snapshot.revision, tuple(version.include), tuple(version.exclude))
     if stored is None:
         stored = _already_stored(session, version.model.tenant_id, snapshot.files)
+    # Locked until this transaction commits the references; a blob garbage-collected meanwhile is
+    # mirrored again instead.
+    held = gc.hold_blobs(session, stored.values())
+    stored = {path: digest for path, digest in stored.items() if digest in held}
     for upstream in snapshot.files:
         row = VersionFile(
             version_id=version.id, path=upstream.path, size=upstream.size,
