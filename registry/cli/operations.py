@@ -144,8 +144,9 @@ def migrate(data_dir: Optional[Path] = typer.Option(None, "--data-dir"), as_json
 
 @app.command()
 def gc(
-    older_than_hours: float = typer.Option(24.0, "--older-than-hours", min=0.0,
-                                           help="sweep incomplete uploads left at least this long ago"),
+    older_than_hours: float = typer.Option(
+        24.0, "--older-than-hours", min=0.0,
+        help="sweep incomplete uploads, and stored bytes never recorded, left at least this long ago"),
     grace_hours: float = typer.Option(24.0, "--grace-hours", min=0.0,
                                       help="delete unreferenced blobs only when last used at least this long ago"),
     data_dir: Optional[Path] = typer.Option(None, "--data-dir"),
@@ -164,9 +165,10 @@ def gc(
         prepare_embedded(settings)
     container = bootstrap(settings, migrate=settings.database_url is None)
     try:
-        swept = container.blob_store.sweep_incomplete(dt.timedelta(hours=older_than_hours))
+        left = dt.timedelta(hours=older_than_hours)
+        swept = container.blob_store.sweep_incomplete(left)
         report = garbage.collect(container.session_factory, container.blob_store, container.clock,
-                                 dt.timedelta(hours=grace_hours))
+                                 dt.timedelta(hours=grace_hours), orphan_age=left)
     finally:
         container.dispose()
     _emit({"swept": swept, **report.as_dict()}, as_json,

@@ -137,14 +137,17 @@ def record_blob(session: Session, digest: str, size: int, *, blob_store: BlobSto
 
 
 def collect(session_factory: sessionmaker[Session], blob_store: BlobStore, clock: Clock,
-            grace: dt.timedelta, *, orphans: bool = True) -> GcReport:
+            grace: dt.timedelta, *, orphan_age: dt.timedelta | None = None) -> GcReport:
     """Delete every blob nothing references whose last use is older than ``grace``; see the module.
 
     Args:
-        orphans: also walk the store for bytes without a row (costs a listing of the whole store).
+        orphan_age: also walk the store (a listing of all of it) for bytes without a row committed at
+            least this long ago: what a writer left that crashed between its put and its record.
+            None: do not walk.
     """
     report = GcReport()
-    cutoff = clock.now() - grace
+    now = clock.now()
+    cutoff = now - grace
     after = ""
     while True:
         with session_factory() as session:
@@ -162,8 +165,8 @@ def collect(session_factory: sessionmaker[Session], blob_store: BlobStore, clock
         if len(rows) < BATCH:
             break
         after = rows[-1][0]
-    if orphans:
-        _collect_orphans(session_factory, blob_store, cutoff, report)
+    if orphan_age is not None:
+        _collect_orphans(session_factory, blob_store, now - orphan_age, report)
     return report
 
 

@@ -11,6 +11,7 @@ import time
 
 import pytest
 from sqlalchemy import select, update
+from sqlalchemy.exc import OperationalError
 
 from registry.db.models import Blob, BlobOwner, Version
 from registry.domain.errors import BlobsNotUploadedError
@@ -74,7 +75,7 @@ def stored_intact(container, digest: str) -> bool:
 
 def collect(container, hours: float = 24.0) -> gc.GcReport:
     return gc.collect(container.session_factory, container.blob_store, container.clock,
-                      dt.timedelta(hours=hours))
+                      dt.timedelta(hours=hours), orphan_age=dt.timedelta(hours=hours))
 
 
 def test_old_unreferenced_blobs_go_young_and_referenced_ones_stay(container, admin):
@@ -159,6 +160,12 @@ def test_gc_racing_submissions_never_deletes_a_referenced_blob(container, admin,
                     break
                 except (BlobsNotUploadedError, gc.BlobVanishedError):
                     continue  # the collector took a blob between upload and submit: upload again
+                except OperationalError as exc:
+                    # PostgreSQL may pick this submission as a deadlock victim against the sealing
+                    # of the previous version of the same model (audit head vs model row): not GC's.
+                    if "deadlock" not in str(exc):
+                        raise
+                    continue
             else:
                 problems.append(f"upload round {i} never got its version in")
                 continue
