@@ -29,7 +29,7 @@ def create_app(container: Container) -> FastAPI:
 
 def _optional_routers():
     """Routers of the model lifecycle; imported here so health and identity work on their own."""
-    from api.routers import approvals, blobs, evals, hf, keys, manifests, models, releases, scans
+    from api.routers import approvals, blobs, evals, hf, keys, manifests, models, quotas, releases, scans
 
     return [models.router, approvals.router, keys.router, scans.router, blobs.router, releases.router,
-            manifests.router, evals.router, hf.router]
+            manifests.router, evals.router, hf.router, quotas.router]

@@ -79,6 +79,17 @@ class LimitExceededError(InvalidInputError):
     code = "limit-exceeded"
 
 
+class QuotaExceededError(LimitExceededError):
+    """Storing ``needed`` more bytes would take a tenant over its byte quota (``used`` of ``limit``)."""
+
+    code = "quota-exceeded"
+
+    def __init__(self, tenant: str, *, used: int, limit: int, needed: int) -> None:
+        super().__init__(
+            f"tenant {tenant!r} would exceed its quota: {used} of {limit} bytes used, {needed} more needed",
+            tenant=tenant, used=used, limit=limit, needed=needed)
+
+
 # --- leaves ---------------------------------------------------------------------------------
 
 
@@ -449,6 +460,16 @@ class RevokedError(ConflictError):
         through = f" (alias {alias!r} points at it; move the alias)" if alias else ""
         super().__init__(f"{model}@{version} was revoked: {reason}{through}",
                          model=model, version=version, reason=reason, alias=alias)
+
+
+class VersionDeletedError(ConflictError):
+    """A version that retention deleted: its record stays, its bytes may be gone, it is never released."""
+
+    code = "version-deleted"
+
+    def __init__(self, model: str, version: int) -> None:
+        super().__init__(f"{model}@{version} was deleted by retention: it is not released", model=model,
+                         version=version)
 
 
 class NotApprovedError(ConflictError):

@@ -20,10 +20,10 @@ from registry import jobs
 from registry.clock import Clock
 from registry.db.models import Job, Version, VersionFile
 from registry.db.session import begin_write
-from registry.domain.errors import IntegrityError, NotFoundError, RegistryError, UpstreamError
+from registry.domain.errors import IntegrityError, NotFoundError, QuotaExceededError, RegistryError, UpstreamError
 from registry.domain.files import FileEntry, validate_file_list
 from registry.domain.states import VersionState
-from registry.services import facts, licenses, lifecycle
+from registry.services import facts, licenses, lifecycle, quotas
 from registry.services.gc import BlobVanishedError
 from registry.services.versions import (
     Limits,
@@ -105,6 +105,17 @@ def mirror_file(
         endpoint, include, exclude = version.source_endpoint, tuple(version.include), tuple(version.exclude)
         revision, version_id, tenant_id = version.resolved_revision, version.id, version.model.tenant_id
         owned = upstream.sha256 is not None and bool(owned_blobs(session, tenant_id, [upstream.sha256]))
+        try:
+            # Checked before any byte moves; checked again, under a lock, when the blob is granted.
+            if not owned and already is None:
+                quotas.check(session, tenant_id, upstream.size)
+        except QuotaExceededError as exc:
+            quota_error: QuotaExceededError | None = exc
+        else:
+            quota_error = None
+    if quota_error is not None:
+        fail_version(session_factory, version_id, _with_path(quota_error, upstream.path))
+        return
     for attempt in range(1, PUTS + 1):
         if already is None:
             source = open_source(uri, endpoint, include, exclude)
@@ -126,6 +137,9 @@ def mirror_file(
         try:
             _record_mirrored(session_factory, version_id, file_id, tenant_id, digest, size,
                              blob_store=blob_store, clock=clock)
+            return
+        except QuotaExceededError as exc:
+            fail_version(session_factory, version_id, _with_path(exc, upstream.path))
             return
         except BlobVanishedError:
             # Garbage collection took the bytes between the put and the record: put them again (the
@@ -204,10 +218,13 @@ def _abort_abandoned_uploads(session_factory: sessionmaker[Session], blob_store:
     log.info("mirror of file %d: aborted %d abandoned upload(s) of %s", file_id, aborted, digest)
 
 
-def _with_path(exc: IntegrityError, path: str) -> IntegrityError:
-    """Name the version's file in an integrity error raised by the blob store (which knows no paths)."""
+def _with_path(exc: RegistryError, path: str) -> RegistryError:
+    """Name the version's file in an error raised by the blob store or a quota (which know no paths)."""
     from registry.domain.errors import DigestMismatchError, SizeMismatchError
 
+    if isinstance(exc, QuotaExceededError):
+        exc.details.setdefault("path", path)
+        return exc
     if isinstance(exc, DigestMismatchError) and exc.details.get("path") != path:
         return DigestMismatchError(path, expected=exc.details["expected"], actual=exc.details["actual"],
                                    algorithm=exc.details.get("algorithm", "sha256"))

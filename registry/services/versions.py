@@ -38,6 +38,7 @@ from registry.domain.errors import (
     InvalidStateError,
     LimitExceededError,
     ModelNotFoundError,
+    QuotaExceededError,
     RegistryError,
     SizeMismatchError,
     UpstreamError,
@@ -47,7 +48,7 @@ from registry.domain.files import FileEntry, require_sha256, validate_file_list
 from registry.domain.states import LIVE, VersionState
 from registry.domain.text import MAX_LABEL_LENGTH, MAX_REVISION_LENGTH, MAX_SOURCE_LENGTH, validate_text
 from registry.sources import parse_source_uri
-from registry.services import gc, lifecycle
+from registry.services import gc, lifecycle, quotas
 from registry.sources.base import Snapshot, Source, UpstreamFile
 from registry.storage.base import BlobInfo, BlobStore
 
@@ -219,6 +220,8 @@ def submit(
         InvalidInputError: a bad model name, source URI or glob.
         UnrecognizedLicenseError: the declared license normalizes to nothing.
         TenantNotFoundError: no such tenant.
+        QuotaExceededError: the files the tenant does not own yet would take it over its quota
+            (their declared sizes); nothing is created.
     """
     require(principal, tenant, Permission.SUBMIT)
     validate_name("model", name)
@@ -248,6 +251,12 @@ def submit(
         if existing is not None:
             session.rollback()
             return existing, False
+        owned = owned_blobs(session, tenant_row.id, (f.sha256 for f in snapshot.files if f.sha256))
+        try:
+            quotas.check(session, tenant_row, quotas.new_bytes(owned, ((f.sha256, f.size) for f in snapshot.files)))
+        except QuotaExceededError:
+            session.rollback()
+            raise
     version = Version(
         model_id=model.id,
         number=model.next_version,
@@ -314,11 +323,16 @@ def upload_blob(session: Session, principal: AuthenticatedPrincipal, tenant: str
     Raises:
         PermissionDeniedError: the principal may not submit in ``tenant``.
         DigestMismatchError, SizeMismatchError: the bytes are not what the digest says.
+        QuotaExceededError: the bytes would take the tenant over its quota (checked on the declared
+            size before reading, and again when granted).
     """
-    tenant_id = authorize_upload(session, principal, tenant).id
+    tenant_row = authorize_upload(session, principal, tenant)
+    tenant_id = tenant_row.id
     owned = bool(owned_blobs(session, tenant_id, [digest]))
     if owned and blob_store.exists(digest):
         return False
+    if not owned and size is not None:
+        quotas.check(session, tenant_row, size)
     # No transaction stays open while the bytes stream.
     session.rollback()
     put = blob_store.put if owned else blob_store.put_proving_possession
@@ -372,12 +386,20 @@ def grant_blob(session: Session, tenant_id: int, digest: str, size: int, *, via:
 
     Raises:
         BlobVanishedError: garbage collection deleted the bytes after they were put; put them again.
+        QuotaExceededError: an upload or a mirror of bytes new to the tenant would take it over its
+            quota (eval logs are the registry's own work and are not refused).
     """
     insert = postgresql_insert if is_postgres(session) else sqlite_insert
     gc.record_blob(session, digest, size, blob_store=blob_store)
+    if via in QUOTA_VIA and not owned_blobs(session, tenant_id, [digest]):
+        quotas.check(session, tenant_id, size, lock=True)
     # Concurrent uploads or mirrors of the same bytes grant at once: the second insert is a no-op.
     session.execute(insert(BlobOwner).values(tenant_id=tenant_id, digest=digest, via=via)
                     .on_conflict_do_nothing())
+
+
+QUOTA_VIA = frozenset({"upload", "mirror"})
+"""The grants a tenant's quota refuses."""
 
 
 def record_blob(session: Session, digest: str, size: int, *, blob_store: BlobStore) -> None:
