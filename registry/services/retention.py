@@ -24,12 +24,13 @@ from sqlalchemy.orm import Session
 from registry import audit
 from registry.auth import AuthenticatedPrincipal, Permission, require
 from registry.clock import Clock
-from registry.db.models import Alias, Approval, RetentionRule, Version
+from registry.db.models import Alias, AuditEvent, RetentionRule, Version
 from registry.db.session import begin_write, is_postgres
 from registry.domain.errors import InvalidInputError
-from registry.domain.states import PIPELINE, VersionState
+from registry.domain.states import PIPELINE, VersionState, event_for
 from registry.services import versions
 
+APPROVED_EVENT = event_for(VersionState.AWAITING_APPROVAL, VersionState.APPROVED)
 MAX_KEEP_LAST = 100_000
 MAX_WINDOW_DAYS = 36_500
 
@@ -158,11 +159,14 @@ def _plan(session: Session, ref: str, rule: RetentionRule, live: list[Version], 
             aliased.update({main, canary})
     approved_at: dict[int, dt.datetime] = {}
     if ids and rule.approved_within_days is not None:
-        approved_at = dict(session.execute(
-            select(Approval.version_id, func.max(Approval.at))
-            .where(Approval.version_id.in_(ids), Approval.decision == "approve")
-            .group_by(Approval.version_id)
-        ).tuples().all())
+        # When the version became approved: the audit event of that move, the record that cannot change.
+        subjects = {f"{ref}@{v.number}": v.id for v in live if v.state == VersionState.APPROVED.value}
+        if subjects:
+            approved_at = {subjects[subject]: at for subject, at in session.execute(
+                select(AuditEvent.subject, func.max(AuditEvent.at))
+                .where(AuditEvent.action == APPROVED_EVENT, AuditEvent.subject.in_(list(subjects)))
+                .group_by(AuditEvent.subject)
+            ).tuples()}
     pipeline = {s.value for s in PIPELINE}
     for version in live:
         if version.number in keep:

@@ -246,7 +246,7 @@ def submit(
                          request.include, request.exclude)
         existing = session.scalar(
             select(Version).where(Version.model_id == model.id, Version.source_key == key,
-                                  Version.state.in_([s.value for s in LIVE]))
+                                  Version.state.in_([s.value for s in LIVE]), Version.deleted_at.is_(None))
         )
         if existing is not None:
             session.rollback()
@@ -464,7 +464,8 @@ def submit_uploaded(
     model = _lock_or_create_model(session, tenant_id, name)
     key = source_key("upload", label, None, snapshot.revision, (), ())
     existing = session.scalar(select(Version).where(
-        Version.model_id == model.id, Version.source_key == key, Version.state.in_([s.value for s in LIVE])))
+        Version.model_id == model.id, Version.source_key == key, Version.state.in_([s.value for s in LIVE]),
+        Version.deleted_at.is_(None)))
     if existing is not None:
         session.rollback()
         return existing, False
