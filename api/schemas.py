@@ -290,7 +290,7 @@ class KeysPublic(BaseModel):
 
 
 class QuotaUpdate(Strict):
-    bytes: ByteCount | None = Field(description="the tenant's byte quota; null removes it")
+    bytes: ByteCount | None = Field(strict=True, description="the tenant's byte quota; null removes it")
 
 
 class QuotaPublic(BaseModel):
@@ -301,8 +301,8 @@ class QuotaPublic(BaseModel):
 
 
 class RetentionUpdate(Strict):
-    keep_last: int = Field(ge=1, le=100_000, description="keep the newest N versions")
-    approved_within_days: int | None = Field(None, ge=0, le=36_500,
+    keep_last: int = Field(ge=1, le=100_000, strict=True, description="keep the newest N versions")
+    approved_within_days: int | None = Field(None, ge=0, le=36_500, strict=True,
                                              description="also keep versions approved within D days")
 
 
