@@ -7,7 +7,8 @@ so this package never imports ``api`` or ``workers``. Every command takes ``--js
 readable line to stderr and exits non-zero (1 for errors, 2 for usage).
 
 One module per area registers its commands on the one ``app`` (``_base``): ``identity``, ``versions``,
-``releases``, ``approvals``, ``evals``, ``operations``, ``fetch`` (serving nodes).
+``releases``, ``approvals``, ``evals``, ``operations``, ``quotas`` (quotas, retention, usage), ``fetch``
+(serving nodes).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import sys
 import typer
 from typer.exceptions import TyperException
 
-from registry.cli import approvals, evals, fetch, identity, operations, releases, versions  # noqa: F401 (commands)
+from registry.cli import approvals, evals, fetch, identity, operations, quotas, releases, versions  # noqa: F401 (commands)
 from registry.cli._base import _say, app
 from registry.domain.errors import RegistryError
 
