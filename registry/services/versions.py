@@ -364,16 +364,21 @@ def stat_uploaded_blob(session: Session, principal: AuthenticatedPrincipal, tena
     return blob_store.stat(digest)
 
 
-def owned_blobs(session: Session, tenant_id: int, digests: Iterable[str]) -> dict[str, int]:
-    """Which of ``digests`` the tenant owns, with their stored sizes: one query for any number."""
+def owned_blobs(session: Session, tenant_id: int, digests: Iterable[str], *, hold: bool = False) -> dict[str, int]:
+    """Which of ``digests`` the tenant owns, with their stored sizes: one query for any number.
+
+    Args:
+        hold: lock the blobs found against garbage collection until the transaction ends, as
+            ``gc.hold_blobs`` does (call it so in the write transaction that references them).
+    """
     wanted = set(digests)
     if not wanted:
         return {}
-    rows = session.execute(
-        select(Blob.digest, Blob.size).join(BlobOwner, BlobOwner.digest == Blob.digest)
-        .where(BlobOwner.tenant_id == tenant_id, Blob.digest.in_(wanted))
-    )
-    return {digest: size for digest, size in rows}
+    query = (select(Blob.digest, Blob.size).join(BlobOwner, BlobOwner.digest == Blob.digest)
+             .where(BlobOwner.tenant_id == tenant_id, Blob.digest.in_(wanted)))
+    if hold and is_postgres(session):
+        query = query.order_by(Blob.digest).with_for_update(read=True, of=Blob)
+    return {digest: size for digest, size in session.execute(query)}
 
 
 def grant_blob(session: Session, tenant_id: int, digest: str, size: int, *, via: str,
@@ -440,12 +445,17 @@ def submit_uploaded(
                                  files=len(files), limit=limits.max_files)
     entries = validate_file_list(files)
     tenant_id = get_tenant(session, tenant).id
-    stored = owned_blobs(session, tenant_id, (e.sha256 for e in entries))
+    begin_write(session)
+    # Held until the version's files are committed: a blob garbage collection took is missing here,
+    # and the client uploads it again.
+    stored = owned_blobs(session, tenant_id, (e.sha256 for e in entries), hold=True)
     missing = [e.path for e in entries if e.sha256 not in stored]
     if missing:
+        session.rollback()
         raise BlobsNotUploadedError(tenant, missing)
     for e in entries:
         if e.size != stored[e.sha256]:
+            session.rollback()
             raise SizeMismatchError(e.path, expected=stored[e.sha256], actual=e.size)
     # Sizes come from the store, never from the client: they are signed and held against the limits.
     entries = [FileEntry(e.path, stored[e.sha256], e.sha256) for e in entries]
@@ -453,14 +463,6 @@ def submit_uploaded(
     snapshot = Snapshot(source_kind="upload", repo=label, requested_revision=None,
                         revision=hashlib.sha256(listing).hexdigest(),
                         files=tuple(UpstreamFile(path=e.path, size=e.size, sha256=e.sha256) for e in entries))
-    begin_write(session)
-    # Held until the version's files are committed: garbage collection may have taken a blob since
-    # the lookup above, and the client then uploads it again.
-    held = gc.hold_blobs(session, stored)
-    gone = [e.path for e in entries if e.sha256 not in held]
-    if gone:
-        session.rollback()
-        raise BlobsNotUploadedError(tenant, gone)
     model = _lock_or_create_model(session, tenant_id, name)
     key = source_key("upload", label, None, snapshot.revision, (), ())
     existing = session.scalar(select(Version).where(
@@ -478,7 +480,8 @@ def submit_uploaded(
     ref = f"{tenant}/{name}@{version.number}"
     audit.append(session, actor=principal.name, action="version.submitted", subject=ref, tenant=tenant,
                  details={"source": f"upload:{label}", "files": len(entries)})
-    accept_snapshot(session, version, snapshot, limits, clock, stored={e.path: e.sha256 for e in entries})
+    accept_snapshot(session, version, snapshot, limits, clock, stored={e.path: e.sha256 for e in entries},
+                    held=True)
     session.commit()
     return version, True
 
@@ -505,12 +508,14 @@ def _lock_or_create_model(session: Session, tenant_id: int, name: str) -> Model:
 
 
 def accept_snapshot(session: Session, version: Version, snapshot: Snapshot, limits: Limits, clock: Clock,
-                    *, stored: dict[str, str] | None = None) -> None:
+                    *, stored: dict[str, str] | None = None, held: bool = False) -> None:
     """Record the pinned revision and files, then queue a mirror job per file not already stored.
 
     Args:
         stored: path -> sha256 of the files whose bytes the version's tenant owns, when the caller
             looked them up already; else they are looked up here.
+        held: the caller holds ``stored`` against garbage collection already (``owned_blobs(hold=True)``
+            in this transaction).
     """
     try:
         _check_limits(snapshot, limits)
@@ -530,8 +535,9 @@ def accept_snapshot(session: Session, version: Version, snapshot: Snapshot, limi
         stored = _already_stored(session, version.model.tenant_id, snapshot.files)
     # Locked until this transaction commits the references; a blob garbage-collected meanwhile is
     # mirrored again instead.
-    held = gc.hold_blobs(session, stored.values())
-    stored = {path: digest for path, digest in stored.items() if digest in held}
+    if not held:
+        kept = gc.hold_blobs(session, stored.values())
+        stored = {path: digest for path, digest in stored.items() if digest in kept}
     for upstream in snapshot.files:
         row = VersionFile(
             version_id=version.id, path=upstream.path, size=upstream.size,
