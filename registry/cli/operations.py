@@ -172,9 +172,11 @@ def gc(
     finally:
         container.dispose()
     _emit({"swept": swept, **report.as_dict()}, as_json,
-          f"swept {swept} incomplete upload(s); deleted {report.deleted} unreferenced blob(s) "
-          f"({report.deleted_bytes} bytes) and {report.orphans_deleted} blob(s) without a record; "
-          f"kept {report.kept_referenced} referenced and {report.kept_young} within the grace period")
+          [f"swept {swept} incomplete upload(s)",
+           f"deleted {report.deleted} unreferenced blob(s) ({report.deleted_bytes} bytes) and "
+           f"{report.orphans_deleted} stored without a record; kept {report.kept_referenced} referenced "
+           f"and {report.kept_young} within the grace period"
+           + (f"; {report.errors} could not be deleted (see the log)" if report.errors else "")])
 
 
 # --- processes -------------------------------------------------------------------------------
