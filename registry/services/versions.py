@@ -498,7 +498,11 @@ def _endpoint(source: Source) -> str | None:
 def _lock_or_create_model(session: Session, tenant_id: int, name: str) -> Model:
     query = select(Model).where(Model.tenant_id == tenant_id, Model.name == name)
     if is_postgres(session):
-        query = query.with_for_update()
+        # FOR NO KEY UPDATE: submissions of the model wait for each other (next_version), but a
+        # transaction that only references the model (a foreign key check takes KEY SHARE, e.g. while
+        # sealing its previous version, which holds the audit head) does not wait for this one, which
+        # next waits for the audit head: FOR UPDATE deadlocked the two.
+        query = query.with_for_update(key_share=True)
     model = session.scalar(query)
     if model is None:
         model = Model(tenant_id=tenant_id, name=name, next_version=1)
