@@ -40,6 +40,7 @@ from registry.jobs import CLOCK_INFO
 from registry.policy import POLICY_INFO, PolicyEngine
 from registry.scanning import SCANNER_NAME, SCANNER_VERSION
 from registry.services import lifecycle
+from registry.services.gc import BlobVanishedError
 from registry.services.versions import _get_version, grant_blob, lock_version_unchecked, record_blob, version_ref
 from registry.storage.base import BlobStore
 
@@ -99,13 +100,21 @@ def add_evalset(session: Session, principal: AuthenticatedPrincipal, name: str, 
 
     validate_text(description, field="description", max_length=MAX_DESCRIPTION)
     cases = parse_cases(data)
-    put = blob_store.put(io.BytesIO(data), expected_size=len(data))
-    begin_write(session)
-    existing = session.scalar(select(EvalSet).where(EvalSet.name == name, EvalSet.digest == put.digest))
-    if existing is not None:
-        return existing, False
+    for attempt in (1, 2):
+        put = blob_store.put(io.BytesIO(data), expected_size=len(data))
+        begin_write(session)
+        existing = session.scalar(select(EvalSet).where(EvalSet.name == name, EvalSet.digest == put.digest))
+        if existing is not None:
+            return existing, False
+        try:
+            record_blob(session, put.digest, put.size, blob_store=blob_store)
+            break
+        except BlobVanishedError:
+            # Garbage collection took stored bytes the put found: put them again, once.
+            session.rollback()
+            if attempt == 2:
+                raise
     number = (session.scalar(select(func.max(EvalSet.number)).where(EvalSet.name == name)) or 0) + 1
-    record_blob(session, put.digest, put.size, blob_store=blob_store)
     row = EvalSet(name=name, number=number, digest=put.digest, size=put.size, cases=len(cases),
                   categories=dict(sorted(Counter(c.category for c in cases).items())),
                   languages=dict(sorted(Counter(c.language for c in cases).items())),
