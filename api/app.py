@@ -5,8 +5,9 @@ from __future__ import annotations
 from fastapi import FastAPI
 
 from api import problems
-from api.middleware import RefuseNulMiddleware
-from api.routers import admin, audit, health
+from api.metrics import ApiMetrics, MetricsMiddleware
+from api.middleware import RefuseNulMiddleware, RequestIdMiddleware
+from api.routers import admin, audit, health, metrics
 from registry.bootstrap import Container
 
 
@@ -18,8 +19,14 @@ def create_app(container: Container) -> FastAPI:
     )
     app.state.container = container
     problems.install(app)
+    app.state.metrics = ApiMetrics(container)
     app.add_middleware(RefuseNulMiddleware)
+    # Added after it, so outside it: they time, count and log the refusals of the middleware inside too;
+    # the request id is set first of all, for every line logged on the request's behalf.
+    app.add_middleware(MetricsMiddleware, metrics=app.state.metrics)
+    app.add_middleware(RequestIdMiddleware)
     app.include_router(health.router)
+    app.include_router(metrics.router)
     app.include_router(admin.router)
     app.include_router(audit.router)
     for router in _optional_routers():
@@ -29,7 +36,8 @@ def create_app(container: Container) -> FastAPI:
 
 def _optional_routers():
     """Routers of the model lifecycle; imported here so health and identity work on their own."""
-    from api.routers import approvals, blobs, evals, hf, keys, manifests, models, quotas, releases, scans
+    from api.routers import (
+        approvals, blobs, evals, exports, hf, keys, manifests, models, provenance, quotas, releases, scans)
 
     return [models.router, approvals.router, keys.router, scans.router, blobs.router, releases.router,
-            manifests.router, evals.router, hf.router, quotas.router]
+            manifests.router, evals.router, exports.router, hf.router, provenance.router, quotas.router]

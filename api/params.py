@@ -47,6 +47,8 @@ AliasName = Annotated[str, Field(pattern=_json_schema_pattern(ALIAS_RE), min_len
 PrincipalName = Annotated[str, Field(**_NAME, description="principal name")]
 Sha256Hex = Annotated[str, Field(pattern=SHA256_PATTERN, min_length=64, max_length=64,
                                  description="sha256 of the blob, 64 lower-case hex digits")]
+REF_PATTERN = r"^([1-9][0-9]{0,8}|[a-z][a-z0-9._-]{0,62})$"
+"""A ref: a version number (nine digits at most) or an alias name."""
 VersionNumber = Annotated[int, Field(ge=1, le=INT32_MAX, description="version number within its model")]
 RowId = Annotated[int, Field(ge=1, le=INT64_MAX, description="a database id")]
 AfterId = Annotated[int, Field(ge=0, le=INT64_MAX, description="what follows this id (0: from the start)")]

@@ -12,16 +12,23 @@ version approved and promoted to ``prod`` (in this process, on the same database
 Each round, in this process, one after the other:
 
 - ``raw``: the floor: the manifest's presigned S3 URLs read with parallel ranged GETs (the same
-  ``--parallel`` streams and part size as the client, one shared HTTP client), bytes discarded: no hashing,
+  ``--parallel`` streams and part size as the client, one shared httpx client), bytes discarded: no hashing,
   no disk, no checks;
+- ``raw http.client``: the same GETs read the way the client reads them (``RangeReader``: ``http.client``,
+  ``readinto`` a buffer), bytes discarded: the stricter floor, since it parses less per byte than httpx;
+- ``raw+sha256`` and ``raw+write``: the httpx GETs with each part hashed in memory (no disk), or written
+  with ordinary buffered writes into a file per blob (no hashing): what each of a fetch's two unavoidable
+  costs adds to the floor on its own, done the plain way;
 - ``cold``: ``registry.client.fetch.fetch`` into an empty node cache and a new DEST: manifest, signature and
   root, ranged downloads hashed while streaming into the cache, hard links into DEST, ``model.sig``;
 - ``warm``: the same fetch into another new DEST with the cache warm (nothing to download);
 - ``verify``: ``modelreg verify DEST --trust-root FILE`` against ``model_signing verify key DEST`` on the
-  same directory (both as the commands a person runs, start-up included).
+  same directory (both as the commands a person runs, start-up included), after one untimed read of DEST
+  (the cold fetch writes past the page cache), first one then the other going first from round to round.
 
-It prints every round and the ratios: cold / raw (goal <= 1.10), warm seconds (goal <= 0.5), and verify /
-model_signing (goal <= 0.8).
+It prints every round and the ratios: cold / raw (goal <= 1.10) against each floor, warm seconds (goal <= 0.5), and verify /
+model_signing (goal <= 0.8), and each round's decomposition: wall time and CPU seconds of this process
+and of SeaweedFS for both floors, the two partial floors and the cold fetch.
 """
 
 from __future__ import annotations
@@ -33,13 +40,17 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path[0] = str(REPO)
 
 import argparse  # noqa: E402
+import hashlib  # noqa: E402
 import json  # noqa: E402
 import os  # noqa: E402
+import resource  # noqa: E402
 import shutil  # noqa: E402
 import subprocess  # noqa: E402
 import tempfile  # noqa: E402
+import threading  # noqa: E402
 import time  # noqa: E402
 from concurrent.futures import ThreadPoolExecutor  # noqa: E402
+from typing import Any, Callable  # noqa: E402
 
 import httpx  # noqa: E402
 
@@ -49,6 +60,7 @@ from registry.client.api import RegistryApi  # noqa: E402
 from registry.client.cache import NodeCache  # noqa: E402
 from registry.client.download import DEFAULT_PART_SIZE, plan_parts  # noqa: E402
 from registry.client.fetch import fetch  # noqa: E402
+from registry.client.transfer import RangeReader  # noqa: E402
 from registry.db.models import Version  # noqa: E402
 from registry.domain.aliases import make_target  # noqa: E402
 from registry.services import aliases  # noqa: E402
@@ -63,30 +75,80 @@ BIN = Path(sys.executable).parent
 TENANT, NAME = "bench", "big"
 
 
-def raw_download(api_url: str, token: str, parallel: int, part_size: int) -> tuple[float, int]:
-    """Seconds to read every file of the prod release through its presigned URLs, bytes discarded."""
+def raw_download(api_url: str, token: str, parallel: int, part_size: int, sink: str = "discard",
+                 scratch: Path | None = None, transport: str = "httpx") -> tuple[float, int]:
+    """Seconds to read every file of the prod release through its presigned URLs.
+
+    ``sink`` says what happens to the bytes: ``discard`` (the floor), ``hash`` (each part through sha256
+    in memory: the hashing cost, no disk) or ``write`` (each part written in place into a file per blob
+    under ``scratch``: the page-cache cost, no hashing).
+    """
     with RegistryApi(api_url, token) as api:
         response = api.manifest(TENANT, NAME, "prod")
     sizes = {f["path"]: f["size"] for f in json.loads(
         __import__("base64").b64decode(response.envelope["payload"]))["files"]}
-    parts = [(url, start, end) for path, url in response.transport.items()
+    parts = [(path, url, start, end) for path, url in response.transport.items()
              for start, end in plan_parts(sizes[path], part_size)]
+    fds: dict[str, int] = {}
+    if sink == "write":
+        assert scratch is not None
+        scratch.mkdir(parents=True, exist_ok=True)
+        for number, path in enumerate(sizes):
+            fds[path] = os.open(scratch / f"blob-{number}", os.O_RDWR | os.O_CREAT, 0o600)
+            os.ftruncate(fds[path], sizes[path])
     limits = httpx.Limits(max_connections=parallel, max_keepalive_connections=parallel)
-    total = 0
     started = time.perf_counter()
-    with httpx.Client(limits=limits, timeout=120) as client:
-        def get(part: tuple[str, int, int]) -> int:
-            url, start, end = part
-            got = 0
-            with client.stream("GET", url, headers={"Range": f"bytes={start}-{end - 1}"}) as r:
-                r.raise_for_status()
-                for chunk in r.iter_raw(1 << 20):
-                    got += len(chunk)
-            return got
+    try:
+        if transport == "direct":
+            reader, local = RangeReader(timeout=120), threading.local()
 
-        with ThreadPoolExecutor(parallel) as pool:
-            total = sum(pool.map(get, parts))
+            def read(part: tuple[str, str, int, int]) -> int:
+                path, url, start, end = part
+                if not hasattr(local, "buffer"):
+                    local.buffer = memoryview(bytearray(part_size))
+                reader.read_into(url, start, end, sizes[path], local.buffer[:end - start], lambda n: None)
+                return end - start
+
+            with ThreadPoolExecutor(parallel) as pool:
+                total = sum(pool.map(read, parts))
+            return time.perf_counter() - started, total
+        with httpx.Client(limits=limits, timeout=120) as client:
+            def get(part: tuple[str, str, int, int]) -> int:
+                path, url, start, end = part
+                got = 0
+                digest = hashlib.sha256()
+                with client.stream("GET", url, headers={"Range": f"bytes={start}-{end - 1}"}) as r:
+                    r.raise_for_status()
+                    for chunk in r.iter_raw(1 << 20):
+                        if sink == "hash":
+                            digest.update(chunk)
+                        elif sink == "write":
+                            os.pwrite(fds[path], chunk, start + got)
+                        got += len(chunk)
+                return got
+
+            with ThreadPoolExecutor(parallel) as pool:
+                total = sum(pool.map(get, parts))
+    finally:
+        for fd in fds.values():
+            os.close(fd)
     return time.perf_counter() - started, total
+
+
+def cpu_seconds(pid: int | None = None) -> float:
+    """User and system CPU seconds of this process (``pid`` None) or of another one, from /proc."""
+    if pid is None:
+        usage = resource.getrusage(resource.RUSAGE_SELF)
+        return usage.ru_utime + usage.ru_stime
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def measured(pid: int, run: Callable[[], Any]) -> tuple[float, float, float, Any]:
+    """Wall seconds, this process's CPU seconds and process ``pid``'s CPU seconds of ``run()``, and its result."""
+    cpu, server_cpu, started = cpu_seconds(), cpu_seconds(pid), time.perf_counter()
+    result = run()
+    return time.perf_counter() - started, cpu_seconds() - cpu, cpu_seconds(pid) - server_cpu, result
 
 
 def timed(argv: list[str], env: dict[str, str]) -> float:
@@ -152,28 +214,55 @@ def main() -> None:
         print(f"model: {len(list(model.iterdir()))} files, {size / MIB:.0f} MiB; parallel {args.parallel}, "
               f"part {part_size // MIB} MiB; load {os.getloadavg()[0]:.2f}")
         node_env = {**os.environ, "MODELREG_URL": server.url, "MODELREG_TOKEN": token}
+        weed = s3.process.pid
         for round_no in range(1, args.rounds + 1):
-            raw, got = raw_download(server.url, token, args.parallel, part_size)
-            assert got == size, (got, size)
+            floors = {}
+            for sink, transport in (("discard", "httpx"), ("direct", "direct"), ("hash", "httpx"), ("write", "httpx")):
+                scratch = work / f"scratch-{round_no}"
+                wall, cpu, weed_cpu, (_, got) = measured(weed, lambda: raw_download(
+                    server.url, token, args.parallel, part_size, "discard" if sink == "direct" else sink, scratch,
+                    transport))
+                assert got == size, (sink, got, size)
+                shutil.rmtree(scratch, ignore_errors=True)
+                floors[sink] = (wall, cpu, weed_cpu)
+            raw, direct = floors["discard"][0], floors["direct"][0]
             cache_dir = work / f"cache-{round_no}"
             with RegistryApi(server.url, token) as api:
+                cold_s, cold_cpu, cold_weed, cold = measured(weed, lambda: fetch(
+                    f"{TENANT}/{NAME}@prod", work / f"dest-{round_no}", api=api, trust_root_file=root_file,
+                    cache=NodeCache(cache_dir), parallel=args.parallel))
                 started = time.perf_counter()
-                cold = fetch(f"{TENANT}/{NAME}@prod", work / f"dest-{round_no}", api=api, trust_root_file=root_file,
-                             cache=NodeCache(cache_dir), parallel=args.parallel)
-                cold_s = time.perf_counter() - started
-                started = time.perf_counter()
-                fetch(f"{TENANT}/{NAME}@prod", work / f"dest-{round_no}-warm", api=api, trust_root_file=root_file,
-                      cache=NodeCache(cache_dir), parallel=args.parallel)
+                warm = fetch(f"{TENANT}/{NAME}@prod", work / f"dest-{round_no}-warm", api=api,
+                             trust_root_file=root_file, cache=NodeCache(cache_dir), parallel=args.parallel)
                 warm_s = time.perf_counter() - started
             dest = work / f"dest-{round_no}"
-            ours = timed([str(BIN / "modelreg"), "verify", str(dest), "--trust-root", str(root_file)], node_env)
-            theirs = timed([str(BIN / "model_signing"), "verify", "key", str(dest), "--public_key", str(public_key),
-                            "--signature", str(dest / "model.sig")], node_env)
+            # The cold fetch wrote past the page cache (O_DIRECT): read DEST once, untimed, so both verifiers
+            # start from the same warm page cache, and take turns going first.
+            for f in dest.iterdir():
+                with f.open("rb") as handle:
+                    while handle.read(8 << 20):
+                        pass
+            commands = {
+                "ours": [str(BIN / "modelreg"), "verify", str(dest), "--trust-root", str(root_file)],
+                "theirs": [str(BIN / "model_signing"), "verify", "key", str(dest), "--public_key", str(public_key),
+                           "--signature", str(dest / "model.sig")]}
+            order = ["ours", "theirs"] if round_no % 2 else ["theirs", "ours"]
+            took = {name: timed(commands[name], node_env) for name in order}
+            ours, theirs = took["ours"], took["theirs"]
             phases = ", ".join(f"{k} {v:.2f}" for k, v in cold.timings.items())
+            warm_phases = ", ".join(f"{k} {v:.3f}" for k, v in warm.timings.items())
+            cpu_of = ", ".join(f"{name} {wall:.2f} s (cpu: client {cpu:.2f} s, SeaweedFS {weed_cpu:.2f} s)"
+                               for name, (wall, cpu, weed_cpu) in (
+                                   ("raw", floors["discard"]), ("raw http.client", floors["direct"]),
+                                   ("raw+sha256", floors["hash"]),
+                                   ("raw+write", floors["write"]), ("cold", (cold_s, cold_cpu, cold_weed))))
             print(f"round {round_no}: raw {raw:.2f} s ({size / MIB / raw:.0f} MiB/s); cold fetch {cold_s:.2f} s "
-                  f"({phases}); cold/raw {cold_s / raw:.2f} (goal <= 1.10); warm fetch {warm_s:.3f} s "
+                  f"({phases}); cold/raw {cold_s / raw:.2f} (goal <= 1.10); raw http.client {direct:.2f} s, "
+                  f"cold/raw http.client {cold_s / direct:.2f}; warm fetch {warm_s:.3f} s ({warm_phases}) "
                   f"(goal <= 0.5); modelreg verify {ours:.2f} s, model_signing verify {theirs:.2f} s, "
                   f"ratio {ours / theirs:.2f} (goal <= 0.8); load {os.getloadavg()[0]:.2f}")
+            print(f"round {round_no} decomposition: {cpu_of}; raw+sha256/raw {floors['hash'][0] / raw:.2f}, "
+                  f"raw+write/raw {floors['write'][0] / raw:.2f}")
             shutil.rmtree(cache_dir, ignore_errors=True)
             for d in (work / f"dest-{round_no}", work / f"dest-{round_no}-warm"):
                 shutil.rmtree(d, ignore_errors=True)

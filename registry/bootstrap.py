@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from sqlalchemy import Engine, select
+from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 
 from registry.clock import Clock, SystemClock
@@ -235,7 +236,12 @@ def ensure_initial_admin(container: Container) -> FirstStart:
         audit.append(session, actor="system", action="principal.created", subject="principal/admin",
                      details={"is_admin": True, "token_prefix": issued.prefix})
         _write_secret(token_file, issued.token)
-        session.commit()
+        try:
+            session.commit()
+        except IntegrityError:
+            # Another replica starting at the same time created the first admin: its token is the one.
+            token_file.unlink(missing_ok=True)
+            return FirstStart(admin_token_file=None, created_admin=False)
     return FirstStart(admin_token_file=token_file, created_admin=True)
 
 

@@ -6,6 +6,7 @@ Nothing here is built at import time: ``Settings()`` is called once, by bootstra
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Literal
 
 from pydantic import Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -67,6 +68,14 @@ class Settings(BaseSettings):
 
     policy_dir: Path | None = Field(
         None, description="Directory of *.rego policies and data.json; default the policies shipped with modelreg.")
+
+    log_format: Literal["text", "json"] = Field(
+        "text", description="How `serve` and `worker` log: text lines, or one JSON object a line (with request ids).")
+    log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
+    metrics_public: bool = Field(
+        True, description="Serve /metrics without a token (scraped on an internal network); false: administrators only.")
+    metrics_cache_seconds: float = Field(
+        5.0, ge=0, le=300, description="How long a process reuses the database series of /metrics between scrapes.")
 
     job_lease_seconds: float = 60.0
     job_max_attempts: int = Field(5, ge=1, description="Attempts of a job before it is dead.")

@@ -11,7 +11,7 @@ from fastapi.responses import JSONResponse, Response
 from starlette.concurrency import run_in_threadpool
 
 from api.deps import BearerTokenDep, ContainerDep
-from api.params import ModelName, TenantName
+from api.params import REF_PATTERN, ModelName, TenantName
 from api.problems import AUTHENTICATED, responses
 from api.schemas import ReleasePublic
 from registry.auth import AuthenticatedPrincipal, authenticate
@@ -20,8 +20,6 @@ from registry.domain.errors import ConflictError, NotFoundError, ServiceUnavaila
 from registry.services import manifests
 
 router = APIRouter(prefix="/v1/models", tags=["releases"])
-
-REF_PATTERN = r"^([1-9][0-9]{0,8}|[a-z][a-z0-9._-]{0,62})$"
 
 
 def _issue(container: Container, token: str, principal: AuthenticatedPrincipal | None,

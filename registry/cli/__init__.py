@@ -8,7 +8,7 @@ readable line to stderr and exits non-zero (1 for errors, 2 for usage).
 
 One module per area registers its commands on the one ``app`` (``_base``): ``identity``, ``versions``,
 ``releases``, ``approvals``, ``evals``, ``operations``, ``quotas`` (quotas, retention, usage), ``fetch``
-(serving nodes).
+(serving nodes), ``provenance`` and ``provenance_export`` (auditors).
 """
 
 from __future__ import annotations
@@ -18,7 +18,8 @@ import sys
 import typer
 from typer.exceptions import TyperException
 
-from registry.cli import approvals, evals, fetch, identity, operations, quotas, releases, versions  # noqa: F401 (commands)
+from registry.cli import (  # noqa: F401 (commands)
+    approvals, evals, fetch, identity, operations, provenance, provenance_export, quotas, releases, versions)
 from registry.cli._base import _say, app
 from registry.domain.errors import RegistryError
 

@@ -114,19 +114,32 @@ def fetch(
     dest: Path = typer.Argument(..., help="Directory to fill: absent, or empty (/mnt/models), or this release"),
     trust_root: Path = TrustRootOpt, cache: Optional[Path] = CacheOpt, parallel: int = ParallelOpt,
     cache_high: Optional[str] = HighOpt, cache_low: Optional[str] = LowOpt, recheck_hours: float = RecheckOpt,
-    part_size: str = typer.Option("64M", "--part-size", help="Range size a big file is split into."),
+    part_size: str = typer.Option("8M", "--part-size", help="Range size a big file is split into (at most 64M; "
+                                 "the fetch holds --parallel + 4 of them in memory)."),
+    metrics_textfile: Optional[Path] = typer.Option(
+        None, "--metrics-textfile", envvar="MODELREG_METRICS_TEXTFILE",
+        help="Write the phase timings and outcome here for the node exporter's textfile collector "
+             "(a *.prom file in its directory; written atomically, also when the fetch fails)."),
     url: str = UrlOpt, token: str = TokenOpt, as_json: bool = JsonOpt,
 ) -> None:
     """Fetch the approved release REF into DEST, verified against the pinned trust root."""
     from registry.client.fetch import fetch as fetch_ref
     from registry.client.progress import Reporter
 
+    reporter = Reporter(tty=False if as_json else None)
+
     def body() -> None:
-        reporter = Reporter(tty=False if as_json else None)
         node_cache = _cache(cache, cache_high, cache_low, recheck_hours)
         with _api(url, token) as api:
-            result = fetch_ref(ref, dest, api=api, trust_root_file=trust_root, cache=node_cache,
-                               parallel=parallel, part_size=parse_size(part_size) or 1, reporter=reporter)
+            try:
+                result = fetch_ref(ref, dest, api=api, trust_root_file=trust_root, cache=node_cache,
+                                   parallel=parallel, part_size=parse_size(part_size) or 1, reporter=reporter)
+            except BaseException as exc:
+                if metrics_textfile is not None:
+                    _write_fetch_metrics(metrics_textfile, ref, reporter.timings, exc, None)
+                raise
+        if metrics_textfile is not None:
+            _write_fetch_metrics(metrics_textfile, ref, result.timings, None, result.as_dict())
         times = ", ".join(f"{k} {v:.2f}s" for k, v in result.timings.items())
         what = "already there" if result.noop else (
             f"{result.downloaded_files} downloaded ({result.downloaded_bytes / 2**20:.1f} MiB), "
@@ -136,6 +149,32 @@ def fetch(
                  f"{what}; {times}")
 
     _run(body)
+
+
+def _write_fetch_metrics(path: Path, ref_text: str, timings: dict[str, float], exc: BaseException | None,
+                         result: dict[str, Any] | None) -> None:
+    """The fetch's textfile; a path that cannot be written fails the command, after the fetch's own error."""
+    from registry.client.errors import exit_code
+    from registry.client.fetch import ref_selector
+    from registry.client.textfile import fetch_samples, write_textfile
+    from registry.domain.errors import RegistryError
+    from registry.domain.refs import parse_ref
+
+    try:
+        parsed = parse_ref(ref_text)
+        model, ref = parsed.model, ref_selector(parsed)
+    except RegistryError:
+        model, ref = "", ref_text[:256]
+    if exc is None:
+        outcome = "ok"
+    else:
+        outcome = "interrupted" if isinstance(exc, KeyboardInterrupt) else exit_code(exc)[1]
+    try:
+        write_textfile(path, fetch_samples(model, ref, outcome, timings, result))
+    except OSError as err:
+        if exc is None:
+            raise CliError(f"cannot write the metrics textfile {path}: {err.strerror or err}") from None
+        _say(f"warning: cannot write the metrics textfile {path}: {err.strerror or err}", err=True)
 
 
 @app.command(epilog=EXIT_HELP)

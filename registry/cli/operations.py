@@ -235,8 +235,14 @@ def serve(
         elif first.admin_token_file:
             typer.echo(f"admin token in {first.admin_token_file}")
         typer.echo(f"modelreg serving on {settings.public_url} with {len(threads)} worker threads")
+    from registry import logs
+
+    logs.configure(settings.log_format, settings.log_level)
     try:
-        uvicorn.run(create_app(container), host=settings.host, port=settings.port, log_level="warning")
+        # log_config=None: the logging configured above stays; uvicorn's access log (whole URLs, query
+        # strings included) is off: the API logs its own access line, with the request id.
+        uvicorn.run(create_app(container), host=settings.host, port=settings.port, log_config=None,
+                    log_level=settings.log_level.lower(), access_log=False)
     finally:
         stop.set()
         for thread in threads:
@@ -250,13 +256,11 @@ def worker(
     as_json: bool = typer.Option(False, "--json", help="log as JSON lines"),
 ) -> None:
     """Run background jobs (mirroring, sealing, scanning) until SIGTERM or SIGINT."""
-    import logging
-
+    from registry import logs
     from registry.bootstrap import bootstrap, load_settings, prepare_embedded
 
-    if as_json:
-        logging.basicConfig(level=logging.INFO, handlers=[_json_log_handler()])
     settings = load_settings()
+    logs.configure("json" if as_json else settings.log_format, settings.log_level)
     # The same key as `serve` beside it: the data directory's, made on first start, unless one is set.
     prepare_embedded(settings)
     container = bootstrap(settings)
@@ -265,15 +269,3 @@ def worker(
     finally:
         container.dispose()
 
-
-def _json_log_handler():
-    import logging
-
-    class JsonFormatter(logging.Formatter):
-        def format(self, record: logging.LogRecord) -> str:
-            return json.dumps({"time": self.formatTime(record), "level": record.levelname, "logger": record.name,
-                               "message": record.getMessage()})
-
-    handler = logging.StreamHandler()
-    handler.setFormatter(JsonFormatter())
-    return handler

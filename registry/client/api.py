@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 from urllib.parse import quote, urljoin
@@ -25,7 +25,8 @@ import httpx
 
 from registry.client.errors import NetworkError, TransportError, from_problem
 from registry.client.http import RegistryClient, RemoteError
-from registry.domain.errors import RegistryError
+from registry.client.transfer import USER_AGENT, RangeReader, check_range_answer, redact
+from registry.domain.errors import RegistryError, SizeMismatchError
 from registry.signing.release import MAX_RELEASE_BYTES
 from registry.signing.trust_root import MAX_ROOT_BYTES
 
@@ -81,7 +82,9 @@ class RegistryApi:
         self.client = RegistryClient(url, token, timeout=timeout, transport=transport)
         # No Authorization header, no base URL: transport URLs are absolute and carry their own credentials.
         self.blobs = httpx.Client(timeout=httpx.Timeout(timeout, connect=10.0), follow_redirects=False,
-                                  headers={"User-Agent": "modelreg-client/0.1"}, transport=transport)
+                                  headers={"User-Agent": USER_AGENT}, transport=transport)
+        # An injected transport (tests, an in-process app) carries every request: no direct path around it.
+        self._ranges = RangeReader(timeout=timeout) if transport is None else None
 
     # --- identity ---------------------------------------------------------------------------
 
@@ -219,6 +222,58 @@ class RegistryApi:
     def audit_checkpoints(self, after: int, limit: int) -> list[dict[str, Any]]:
         return self.client.get("/v1/audit/checkpoints", params={"after": after, "limit": limit})
 
+    # --- provenance (auditors) ---------------------------------------------------------------------
+
+    def _provenance(self, tenant: str, name: str, question: str, ref: str, **params: Any) -> dict[str, Any]:
+        query = {"ref": ref, **{k: v for k, v in params.items() if v is not None}}
+        return self.client.get(f"/v1/provenance/{_seg(tenant)}/{_seg(name)}/{question}", params=query)
+
+    def provenance_origin(self, tenant: str, name: str, ref: str) -> dict[str, Any]:
+        return self._provenance(tenant, name, "origin", ref)
+
+    def provenance_files(self, tenant: str, name: str, ref: str, *, limit: int = 1000,
+                         cursor: str | None = None) -> dict[str, Any]:
+        return self._provenance(tenant, name, "files", ref, limit=limit, cursor=cursor)
+
+    def provenance_scans(self, tenant: str, name: str, ref: str, *, limit: int = 1000,
+                         cursor: str | None = None) -> dict[str, Any]:
+        return self._provenance(tenant, name, "scans", ref, limit=limit, cursor=cursor)
+
+    def provenance_evals(self, tenant: str, name: str, ref: str) -> dict[str, Any]:
+        return self._provenance(tenant, name, "evals", ref)
+
+    def provenance_license(self, tenant: str, name: str, ref: str) -> dict[str, Any]:
+        return self._provenance(tenant, name, "license", ref)
+
+    def provenance_approvals(self, tenant: str, name: str, ref: str) -> dict[str, Any]:
+        return self._provenance(tenant, name, "approvals", ref)
+
+    def provenance_nodes(self, tenant: str, name: str, ref: str, *, limit: int = 1000,
+                         cursor: str | None = None) -> dict[str, Any]:
+        return self._provenance(tenant, name, "nodes", ref, limit=limit, cursor=cursor)
+
+    def provenance_alias(self, tenant: str, name: str, alias: str, *, at: str | None = None, limit: int = 1000,
+                         cursor: str | None = None) -> dict[str, Any]:
+        params = {k: v for k, v in (("at", at), ("limit", limit), ("cursor", cursor)) if v is not None}
+        return self.client.get(f"/v1/provenance/{_seg(tenant)}/{_seg(name)}/aliases/{_seg(alias)}", params=params)
+
+    def provenance_revoked_nodes(self, tenant: str, *, limit: int = 1000, cursor: str | None = None) -> dict[str, Any]:
+        params = {k: v for k, v in (("tenant", tenant), ("limit", limit), ("cursor", cursor)) if v is not None}
+        return self.client.get("/v1/provenance/revoked-nodes", params=params)
+
+    def provenance_blob(self, digest: str, *, limit: int = 1000, cursor: str | None = None) -> dict[str, Any]:
+        """``digest``: 64 hex digits (without ``sha256:``)."""
+        params = {k: v for k, v in (("limit", limit), ("cursor", cursor)) if v is not None}
+        return self.client.get(f"/v1/provenance/blobs/sha256:{_seg(digest)}", params=params)
+
+    def provenance_audit_log(self, checkpoints: list[Any]) -> dict[str, Any]:
+        return self.client.post("/v1/provenance/audit-log", json={"checkpoints": checkpoints})
+
+    def export(self, tenant: str, name: str, number: int, fmt: str) -> bytes:
+        """A version's export (``cyclonedx`` or ``slsa``), byte for byte as the registry serves it."""
+        return self.client.get_bytes(f"/v1/provenance/{_seg(tenant)}/{_seg(name)}/versions/{int(number)}/export",
+                                     params={"format": fmt})
+
     # --- serving nodes ---------------------------------------------------------------------------
 
     @staticmethod
@@ -308,9 +363,45 @@ class RegistryApi:
         except httpx.HTTPError as exc:
             raise NetworkError(f"cannot read {_redact(url)}: {exc}") from exc
 
+    def read_range_into(self, url: str, start: int, end: int, total: int, into: memoryview,
+                        advance: Callable[[int], None]) -> None:
+        """Fill ``into`` (``end - start`` bytes) with bytes ``[start, end)`` of a blob of ``total`` bytes.
+
+        ``advance(n)`` is called as bytes land, so a caller knows how far a failed read got. Straight
+        into ``into`` over ``http.client`` where httpx would have gone straight to the server
+        (:mod:`registry.client.transfer`); through httpx otherwise (a proxy, an injected transport).
+
+        Raises:
+            TransportError, SizeMismatchError: the server ignored the range, or holds another size.
+            NetworkError: unreachable, an error status, or the stream ended early.
+        """
+        url = urljoin(self.client.url + "/", url)
+        if self._ranges is not None and self._ranges.usable(url):
+            self._ranges.read_into(url, start, end, total, into, advance)
+            return
+        wanted, got = end - start, 0
+        with self.blob_range(url, start, end, total) as response:
+            try:
+                for chunk in response.iter_raw(1 << 20):
+                    take = min(len(chunk), wanted - got)
+                    if take < len(chunk) and response.status_code == 206:
+                        # Never more than declared: the rest is not read, and the blob is not what was signed.
+                        raise SizeMismatchError(_redact(url), expected=total, actual=start + got + len(chunk))
+                    into[got:got + take] = chunk[:take]
+                    got += take
+                    advance(take)
+                    if got == wanted:
+                        break
+            except httpx.HTTPError as exc:
+                raise NetworkError(f"cannot read {_redact(url)}: {exc}") from exc
+        if got < wanted:
+            raise NetworkError(f"the stream of {_redact(url)} ended {wanted - got} bytes early")
+
     def close(self) -> None:
         self.client.close()
         self.blobs.close()
+        if self._ranges is not None:
+            self._ranges.close()
 
     def __enter__(self) -> "RegistryApi":
         return self
@@ -319,9 +410,7 @@ class RegistryApi:
         self.close()
 
 
-def _redact(url: str) -> str:
-    """A transport URL without its query (the presigned signature is a credential)."""
-    return url.split("?", 1)[0]
+_redact = redact
 
 
 def _read_capped(response: httpx.Response, limit: int) -> bytes:
@@ -346,24 +435,6 @@ def _problem(status: int, body: bytes) -> RegistryError:
 
 
 def _check_range_response(response: httpx.Response, start: int, end: int, total: int) -> None:
-    where = _redact(str(response.url))
     if response.status_code >= 400:
         response.read()
-        raise NetworkError(f"{where} answered HTTP {response.status_code}", status=response.status_code)
-    if response.status_code == 200:
-        # A server that ignores Range sends the whole blob: usable only for a range that starts at 0.
-        length = response.headers.get("content-length")
-        if start != 0 or (length is not None and int(length) != total):
-            raise TransportError(f"{where} ignored the byte range (HTTP 200)")
-        return
-    if response.status_code != 206:
-        raise TransportError(f"{where} answered HTTP {response.status_code} to a range request")
-    content_range = response.headers.get("content-range", "")
-    expected = f"bytes {start}-{end - 1}/"
-    if not content_range.startswith(expected):
-        raise TransportError(f"{where} sent range {content_range!r}, not {expected}...")
-    if content_range[len(expected):] != str(total):
-        from registry.domain.errors import SizeMismatchError
-
-        actual = content_range[len(expected):]
-        raise SizeMismatchError(where, expected=total, actual=int(actual) if actual.isdigit() else -1)
+    check_range_answer(_redact(str(response.url)), response.status_code, response.headers, start, end, total)

@@ -1,13 +1,18 @@
-"""Downloading one blob into the node cache: parallel ranged streams, resumable, hashed as it arrives.
+"""Downloading one blob into the node cache: parallel ranged streams into memory, written once, hashed in order.
 
-A blob of ``size`` bytes is split into parts of ``part_size`` bytes; the parts of every blob being
-fetched share one pool of ``parallel`` streams, so a big file is read over several connections and
-small files go several at once. Each stream asks for exactly its range and never reads past it.
-Bytes are written in place into ``partial/<digest>`` and the bytes written are recorded in
-``partial/<digest>.parts.json`` (after the bytes), so an interrupted download resumes where each
-part stopped. The sha256 follows the contiguous written prefix (read back from the page cache while
-the later parts still stream), so the digest is known moments after the last byte; the file enters
-the cache only when the digest matches, and a mismatch deletes the partial and raises
+A blob of ``size`` bytes is split into parts of ``part_size`` bytes. Each part is read by one stream
+straight into a page-aligned buffer lent by a :class:`Buffers` pool that every blob of a fetch shares
+(memory is bounded by the pool: ``count * size`` bytes), written once at its offset into
+``partial/<digest>``, then handed to the hash. The sha256 takes the parts in order, from the buffers, so
+no byte is read back: a part that completes before the ones in front of it keeps its buffer until they
+are hashed. Writes of whole pages bypass the page cache (``O_DIRECT``) where the filesystem allows it:
+a small node otherwise spends as much CPU copying every byte into the page cache as receiving it
+(``bench/README.md``, Fetch). A filesystem that refuses ``O_DIRECT`` (tmpfs) gets ordinary writes.
+
+How far each part got on disk is recorded in ``partial/<digest>.parts.json`` (after the bytes), so an
+interrupted download resumes where each part stopped: the part's bytes on disk are read back into its
+buffer and only the rest is asked for. Each stream asks for exactly its range and never reads past it.
+The file enters the cache only when the digest matches; a mismatch deletes the partial and raises
 :class:`~registry.domain.errors.DigestMismatchError`.
 
 Example (the shape of a plan; the I/O needs a transport URL):
@@ -17,8 +22,10 @@ Example (the shape of a plan; the I/O needs a transport URL):
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
+import mmap
 import os
 import threading
 import time
@@ -26,17 +33,19 @@ from collections.abc import Callable
 from concurrent.futures import Executor, Future
 from pathlib import Path
 
-import httpx
-
 from registry.client.api import RegistryApi
 from registry.client.errors import NetworkError
 from registry.client.trust import write_atomic
 from registry.domain.errors import DigestMismatchError, SizeMismatchError
 
-READ_CHUNK = 1 << 20
-SAVE_EVERY = 8 << 20
-"""Bytes a part writes between two records of its progress (a resume re-reads at most this much)."""
-DEFAULT_PART_SIZE = 64 << 20
+DEFAULT_PART_SIZE = 8 << 20
+MAX_PART_SIZE = 64 << 20
+"""The largest part (and buffer) a fetch uses; a fetch holds ``parallel + SPARE_BUFFERS`` of them at most."""
+SPARE_BUFFERS = 4
+"""Buffers beyond one per stream: completed parts waiting for the hash of the parts before them."""
+SAVE_EVERY = 64 << 20
+"""Bytes written between two records of the parts' progress (a crash re-downloads at most this much more)."""
+ALIGN = 4096
 RETRIES = 3
 EMPTY_SHA256 = hashlib.sha256(b"").hexdigest()
 
@@ -46,21 +55,101 @@ def plan_parts(size: int, part_size: int) -> list[tuple[int, int]]:
     return [(start, min(size, start + part_size)) for start in range(0, size, max(1, part_size))]
 
 
+class Buffers:
+    """``count`` page-aligned buffers of ``size`` bytes, lent to part streams; :meth:`take` waits while all are out.
+
+    Anonymous mappings: memory is committed as the bytes land, and returned when the pool is dropped.
+    """
+
+    def __init__(self, count: int, size: int) -> None:
+        self.size = size
+        self._free = [mmap.mmap(-1, size) for _ in range(max(1, count))]
+        self._available = threading.Semaphore(len(self._free))
+        self._lock = threading.Lock()
+
+    def take(self) -> mmap.mmap:
+        self._available.acquire()
+        with self._lock:
+            return self._free.pop()
+
+    def give(self, buffer: mmap.mmap) -> None:
+        with self._lock:
+            self._free.append(buffer)
+        self._available.release()
+
+
+class _PartialFile:
+    """The partial blob, open twice: unbuffered (``O_DIRECT``) for whole pages where allowed, buffered for the rest."""
+
+    def __init__(self, path: Path, size: int) -> None:
+        self.fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+        os.ftruncate(self.fd, size)
+        self.direct: int | None = None
+        if hasattr(os, "O_DIRECT"):
+            try:
+                self.direct = os.open(path, os.O_WRONLY | os.O_DIRECT)
+            except OSError:
+                self.direct = None
+        self._lock = threading.Lock()
+
+    def write(self, data: memoryview, offset: int) -> None:
+        """Write ``data`` (the start of a page-aligned buffer) at ``offset``."""
+        whole = len(data) - len(data) % ALIGN if offset % ALIGN == 0 else 0
+        direct = self.direct
+        if whole and direct is not None:
+            try:
+                _pwrite_all(direct, data[:whole], offset)
+            except OSError as exc:
+                if exc.errno != errno.EINVAL:
+                    raise
+                self._no_direct()  # the filesystem took the open but not the write: buffered from now on
+                whole = 0
+        else:
+            whole = 0
+        if whole < len(data):
+            _pwrite_all(self.fd, data[whole:], offset + whole)
+
+    def read_into(self, into: memoryview, offset: int) -> None:
+        got = 0
+        while got < len(into):
+            n = os.preadv(self.fd, [into[got:]], offset + got)
+            if n <= 0:
+                raise NetworkError(f"the partial file ended {len(into) - got} bytes early")
+            got += n
+
+    def _no_direct(self) -> None:
+        with self._lock:
+            if self.direct is not None:
+                os.close(self.direct)
+                self.direct = None
+
+    def close(self) -> None:
+        self._no_direct()
+        os.close(self.fd)
+
+
+def _pwrite_all(fd: int, data: memoryview, offset: int) -> None:
+    while len(data):
+        n = os.pwrite(fd, data, offset)
+        data, offset = data[n:], offset + n
+
+
 class PartialBlob:
-    """A blob being written at ``path``: its parts, how far each got, and the hash of the written prefix."""
+    """A blob being written at ``path``: its parts, how far each got on disk, and the hash of the parts in order."""
 
     def __init__(self, path: Path, size: int, part_size: int) -> None:
         self.path, self.size, self.part_size = path, size, part_size
         self.state_path = path.with_name(path.name + ".parts.json")
         self.parts = plan_parts(size, part_size)
         self.done = [0] * len(self.parts)
+        self.failed = False
         self._lock = threading.Lock()
-        self._hash_lock = threading.Lock()
         self._since_save = 0
         self._resume(part_size)
-        self.fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
-        os.ftruncate(self.fd, size)
-        self.hashed = 0
+        self.file = _PartialFile(path, size)
+        self._ready: dict[int, tuple[mmap.mmap, int]] = {}
+        self._next = 0
+        self._hashing = False
         self._hash = hashlib.sha256()
 
     def _resume(self, part_size: int) -> None:
@@ -85,93 +174,105 @@ class PartialBlob:
             self._since_save = 0
         write_atomic(self.state_path, json.dumps(state).encode())
 
-    def write(self, index: int, data: bytes) -> None:
-        start, end = self.parts[index]
-        offset = start + self.done[index]
-        os.pwrite(self.fd, data, offset)
+    def written(self, index: int, view: memoryview, length: int) -> None:
+        """Write the first ``length`` bytes of part ``index`` (in ``view``) to disk and record them."""
+        start, _ = self.parts[index]
+        self.file.write(view[:length], start)
         with self._lock:
-            self.done[index] += len(data)
-            self._since_save += len(data)
+            self._since_save += length - self.done[index]
+            self.done[index] = length
             save = self._since_save >= SAVE_EVERY
         if save:
             self.save()
-        self.advance_hash()
 
-    def frontier(self) -> int:
-        """The end of the contiguous written prefix."""
+    def completed(self, index: int, buffer: mmap.mmap, buffers: Buffers) -> None:
+        """Part ``index`` is whole in ``buffer``: hash every part now in order; their buffers go back to the pool."""
         with self._lock:
-            for (start, end), done in zip(self.parts, self.done):
-                if start + done < end:
-                    return start + done
-        return self.size
-
-    def advance_hash(self) -> None:
-        """Hash the written prefix further; whoever holds the hash lock does it, the others move on."""
-        while self.frontier() > self.hashed:
-            if not self._hash_lock.acquire(blocking=False):
-                return
+            self._ready[index] = (buffer, self.parts[index][1] - self.parts[index][0])
+        while True:
+            with self._lock:
+                if self._hashing or self._next not in self._ready:
+                    return
+                buffer, length = self._ready.pop(self._next)
+                self._hashing = True
             try:
-                target = self.frontier()
-                while self.hashed < target:
-                    chunk = os.pread(self.fd, min(4 * READ_CHUNK, target - self.hashed), self.hashed)
-                    if not chunk:
-                        break
-                    self._hash.update(chunk)
-                    self.hashed += len(chunk)
+                with memoryview(buffer) as view:
+                    self._hash.update(view[:length])
             finally:
-                self._hash_lock.release()
+                buffers.give(buffer)
+                with self._lock:
+                    self._next += 1
+                    self._hashing = False
 
     def finish_hash(self) -> str:
-        self.advance_hash()
-        with self._hash_lock:
-            if self.hashed != self.size:
-                raise NetworkError(f"{self.path.name}: only {self.hashed} of {self.size} bytes arrived")
+        with self._lock:
+            if self._next != len(self.parts):
+                raise NetworkError(f"{self.path.name}: only {self._next} of {len(self.parts)} parts arrived")
             return self._hash.hexdigest()
 
+    def release(self, buffers: Buffers) -> None:
+        """Give back the buffers of parts still waiting for the hash (the download failed)."""
+        with self._lock:
+            waiting, self._ready = list(self._ready.values()), {}
+        for buffer, _ in waiting:
+            buffers.give(buffer)
+
     def close(self) -> None:
-        os.close(self.fd)
+        self.file.close()
 
     def discard(self) -> None:
         self.path.unlink(missing_ok=True)
         self.state_path.unlink(missing_ok=True)
 
 
-def _stream_part(api: RegistryApi, url: str, blob: PartialBlob, index: int,
-                 progress: Callable[[int], None]) -> None:
+def _stream_part(api: RegistryApi, url: str, blob: PartialBlob, index: int, buffer: mmap.mmap,
+                 buffers: Buffers, progress: Callable[[int], None]) -> None:
     start, end = blob.parts[index]
-    for attempt in range(RETRIES + 1):
-        offset = start + blob.done[index]
-        if offset >= end:
-            return
-        try:
-            with api.blob_range(url, offset, end, blob.size) as response:
-                remaining = end - offset
-                for chunk in response.iter_raw(READ_CHUNK):
-                    if len(chunk) > remaining:
-                        # Never more than declared: the rest is not read, and the blob is not what was signed.
-                        raise SizeMismatchError(blob.path.name, expected=blob.size,
-                                                actual=offset + (end - offset - remaining) + len(chunk))
-                    blob.write(index, chunk)
-                    remaining -= len(chunk)
-                    progress(len(chunk))
-                    if remaining == 0:
-                        break
-            if blob.done[index] < end - start:
-                raise NetworkError(f"the stream of {blob.path.name} ended {end - start - blob.done[index]} "
-                                   "bytes early")
-            return
-        except (NetworkError, httpx.HTTPError) as exc:
-            blob.save()
-            if attempt == RETRIES or getattr(exc, "details", {}).get("status", 500) < 500:
-                raise exc if isinstance(exc, NetworkError) else NetworkError(str(exc)) from exc
-            time.sleep(0.2 * 2 ** attempt)
+    length = end - start
+    got = on_disk = blob.done[index]
+    view = memoryview(buffer)
+    try:
+        if blob.failed:
+            raise NetworkError(f"{blob.path.name}: another part failed")
+        if got:
+            blob.file.read_into(view[:got], start)
+
+        def advance(n: int) -> None:
+            nonlocal got
+            got += n
+            progress(n)
+
+        for attempt in range(RETRIES + 1):
+            if got == length:
+                break
+            try:
+                api.read_range_into(url, start + got, end, blob.size, view[got:length], advance)
+                break
+            except NetworkError as exc:
+                if attempt == RETRIES or exc.details.get("status", 500) < 500:
+                    raise
+                time.sleep(0.2 * 2 ** attempt)
+        blob.written(index, view, length)
+    except BaseException:
+        blob.failed = True
+        if got > on_disk:
+            try:
+                blob.written(index, view, got)  # what arrived is kept for the next attempt
+            except OSError:
+                pass
+        buffers.give(buffer)
+        raise
+    blob.completed(index, buffer, buffers)
 
 
 def download_blob(api: RegistryApi, url: str, path: Path, *, digest: str, size: int, pool: Executor,
-                  part_size: int = DEFAULT_PART_SIZE, progress: Callable[[int], None] = lambda n: None) -> int:
+                  part_size: int = DEFAULT_PART_SIZE, buffers: Buffers | None = None,
+                  progress: Callable[[int], None] = lambda n: None) -> int:
     """Download a blob into ``path`` with its parts on ``pool``; return the bytes resumed from before.
 
-    The file at ``path`` holds exactly the blob on return.
+    ``buffers`` (of at least ``part_size`` bytes each) bounds the memory of every download sharing it;
+    without one the download gets two buffers of its own. The file at ``path`` holds exactly the blob on
+    return.
 
     Raises:
         DigestMismatchError: the bytes hash to another digest (the partial file is deleted).
@@ -183,29 +284,38 @@ def download_blob(api: RegistryApi, url: str, path: Path, *, digest: str, size: 
             raise DigestMismatchError(path.name, expected=digest, actual=EMPTY_SHA256)
         path.write_bytes(b"")
         return 0
+    if buffers is None:
+        buffers = Buffers(2, part_size)
+    if buffers.size < part_size:
+        raise ValueError(f"buffers of {buffers.size} bytes cannot hold parts of {part_size}")
     blob = PartialBlob(path, size, part_size)
     resumed = blob.resumed_bytes
     progress(resumed)
+    futures: list[Future[None]] = []
     try:
-        futures: list[Future[None]] = [
-            pool.submit(_stream_part, api, url, blob, i, progress)
-            for i, (start, end) in enumerate(blob.parts) if blob.done[i] < end - start]
-        errors = []
-        for future in futures:
-            try:
-                future.result()
-            except BaseException as exc:  # noqa: BLE001 - every part is awaited before one error is raised
-                errors.append(exc)
-        blob.save()
+        try:
+            for index in range(len(blob.parts)):
+                buffer = buffers.take()
+                if blob.failed:
+                    buffers.give(buffer)
+                    break
+                futures.append(pool.submit(_stream_part, api, url, blob, index, buffer, buffers, progress))
+        finally:
+            errors = []
+            for future in futures:
+                try:
+                    future.result()
+                except BaseException as exc:  # noqa: BLE001 - every part is awaited before one error is raised
+                    errors.append(exc)
+            blob.release(buffers)
+            blob.save()
         if errors:
             raise errors[0]
         actual = blob.finish_hash()
-    except SizeMismatchError:
+    except BaseException as exc:
         blob.close()
-        blob.discard()
-        raise
-    except BaseException:
-        blob.close()
+        if isinstance(exc, SizeMismatchError):
+            blob.discard()
         raise
     blob.close()
     if actual != digest:

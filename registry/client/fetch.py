@@ -30,11 +30,11 @@ from typing import Any
 from registry.client.api import ManifestResponse, RegistryApi
 from registry.client.assemble import assemble, check_bundle_matches, check_reserved, destination_is_release
 from registry.client.cache import NodeCache
-from registry.client.download import DEFAULT_PART_SIZE, download_blob
+from registry.client.download import DEFAULT_PART_SIZE, MAX_PART_SIZE, SPARE_BUFFERS, Buffers, download_blob
 from registry.client.errors import BadManifestError
 from registry.client.progress import Reporter
 from registry.client.trust import NodeTrust
-from registry.domain.errors import InvalidRefError
+from registry.domain.errors import InvalidInputError, InvalidRefError
 from registry.domain.refs import ModelRef, parse_ref
 from registry.signing.release import Release, ReleaseFile, verify_release
 
@@ -112,6 +112,10 @@ def ensure_cached(release: Release, transport: Mapping[str, str], *, tenant: str
     found: dict[str, Path] = {}
     counting = threading.Lock()
 
+    if not 0 < part_size <= MAX_PART_SIZE:
+        raise InvalidInputError(f"part size {part_size} is not between 1 byte and {MAX_PART_SIZE >> 20} MiB")
+    # The memory of every download of this fetch: one buffer per stream and a few for parts awaiting the hash.
+    buffers = Buffers(max(1, parallel) + SPARE_BUFFERS, part_size)
     with ThreadPoolExecutor(max_workers=max(1, parallel), thread_name_prefix="part") as parts:
         def one(f: ReleaseFile) -> None:
             with cache.digest_lock(tenant, f.sha256):
@@ -130,7 +134,7 @@ def ensure_cached(release: Release, transport: Mapping[str, str], *, tenant: str
                 partial = cache.partial_path(tenant, f.sha256)
                 reporter.expect(f.size)
                 resumed = download_blob(api, url, partial, digest=f.sha256, size=f.size, pool=parts,
-                                        part_size=part_size, progress=reporter.advance)
+                                        part_size=part_size, buffers=buffers, progress=reporter.advance)
                 found[f.sha256] = cache.commit(tenant, f.sha256, f.size, partial)
                 if result is not None:
                     with counting:

@@ -71,10 +71,11 @@ class RegistryClient:
     def get(self, path: str, **kwargs: Any) -> Any:
         return self.request("GET", path, **kwargs)
 
-    def get_bytes(self, path: str, *, limit: int = 64 << 20) -> bytes:
-        """A body that is not JSON (an eval log, an eval set's JSONL), at most ``limit`` bytes."""
+    def get_bytes(self, path: str, *, limit: int = 64 << 20, params: dict[str, Any] | None = None) -> bytes:
+        """A body that is not JSON (an eval log, an eval set's JSONL), or one kept byte for byte (an export),
+        at most ``limit`` bytes."""
         try:
-            with self.http.stream("GET", path) as response:
+            with self.http.stream("GET", path, params=params) as response:
                 if response.status_code >= 400:
                     response.read()
                     raise _remote_error(response)

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+from functools import lru_cache
 from pathlib import Path
 
 from alembic import command
 from alembic.config import Config
-from sqlalchemy import Engine
+from alembic.migration import MigrationContext
+from alembic.script import ScriptDirectory
+from sqlalchemy import Connection, Engine, text
 
 import migrations
 
@@ -18,12 +21,33 @@ def alembic_config(database_url: str) -> Config:
     return config
 
 
+# Any constant: the key of the PostgreSQL advisory lock that upgrades take (see ``upgrade``).
+_UPGRADE_LOCK = 0x6D6F64656C726567  # "modelreg"
+
+
 def upgrade(engine: Engine, revision: str = "head") -> None:
-    """Bring the schema of ``engine``'s database to ``revision``."""
+    """Bring the schema of ``engine``'s database to ``revision``.
+
+    On PostgreSQL the upgrade holds an advisory lock for its transaction: processes starting together
+    (the migration Job and API replicas) upgrade one after another, and the later ones find nothing to do.
+    """
     config = alembic_config(engine.url.render_as_string(hide_password=False))
     with engine.begin() as connection:
+        if connection.dialect.name == "postgresql":
+            connection.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": _UPGRADE_LOCK})
         config.attributes["connection"] = connection
         command.upgrade(config, revision)
+
+
+@lru_cache(maxsize=1)
+def head_revisions() -> frozenset[str]:
+    """The newest revisions this code's migrations define."""
+    return frozenset(ScriptDirectory.from_config(alembic_config("")).get_heads())
+
+
+def is_current(connection: Connection) -> bool:
+    """Whether the database's schema is at the revisions this code expects (``modelreg migrate`` ran)."""
+    return frozenset(MigrationContext.configure(connection).get_current_heads()) == head_revisions()
 
 
 def check(engine: Engine) -> None:

@@ -135,9 +135,9 @@ def record_licenses(session: Session, version: Version, blob_store: BlobStore) -
         # A value cut when it was stored on the version keeps the length the upstream's had.
         rows.append(_row("card", card["license"], normalized, detail, raw_length=card.get("license_length")))
     top_level = {f.path.lower(): f for f in version.files if "/" not in f.path and f.sha256}
-    readme = top_level.get(README_NAME)
+    readme = read_readme(version, blob_store)
     if readme is not None:
-        front = _front_matter(_read(blob_store, readme.sha256, README_LIMIT))
+        front = front_matter(readme)
         if front is not None:
             rows.append(_readme_finding(front))
     for name in LICENSE_FILE_NAMES:
@@ -179,7 +179,17 @@ def _read(blob_store: BlobStore, digest: str, limit: int) -> bytes:
     return b"".join(blob_store.open_range(digest, 0, limit))
 
 
-def _front_matter(data: bytes) -> dict[str, Any] | str | None:
+def read_readme(version: Version, blob_store: BlobStore) -> bytes | None:
+    """The first ``README_LIMIT`` bytes of the version's top-level ``README.md`` (any case); None when it has none.
+
+    Raises:
+        BlobNotFoundError: the README is missing from the store.
+    """
+    readme = next((f for f in version.files if f.path.lower() == README_NAME and f.sha256), None)
+    return None if readme is None else _read(blob_store, readme.sha256, README_LIMIT)
+
+
+def front_matter(data: bytes) -> dict[str, Any] | str | None:
     """The YAML mapping between the ``---`` lines at the top of a README; a string saying why it is
     unusable; None when the README has none."""
     text = data.decode("utf-8", "replace").lstrip("\ufeff")

@@ -19,6 +19,7 @@ import os
 import shutil
 import tempfile
 import time
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -227,8 +228,13 @@ def rescan_all(session: Session, principal: AuthenticatedPrincipal) -> int:
 def version_scans(session: Session, principal: AuthenticatedPrincipal, version: Version) -> list[dict[str, Any]]:
     """Per file: our newest verdict and every scanner's record beside it."""
     require(principal, version.model.tenant.name, Permission.READ)
+    return file_scans(session, version.files)
+
+
+def file_scans(session: Session, files: Iterable[VersionFile]) -> list[dict[str, Any]]:
+    """Per file of ``files``: our newest verdict and every scanner's record (name, version, verdict, findings)."""
     out = []
-    for f in version.files:
+    for f in files:
         rows = list(session.scalars(select(ScanResult).where(
             ScanResult.blob_digest == f.sha256, ScanResult.path == f.path).order_by(ScanResult.id)))
         ours = [r for r in rows if r.scanner == SCANNER_NAME]

@@ -40,7 +40,7 @@ from registry.db.models import TrustRootRecord
 from registry.db.session import begin_write, is_postgres
 from registry.domain.errors import ConflictError, InvalidKeyError, NotFoundError, ServiceUnavailableError
 from registry.signing.keyring import KeyRing
-from registry.signing.keys import SigningKey
+from registry.signing.keys import SigningKey, VerifyingKey
 from registry.signing.trust_root import TrustRoot, next_root, parse_root, root_document, sign_root
 
 
@@ -89,6 +89,15 @@ def newest(session: Session) -> TrustRoot | None:
     """The newest published root, or None before root 1 exists."""
     row = session.scalar(select(TrustRootRecord).order_by(TrustRootRecord.version.desc()).limit(1))
     return None if row is None else _parse(row.envelope)
+
+
+def published_keys(session: Session) -> dict[str, tuple[VerifyingKey, list[int]]]:
+    """Every key any published root holds: key id -> (the key, the versions of the roots holding it)."""
+    found: dict[str, tuple[VerifyingKey, list[int]]] = {}
+    for record in session.scalars(select(TrustRootRecord).order_by(TrustRootRecord.version)):
+        for key_id, key in _parse(record.envelope).keys.items():
+            found.setdefault(key_id, (key, []))[1].append(record.version)
+    return found
 
 
 def get_root(session: Session, version: int) -> dict[str, Any]:

@@ -175,6 +175,23 @@ def test_an_unreachable_database_is_503(tmp_path):
     assert r.json()["type"].endswith("/unavailable") and r.json()["component"] == "database"
 
 
+def test_an_unmigrated_database_is_not_ready(tmp_path):
+    """A replica that starts before the migration Job finished is kept out of the Service."""
+    container = bootstrap(Settings(database_url=f"sqlite:///{tmp_path / 'empty.db'}", data_dir=tmp_path,
+                                   blob_store_url=(tmp_path / "blobs").as_uri()))
+    try:
+        with TestClient(create_app(container), raise_server_exceptions=False) as client:
+            r = client.get("/readyz")
+            assert r.status_code == 503 and r.json()["component"] == "database"
+            assert "modelreg migrate" in r.json()["detail"]
+            from registry.db import migrate
+
+            migrate.upgrade(container.engine)
+            assert client.get("/readyz").json()["status"] == "ready"
+    finally:
+        container.dispose()
+
+
 def test_a_method_the_path_does_not_take_is_405_with_every_allowed_method(api):
     r = api.request("OPTIONS", "/v1/tenants")
     assert r.status_code == 405 and r.headers["content-type"] == MEDIA_TYPE

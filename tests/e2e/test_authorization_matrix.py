@@ -45,7 +45,9 @@ from tests.support.releases import approve_standin
 PUBLIC = "public"  # no token needed: every caller, even with a bad token, gets the rule's status
 AUTHENTICATED = "authenticated"  # any valid token
 ADMIN = "admin"  # principals flagged is_admin (not the tenant role "admin")
-AUDITS_ANY_TENANT = "audits-any-tenant"  # auditors of any tenant (the request names none): the whole log's checkpoints
+# Auditors of any tenant (the request names none): the whole log's checkpoints, the chain's check against
+# them, and the versions holding a blob (answered from the tenants the caller audits only).
+AUDITS_ANY_TENANT = "audits-any-tenant"
 READS_ANY_TENANT = "reads-any-tenant"  # readers of any tenant (the request names none): deployment-wide eval sets
 # Approvers in the capacity the request names (security), in the tenant: no other role, administrators included.
 APPROVER_IN_CAPACITY = "approver-in-capacity"
@@ -90,9 +92,15 @@ def tenant_query(w: "World", t: str) -> dict[str, Any]:
     return {"params": {"tenant": t}}
 
 
+def version_ref() -> dict[str, Any]:
+    """A provenance question of version 1 of the tenant's model."""
+    return {"params": {"ref": "1"}}
+
+
 RULES: dict[tuple[str, str], Rule] = {
     ("GET", "/healthz"): Rule(PUBLIC, 200),
     ("GET", "/readyz"): Rule(PUBLIC, 200),
+    ("GET", "/metrics"): Rule(PUBLIC, 200),  # MODELREG_METRICS_PUBLIC (default); tests/e2e/test_metrics.py: off
     ("GET", "/openapi.json"): Rule(PUBLIC, 200),
     ("GET", "/docs"): Rule(PUBLIC, 200),
     ("GET", "/docs/oauth2-redirect"): Rule(PUBLIC, 200),
@@ -145,6 +153,8 @@ RULES: dict[tuple[str, str], Rule] = {
     ("GET", "/v1/models/{tenant}/{name}/versions/{number}/evals"): Rule("read", 200),
     ("GET", "/v1/models/{tenant}/{name}/versions/{number}/evals/{suite}"): Rule("read", 200),
     ("GET", "/v1/models/{tenant}/{name}/versions/{number}/evals/{suite}/log"): Rule("read", 200),
+    ("GET", "/v1/provenance/{tenant}/{name}/versions/{number}/export"): Rule(
+        "audit", 200, lambda w, t: {"params": {"format": "slsa"}}),
     ("GET", "/hf/api/models/{tenant}/{name}"): Rule("read|fetch", 200, lambda w, t: w.released(t)),
     ("GET", "/hf/api/models/{tenant}/{name}/revision/{revision}"): Rule("read|fetch", 200,
                                                                        lambda w, t: w.released(t)),
@@ -157,6 +167,17 @@ RULES: dict[tuple[str, str], Rule] = {
                                                                         lambda w, t: w.released(t)),
     ("GET", "/hf/{tenant}/{name}/resolve/{revision}/{path:path}"): Rule("read|fetch", 200,
                                                                        lambda w, t: w.released(t)),
+    ("GET", "/v1/provenance/{tenant}/{name}/origin"): Rule("audit", 200, lambda w, t: version_ref()),
+    ("GET", "/v1/provenance/{tenant}/{name}/files"): Rule("audit", 200, lambda w, t: version_ref()),
+    ("GET", "/v1/provenance/{tenant}/{name}/scans"): Rule("audit", 200, lambda w, t: version_ref()),
+    ("GET", "/v1/provenance/{tenant}/{name}/evals"): Rule("audit", 200, lambda w, t: version_ref()),
+    ("GET", "/v1/provenance/{tenant}/{name}/license"): Rule("audit", 200, lambda w, t: version_ref()),
+    ("GET", "/v1/provenance/{tenant}/{name}/approvals"): Rule("audit", 200, lambda w, t: version_ref()),
+    ("GET", "/v1/provenance/{tenant}/{name}/nodes"): Rule("audit", 200, lambda w, t: version_ref()),
+    ("GET", "/v1/provenance/{tenant}/{name}/aliases/{alias}"): Rule("audit", 200, lambda w, t: w.released(t)),
+    ("GET", "/v1/provenance/revoked-nodes"): Rule("audit", 200, tenant_query),
+    ("GET", "/v1/provenance/blobs/sha256:{digest}"): Rule(AUDITS_ANY_TENANT, 200),
+    ("POST", "/v1/provenance/audit-log"): Rule(AUDITS_ANY_TENANT, 200, lambda w, t: {"json": {"checkpoints": []}}),
     ("HEAD", "/v1/blobs/sha256/{digest}"): Rule("submit", 200, tenant_query),
     ("PUT", "/v1/blobs/sha256/{digest}"): Rule("submit", 201, lambda w, t: {**tenant_query(w, t),
                                                                              "content": w.blob_bytes[t]}),

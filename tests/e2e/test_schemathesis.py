@@ -50,6 +50,10 @@ RELAXED: dict[tuple[str, str], tuple[str, str]] = {
         ACCEPTS_422, "the caller must be an approver in the capacity the body names (403), not the version's "
                      "submitter (403), and decide once on a version awaiting approval (409); the files it "
                      "names must be the version's (422)"),
+    ("POST", "/v1/provenance/audit-log"): (ACCEPTS_422, "each checkpoint must be one the registry signed"),
+    **{("GET", f"/v1/provenance/{path}"): (ACCEPTS_422, "a cursor is a next_cursor the registry handed out")
+       for path in ("{tenant}/{name}/files", "{tenant}/{name}/scans", "{tenant}/{name}/nodes",
+                    "{tenant}/{name}/aliases/{alias}", "revoked-nodes", "blobs/sha256:{digest}")},
     ("DELETE", "/v1/principals/{name}/roles"): (
         "ensure_resource_availability", "its 404 is about the role or tenant named in the body (not held, no "
                                         "such tenant), not about the principal in the path, which exists"),

@@ -111,3 +111,41 @@ def test_fetch_walks_a_key_rotation_from_the_pinned_root(node, tmp_path, contain
     assert json.loads(node["root"].read_text())["payload"]  # the pinned file is never rewritten
     stored = list((tmp_path / "cache" / "trust" / "roots").glob("*.json"))
     assert [p.name for p in stored] == ["2.json"]
+
+
+def _textfile(path: Path) -> dict[tuple[str, tuple], float]:
+    from prometheus_client.parser import text_string_to_metric_families
+
+    return {(s.name, tuple(sorted((k, v) for k, v in s.labels.items() if k not in ("model", "ref")))): s.value
+            for family in text_string_to_metric_families(path.read_text()) for s in family.samples
+            if s.labels.get("model") == "acme/tiny" and s.labels.get("ref") == "prod"}
+
+
+def test_fetch_writes_its_timings_and_outcome_for_the_node_exporter(node, tmp_path, container):
+    collector = tmp_path / "textfile-collector"
+    collector.mkdir()
+    prom = collector / "modelreg-fetch.prom"
+    done = run(node["env"], "fetch", "acme/tiny@prod", str(tmp_path / "a"), "--json", "--metrics-textfile", str(prom))
+    assert done.returncode == 0, done.stderr
+    summary = json.loads(done.stdout.strip().splitlines()[-1])
+    written = _textfile(prom)
+    phases = {dict(labels)["phase"]: v for (name, labels), v in written.items()
+              if name == "modelreg_fetch_phase_seconds"}
+    assert phases == pytest.approx(summary["timings"])
+    assert set(phases) == {"manifest", "verify", "download", "assemble"}
+    assert written["modelreg_fetch_success", ()] == 1
+    assert written["modelreg_fetch_outcome", (("outcome", "ok"),)] == 1
+    assert written["modelreg_fetch_version", ()] == summary["version"]
+    assert written["modelreg_fetch_downloaded_bytes", ()] == summary["downloaded_bytes"] > 0
+
+    first, _ = node["numbers"]
+    with container.session_factory() as session:
+        revocations.revoke(session, node["admin"], "acme", "tiny", first, "bad weights", clock=container.clock)
+    refused = run(node["env"], "fetch", "acme/tiny@prod", str(tmp_path / "b"), "--metrics-textfile", str(prom))
+    assert refused.returncode == 14, refused.stderr
+    written = _textfile(prom)
+    assert written["modelreg_fetch_success", ()] == 0
+    assert written["modelreg_fetch_outcome", (("outcome", "revoked"),)] == 1
+    assert ("modelreg_fetch_outcome", (("outcome", "ok"),)) not in written, "the file holds the last fetch only"
+    assert ("modelreg_fetch_version", ()) not in written
+    assert [p.name for p in collector.iterdir()] == [prom.name], "a temporary file was left behind"

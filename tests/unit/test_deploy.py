@@ -119,3 +119,123 @@ def test_the_dockerfile_copies_what_the_package_needs():
     for source in re.findall(r"^COPY (\S+)", text, re.MULTILINE):
         assert (ROOT / source).exists(), source
     assert _entrypoint()[:2] == ["modelreg", "fetch"]
+
+
+# --- deploy/kubernetes: the registry itself ---------------------------------------------------------
+
+KUBERNETES = DEPLOY / "kubernetes"
+REGISTRY_IMAGE = "modelreg"
+
+
+def _kube_documents() -> list[dict]:
+    return [doc for path in sorted(KUBERNETES.glob("*.yaml"))
+            for doc in yaml.safe_load_all(path.read_text()) if doc]
+
+
+def _kube(kind: str) -> list[dict]:
+    return [doc for doc in _kube_documents() if doc["kind"] == kind]
+
+
+def _deployment(component: str) -> dict:
+    (found,) = [d for d in _kube("Deployment")
+                if d["spec"]["template"]["metadata"]["labels"]["app.kubernetes.io/component"] == component]
+    return found
+
+
+def _only_container(doc: dict) -> dict:
+    (container,) = doc["spec"]["template"]["spec"]["containers"]
+    assert container["image"].split(":")[0] == REGISTRY_IMAGE
+    return container
+
+
+def _matches(selector: dict, labels: dict) -> bool:
+    return bool(selector) and all(labels.get(k) == v for k, v in selector.items())
+
+
+def test_kubernetes_has_every_object_the_registry_needs():
+    kinds = sorted(doc["kind"] for doc in _kube_documents())
+    assert kinds == sorted(["ConfigMap", "Secret", "Job", "Deployment", "Deployment", "Service",
+                            "PodDisruptionBudget", "PodDisruptionBudget"])
+    assert _deployment("api")["spec"]["replicas"] >= 2
+
+
+def test_every_registry_container_runs_a_real_command_reading_real_settings():
+    from registry.settings import Settings
+
+    settings_env = {f"MODELREG_{name.upper()}" for name in Settings.model_fields}
+    (config,) = _kube("ConfigMap")
+    (secret,) = _kube("Secret")
+    provided = {**config["data"], **secret["stringData"]}
+    assert set(provided) <= settings_env, f"not settings: {set(provided) - settings_env}"
+    # External PostgreSQL and S3, one signing key and presign secret for every replica.
+    assert {"MODELREG_DATABASE_URL", "MODELREG_BLOB_STORE_URL", "MODELREG_S3_ENDPOINT_URL",
+            "MODELREG_S3_ACCESS_KEY_ID", "MODELREG_S3_SECRET_ACCESS_KEY", "MODELREG_SIGNING_KEY_PEM",
+            "MODELREG_PRESIGN_SECRET"} <= set(provided)
+    assert provided["MODELREG_DATABASE_URL"].startswith("postgresql://")
+    assert provided["MODELREG_BLOB_STORE_URL"].startswith("s3://")
+    secret_names = {"MODELREG_DATABASE_URL", "MODELREG_S3_SECRET_ACCESS_KEY", "MODELREG_SIGNING_KEY_PEM",
+                    "MODELREG_PRESIGN_SECRET"}
+    assert secret_names <= set(secret["stringData"]) and not secret_names & set(config["data"])
+    Settings(**{k.removeprefix("MODELREG_").lower(): v for k, v in provided.items()})  # every value parses
+
+    workloads = [*_kube("Deployment"), *_kube("Job")]
+    commands = {}
+    for doc in workloads:
+        container = _only_container(doc)
+        refs = {next(iter(ref.values()))["name"] for ref in container["envFrom"]}
+        assert refs == {config["metadata"]["name"], secret["metadata"]["name"]}, doc["metadata"]["name"]
+        command, rest = _resolve(container["command"])
+        options = {opt for p in command.params if _is_option(p) for opt in p.opts}
+        for arg in rest:
+            if arg.startswith("--"):
+                assert arg in options, f"{doc['metadata']['name']}: {command.name} has no option {arg}"
+        commands[doc["kind"], command.name] = rest
+    assert set(commands) == {("Deployment", "serve"), ("Deployment", "worker"), ("Job", "migrate")}
+    serve = commands["Deployment", "serve"]
+    assert serve[serve.index("--workers") + 1] == "0", "API replicas run no jobs: the workers do"
+    (job,) = _kube("Job")
+    assert job["spec"]["template"]["spec"]["restartPolicy"] in ("Never", "OnFailure")
+
+
+def test_the_api_is_probed_on_routes_that_exist_and_served_on_its_port(tmp_path):
+    from api.app import create_app
+    from registry.bootstrap import bootstrap
+    from registry.settings import Settings
+
+    container = bootstrap(Settings(data_dir=tmp_path))  # nothing connects: the app is only described
+    try:
+        routes = {path for path, ops in create_app(container).openapi()["paths"].items() if "get" in ops}
+    finally:
+        container.dispose()
+    api = _deployment("api")
+    c = _only_container(api)
+    (port,) = c["ports"]
+    command, rest = _resolve(c["command"])
+    assert int(rest[rest.index("--port") + 1]) == port["containerPort"]
+    assert rest[rest.index("--host") + 1] == "0.0.0.0"
+    assert c["readinessProbe"]["httpGet"]["path"] == "/readyz"
+    assert c["livenessProbe"]["httpGet"]["path"] == "/healthz"
+    for probe in ("readinessProbe", "livenessProbe"):
+        assert c[probe]["httpGet"]["port"] in (port["name"], port["containerPort"])
+        assert c[probe]["httpGet"]["path"] in routes
+    annotations = api["spec"]["template"]["metadata"]["annotations"]
+    assert annotations["prometheus.io/path"] in routes
+    assert int(annotations["prometheus.io/port"]) == port["containerPort"]
+
+    pod_labels = api["spec"]["template"]["metadata"]["labels"]
+    assert _matches(api["spec"]["selector"]["matchLabels"], pod_labels)
+    (service,) = _kube("Service")
+    assert _matches(service["spec"]["selector"], pod_labels)
+    assert not _matches(service["spec"]["selector"], _deployment("worker")["spec"]["template"]["metadata"]["labels"])
+    assert {p["targetPort"] for p in service["spec"]["ports"]} <= {port["name"], port["containerPort"]}
+
+
+def test_disruption_budgets_leave_each_deployment_running():
+    budgets = _kube("PodDisruptionBudget")
+    for component in ("api", "worker"):
+        deployment = _deployment(component)
+        labels = deployment["spec"]["template"]["metadata"]["labels"]
+        (budget,) = [b for b in budgets if _matches(b["spec"]["selector"]["matchLabels"], labels)]
+        replicas = deployment["spec"]["replicas"]
+        allowed = budget["spec"].get("maxUnavailable", replicas - budget["spec"].get("minAvailable", replicas))
+        assert 1 <= allowed < replicas, (component, budget["spec"])

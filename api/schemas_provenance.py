@@ -1,0 +1,251 @@
+"""Answers of the provenance questions (``/v1/provenance``): one ``<Question>Public`` per route."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+from api.schemas import Strict
+from registry.services.provenance import MAX_CHECKPOINTS
+
+
+class CanaryNote(BaseModel):
+    version: int
+    tenants: list[str]
+    note: str
+
+
+class RefPublic(BaseModel):
+    """How the version was named: by its number, or by an alias (its main version; a canary is noted)."""
+
+    ref: str
+    alias: str | None
+    version: int
+    canary: CanaryNote | None = Field(description="set when the alias also serves a canary version to some "
+                                                  "tenants: the answer is of its main version")
+
+
+class VersionHead(BaseModel):
+    model: str
+    version: int
+    state: str
+    ref: RefPublic
+
+
+class SourcePublic(BaseModel):
+    kind: str
+    repo: str
+    endpoint: str | None
+
+
+class RevocationNote(BaseModel):
+    at: str | None
+    by: str | None
+    reason: str | None
+
+
+class OriginPublic(VersionHead):
+    source: SourcePublic
+    requested_revision: str | None
+    resolved_revision: str | None
+    include: list[str]
+    exclude: list[str]
+    submitted_by: str | None
+    submitted_at: str | None
+    sealed_at: str | None
+    revocation: RevocationNote | None
+
+
+class FileRow(BaseModel):
+    path: str
+    size: int
+    sha256: str | None
+
+
+class SigningKeyPublic(BaseModel):
+    key_id: str = Field(description="hex sha256 of the public key PEM")
+    algorithm: str
+    trust_root_versions: list[int] = Field(description="the published trust roots holding the key")
+    public_key_pem: str | None
+    fingerprint_sha256: str | None = Field(description="hex sha256 of the DER SubjectPublicKeyInfo")
+
+
+class FilesPublic(VersionHead):
+    files: list[FileRow]
+    next_cursor: str | None
+    manifest_digest: str | None
+    statement_digest: str | None = Field(description="sha256 of the signed model-signing statement")
+    signed_by: SigningKeyPublic | None
+
+
+class ScanRecord(BaseModel):
+    scanner: str
+    scanner_version: str
+    format: str
+    verdict: str
+    findings: list[Any]
+    duration_ms: int
+    scanned_at: str
+
+
+class FileScans(BaseModel):
+    path: str
+    sha256: str | None
+    verdict: str | None
+    format: str | None
+    scans: list[ScanRecord]
+
+
+class ScansPublic(VersionHead):
+    files: list[FileScans]
+    next_cursor: str | None
+
+
+class EvalsPublic(VersionHead):
+    evals: list[dict[str, Any]] = Field(description="one per suite: suite, suite_version, runner, runner_version, "
+                                                    "status, metrics...")
+
+
+class DecisionRow(BaseModel):
+    principal: str
+    capacity: str
+    decision: str
+    comment: str
+    files: list[str]
+    at: str | None
+
+
+class ApprovingDecision(BaseModel):
+    outcome: str
+    bundle_digest: str
+    input_digest: str
+    decided_at: str | None
+
+
+class LicensePublic(VersionHead):
+    license: str | None
+    declared: str | None
+    findings: list[dict[str, Any]] = Field(description="source: declared, card (the Hub card field), readme "
+                                                       "(front matter), license_file:<path> or conflict")
+    allow_listed: bool
+    license_capacity: str
+    approved_by: list[DecisionRow]
+    policy_decision: ApprovingDecision | None
+
+
+class SeparationOfDuties(BaseModel):
+    held: bool
+    reasons: list[str]
+    required_capacities: list[str]
+    submitter: str | None
+
+
+class ApprovalsPublic(VersionHead):
+    approvals: list[DecisionRow]
+    policy_decision: ApprovingDecision | None
+    separation_of_duties: SeparationOfDuties
+
+
+class MoveRow(BaseModel):
+    id: int
+    action: str
+    at: str | None
+    by: str
+    from_version: int | None
+    from_canary: dict[str, Any] | None
+    to_version: int
+    to_canary: dict[str, Any] | None
+    comment: str
+    bundle_digest: str
+    input_digest: str
+
+
+class AliasAt(BaseModel):
+    at: str
+    version: int | None = Field(description="what the alias pointed at then (None: it did not exist yet)")
+    canary: dict[str, Any] | None
+    move: int | None
+
+
+class AliasHistoryPublic(BaseModel):
+    model: str
+    alias: str
+    version: int
+    canary: dict[str, Any] | None
+    moves: list[MoveRow]
+    next_cursor: str | None
+    at: AliasAt | None = None
+
+
+class NodeRow(BaseModel):
+    principal: str
+    first_at: str | None
+    last_at: str | None
+    count: int
+    refs: list[str]
+    for_tenants: list[str]
+
+
+class NodesPublic(VersionHead):
+    nodes: list[NodeRow]
+    next_cursor: str | None
+
+
+class RevokedNodeRow(BaseModel):
+    principal: str
+    model: str
+    version: int
+    ref: str
+    for_tenant: str
+    last_received_at: str | None
+    serial: int
+    revocation: RevocationNote
+
+
+class RevokedNodesPublic(BaseModel):
+    tenant: str
+    nodes: list[RevokedNodeRow]
+    next_cursor: str | None
+
+
+class BlobVersionRow(BaseModel):
+    model: str
+    version: int
+    state: str
+    path: str
+    size: int
+
+
+class BlobVersionsPublic(BaseModel):
+    digest: str
+    versions: list[BlobVersionRow]
+    next_cursor: str | None
+
+
+class AuditLogCheck(Strict):
+    """The auditor's saved checkpoints, as ``GET /v1/audit/checkpoints`` served them."""
+
+    checkpoints: list[dict[str, Any]] = Field(max_length=MAX_CHECKPOINTS)
+
+
+class CheckpointNote(BaseModel):
+    event_id: int
+    event_hash: str
+    at: str
+
+
+class BrokenAt(BaseModel):
+    event_id: int | None
+    problem: str | None
+    detail: str
+
+
+class AuditLogPublic(BaseModel):
+    intact: bool
+    checkpoints: int
+    newest_checkpoint: CheckpointNote | None
+    events: int | None
+    head_hash: str | None
+    events_since_checkpoint: int | None
+    broken: BrokenAt | None

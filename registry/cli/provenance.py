@@ -1,0 +1,202 @@
+"""The ``modelreg provenance`` commands: an auditor's questions, each one API call (paged lists followed)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Callable, Optional
+
+import typer
+
+from registry.cli._base import CliError, JsonOpt, TokenOpt, UrlOpt, _client, _emit, _split_model, app
+
+provenance_app = typer.Typer(help="Answer provenance questions (auditors).", no_args_is_help=True)
+app.add_typer(provenance_app, name="provenance")
+
+MAX_PAGES = 10_000
+"""Most pages one command follows (a server sending cursors without end is stopped)."""
+
+
+def _split_ref(text: str) -> tuple[str, str, str]:
+    """``TENANT/NAME@REF`` (REF: an alias or a version number) as (tenant, name, ref)."""
+    from registry.domain.errors import InvalidRefError
+    from registry.domain.refs import parse_ref
+
+    try:
+        ref = parse_ref(text)
+    except InvalidRefError as exc:
+        raise CliError(exc.message) from None
+    if ref.version is None and ref.alias is None:
+        raise CliError(f"{text!r}: name a version or an alias, as TENANT/NAME@3 or TENANT/NAME@prod")
+    return ref.tenant, ref.name, str(ref.version) if ref.version is not None else str(ref.alias)
+
+
+def _all_pages(fetch: Callable[[Optional[str]], dict[str, Any]], key: str) -> dict[str, Any]:
+    """Every page of a paged answer, its ``key`` lists joined (the first page's other fields kept)."""
+    doc = fetch(None)
+    rows = list(doc[key])
+    for _ in range(MAX_PAGES):
+        if not doc.get("next_cursor"):
+            break
+        doc = fetch(doc["next_cursor"])
+        rows.extend(doc[key])
+    return {**doc, key: rows, "next_cursor": None}
+
+
+def _named(doc: dict[str, Any]) -> str:
+    ref = doc["ref"]
+    via = f" (alias {ref['alias']})" if ref["alias"] else ""
+    canary = ref.get("canary")
+    extra = f"; its canary is version {canary['version']} for {', '.join(canary['tenants'])}" if canary else ""
+    return f"{doc['model']}@{doc['version']}{via}: {doc['state']}{extra}"
+
+
+@provenance_app.command("origin")
+def origin(ref: str = typer.Argument(..., help="TENANT/NAME@VERSION or TENANT/NAME@ALIAS"),
+           url: str = UrlOpt, token: str = TokenOpt, as_json: bool = JsonOpt) -> None:
+    """Where a version came from: upstream, requested and resolved revision, submitter, time."""
+    with _client(url, token) as client:
+        doc = client.provenance_origin(*_split_ref(ref))
+    src = doc["source"]
+    _emit(doc, as_json, [_named(doc), f"  source: {src['kind']} {src['repo']}",
+                         f"  revision: {doc['requested_revision']} -> {doc['resolved_revision']}",
+                         f"  submitted by {doc['submitted_by']} at {doc['submitted_at']}"])
+
+
+@provenance_app.command("files")
+def files(ref: str = typer.Argument(..., help="TENANT/NAME@VERSION or TENANT/NAME@ALIAS"),
+          url: str = UrlOpt, token: str = TokenOpt, as_json: bool = JsonOpt) -> None:
+    """A version's files (path, size, sha256) and the key that signed it."""
+    tenant, name, r = _split_ref(ref)
+    with _client(url, token) as client:
+        doc = _all_pages(lambda c: client.provenance_files(tenant, name, r, cursor=c), "files")
+    key = doc["signed_by"]
+    signer = f"  signed by {key['key_id']} ({key['algorithm']})" if key else "  not signed (not sealed)"
+    _emit(doc, as_json, [_named(doc), signer,
+                         *(f"  {f['sha256']}  {f['size']:>12}  {f['path']}" for f in doc["files"])])
+
+
+@provenance_app.command("scans")
+def scan_results(ref: str = typer.Argument(..., help="TENANT/NAME@VERSION or TENANT/NAME@ALIAS"),
+                 url: str = UrlOpt, token: str = TokenOpt, as_json: bool = JsonOpt) -> None:
+    """Scan results per file, with scanner names and versions."""
+    tenant, name, r = _split_ref(ref)
+    with _client(url, token) as client:
+        doc = _all_pages(lambda c: client.provenance_scans(tenant, name, r, cursor=c), "files")
+    lines = [_named(doc)]
+    for f in doc["files"]:
+        lines.append(f"  {f['path']}: {f['verdict']}")
+        lines += [f"    {s['scanner']} {s['scanner_version']}: {s['verdict']}" for s in f["scans"]]
+    _emit(doc, as_json, lines)
+
+
+@provenance_app.command("evals")
+def eval_results(ref: str = typer.Argument(..., help="TENANT/NAME@VERSION or TENANT/NAME@ALIAS"),
+                 url: str = UrlOpt, token: str = TokenOpt, as_json: bool = JsonOpt) -> None:
+    """Eval results with suite and runner versions."""
+    with _client(url, token) as client:
+        doc = client.provenance_evals(*_split_ref(ref))
+    _emit(doc, as_json, [_named(doc), *(
+        f"  {e['suite']} ({e['suite_version'][:12]}) by {e['runner']} {e['runner_version']}: {e['status']}"
+        for e in doc["evals"])])
+
+
+@provenance_app.command("license")
+def license_(ref: str = typer.Argument(..., help="TENANT/NAME@VERSION or TENANT/NAME@ALIAS"),
+             url: str = UrlOpt, token: str = TokenOpt, as_json: bool = JsonOpt) -> None:
+    """The license, where it was detected, and who approved it."""
+    with _client(url, token) as client:
+        doc = client.provenance_license(*_split_ref(ref))
+    approved = ", ".join(f"{a['principal']} ({a['capacity']}, {a['at']})" for a in doc["approved_by"])
+    _emit(doc, as_json, [_named(doc), f"  license: {doc['license']}"
+                                      f"{' (allow-listed)' if doc['allow_listed'] else ''}",
+                         *(f"  found in {f['source']}: {f['raw']!r} -> {f['normalized']}" for f in doc["findings"]),
+                         f"  approved by: {approved or 'nobody'}"])
+
+
+@provenance_app.command("approvals")
+def approvals(ref: str = typer.Argument(..., help="TENANT/NAME@VERSION or TENANT/NAME@ALIAS"),
+              url: str = UrlOpt, token: str = TokenOpt, as_json: bool = JsonOpt) -> None:
+    """Approvals with capacity and time, and whether separation of duties held."""
+    with _client(url, token) as client:
+        doc = client.provenance_approvals(*_split_ref(ref))
+    sod = doc["separation_of_duties"]
+    _emit(doc, as_json, [_named(doc), *(f"  {a['decision']} by {a['principal']} as {a['capacity']} at {a['at']}"
+                                        for a in doc["approvals"]),
+                         f"  separation of duties: {'held' if sod['held'] else 'NOT held'}",
+                         *(f"    {reason}" for reason in sod["reasons"])])
+
+
+@provenance_app.command("alias")
+def alias(model: str = typer.Argument(..., help="TENANT/NAME"), name: str = typer.Argument(..., metavar="ALIAS"),
+          at: Optional[str] = typer.Option(None, "--at", help="ISO 8601 time with a zone: what it pointed at then"),
+          url: str = UrlOpt, token: str = TokenOpt, as_json: bool = JsonOpt) -> None:
+    """An alias's history (promotions, canaries, rollbacks: who, when, from, to); --at: its version then."""
+    tenant, model_name = _split_model(model)
+    with _client(url, token) as client:
+        doc = _all_pages(lambda c: client.provenance_alias(tenant, model_name, name, at=at, cursor=c), "moves")
+    lines = [f"{doc['model']}@{doc['alias']} -> {doc['version']}"]
+    lines += [f"  {m['at']} {m['action']} by {m['by']}: {m['from_version']} -> {m['to_version']}"
+              f"{' canary ' + str(m['to_canary']['version']) if m['to_canary'] else ''}" for m in doc["moves"]]
+    if doc.get("at"):
+        lines.append(f"  at {doc['at']['at']}: version {doc['at']['version']}")
+    _emit(doc, as_json, lines)
+
+
+@provenance_app.command("nodes")
+def nodes(ref: str = typer.Argument(..., help="TENANT/NAME@VERSION or TENANT/NAME@ALIAS"),
+          url: str = UrlOpt, token: str = TokenOpt, as_json: bool = JsonOpt) -> None:
+    """Which principals received release manifests of a version (first and last time, how many)."""
+    tenant, name, r = _split_ref(ref)
+    with _client(url, token) as client:
+        doc = _all_pages(lambda c: client.provenance_nodes(tenant, name, r, cursor=c), "nodes")
+    _emit(doc, as_json, [_named(doc), *(f"  {n['principal']}: {n['count']} from {n['first_at']} to {n['last_at']}"
+                                        for n in doc["nodes"])])
+
+
+@provenance_app.command("revoked-nodes")
+def revoked_nodes(tenant: str = typer.Option(..., "--tenant", help="the tenant whose models to look at"),
+                  url: str = UrlOpt, token: str = TokenOpt, as_json: bool = JsonOpt) -> None:
+    """Principals whose last received version of a model of the tenant is revoked now."""
+    with _client(url, token) as client:
+        doc = _all_pages(lambda c: client.provenance_revoked_nodes(tenant, cursor=c), "nodes")
+    _emit(doc, as_json, [f"{n['principal']}: {n['model']}@{n['version']} (revoked {n['revocation']['at']}), "
+                         f"last received {n['last_received_at']}" for n in doc["nodes"]] or ["none"])
+
+
+@provenance_app.command("blob")
+def blob(digest: str = typer.Argument(..., help="sha256:<64 hex digits>"),
+         url: str = UrlOpt, token: str = TokenOpt, as_json: bool = JsonOpt) -> None:
+    """Which versions, of the tenants you audit, hold a blob, and under which path."""
+    from registry.domain.files import SHA256_RE
+
+    hex_digest = digest.removeprefix("sha256:")
+    if not digest.startswith("sha256:") or not SHA256_RE.match(hex_digest):
+        raise CliError(f"{digest[:80]!r}: name a blob as sha256:<64 lower-case hex digits>")
+    with _client(url, token) as client:
+        doc = _all_pages(lambda c: client.provenance_blob(hex_digest, cursor=c), "versions")
+    _emit(doc, as_json, [f"{v['model']}@{v['version']} ({v['state']}): {v['path']}" for v in doc["versions"]]
+          or ["no version you audit holds it"])
+
+
+@provenance_app.command("audit-log")
+def audit_log(checkpoints: Path = typer.Option(..., "--checkpoints", help="JSON file of checkpoints saved "
+                                                                           "earlier (`modelreg audit checkpoints --json`)"),
+              url: str = UrlOpt, token: str = TokenOpt, as_json: bool = JsonOpt) -> None:
+    """Whether the audit log is intact through your saved checkpoints and since them; exits 1 if not."""
+    try:
+        saved = json.loads(checkpoints.read_text())
+    except ValueError as err:
+        raise CliError(f"{checkpoints} is not JSON: {err}") from None
+    if isinstance(saved, dict):
+        saved = [saved]
+    if not isinstance(saved, list):
+        raise CliError(f"{checkpoints} holds no list of checkpoints")
+    with _client(url, token) as client:
+        doc = client.provenance_audit_log(saved)
+    if doc["intact"]:
+        _emit(doc, as_json, f"audit log intact: {doc['events']} events, {doc['checkpoints']} checkpoint(s) hold, "
+                            f"{doc['events_since_checkpoint']} event(s) since the newest")
+        return
+    _emit(doc, as_json, f"audit log BROKEN at event {doc['broken']['event_id']}: {doc['broken']['detail']}")
+    raise typer.Exit(1)

@@ -1,0 +1,507 @@
+"""Provenance: the questions an auditor asks of a version, an alias, a blob or the audit log, each in one call.
+
+Every question is asked of a model's version named by ``ref``: a version number, or an alias. An alias is
+answered for the version it targets for everyone (its main version); when it also carries a canary, the
+answer says so (``ref.canary``) and the canary version is asked about with its own number. A revoked
+version is answered like any other: its history does not go away with it.
+
+Who may ask: the auditors (``audit``) of the model's tenant, and administrators. The questions that name
+no model (:func:`versions_with_blob`, :func:`check_audit_log`) are for the auditors of any tenant, and the
+blob question answers only from the tenants the caller audits. Authorization is checked before anything is
+read, so a refusal reads the same whether what was named exists or not.
+
+Lists that can grow long (files, scans, alias moves, nodes, versions holding a blob) come a page at a time:
+``limit`` rows after ``cursor`` (the ``next_cursor`` of the page before, None at the end).
+
+Example:
+    >>> doc = origin(session, auditor, "acme", "llm", "prod")  # doctest: +SKIP
+    >>> doc["source"]["repo"], doc["resolved_revision"], doc["submitted_by"]  # doctest: +SKIP
+    ('org/llm', '4f1c...', 'sam')
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime as dt
+import hashlib
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from cryptography.hazmat.primitives import serialization
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session
+
+from registry import audit
+from registry.auth import AuthenticatedPrincipal, Permission, get_tenant, require
+from registry.db.models import (
+    Alias,
+    AliasMove,
+    Approval,
+    EvalResult,
+    LicenseFinding,
+    Model,
+    PolicyDecision,
+    Principal,
+    ReleaseIssuance,
+    Tenant,
+    Version,
+    VersionFile,
+)
+from registry.domain import aliases as alias_rules
+from registry.domain.errors import (
+    AliasNotFoundError,
+    AuditChainError,
+    InvalidInputError,
+    LimitExceededError,
+    PermissionDeniedError,
+)
+from registry.domain.files import SHA256_RE
+from registry.domain.states import VersionState
+from registry.policy import PolicyEngine
+from registry.services import evals, scans, trust_roots, versions
+from registry.services.manifests import VERSION_REF_RE, statement_digest
+from registry.signing.keys import VerifyingKey
+from registry.signing.trust_root import ALGORITHM
+
+MAX_PAGE = 1000
+"""Most rows of one page."""
+MAX_CHECKPOINTS = 10_000
+"""Most saved checkpoints one audit-log question may hold the chain to."""
+
+
+# --- asking of a version --------------------------------------------------------------------------
+
+
+def _check_page(limit: int) -> None:
+    if not 1 <= limit <= MAX_PAGE:
+        raise InvalidInputError(f"limit must be 1 to {MAX_PAGE}", field="limit", value=str(limit))
+
+
+def _version_of(session: Session, principal: AuthenticatedPrincipal, tenant: str, name: str,
+                ref: str) -> tuple[Version, dict[str, Any]]:
+    """Authorize, then the version ``ref`` names and how it was named (``{"ref", "alias", "version", "canary"}``).
+
+    Raises:
+        PermissionDeniedError: ``principal`` audits no such tenant.
+        InvalidInputError: ``ref`` is neither a version number nor an alias name.
+        TenantNotFoundError, ModelNotFoundError, VersionNotFoundError, AliasNotFoundError.
+    """
+    require(principal, tenant, Permission.AUDIT)
+    model = versions.load_model_unchecked(session, tenant, name)
+    if isinstance(ref, str) and VERSION_REF_RE.match(ref):
+        version = versions.load_version_unchecked(session, model, int(ref))
+        return version, {"ref": ref, "alias": None, "version": version.number, "canary": None}
+    try:
+        alias_rules.validate_alias_name(ref)
+    except InvalidInputError:
+        raise InvalidInputError(f"invalid ref {str(ref)[:80]!r}: name an alias (a lower-case letter first) or a "
+                                "version number", field="ref", value=str(ref)[:80]) from None
+    row = session.scalar(select(Alias).where(Alias.model_id == model.id, Alias.name == ref))
+    if row is None:
+        raise AliasNotFoundError(f"{tenant}/{name}", ref)
+    canary = None
+    if row.canary_version is not None:
+        canary = {"version": row.canary_version.number, "tenants": sorted(row.canary_tenants or ()),
+                  "note": f"the alias also serves version {row.canary_version.number} to these tenants (its "
+                          "canary); this answer is of its main version: ask of that number for the canary"}
+    return row.version, {"ref": ref, "alias": ref, "version": row.version.number, "canary": canary}
+
+
+def _head(version: Version, named: dict[str, Any]) -> dict[str, Any]:
+    return {"model": f"{version.model.tenant.name}/{version.model.name}", "version": version.number,
+            "state": version.state, "ref": named}
+
+
+def _iso(at: dt.datetime | None) -> str | None:
+    return None if at is None else at.isoformat()
+
+
+def _principal_name(session: Session, principal_id: int | None) -> str | None:
+    if principal_id is None:
+        return None
+    return session.scalar(select(Principal.name).where(Principal.id == principal_id))
+
+
+def origin(session: Session, principal: AuthenticatedPrincipal, tenant: str, name: str, ref: str) -> dict[str, Any]:
+    """Question 1: where the version came from (upstream, requested and resolved revision), who submitted it, when."""
+    version, named = _version_of(session, principal, tenant, name, ref)
+    return {**_head(version, named),
+            "source": {"kind": version.source_kind, "repo": version.source_repo,
+                       "endpoint": version.source_endpoint},
+            "requested_revision": version.requested_revision, "resolved_revision": version.resolved_revision,
+            "include": list(version.include or ()), "exclude": list(version.exclude or ()),
+            "submitted_by": _principal_name(session, version.submitted_by),
+            "submitted_at": _iso(version.created_at), "sealed_at": _iso(version.sealed_at),
+            "revocation": None if version.revoked_at is None else {
+                "at": _iso(version.revoked_at), "by": version.revoked_by, "reason": version.revoke_reason}}
+
+
+def _signing_key(session: Session, key_id: str | None) -> dict[str, Any] | None:
+    """The key that signed a version's statement, as the trust roots publish it (None when unsigned)."""
+    if key_id is None:
+        return None
+    published, roots = trust_roots.published_keys(session).get(key_id, (None, []))
+    doc: dict[str, Any] = {"key_id": key_id, "algorithm": ALGORITHM, "trust_root_versions": roots,
+                           "public_key_pem": None, "fingerprint_sha256": None}
+    if published is not None:
+        der = serialization.load_pem_public_key(published.public_pem()).public_bytes(
+            serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo)
+        doc.update(public_key_pem=published.public_pem().decode(), fingerprint_sha256=hashlib.sha256(der).hexdigest())
+    return doc
+
+
+def _files_page(session: Session, version: Version, limit: int, cursor: str | None) -> tuple[list[VersionFile], str | None]:
+    query = select(VersionFile).where(VersionFile.version_id == version.id)
+    after = _cursor(cursor)
+    if after is not None:
+        query = query.where(VersionFile.path > after)
+    rows = list(session.scalars(query.order_by(VersionFile.path).limit(limit + 1)))
+    return rows[:limit], (encode_cursor(rows[limit - 1].path) if len(rows) > limit else None)
+
+
+def files(session: Session, principal: AuthenticatedPrincipal, tenant: str, name: str, ref: str, *,
+          limit: int = 1000, cursor: str | None = None) -> dict[str, Any]:
+    """Question 2: the version's files (path, size, sha256), a page at a time, and the key that signed its
+    statement (the OpenSSF model-signing bundle made at sealing)."""
+    _check_page(limit)
+    version, named = _version_of(session, principal, tenant, name, ref)
+    rows, next_cursor = _files_page(session, version, limit, cursor)
+    return {**_head(version, named),
+            "files": [{"path": f.path, "size": f.size, "sha256": f.sha256} for f in rows],
+            "next_cursor": next_cursor,
+            "manifest_digest": version.manifest_digest,
+            "statement_digest": statement_digest(version.manifest_bundle) if version.manifest_bundle else None,
+            "signed_by": _signing_key(session, version.signing_key_id)}
+
+
+def scan_results(session: Session, principal: AuthenticatedPrincipal, tenant: str, name: str, ref: str, *,
+                 limit: int = 1000, cursor: str | None = None) -> dict[str, Any]:
+    """Question 3: every scanner's result on each file (scanner name and version, verdict, findings), a page
+    of files at a time."""
+    _check_page(limit)
+    version, named = _version_of(session, principal, tenant, name, ref)
+    rows, next_cursor = _files_page(session, version, limit, cursor)
+    return {**_head(version, named), "files": scans.file_scans(session, rows), "next_cursor": next_cursor}
+
+
+def eval_results(session: Session, principal: AuthenticatedPrincipal, tenant: str, name: str,
+                 ref: str) -> dict[str, Any]:
+    """Question 4: the version's eval results, one per suite, with the suite's version (the sha256 of its
+    definition) and the runner and its version. One per suite: a short list."""
+    version, named = _version_of(session, principal, tenant, name, ref)
+    rows = session.scalars(select(EvalResult).where(EvalResult.version_id == version.id).order_by(EvalResult.suite))
+    return {**_head(version, named), "evals": [evals.result_doc(r) for r in rows]}
+
+
+def _config(engine: PolicyEngine | None) -> dict[str, Any]:
+    config = ((engine.data() if engine else {}).get("modelreg") or {}).get("config") or {}
+    return config if isinstance(config, dict) else {}
+
+
+def _approvals(session: Session, version: Version) -> list[Approval]:
+    return list(session.scalars(select(Approval).where(Approval.version_id == version.id)
+                                .order_by(Approval.at, Approval.id)))
+
+
+def _approval_doc(a: Approval) -> dict[str, Any]:
+    return {"principal": a.principal.name, "capacity": a.capacity, "decision": a.decision, "comment": a.comment,
+            "files": list(a.files), "at": _iso(a.at)}
+
+
+def _approving_decision(session: Session, version: Version) -> dict[str, Any] | None:
+    row = session.scalar(select(PolicyDecision).where(
+        PolicyDecision.version_id == version.id, PolicyDecision.kind == "approval",
+        PolicyDecision.allowed.is_(True)).order_by(PolicyDecision.id.desc()).limit(1))
+    return None if row is None else {"outcome": row.outcome, "bundle_digest": row.bundle_digest,
+                                     "input_digest": row.input_digest, "decided_at": _iso(row.decided_at)}
+
+
+def license_provenance(session: Session, principal: AuthenticatedPrincipal, tenant: str, name: str, ref: str, *,
+                       engine: PolicyEngine | None) -> dict[str, Any]:
+    """Question 5: the resolved license, each place it was read from (``declared``, the Hub card field
+    ``card``, the README front matter ``readme``, a ``license_file:<path>``) or a ``conflict``, and who
+    approved it: the approvals in the policy's license capacity, or nobody when it is on the allow-list."""
+    version, named = _version_of(session, principal, tenant, name, ref)
+    config = _config(engine)
+    capacity = config.get("license_capacity", "legal")
+    allow_list = {str(x).lower() for x in config.get("license_allow_list", ())}
+    findings = session.scalars(select(LicenseFinding).where(LicenseFinding.version_id == version.id)
+                               .order_by(LicenseFinding.id))
+    return {**_head(version, named), "license": version.license, "declared": version.declared_license,
+            "findings": [f.as_dict() for f in findings],
+            "allow_listed": (version.license or "").strip().lower() in allow_list,
+            "license_capacity": capacity,
+            "approved_by": [_approval_doc(a) for a in _approvals(session, version)
+                            if a.capacity == capacity and a.decision == "approve"],
+            "policy_decision": _approving_decision(session, version)}
+
+
+def separation_of_duties(submitter: str | None, approvals: Sequence[Approval],
+                         required: Sequence[str]) -> dict[str, Any]:
+    """Whether separation of duties held, as the approval policy counts decisions: the submitter's decisions
+    never count, a person counts once (in one capacity), and each required capacity needs an approval by
+    someone else than the submitter, each by a different person."""
+    reasons: list[str] = []
+    for a in approvals:
+        if submitter is not None and a.principal.name == submitter:
+            reasons.append(f"the submitter {submitter} decided on their own version ({a.decision} as {a.capacity})")
+    by_person: dict[str, list[str]] = {}
+    for a in approvals:
+        by_person.setdefault(a.principal.name, []).append(a.capacity)
+    for person, capacities in sorted(by_person.items()):
+        if len(capacities) > 1:
+            reasons.append(f"{person} decided {len(capacities)} times ({', '.join(capacities)}): one person "
+                           "counts once")
+    approvers: dict[str, set[str]] = {}
+    for a in approvals:
+        if a.decision == "approve" and a.principal.name != submitter:
+            approvers.setdefault(a.capacity, set()).add(a.principal.name)
+    for capacity in required:
+        if not approvers.get(capacity):
+            reasons.append(f"no approval in capacity {capacity} by anyone but the submitter")
+    return {"held": not reasons, "reasons": reasons, "required_capacities": list(required),
+            "submitter": submitter}
+
+
+def approval_provenance(session: Session, principal: AuthenticatedPrincipal, tenant: str, name: str, ref: str, *,
+                        engine: PolicyEngine | None) -> dict[str, Any]:
+    """Question 6: every decision on the version (who, capacity, when) and whether separation of duties held
+    (:func:`separation_of_duties`; the required capacities are the approval policy's)."""
+    version, named = _version_of(session, principal, tenant, name, ref)
+    rows = _approvals(session, version)
+    required = [str(c) for c in _config(engine).get("required_capacities", ())]
+    submitter = _principal_name(session, version.submitted_by)
+    return {**_head(version, named), "approvals": [_approval_doc(a) for a in rows],
+            "policy_decision": _approving_decision(session, version),
+            "separation_of_duties": separation_of_duties(submitter, rows, required)}
+
+
+# --- aliases ---------------------------------------------------------------------------------------
+
+
+def _move_doc(m: AliasMove) -> dict[str, Any]:
+    return {"id": m.id, "action": m.action, "at": _iso(m.at), "by": m.actor, "from_version": m.from_version,
+            "from_canary": m.from_canary, "to_version": m.to_version, "to_canary": m.to_canary,
+            "comment": m.comment, "bundle_digest": m.bundle_digest, "input_digest": m.input_digest}
+
+
+def alias_history(session: Session, principal: AuthenticatedPrincipal, tenant: str, name: str, alias: str, *,
+                  at: dt.datetime | None = None, limit: int = 1000, cursor: str | None = None) -> dict[str, Any]:
+    """Question 7: every move of an alias (promotions with their canaries, rollbacks: by whom, when, from
+    what to what), oldest first a page at a time; with ``at``, what the alias pointed at then (None before
+    its first move).
+
+    Raises:
+        InvalidInputError: a bad alias name, a naive ``at``, a cursor that is no move id.
+        AliasNotFoundError: no such alias.
+    """
+    _check_page(limit)
+    require(principal, tenant, Permission.AUDIT)
+    alias_rules.validate_alias_name(alias)
+    if at is not None:
+        if at.tzinfo is None:
+            raise InvalidInputError("at must carry a time zone (e.g. 2026-01-31T12:00:00Z)", field="at")
+        try:
+            at = at.astimezone(dt.timezone.utc)
+        except OverflowError:
+            # Within a day of year 1 or 9999: before every move, or after every one.
+            at = (dt.datetime.min if at.year == 1 else dt.datetime.max).replace(tzinfo=dt.timezone.utc)
+    after = _int_cursor(cursor)
+    model = versions.load_model_unchecked(session, tenant, name)
+    row = session.scalar(select(Alias).where(Alias.model_id == model.id, Alias.name == alias))
+    if row is None:
+        raise AliasNotFoundError(f"{tenant}/{name}", alias)
+    moves = list(session.scalars(select(AliasMove).where(AliasMove.alias_id == row.id, AliasMove.id > after)
+                                 .order_by(AliasMove.id).limit(limit + 1)))
+    doc: dict[str, Any] = {
+        "model": f"{tenant}/{name}", "alias": alias, "version": row.version.number,
+        "canary": None if row.canary_version is None else {"version": row.canary_version.number,
+                                                          "tenants": sorted(row.canary_tenants or ())},
+        "moves": [_move_doc(m) for m in moves[:limit]],
+        "next_cursor": encode_cursor(moves[limit - 1].id) if len(moves) > limit else None}
+    if at is not None:
+        last = session.scalar(select(AliasMove).where(AliasMove.alias_id == row.id, AliasMove.at <= at)
+                              .order_by(AliasMove.at.desc(), AliasMove.id.desc()).limit(1))
+        doc["at"] = {"at": at.isoformat(),
+                     "version": None if last is None else last.to_version,
+                     "canary": None if last is None else last.to_canary,
+                     "move": None if last is None else last.id}
+    return doc
+
+
+def encode_cursor(value: str | int) -> str:
+    """A page's ``next_cursor``: the last row's key, opaque to callers (URL-safe base64, no padding)."""
+    return base64.urlsafe_b64encode(str(value).encode()).decode().rstrip("=")
+
+
+def _cursor(cursor: str | None) -> str | None:
+    """The key a cursor of :func:`encode_cursor` holds (None: from the start)."""
+    if cursor is None:
+        return None
+    try:
+        if len(cursor) > 1500 or not cursor.isascii():
+            raise ValueError
+        key = base64.b64decode(cursor + "=" * (-len(cursor) % 4), altchars=b"-_", validate=True).decode()
+        if "\x00" in key:
+            raise ValueError
+        return key
+    except ValueError:
+        raise InvalidInputError("cursor: pass the next_cursor of the page before", field="cursor") from None
+
+
+def _int_cursor(cursor: str | None) -> int:
+    key = _cursor(cursor)
+    if key is None:
+        return 0
+    if not key.isascii() or not key.isdigit() or len(key) > 18:
+        raise InvalidInputError("cursor: pass the next_cursor of the page before", field="cursor")
+    return int(key)
+
+
+# --- serving nodes ---------------------------------------------------------------------------------
+
+
+def nodes(session: Session, principal: AuthenticatedPrincipal, tenant: str, name: str, ref: str, *,
+          limit: int = 1000, cursor: str | None = None) -> dict[str, Any]:
+    """Question 8a: who received release manifests of the version (through any ref: an alias, a canary, its
+    number), by principal: first and last time, how many, which refs and which tenants they were served for.
+    A page of principals at a time, by name."""
+    _check_page(limit)
+    version, named = _version_of(session, principal, tenant, name, ref)
+    model = f"{tenant}/{name}"
+    where = [ReleaseIssuance.model == model, ReleaseIssuance.version == version.number]
+    after = _cursor(cursor)
+    if after is not None:
+        where.append(ReleaseIssuance.principal > after)
+    rows = session.execute(
+        select(ReleaseIssuance.principal, func.min(ReleaseIssuance.at), func.max(ReleaseIssuance.at),
+               func.count(ReleaseIssuance.id))
+        .where(*where).group_by(ReleaseIssuance.principal).order_by(ReleaseIssuance.principal).limit(limit + 1)
+    ).all()
+    page = rows[:limit]
+    refs: dict[str, set[tuple[str, str]]] = {}
+    if page:
+        for who, r, served in session.execute(
+                select(ReleaseIssuance.principal, ReleaseIssuance.ref, ReleaseIssuance.for_tenant).distinct()
+                .where(ReleaseIssuance.model == model, ReleaseIssuance.version == version.number,
+                       ReleaseIssuance.principal.in_([p for p, *_ in page]))):
+            refs.setdefault(who, set()).add((r, served))
+    return {**_head(version, named),
+            "nodes": [{"principal": who, "first_at": _iso(first), "last_at": _iso(last), "count": count,
+                       "refs": sorted({r for r, _ in refs.get(who, ())}),
+                       "for_tenants": sorted({t for _, t in refs.get(who, ())})}
+                      for who, first, last, count in page],
+            "next_cursor": encode_cursor(page[-1][0]) if len(rows) > limit else None}
+
+
+def revoked_nodes(session: Session, principal: AuthenticatedPrincipal, tenant: str, *, limit: int = 1000,
+                  cursor: str | None = None) -> dict[str, Any]:
+    """Question 8b: the principals whose last received release of a model of ``tenant`` is of a version
+    revoked now: per (principal, model), the last issuance, when the version is revoked. Ordered by principal
+    and model, a page at a time."""
+    _check_page(limit)
+    require(principal, tenant, Permission.AUDIT)
+    tenant_row = get_tenant(session, tenant)
+    last = (select(func.max(ReleaseIssuance.id).label("id"))
+            .where(ReleaseIssuance.model.startswith(f"{tenant}/", autoescape=True))
+            .group_by(ReleaseIssuance.principal, ReleaseIssuance.model).subquery())
+    query = (select(ReleaseIssuance, Version)
+             .join(last, last.c.id == ReleaseIssuance.id)
+             .join(Model, (Model.tenant_id == tenant_row.id)
+                   & (ReleaseIssuance.model == tenant + "/" + Model.name))
+             .join(Version, (Version.model_id == Model.id) & (Version.number == ReleaseIssuance.version))
+             .where(Version.state == VersionState.REVOKED.value))
+    after = _cursor(cursor)
+    if after is not None:
+        who, sep, model = after.partition("\n")
+        if not sep:
+            raise InvalidInputError("cursor: pass the next_cursor of the page before", field="cursor")
+        query = query.where((ReleaseIssuance.principal > who)
+                            | ((ReleaseIssuance.principal == who) & (ReleaseIssuance.model > model)))
+    rows = session.execute(query.order_by(ReleaseIssuance.principal, ReleaseIssuance.model).limit(limit + 1)).all()
+    page = rows[:limit]
+    return {"tenant": tenant,
+            "nodes": [{"principal": i.principal, "model": i.model, "version": i.version, "ref": i.ref,
+                       "for_tenant": i.for_tenant, "last_received_at": _iso(i.at), "serial": i.serial,
+                       "revocation": {"at": _iso(v.revoked_at), "by": v.revoked_by, "reason": v.revoke_reason}}
+                      for i, v in page],
+            "next_cursor": encode_cursor(f"{page[-1][0].principal}\n{page[-1][0].model}") if len(rows) > limit
+            else None}
+
+
+# --- blobs -----------------------------------------------------------------------------------------
+
+
+def audited_tenants(principal: AuthenticatedPrincipal) -> list[str] | None:
+    """The tenants ``principal`` audits; None for an administrator (every tenant).
+
+    Raises:
+        PermissionDeniedError: none.
+    """
+    if principal.is_admin:
+        return None
+    held = sorted(t for t in principal.roles if Permission.AUDIT in principal.permissions(t))
+    if not held:
+        raise PermissionDeniedError(f"{principal.name!r} is not an auditor of any tenant",
+                                    principal=principal.name, permission="audit")
+    return held
+
+
+def versions_with_blob(session: Session, principal: AuthenticatedPrincipal, digest: str, *, limit: int = 1000,
+                       cursor: str | None = None) -> dict[str, Any]:
+    """Question 9: the versions, of any model of the tenants ``principal`` audits, holding blob ``digest``, with
+    the path it has in each. Versions of tenants it does not audit are never named, nor counted."""
+    _check_page(limit)
+    tenants = audited_tenants(principal)
+    if not isinstance(digest, str) or not SHA256_RE.match(digest):
+        raise InvalidInputError("a blob is sha256:<64 lower-case hex digits>", field="digest")
+    query = (select(VersionFile, Version, Model.name, Tenant.name)
+             .join(Version, Version.id == VersionFile.version_id).join(Model, Model.id == Version.model_id)
+             .join(Tenant, Tenant.id == Model.tenant_id)
+             .where(VersionFile.sha256 == digest, VersionFile.id > _int_cursor(cursor)))
+    if tenants is not None:
+        query = query.where(Tenant.name.in_(tenants))
+    rows = session.execute(query.order_by(VersionFile.id).limit(limit + 1)).all()
+    page = rows[:limit]
+    return {"digest": f"sha256:{digest}",
+            "versions": [{"model": f"{t}/{m}", "version": v.number, "state": v.state, "path": f.path,
+                          "size": f.size} for f, v, m, t in page],
+            "next_cursor": encode_cursor(page[-1][0].id) if len(rows) > limit else None}
+
+
+# --- the audit log ---------------------------------------------------------------------------------
+
+
+def check_audit_log(session: Session, principal: AuthenticatedPrincipal, checkpoints: Sequence[Mapping[str, Any]],
+                    *, keys: Sequence[VerifyingKey] = ()) -> dict[str, Any]:
+    """Question 10: whether the audit chain is intact, through the auditor's saved checkpoints (the chain
+    still reaches each with the signed hash) and since the newest of them (every later event links and
+    hashes right, up to the head). A broken chain is an answer (``intact`` false, ``broken`` naming the
+    first bad event), not an error.
+
+    The checkpoints must be signed by a key of a published trust root or one of ``keys`` (the registry's).
+
+    Raises:
+        PermissionDeniedError: ``principal`` audits no tenant.
+        LimitExceededError: more than :data:`MAX_CHECKPOINTS` checkpoints.
+        AuditCheckpointError: a checkpoint is malformed or not signed by the registry.
+    """
+    audited_tenants(principal)
+    if len(checkpoints) > MAX_CHECKPOINTS:
+        raise LimitExceededError(f"at most {MAX_CHECKPOINTS} checkpoints per question", field="checkpoints")
+    known = {k.key_id: k for k in keys}
+    known.update({key_id: key for key_id, (key, _) in trust_roots.published_keys(session).items()})
+    signed = [audit.open_checkpoint(entry, list(known.values()), index=i) for i, entry in enumerate(checkpoints)]
+    newest = max(signed, key=lambda c: c.event_id, default=None)
+    doc: dict[str, Any] = {
+        "checkpoints": len(signed),
+        "newest_checkpoint": None if newest is None else {"event_id": newest.event_id, "event_hash": newest.event_hash,
+                                                          "at": newest.at}}
+    try:
+        report = audit.verify(session, checkpoints=checkpoints, keys=list(known.values()))
+    except AuditChainError as err:
+        return {"intact": False, **doc, "events": None, "head_hash": None, "events_since_checkpoint": None,
+                "broken": {"event_id": err.details.get("event_id"), "problem": err.details.get("problem"),
+                           "detail": err.message}}
+    return {"intact": True, **doc, "events": report.events, "head_hash": report.head_hash,
+            "events_since_checkpoint": report.events - (newest.event_id if newest else 0), "broken": None}
