@@ -379,6 +379,19 @@ class ServiceUnavailableError(RegistryError):
     code = "unavailable"
 
 
+class BlobVanishedError(ServiceUnavailableError):
+    """Bytes just put were deleted by garbage collection before their row was recorded: put them again.
+
+    Transient (a job is retried); see ``registry/services/gc.py``.
+    """
+
+    code = "blob-vanished"
+
+    def __init__(self, digest: str) -> None:
+        super().__init__(f"blob {digest} was garbage-collected while it was being stored; store it again",
+                         digest=digest)
+
+
 class UnstorableDataError(InvalidInputError):
     """The database refused a value (longer than its column, past an integer's range, a NUL on
     PostgreSQL); the same value is refused again, so the job that tried is not retried."""

@@ -31,7 +31,8 @@ from registry.auth import AuthenticatedPrincipal, Permission, require, require_a
 from registry.clock import Clock, SystemClock
 from registry.db.models import Alias, EvalResult, EvalSet, ScanResult, Version, VersionFacts
 from registry.db.session import begin_write
-from registry.domain.errors import (DigestMismatchError, InvalidInputError, NotFoundError, PermissionDeniedError)
+from registry.domain.errors import (BlobVanishedError, DigestMismatchError, InvalidInputError, NotFoundError,
+                                    PermissionDeniedError)
 from registry.domain.states import VersionState
 from registry.evals import sandbox
 from registry.evals.cases import parse_cases
@@ -40,7 +41,6 @@ from registry.jobs import CLOCK_INFO
 from registry.policy import POLICY_INFO, PolicyEngine
 from registry.scanning import SCANNER_NAME, SCANNER_VERSION
 from registry.services import lifecycle
-from registry.services.gc import BlobVanishedError
 from registry.services.versions import _get_version, grant_blob, lock_version_unchecked, record_blob, version_ref
 from registry.storage.base import BlobStore
 

@@ -12,7 +12,7 @@ The protocol between the collector and the writers, so that a referenced blob is
   that nothing references it and that it was not used within the grace period, deletes the bytes,
   then the row, and commits. A row therefore exists whenever its bytes might still be needed.
 - A writer that references blobs already stored (a submission deduplicating against what the tenant
-  owns, ``hold_blobs``) locks their rows ``FOR SHARE`` in the transaction that commits the
+  owns: ``hold_blobs``, or ``versions.owned_blobs(hold=True)``) locks their rows ``FOR SHARE`` in the transaction that commits the
   references, and references only the rows it found: a blob the collector deleted meanwhile is
   transferred again (mirrored) or refused (an upload submission: upload it again).
 - A writer that has just put bytes records them (``record_blob``) with an upsert that locks the row,
@@ -42,7 +42,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from registry.clock import Clock
 from registry.db.models import Blob, EvalResult, EvalSet, Version, VersionFile
 from registry.db.session import begin_write, is_postgres
-from registry.domain.errors import BlobStoreError, ServiceUnavailableError
+from registry.domain.errors import BlobStoreError, BlobVanishedError
 from registry.storage.base import BlobStore
 
 log = logging.getLogger(__name__)
@@ -52,16 +52,6 @@ BATCH = 500
 
 # Long ago: the use time of an adopted row, so the grace period is the bytes' own age.
 _EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)
-
-
-class BlobVanishedError(ServiceUnavailableError):
-    """Bytes just put were deleted by garbage collection before their row was recorded: put them again."""
-
-    code = "blob-vanished"
-
-    def __init__(self, digest: str) -> None:
-        super().__init__(f"blob {digest} was garbage-collected while it was being stored; store it again",
-                         digest=digest)
 
 
 @dataclass

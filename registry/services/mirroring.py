@@ -20,11 +20,17 @@ from registry import jobs
 from registry.clock import Clock
 from registry.db.models import Job, Version, VersionFile
 from registry.db.session import begin_write
-from registry.domain.errors import IntegrityError, NotFoundError, QuotaExceededError, RegistryError, UpstreamError
+from registry.domain.errors import (
+    BlobVanishedError,
+    IntegrityError,
+    NotFoundError,
+    QuotaExceededError,
+    RegistryError,
+    UpstreamError,
+)
 from registry.domain.files import FileEntry, validate_file_list
 from registry.domain.states import VersionState
 from registry.services import facts, licenses, lifecycle, quotas
-from registry.services.gc import BlobVanishedError
 from registry.services.versions import (
     Limits,
     SourceOpener,

@@ -32,6 +32,7 @@ from registry.db.models import Blob, BlobOwner, Model, Tenant, Version, VersionF
 from registry.db.session import begin_write, is_postgres
 from registry.domain.errors import (
     BlobNotFoundError,
+    BlobVanishedError,
     BlobsNotUploadedError,
     InvalidInputError,
     InvalidPathError,
@@ -325,6 +326,8 @@ def upload_blob(session: Session, principal: AuthenticatedPrincipal, tenant: str
         DigestMismatchError, SizeMismatchError: the bytes are not what the digest says.
         QuotaExceededError: the bytes would take the tenant over its quota (checked on the declared
             size before reading, and again when granted).
+        BlobVanishedError: garbage collection took the stored bytes this upload found (a 503: send
+            them again).
     """
     tenant_row = authorize_upload(session, principal, tenant)
     tenant_id = tenant_row.id
@@ -340,10 +343,8 @@ def upload_blob(session: Session, principal: AuthenticatedPrincipal, tenant: str
     begin_write(session)
     try:
         grant_blob(session, tenant_id, digest, result.size, via="upload", blob_store=blob_store)
-    except gc.BlobVanishedError:
-        # Garbage collection took bytes that were stored already (so the body was not read): the
-        # client sends them again.
-        session.rollback()
+    except (BlobVanishedError, QuotaExceededError):
+        session.rollback()  # the write lock goes before the answer does
         raise
     session.commit()
     return True

@@ -14,10 +14,10 @@ from registry import audit
 from registry.clock import ManualClock
 from registry.db.models import AuditEvent, Blob, Version
 from registry.domain.aliases import make_target
-from registry.domain.errors import PermissionDeniedError, VersionDeletedError
+from registry.domain.errors import VersionDeletedError
 from registry.services import aliases, gc, retention, versions
 from registry.services.versions import SubmitRequest
-from tests.support.registry import drain, make_admin, role_token
+from tests.support.registry import make_admin, role_token
 from tests.support.releases import approve_standin, awaiting_version
 
 T, M = "acme", "llm"
