@@ -284,3 +284,101 @@ class KeyPublic(BaseModel):
 
 class KeysPublic(BaseModel):
     keys: list[KeyPublic]
+
+
+# --- quotas, retention, usage ----------------------------------------------------------------
+
+
+class QuotaUpdate(Strict):
+    bytes: ByteCount | None = Field(strict=True, description="the tenant's byte quota; null removes it")
+
+
+class QuotaPublic(BaseModel):
+    tenant: str
+    limit: int | None = Field(description="bytes the tenant may own; null: no quota")
+    used: int = Field(description="bytes of the blobs the tenant owns, each counted once")
+    available: int | None
+
+
+class RetentionUpdate(Strict):
+    keep_last: int = Field(ge=1, le=100_000, strict=True, description="keep the newest N versions")
+    approved_within_days: int | None = Field(None, ge=0, le=36_500, strict=True,
+                                             description="also keep versions approved within D days")
+
+
+class RetentionRulePublic(BaseModel):
+    keep_last: int
+    approved_within_days: int | None
+    updated_by: str
+    updated_at: dt.datetime
+
+
+class RetainedVersion(BaseModel):
+    version: int
+    reason: Literal["last", "alias", "in-pipeline", "approved-recently"]
+
+
+class RetentionPublic(BaseModel):
+    model: str
+    rule: RetentionRulePublic | None
+    kept: list[RetainedVersion] = Field(description="versions the rule keeps, and why")
+    deleted: list[int] = Field(description="versions deleted by this call (apply), or that apply would delete")
+
+
+class StoredVersion(BaseModel):
+    version: int
+    state: str
+    deleted: bool
+    bytes: int
+
+
+class StoredModel(BaseModel):
+    model: str
+    bytes: int = Field(description="each blob once across the model's versions not deleted")
+    versions: list[StoredVersion]
+
+
+class StoredUsage(BaseModel):
+    bytes: int = Field(description="each blob the tenant owns once (what its quota counts)")
+    models: list[StoredModel]
+
+
+class MirroredUsage(BaseModel):
+    files: int
+    bytes: int
+
+
+class ServedVersion(BaseModel):
+    version: int
+    manifests: int
+    bytes: int
+
+
+class ServedModel(BaseModel):
+    model: str
+    manifests: int
+    bytes: int
+    versions: list[ServedVersion]
+
+
+class ServedUsage(BaseModel):
+    manifests: int = Field(description="release manifests issued (node fetches)")
+    bytes: int = Field(description="bytes those manifests released")
+    principals: int = Field(description="distinct principals (nodes) they were issued to")
+    by_model: list[ServedModel]
+
+
+class EvalUsage(BaseModel):
+    suite: str
+    runs: int
+    duration_ms: int
+
+
+class UsagePublic(BaseModel):
+    tenant: str
+    since: dt.datetime
+    until: dt.datetime
+    stored: StoredUsage
+    mirrored: MirroredUsage
+    served: ServedUsage
+    evals: list[EvalUsage]

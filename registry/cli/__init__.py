@@ -7,7 +7,8 @@ so this package never imports ``api`` or ``workers``. Every command takes ``--js
 readable line to stderr and exits non-zero (1 for errors, 2 for usage).
 
 One module per area registers its commands on the one ``app`` (``_base``): ``identity``, ``versions``,
-``releases``, ``approvals``, ``evals``, ``operations``, ``fetch`` (serving nodes), ``provenance`` and ``provenance_export`` (auditors).
+``releases``, ``approvals``, ``evals``, ``operations``, ``quotas`` (quotas, retention, usage), ``fetch``
+(serving nodes), ``provenance`` and ``provenance_export`` (auditors).
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import typer
 from typer.exceptions import TyperException
 
 from registry.cli import (  # noqa: F401 (commands)
-    approvals, evals, fetch, identity, operations, provenance, provenance_export, releases, versions)
+    approvals, evals, fetch, identity, operations, provenance, provenance_export, quotas, releases, versions)
 from registry.cli._base import _say, app
 from registry.domain.errors import RegistryError
 

@@ -1,6 +1,6 @@
 """The ``modelreg`` command: the audit log, the database, the store and the processes.
 
-``audit``, ``migrate``, ``gc``, ``serve``, ``worker``.
+``audit``, ``migrate``, ``gc`` (``registry/services/gc.py``), ``serve``, ``worker``.
 """
 
 from __future__ import annotations
@@ -144,25 +144,39 @@ def migrate(data_dir: Optional[Path] = typer.Option(None, "--data-dir"), as_json
 
 @app.command()
 def gc(
-    older_than_hours: float = typer.Option(24.0, "--older-than-hours", min=0.0,
-                                           help="only what was left at least this long ago"),
+    older_than_hours: float = typer.Option(
+        24.0, "--older-than-hours", min=0.0,
+        help="sweep incomplete uploads, and stored bytes never recorded, left at least this long ago"),
+    grace_hours: float = typer.Option(24.0, "--grace-hours", min=0.0,
+                                      help="delete unreferenced blobs only when last used at least this long ago"),
     data_dir: Optional[Path] = typer.Option(None, "--data-dir"),
     as_json: bool = JsonOpt,
 ) -> None:
-    """Sweep the blob store: temporary files and unfinished multipart uploads of crashed writers."""
+    """Sweep the blob store (temporary files and unfinished uploads of crashed writers), then delete
+    the blobs nothing references (no version that retention kept, eval set or eval log) once their
+    grace period is over. A referenced blob is never deleted, even while a submission takes it up."""
     import datetime as dt
 
     from registry.bootstrap import bootstrap, load_settings, prepare_embedded
+    from registry.services import gc as garbage
 
     settings = load_settings(**({"data_dir": data_dir} if data_dir else {}))
     if settings.database_url is None:
         prepare_embedded(settings)
-    container = bootstrap(settings)
+    container = bootstrap(settings, migrate=settings.database_url is None)
     try:
-        swept = container.blob_store.sweep_incomplete(dt.timedelta(hours=older_than_hours))
+        left = dt.timedelta(hours=older_than_hours)
+        swept = container.blob_store.sweep_incomplete(left)
+        report = garbage.collect(container.session_factory, container.blob_store, container.clock,
+                                 dt.timedelta(hours=grace_hours), orphan_age=left)
     finally:
         container.dispose()
-    _emit({"swept": swept}, as_json, f"swept {swept} incomplete upload(s)")
+    _emit({"swept": swept, **report.as_dict()}, as_json,
+          [f"swept {swept} incomplete upload(s)",
+           f"deleted {report.deleted} unreferenced blob(s) ({report.deleted_bytes} bytes) and "
+           f"{report.orphans_deleted} stored without a record; kept {report.kept_referenced} referenced "
+           f"and {report.kept_young} within the grace period"
+           + (f"; {report.errors} could not be deleted (see the log)" if report.errors else "")])
 
 
 # --- processes -------------------------------------------------------------------------------

@@ -107,6 +107,29 @@ class RegistryApi:
     def issue_token(self, principal: str, **body: Any) -> dict[str, Any]:
         return self.client.post(f"/v1/principals/{_seg(principal)}/tokens", json=body)
 
+    # --- quotas, retention, usage ---------------------------------------------------------------
+
+    def set_quota(self, tenant: str, limit: int | None) -> dict[str, Any]:
+        return self.client.put(f"/v1/tenants/{_seg(tenant)}/quota", json={"bytes": limit})
+
+    def quota(self, tenant: str) -> dict[str, Any]:
+        return self.client.get(f"/v1/tenants/{_seg(tenant)}/quota")
+
+    def set_retention(self, tenant: str, name: str, keep_last: int,
+                      approved_within_days: int | None) -> dict[str, Any]:
+        return self.client.put(f"{_model(tenant, name)}/retention",
+                               json={"keep_last": keep_last, "approved_within_days": approved_within_days})
+
+    def retention(self, tenant: str, name: str) -> dict[str, Any]:
+        return self.client.get(f"{_model(tenant, name)}/retention")
+
+    def apply_retention(self, tenant: str, name: str) -> dict[str, Any]:
+        return self.client.post(f"{_model(tenant, name)}/retention/apply")
+
+    def usage(self, tenant: str, since: str | None = None, until: str | None = None) -> dict[str, Any]:
+        params = {"tenant": tenant, **{k: v for k, v in (("since", since), ("until", until)) if v is not None}}
+        return self.client.get("/v1/usage", params=params)
+
     # --- versions ---------------------------------------------------------------------------
 
     def submit(self, tenant: str, name: str, body: dict[str, Any]) -> dict[str, Any]:

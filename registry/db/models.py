@@ -149,8 +149,8 @@ class Version(Base):
         # or rejected one leaves the index, so the source can be submitted again.
         Index(
             "uq_versions_live_source", "model_id", "source_key", unique=True,
-            postgresql_where=text("state NOT IN ('failed', 'rejected', 'revoked')"),
-            sqlite_where=text("state NOT IN ('failed', 'rejected', 'revoked')"),
+            postgresql_where=text("state NOT IN ('failed', 'rejected', 'revoked') AND deleted_at IS NULL"),
+            sqlite_where=text("state NOT IN ('failed', 'rejected', 'revoked') AND deleted_at IS NULL"),
         ),
     )
 
@@ -190,6 +190,11 @@ class Version(Base):
     """Set when the version is revoked (by a person, or by a rescan that found an unsafe file)."""
     revoked_by: Mapped[str | None] = mapped_column(String(128))
     revoke_reason: Mapped[str | None] = mapped_column(Text)
+    deleted_at: Mapped[dt.datetime | None]
+    """Set when a retention rule deleted the version: the row, its files and its audit trail stay (so
+    provenance still answers), it is never served again, and its blobs no longer count as referenced
+    (``registry/services/gc.py``)."""
+    deleted_by: Mapped[str | None] = mapped_column(String(128))
 
     model: Mapped[Model] = relationship()
     files: Mapped[list["VersionFile"]] = relationship(
@@ -218,13 +223,20 @@ class VersionFile(Base):
 
 
 class Blob(Base):
-    """A committed blob in the store; ``versions`` reference it through ``version_files.sha256``."""
+    """A committed blob in the store; ``versions`` reference it through ``version_files.sha256``.
+
+    The row stands for the bytes: garbage collection deletes the bytes while it holds the row locked,
+    and deletes the row with them (``registry/services/gc.py``).
+    """
 
     __tablename__ = "blobs"
 
     digest: Mapped[str] = mapped_column(String(64), primary_key=True)
     size: Mapped[int] = mapped_column(BigInteger)
     created_at: Mapped[dt.datetime] = mapped_column(default=utcnow)
+    last_used_at: Mapped[dt.datetime | None] = mapped_column(default=utcnow)
+    """When bytes were last put under this digest (an upload, a mirror, an eval log); the grace period
+    of garbage collection counts from it (or from ``created_at`` for rows older than the column)."""
 
 
 class BlobOwner(Base):
@@ -534,7 +546,7 @@ class EvalResult(Base):
     metrics: Mapped[dict[str, Any]] = mapped_column(default=dict)
     breakdown: Mapped[dict[str, Any]] = mapped_column(default=dict)
     cases: Mapped[list[Any]] = mapped_column(default=list)
-    log_digest: Mapped[str | None] = mapped_column(String(64))
+    log_digest: Mapped[str | None] = mapped_column(String(64), index=True)
     duration_ms: Mapped[int | None] = mapped_column(Integer)
     created_at: Mapped[dt.datetime]
     finished_at: Mapped[dt.datetime | None]
@@ -587,3 +599,27 @@ class ReleaseIssuance(Base):
     serial: Mapped[int] = mapped_column(BigInteger)
     key_id: Mapped[str] = mapped_column(String(64))
     at: Mapped[dt.datetime]
+
+
+class TenantQuota(Base):
+    """The bytes a tenant may own (``blob_owners``, each blob counted once), set by an administrator."""
+
+    __tablename__ = "tenant_quotas"
+
+    tenant_id: Mapped[int] = mapped_column(ForeignKey("tenants.id", ondelete="CASCADE"), primary_key=True)
+    bytes: Mapped[int] = mapped_column(BigInteger)
+    updated_by: Mapped[str] = mapped_column(String(128))
+    updated_at: Mapped[dt.datetime]
+
+
+class RetentionRule(Base):
+    """Which versions of a model retention keeps: the last ``keep_last``, those an alias points at,
+    and those approved within ``approved_within_days``; see ``registry/services/retention.py``."""
+
+    __tablename__ = "retention_rules"
+
+    model_id: Mapped[int] = mapped_column(ForeignKey("models.id", ondelete="CASCADE"), primary_key=True)
+    keep_last: Mapped[int] = mapped_column(Integer)
+    approved_within_days: Mapped[int | None] = mapped_column(Integer)
+    updated_by: Mapped[str] = mapped_column(String(128))
+    updated_at: Mapped[dt.datetime]

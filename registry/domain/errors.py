@@ -79,6 +79,17 @@ class LimitExceededError(InvalidInputError):
     code = "limit-exceeded"
 
 
+class QuotaExceededError(LimitExceededError):
+    """Storing ``needed`` more bytes would take a tenant over its byte quota (``used`` of ``limit``)."""
+
+    code = "quota-exceeded"
+
+    def __init__(self, tenant: str, *, used: int, limit: int, needed: int) -> None:
+        super().__init__(
+            f"tenant {tenant!r} would exceed its quota: {used} of {limit} bytes used, {needed} more needed",
+            tenant=tenant, used=used, limit=limit, needed=needed)
+
+
 # --- leaves ---------------------------------------------------------------------------------
 
 
@@ -368,6 +379,19 @@ class ServiceUnavailableError(RegistryError):
     code = "unavailable"
 
 
+class BlobVanishedError(ServiceUnavailableError):
+    """Bytes just put were deleted by garbage collection before their row was recorded: put them again.
+
+    Transient (a job is retried); see ``registry/services/gc.py``.
+    """
+
+    code = "blob-vanished"
+
+    def __init__(self, digest: str) -> None:
+        super().__init__(f"blob {digest} was garbage-collected while it was being stored; store it again",
+                         digest=digest)
+
+
 class UnstorableDataError(InvalidInputError):
     """The database refused a value (longer than its column, past an integer's range, a NUL on
     PostgreSQL); the same value is refused again, so the job that tried is not retried."""
@@ -449,6 +473,16 @@ class RevokedError(ConflictError):
         through = f" (alias {alias!r} points at it; move the alias)" if alias else ""
         super().__init__(f"{model}@{version} was revoked: {reason}{through}",
                          model=model, version=version, reason=reason, alias=alias)
+
+
+class VersionDeletedError(ConflictError):
+    """A version that retention deleted: its record stays, its bytes may be gone, it is never released."""
+
+    code = "version-deleted"
+
+    def __init__(self, model: str, version: int) -> None:
+        super().__init__(f"{model}@{version} was deleted by retention: it is not released", model=model,
+                         version=version)
 
 
 class NotApprovedError(ConflictError):

@@ -25,7 +25,7 @@ from registry.clock import Clock
 from registry.db.models import Alias, AliasMove, Model, Version
 from registry.db.session import begin_write, is_postgres
 from registry.domain import aliases as rules
-from registry.domain.errors import AliasNotFoundError, PermissionDeniedError, PromotionDeniedError
+from registry.domain.errors import AliasNotFoundError, PermissionDeniedError, PromotionDeniedError, VersionDeletedError
 from registry.domain.policy_input import promotion_input
 from registry.domain.states import VersionState
 from registry.domain.text import MAX_COMMENT_LENGTH, validate_text
@@ -170,6 +170,9 @@ def _move(session: Session, principal: AuthenticatedPrincipal, model: Model, ali
     main = versions.load_version_unchecked(session, model, target.version, lock=True)
     canary = (versions.load_version_unchecked(session, model, target.canary.version, lock=True)
               if target.canary else None)
+    for version in (main, canary):
+        if version is not None and version.deleted_at is not None:
+            raise VersionDeletedError(ref, version.number)
     current = row.version if row is not None else None
     doc = promotion_input(
         principal=principal.name,

@@ -31,7 +31,8 @@ from registry.auth import AuthenticatedPrincipal, Permission, require, require_a
 from registry.clock import Clock, SystemClock
 from registry.db.models import Alias, EvalResult, EvalSet, ScanResult, Version, VersionFacts
 from registry.db.session import begin_write
-from registry.domain.errors import (DigestMismatchError, InvalidInputError, NotFoundError, PermissionDeniedError)
+from registry.domain.errors import (BlobVanishedError, DigestMismatchError, InvalidInputError, NotFoundError,
+                                    PermissionDeniedError)
 from registry.domain.states import VersionState
 from registry.evals import sandbox
 from registry.evals.cases import parse_cases
@@ -99,13 +100,21 @@ def add_evalset(session: Session, principal: AuthenticatedPrincipal, name: str, 
 
     validate_text(description, field="description", max_length=MAX_DESCRIPTION)
     cases = parse_cases(data)
-    put = blob_store.put(io.BytesIO(data), expected_size=len(data))
-    begin_write(session)
-    existing = session.scalar(select(EvalSet).where(EvalSet.name == name, EvalSet.digest == put.digest))
-    if existing is not None:
-        return existing, False
+    for attempt in (1, 2):
+        put = blob_store.put(io.BytesIO(data), expected_size=len(data))
+        begin_write(session)
+        existing = session.scalar(select(EvalSet).where(EvalSet.name == name, EvalSet.digest == put.digest))
+        if existing is not None:
+            return existing, False
+        try:
+            record_blob(session, put.digest, put.size, blob_store=blob_store)
+            break
+        except BlobVanishedError:
+            # Garbage collection took stored bytes the put found: put them again, once.
+            session.rollback()
+            if attempt == 2:
+                raise
     number = (session.scalar(select(func.max(EvalSet.number)).where(EvalSet.name == name)) or 0) + 1
-    record_blob(session, put.digest, put.size)
     row = EvalSet(name=name, number=number, digest=put.digest, size=put.size, cases=len(cases),
                   categories=dict(sorted(Counter(c.category for c in cases).items())),
                   languages=dict(sorted(Counter(c.language for c in cases).items())),
@@ -271,7 +280,8 @@ def run_eval(session_factory: sessionmaker[Session], result_id: int, *, blob_sto
         outcome = sandbox.failed("unsafe", f"not evaluated: {unsafe}")
     else:
         outcome = _run_outside_transaction(files, evalsets, definition, facts, blob_store, work_root)
-    _record(session_factory, result_id, outcome, _store_log(blob_store, outcome.log), clock=clock)
+    _record(session_factory, result_id, outcome, _store_log(blob_store, outcome.log), clock=clock,
+            blob_store=blob_store)
 
 
 def _run_outside_transaction(files: list[tuple[str, str]], evalsets: list[tuple[str, str]],
@@ -301,7 +311,7 @@ def _store_log(blob_store: BlobStore, log_bytes: bytes) -> str | None:
 
 
 def _record(session_factory: sessionmaker[Session], result_id: int, outcome: sandbox.Outcome,
-            log_digest: str | None, *, clock: Clock) -> None:
+            log_digest: str | None, *, clock: Clock, blob_store: BlobStore | None = None) -> None:
     with session_factory() as session:
         begin_write(session)
         row = session.get(EvalResult, result_id)
@@ -312,7 +322,9 @@ def _record(session_factory: sessionmaker[Session], result_id: int, outcome: san
         if version is None or row.status != PENDING:
             return  # recorded by an earlier run of this job: count it once
         if log_digest is not None:
-            grant_blob(session, version.model.tenant_id, log_digest, len(outcome.log), via="eval")
+            assert blob_store is not None
+            grant_blob(session, version.model.tenant_id, log_digest, len(outcome.log), via="eval",
+                       blob_store=blob_store)
         result = outcome.result
         row.status = outcome.status
         row.reason, row.error = outcome.reason, outcome.error

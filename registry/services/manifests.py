@@ -62,7 +62,14 @@ from registry.db.models import (
 )
 from registry.db.session import begin_write, is_postgres
 from registry.domain import aliases as alias_rules
-from registry.domain.errors import InvalidInputError, InvalidStateError, NotApprovedError, PermissionDeniedError, RevokedError
+from registry.domain.errors import (
+    InvalidInputError,
+    InvalidStateError,
+    NotApprovedError,
+    PermissionDeniedError,
+    RevokedError,
+    VersionDeletedError,
+)
 from registry.domain.states import VersionState
 from registry.services import aliases, versions
 from registry.services.trust_roots import release_signer
@@ -163,6 +170,8 @@ def issue(session: Session, principal: AuthenticatedPrincipal, tenant: str, name
                            alias=ref if found.is_alias else None)
     if found.state != VersionState.APPROVED.value:
         raise NotApprovedError(model_ref, found.number, found.state)
+    if session.scalar(select(Version.deleted_at).where(Version.id == found.version_id)) is not None:
+        raise VersionDeletedError(model_ref, found.number)
     watch = WatchKey(found.model_id, ref if found.is_alias else None, found.version_id)
     root, key = release_signer(session, keyring, expires_in=config.root_expiry, clock=clock, cache=cache.roots,
                                newest_version=found.root_version)

@@ -20,10 +20,17 @@ from registry import jobs
 from registry.clock import Clock
 from registry.db.models import Job, Version, VersionFile
 from registry.db.session import begin_write
-from registry.domain.errors import IntegrityError, NotFoundError, RegistryError, UpstreamError
+from registry.domain.errors import (
+    BlobVanishedError,
+    IntegrityError,
+    NotFoundError,
+    QuotaExceededError,
+    RegistryError,
+    UpstreamError,
+)
 from registry.domain.files import FileEntry, validate_file_list
 from registry.domain.states import VersionState
-from registry.services import facts, licenses, lifecycle
+from registry.services import facts, licenses, lifecycle, quotas
 from registry.services.versions import (
     Limits,
     SourceOpener,
@@ -104,23 +111,60 @@ def mirror_file(
         endpoint, include, exclude = version.source_endpoint, tuple(version.include), tuple(version.exclude)
         revision, version_id, tenant_id = version.resolved_revision, version.id, version.model.tenant_id
         owned = upstream.sha256 is not None and bool(owned_blobs(session, tenant_id, [upstream.sha256]))
-    if already is None:
-        source = open_source(uri, endpoint, include, exclude)
         try:
-            if upstream.sha256 is not None:
-                _abort_abandoned_uploads(session_factory, blob_store, file_id, upstream.sha256)
-            # With the digest known, put finds bytes this tenant owns and never reads the source, which
-            # opens its connection only when iterated. Bytes stored for another tenant are read from
-            # the upstream in full: a published digest proves nothing, served bytes do.
-            put = blob_store.put if owned else blob_store.put_proving_possession
-            result = put(source.open(revision, upstream), expected_sha256=upstream.sha256,
-                         expected_size=upstream.size)
-            digest, size = result.digest, result.size
-        except IntegrityError as exc:
+            # Checked before any byte moves; checked again, under a lock, when the blob is granted.
+            if not owned and already is None:
+                quotas.check(session, tenant_id, upstream.size)
+        except QuotaExceededError as exc:
+            quota_error: QuotaExceededError | None = exc
+        else:
+            quota_error = None
+    if quota_error is not None:
+        fail_version(session_factory, version_id, _with_path(quota_error, upstream.path))
+        return
+    for attempt in range(1, PUTS + 1):
+        if already is None:
+            source = open_source(uri, endpoint, include, exclude)
+            try:
+                if upstream.sha256 is not None:
+                    _abort_abandoned_uploads(session_factory, blob_store, file_id, upstream.sha256)
+                # With the digest known, put finds bytes this tenant owns and never reads the source, which
+                # opens its connection only when iterated. Bytes stored for another tenant are read from
+                # the upstream in full: a published digest proves nothing, served bytes do.
+                put = blob_store.put if owned else blob_store.put_proving_possession
+                result = put(source.open(revision, upstream), expected_sha256=upstream.sha256,
+                             expected_size=upstream.size)
+                digest, size = result.digest, result.size
+            except IntegrityError as exc:
+                fail_version(session_factory, version_id, _with_path(exc, upstream.path))
+                return
+        else:
+            digest, size = already, upstream.size
+        try:
+            _record_mirrored(session_factory, version_id, file_id, tenant_id, digest, size,
+                             blob_store=blob_store, clock=clock)
+            return
+        except QuotaExceededError as exc:
             fail_version(session_factory, version_id, _with_path(exc, upstream.path))
             return
-    else:
-        digest, size = already, upstream.size
+        except BlobVanishedError:
+            # Garbage collection took the bytes between the put and the record: put them again (the
+            # job's retry does, after the last of these).
+            if attempt == PUTS:
+                raise
+
+
+PUTS = 3
+"""Puts of one file per attempt of its job, when garbage collection takes the bytes before they are recorded."""
+
+
+def _record_mirrored(session_factory: sessionmaker[Session], version_id: int, file_id: int, tenant_id: int,
+                     digest: str, size: int, *, blob_store: BlobStore, clock: Clock) -> None:
+    """Set the file's digest, grant the tenant the blob, and queue sealing after the last file.
+
+    Raises:
+        BlobVanishedError: the bytes are no longer stored (nothing is recorded).
+    """
     with session_factory() as session:
         begin_write(session)
         version = lock_version_unchecked(session, version_id)
@@ -129,7 +173,7 @@ def mirror_file(
         row = session.get(VersionFile, file_id)
         if row.sha256 is None:
             row.sha256, row.mirrored_at = digest, clock.now()
-        grant_blob(session, tenant_id, digest, size, via="mirror")
+        grant_blob(session, tenant_id, digest, size, via="mirror", blob_store=blob_store)
         session.flush()
         remaining = session.scalar(
             select(func.count()).select_from(VersionFile).where(
@@ -180,10 +224,13 @@ def _abort_abandoned_uploads(session_factory: sessionmaker[Session], blob_store:
     log.info("mirror of file %d: aborted %d abandoned upload(s) of %s", file_id, aborted, digest)
 
 
-def _with_path(exc: IntegrityError, path: str) -> IntegrityError:
-    """Name the version's file in an integrity error raised by the blob store (which knows no paths)."""
+def _with_path(exc: RegistryError, path: str) -> RegistryError:
+    """Name the version's file in an error raised by the blob store or a quota (which know no paths)."""
     from registry.domain.errors import DigestMismatchError, SizeMismatchError
 
+    if isinstance(exc, QuotaExceededError):
+        exc.details.setdefault("path", path)
+        return exc
     if isinstance(exc, DigestMismatchError) and exc.details.get("path") != path:
         return DigestMismatchError(path, expected=exc.details["expected"], actual=exc.details["actual"],
                                    algorithm=exc.details.get("algorithm", "sha256"))

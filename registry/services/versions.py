@@ -32,12 +32,14 @@ from registry.db.models import Blob, BlobOwner, Model, Tenant, Version, VersionF
 from registry.db.session import begin_write, is_postgres
 from registry.domain.errors import (
     BlobNotFoundError,
+    BlobVanishedError,
     BlobsNotUploadedError,
     InvalidInputError,
     InvalidPathError,
     InvalidStateError,
     LimitExceededError,
     ModelNotFoundError,
+    QuotaExceededError,
     RegistryError,
     SizeMismatchError,
     UpstreamError,
@@ -47,7 +49,7 @@ from registry.domain.files import FileEntry, require_sha256, validate_file_list
 from registry.domain.states import LIVE, VersionState
 from registry.domain.text import MAX_LABEL_LENGTH, MAX_REVISION_LENGTH, MAX_SOURCE_LENGTH, validate_text
 from registry.sources import parse_source_uri
-from registry.services import lifecycle
+from registry.services import gc, lifecycle, quotas
 from registry.sources.base import Snapshot, Source, UpstreamFile
 from registry.storage.base import BlobInfo, BlobStore
 
@@ -219,6 +221,8 @@ def submit(
         InvalidInputError: a bad model name, source URI or glob.
         UnrecognizedLicenseError: the declared license normalizes to nothing.
         TenantNotFoundError: no such tenant.
+        QuotaExceededError: the files the tenant does not own yet would take it over its quota
+            (their declared sizes); nothing is created.
     """
     require(principal, tenant, Permission.SUBMIT)
     validate_name("model", name)
@@ -243,11 +247,17 @@ def submit(
                          request.include, request.exclude)
         existing = session.scalar(
             select(Version).where(Version.model_id == model.id, Version.source_key == key,
-                                  Version.state.in_([s.value for s in LIVE]))
+                                  Version.state.in_([s.value for s in LIVE]), Version.deleted_at.is_(None))
         )
         if existing is not None:
             session.rollback()
             return existing, False
+        owned = owned_blobs(session, tenant_row.id, (f.sha256 for f in snapshot.files if f.sha256))
+        try:
+            quotas.check(session, tenant_row, quotas.new_bytes(owned, ((f.sha256, f.size) for f in snapshot.files)))
+        except QuotaExceededError:
+            session.rollback()
+            raise
     version = Version(
         model_id=model.id,
         number=model.next_version,
@@ -314,17 +324,28 @@ def upload_blob(session: Session, principal: AuthenticatedPrincipal, tenant: str
     Raises:
         PermissionDeniedError: the principal may not submit in ``tenant``.
         DigestMismatchError, SizeMismatchError: the bytes are not what the digest says.
+        QuotaExceededError: the bytes would take the tenant over its quota (checked on the declared
+            size before reading, and again when granted).
+        BlobVanishedError: garbage collection took the stored bytes this upload found (a 503: send
+            them again).
     """
-    tenant_id = authorize_upload(session, principal, tenant).id
+    tenant_row = authorize_upload(session, principal, tenant)
+    tenant_id = tenant_row.id
     owned = bool(owned_blobs(session, tenant_id, [digest]))
     if owned and blob_store.exists(digest):
         return False
+    if not owned and size is not None:
+        quotas.check(session, tenant_row, size)
     # No transaction stays open while the bytes stream.
     session.rollback()
     put = blob_store.put if owned else blob_store.put_proving_possession
     result = put(source, expected_sha256=digest, expected_size=size)
     begin_write(session)
-    grant_blob(session, tenant_id, digest, result.size, via="upload")
+    try:
+        grant_blob(session, tenant_id, digest, result.size, via="upload", blob_store=blob_store)
+    except (BlobVanishedError, QuotaExceededError):
+        session.rollback()  # the write lock goes before the answer does
+        raise
     session.commit()
     return True
 
@@ -344,35 +365,52 @@ def stat_uploaded_blob(session: Session, principal: AuthenticatedPrincipal, tena
     return blob_store.stat(digest)
 
 
-def owned_blobs(session: Session, tenant_id: int, digests: Iterable[str]) -> dict[str, int]:
-    """Which of ``digests`` the tenant owns, with their stored sizes: one query for any number."""
+def owned_blobs(session: Session, tenant_id: int, digests: Iterable[str], *, hold: bool = False) -> dict[str, int]:
+    """Which of ``digests`` the tenant owns, with their stored sizes: one query for any number.
+
+    Args:
+        hold: lock the blobs found against garbage collection until the transaction ends, as
+            ``gc.hold_blobs`` does (call it so in the write transaction that references them).
+    """
     wanted = set(digests)
     if not wanted:
         return {}
-    rows = session.execute(
-        select(Blob.digest, Blob.size).join(BlobOwner, BlobOwner.digest == Blob.digest)
-        .where(BlobOwner.tenant_id == tenant_id, Blob.digest.in_(wanted))
-    )
-    return {digest: size for digest, size in rows}
+    query = (select(Blob.digest, Blob.size).join(BlobOwner, BlobOwner.digest == Blob.digest)
+             .where(BlobOwner.tenant_id == tenant_id, Blob.digest.in_(wanted)))
+    if hold and is_postgres(session):
+        query = query.order_by(Blob.digest).with_for_update(read=True, of=Blob)
+    return {digest: size for digest, size in session.execute(query)}
 
 
-def grant_blob(session: Session, tenant_id: int, digest: str, size: int, *, via: str) -> None:
-    """Record a blob just stored (if new) and the tenant's ownership of it (if new).
+def grant_blob(session: Session, tenant_id: int, digest: str, size: int, *, via: str,
+               blob_store: BlobStore) -> None:
+    """Record bytes just put (``gc.record_blob``: a row, or a fresh use time) and the tenant's ownership
+    of them (if new).
 
     Call it in a write transaction, once the tenant has shown it holds the bytes: it uploaded or
     mirrored them, hashed in full.
+
+    Raises:
+        BlobVanishedError: garbage collection deleted the bytes after they were put; put them again.
+        QuotaExceededError: an upload or a mirror of bytes new to the tenant would take it over its
+            quota (eval logs are the registry's own work and are not refused).
     """
     insert = postgresql_insert if is_postgres(session) else sqlite_insert
+    gc.record_blob(session, digest, size, blob_store=blob_store)
+    if via in QUOTA_VIA and not owned_blobs(session, tenant_id, [digest]):
+        quotas.check(session, tenant_id, size, lock=True)
     # Concurrent uploads or mirrors of the same bytes grant at once: the second insert is a no-op.
-    record_blob(session, digest, size)
     session.execute(insert(BlobOwner).values(tenant_id=tenant_id, digest=digest, via=via)
                     .on_conflict_do_nothing())
 
 
-def record_blob(session: Session, digest: str, size: int) -> None:
-    """Record a blob just stored, if new (no tenant owns it by this: eval sets belong to the deployment)."""
-    insert = postgresql_insert if is_postgres(session) else sqlite_insert
-    session.execute(insert(Blob).values(digest=digest, size=size).on_conflict_do_nothing())
+QUOTA_VIA = frozenset({"upload", "mirror"})
+"""The grants a tenant's quota refuses."""
+
+
+def record_blob(session: Session, digest: str, size: int, *, blob_store: BlobStore) -> None:
+    """Record bytes just put, owned by no tenant (eval sets belong to the deployment); see ``gc.record_blob``."""
+    gc.record_blob(session, digest, size, blob_store=blob_store)
 
 
 @_retry_once_on_race
@@ -408,12 +446,17 @@ def submit_uploaded(
                                  files=len(files), limit=limits.max_files)
     entries = validate_file_list(files)
     tenant_id = get_tenant(session, tenant).id
-    stored = owned_blobs(session, tenant_id, (e.sha256 for e in entries))
+    begin_write(session)
+    # Held until the version's files are committed: a blob garbage collection took is missing here,
+    # and the client uploads it again.
+    stored = owned_blobs(session, tenant_id, (e.sha256 for e in entries), hold=True)
     missing = [e.path for e in entries if e.sha256 not in stored]
     if missing:
+        session.rollback()
         raise BlobsNotUploadedError(tenant, missing)
     for e in entries:
         if e.size != stored[e.sha256]:
+            session.rollback()
             raise SizeMismatchError(e.path, expected=stored[e.sha256], actual=e.size)
     # Sizes come from the store, never from the client: they are signed and held against the limits.
     entries = [FileEntry(e.path, stored[e.sha256], e.sha256) for e in entries]
@@ -421,11 +464,11 @@ def submit_uploaded(
     snapshot = Snapshot(source_kind="upload", repo=label, requested_revision=None,
                         revision=hashlib.sha256(listing).hexdigest(),
                         files=tuple(UpstreamFile(path=e.path, size=e.size, sha256=e.sha256) for e in entries))
-    begin_write(session)
     model = _lock_or_create_model(session, tenant_id, name)
     key = source_key("upload", label, None, snapshot.revision, (), ())
     existing = session.scalar(select(Version).where(
-        Version.model_id == model.id, Version.source_key == key, Version.state.in_([s.value for s in LIVE])))
+        Version.model_id == model.id, Version.source_key == key, Version.state.in_([s.value for s in LIVE]),
+        Version.deleted_at.is_(None)))
     if existing is not None:
         session.rollback()
         return existing, False
@@ -438,7 +481,8 @@ def submit_uploaded(
     ref = f"{tenant}/{name}@{version.number}"
     audit.append(session, actor=principal.name, action="version.submitted", subject=ref, tenant=tenant,
                  details={"source": f"upload:{label}", "files": len(entries)})
-    accept_snapshot(session, version, snapshot, limits, clock, stored={e.path: e.sha256 for e in entries})
+    accept_snapshot(session, version, snapshot, limits, clock, stored={e.path: e.sha256 for e in entries},
+                    held=True)
     session.commit()
     return version, True
 
@@ -455,7 +499,11 @@ def _endpoint(source: Source) -> str | None:
 def _lock_or_create_model(session: Session, tenant_id: int, name: str) -> Model:
     query = select(Model).where(Model.tenant_id == tenant_id, Model.name == name)
     if is_postgres(session):
-        query = query.with_for_update()
+        # FOR NO KEY UPDATE: submissions of the model wait for each other (next_version), but a
+        # transaction that only references the model (a foreign key check takes KEY SHARE, e.g. while
+        # sealing its previous version, which holds the audit head) does not wait for this one, which
+        # next waits for the audit head: FOR UPDATE deadlocked the two.
+        query = query.with_for_update(key_share=True)
     model = session.scalar(query)
     if model is None:
         model = Model(tenant_id=tenant_id, name=name, next_version=1)
@@ -465,12 +513,14 @@ def _lock_or_create_model(session: Session, tenant_id: int, name: str) -> Model:
 
 
 def accept_snapshot(session: Session, version: Version, snapshot: Snapshot, limits: Limits, clock: Clock,
-                    *, stored: dict[str, str] | None = None) -> None:
+                    *, stored: dict[str, str] | None = None, held: bool = False) -> None:
     """Record the pinned revision and files, then queue a mirror job per file not already stored.
 
     Args:
         stored: path -> sha256 of the files whose bytes the version's tenant owns, when the caller
             looked them up already; else they are looked up here.
+        held: the caller holds ``stored`` against garbage collection already (``owned_blobs(hold=True)``
+            in this transaction).
     """
     try:
         _check_limits(snapshot, limits)
@@ -488,6 +538,11 @@ def accept_snapshot(session: Session, version: Version, snapshot: Snapshot, limi
                                     snapshot.revision, tuple(version.include), tuple(version.exclude))
     if stored is None:
         stored = _already_stored(session, version.model.tenant_id, snapshot.files)
+    # Locked until this transaction commits the references; a blob garbage-collected meanwhile is
+    # mirrored again instead.
+    if not held:
+        kept = gc.hold_blobs(session, stored.values())
+        stored = {path: digest for path, digest in stored.items() if digest in kept}
     for upstream in snapshot.files:
         row = VersionFile(
             version_id=version.id, path=upstream.path, size=upstream.size,

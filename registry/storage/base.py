@@ -12,7 +12,7 @@ from __future__ import annotations
 import abc
 import hashlib
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import BinaryIO, Iterable, Iterator, Union
 
 from registry.domain.errors import DigestMismatchError, SizeMismatchError
@@ -59,6 +59,9 @@ def iter_source(source: ByteSource, chunk_size: int) -> Iterator[bytes]:
 class BlobInfo:
     digest: str
     size: int
+    modified: datetime | None = None
+    """When the bytes were committed (aware UTC), where ``iter_blobs`` knows it; garbage collection
+    leaves bytes without a row alone until they are older than its grace period."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -153,7 +156,7 @@ class BlobStore(abc.ABC):
 
     @abc.abstractmethod
     def iter_blobs(self) -> Iterator[BlobInfo]:
-        """Every committed blob; temporary and unfinished uploads are never listed."""
+        """Every committed blob, with its ``modified`` time; temporary and unfinished uploads are never listed."""
 
     def unfinished_uploads(self, digest: str) -> list[str]:
         """Ids of unfinished writes at the final key of ``digest``, abandoned or in progress.

@@ -25,7 +25,7 @@ import tempfile
 import threading
 import time
 from contextlib import contextmanager
-from datetime import timedelta
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import BinaryIO, Iterator
 
@@ -262,7 +262,9 @@ class LocalBlobStore(BlobStore):
                 name = entry.name
                 if is_sha256(name) and name[:2] == shard.name and entry.is_file(follow_symlinks=False):
                     try:
-                        yield BlobInfo(name, entry.stat().st_size)
+                        stat = entry.stat()
+                        yield BlobInfo(name, stat.st_size,
+                                       datetime.fromtimestamp(stat.st_mtime, timezone.utc))
                     except FileNotFoundError:  # deleted while listing
                         continue
 

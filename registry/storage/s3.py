@@ -340,7 +340,7 @@ class S3BlobStore(BlobStore):
                 for item in page.get("Contents", ()):
                     shard, _, name = item["Key"][len(root) :].partition("/")
                     if is_sha256(name) and shard == name[:2]:
-                        yield BlobInfo(name, item["Size"])
+                        yield BlobInfo(name, item["Size"], item.get("LastModified"))
 
     def unfinished_uploads(self, digest: str) -> list[str]:
         """Ids of the multipart uploads at this blob's final key. Raises InvalidInputError, BlobStoreError."""

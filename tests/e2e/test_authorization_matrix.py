@@ -51,6 +51,7 @@ AUDITS_ANY_TENANT = "audits-any-tenant"
 READS_ANY_TENANT = "reads-any-tenant"  # readers of any tenant (the request names none): deployment-wide eval sets
 # Approvers in the capacity the request names (security), in the tenant: no other role, administrators included.
 APPROVER_IN_CAPACITY = "approver-in-capacity"
+TENANT_ADMIN = "tenant-admin"  # the tenant role "admin" in the tenant the request names (and sysadmins)
 
 ROLE_MAY: dict[str, frozenset[str]] = {
     "submitter": frozenset({"read", "submit"}),
@@ -180,6 +181,12 @@ RULES: dict[tuple[str, str], Rule] = {
     ("HEAD", "/v1/blobs/sha256/{digest}"): Rule("submit", 200, tenant_query),
     ("PUT", "/v1/blobs/sha256/{digest}"): Rule("submit", 201, lambda w, t: {**tenant_query(w, t),
                                                                              "content": w.blob_bytes[t]}),
+    ("PUT", "/v1/tenants/{tenant}/quota"): Rule(ADMIN, 200, lambda w, t: {"json": {"bytes": 1 << 40}}),
+    ("GET", "/v1/tenants/{tenant}/quota"): Rule("read", 200),
+    ("PUT", "/v1/models/{tenant}/{name}/retention"): Rule(TENANT_ADMIN, 200, lambda w, t: {"json": {"keep_last": 1000}}),
+    ("GET", "/v1/models/{tenant}/{name}/retention"): Rule("read", 200),
+    ("POST", "/v1/models/{tenant}/{name}/retention/apply"): Rule(TENANT_ADMIN, 200),
+    ("GET", "/v1/usage"): Rule("audit", 200, tenant_query),
 }
 
 # Callers that must be refused on every route that needs a token (all administrators otherwise).
@@ -376,6 +383,8 @@ def expected_status(rule: Rule, caller: str, tenant: str) -> int:
         return rule.ok if caller == "approver" and tenant == OWN else 403
     if rule.who == AUTHENTICATED or caller == "sysadmin":
         return rule.ok
+    if rule.who == TENANT_ADMIN:
+        return rule.ok if tenant == OWN and "admin" in ROLE_MAY[caller] else 403
     if rule.who == ADMIN:
         return 403
     if rule.who == AUDITS_ANY_TENANT:
