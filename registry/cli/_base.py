@@ -10,6 +10,7 @@ readable line to stderr and exits non-zero (1 for errors, 2 for usage).
 from __future__ import annotations
 
 import json
+import re
 from typing import Any, Optional
 
 import typer
@@ -94,3 +95,16 @@ def _split_model(model: str) -> tuple[str, str]:
         raise CliError(exc.message) from None
     return ref.tenant, ref.name
 
+
+_SIZE_RE = re.compile(r"\A([0-9]+)([KMGT]i?)?B?\Z", re.IGNORECASE)
+
+
+def parse_size(text: str | None) -> int | None:
+    """``10G`` -> bytes (K, M, G, T are powers of 1024)."""
+    if text is None or text == "":
+        return None
+    match = _SIZE_RE.match(text.strip())
+    if match is None:
+        raise CliError(f"not a size: {text!r} (use bytes, or 500M, 50G...)")
+    unit = (match.group(2) or "")[:1].upper()
+    return int(match.group(1)) * 1024 ** " KMGT".index(unit or " ")

@@ -20,7 +20,6 @@ from __future__ import annotations
 import base64
 import json
 import os
-import re
 import sys
 import threading
 from datetime import timedelta
@@ -29,7 +28,7 @@ from typing import Any, Optional
 
 import typer
 
-from registry.cli._base import CliError, JsonOpt, TokenOpt, UrlOpt, _say, app
+from registry.cli._base import CliError, JsonOpt, TokenOpt, UrlOpt, _say, app, parse_size
 
 EXIT_HELP = ("Exit codes: 0 ok, 1 error, 2 usage, 10 signature, 11 expired, 12 rollback, 13 digest, 14 revoked, "
              "15 not-approved, 16 network, 17 destination (DEST holds something else), 18 manifest (bad path or "
@@ -49,20 +48,6 @@ LowOpt = typer.Option(None, "--cache-low", envvar="MODELREG_CACHE_LOW",
                       help="...down to this size (default 80% of --cache-high).")
 RecheckOpt = typer.Option(24.0, "--recheck-hours", envvar="MODELREG_CACHE_RECHECK_HOURS",
                           help="Re-hash a cached blob before use when not verified for this many hours.")
-
-_SIZE_RE = re.compile(r"\A([0-9]+)([KMGT]i?)?B?\Z", re.IGNORECASE)
-
-
-def parse_size(text: str | None) -> int | None:
-    """``10G`` -> bytes (K, M, G, T are powers of 1024)."""
-    if text is None or text == "":
-        return None
-    match = _SIZE_RE.match(text.strip())
-    if match is None:
-        raise CliError(f"not a size: {text!r} (use bytes, or 500M, 50G...)")
-    unit = (match.group(2) or "")[:1].upper()
-    return int(match.group(1)) * 1024 ** " KMGT".index(unit or " ")
-
 
 def _cache(path: Optional[Path], high: Optional[str] = None, low: Optional[str] = None,
            recheck_hours: float = 24.0):

@@ -10,7 +10,7 @@ from typing import Any, Optional
 
 import typer
 
-from registry.cli._base import CliError, JsonOpt, TokenOpt, UrlOpt, _client, _emit, _split_model, app
+from registry.cli._base import CliError, JsonOpt, TokenOpt, UrlOpt, _client, _emit, _split_model, app, parse_size
 
 quota_app = typer.Typer(help="Byte quotas of tenants (set by administrators).", no_args_is_help=True)
 retention_app = typer.Typer(help="Retention rules of models (administrators of the tenant).", no_args_is_help=True)
@@ -26,17 +26,14 @@ def _quota_line(q: dict[str, Any]) -> str:
 @quota_app.command("set")
 def quota_set(
     tenant: str = typer.Argument(...),
-    limit: str = typer.Argument(..., metavar="BYTES", help="the quota in bytes, or `none` to remove it"),
+    limit: str = typer.Argument(..., metavar="BYTES", help="the quota: bytes, or 500G, 2T...; `none` removes it"),
     url: str = UrlOpt, token: str = TokenOpt, as_json: bool = JsonOpt,
 ) -> None:
     """Set TENANT's byte quota: what its blobs may take, each counted once."""
     if limit.lower() == "none":
         value = None
     else:
-        try:
-            value = int(limit)
-        except ValueError:
-            raise CliError(f"BYTES is a whole number of bytes or `none`, not {limit!r}") from None
+        value = parse_size(limit)
     with _client(url, token) as client:
         quota = client.set_quota(tenant, value)
     _emit(quota, as_json, _quota_line(quota))

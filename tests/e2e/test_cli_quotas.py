@@ -58,6 +58,7 @@ def test_quota_retention_usage_and_gc_from_the_cli(container, tmp_path, signing_
         errors = [line for line in over.stderr.splitlines() if line.startswith("error:")]
         assert over.returncode == 1 and len(errors) == 1, over.stderr
         assert "quota-exceeded" in over.stderr and f"{used} of {used + 10} bytes used, 100 more needed" in over.stderr
+        assert ok("quota", "set", "acme", "2G", token=root.token)["limit"] == 2 * 1024 ** 3
         assert ok("quota", "set", "acme", "none", token=root.token)["limit"] is None
         assert cli("quota", "set", "acme", "lots", token=root.token).returncode == 1
 
