@@ -5,7 +5,7 @@ from __future__ import annotations
 from fastapi import FastAPI
 
 from api import problems
-from api.middleware import RefuseNulMiddleware
+from api.middleware import ConsoleHeadersMiddleware, RefuseNulMiddleware
 from api.routers import admin, audit, health
 from registry.bootstrap import Container
 
@@ -19,11 +19,15 @@ def create_app(container: Container) -> FastAPI:
     app.state.container = container
     problems.install(app)
     app.add_middleware(RefuseNulMiddleware)
+    app.add_middleware(ConsoleHeadersMiddleware)
     app.include_router(health.router)
     app.include_router(admin.router)
     app.include_router(audit.router)
     for router in _optional_routers():
         app.include_router(router)
+    from api.routers import ui
+
+    ui.install(app)
     return app
 
 
