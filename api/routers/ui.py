@@ -35,7 +35,13 @@ from registry.console.sessions import (
     sign_in,
 )
 from registry.domain.aliases import make_target
-from registry.domain.errors import AuthenticationError, InvalidInputError, RegistryError
+from registry.domain.errors import (
+    AuthenticationError,
+    InvalidInputError,
+    NotFoundError,
+    PermissionDeniedError,
+    RegistryError,
+)
 from registry.services import aliases, approvals, versions
 
 router = APIRouter(prefix="/ui", include_in_schema=False)
@@ -197,8 +203,15 @@ def model_page(tenant: TenantName, name: ModelName, opened: ConsoleDep, session:
                  title=f"{tenant}/{name}", tenant=tenant, name=name, notice=NOTICES.get(notice), error=None)
 
 
+def _refused(err: RegistryError) -> bool:
+    """A refusal that must read the same whether what was named exists: shown alone, never over its page."""
+    return isinstance(err, (PermissionDeniedError, NotFoundError))
+
+
 def _version(opened: OpenedSession, session: Any, container: Any, tenant: str, name: str, number: int, *,
              notice: str | None = None, error: RegistryError | None = None) -> Response:
+    if error is not None and _refused(error):
+        return _error(opened, error)
     response = _page(opened, "version.html",
                      lambda: views.version_page(session, opened.principal, tenant, name, number,
                                                 engine=container.policy),
@@ -222,8 +235,7 @@ def version_progress(tenant: TenantName, name: ModelName, number: VersionNumber,
     try:
         version = versions.read_version(session, opened.principal, tenant, name, number)
     except RegistryError as err:
-        return Response(json.dumps({"error": err.message}), status_code=status_for(err),
-                        media_type="application/json")
+        return _error(opened, err)
     files = version.files
     return Response(json.dumps({"state": version.state, "running": version.state in views.RUNNING,
                                 "files": len(files), "stored": sum(f.sha256 is not None for f in files)}),
@@ -302,6 +314,8 @@ def rollback(tenant: TenantName, name: ModelName, alias: str, opened: ConsoleDep
 
 
 def _model_error(opened: OpenedSession, session: Any, tenant: str, name: str, err: RegistryError) -> Response:
+    if _refused(err):
+        return _error(opened, err)
     response = _page(opened, "model.html", lambda: views.model_page(session, opened.principal, tenant, name),
                      title=f"{tenant}/{name}", tenant=tenant, name=name, notice=None, error=err.message)
     if response.status_code == 200:

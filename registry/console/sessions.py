@@ -89,8 +89,8 @@ def sign_in(session: Session, key: SessionKey, token: str, *, now: dt.datetime) 
     """
     principal = authenticate(session, token.strip())
     if not may_use_console(principal):
-        raise ConsoleRefusedError(f"{principal.name!r} holds a serving node's token: a node cannot sign in to "
-                                  "the console", principal=principal.name)
+        raise ConsoleRefusedError(f"{principal.name!r} may not sign in: the console is for readers, approvers and "
+                                  "auditors, and a node cannot sign in", principal=principal.name)
     token_id = token_id_of(session, token.strip())
     assert token_id is not None  # authenticate found it
     expires = now + SESSION_LIFETIME
