@@ -83,26 +83,33 @@ def provenance_graph(version: Any, approvals: Sequence[Any], scans: Sequence[dic
 
 
 def metrics_chart(rows: Iterable[dict[str, Any]], baseline_alias: str | None) -> Markup | None:
-    """One bar per metric: its value, its bounds (red ticks) and the baseline's value (a blue diamond)."""
-    rows = [r for r in rows if r["value"] is not None][:40]
+    """One bar per gated metric (one with bounds or a baseline value; every metric when none is): its value,
+    its bounds (red ticks) and the baseline's value (a blue diamond), each row on its own scale from zero."""
+    rows = [r for r in rows if r["value"] is not None]
+    gated = [r for r in rows if r["min"] is not None or r["max"] is not None or r["baseline"] is not None]
+    rows = (gated or rows)[:40]
     if not rows:
         return None
-    numbers = [v for r in rows for v in (r["value"], r["min"], r["max"], r["baseline"]) if isinstance(v, (int, float))]
-    low, high = min(0.0, *numbers), max(1.0, *numbers)
-    label_w, bar_w, row_h = 220, 360, 26
-    width, height = label_w + bar_w + 90, PAD * 2 + row_h * len(rows) + 20
-
-    def at(value: float) -> float:
-        return label_w + (value - low) / ((high - low) or 1) * bar_w
-
+    label_w, bar_w, row_h = 230, 300, 30
+    width, height = label_w + bar_w + 150, PAD * 2 + row_h * len(rows)
     parts = []
     for i, r in enumerate(rows):
+        numbers = [v for v in (r["value"], r["min"], r["max"], r["baseline"]) if isinstance(v, (int, float))]
+        low, high = min(0.0, *numbers), max(*numbers, 0.0)
+        if high == low:
+            high = low + 1.0
+        high = high + (high - low) * 0.1
+
+        def at(value: float) -> float:
+            return label_w + (value - low) / (high - low) * bar_w
+
         y = PAD + i * row_h
         ok = (r["min"] is None or r["value"] >= r["min"]) and (r["max"] is None or r["value"] <= r["max"])
         parts.append(f'<text x="0" y="{y + 15}" font-size="12" fill="#1d2733">'
-                     f'{escape(_short(str(r["suite"]) + " · " + str(r["metric"]), 34))}</text>')
-        parts.append(f'<rect x="{at(low):.1f}" y="{y + 4}" width="{at(r["value"]) - at(low):.1f}" height="14" '
-                     f'fill="{"#3c8d5a" if ok else "#c23b3b"}"><title>{escape(r["metric"])} = '
+                     f'{escape(_short(str(r["suite"]) + " · " + str(r["metric"]), 36))}</text>')
+        parts.append(f'<rect x="{label_w}" y="{y + 4}" width="{bar_w}" height="14" fill="#eef2f7"/>')
+        parts.append(f'<rect x="{at(min(low, 0.0)):.1f}" y="{y + 4}" width="{max(at(r["value"]) - at(min(low, 0.0)), 1):.1f}" '
+                     f'height="14" fill="{"#3c8d5a" if ok else "#c23b3b"}"><title>{escape(r["metric"])} = '
                      f'{escape(r["value"])}</title></rect>')
         for bound in ("min", "max"):
             if isinstance(r[bound], (int, float)):
@@ -113,11 +120,10 @@ def metrics_chart(rows: Iterable[dict[str, Any]], baseline_alias: str | None) ->
             parts.append(f'<path d="M {bx:.1f} {by - 6} L {bx + 6:.1f} {by} L {bx:.1f} {by + 6} L {bx - 6:.1f} {by} z" '
                          f'fill="#2f6fd0"><title>{escape(baseline_alias or "baseline")}: '
                          f'{escape(r["baseline"])}</title></path>')
+        bounds = " ".join(f"{'≥' if b == 'min' else '≤'} {format(r[b], '.4g')}" for b in ("min", "max")
+                          if isinstance(r[b], (int, float)))
         parts.append(f'<text x="{label_w + bar_w + 8}" y="{y + 15}" font-size="12" fill="#1d2733">'
-                     f'{escape(format(r["value"], ".4g"))}</text>')
-    y = PAD + row_h * len(rows) + 12
-    parts.append(f'<text x="{label_w}" y="{y}" font-size="11" fill="#4a5666">{escape(f"{low:g}")}</text>'
-                 f'<text x="{label_w + bar_w - 20}" y="{y}" font-size="11" fill="#4a5666">{escape(f"{high:g}")}</text>')
+                     f'{escape(format(r["value"], ".4g"))} {escape(bounds)}</text>')
     label = "Eval metrics against their thresholds" + (f" and the {baseline_alias} baseline" if baseline_alias else "")
     return Markup(f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {width} {height}" width="{width}" '
                   f'height="{height}" role="img" aria-label="{escape(label)}" class="chart">'
