@@ -242,3 +242,44 @@ def test_a_next_path_never_leaves_the_console(client, world):
     assert r.headers["location"] == "/ui"
     r = sign_in(client, world["tokens"]["sec"], "//evil.example/ui")
     assert r.headers["location"] == "/ui"
+
+
+def test_audit_page_filters_events_and_shows_the_chain(client, world):
+    sign_in(client, world["tokens"]["aud"])
+    page = client.get("/ui/audit", params={"tenant": "acme", "actor": "sam"}).text
+    rows = re.findall(r"<tr><td>\d+</td><td>[^<]*</td><td>([^<]*)</td><td>([^<]*)</td>", page)
+    assert rows and {actor for actor, _ in rows} == {"sam"}, rows
+    page = client.get("/ui/audit", params={"tenant": "acme", "action": "version."}).text
+    actions = {a for _, a in re.findall(r"<tr><td>\d+</td><td>[^<]*</td><td>([^<]*)</td><td>([^<]*)</td>", page)}
+    assert actions and all(a.startswith("version.") for a in actions), actions
+    assert "Intact:" in page
+    bad = client.get("/ui/audit", params={"tenant": "acme", "since": "yesterday"})
+    assert bad.status_code == 422 and "since" in bad.text
+
+
+def test_provenance_by_node_and_by_alias_at_a_time_link_to_the_version(client, world, container):
+    number, tokens = world["number"], world["tokens"]
+    for who, capacity in (("sec", "security"), ("mia", "ml")):
+        r = client.post(f"/v1/models/acme/tiny/versions/{number}/approvals",
+                        headers={"Authorization": f"Bearer {tokens[who]}"},
+                        json={"decision": "approve", "capacity": capacity})
+        assert r.status_code == 201, r.text
+    before = container.clock.now()
+    # The ml approver promotes through the console's form.
+    sign_in(client, tokens["mia"])
+    model = client.get("/ui/models/acme/tiny")
+    r = client.post("/ui/models/acme/tiny/aliases", data={"csrf": csrf_of(model.text), "alias": "prod",
+                                                           "version": str(number), "comment": "go"})
+    assert r.status_code == 200 and "The alias moved." in r.text and f"prod → @{number}" in r.text
+    fetched = client.get("/v1/models/acme/tiny/manifest", params={"ref": "prod"},
+                         headers={"Authorization": f"Bearer {tokens['node']}"})
+    assert fetched.status_code == 200, fetched.text
+    client.cookies.clear()
+    sign_in(client, tokens["aud"])
+    page = client.get("/ui/provenance", params={"tenant": "acme", "node": "node"}).text
+    assert f'href="/ui/models/acme/tiny/versions/{number}"' in page and "What node fetched of acme" in page
+    page = client.get("/ui/provenance", params={"tenant": "acme", "model": "tiny", "alias": "prod",
+                                                "at": before.strftime("%Y-%m-%dT%H:%M:%S")}).text
+    assert "it did not exist yet" in page and "go" in page
+    refused = client.get("/ui/provenance", params={"tenant": "other", "node": "node"})
+    assert refused.status_code == 403
