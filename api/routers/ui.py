@@ -98,7 +98,8 @@ def get_console(request: Request, session: SessionDep, container: ContainerDep) 
         opened = open_session(session, container.console_key, request.cookies.get(SESSION_COOKIE),
                               now=container.clock.now())
     except AuthenticationError:
-        raise SignInRequired(request.url.path) from None
+        # Back to the page after signing in; a form's target answers POST only, so back to the start.
+        raise SignInRequired(request.url.path if request.method == "GET" else "/ui") from None
     session.rollback()
     return opened
 

@@ -14,7 +14,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from api.app import create_app
-from registry.auth import authenticate, load_principal
+from registry.auth import authenticate, issue_token, load_principal
 from registry.db.models import Approval, Principal
 from registry.services import identity
 from tests.support.console import awaiting_upload, csrf_of, person, sign_in
@@ -111,7 +111,17 @@ def test_every_page_without_a_session_goes_to_sign_in(client, world):
         assert r.status_code == 303 and r.headers["location"].startswith("/ui/sign-in?next=/ui"), path
     r = client.post(f"/ui/models/acme/tiny/versions/{world['number']}/decision",
                     data={"decision": "approve", "capacity": "security"}, follow_redirects=False)
-    assert r.status_code == 303
+    assert r.status_code == 303 and r.headers["location"] == "/ui/sign-in?next=/ui"
+
+
+def test_a_session_never_outlives_its_token(client, world, container):
+    with container.session_factory() as session:
+        sec = session.query(Principal).filter_by(name="sec").one()
+        short = issue_token(session, sec, expires_in=dt.timedelta(minutes=30)).token
+        session.commit()
+    r = sign_in(client, short)
+    max_age = int(re.search(r"max-age=(\d+)", cookie_header(r, "mr_session").lower()).group(1))
+    assert 0 < max_age <= 30 * 60
 
 
 def test_a_forged_or_tampered_cookie_is_no_session(client, world):
