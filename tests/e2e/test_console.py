@@ -293,3 +293,36 @@ def test_provenance_by_node_and_by_alias_at_a_time_link_to_the_version(client, w
     assert "it did not exist yet" in page and "go" in page
     refused = client.get("/ui/provenance", params={"tenant": "other", "node": "node"})
     assert refused.status_code == 403
+
+
+def test_promote_with_a_canary_roll_back_and_a_denied_move_shown_in_words(client, world, container):
+    tokens = world["tokens"]
+    with container.session_factory() as session:
+        sam = authenticate(session, tokens["sam"])
+    second = awaiting_upload(container, sam, "acme", "tiny", tiny_model_files(4))
+    for number in (world["number"], second):
+        for who, capacity in (("sec", "security"), ("mia", "ml")):
+            r = client.post(f"/v1/models/acme/tiny/versions/{number}/approvals",
+                            headers={"Authorization": f"Bearer {tokens[who]}"},
+                            json={"decision": "approve", "capacity": capacity})
+            assert r.status_code == 201, r.text
+    # A security approver holds no capacity the promotion policy accepts: refused, in words, nothing moved.
+    sign_in(client, tokens["sec"])
+    page = client.get("/ui/models/acme/tiny")
+    r = client.post("/ui/models/acme/tiny/aliases", data={"csrf": csrf_of(page.text), "alias": "prod",
+                                                           "version": str(world["number"])})
+    assert r.status_code == 403 and 'class="error" role="alert"' in r.text and "No aliases yet." in r.text
+    client.cookies.clear()
+    sign_in(client, tokens["mia"])
+    csrf = csrf_of(client.get("/ui/models/acme/tiny").text)
+    r = client.post("/ui/models/acme/tiny/aliases", data={"csrf": csrf, "alias": "prod",
+                                                           "version": str(world["number"])})
+    assert "The alias moved." in r.text
+    r = client.post("/ui/models/acme/tiny/aliases", data={"csrf": csrf, "alias": "prod", "version": str(world["number"]),
+                                                           "canary_version": str(second), "canary_tenants": "acme"})
+    assert f"(canary @{second} for acme)" in r.text
+    r = client.post("/ui/models/acme/tiny/aliases/prod/rollback", data={"csrf": csrf, "comment": "too early"})
+    assert "The alias rolled back." in r.text and "canary @" not in r.text.split("<h3>")[1].split("</h3>")[0]
+    assert "too early" in r.text
+    bad = client.post("/ui/models/acme/tiny/aliases", data={"csrf": csrf, "alias": "prod", "version": "x"})
+    assert bad.status_code == 422 and "version is a version number" in bad.text
