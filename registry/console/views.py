@@ -7,6 +7,7 @@ same principal could not read through the API. Each returns plain data (dicts, r
 from __future__ import annotations
 
 import datetime as dt
+import re
 from typing import Any
 
 from sqlalchemy.orm import Session
@@ -18,6 +19,9 @@ from registry.domain.states import VersionState
 from registry.policy import PolicyEngine
 from registry.services import aliases, approvals, evals, facts, provenance, scans, versions
 from registry.services import audit as audit_service
+
+VERSION_SUBJECT = re.compile(r"\A([a-z0-9][a-z0-9._-]{0,62})/([a-z0-9][a-z0-9._-]{0,62})@([1-9][0-9]{0,8})\Z")
+"""An audit subject that names a version (``tenant/name@3``): the audit page links it to the version page."""
 
 RUNNING = frozenset({VersionState.SUBMITTED.value, VersionState.MIRRORING.value, VersionState.SEALED.value,
                      VersionState.SCANNING.value, VersionState.EVALUATING.value})
@@ -119,7 +123,9 @@ def audit_page(session: Session, principal: AuthenticatedPrincipal, *, tenant: s
         chain = provenance.check_audit_log(session, principal, [c.as_dict() for c in checkpoints])
     except RegistryError as err:
         chain = {"intact": False, "broken": {"detail": err.message}, "checkpoints": len(checkpoints)}
-    return {"events": events, "checkpoints": checkpoints[-20:], "chain": chain,
+    links = {e.id: "/ui/models/{}/{}/versions/{}".format(*m.groups())
+             for e in events if (m := VERSION_SUBJECT.match(e.subject))}
+    return {"events": events, "links": links, "checkpoints": checkpoints[-20:], "chain": chain,
             "next_after": events[-1].id if len(events) == limit else None}
 
 

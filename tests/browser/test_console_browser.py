@@ -113,11 +113,16 @@ def test_an_ml_approver_promotes_the_version_and_sees_the_alias_history(page, se
     assert "The alias moved." in page.get_by_role("status").inner_text()
     assert f"prod → @{server.number}" in page.inner_text("main") and "first release" in page.inner_text("main")
     page.screenshot(path=shots / "model.png", full_page=True)
+    # A serving node fetches what prod names: the auditor's questions below have a node to find.
+    RegistryApi(server.url, server.tokens["node1"]).manifest(TENANT, MODEL, "prod")
 
 
 def test_an_auditor_finds_the_versions_containing_a_blob(page, server, shots):
     sign_in(page, server.tokens["aud"])
     page.get_by_role("link", name="Provenance").click()
+    page.get_by_label("Node (principal)").fill("node1")
+    page.get_by_role("button", name="Find what it fetched").click()
+    assert f"{TENANT}/{MODEL}@{server.number}" in page.locator("#node-answer").inner_text()
     blob = next(f for f in server.files if f["path"].endswith(".safetensors"))
     page.get_by_label("Blob digest").fill(f"sha256:{blob['sha256']}")
     page.get_by_role("button", name="Find versions").click()

@@ -263,6 +263,7 @@ def test_audit_page_filters_events_and_shows_the_chain(client, world):
     actions = {a for _, a in re.findall(r"<tr><td>\d+</td><td>[^<]*</td><td>([^<]*)</td><td>([^<]*)</td>", page)}
     assert actions and all(a.startswith("version.") for a in actions), actions
     assert "Intact:" in page
+    assert f'<a href="/ui/models/acme/tiny/versions/{world["number"]}">acme/tiny@{world["number"]}</a>' in page
     bad = client.get("/ui/audit", params={"tenant": "acme", "since": "yesterday"})
     assert bad.status_code == 422 and "since" in bad.text
 
