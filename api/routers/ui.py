@@ -22,7 +22,7 @@ from fastapi import APIRouter, Depends, FastAPI, Form, Query, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 
 from api.deps import ContainerDep, SessionDep
-from api.params import ModelName, TenantName, VersionNumber
+from api.params import AliasName, ModelName, TenantName, VersionNumber
 from api.problems import status_for
 from registry.console import views
 from registry.console.sessions import (
@@ -301,7 +301,7 @@ def promote(tenant: TenantName, name: ModelName, opened: ConsoleDep, session: Se
 
 
 @router.post("/models/{tenant}/{name}/aliases/{alias}/rollback")
-def rollback(tenant: TenantName, name: ModelName, alias: str, opened: ConsoleDep, session: SessionDep,
+def rollback(tenant: TenantName, name: ModelName, alias: AliasName, opened: ConsoleDep, session: SessionDep,
              container: ContainerDep, csrf: FormText = "", comment: FormText = "") -> Response:
     """Move an alias back to what it pointed at before its newest move, through the alias service."""
     try:

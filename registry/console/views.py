@@ -23,6 +23,9 @@ from registry.services import audit as audit_service
 VERSION_SUBJECT = re.compile(r"\A([a-z0-9][a-z0-9._-]{0,62})/([a-z0-9][a-z0-9._-]{0,62})@([1-9][0-9]{0,8})\Z")
 """An audit subject that names a version (``tenant/name@3``): the audit page links it to the version page."""
 
+MAX_FILES_SHOWN = 500
+"""Most files (and their scan findings) the version page lists."""
+
 RUNNING = frozenset({VersionState.SUBMITTED.value, VersionState.MIRRORING.value, VersionState.SEALED.value,
                      VersionState.SCANNING.value, VersionState.EVALUATING.value})
 """States in which a version is still moving on its own (its page refreshes itself)."""
@@ -78,7 +81,8 @@ def version_page(session: Session, principal: AuthenticatedPrincipal, tenant: st
     baseline = evals.policy_baseline(session, version, alias)
     estimate = facts.capacity(found) if found else None
     files = [{"path": f.path, "size": f.size, "sha256": f.sha256} for f in version.files]
-    by_path = {s["path"]: s for s in scans.version_scans(session, principal, version)}
+    # One scan lookup per file: a page shows the first MAX_FILES_SHOWN (the API pages through the rest).
+    by_path = {s["path"]: s for s in scans.version_scans(session, principal, version, limit=MAX_FILES_SHOWN)}
     findings = [{"path": p, "verdict": s["verdict"], "format": s["format"],
                  "findings": [x for scan in s["scans"] if scan["scanner"] == "modelreg" for x in scan["findings"]]}
                 for p, s in by_path.items()]
@@ -88,8 +92,8 @@ def version_page(session: Session, principal: AuthenticatedPrincipal, tenant: st
              if a.version_id == version.id or a.canary_version_id == version.id]
     fetched = provenance.nodes(session, principal, tenant, name, str(number), limit=50)["nodes"] if audits else None
     return {
-        "version": version, "facts": found, "estimate": estimate.as_dict() if estimate else None,
-        "submitter": status.submitter, "status": status, "files": files, "scans": findings,
+        "version": version, "facts": found, "files_hidden": max(0, len(files) - MAX_FILES_SHOWN), "estimate": estimate.as_dict() if estimate else None,
+        "submitter": status.submitter, "status": status, "files": files[:MAX_FILES_SHOWN], "scans": findings,
         "evals": results, "eval_rows": eval_rows, "baseline": baseline, "baseline_alias": alias,
         "license_findings": [f.as_dict() for f in version.license_findings],
         "capacities": sorted(principal.capacities(tenant)),
