@@ -327,3 +327,23 @@ def test_promote_with_a_canary_roll_back_and_a_denied_move_shown_in_words(client
     assert "too early" in r.text
     bad = client.post("/ui/models/acme/tiny/aliases", data={"csrf": csrf, "alias": "prod", "version": "x"})
     assert bad.status_code == 422 and "version is a version number" in bad.text
+
+
+def test_a_reject_with_a_comment_rejects_and_the_comment_is_shown(client, world):
+    url = f"/ui/models/acme/tiny/versions/{world['number']}"
+    sign_in(client, world["tokens"]["mia"])
+    page = client.get(url)
+    r = client.post(f"{url}/decision", data={"csrf": csrf_of(page.text), "decision": "reject", "capacity": "ml",
+                                             "comment": "eval data leaked into training"})
+    assert r.status_code == 200 and "Your rejection is recorded." in r.text
+    assert "state-rejected" in r.text and "eval data leaked into training" in r.text
+    again = client.post(f"{url}/decision", data={"csrf": csrf_of(r.text), "decision": "approve", "capacity": "ml"})
+    assert again.status_code == 409 and 'role="alert"' in again.text  # no longer awaiting approval, in words
+
+
+def test_audit_time_filters(client, world, container):
+    sign_in(client, world["tokens"]["aud"])
+    later = (container.clock.now() + dt.timedelta(days=1)).strftime("%Y-%m-%dT%H:%M")
+    assert "No events match." in client.get("/ui/audit", params={"tenant": "acme", "since": later}).text
+    page = client.get("/ui/audit", params={"tenant": "acme", "until": later}).text
+    assert "version.submitted" in page
