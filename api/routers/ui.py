@@ -15,7 +15,7 @@ import functools
 import json
 from pathlib import Path
 from typing import Annotated, Any, Callable
-from urllib.parse import quote
+from urllib.parse import quote, urlsplit
 
 import jinja2
 from fastapi import APIRouter, Depends, FastAPI, Form, Query, Request
@@ -113,9 +113,17 @@ def _render(template: str, opened: OpenedSession | None, status_code: int = 200,
     return HTMLResponse(html, status_code=status_code)
 
 
-def _error(opened: OpenedSession, err: RegistryError) -> HTMLResponse:
+def _error(opened: OpenedSession, err: RegistryError, back: str | None = None) -> HTMLResponse:
     return _render("error.html", opened, status_for(err), title="Not allowed" if status_for(err) == 403 else "Error",
-                   error=err.message)
+                   error=err.message, back=back)
+
+
+def _back(request: Request) -> str | None:
+    """The console page a form was sent from (its Referer, when it is one of ours), to offer a way back."""
+    referer = urlsplit(request.headers.get("referer", ""))
+    if referer.netloc == request.url.netloc and referer.path.startswith("/ui/") and len(referer.path) < 300:
+        return referer.path
+    return None
 
 
 def _page(opened: OpenedSession, template: str, build: Callable[[], dict[str, Any]], **context: Any) -> HTMLResponse:
@@ -210,9 +218,9 @@ def _refused(err: RegistryError) -> bool:
 
 
 def _version(opened: OpenedSession, session: Any, container: Any, tenant: str, name: str, number: int, *,
-             notice: str | None = None, error: RegistryError | None = None) -> Response:
+             notice: str | None = None, error: RegistryError | None = None, back: str | None = None) -> Response:
     if error is not None and _refused(error):
-        return _error(opened, error)
+        return _error(opened, error, back)
     response = _page(opened, "version.html",
                      lambda: views.version_page(session, opened.principal, tenant, name, number,
                                                 engine=container.policy),
@@ -256,9 +264,9 @@ def version_signature(tenant: TenantName, name: ModelName, number: VersionNumber
 
 
 @router.post("/models/{tenant}/{name}/versions/{number}/decision")
-def decide(tenant: TenantName, name: ModelName, number: VersionNumber, opened: ConsoleDep, session: SessionDep,
-           container: ContainerDep, csrf: FormText = "", decision: FormText = "", capacity: FormText = "",
-           comment: FormText = "") -> Response:
+def decide(request: Request, tenant: TenantName, name: ModelName, number: VersionNumber, opened: ConsoleDep,
+           session: SessionDep, container: ContainerDep, csrf: FormText = "", decision: FormText = "",
+           capacity: FormText = "", comment: FormText = "") -> Response:
     """Approve or reject, through the approvals service (policy and separation of duties are its own)."""
     try:
         _check_form(opened, container, csrf)
@@ -267,7 +275,7 @@ def decide(tenant: TenantName, name: ModelName, number: VersionNumber, opened: C
                          engine=container.policy, clock=container.clock)
     except RegistryError as err:
         session.rollback()
-        return _version(opened, session, container, tenant, name, number, error=err)
+        return _version(opened, session, container, tenant, name, number, error=err, back=_back(request))
     notice = decision if decision in NOTICES else ""
     return RedirectResponse(f"/ui/models/{tenant}/{name}/versions/{number}?notice={notice}", status_code=303)
 
@@ -281,9 +289,9 @@ def _number(value: str, field: str) -> int | None:
 
 
 @router.post("/models/{tenant}/{name}/aliases")
-def promote(tenant: TenantName, name: ModelName, opened: ConsoleDep, session: SessionDep, container: ContainerDep,
-            csrf: FormText = "", alias: FormText = "", version: FormText = "", canary_version: FormText = "",
-            canary_tenants: FormText = "", comment: FormText = "") -> Response:
+def promote(request: Request, tenant: TenantName, name: ModelName, opened: ConsoleDep, session: SessionDep,
+            container: ContainerDep, csrf: FormText = "", alias: FormText = "", version: FormText = "",
+            canary_version: FormText = "", canary_tenants: FormText = "", comment: FormText = "") -> Response:
     """Point an alias at a version (with a canary for some tenants), through the alias service."""
     try:
         _check_form(opened, container, csrf)
@@ -296,13 +304,13 @@ def promote(tenant: TenantName, name: ModelName, opened: ConsoleDep, session: Se
                         policy=container.policy, clock=container.clock)
     except RegistryError as err:
         session.rollback()
-        return _model_error(opened, session, tenant, name, err)
+        return _model_error(opened, session, tenant, name, err, _back(request))
     return RedirectResponse(f"/ui/models/{tenant}/{name}?notice=promoted", status_code=303)
 
 
 @router.post("/models/{tenant}/{name}/aliases/{alias}/rollback")
-def rollback(tenant: TenantName, name: ModelName, alias: AliasName, opened: ConsoleDep, session: SessionDep,
-             container: ContainerDep, csrf: FormText = "", comment: FormText = "") -> Response:
+def rollback(request: Request, tenant: TenantName, name: ModelName, alias: AliasName, opened: ConsoleDep,
+             session: SessionDep, container: ContainerDep, csrf: FormText = "", comment: FormText = "") -> Response:
     """Move an alias back to what it pointed at before its newest move, through the alias service."""
     try:
         _check_form(opened, container, csrf)
@@ -310,13 +318,14 @@ def rollback(tenant: TenantName, name: ModelName, alias: AliasName, opened: Cons
                          clock=container.clock)
     except RegistryError as err:
         session.rollback()
-        return _model_error(opened, session, tenant, name, err)
+        return _model_error(opened, session, tenant, name, err, _back(request))
     return RedirectResponse(f"/ui/models/{tenant}/{name}?notice=rolled-back", status_code=303)
 
 
-def _model_error(opened: OpenedSession, session: Any, tenant: str, name: str, err: RegistryError) -> Response:
+def _model_error(opened: OpenedSession, session: Any, tenant: str, name: str, err: RegistryError,
+                 back: str | None) -> Response:
     if _refused(err):
-        return _error(opened, err)
+        return _error(opened, err, back)
     response = _page(opened, "model.html", lambda: views.model_page(session, opened.principal, tenant, name),
                      title=f"{tenant}/{name}", tenant=tenant, name=name, notice=None, error=err.message)
     if response.status_code == 200:

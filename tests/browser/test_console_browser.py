@@ -82,6 +82,8 @@ def test_the_submitter_cannot_approve_their_own_version_and_sees_why(page, serve
     alert = page.get_by_role("alert")
     assert "submitted" in alert.inner_text().lower()
     page.screenshot(path=shots / "version-separation-of-duties.png", full_page=True)
+    page.get_by_role("link", name="Back to the page you came from").click()
+    assert page.url.endswith(version_url(server)) and page.locator("#state").inner_text() == "awaiting_approval"
     assert server.api.approval_status(TENANT, MODEL, server.number)["approvals"] == []
 
 
