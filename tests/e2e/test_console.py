@@ -347,3 +347,26 @@ def test_audit_time_filters(client, world, container):
     assert "No events match." in client.get("/ui/audit", params={"tenant": "acme", "since": later}).text
     page = client.get("/ui/audit", params={"tenant": "acme", "until": later}).text
     assert "version.submitted" in page
+
+
+@pytest.mark.parametrize("path, params", [
+    ("/ui/audit", {"tenant": "acme", "after": str(2**63 - 1)}),
+    ("/ui/audit", {"tenant": "NOT A TENANT"}),
+    ("/ui/audit", {"tenant": "acme", "since": "9999-12-31T23:59:59+14:00", "until": "0001-01-01T00:00"}),
+    ("/ui/audit", {"tenant": "acme", "action": "%_\\", "actor": "'; drop table"}),
+    ("/ui/provenance", {"digest": "sha256:" + "z" * 64}),
+    ("/ui/provenance", {"digest": "sha256:" + "f" * 64}),
+    ("/ui/provenance", {"tenant": "acme", "node": "../../etc"}),
+    ("/ui/provenance", {"tenant": "acme", "model": "tiny", "alias": "prod", "at": "0001-01-01T00:00"}),
+    ("/ui/provenance", {"tenant": "acme", "model": "tiny", "alias": "Prod!", "at": "not a time"}),
+    ("/ui/models/acme/tiny", {"notice": "<script>"}),
+    ("/ui/models/acme/tiny/versions/2147483647", {}),
+    ("/ui/static/../../registry.db", {}),
+    ("/ui/sign-in", {"next": "javascript:alert(1)"}),
+])
+def test_hostile_inputs_are_answered_in_words_never_a_500(client, world, path, params):
+    sign_in(client, world["tokens"]["aud"])
+    r = client.get(path, params=params, follow_redirects=False)
+    assert r.status_code < 500, (r.status_code, r.text[:300])
+    assert "<script>" not in r.text.replace('<script src="/ui/static/console.js" defer>', "")
+    assert "javascript:" not in r.text
