@@ -13,6 +13,7 @@ from __future__ import annotations
 import datetime as dt
 import functools
 import json
+import re
 from pathlib import Path
 from typing import Annotated, Any, Callable
 from urllib.parse import quote, urlsplit
@@ -143,7 +144,10 @@ def _check_form(opened: OpenedSession, container: Any, csrf: str) -> None:
 
 def _sign_in_page(request: Request, container: Any, *, next_path: str, error: str | None = None,
                   status: int = 200) -> HTMLResponse:
-    nonce = new_sign_in_nonce()
+    # The browser's pre-session nonce is kept while it lasts, so a second tab's sign-in form does not void the first's.
+    nonce = request.cookies.get(SIGN_IN_COOKIE, "")
+    if not re.fullmatch(r"[0-9a-f]{32}", nonce):
+        nonce = new_sign_in_nonce()
     response = _render("sign_in.html", None, status, next=_safe_next(next_path), error=error, title="Sign in",
                        sign_in_csrf=container.console_key.mac("signin", nonce))
     response.set_cookie(SIGN_IN_COOKIE, nonce, max_age=3600, path="/ui", httponly=True, samesite="strict",

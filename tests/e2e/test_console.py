@@ -91,6 +91,13 @@ def test_sign_in_needs_the_sign_in_forms_csrf_token(client, world):
     assert r.status_code == 403
 
 
+def test_a_second_sign_in_tab_does_not_void_the_first(client, world):
+    first = csrf_of(client.get("/ui/sign-in").text)
+    client.get("/ui/sign-in")
+    r = client.post("/ui/sign-in", data={"token": world["tokens"]["sec"], "csrf": first}, follow_redirects=False)
+    assert r.status_code == 303
+
+
 @pytest.mark.parametrize("token", ["mr_" + "x" * 43, ""])
 def test_a_bad_token_cannot_sign_in(client, world, token):
     r = sign_in(client, token)
