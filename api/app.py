@@ -6,7 +6,7 @@ from fastapi import FastAPI
 
 from api import problems
 from api.metrics import ApiMetrics, MetricsMiddleware
-from api.middleware import RefuseNulMiddleware, RequestIdMiddleware
+from api.middleware import ConsoleHeadersMiddleware, RefuseNulMiddleware, RequestIdMiddleware
 from api.routers import admin, audit, health, metrics
 from registry.bootstrap import Container
 
@@ -21,6 +21,7 @@ def create_app(container: Container) -> FastAPI:
     problems.install(app)
     app.state.metrics = ApiMetrics(container)
     app.add_middleware(RefuseNulMiddleware)
+    app.add_middleware(ConsoleHeadersMiddleware)
     # Added after it, so outside it: they time, count and log the refusals of the middleware inside too;
     # the request id is set first of all, for every line logged on the request's behalf.
     app.add_middleware(MetricsMiddleware, metrics=app.state.metrics)
@@ -31,6 +32,9 @@ def create_app(container: Container) -> FastAPI:
     app.include_router(audit.router)
     for router in _optional_routers():
         app.include_router(router)
+    from api.routers import ui
+
+    ui.install(app)
     return app
 
 

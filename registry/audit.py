@@ -125,11 +125,24 @@ def append(
     return event
 
 
-def events(session: Session, *, tenant: str | None = None, after: int = 0, limit: int = 100) -> list[AuditEvent]:
-    """Events after the id ``after``, oldest first; only ``tenant``'s when given."""
+def events(session: Session, *, tenant: str | None = None, after: int = 0, limit: int = 100,
+           actor: str | None = None, action: str | None = None, since: dt.datetime | None = None,
+           until: dt.datetime | None = None) -> list[AuditEvent]:
+    """Events after the id ``after``, oldest first; only ``tenant``'s when given, and only those of ``actor``,
+    of ``action`` (an action, or a prefix ending in ``.``: ``version.``) and at ``since`` or later, before
+    ``until``, when given."""
     query = select(AuditEvent).where(AuditEvent.id > after).order_by(AuditEvent.id).limit(limit)
     if tenant is not None:
         query = query.where(AuditEvent.tenant == tenant)
+    if actor:
+        query = query.where(AuditEvent.actor == actor)
+    if action:
+        query = query.where(AuditEvent.action.startswith(action, autoescape=True) if action.endswith(".")
+                            else AuditEvent.action == action)
+    if since is not None:
+        query = query.where(AuditEvent.at >= since)
+    if until is not None:
+        query = query.where(AuditEvent.at < until)
     return list(session.scalars(query))
 
 

@@ -144,12 +144,38 @@ def authenticate(session: Session, token: str | None) -> AuthenticatedPrincipal:
     """
     if not token:
         raise AuthenticationError("missing bearer token")
+    return _check_token(_token_row(session, ApiToken.token_hash == hash_token(token)))
+
+
+def authenticate_token_id(session: Session, token_id: int) -> AuthenticatedPrincipal:
+    """Resolve a token by its id, with the checks of :func:`authenticate` (the console's sessions hold an
+    id, sealed, and re-check the token's state on every request).
+
+    Raises:
+        AuthenticationError: an unknown, expired or revoked token, or a disabled principal.
+    """
+    return _check_token(_token_row(session, ApiToken.id == token_id))
+
+
+def token_expiry(session: Session, token_id: int) -> dt.datetime | None:
+    """When the token ``token_id`` expires (None: never, or no such token)."""
+    return session.scalar(select(ApiToken.expires_at).where(ApiToken.id == token_id))
+
+
+def token_id_of(session: Session, token: str) -> int | None:
+    """The id of the token ``token`` (None when unknown); authenticate it first."""
+    return session.scalar(select(ApiToken.id).where(ApiToken.token_hash == hash_token(token)))
+
+
+def _token_row(session: Session, where) -> ApiToken | None:
     # One query (every request authenticates; a principal holds a handful of roles).
-    row = session.execute(
-        select(ApiToken)
-        .where(ApiToken.token_hash == hash_token(token))
+    return session.execute(
+        select(ApiToken).where(where)
         .options(joinedload(ApiToken.principal).joinedload(Principal.roles).joinedload(RoleBinding.tenant))
     ).unique().scalar_one_or_none()
+
+
+def _check_token(row: ApiToken | None) -> AuthenticatedPrincipal:
     now = utcnow()
     if row is None:
         raise AuthenticationError("unknown token")

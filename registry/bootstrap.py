@@ -27,6 +27,7 @@ from registry.jobs import CLOCK_INFO, MAX_ATTEMPTS_INFO, JobQueue
 from registry.settings import Settings
 
 if TYPE_CHECKING:
+    from registry.console.sessions import SessionKey
     from registry.policy import PolicyEngine
     from registry.services.manifests import ReleaseCache
     from registry.signing.keyring import KeyRing
@@ -85,6 +86,19 @@ class Container:
         from registry.policy import PolicyEngine, default_policy_dir
 
         return PolicyEngine.from_directory(self.settings.policy_dir or default_policy_dir())
+
+    @cached_property
+    def console_key(self) -> "SessionKey":
+        """The web console's session key: ``settings.console_key``, else ``<data_dir>/console-key`` (made once)."""
+        from registry.console.sessions import SessionKey
+
+        if self.settings.console_key is not None:
+            return SessionKey(bytes.fromhex(self.settings.console_key.get_secret_value().strip()))
+        key_file = self.settings.data_dir.resolve() / "console-key"
+        if not key_file.exists():
+            ensure_data_dir(self.settings)
+            _write_secret(key_file, os.urandom(32).hex())
+        return SessionKey(bytes.fromhex(key_file.read_text().strip()))
 
     def open_source(self, uri: str, hf_endpoint: str | None, include: tuple[str, ...] = (),
                     exclude: tuple[str, ...] = ()):
@@ -199,6 +213,13 @@ def prepare_embedded(settings: Settings) -> None:
         from pydantic import SecretStr
 
         settings.presign_secret = SecretStr(secret_file.read_text().strip())
+    if settings.console_key is None:
+        key_file = data_dir / "console-key"
+        if not key_file.exists():
+            _write_secret(key_file, os.urandom(32).hex())
+        from pydantic import SecretStr
+
+        settings.console_key = SecretStr(key_file.read_text().strip())
 
 
 def ensure_data_dir(settings: Settings) -> Path:

@@ -26,6 +26,9 @@ class Settings(BaseSettings):
     s3_secret_access_key: SecretStr | None = None
     multipart_part_size: int = Field(64 * 1024 * 1024, ge=5 * 1024 * 1024)
     presign_secret: SecretStr | None = Field(None, description="HMAC key for local presigned URLs.")
+    console_key: SecretStr | None = Field(
+        None, description="HMAC key of web console sessions (hex, 32+ bytes); default <data_dir>/console-key. "
+                          "Set the same on every API replica.")
 
     host: str = "127.0.0.1"
     port: int = 8080

@@ -35,9 +35,11 @@ from registry.clock import Clock, SystemClock
 from registry.db.models import (
     Approval,
     LicenseFinding,
+    Model,
     PolicyDecision,
     Principal,
     ScanResult,
+    Tenant,
     Version,
     VersionFacts,
 )
@@ -288,6 +290,47 @@ def evaluate(session: Session, principal: AuthenticatedPrincipal, tenant: str, n
     require(principal, tenant, Permission.READ)
     version = _get_version(session, tenant, name, number)
     return version, engine.approval(dict(approval_input_for(session, version, engine)))
+
+
+MAX_QUEUE = 200
+"""Most versions one look at the approval queue lists."""
+
+
+@dataclass(frozen=True)
+class Awaiting:
+    """A version in someone's approval queue, and what it still needs of them."""
+
+    version: Version
+    status: ApprovalStatus
+    yours: list[dict[str, Any]]
+    """The unmet requirements naming a capacity the person holds (all of them, for an administrator)."""
+
+
+def awaiting(session: Session, principal: AuthenticatedPrincipal, *, limit: int = 100) -> list[Awaiting]:
+    """Versions awaiting approval, oldest first, in the tenants where ``principal`` approves, that still need
+    a capacity they hold (an administrator sees every one); each with its unmet requirements.
+
+    Raises:
+        InvalidInputError: ``limit`` outside 1..MAX_QUEUE.
+    """
+    if not 1 <= limit <= MAX_QUEUE:
+        raise InvalidInputError(f"limit must be 1 to {MAX_QUEUE}", field="limit", value=str(limit))
+    query = (select(Version).join(Model, Model.id == Version.model_id).join(Tenant, Tenant.id == Model.tenant_id)
+             .where(Version.state == VersionState.AWAITING_APPROVAL.value))
+    if not principal.is_admin:
+        tenants = [t for t in principal.roles if Permission.APPROVE in principal.permissions(t)]
+        query = query.where(Tenant.name.in_(tenants))
+    out = []
+    # Bounded: at most MAX_QUEUE * 4 versions are judged per look, however long the queue.
+    for version in session.scalars(query.order_by(Version.created_at, Version.id).limit(limit * 4)):
+        s = _status(session, version)
+        held = principal.capacities(version.model.tenant.name)
+        yours = s.unmet if principal.is_admin else [u for u in s.unmet if u.get("capacity") in held]
+        if yours:
+            out.append(Awaiting(version, s, yours))
+        if len(out) == limit:
+            break
+    return out
 
 
 def _key(requirement: dict[str, Any]) -> tuple[str, str, str]:

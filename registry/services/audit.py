@@ -8,6 +8,8 @@ verify --checkpoints``).
 
 from __future__ import annotations
 
+import datetime as dt
+
 from sqlalchemy.orm import Session
 
 from registry import audit
@@ -35,8 +37,12 @@ def list_checkpoints(
 
 def list_events(
     session: Session, actor: AuthenticatedPrincipal, *, tenant: str | None, after: int, limit: int,
+    by: str | None = None, action: str | None = None, since: dt.datetime | None = None,
+    until: dt.datetime | None = None,
 ) -> list[AuditEvent]:
     """Events after an id: of one tenant for its auditors, of every tenant for administrators.
+
+    ``by`` (an actor's name), ``action``, ``since`` and ``until`` narrow them (see :func:`registry.audit.events`).
 
     Raises:
         PermissionDeniedError: ``actor`` audits no such tenant (or, with no tenant, is no administrator).
@@ -45,7 +51,8 @@ def list_events(
         require_admin(actor)
     else:
         require(actor, tenant, Permission.AUDIT)
-    return audit.events(session, tenant=tenant, after=after, limit=limit)
+    return audit.events(session, tenant=tenant, after=after, limit=limit, actor=by, action=action, since=since,
+                        until=until)
 
 
 def verify_chain(session: Session, actor: AuthenticatedPrincipal) -> audit.ChainReport:

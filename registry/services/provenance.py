@@ -32,7 +32,7 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from registry import audit
-from registry.auth import AuthenticatedPrincipal, Permission, get_tenant, require
+from registry.auth import AuthenticatedPrincipal, Permission, get_tenant, require, validate_name
 from registry.db.models import (
     Alias,
     AliasMove,
@@ -392,6 +392,30 @@ def nodes(session: Session, principal: AuthenticatedPrincipal, tenant: str, name
                        "for_tenants": sorted({t for _, t in refs.get(who, ())})}
                       for who, first, last, count in page],
             "next_cursor": encode_cursor(page[-1][0]) if len(rows) > limit else None}
+
+
+def fetched_by(session: Session, principal: AuthenticatedPrincipal, tenant: str, node: str, *,
+               limit: int = 1000) -> dict[str, Any]:
+    """What the principal ``node`` received of ``tenant``'s models: per model and version, first and last
+    time, how many release manifests, through which refs. Newest version first, the first ``limit``.
+
+    Raises:
+        PermissionDeniedError: ``principal`` audits no such tenant.
+        InvalidInputError: a bad principal name or limit.
+    """
+    _check_page(limit)
+    require(principal, tenant, Permission.AUDIT)
+    validate_name("principal", node)
+    rows = session.execute(
+        select(ReleaseIssuance.model, ReleaseIssuance.version, func.min(ReleaseIssuance.at),
+               func.max(ReleaseIssuance.at), func.count(ReleaseIssuance.id))
+        .where(ReleaseIssuance.principal == node,
+               ReleaseIssuance.model.startswith(f"{tenant}/", autoescape=True))
+        .group_by(ReleaseIssuance.model, ReleaseIssuance.version)
+        .order_by(ReleaseIssuance.model, ReleaseIssuance.version.desc()).limit(limit)).all()
+    return {"tenant": tenant, "node": node,
+            "versions": [{"model": m, "version": v, "first_at": _iso(first), "last_at": _iso(last), "count": n}
+                         for m, v, first, last, n in rows]}
 
 
 def revoked_nodes(session: Session, principal: AuthenticatedPrincipal, tenant: str, *, limit: int = 1000,

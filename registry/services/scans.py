@@ -225,10 +225,11 @@ def rescan_all(session: Session, principal: AuthenticatedPrincipal) -> int:
     return queued
 
 
-def version_scans(session: Session, principal: AuthenticatedPrincipal, version: Version) -> list[dict[str, Any]]:
-    """Per file: our newest verdict and every scanner's record beside it."""
+def version_scans(session: Session, principal: AuthenticatedPrincipal, version: Version, *,
+                  limit: int | None = None) -> list[dict[str, Any]]:
+    """Per file (the first ``limit`` files, or all): our newest verdict and every scanner's record beside it."""
     require(principal, version.model.tenant.name, Permission.READ)
-    return file_scans(session, version.files)
+    return file_scans(session, version.files if limit is None else version.files[:limit])
 
 
 def file_scans(session: Session, files: Iterable[VersionFile]) -> list[dict[str, Any]]:

@@ -141,6 +141,25 @@ def list_versions(session: Session, principal: AuthenticatedPrincipal, tenant: s
     return list(session.scalars(select(Version).where(Version.model_id == model.id).order_by(Version.number)))
 
 
+def readable_tenants(session: Session, principal: AuthenticatedPrincipal) -> list[str]:
+    """The tenants whose models ``principal`` may read, by name (every tenant, for an administrator)."""
+    if principal.is_admin:
+        return list(session.scalars(select(Tenant.name).order_by(Tenant.name)))
+    return sorted(t for t in principal.roles if Permission.READ in principal.permissions(t))
+
+
+def list_models(session: Session, principal: AuthenticatedPrincipal, tenant: str, *,
+                limit: int = 500) -> list[Model]:
+    """The models of ``tenant``, by name (the first ``limit``).
+
+    Raises:
+        PermissionDeniedError: the principal may not read in ``tenant``.
+    """
+    require(principal, tenant, Permission.READ)
+    tenant_id = get_tenant(session, tenant).id
+    return list(session.scalars(select(Model).where(Model.tenant_id == tenant_id).order_by(Model.name).limit(limit)))
+
+
 def read_version(
     session: Session, principal: AuthenticatedPrincipal, tenant: str, name: str, number: int
 ) -> Version:

@@ -22,6 +22,7 @@ import hashlib
 import io
 import itertools
 import json
+import re
 from dataclasses import dataclass, field
 from typing import Any, Callable
 from urllib.parse import parse_qsl, urlsplit
@@ -52,6 +53,10 @@ READS_ANY_TENANT = "reads-any-tenant"  # readers of any tenant (the request name
 # Approvers in the capacity the request names (security), in the tenant: no other role, administrators included.
 APPROVER_IN_CAPACITY = "approver-in-capacity"
 TENANT_ADMIN = "tenant-admin"  # the tenant role "admin" in the tenant the request names (and sysadmins)
+# The console's sign-in form: any valid token of a principal holding a role besides `node` (administrators too).
+SIGNS_IN = "signs-in"
+# The console's pages for any signed-in principal (each shows only what it may see).
+SIGNED_IN = "signed-in"
 
 ROLE_MAY: dict[str, frozenset[str]] = {
     "submitter": frozenset({"read", "submit"}),
@@ -86,6 +91,10 @@ class Rule:
     ok: int
     request: Callable[["World", str], dict[str, Any]] | None = None
     path: dict[str, Any] = field(default_factory=dict)
+    console: bool = False
+    """A web console route (``/ui``): called with the caller's console session (signed in through the form with
+    its token) instead of a bearer token, and a form's CSRF token. A caller who cannot sign in is sent to the
+    sign-in page (303); a refusal is an HTML page."""
 
 
 def tenant_query(w: "World", t: str) -> dict[str, Any]:
@@ -178,6 +187,26 @@ RULES: dict[tuple[str, str], Rule] = {
     ("GET", "/v1/provenance/revoked-nodes"): Rule("audit", 200, tenant_query),
     ("GET", "/v1/provenance/blobs/sha256:{digest}"): Rule(AUDITS_ANY_TENANT, 200),
     ("POST", "/v1/provenance/audit-log"): Rule(AUDITS_ANY_TENANT, 200, lambda w, t: {"json": {"checkpoints": []}}),
+    ("GET", "/ui/sign-in"): Rule(PUBLIC, 200, console=True),
+    ("POST", "/ui/sign-in"): Rule(SIGNS_IN, 303, console=True),
+    ("POST", "/ui/sign-out"): Rule(PUBLIC, 303, console=True),
+    ("GET", "/ui/static/{name}"): Rule(PUBLIC, 200, path={"name": lambda w, t: "console.css"}, console=True),
+    ("GET", "/ui"): Rule(SIGNED_IN, 200, console=True),
+    ("GET", "/ui/approvals"): Rule(SIGNED_IN, 200, console=True),
+    ("GET", "/ui/models/{tenant}/{name}"): Rule("read", 200, console=True),
+    ("GET", "/ui/models/{tenant}/{name}/versions/{number}"): Rule("read", 200, console=True),
+    ("GET", "/ui/models/{tenant}/{name}/versions/{number}/progress"): Rule("read", 200, console=True),
+    ("GET", "/ui/models/{tenant}/{name}/versions/{number}/signature"): Rule("read", 200, console=True),
+    ("POST", "/ui/models/{tenant}/{name}/versions/{number}/decision"): Rule(
+        APPROVER_IN_CAPACITY, 303, lambda w, t: {"data": {"decision": "approve", "capacity": "security"}},
+        path={"number": lambda w, t: w.awaiting(t)}, console=True),
+    ("POST", "/ui/models/{tenant}/{name}/aliases"): Rule(
+        "promote", 303, lambda w, t: {"data": {"alias": "prod", "version": str(w.approved(t)[0])}}, console=True),
+    ("POST", "/ui/models/{tenant}/{name}/aliases/{alias}/rollback"): Rule(
+        "promote", 303, lambda w, t: {"data": w.rollbackable(t)["json"]}, console=True),
+    ("GET", "/ui/audit"): Rule("audit", 200, tenant_query, console=True),
+    ("GET", "/ui/provenance"): Rule(AUDITS_ANY_TENANT, 200, lambda w, t: {"params": {"digest": w.digest[t]}},
+                                    console=True),
     ("HEAD", "/v1/blobs/sha256/{digest}"): Rule("submit", 200, tenant_query),
     ("PUT", "/v1/blobs/sha256/{digest}"): Rule("submit", 201, lambda w, t: {**tenant_query(w, t),
                                                                              "content": w.blob_bytes[t]}),
@@ -225,6 +254,8 @@ class World:
     throwaway_token_id: int = 0
     releasable: dict[str, tuple[int, int]] = field(default_factory=dict)
     to_revoke: dict[str, int] = field(default_factory=dict)
+    awaiting_versions: dict[str, int] = field(default_factory=dict)
+    console_sessions: dict[str, tuple[str, str] | None] = field(default_factory=dict)
     counter: itertools.count = field(default_factory=itertools.count)
 
     def fresh(self, kind: str) -> str:
@@ -287,6 +318,29 @@ class World:
         self._promote(tenant, first)
         self._promote(tenant, second)
         return {"json": {"comment": "matrix"}}
+
+    def awaiting(self, tenant: str) -> str:
+        """A version awaiting approval that no one decided on through the JSON API (made once)."""
+        if tenant not in self.awaiting_versions:
+            self.awaiting_versions[tenant] = self.version(tenant, False)
+        return str(self.awaiting_versions[tenant])
+
+    def console_session(self, app, caller: str) -> tuple[str, str] | None:
+        """The caller's console session cookie and its CSRF token, signed in through the form once (None:
+        the sign-in is refused)."""
+        if caller not in self.console_sessions:
+            self.console_sessions[caller] = None
+            if caller != "no token":
+                with TestClient(app) as browser:
+                    form = browser.get("/ui/sign-in")
+                    csrf = re.search(r'name="csrf" value="([^"]*)"', form.text).group(1)
+                    r = browser.post("/ui/sign-in", data={"token": self.tokens[caller], "csrf": csrf},
+                                     follow_redirects=False)
+                    if r.status_code == 303:
+                        page = browser.get("/ui")
+                        self.console_sessions[caller] = (
+                            browser.cookies["mr_session"], re.search(r'name="csrf" value="([^"]*)"', page.text).group(1))
+        return self.console_sessions[caller]
 
     def revocable(self, tenant: str) -> str:
         """A version that is not revoked yet (a new one once a call revoked the last)."""
@@ -377,8 +431,14 @@ def build_world(container) -> World:
 def expected_status(rule: Rule, caller: str, tenant: str) -> int:
     if rule.who == PUBLIC:
         return rule.ok
+    if rule.who == SIGNS_IN:
+        return 401 if caller in REFUSED_TOKENS else 403 if caller in ("node", "none") else rule.ok
+    if rule.console and (caller in REFUSED_TOKENS or caller in ("node", "none")):
+        return 303  # no session: sent to the sign-in page
     if caller in REFUSED_TOKENS:
         return 401
+    if rule.who == SIGNED_IN:
+        return rule.ok
     if rule.who == APPROVER_IN_CAPACITY:
         return rule.ok if caller == "approver" and tenant == OWN else 403
     if rule.who == AUTHENTICATED or caller == "sysadmin":
@@ -403,8 +463,28 @@ def call(client: TestClient, world: World, key: tuple[str, str], rule: Rule, cal
     values.update({param: source(world, tenant) if callable(source) else values[source]
                    for param, source in rule.path.items()})
     extra = rule.request(world, tenant) if rule.request else {}
+    if rule.console:
+        return console_call(client, world, method, template.format(**values), caller, extra)
     headers = {"Authorization": f"Bearer {world.tokens[caller]}"} if caller != "no token" else {}
     return client.request(method, template.format(**values), headers=headers, **extra)
+
+
+def console_call(client: TestClient, world: World, method: str, path: str, caller: str, extra: dict[str, Any]):
+    """A console request as the caller's browser makes it: its session cookie, a form's CSRF token."""
+    client.cookies.clear()
+    if path == "/ui/sign-in" and method == "POST":
+        # The sign-in form itself: its pre-session cookie and token, and the caller's API token.
+        form = client.get("/ui/sign-in")
+        csrf = re.search(r'name="csrf" value="([^"]*)"', form.text).group(1)
+        token = world.tokens[caller] if caller != "no token" else ""
+        r = client.post(path, data={"token": token, "csrf": csrf}, follow_redirects=False)
+        client.cookies.clear()
+        return r
+    opened = world.console_session(client.app, caller)
+    headers = {"Cookie": f"mr_session={opened[0]}"} if opened else {}
+    if method == "POST":
+        extra = {**extra, "data": {**extra.get("data", {}), "csrf": opened[1] if opened else ""}}
+    return client.request(method, path, headers=headers, follow_redirects=False, **extra)
 
 
 # --- tests ------------------------------------------------------------------------------------------
@@ -434,8 +514,10 @@ def test_authorization_matrix(container):
                                  f" {r.text[:120]}")
                     continue
                 if want in (401, 403) and key[0] != "HEAD":
-                    assert r.headers["content-type"] == "application/problem+json", (key, caller)
-                if tenant == OTHER and want in (401, 403, 404):
+                    media = "text/html; charset=utf-8" if rule.console else "application/problem+json"
+                    assert r.headers["content-type"] == media, (key, caller)
+                # (The sign-in form names no tenant; each of its answers carries a fresh CSRF token.)
+                if tenant == OTHER and want in (401, 403, 404) and rule.who != SIGNS_IN:
                     # A refusal says nothing of what tenant b holds: not its names, digests or bytes,
                     # and it reads the same whether the resource exists or not.
                     found = [s for s in secrets if s in r.text]

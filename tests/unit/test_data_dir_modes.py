@@ -35,7 +35,8 @@ def test_serve_style_setup_of_a_fresh_data_dir_is_private(tmp_path, permissive_u
         with container.engine.connect() as conn:  # the -wal and -shm exist while a connection is open
             conn.exec_driver_sql("SELECT 1")
             assert _mode(data) == 0o700
-            for name in ("registry.db", "registry.db-wal", "registry.db-shm", "admin-token", "presign-secret"):
+            for name in ("registry.db", "registry.db-wal", "registry.db-shm", "admin-token", "presign-secret",
+                         "console-key"):
                 assert _mode(data / name) == 0o600, name
     finally:
         container.dispose()

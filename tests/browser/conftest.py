@@ -1,0 +1,65 @@
+"""Browser tests: a real ``modelreg serve`` driven by Playwright in Debian's ``chromium``.
+
+``playwright install`` cannot reach its download site here, so the browser is Debian's package, found
+on PATH (``executable_path``). The session's setup installs it with apt when it is missing; when it is
+still missing (or Playwright is), the tests fail under CI and are skipped, saying why, elsewhere.
+Screenshots of every page go to a temporary directory named in the output.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+import pytest
+
+
+def _missing(reason: str) -> None:
+    if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
+        pytest.fail(f"browser tests need it and CI is set: {reason}", pytrace=False)
+    pytest.skip(reason)
+
+
+def _ensure_chromium() -> str | None:
+    """Debian's chromium on PATH, installed with apt (once) when missing."""
+    found = shutil.which("chromium")
+    if found:
+        return found
+    if shutil.which("apt-get") and os.geteuid() == 0:
+        subprocess.run("apt-get update && apt-get install -y chromium", shell=True, check=False,
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=900)
+    return shutil.which("chromium")
+
+
+@pytest.fixture(scope="session")
+def chromium_path() -> str:
+    path = _ensure_chromium()
+    if path is None:
+        _missing("Debian's `chromium` is not on PATH and `apt-get install -y chromium` did not install it")
+    return path
+
+
+@pytest.fixture(scope="session")
+def browser(chromium_path):
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        _missing("Playwright is not installed (pip install 'modelreg[test]')")
+    with sync_playwright() as p:
+        b = p.chromium.launch(executable_path=chromium_path, args=["--no-sandbox"])
+        yield b
+        b.close()
+
+
+@pytest.fixture(scope="session")
+def shots(request) -> Path:
+    """Where the screenshots go (kept after the run, named in the output)."""
+    where = Path(tempfile.mkdtemp(prefix="modelreg-console-shots-"))
+    reporter = request.config.pluginmanager.get_plugin("terminalreporter")
+    if reporter is not None:
+        reporter.write_line(f"console screenshots: {where}")
+    request.config.add_cleanup(lambda: reporter and reporter.write_line(f"console screenshots: {where}"))
+    return where
