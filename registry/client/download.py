@@ -34,7 +34,7 @@ from concurrent.futures import Executor, Future
 from pathlib import Path
 
 from registry.client.api import RegistryApi
-from registry.client.errors import NetworkError
+from registry.client.errors import NetworkError, TransportError
 from registry.client.trust import write_atomic
 from registry.domain.errors import DigestMismatchError, SizeMismatchError
 
@@ -249,7 +249,8 @@ def _stream_part(api: RegistryApi, url: str, blob: PartialBlob, index: int, buff
                 api.read_range_into(url, start + got, end, blob.size, view[got:length], advance)
                 break
             except NetworkError as exc:
-                if attempt == RETRIES or exc.details.get("status", 500) < 500:
+                # A server that answers other bytes than asked (TransportError) will not mend on retry.
+                if attempt == RETRIES or isinstance(exc, TransportError) or exc.details.get("status", 500) < 500:
                     raise
                 time.sleep(0.2 * 2 ** attempt)
         blob.written(index, view, length)

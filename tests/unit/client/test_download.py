@@ -1,0 +1,136 @@
+"""The blob download against a real HTTP server, on both reading paths (``http.client`` into the buffer, and
+httpx where a transport is injected), with aligned and unaligned parts, direct and buffered writes."""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import httpx
+import pytest
+
+from registry.client import download
+from registry.client.api import RegistryApi
+from registry.client.errors import TransportError
+from registry.client.download import Buffers, download_blob
+from registry.domain.errors import DigestMismatchError, SizeMismatchError
+
+BLOBS = {f"b{n}": bytes((i * 31 + n) % 256 for i in range(n)) for n in (1, 4095, 4096, 3 * 4096 + 7, (64 << 10) + 123)}
+
+
+class _Server:
+    """Serves ``BLOBS`` by name with Range support; ``mode`` makes it misbehave."""
+
+    def __init__(self) -> None:
+        self.mode = "ok"
+        self.ranges: list[str | None] = []
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+            disable_nagle_algorithm = True
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+            def do_GET(self) -> None:  # noqa: N802
+                data = BLOBS[self.path.lstrip("/").split("?")[0]]
+                wanted = self.headers.get("Range")
+                server.ranges.append(wanted)
+                if server.mode == "ignore-range" or wanted is None:
+                    self._send(200, data, {})
+                    return
+                first, last = (int(x) for x in wanted.removeprefix("bytes=").split("-"))
+                total = len(data) + (1 if server.mode == "other-size" else 0)
+                self._send(206, data[first:last + 1], {"Content-Range": f"bytes {first}-{last}/{total}"})
+
+            def _send(self, status: int, body: bytes, headers: dict[str, str]) -> None:
+                self.send_response(status)
+                for name, value in {**headers, "Content-Length": str(len(body))}.items():
+                    self.send_header(name, value)
+                self.end_headers()
+                self.wfile.write(body)
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
+        threading.Thread(target=self.httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
+
+    def close(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+@pytest.fixture
+def server():
+    s = _Server()
+    yield s
+    s.close()
+
+
+@pytest.fixture(params=["direct-read", "httpx"])
+def api(request, server):
+    # An injected transport sends every byte through httpx; without one, http.client reads into the buffer.
+    transport = httpx.HTTPTransport() if request.param == "httpx" else None
+    with RegistryApi(server.url, None, transport=transport) as client:
+        assert (client._ranges is None) == (request.param == "httpx")
+        yield client
+
+
+def _fetch(api: RegistryApi, server: _Server, name: str, target: Path, *, part_size: int,
+           buffers: Buffers | None = None, digest: str | None = None) -> int:
+    data = BLOBS[name]
+    with ThreadPoolExecutor(4) as pool:
+        return download_blob(api, f"{server.url}/{name}", target, digest=digest or hashlib.sha256(data).hexdigest(),
+                             size=len(data), pool=pool, part_size=part_size, buffers=buffers)
+
+
+@pytest.mark.parametrize("part_size", [4096, 5000, 256 << 10])
+@pytest.mark.parametrize("name", sorted(BLOBS))
+def test_every_size_and_part_size_arrives_whole(api, server, tmp_path, name, part_size):
+    target = tmp_path / "blob"
+    assert _fetch(api, server, name, target, part_size=part_size) == 0
+    assert target.read_bytes() == BLOBS[name]
+    assert not target.with_name("blob.parts.json").exists()
+
+
+def test_two_buffers_carry_a_blob_of_many_parts_and_the_parts_ask_exactly_their_ranges(api, server, tmp_path):
+    name = "b65659"
+    target = tmp_path / "blob"
+    _fetch(api, server, name, target, part_size=4096, buffers=Buffers(2, 4096))
+    assert target.read_bytes() == BLOBS[name]
+    asked = sorted(int(r.removeprefix("bytes=").split("-")[0]) for r in server.ranges)
+    assert asked == list(range(0, len(BLOBS[name]), 4096))
+
+
+def test_buffered_writes_give_the_same_file_when_the_filesystem_refuses_o_direct(api, server, tmp_path, monkeypatch):
+    monkeypatch.delattr(download.os, "O_DIRECT", raising=False)
+    target = tmp_path / "blob"
+    _fetch(api, server, "b12295", target, part_size=4096)
+    assert target.read_bytes() == BLOBS["b12295"]
+
+
+def test_a_wrong_digest_deletes_the_partial(api, server, tmp_path):
+    target = tmp_path / "blob"
+    with pytest.raises(DigestMismatchError):
+        _fetch(api, server, "b4096", target, part_size=1024, digest="0" * 64)
+    assert not target.exists() and not target.with_name("blob.parts.json").exists()
+
+
+def test_a_server_holding_another_size_is_refused_and_the_partial_deleted(api, server, tmp_path):
+    server.mode = "other-size"
+    target = tmp_path / "blob"
+    with pytest.raises(SizeMismatchError):
+        _fetch(api, server, "b4096", target, part_size=1024)
+    assert not target.exists()
+
+
+def test_a_server_ignoring_ranges_serves_a_one_part_blob_but_not_a_split_one(api, server, tmp_path):
+    server.mode = "ignore-range"
+    whole = tmp_path / "whole"
+    _fetch(api, server, "b4095", whole, part_size=8192)
+    assert whole.read_bytes() == BLOBS["b4095"]
+    with pytest.raises(TransportError):
+        _fetch(api, server, "b4095", tmp_path / "split", part_size=1024)
