@@ -93,6 +93,18 @@ def container(settings):
     c.dispose()
 
 
+@pytest.fixture(params=["local", pytest.param("s3", marks=pytest.mark.s3)])
+def store_container(request, container):
+    """The container with its blob store: the local directory, or a bucket on SeaweedFS."""
+    if request.param == "s3":
+        from registry.storage import S3BlobStore
+
+        server = request.getfixturevalue("s3_server")
+        bucket = request.getfixturevalue("s3_bucket")
+        container.__dict__["blob_store"] = S3BlobStore(server.client(), bucket, "registry", 5 * 1024 * 1024)
+    return container
+
+
 @pytest.fixture
 def session(container):
     with container.session_factory() as s:

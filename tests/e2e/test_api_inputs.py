@@ -245,8 +245,8 @@ def _routes(routes):
             yield route
 
 
-def _body_models():
-    todo = [model for route in _routes(create_app(None).routes)
+def _body_models(container):
+    todo = [model for route in _routes(create_app(container).routes)
             for param in getattr(getattr(route, "dependant", None), "body_params", [])
             for model in _models_in(param.field_info.annotation)]
     seen = set()
@@ -258,10 +258,10 @@ def _body_models():
     return seen
 
 
-def test_every_string_in_every_request_body_refuses_a_nul():
+def test_every_string_in_every_request_body_refuses_a_nul(container):
     """New body fields (comments, reasons...) are covered too: a NUL never reaches PostgreSQL from a body."""
     checked = []
-    for model in _body_models():
+    for model in _body_models(container):
         for name, info in model.model_fields.items():
             sample = _nul_sample(info.annotation)
             if sample is not None:

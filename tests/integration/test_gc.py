@@ -77,18 +77,6 @@ def collect(container, hours: float = 24.0) -> gc.GcReport:
                       dt.timedelta(hours=hours), orphan_age=dt.timedelta(hours=hours))
 
 
-@pytest.fixture(params=["local", pytest.param("s3", marks=pytest.mark.s3)])
-def store_container(request, container):
-    """The container with its blob store: the local directory, or a bucket on SeaweedFS."""
-    if request.param == "s3":
-        from registry.storage import S3BlobStore
-
-        server = request.getfixturevalue("s3_server")
-        bucket = request.getfixturevalue("s3_bucket")
-        container.__dict__["blob_store"] = S3BlobStore(server.client(), bucket, "registry", 5 * 1024 * 1024)
-    return container
-
-
 def test_old_unreferenced_blobs_go_young_and_referenced_ones_stay(store_container, admin):
     container = store_container
     kept = upload(container, admin, b"in a version")

@@ -16,7 +16,6 @@ from registry.db.models import Blob, EvalResult, Job, Version
 from registry.services import versions
 from registry.services.versions import SubmitRequest
 from registry.signing.bundle import verify_model_bundle, verify_model_directory
-from registry.storage import S3BlobStore
 from tests.support.hf_upstream import HfUpstream
 from tests.support.registry import drain, make_admin
 from tests.support.tiny_model import tiny_model_files
@@ -32,16 +31,6 @@ def hub(container):
 @pytest.fixture
 def admin(container):
     return make_admin(container)
-
-
-@pytest.fixture(params=["local", pytest.param("s3", marks=pytest.mark.s3)])
-def store_container(request, container):
-    """The container with its blob store: the local directory, or a bucket on SeaweedFS."""
-    if request.param == "s3":
-        server = request.getfixturevalue("s3_server")
-        bucket = request.getfixturevalue("s3_bucket")
-        container.__dict__["blob_store"] = S3BlobStore(server.client(), bucket, "registry", 5 * 1024 * 1024)
-    return container
 
 
 def _submit(container, admin, source, **kw):

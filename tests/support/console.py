@@ -6,12 +6,11 @@ import hashlib
 import io
 import re
 
-from registry.auth import AuthenticatedPrincipal, issue_token
+from registry.auth import AuthenticatedPrincipal
 from registry.bootstrap import Container
-from registry.db.models import Principal, RoleBinding, Tenant
 from registry.domain.files import FileEntry
 from registry.services import versions
-from tests.support.registry import drain
+from tests.support.registry import drain, person  # noqa: F401 (person: the console tests' people)
 
 CSRF_RE = re.compile(r'name="csrf" value="([^"]*)"')
 
@@ -28,24 +27,6 @@ def sign_in(client, token: str, next_path: str = "/ui"):
     page = client.get("/ui/sign-in", params={"next": next_path})
     return client.post("/ui/sign-in", data={"token": token, "csrf": csrf_of(page.text), "next": next_path},
                        follow_redirects=False)
-
-
-def person(container: Container, name: str, tenant: str, *roles: tuple[str, str]) -> str:
-    """A principal ``name`` holding ``roles`` (``(role, capacity)``) in ``tenant`` (made if need be); its token."""
-    with container.session_factory() as session:
-        row = session.query(Tenant).filter_by(name=tenant).first()
-        if row is None:
-            row = Tenant(name=tenant)
-            session.add(row)
-            session.flush()
-        principal = Principal(name=name)
-        session.add(principal)
-        session.flush()
-        for role, capacity in roles:
-            session.add(RoleBinding(principal_id=principal.id, tenant_id=row.id, role=role, capacity=capacity))
-        issued = issue_token(session, principal)
-        session.commit()
-        return issued.token
 
 
 def awaiting_upload(container: Container, submitter: AuthenticatedPrincipal, tenant: str, name: str,

@@ -22,6 +22,11 @@ def make_admin(container: Container, tenant: str = "acme") -> AuthenticatedPrinc
 def role_token(container: Container, name: str, tenant: str, role: str, capacity: str = "") -> str:
     """A new principal ``name`` holding ``role`` (an approver's in ``capacity``) in ``tenant`` (created if
     need be); return its token."""
+    return person(container, name, tenant, (role, capacity))
+
+
+def person(container: Container, name: str, tenant: str, *roles: tuple[str, str]) -> str:
+    """A principal ``name`` holding ``roles`` (``(role, capacity)``) in ``tenant`` (made if need be); its token."""
     with container.session_factory() as session:
         row = session.query(Tenant).filter_by(name=tenant).first()
         if row is None:
@@ -31,7 +36,8 @@ def role_token(container: Container, name: str, tenant: str, role: str, capacity
         principal = Principal(name=name)
         session.add(principal)
         session.flush()
-        session.add(RoleBinding(principal_id=principal.id, tenant_id=row.id, role=role, capacity=capacity))
+        for role, capacity in roles:
+            session.add(RoleBinding(principal_id=principal.id, tenant_id=row.id, role=role, capacity=capacity))
         issued = issue_token(session, principal)
         session.commit()
         return issued.token
