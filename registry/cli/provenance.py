@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any, Callable, Optional
 
@@ -184,14 +183,9 @@ def audit_log(checkpoints: Path = typer.Option(..., "--checkpoints", help="JSON 
                                                                            "earlier (`modelreg audit checkpoints --json`)"),
               url: str = UrlOpt, token: str = TokenOpt, as_json: bool = JsonOpt) -> None:
     """Whether the audit log is intact through your saved checkpoints and since them; exits 1 if not."""
-    try:
-        saved = json.loads(checkpoints.read_text())
-    except ValueError as err:
-        raise CliError(f"{checkpoints} is not JSON: {err}") from None
-    if isinstance(saved, dict):
-        saved = [saved]
-    if not isinstance(saved, list):
-        raise CliError(f"{checkpoints} holds no list of checkpoints")
+    from registry.cli.operations import _read_checkpoints
+
+    saved = _read_checkpoints(checkpoints)
     with _client(url, token) as client:
         doc = client.provenance_audit_log(saved)
     if doc["intact"]:
