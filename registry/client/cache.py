@@ -54,15 +54,17 @@ from registry.domain.errors import InvalidInputError
 from registry.domain.files import is_sha256
 from registry.domain.refs import NAME_RE
 
-HASH_CHUNK = 4 << 20
+HASH_CHUNK = 1 << 20
 DEFAULT_RECHECK = timedelta(hours=24)
 
 
 def sha256_file(path: Path) -> str:
+    """The sha256 of the file at ``path``, read into one reused buffer (no allocation per chunk)."""
     h = hashlib.sha256()
-    with open(path, "rb", buffering=0) as f:
-        while chunk := f.read(HASH_CHUNK):
-            h.update(chunk)
+    buffer = bytearray(HASH_CHUNK)
+    with open(path, "rb", buffering=0) as f, memoryview(buffer) as view:
+        while n := f.readinto(buffer):
+            h.update(view[:n])
     return h.hexdigest()
 
 
