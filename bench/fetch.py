@@ -2,33 +2,39 @@
 
 Usage (from the repository root)::
 
-    .venv/bin/python bench/fetch.py [--size-gb 2] [--shards 4] [--parallel 8] [--rounds 3]
+    .venv/bin/python bench/fetch.py [--size-gb 2] [--shards 4] [--parallel 8] [--rounds 3] [--verify-runs 3]
 
 Setup, once: SeaweedFS (``tests.support.seaweed``), a model directory of ``--shards`` safetensors files of
 random bytes plus ``config.json`` (five files for the defaults, ``--size-gb`` in all), a ``modelreg serve``
 process on a fresh PostgreSQL database (dropped at the end) and an S3 blob store that mirrors, seals, scans and evaluates it, then the
 version approved and promoted to ``prod`` (in this process, on the same database) and a node token.
 
-Each round, in this process, one after the other:
+Each round, in this process, one after the other (``os.sync()`` after each, so no writeback of one phase
+runs into the next):
 
-- ``raw``: the floor: the manifest's presigned S3 URLs read with parallel ranged GETs (the same
-  ``--parallel`` streams and part size as the client, one shared httpx client), bytes discarded: no hashing,
-  no disk, no checks;
-- ``raw http.client``: the same GETs read the way the client reads them (``RangeReader``: ``http.client``,
-  ``readinto`` a buffer), bytes discarded: the stricter floor, since it parses less per byte than httpx;
-- ``raw+sha256`` and ``raw+write``: the httpx GETs with each part hashed in memory (no disk), or written
-  with ordinary buffered writes into a file per blob (no hashing): what each of a fetch's two unavoidable
-  costs adds to the floor on its own, done the plain way;
+- ``raw http.client``: the manifest's presigned S3 URLs read with parallel ranged GETs (the same
+  ``--parallel`` streams and part size as the client) the way the client reads them (``RangeReader``:
+  ``http.client``, ``readinto`` a buffer), bytes discarded: the stricter floor, since it parses less per
+  byte than httpx;
+- ``raw+sha256`` and ``raw+write``: the same GETs through one shared httpx client with each part hashed
+  in memory (no disk), or written with ordinary buffered writes into a file per blob (no hashing): what
+  each of a fetch's two unavoidable costs adds to the floor on its own, done the plain way;
+- ``raw`` (before): the floor: the same GETs through httpx, bytes discarded: no hashing, no disk, no checks;
 - ``cold``: ``registry.client.fetch.fetch`` into an empty node cache and a new DEST: manifest, signature and
   root, ranged downloads hashed while streaming into the cache, hard links into DEST, ``model.sig``;
+- ``raw`` (after): the floor again. The goal's ratio is cold / the mean of the floor before and after, so
+  a change in the machine's load across the three counts neither for nor against the fetch; both single
+  ratios are printed too;
 - ``warm``: the same fetch into another new DEST with the cache warm (nothing to download);
 - ``verify``: ``modelreg verify DEST --trust-root FILE`` against ``model_signing verify key DEST`` on the
   same directory (both as the commands a person runs, start-up included), after one untimed read of DEST
-  (the cold fetch writes past the page cache), first one then the other going first from round to round.
+  (the cold fetch writes past the page cache); each ``--verify-runs`` times (default 3), taking turns,
+  which one goes first alternating from round to round; the medians are compared, every time is printed.
 
 It prints every round and the ratios: cold / raw (goal <= 1.10) against each floor, warm seconds (goal <= 0.5), and verify /
 model_signing (goal <= 0.8), and each round's decomposition: wall time and CPU seconds of this process
-and of SeaweedFS for both floors, the two partial floors and the cold fetch.
+and of SeaweedFS for the floors, the two partial floors and the cold fetch. The setup's heap (the pipeline
+ran in this process) is frozen out of the collector's reach before the rounds.
 """
 
 from __future__ import annotations

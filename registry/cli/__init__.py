@@ -13,7 +13,6 @@ One module per area registers its commands on the one ``app`` (``_base``): ``ide
 
 from __future__ import annotations
 
-import gc
 import sys
 
 import typer
@@ -28,9 +27,6 @@ __all__ = ["app", "main"]
 
 
 def main(argv: list[str] | None = None) -> int:
-    # The modules imported so far live until exit: out of the collector's reach, so neither the
-    # collections while the command runs nor the one at exit walk them again.
-    gc.freeze()
     try:
         # Without standalone mode click returns a command's exit code instead of raising it.
         code = app(args=argv, prog_name="modelreg", standalone_mode=False)
