@@ -126,13 +126,13 @@ def start_server(database_url: str, data_dir: Path, log: Path) -> tuple[subproce
 
 
 async def client_loop(url: str, token: str, requests: int, interval: float, start: asyncio.Event,
-                      out: list[tuple[float, int, bytes]], path: str = PATH, ready: Callable[[], None] = lambda: None,
-                      tls: ssl.SSLContext | None = None) -> None:
+                      out: list[tuple[float, int, bytes]], path: str, ready: Callable[[], None],
+                      tls: ssl.SSLContext) -> None:
     # uvicorn closes a connection idle for 5 s; a client that keeps one longer races that close.
     limits = httpx.Limits(max_connections=1, max_keepalive_connections=1, keepalive_expiry=4.0)
     # One TLS context for all: httpx builds one per client otherwise (about 20 ms of CPU each, 4 s for
     # 200 clients), and this event loop would still be building them while the round is timed.
-    async with httpx.AsyncClient(base_url=url, limits=limits, timeout=60, verify=tls or True,
+    async with httpx.AsyncClient(base_url=url, limits=limits, timeout=60, verify=tls,
                                  headers={"Authorization": f"Bearer {token}"}) as http:
         ready()
         await start.wait()
@@ -165,7 +165,13 @@ async def one_round(url: str, tokens: list[str], requests: int, interval: float,
     tls = ssl.create_default_context()
     tasks = [asyncio.create_task(client_loop(url, t, requests, interval, start, out, path, ready, tls))
              for t in tokens]
-    await all_ready.wait()  # every client is built and waiting on the start line before the clock starts
+    # Every client is built and waiting on the start line before the clock starts (a client that failed to
+    # build would leave this waiting: bounded).
+    try:
+        await asyncio.wait_for(all_ready.wait(), timeout=120)
+    except asyncio.TimeoutError:
+        failed = [t.exception() for t in tasks if t.done() and t.exception()]
+        raise SystemExit(f"the clients did not get ready: {failed[:1] or 'timeout'}") from None
     # No collection in this load generator while a round is timed: a pause here would hold back every
     # client's request and answer at once and count as the server's latency (a round's garbage is small).
     gc.collect()

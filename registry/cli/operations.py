@@ -199,7 +199,7 @@ def serve(
     as_json: bool = typer.Option(False, "--json", help="print the startup record as one JSON line"),
 ) -> None:
     """Run the API and N worker threads in one process (the embedded default: SQLite and local blobs)."""
-    import gc
+    import gc as collector  # not the `gc` command of this module
     import threading
 
     import uvicorn
@@ -247,8 +247,8 @@ def serve(
         # What start-up built (modules, routes, schemas, mappers) lives as long as the process: out of the
         # collector's reach, a full collection while serving walks only what requests made, not a pause
         # of 0.1-0.2 s in the middle of answering nodes (bench/README.md, Release manifest).
-        gc.collect()
-        gc.freeze()
+        collector.collect()
+        collector.freeze()
         uvicorn.run(app, host=settings.host, port=settings.port, log_config=None,
                     log_level=settings.log_level.lower(), access_log=False)
     finally:
