@@ -58,7 +58,7 @@ def origin(ref: str = typer.Argument(..., help="TENANT/NAME@VERSION or TENANT/NA
         doc = client.provenance_origin(*_split_ref(ref))
     src = doc["source"]
     _emit(doc, as_json, [_named(doc), f"  source: {src['kind']} {src['repo']}",
-                         f"  revision: {doc['requested_revision']} -> {doc['resolved_revision']}",
+                         f"  revision: {doc['requested_revision'] or '(none requested)'} -> {doc['resolved_revision']}",
                          f"  submitted by {doc['submitted_by']} at {doc['submitted_at']}"])
 
 
@@ -135,7 +135,7 @@ def alias(model: str = typer.Argument(..., help="TENANT/NAME"), name: str = type
     with _client(url, token) as client:
         doc = _all_pages(lambda c: client.provenance_alias(tenant, model_name, name, at=at, cursor=c), "moves")
     lines = [f"{doc['model']}@{doc['alias']} -> {doc['version']}"]
-    lines += [f"  {m['at']} {m['action']} by {m['by']}: {m['from_version']} -> {m['to_version']}"
+    lines += [f"  {m['at']} {m['action']} by {m['by']}: {m['from_version'] or '-'} -> {m['to_version']}"
               f"{' canary ' + str(m['to_canary']['version']) if m['to_canary'] else ''}" for m in doc["moves"]]
     if doc.get("at"):
         lines.append(f"  at {doc['at']['at']}: version {doc['at']['version']}")

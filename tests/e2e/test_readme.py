@@ -1,12 +1,12 @@
-"""The README's "Use" block, run line by line in one bash exactly as written, on a local and an S3 store.
+"""The README's "Use" section, its blocks run line by line in one bash exactly as written, on a local and an S3 store.
 
-A README command that stops working fails here: it is the first thing a user runs. Only these
-placeholders are replaced (``PLACEHOLDERS``): the registry URL by the test server's, and ``DIR`` by
-a directory holding the model's files (the user's copy). Everything else runs as printed, from a
-working directory laid out as the README assumes: the server's data directory is ``./.modelreg``,
-``./my-model-dir`` and ``./some-dir`` exist, and the server's ``MODELREG_HF_ENDPOINT`` is a local
-hub holding ``org/model``. A line may state its exit status in its comment (``# refused (exit 1)``);
-every other line must exit 0.
+A README command that stops working fails here: it is the first thing a user runs. Only the registry
+URL is replaced, by the test server's. Everything else runs as printed, from a working directory laid
+out as the README assumes (a checkout): the server's data directory is ``./.modelreg`` and
+``docs/example-model`` is the shipped example model. A line may state its exit status in its comment
+(``# refused (exit 1)``); every other line must exit 0. The walk-through is the three journeys, each
+person with their own token: an administrator sets up, Alice submits, Bob and Carol approve, Carol
+promotes, a node fetches and verifies, version 2 goes out and back, and Dave asks the ten questions.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import time
@@ -21,19 +22,19 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.hf_upstream import GITATTRIBUTES, HfUpstream
 from tests.support.server import start_server
-from tests.support.tiny_model import tiny_model_files
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+REPO = Path(__file__).resolve().parents[2]
+README = REPO / "README.md"
 BIN = Path(sys.executable).parent
 
 
 def use_block() -> list[str]:
-    """The command lines of the code block under ``## Use``."""
-    section = README.read_text().split("## Use", 1)[1]
-    block = section.split("```", 2)[1]
-    return [line for line in block.splitlines() if line.strip()]
+    """The command lines of every code block under ``## Use``, in order."""
+    section = README.read_text().split("\n## Use\n", 1)[1].split("\n## ", 1)[0]
+    blocks = section.split("```")[1::2]
+    assert len(blocks) >= 2, "the Use section lost its walk-through or its second block"
+    return [line for block in blocks for line in block.splitlines() if line.strip()]
 
 
 def expected_exit(line: str) -> int:
@@ -45,14 +46,6 @@ def substitute(line: str, placeholders: dict[str, str]) -> str:
     for placeholder, value in placeholders.items():
         line = re.sub(rf"(?<![\w/.-]){re.escape(placeholder)}(?![\w-])", value, line)
     return line
-
-
-@pytest.fixture(scope="module")
-def hub():
-    with HfUpstream() as upstream:
-        upstream.add_repo("org/model", card_data={"license": "mit"})
-        upstream.commit("org/model", tiny_model_files(3))
-        yield upstream
 
 
 def run_block(lines: list[str], workdir: Path, env: dict[str, str]) -> list[tuple[str, int, str, str]]:
@@ -69,22 +62,11 @@ def run_block(lines: list[str], workdir: Path, env: dict[str, str]) -> list[tupl
 
 
 @pytest.mark.parametrize("store", ["local", "s3"])
-def test_readme_use_block_runs_as_written(store, hub, tmp_path, request):
+def test_readme_use_block_runs_as_written(store, tmp_path, request):
     workdir = tmp_path / "work"
-    workdir.mkdir()
-    model = tiny_model_files(3)
-    # The user's copy of org/model, as a Hub download leaves it.
-    copy = tmp_path / "copy"
-    for path, data in {**model, ".gitattributes": GITATTRIBUTES}.items():
-        (copy / path).parent.mkdir(parents=True, exist_ok=True)
-        (copy / path).write_bytes(data)
-    for name in ("my-model-dir", "some-dir"):
-        for path, data in tiny_model_files(5).items():
-            (workdir / name / path).parent.mkdir(parents=True, exist_ok=True)
-            (workdir / name / path).write_bytes(data)
-    (workdir / "my-model-dir" / "notes.txt").write_text("left out by --include")
+    shutil.copytree(REPO / "docs" / "example-model", workdir / "docs" / "example-model")
 
-    server_env = {"MODELREG_HF_ENDPOINT": hub.url}
+    server_env: dict[str, str] = {}
     if store == "s3":
         s3 = request.getfixturevalue("s3_server")
         bucket = request.getfixturevalue("s3_bucket")
@@ -96,8 +78,7 @@ def test_readme_use_block_runs_as_written(store, hub, tmp_path, request):
         env = {k: v for k, v in os.environ.items() if not k.startswith("MODELREG_")}
         # The user's shell has the server's settings (gc reads them) and the tools on its PATH.
         env.update(server_env, PATH=f"{BIN}{os.pathsep}{env['PATH']}", NO_COLOR="1", TERM="dumb")
-        placeholders = {"http://127.0.0.1:8080": server.url, "DIR": str(copy)}
-        lines = [substitute(line, placeholders) for line in use_block()]
+        lines = [substitute(line, {"http://127.0.0.1:8080": server.url}) for line in use_block()]
         results = run_block(lines, workdir, env)
     finally:
         server.stop()
@@ -106,31 +87,57 @@ def test_readme_use_block_runs_as_written(store, hub, tmp_path, request):
                 for line, rc, out, err in results if rc != expected_exit(line)]
     assert not failures, "README commands that do not work as written:\n" + "\n".join(failures)
 
-    by_command = {line.split("#")[0].strip(): (out, err) for line, _rc, out, err in results}
-
-    def output(prefix: str) -> tuple[str, str]:
-        """The output of the one command that is ``prefix`` exactly, else that starts with it."""
-        if prefix in by_command:
-            return by_command[prefix]
-        (found,) = [v for k, v in by_command.items() if k.startswith(prefix)]
+    def output(fragment: str) -> tuple[str, str]:
+        """The output of the one command line containing ``fragment``."""
+        (found,) = [(out, err) for line, _rc, out, err in results if fragment in line.split("#")[0]]
         return found
 
-    uploaded = json.loads(output("modelreg submit ./my-model-dir")[0])
-    assert uploaded["state"] == "awaiting_approval" and uploaded["source"]["kind"] == "upload"
-    assert {f["path"] for f in uploaded["files"]} == {p for p in tiny_model_files(5) if p.endswith((".json", ".safetensors"))}
-    assert "source-not-allowed" in output("modelreg submit /srv")[1]
-    assert output("modelreg version show acme/model 1")[0].startswith("acme/model@1: awaiting_approval")
-    evals = output("modelreg evals acme/model 1")[0].splitlines()
-    assert evals[0] == "acme/model@1: awaiting_approval" and evals[1].startswith("  sanity: completed, weights-sanity")
-    assert "Verification succeeded" in output("model_signing verify key")[0]
-    signature = json.loads((copy / "model.sig").read_text())
-    assert {"mediaType", "verificationMaterial", "dsseEnvelope"} <= signature.keys()
+    example = workdir / "docs" / "example-model"
+    # Alice's submission waits for approval; she may not approve; Bob and Carol's approvals make it approved.
+    assert "needs an approval by security" in output("modelreg status acme/tiny 1")[0]
+    assert "permission-denied" in output("$ALICE modelreg approve acme/tiny 1")[1]
+    assert output("$CAROL modelreg approve acme/tiny 1 --capacity ml")[0].startswith("acme/tiny@1: approved")
+    assert output("modelreg evals acme/tiny 1  ")[0].splitlines()[1].startswith("  sanity: completed, weights-sanity")
+    # The node's copy: prod after the rollback is version 1, the example model byte for byte, signed.
+    served = workdir / "serving" / "tiny"
+    for path in example.iterdir():
+        assert (served / path.name).read_bytes() == path.read_bytes(), path.name
+    assert "Verification succeeded" in output("model_signing verify key serving/tiny")[0]
     assert (workdir / "registry.pub").read_bytes() == signing_key_pem(workdir / ".modelreg")
-    assert json.loads(output("modelreg scan ./some-dir")[0])["verdict"] == "safe"
-    assert "audit log intact" in output("modelreg audit verify --data-dir .modelreg")[0]
-    assert output("modelreg audit checkpoint --data-dir .modelreg")[0].startswith("checkpoint of event ")
+    v2 = json.loads((workdir / "v2.json").read_text())
+    assert v2["version"] == 2 and v2["state"] == "awaiting_approval", v2
+    assert "revoked" in output("modelreg fetch acme/tiny@2")[1]
+    assert not (workdir / "serving" / "tiny-again").exists()
+    assert json.loads((workdir / "serving" / "tiny-next" / "generation_config.json").read_text())["max_new_tokens"] == 16
+    # Dave's ten questions, answered about what happened above.
+    origin = output("provenance origin acme/tiny@prod")[0]
+    assert "submitted by alice" in origin and "None" not in origin, origin
+    assert output("provenance files acme/tiny@prod")[0].startswith("acme/tiny@1 (alias prod): approved")
+    assert "model-00001-of-00002.safetensors: safe" in output("provenance scans acme/tiny@prod")[0]
+    assert "sanity" in output("provenance evals acme/tiny@prod")[0]
+    assert "Apache-2.0 (allow-listed)" in output("provenance license acme/tiny@prod")[0]
+    approvals = output("provenance approvals acme/tiny@prod")[0]
+    assert "by bob as security" in approvals and "by carol as ml" in approvals and "separation of duties: held" in approvals
+    moves = output("provenance alias acme/tiny prod")[0]
+    assert "rollback" in moves and "None" not in moves, moves
+    assert "node-1" in output("provenance nodes acme/tiny@2")[0]
+    assert "node-1" in output("provenance revoked-nodes --tenant acme")[0]
+    assert "acme/tiny@1" in output("provenance blob sha256:")[0]
+    assert json.loads((workdir / "bom.json").read_text())["bomFormat"] == "CycloneDX"
     saved = json.loads((workdir / "checkpoints.json").read_text())
     assert len(saved) >= 1 and {"event_id", "event_hash", "envelope"} <= saved[-1].keys(), saved
+
+    # The second block.
+    weights_only = json.loads(output("modelreg submit docs/example-model --model acme/weights-only")[0])
+    assert weights_only["state"] == "awaiting_approval" and weights_only["source"]["kind"] == "upload"
+    assert {f["path"] for f in weights_only["files"]} == {
+        p.name for p in example.iterdir() if p.name.endswith((".json", ".safetensors"))}
+    assert "source-not-allowed" in output("modelreg submit /srv")[1]
+    assert output("modelreg version show acme/tiny 1")[0].startswith("acme/tiny@1: approved")
+    assert json.loads(output("modelreg scan docs/example-model")[0])["verdict"] == "safe"
+    assert json.loads((workdir / "slsa.json").read_text())["payloadType"] == "application/vnd.in-toto+json"
+    assert "audit log intact" in output("modelreg audit verify --data-dir .modelreg  ")[0]
+    assert output("modelreg audit checkpoint --data-dir .modelreg")[0].startswith("checkpoint of event ")
     assert f"{len(saved)} checkpoint(s) hold" in output("modelreg audit verify --data-dir .modelreg --checkpoints")[0]
     check_leftovers(store, leftovers, output("modelreg gc")[0], request)
 
