@@ -236,15 +236,16 @@ def ensure_initial_admin(container: Container) -> FirstStart:
     with container.session_factory() as session:
         if session.scalar(select(Principal).limit(1)) is not None:
             return FirstStart(admin_token_file=token_file if token_file.exists() else None, created_admin=False)
-        if session.scalar(select(Tenant).where(Tenant.name == "default")) is None:
-            session.add(Tenant(name="default"))
-        admin = Principal(name="admin", is_admin=True)
-        session.add(admin)
-        session.flush()
-        issued = issue_token(session, admin, description="initial admin token", expires_in=None)
-        audit.append(session, actor="system", action="principal.created", subject="principal/admin",
-                     details={"is_admin": True, "token_prefix": issued.prefix})
         try:
+            if session.scalar(select(Tenant).where(Tenant.name == "default")) is None:
+                session.add(Tenant(name="default"))
+            admin = Principal(name="admin", is_admin=True)
+            session.add(admin)
+            # The insert waits for a replica that inserted first, and fails here once that one commits.
+            session.flush()
+            issued = issue_token(session, admin, description="initial admin token", expires_in=None)
+            audit.append(session, actor="system", action="principal.created", subject="principal/admin",
+                         details={"is_admin": True, "token_prefix": issued.prefix})
             session.commit()
         except IntegrityError:
             # Another replica starting at the same time created the first admin: its token is the one.
