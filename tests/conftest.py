@@ -132,4 +132,5 @@ def repository_state_untouched():
     yield
     after = _state_snapshot(REPOSITORY_STATE)
     assert after == before, (
-        f"this test (or a process it started) wrote {REPOSITORY_STATE}: give it a data dir (and cwd) under tmp_path")
+        f"this test (or a process it started) wrote {REPOSITORY_STATE}: "
+        "give it a data dir (and cwd) under tmp_path")

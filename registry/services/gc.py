@@ -19,9 +19,10 @@ The protocol between the collector and the writers, so that a referenced blob is
   references, and references only the rows it found: a blob the collector deleted meanwhile is
   transferred again (mirrored) or refused (an upload submission: upload it again).
 - A writer that has just put bytes records them (``record_blob``): it takes the digest's lock, then
-  an upsert locks the row, and only then does it check that the bytes are (still) stored: the collector may have deleted them
-  between the put and the record. If they are gone the transaction is dropped and the writer puts
-  them again (``BlobVanishedError`` is transient: a job retries, an upload puts once more).
+  an upsert locks the row, and only then does it check that the bytes are (still) stored: the
+  collector may have deleted them between the put and the record. If they are gone the transaction
+  is dropped and the writer puts them again (``BlobVanishedError`` is transient: a job retries, an
+  upload puts once more).
 
 Either the writer's lock comes first, and the collector then sees the reference (or a fresh
 ``last_used_at``), or the collector's does, and the writer then finds no row (or no bytes).

@@ -4,9 +4,10 @@ version exactly once.
 
 The schema comes from `modelreg migrate` first (the migration Job); both API replicas then start at the
 same time, as a Deployment's pods do. Versions are submitted through either replica and followed through
-the other; workers share the queue, and one console session works on both replicas. Afterwards every job ran once to completion, each version's stage
-transitions are each one audit event, no scan or eval was recorded twice, the audit chain is intact, and
-both replicas report the same database series on /metrics.
+the other; workers share the queue, and one console session works on both replicas. Afterwards every
+job ran once to completion, each version's stage transitions are each one audit event, no scan or eval
+was recorded twice, the audit chain is intact, and both replicas report the same database series on
+/metrics.
 """
 
 from __future__ import annotations
@@ -182,7 +183,8 @@ def _check_one_console_session_on_both_replicas(servers: list[Server], token: st
         for url in (a, b):
             page = browser.get(f"{url}/ui/approvals", follow_redirects=False)
             assert page.status_code == 200, f"{url} refused the console session opened on the other replica"
-        signed_out = browser.post(f"{a}/ui/sign-out", data={"csrf": csrf_of(page.text)}, follow_redirects=False)
+        signed_out = browser.post(f"{a}/ui/sign-out", data={"csrf": csrf_of(page.text)},
+                                  follow_redirects=False)
         assert signed_out.status_code == 303
         assert browser.get(f"{b}/ui/approvals", follow_redirects=False).status_code == 303
 

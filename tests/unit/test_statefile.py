@@ -45,8 +45,8 @@ def _race(tmp_path: Path, how: str) -> list[list[dict]]:
     """Each round's values, one per racer; no racer may fail or leave a temporary file behind."""
     dirs = [tmp_path / f"data-{i}" for i in range(ROUNDS)]
     env = {k: v for k, v in os.environ.items() if not k.startswith("MODELREG_")}
-    racers = [subprocess.Popen([sys.executable, "-c", _RACER, how, *map(str, dirs)], env=env, bufsize=0,
-                               stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    racers = [subprocess.Popen([sys.executable, "-c", _RACER, how, *map(str, dirs)], env=env, bufsize=0, text=True,
+                               stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
               for _ in range(RACERS)]
     try:
         for r in racers:
