@@ -94,11 +94,7 @@ class Container:
 
         if self.settings.console_key is not None:
             return SessionKey(bytes.fromhex(self.settings.console_key.get_secret_value().strip()))
-        key_file = self.settings.data_dir.resolve() / "console-key"
-        if not key_file.exists():
-            ensure_data_dir(self.settings)
-            _write_secret(key_file, os.urandom(32).hex())
-        return SessionKey(bytes.fromhex(key_file.read_text().strip()))
+        return SessionKey(bytes.fromhex(_secret_once(ensure_data_dir(self.settings) / "console-key")))
 
     def open_source(self, uri: str, hf_endpoint: str | None, include: tuple[str, ...] = (),
                     exclude: tuple[str, ...] = ()):
@@ -206,20 +202,12 @@ def prepare_embedded(settings: Settings) -> None:
         key_file.parent.mkdir(mode=0o700, exist_ok=True)
         ensure_key_file(key_file)
         settings.signing_key_file = key_file
+    from pydantic import SecretStr
+
     if settings.presign_secret is None:
-        secret_file = data_dir / "presign-secret"
-        if not secret_file.exists():
-            _write_secret(secret_file, os.urandom(32).hex())
-        from pydantic import SecretStr
-
-        settings.presign_secret = SecretStr(secret_file.read_text().strip())
+        settings.presign_secret = SecretStr(_secret_once(data_dir / "presign-secret"))
     if settings.console_key is None:
-        key_file = data_dir / "console-key"
-        if not key_file.exists():
-            _write_secret(key_file, os.urandom(32).hex())
-        from pydantic import SecretStr
-
-        settings.console_key = SecretStr(key_file.read_text().strip())
+        settings.console_key = SecretStr(_secret_once(data_dir / "console-key"))
 
 
 def ensure_data_dir(settings: Settings) -> Path:
@@ -248,21 +236,24 @@ def ensure_initial_admin(container: Container) -> FirstStart:
     with container.session_factory() as session:
         if session.scalar(select(Principal).limit(1)) is not None:
             return FirstStart(admin_token_file=token_file if token_file.exists() else None, created_admin=False)
-        if session.scalar(select(Tenant).where(Tenant.name == "default")) is None:
-            session.add(Tenant(name="default"))
-        admin = Principal(name="admin", is_admin=True)
-        session.add(admin)
-        session.flush()
-        issued = issue_token(session, admin, description="initial admin token", expires_in=None)
-        audit.append(session, actor="system", action="principal.created", subject="principal/admin",
-                     details={"is_admin": True, "token_prefix": issued.prefix})
-        _write_secret(token_file, issued.token)
         try:
+            if session.scalar(select(Tenant).where(Tenant.name == "default")) is None:
+                session.add(Tenant(name="default"))
+            admin = Principal(name="admin", is_admin=True)
+            session.add(admin)
+            # The insert waits for a replica that inserted first, and fails here once that one commits.
+            session.flush()
+            issued = issue_token(session, admin, description="initial admin token", expires_in=None)
+            audit.append(session, actor="system", action="principal.created", subject="principal/admin",
+                         details={"is_admin": True, "token_prefix": issued.prefix})
             session.commit()
         except IntegrityError:
             # Another replica starting at the same time created the first admin: its token is the one.
-            token_file.unlink(missing_ok=True)
             return FirstStart(admin_token_file=None, created_admin=False)
+    # Written once the admin is committed: a replica that lost the race never touches the winner's file.
+    from registry.statefile import write_atomic
+
+    write_atomic(token_file, (issued.token + "\n").encode())
     return FirstStart(admin_token_file=token_file, created_admin=True)
 
 
@@ -276,11 +267,8 @@ def ensure_trust_root(container: Container) -> int:
     return root.version
 
 
-def _write_secret(path: Path, value: str) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as f:
-        f.write(value + "\n")
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+def _secret_once(path: Path) -> str:
+    """A random hex secret kept in ``path``: made by the first process to start, read by all the others."""
+    from registry.statefile import create_once
+
+    return create_once(path, (os.urandom(32).hex() + "\n").encode()).decode().strip()

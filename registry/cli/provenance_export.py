@@ -5,13 +5,12 @@ from __future__ import annotations
 import enum
 import hashlib
 import json
-import os
-import tempfile
 from pathlib import Path
 from typing import Optional
 
 import typer
 
+from registry import statefile
 from registry.cli._base import CliError, JsonOpt, TokenOpt, UrlOpt, _client, _emit, _split_model
 from registry.cli.provenance import provenance_app
 
@@ -23,14 +22,7 @@ class ExportFormat(str, enum.Enum):
 
 def _write(path: Path, data: bytes) -> None:
     """Write ``data`` to ``path`` whole or not at all (a temporary file beside it, then a rename)."""
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.replace(tmp, path)
-    except BaseException:
-        os.unlink(tmp)
-        raise
+    statefile.write_atomic(path, data)
 
 
 @provenance_app.command("export")

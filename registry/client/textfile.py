@@ -18,11 +18,11 @@ Written by hand, in the text exposition format: the fetch client needs no metric
 
 from __future__ import annotations
 
-import os
-import tempfile
 import time
 from pathlib import Path
 from typing import Any, Mapping
+
+from registry import statefile
 
 _HELP = {
     "modelreg_fetch_phase_seconds": ("gauge", "Seconds the last modelreg fetch spent in each phase"),
@@ -82,17 +82,8 @@ def render(samples: list[tuple[str, dict, float]]) -> str:
 def write_textfile(path: Path, samples: list[tuple[str, dict, float]]) -> None:
     """Write ``samples`` to ``path`` atomically (a temporary file in the same directory, renamed over it)."""
     path = Path(path)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w") as out:
-            out.write(render(samples))
-            out.flush()
-            os.fsync(out.fileno())
-        os.chmod(tmp, 0o644)  # the node exporter runs as another user
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    # 0644: the node exporter runs as another user.
+    statefile.write_atomic(path, render(samples).encode(), mode=0o644)
 
 
 def _escape(value: str) -> str:

@@ -23,12 +23,11 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-import os
-import tempfile
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from registry import statefile
 from registry.domain.errors import InvalidInputError
 from registry.signing.trust_root import MAX_ROOT_BYTES, RootError, TrustRoot, parse_root, walk
 
@@ -50,16 +49,7 @@ def read_json_file(path: Path, limit: int, what: str) -> Any:
 def write_atomic(path: Path, data: bytes) -> None:
     """Write ``path`` so a reader sees the old file or the new one, never half of it."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    statefile.write_atomic(path, data)
 
 
 def load_pinned_root(path: Path) -> TrustRoot:

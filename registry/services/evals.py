@@ -18,7 +18,6 @@ from __future__ import annotations
 import hashlib
 import io
 import logging
-import tempfile
 from collections import Counter
 from pathlib import Path
 from typing import Any, Callable
@@ -34,7 +33,7 @@ from registry.db.session import begin_write
 from registry.domain.errors import (BlobVanishedError, DigestMismatchError, InvalidInputError, NotFoundError,
                                     PermissionDeniedError)
 from registry.domain.states import VersionState
-from registry.evals import sandbox
+from registry.evals import sandbox, workdirs
 from registry.evals.cases import parse_cases
 from registry.evals.suites import EVALSET_NAME, Suite, SuiteError, suite_version, suites_of
 from registry.jobs import CLOCK_INFO
@@ -287,8 +286,8 @@ def run_eval(session_factory: sessionmaker[Session], result_id: int, *, blob_sto
 def _run_outside_transaction(files: list[tuple[str, str]], evalsets: list[tuple[str, str]],
                              definition: dict[str, Any], facts: dict[str, Any] | None, blob_store: BlobStore,
                              work_root: Path | None) -> sandbox.Outcome:
-    root = Path(tempfile.mkdtemp(prefix="modelreg-eval-", dir=work_root))
-    try:
+    # The copy lives in a locked run directory: if this worker is killed, the next sweep removes it.
+    with workdirs.eval_workdir(work_root) as root:
         try:
             model_dir = sandbox.materialize(files, blob_store, root / "model")
             # Eval-set names are slugs (no "/"): one directory holds them all, each hash-checked.
@@ -300,8 +299,6 @@ def _run_outside_transaction(files: list[tuple[str, str]], evalsets: list[tuple[
             return sandbox.failed("integrity", f"a stored blob does not match its digest: {e.message}")
         # trust_remote_code stays off: remote code needs a security approval, which comes after evals.
         return sandbox.run_runner(definition, model_dir, sets, facts=facts, work_root=root, trust_remote_code=False)
-    finally:
-        sandbox.remove_tree(root)
 
 
 def _store_log(blob_store: BlobStore, log_bytes: bytes) -> str | None:

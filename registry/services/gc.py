@@ -7,38 +7,48 @@ by digest but need no bytes, and signatures live in rows, so neither keeps a blo
 
 The protocol between the collector and the writers, so that a referenced blob is never deleted:
 
-- The ``blobs`` row stands for the bytes. The collector deletes a blob in one transaction that locks
-  its row (``FOR UPDATE``; SQLite has one writer at a time), checks again, with a fresh snapshot,
-  that nothing references it and that it was not used within the grace period, deletes the bytes,
-  then the row, and commits. A row therefore exists whenever its bytes might still be needed.
+- The ``blobs`` row stands for the bytes: a row never outlives its bytes. The collector deletes a
+  blob in two transactions. The first locks its row (``FOR UPDATE``; SQLite has one writer at a
+  time), checks again, with a fresh snapshot, that nothing references it and that it was not used
+  within the grace period, deletes the row and commits. The second takes the digest's lock (a
+  PostgreSQL advisory lock; SQLite's one writer), and deletes the bytes only if no writer recorded
+  them again in between. A collector killed between the two leaves bytes without a row, which the
+  next run collects as an orphan; never a row a submission would list and then find without bytes.
 - A writer that references blobs already stored (a submission deduplicating against what the tenant
   owns: ``hold_blobs``, or ``versions.owned_blobs(hold=True)``) locks their rows ``FOR SHARE`` in the transaction that commits the
   references, and references only the rows it found: a blob the collector deleted meanwhile is
   transferred again (mirrored) or refused (an upload submission: upload it again).
-- A writer that has just put bytes records them (``record_blob``) with an upsert that locks the row,
-  and only then checks that the bytes are (still) stored: the collector may have deleted them
-  between the put and the record. If they are gone the transaction is dropped and the writer puts
-  them again (``BlobVanishedError`` is transient: a job retries, an upload puts once more).
+- A writer that has just put bytes records them (``record_blob``): it takes the digest's lock, then
+  an upsert locks the row, and only then does it check that the bytes are (still) stored: the
+  collector may have deleted them between the put and the record. If they are gone the transaction
+  is dropped and the writer puts them again (``BlobVanishedError`` is transient: a job retries, an
+  upload puts once more).
 
 Either the writer's lock comes first, and the collector then sees the reference (or a fresh
 ``last_used_at``), or the collector's does, and the writer then finds no row (or no bytes).
 
-Bytes with no row at all (a writer that crashed between its put and its record, or a mirror refused
-by a quota) are adopted: the collector inserts their row itself, which locks it, and deletes as above.
+Bytes with no row at all (a writer that crashed between its put and its record, a mirror refused by
+a quota, or a collector killed between its two transactions) are deleted as in the second
+transaction, once older than the orphan age.
+
+Each run that deleted anything appends one ``blobs.collected`` audit event with its counts and at
+most :data:`AUDITED_DIGESTS` of the digests: a run may delete millions of blobs, and an event per
+blob would make the audit log the largest thing gc leaves.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import logging
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Iterable
 
-from sqlalchemy import delete, exists, func, or_, select
+from sqlalchemy import delete, exists, func, or_, select, text
 from sqlalchemy.dialects.postgresql import insert as postgresql_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.orm import Session, sessionmaker
 
+from registry import audit
 from registry.clock import Clock
 from registry.db.models import Blob, EvalResult, EvalSet, Version, VersionFile
 from registry.db.session import begin_write, is_postgres
@@ -50,8 +60,11 @@ log = logging.getLogger(__name__)
 BATCH = 500
 """Blobs looked at per query: a store of any size is walked in bounded steps."""
 
-# Long ago: the use time of an adopted row, so the grace period is the bytes' own age.
-_EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)
+AUDITED_DIGESTS = 100
+"""Digests named in a run's audit event; the counts cover the rest."""
+
+# The first key of the digest locks (pg_advisory_xact_lock(int, int)): "gc" apart from other advisory locks.
+_DIGEST_LOCK_CLASS = 0x6763
 
 
 @dataclass
@@ -64,9 +77,17 @@ class GcReport:
     kept_referenced: int = 0
     kept_young: int = 0
     errors: int = 0
+    digests: list[str] = field(default_factory=list, repr=False)
+    """The first :data:`AUDITED_DIGESTS` digests deleted (for the audit event; not in :meth:`as_dict`)."""
 
     def as_dict(self) -> dict[str, int]:
-        return asdict(self)
+        found = asdict(self)
+        del found["digests"]
+        return found
+
+    def add_digest(self, digest: str) -> None:
+        if len(self.digests) < AUDITED_DIGESTS:
+            self.digests.append(digest)
 
 
 def referenced(digest_column) -> object:
@@ -115,6 +136,7 @@ def record_blob(session: Session, digest: str, size: int, *, blob_store: BlobSto
         BlobVanishedError: garbage collection deleted the bytes after they were put; put them again.
     """
     now = now or dt.datetime.now(dt.timezone.utc)
+    _lock_digest(session, digest)
     insert = postgresql_insert if is_postgres(session) else sqlite_insert
     statement = insert(Blob).values(digest=digest, size=size, created_at=now, last_used_at=now)
     session.execute(statement.on_conflict_do_update(index_elements=[Blob.digest],
@@ -157,7 +179,28 @@ def collect(session_factory: sessionmaker[Session], blob_store: BlobStore, clock
         after = rows[-1][0]
     if orphan_age is not None:
         _collect_orphans(session_factory, blob_store, now - orphan_age, report)
+    _audit(session_factory, report)
     return report
+
+
+def _audit(session_factory: sessionmaker[Session], report: GcReport) -> None:
+    if not (report.deleted or report.orphans_deleted):
+        return
+    details = {**report.as_dict(), "digests": report.digests,
+               "digests_omitted": report.deleted + report.orphans_deleted - len(report.digests)}
+    with session_factory() as session:
+        begin_write(session)
+        audit.append(session, actor=audit.SYSTEM_ACTOR, action="blobs.collected", subject="blob-store",
+                     details=details)
+        session.commit()
+
+
+def _lock_digest(session: Session, digest: str) -> None:
+    """Take the digest's lock until the transaction ends: the collector deleting bytes and a writer
+    recording them take it in turn (SQLite's one writer at a time is the same lock)."""
+    if is_postgres(session):
+        key = int.from_bytes(bytes.fromhex(digest[:8]), "big", signed=True)
+        session.execute(text("SELECT pg_advisory_xact_lock(:c, :k)"), {"c": _DIGEST_LOCK_CLASS, "k": key})
 
 
 def _delete_if_garbage(session_factory: sessionmaker[Session], blob_store: BlobStore, digest: str,
@@ -179,22 +222,31 @@ def _delete_if_garbage(session_factory: sessionmaker[Session], blob_store: BlobS
         if session.scalar(select(referenced(Blob.digest)).where(Blob.digest == digest)):
             report.kept_referenced += 1
             return
-        if _delete_locked(session, blob_store, digest, report):
-            report.deleted += 1
-            report.deleted_bytes += size
+        # The row first (owners go with it): from this commit on no writer can find the blob stored.
+        session.execute(delete(Blob).where(Blob.digest == digest))
+        session.commit()
+    if _delete_unrecorded_bytes(session_factory, blob_store, digest, report):
+        report.deleted += 1
+        report.deleted_bytes += size
+        report.add_digest(digest)
 
 
-def _delete_locked(session: Session, blob_store: BlobStore, digest: str, report: GcReport) -> bool:
-    """Delete the bytes, then the row (owners go with it), and commit; the row is locked by the caller."""
-    try:
-        blob_store.delete(digest)
-    except BlobStoreError as exc:
-        log.warning("gc: could not delete blob %s: %s", digest, exc)
-        report.errors += 1
-        session.rollback()
-        return False
-    session.execute(delete(Blob).where(Blob.digest == digest))
-    session.commit()
+def _delete_unrecorded_bytes(session_factory: sessionmaker[Session], blob_store: BlobStore, digest: str,
+                             report: GcReport) -> bool:
+    """Delete bytes that have no row, under the digest's lock; False if a writer recorded them or the
+    store refused (they stay, without a row: an orphan the next run takes)."""
+    with session_factory() as session:
+        begin_write(session)
+        _lock_digest(session, digest)
+        # A writer that put and recorded these bytes since the row was deleted owns them now.
+        if session.scalar(select(Blob.digest).where(Blob.digest == digest)) is not None:
+            return False
+        try:
+            blob_store.delete(digest)
+        except BlobStoreError as exc:
+            log.warning("gc: could not delete blob %s: %s", digest, exc)
+            report.errors += 1
+            return False
     return True
 
 
@@ -221,17 +273,8 @@ def _collect_orphan_batch(session_factory: sessionmaker[Session], blob_store: Bl
         if modified is None or modified >= cutoff:
             report.kept_young += 1
             continue
-        with session_factory() as session:
-            begin_write(session)
-            insert = postgresql_insert if is_postgres(session) else sqlite_insert
-            # Inserting the row locks it: a writer recording these bytes now waits, then finds them gone.
-            adopted = session.scalar(
-                insert(Blob).values(digest=digest, size=0, created_at=_EPOCH, last_used_at=_EPOCH)
-                .on_conflict_do_nothing().returning(Blob.digest)
-            )
-            if adopted is None:
-                continue
-            if _delete_locked(session, blob_store, digest, report):
-                report.orphans_deleted += 1
+        if _delete_unrecorded_bytes(session_factory, blob_store, digest, report):
+            report.orphans_deleted += 1
+            report.add_digest(digest)
 
 

@@ -16,8 +16,6 @@ Example:
 from __future__ import annotations
 
 import hashlib
-import os
-import tempfile
 from pathlib import Path
 
 from cryptography.exceptions import InvalidSignature, UnsupportedAlgorithm
@@ -25,6 +23,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 
 from registry.domain.errors import InvalidKeyError, SignatureError
+from registry.statefile import create_exclusive
 
 _CURVE = "secp256r1"
 _ALGORITHM = ec.ECDSA(hashes.SHA256())
@@ -249,21 +248,7 @@ def write_new_key(path: Path) -> SigningKey:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     key = SigningKey.generate()
-    # mkstemp creates the file with mode 0600, so the key is never readable by others, even briefly.
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".signing-key-", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(key.private_pem())
-            f.flush()
-            os.fsync(f.fileno())
-        os.link(tmp, path)
-    finally:
-        os.unlink(tmp)
-    dir_fd = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
+    create_exclusive(path, key.private_pem())
     return key
 
 

@@ -13,14 +13,13 @@ Example:
 
 from __future__ import annotations
 
-import os
 import secrets
-import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING
 from urllib.parse import unquote, urlsplit
 
 from registry.domain.errors import InvalidInputError
+from registry.statefile import create_once
 from registry.storage.base import BlobInfo, BlobStore, ByteSource, PutResult, blob_key
 from registry.storage.local import LocalBlobStore
 from registry.storage.s3 import S3BlobStore
@@ -106,19 +105,8 @@ def make_s3_client(settings: Settings):
 def _persistent_secret(root: Path) -> bytes:
     root.mkdir(parents=True, exist_ok=True)
     path = root / PRESIGN_KEY_FILE
-    if not path.exists():
-        fd, tmp = tempfile.mkstemp(dir=root, prefix=".presign-")
-        try:
-            with os.fdopen(fd, "wb") as out:
-                out.write(secrets.token_bytes(32))
-            # link refuses to replace: when two processes race, both end up reading the winner's key.
-            try:
-                os.link(tmp, path)
-            except FileExistsError:
-                pass
-        finally:
-            os.unlink(tmp)
-    secret = path.read_bytes()
+    # Processes starting together agree on one key: the loser reads the winner's file.
+    secret = create_once(path, secrets.token_bytes(32))
     if len(secret) < 16:
         raise InvalidInputError(f"presign key file {path} is too short", path=str(path))
     return secret

@@ -1,5 +1,6 @@
-"""A worker killed in the middle of an eval: its runner dies with it, another worker runs the suite again
-once the lease runs out, and the result is recorded once."""
+"""A worker killed in the middle of an eval: its runner dies with it, the next worker to start removes the
+model copy it left, another worker runs the suite again once the lease runs out, and the result is
+recorded once."""
 
 from __future__ import annotations
 
@@ -21,15 +22,15 @@ from tests.integration.test_mirror_crash import deployment  # noqa: F401  (the f
 from tests.support.registry import make_admin
 from tests.support.worker_process import kill_worker, start_worker, stop_worker, wait_for
 
-# Appends "start <pid>" to the runs file, works (a minute the first time, a second after), then appends
-# "done <pid>" and reports.
+# Appends "start <pid> <model_dir>" to the runs file, works (a minute the first time, a second after), then
+# appends "done <pid>" and reports.
 SLOW_SCRIPT = """
 import json, os, sys, time
 from pathlib import Path
 runs = Path(sys.argv[3])
 first = not runs.exists()
 with runs.open("a") as f:
-    f.write(f"start {os.getpid()}\\n")
+    f.write(f"start {os.getpid()} {sys.argv[1]}\\n")
 time.sleep(60 if first else 1)
 with runs.open("a") as f:
     f.write(f"done {os.getpid()}\\n")
@@ -85,9 +86,14 @@ def test_a_worker_killed_mid_eval_leaves_no_runner_and_the_rerun_records_once(de
         while alive(pid) and time.monotonic() < give_up:
             time.sleep(0.1)
         assert not alive(pid), "the runner's command outlived the killed worker"
+        copy = Path(started[2]).parent
+        assert (copy / "model" / "config.json").exists(), "the killed worker left no model copy to sweep"
 
         second = start_worker(deployment, log)
         try:
+            wait_for(lambda: not copy.exists(), "the new worker to remove the killed one's model copy",
+                     second, log)
+
             def settled() -> bool:
                 with container.session_factory() as session:
                     return session.get(Version, version_id).state == "awaiting_approval"

@@ -211,3 +211,133 @@ def test_gc_racing_submissions_never_deletes_a_referenced_blob(container, admin,
     assert problems == [], "\n".join(problems)
     # The race was real: the shared blob was collected between submissions, again and again.
     assert sum(r.deleted for r in reports) >= 5, [r.as_dict() for r in reports[-3:]]
+
+
+class KilledError(BaseException):
+    """The gc process dying at a blob store delete: no handler of ours catches it, nothing more commits."""
+
+
+class KilledAtDelete:
+    """The blob store of a gc process killed at its first delete: ``after_bytes`` once they are gone."""
+
+    def __init__(self, store, *, after_bytes: bool) -> None:
+        self._store, self._after_bytes = store, after_bytes
+
+    def __getattr__(self, name):
+        return getattr(self._store, name)
+
+    def delete(self, digest: str) -> None:
+        if self._after_bytes:
+            self._store.delete(digest)
+        raise KilledError
+
+
+def rows_without_bytes(container) -> list[str]:
+    with container.session_factory() as session:
+        return [d for d in session.scalars(select(Blob.digest)) if not container.blob_store.exists(d)]
+
+
+def test_gc_killed_after_deleting_bytes_leaves_no_row_a_submission_could_list(store_container, admin):
+    container = store_container
+    garbage = upload(container, admin, b"garbage about to be collected")
+    age_blobs(container, 48)
+    with pytest.raises(KilledError):
+        gc.collect(container.session_factory, KilledAtDelete(container.blob_store, after_bytes=True),
+                   container.clock, dt.timedelta(hours=24))
+
+    assert not container.blob_store.exists(garbage)
+    assert rows_without_bytes(container) == []
+    # The submission that used to be sealed, signed, then failed scan_error is refused up front.
+    with pytest.raises(BlobsNotUploadedError):
+        submit_files(container, admin, "late", {"w.bin": b"garbage about to be collected"})
+
+
+def test_gc_killed_before_deleting_bytes_leaves_an_orphan_the_next_run_collects(store_container, admin):
+    container = store_container
+    garbage = upload(container, admin, b"garbage left by a killed collector")
+    age_blobs(container, 48)
+    with pytest.raises(KilledError):
+        gc.collect(container.session_factory, KilledAtDelete(container.blob_store, after_bytes=False),
+                   container.clock, dt.timedelta(hours=24))
+    with container.session_factory() as session:
+        assert session.get(Blob, garbage) is None, "the row outlived the collector's first transaction"
+    assert container.blob_store.exists(garbage)
+
+    report = collect(container, hours=0)
+    assert report.orphans_deleted == 1 and not container.blob_store.exists(garbage)
+
+
+def test_each_collection_that_deletes_is_one_audit_event_with_bounded_digests(container, admin, monkeypatch):
+    from registry import audit
+    from registry.db.models import AuditEvent
+
+    monkeypatch.setattr(gc, "AUDITED_DIGESTS", 2)
+    digests = sorted(upload(container, admin, f"garbage {i}".encode()) for i in range(3))
+    age_blobs(container, 48)
+    orphan = container.blob_store.put(io.BytesIO(b"orphaned by a crashed writer")).digest
+
+    report = collect(container, hours=0)
+    assert (report.deleted, report.orphans_deleted) == (3, 1)
+    assert collect(container, hours=0).deleted == 0  # nothing deleted: nothing recorded
+
+    with container.session_factory() as session:
+        events = session.scalars(select(AuditEvent).where(AuditEvent.action == "blobs.collected")).all()
+        assert audit.verify(session).events > 0
+    assert len(events) == 1
+    (event,) = events
+    assert event.actor == "system" and event.subject == "blob-store"
+    assert event.details["deleted"] == 3 and event.details["orphans_deleted"] == 1
+    assert event.details["digests"] == digests[:2] and event.details["digests_omitted"] == 2
+    assert orphan not in event.details["digests"]
+
+
+def test_bytes_recorded_again_between_the_collectors_two_steps_stay(container, admin, monkeypatch):
+    data = b"unreferenced, then uploaded again"
+    digest = upload(container, admin, data)
+    age_blobs(container, 48)
+    delete_bytes = gc._delete_unrecorded_bytes
+
+    def upload_first(*args, **kwargs):
+        # The row is gone and committed; an uploader finds no blob, puts the bytes and records them.
+        upload(container, admin, data)
+        return delete_bytes(*args, **kwargs)
+
+    monkeypatch.setattr(gc, "_delete_unrecorded_bytes", upload_first)
+    assert collect(container).deleted == 0
+    assert stored_intact(container, digest) and rows_without_bytes(container) == []
+
+
+def test_a_writer_recording_while_the_collector_deletes_bytes_puts_them_again(container, admin):
+    data = b"recorded while the collector deletes"
+    digest = upload(container, admin, data)
+    age_blobs(container, 48)
+    deleting, outcome = threading.Event(), {}
+
+    class SlowDelete:
+        """The collector's store: it holds the digest's lock while the writer arrives."""
+
+        def __getattr__(self, name):
+            return getattr(container.blob_store, name)
+
+        def delete(self, key: str) -> None:
+            deleting.set()
+            time.sleep(1.0)
+            container.blob_store.delete(key)
+
+    def writer() -> None:
+        deleting.wait(30)
+        try:
+            upload(container, admin, data)
+            outcome["result"] = "recorded"
+        except Exception as exc:  # noqa: BLE001  (the outcome is what the test checks)
+            outcome["result"] = type(exc).__name__
+
+    thread = threading.Thread(target=writer)
+    thread.start()
+    gc.collect(container.session_factory, SlowDelete(), container.clock, dt.timedelta(hours=24))
+    thread.join(30)
+    # The writer waited for the collector's lock, then found its bytes gone: put them again.
+    assert outcome["result"] == "BlobVanishedError", outcome
+    assert rows_without_bytes(container) == []
+    upload(container, admin, data)
+    assert stored_intact(container, digest)

@@ -4,9 +4,10 @@ version exactly once.
 
 The schema comes from `modelreg migrate` first (the migration Job); both API replicas then start at the
 same time, as a Deployment's pods do. Versions are submitted through either replica and followed through
-the other; workers share the queue. Afterwards every job ran once to completion, each version's stage
-transitions are each one audit event, no scan or eval was recorded twice, the audit chain is intact, and
-both replicas report the same database series on /metrics.
+the other; workers share the queue, and one console session works on both replicas. Afterwards every
+job ran once to completion, each version's stage transitions are each one audit event, no scan or eval
+was recorded twice, the audit chain is intact, and both replicas report the same database series on
+/metrics.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from sqlalchemy.orm import Session
 from registry import audit
 from registry.db.models import AuditEvent, EvalResult, Job, Model, ScanResult, Version
 from tests.support import db as dbsupport
+from tests.support.console import csrf_of
 from tests.support.server import MODELREG, Server, free_port
 from tests.support.tiny_model import tiny_model_files
 from tests.support.worker_process import Deployment, start_worker, stop_worker
@@ -52,6 +54,7 @@ def shared_env(pg_url, s3_server, s3_bucket, signing_key_pem, tmp_path) -> dict[
         "MODELREG_S3_SECRET_ACCESS_KEY": s3_server.secret_key,
         "MODELREG_SIGNING_KEY_PEM": signing_key_pem,
         "MODELREG_PRESIGN_SECRET": "multi-process-presign-secret",
+        "MODELREG_CONSOLE_KEY": "5a" * 32,
         "MODELREG_LOCAL_SOURCE_ROOTS": json.dumps([str(tmp_path / "models")]),
         "MODELREG_METRICS_CACHE_SECONDS": "0",
         "HF_HUB_DISABLE_TELEMETRY": "1",
@@ -71,7 +74,8 @@ def _start_replicas(shared_env, tmp_path, count: int) -> list[Server]:
         log = tmp_path / f"api-{i}.log"
         process = subprocess.Popen(
             [MODELREG, "serve", "--data-dir", str(data_dir), "--host", "127.0.0.1", "--port", str(port),
-             "--workers", "0"], stdout=open(log, "wb"), stderr=subprocess.STDOUT, env=_clean_env(shared_env))
+             "--workers", "0"], stdout=open(log, "wb"), stderr=subprocess.STDOUT, env=_clean_env(shared_env),
+            cwd=tmp_path)
         servers.append(Server(f"http://127.0.0.1:{port}", data_dir, process, log))
     deadline = time.monotonic() + 90
     for server in servers:
@@ -108,7 +112,7 @@ def _database_series(server: Server) -> dict[tuple, float]:
 
 def test_two_api_replicas_and_three_workers_finish_every_version_once(shared_env, pg_url, tmp_path):
     migrated = subprocess.run([MODELREG, "migrate", "--json"], env=_clean_env(shared_env), capture_output=True,
-                              text=True, timeout=120)
+                              text=True, timeout=120, cwd=tmp_path)
     assert migrated.returncode == 0, migrated.stderr
     servers = _start_replicas(shared_env, tmp_path, 2)
     workers = [_start_worker(shared_env, tmp_path / f"worker-{i}.log") for i in range(3)]
@@ -116,6 +120,7 @@ def test_two_api_replicas_and_three_workers_finish_every_version_once(shared_env
         token = _admin_token(servers)
         auth = {"Authorization": f"Bearer {token}"}
         assert httpx.post(f"{servers[0].url}/v1/tenants", json={"name": TENANT}, headers=auth).status_code == 201
+        _check_one_console_session_on_both_replicas(servers, token)
 
         submitted: list[tuple[str, int]] = []
         for i, server in zip(range(VERSIONS), itertools.cycle(servers)):
@@ -164,6 +169,24 @@ def test_two_api_replicas_and_three_workers_finish_every_version_once(shared_env
             assert report.events > 0
     finally:
         engine.dispose()
+
+
+def _check_one_console_session_on_both_replicas(servers: list[Server], token: str) -> None:
+    """Signed in through replica A's form and B's answer, the session opens pages and signs out on either."""
+    a, b = servers[0].url, servers[1].url
+    # One cookie jar for both: the replicas share a host, and cookies are not per port.
+    with httpx.Client(timeout=30) as browser:
+        form = browser.get(f"{a}/ui/sign-in", params={"next": "/ui/approvals"})
+        signed_in = browser.post(f"{b}/ui/sign-in", data={"token": token, "csrf": csrf_of(form.text),
+                                                          "next": "/ui/approvals"}, follow_redirects=False)
+        assert signed_in.status_code == 303, signed_in.text
+        for url in (a, b):
+            page = browser.get(f"{url}/ui/approvals", follow_redirects=False)
+            assert page.status_code == 200, f"{url} refused the console session opened on the other replica"
+        signed_out = browser.post(f"{a}/ui/sign-out", data={"csrf": csrf_of(page.text)},
+                                  follow_redirects=False)
+        assert signed_out.status_code == 303
+        assert browser.get(f"{b}/ui/approvals", follow_redirects=False).status_code == 303
 
 
 def _check_each_job_ran_once(session: Session) -> None:

@@ -36,10 +36,13 @@ class Deployment:
 
 
 def start_worker(deployment: Deployment, log: Path) -> subprocess.Popen:
-    env = {**os.environ, "HF_HUB_DISABLE_TELEMETRY": "1", **deployment.env}
+    """Start ``modelreg worker`` in the log's directory, with its own data directory there unless the
+    deployment names one: nothing it writes lands in the repository (or another worker's scratch)."""
+    env = {**os.environ, "HF_HUB_DISABLE_TELEMETRY": "1",
+           "MODELREG_DATA_DIR": str(log.with_name(log.stem + "-data")), **deployment.env}
     with log.open("ab") as out:
         return subprocess.Popen([str(MODELREG), "worker"], env=env, stdout=out, stderr=subprocess.STDOUT,
-                                start_new_session=True)
+                                cwd=log.parent, start_new_session=True)
 
 
 def wait_for(condition: Callable[[], object], what: str, worker: subprocess.Popen, log: Path) -> object:

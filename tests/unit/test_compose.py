@@ -56,3 +56,9 @@ def test_services_have_health_checks_and_volumes(compose):
     for name in ("postgres", "seaweedfs", "api"):
         assert "healthcheck" in compose["services"][name]
     assert {"postgres-data", "seaweedfs-data"} <= set(compose["volumes"])
+
+
+def test_api_replicas_share_one_console_key(compose):
+    """A console session opened on one API replica must open on the next: the key is set, not made per replica."""
+    key = compose["services"]["api"]["environment"]["MODELREG_CONSOLE_KEY"]
+    assert len(bytes.fromhex(key)) >= 32

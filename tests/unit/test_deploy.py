@@ -170,11 +170,11 @@ def test_every_registry_container_runs_a_real_command_reading_real_settings():
     # External PostgreSQL and S3, one signing key and presign secret for every replica.
     assert {"MODELREG_DATABASE_URL", "MODELREG_BLOB_STORE_URL", "MODELREG_S3_ENDPOINT_URL",
             "MODELREG_S3_ACCESS_KEY_ID", "MODELREG_S3_SECRET_ACCESS_KEY", "MODELREG_SIGNING_KEY_PEM",
-            "MODELREG_PRESIGN_SECRET"} <= set(provided)
+            "MODELREG_PRESIGN_SECRET", "MODELREG_CONSOLE_KEY"} <= set(provided)
     assert provided["MODELREG_DATABASE_URL"].startswith("postgresql://")
     assert provided["MODELREG_BLOB_STORE_URL"].startswith("s3://")
     secret_names = {"MODELREG_DATABASE_URL", "MODELREG_S3_SECRET_ACCESS_KEY", "MODELREG_SIGNING_KEY_PEM",
-                    "MODELREG_PRESIGN_SECRET"}
+                    "MODELREG_PRESIGN_SECRET", "MODELREG_CONSOLE_KEY"}
     assert secret_names <= set(secret["stringData"]) and not secret_names & set(config["data"])
     Settings(**{k.removeprefix("MODELREG_").lower(): v for k, v in provided.items()})  # every value parses
 
