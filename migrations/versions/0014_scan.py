@@ -29,7 +29,7 @@ def upgrade() -> None:
     op.create_table(
         "job_turns",
         sa.Column("tenant", sa.String(length=64), nullable=False),
-        sa.Column("served_at", sa.DateTime(timezone=True), nullable=False),
+        sa.Column("served_turn", sa.BigInteger(), nullable=False),
         sa.PrimaryKeyConstraint("tenant", name=op.f("pk_job_turns")),
     )
     op.create_table(

@@ -289,12 +289,13 @@ class Job(Base):
 
 
 class JobTurn(Base):
-    """When a tenant's job was last claimed: claims go to the tenant served least recently."""
+    """When a tenant's job was last claimed, as a count of turns: claims go to the tenant served least
+    recently (``registry/jobs.py``); a tenant new to the queue has turn 0, so it comes first."""
 
     __tablename__ = "job_turns"
 
     tenant: Mapped[str] = mapped_column(String(64), primary_key=True)
-    served_at: Mapped[dt.datetime]
+    served_turn: Mapped[int] = mapped_column(BigInteger, default=0)
 
 
 class AuditEvent(Base):

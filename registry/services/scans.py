@@ -102,15 +102,15 @@ def _queue(session: Session, files: Iterable[tuple[str, str]], version: Version 
             continue
         if version is not None:
             session.add(ScanWait(version_id=version.id, blob_digest=digest, scan_key=key))
-        _queue_scan(session, digest, missing[0])
+        _queue_scan(session, digest, missing[0], lifecycle.tenant_of(version) if version is not None else "")
         pending += 1
     session.flush()
     return pending
 
 
-def _queue_scan(session: Session, digest: str, path: str) -> None:
+def _queue_scan(session: Session, digest: str, path: str, tenant: str) -> None:
     jobs.enqueue_job(session, jobs.JobKind.SCAN_BLOB, {"digest": digest, "path": path},
-                     SCANNER_VERSION, digest, scan_key(path))
+                     SCANNER_VERSION, digest, scan_key(path), tenant=tenant)
 
 
 def _relocated(findings: list[dict[str, Any]], source: str, target: str) -> list[dict[str, Any]]:
@@ -287,19 +287,19 @@ def _lock(session: Session, version_id: int) -> Version:
     return session.scalar(query)
 
 
-def _verdicts(session: Session, version: Version) -> dict[str, ScanResult | None]:
-    """Each file's current result (None: not scanned yet), in one query however many files."""
+def current_results(session: Session, version: Version) -> dict[str, ScanResult | None]:
+    """Each file's result from the current scanner (None: not scanned yet), in one query however many files."""
     rows = session.execute(
         select(VersionFile.path, ScanResult).outerjoin(ScanResult, and_(
             ScanResult.blob_digest == VersionFile.sha256, ScanResult.path == VersionFile.path,
             ScanResult.scanner == SCANNER_NAME, ScanResult.scanner_version == SCANNER_VERSION))
-        .where(VersionFile.version_id == version.id)).all()
+        .where(VersionFile.version_id == version.id).order_by(VersionFile.path)).all()
     return {path: result for path, result in rows}
 
 
 def decide(session: Session, version: Version) -> None:
     """Once every file of a ``scanning`` version has a result: fail it, or let the lifecycle move it on."""
-    results = _verdicts(session, version)
+    results = current_results(session, version)
     if any(r is None for r in results.values()):
         return
     summary = {p: r.verdict for p, r in results.items()}
