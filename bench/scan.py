@@ -21,7 +21,7 @@ reads). Prints:
     same for one blob listed under N paths (one scan).
 
 Run: ``.venv/bin/python bench/scan.py`` (``--regression-only`` runs only (d), ``--many-files-only`` only
-(e); ``--many-files 10,20`` sets (e)'s sizes, ``--rounds`` its rounds).
+(e); ``--many-files 10,20`` sets (e)'s sizes, ``--rounds`` its rounds, ``--tmp-dir`` where its databases and blobs go).
 """
 
 from __future__ import annotations
@@ -258,8 +258,9 @@ def main() -> None:
     parser.add_argument("--many-files-only", action="store_true", help="only (e)")
     parser.add_argument("--many-files", default="1000,3000,10000", help="(e): comma-separated file counts")
     parser.add_argument("--rounds", type=int, default=1, help="(e): rounds")
+    parser.add_argument("--tmp-dir", help="where the temporary files go (e.g. /dev/shm: no disk syncs)")
     args = parser.parse_args()
-    tmp = Path(tempfile.mkdtemp(prefix="modelreg-bench-scan-"))
+    tmp = Path(tempfile.mkdtemp(prefix="modelreg-bench-scan-", dir=args.tmp_dir))
     try:
         if not (args.regression_only or args.many_files_only):
             mixed_dir(tmp)

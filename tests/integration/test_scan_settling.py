@@ -152,7 +152,25 @@ def test_an_unsafe_blob_under_many_paths_fails_the_version_naming_every_path(con
         v = session.get(Version, vid)
         assert (v.state, v.failure_reason) == ("failed", "unsafe_file")
         assert v.failure_detail["files"] == sorted(paths)
-        # Each path's findings are located under that path, not under the one that was scanned.
-        for path in paths:
-            assert all(not f["location"].startswith("dir") or f["location"].startswith(path)
-                       for f in v.failure_detail["findings"][path])
+
+
+def test_onnx_bytes_are_checked_against_each_paths_own_directory(container, admin, tmp_path, monkeypatch):
+    """Under a name no loader opens (so one scan key), ONNX bytes are still resolved per path: their
+    external data is relative to the file, and only one of these directories holds it."""
+    from tests.support import format_samples
+
+    ran = _spy_scans(monkeypatch)
+    model = format_samples.onnx_model(external="weights.data")
+    vid = _submit(container, admin, tmp_path, "onnx", {
+        "with/graph.dat": model, "with/weights.data": bytes(64), "without/graph.dat": model})
+    drain(container)
+    assert {p for p in ran if p.endswith("graph.dat")} == {"with/graph.dat", "without/graph.dat"}
+    with container.session_factory() as session:
+        verdicts = dict(session.execute(select(ScanResult.path, ScanResult.verdict).where(
+            ScanResult.scanner == "modelreg", ScanResult.path.like("%graph.dat"))).all())
+        findings = session.scalar(select(ScanResult.findings).where(
+            ScanResult.scanner == "modelreg", ScanResult.path == "without/graph.dat"))
+    assert verdicts["with/graph.dat"] == "safe", verdicts
+    assert verdicts["without/graph.dat"] == "suspicious"
+    assert any(f["rule_id"] == "onnx.external-data.missing" for f in findings)
+    assert _state(container, vid) == "awaiting_approval"
