@@ -21,7 +21,7 @@ reads). Prints:
     same for one blob listed under N paths (one scan).
 
 Run: ``.venv/bin/python bench/scan.py`` (``--regression-only`` runs only (d), ``--many-files-only`` only
-(e); ``--many-files 10,20`` sets (e)'s sizes, ``--rounds`` its rounds, ``--tmp-dir`` where its databases and blobs go).
+(e); ``--many-files 10,20`` sets (e)'s sizes, ``--cases`` and ``--rounds`` its cases and rounds, ``--tmp-dir`` where its databases and blobs go).
 """
 
 from __future__ import annotations
@@ -188,7 +188,7 @@ def timed(fn, repeat: int = 3) -> tuple[float, object]:
     return statistics.median(times), out
 
 
-def many_files(tmp: Path, sizes: list[int], rounds: int) -> None:
+def many_files(tmp: Path, sizes: list[int], rounds: int, cases: list[str]) -> None:
     """(e): the pipeline's scan stage on versions of ``sizes`` files, distinct blobs and one blob."""
     from pydantic import SecretStr
 
@@ -210,7 +210,7 @@ def many_files(tmp: Path, sizes: list[int], rounds: int) -> None:
     pem = SigningKey.generate().private_pem().decode()
     print(f"\n(e) scan stage of a version of N files (SQLite, local blobs, 1 worker), load {os.getloadavg()[0]:.2f}")
     for round_index in range(rounds):
-        for case in ("distinct", "one blob"):
+        for case in cases:
             for n in sizes:
                 work = tmp / f"many-{round_index}-{case.replace(' ', '-')}-{n}"
                 model = work / "model"
@@ -258,6 +258,7 @@ def main() -> None:
     parser.add_argument("--many-files-only", action="store_true", help="only (e)")
     parser.add_argument("--many-files", default="1000,3000,10000", help="(e): comma-separated file counts")
     parser.add_argument("--rounds", type=int, default=1, help="(e): rounds")
+    parser.add_argument("--cases", default="distinct,one blob", help="(e): 'distinct', 'one blob' or both")
     parser.add_argument("--tmp-dir", help="where the temporary files go (e.g. /dev/shm: no disk syncs)")
     args = parser.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="modelreg-bench-scan-", dir=args.tmp_dir))
@@ -267,7 +268,7 @@ def main() -> None:
         if not args.many_files_only:
             regression(tmp)
         if not args.regression_only:
-            many_files(tmp, [int(n) for n in args.many_files.split(",")], args.rounds)
+            many_files(tmp, [int(n) for n in args.many_files.split(",")], args.rounds, args.cases.split(","))
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 
