@@ -14,13 +14,22 @@ reads). Prints:
     files. A miss is an attack left ``safe`` (or, for modelscan, errored on); a false positive is a
     benign file not left ``safe``.
 
-Run: ``.venv/bin/python bench/scan.py`` (``--regression-only`` skips (a)-(c)).
+(e) the scan stage of the pipeline on versions of many files (``--many-files 1000,3000,10000``): a
+    migrated SQLite database, a local blob store, a version of N distinct small files submitted,
+    mirrored and sealed, then its ``scan_blob`` jobs run by a worker in this process until the version
+    is decided; printed per size: the seconds and the time per file (linear when it stays flat), and the
+    same for one blob listed under N paths (one scan).
+
+Run: ``.venv/bin/python bench/scan.py`` (``--regression-only`` runs only (d), ``--many-files-only`` only
+(e); ``--many-files 10,20`` sets (e)'s sizes, ``--cases`` and ``--rounds`` its cases and rounds, ``--tmp-dir`` where its databases and blobs go).
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
+import pickle
 import shutil
 import statistics
 import subprocess
@@ -179,12 +188,87 @@ def timed(fn, repeat: int = 3) -> tuple[float, object]:
     return statistics.median(times), out
 
 
+def many_files(tmp: Path, sizes: list[int], rounds: int, cases: list[str]) -> None:
+    """(e): the pipeline's scan stage on versions of ``sizes`` files, distinct blobs and one blob."""
+    from pydantic import SecretStr
+
+    from registry.bootstrap import bootstrap
+    from registry.db.models import Version
+    from registry.jobs import JobKind
+    from registry.services import versions
+    from registry.services.versions import SubmitRequest
+    from registry.settings import Settings
+    from registry.signing.keys import SigningKey
+    from tests.support.registry import make_admin
+    from workers.handlers import build_handlers
+    from workers.loop import Worker
+    from workers.registry import HandlerRegistry
+
+    handlers = build_handlers()
+    scanning = HandlerRegistry([handlers.get(JobKind.SCAN_BLOB.value)])
+    others = HandlerRegistry([handlers.get(k) for k in handlers.kinds() if k != JobKind.SCAN_BLOB.value])
+    pem = SigningKey.generate().private_pem().decode()
+    print(f"\n(e) scan stage of a version of N files (SQLite, local blobs, 1 worker), load {os.getloadavg()[0]:.2f}")
+    for round_index in range(rounds):
+        for case in cases:
+            for n in sizes:
+                work = tmp / f"many-{round_index}-{case.replace(' ', '-')}-{n}"
+                model = work / "model"
+                model.mkdir(parents=True)
+                for i in range(n):
+                    path = model / f"shards/{i // 1000:03d}/part-{i:05d}.bin"
+                    path.parent.mkdir(parents=True, exist_ok=True)
+                    # A small torch-style pickle: distinct bytes per file, or the same bytes under every path.
+                    path.write_bytes(pickle.dumps({"shard": i if case == "distinct" else 0}, protocol=2))
+                settings = Settings(data_dir=work / "data", database_url=f"sqlite:///{work / 'registry.db'}",
+                                    blob_store_url=(work / "blobs").as_uri(), signing_key_pem=SecretStr(pem),
+                                    local_source_roots=[tmp], max_files_per_version=max(n, 10_000))
+                container = bootstrap(settings, migrate=True)
+                try:
+                    admin = make_admin(container, "bench")
+                    with container.session_factory() as session:
+                        version, _ = versions.submit(session, admin, "bench", "many", SubmitRequest(source=str(model)),
+                                                     open_source=container.open_source, limits=container.limits(),
+                                                     clock=container.clock)
+                        version_id = version.id
+                    started = time.perf_counter()
+                    worker = Worker(container, others, worker_id="bench-pipeline")
+                    while worker.run_once():
+                        pass
+                    t_mirror = time.perf_counter() - started
+                    started = time.perf_counter()
+                    worker = Worker(container, scanning, worker_id="bench-scan")
+                    jobs = 0
+                    while worker.run_once():
+                        jobs += 1
+                    t_scan = time.perf_counter() - started
+                    with container.session_factory() as session:
+                        state = session.get(Version, version_id).state
+                finally:
+                    container.dispose()
+                    shutil.rmtree(work, ignore_errors=True)
+                print(f"    round {round_index + 1} {case:8s} N={n:6d}: scan stage {t_scan:7.2f} s, "
+                      f"{t_scan / n * 1000:6.2f} ms per file, {jobs} scan jobs, ended {state} "
+                      f"(mirror+seal {t_mirror:.1f} s), load {os.getloadavg()[0]:.2f}")
+
+
 def main() -> None:
-    tmp = Path(tempfile.mkdtemp(prefix="modelreg-bench-scan-"))
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--regression-only", action="store_true", help="only (d)")
+    parser.add_argument("--many-files-only", action="store_true", help="only (e)")
+    parser.add_argument("--many-files", default="1000,3000,10000", help="(e): comma-separated file counts")
+    parser.add_argument("--rounds", type=int, default=1, help="(e): rounds")
+    parser.add_argument("--cases", default="distinct,one blob", help="(e): 'distinct', 'one blob' or both")
+    parser.add_argument("--tmp-dir", help="where the temporary files go (e.g. /dev/shm: no disk syncs)")
+    args = parser.parse_args()
+    tmp = Path(tempfile.mkdtemp(prefix="modelreg-bench-scan-", dir=args.tmp_dir))
     try:
-        if "--regression-only" not in sys.argv:
+        if not (args.regression_only or args.many_files_only):
             mixed_dir(tmp)
-        regression(tmp)
+        if not args.many_files_only:
+            regression(tmp)
+        if not args.regression_only:
+            many_files(tmp, [int(n) for n in args.many_files.split(",")], args.rounds, args.cases.split(","))
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 

@@ -43,12 +43,6 @@ approved_file(doc, cfg, path) if {
 	path in a.files
 }
 
-verdict_of(doc, path) := v if {
-	some s in doc.scans
-	s.path == path
-	v := s.verdict
-}
-
 unmet_of(doc, cfg) := (((((((((rejections(doc) | unsafe_files(doc)) | unscanned_files(doc)) | suspicious_files(doc, cfg)) | remote_code(doc, cfg)) | license(doc, cfg)) | license_conflict(doc, cfg)) | capacities(doc, cfg)) | evals.gates(doc, cfg)) | evals.regressions(doc, cfg))
 
 rejections(doc) := {u |
@@ -65,9 +59,11 @@ unsafe_files(doc) := {u |
 	u := {"code": sprintf("scan.%s", [s.verdict]), "message": sprintf("%s: scan verdict %s", [s.path, s.verdict]), "path": s.path, "capacity": null, "satisfiable": false}
 }
 
+# The scanned paths as one set, looked up per file: a search of doc.scans per file is quadratic.
 unscanned_files(doc) := {u |
+	scanned := {s.path | some s in doc.scans}
 	some f in doc.files
-	not verdict_of(doc, f.path)
+	not f.path in scanned
 	u := {"code": "scan.missing", "message": sprintf("%s has no scan verdict", [f.path]), "path": f.path, "capacity": null, "satisfiable": false}
 }
 

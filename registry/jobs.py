@@ -4,6 +4,8 @@ Jobs are rows. ``enqueue`` adds one in the caller's transaction, so a job exists
 change that made it necessary is committed. Workers ``claim`` a job with ``FOR UPDATE SKIP LOCKED``
 on PostgreSQL (many workers, no waiting) or under SQLite's single write lock (``BEGIN IMMEDIATE``),
 hold it with a lease they renew by ``heartbeat``, and finish it with ``complete`` or ``fail``.
+Claims are fair between tenants: each job says whose work it is, and a claim takes the next job of
+the tenant served least recently (``job_turns``), so one tenant's burst cannot starve another's.
 A job whose worker died is claimed again once its lease has run out; a failed job is retried with
 exponential backoff until ``max_attempts``, then it is ``dead`` with its last error.
 
@@ -24,12 +26,14 @@ import random
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from sqlalchemy import func, select, update
+from sqlalchemy import exists, func, select, update
+from sqlalchemy.dialects.postgresql import insert as pg_insert
+from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.exc import IntegrityError as SAIntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 
 from registry.clock import Clock, SystemClock
-from registry.db.models import Job
+from registry.db.models import Job, JobTurn
 from registry.db.session import is_postgres
 
 QUEUED = "queued"
@@ -40,6 +44,7 @@ DEAD = "dead"
 LOST = "lost"
 
 _JOBS = Job.__table__
+_TURNS = JobTurn.__table__
 _SYSTEM_CLOCK = SystemClock()
 
 DEFAULT_MAX_ATTEMPTS = 5
@@ -80,14 +85,18 @@ class JobKind(str, enum.Enum):
     RUN_EVAL = "run_eval"
 
 
-def enqueue_job(session: Session, kind: JobKind, payload: dict[str, Any], *key_parts: object) -> Job:
+def enqueue_job(session: Session, kind: JobKind, payload: dict[str, Any], *key_parts: object,
+                tenant: str = "") -> Job:
     """Enqueue a job of a known kind, keyed ``job_key(kind, *key_parts)`` so it is queued at most once.
 
+    Args:
+        tenant: whose work it is (claims are fair between tenants); ``""`` for no tenant's.
+
     Example:
-        >>> enqueue_job(session, JobKind.SEAL_VERSION, {"version_id": 7}, 7)  # doctest: +SKIP
+        >>> enqueue_job(session, JobKind.SEAL_VERSION, {"version_id": 7}, 7, tenant="acme")  # doctest: +SKIP
     """
     kind = JobKind(kind)
-    return enqueue(session, kind.value, payload, idempotency_key=job_key(kind.value, *key_parts))
+    return enqueue(session, kind.value, payload, idempotency_key=job_key(kind.value, *key_parts), tenant=tenant)
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,6 +120,7 @@ def enqueue(
     priority: int = 100,
     max_attempts: int | None = None,
     run_after: dt.datetime | None = None,
+    tenant: str = "",
 ) -> Job:
     """Add a job in the caller's transaction (the caller commits).
 
@@ -122,6 +132,7 @@ def enqueue(
         max_attempts: default: the session's ``info[MAX_ATTEMPTS_INFO]`` (bootstrap puts the
             ``job_max_attempts`` setting there), else ``DEFAULT_MAX_ATTEMPTS``.
         run_after: default: now, by the session's ``info[CLOCK_INFO]`` (the container's clock).
+        tenant: whose work it is, for fair claims; ``""`` for no tenant's.
     """
     if max_attempts is None:
         max_attempts = session.info.get(MAX_ATTEMPTS_INFO, DEFAULT_MAX_ATTEMPTS)
@@ -138,7 +149,9 @@ def enqueue(
                 existing.finished_at = None
                 existing.payload = payload
             return existing
+    _ensure_turn(session, tenant)
     job = Job(
+        tenant=tenant,
         kind=kind,
         payload=payload,
         idempotency_key=idempotency_key,
@@ -158,6 +171,27 @@ def enqueue(
     except SAIntegrityError:
         return session.scalars(select(Job).where(Job.idempotency_key == idempotency_key)).one()
     return job
+
+
+_TURNS_INFO = "modelreg.job_turns"
+
+
+def _turn_upsert(dialect: str, tenant: str, served_turn: Any = None):
+    """Insert the tenant's turn row; with ``served_turn``, set it when the row exists, else leave it."""
+    insert = pg_insert if dialect == "postgresql" else sqlite_insert
+    statement = insert(_TURNS).values(tenant=tenant, served_turn=0 if served_turn is None else served_turn)
+    if served_turn is None:
+        return statement.on_conflict_do_nothing(index_elements=[_TURNS.c.tenant])
+    return statement.on_conflict_do_update(index_elements=[_TURNS.c.tenant], set_={"served_turn": served_turn})
+
+
+def _ensure_turn(session: Session, tenant: str) -> None:
+    """A tenant's turn row exists before its first job does (once per session: a burst pays one statement)."""
+    known = session.info.setdefault(_TURNS_INFO, set())
+    if tenant in known:
+        return
+    session.execute(_turn_upsert(session.get_bind().dialect.name, tenant))
+    known.add(tenant)
 
 
 def _claimed(job: Job) -> ClaimedJob:
@@ -217,17 +251,29 @@ class JobQueue:
                 on_reaped(*reaped)
 
     def _candidates(self, now: dt.datetime, kinds: list[str] | None):
-        # Two queries, each served by its own partial index in order, so a claim costs the same with
-        # ten queued jobs or a million: abandoned jobs (expired leases) first, then queued by priority.
+        # Queries served by partial indexes in order, so a claim costs the same with ten queued jobs
+        # or a million: abandoned jobs (expired leases) first, then the next queued job of the tenant
+        # served least recently (a walk over tenants, not jobs), then any queued job by priority (when
+        # that tenant's jobs are all being claimed by other workers at this moment).
         c = _JOBS.c
+        due = [c.state == QUEUED, c.run_after <= now]
+        if kinds:
+            due.append(c.kind.in_(kinds))
         expired = (select(c.id).where(c.state == RUNNING, c.lease_expires_at < now)
                    .order_by(c.lease_expires_at).limit(1))
-        queued = (select(c.id).where(c.state == QUEUED, c.run_after <= now)
-                  .order_by(c.priority, c.id).limit(1))
         if kinds:
             expired = expired.where(c.kind.in_(kinds))
-            queued = queued.where(c.kind.in_(kinds))
-        return expired, queued
+        turn = (select(_TURNS.c.tenant).where(exists().where(c.tenant == _TURNS.c.tenant, *due))
+                .order_by(_TURNS.c.served_turn, _TURNS.c.tenant).limit(1).scalar_subquery())
+        fair = select(c.id).where(c.tenant == turn, *due).order_by(c.priority, c.id).limit(1)
+        queued = select(c.id).where(*due).order_by(c.priority, c.id).limit(1)
+        return expired, fair, queued
+
+    @staticmethod
+    def _next_turn(dialect: str, tenant: str):
+        """The statement that marks ``tenant`` served now: its turn becomes the latest."""
+        latest = select(func.coalesce(func.max(_TURNS.c.served_turn), 0) + 1).scalar_subquery()
+        return _turn_upsert(dialect, tenant, latest)
 
     def _claim_postgres(
         self, worker_id: str, kinds: list[str] | None
@@ -238,9 +284,10 @@ class JobQueue:
         the row it picks with SKIP LOCKED, so concurrent workers never wait on each other.
         """
         now = self.clock.now()
-        expired, queued = self._candidates(now, kinds)
+        expired, fair, queued = self._candidates(now, kinds)
         pick = func.coalesce(
             expired.with_for_update(skip_locked=True).scalar_subquery(),
+            fair.with_for_update(skip_locked=True).scalar_subquery(),
             queued.with_for_update(skip_locked=True).scalar_subquery(),
         )
         statement = (
@@ -248,12 +295,13 @@ class JobQueue:
             .values(state=RUNNING, attempts=_JOBS.c.attempts + 1, locked_by=worker_id,
                     lease_expires_at=now + self.lease)
             .returning(_JOBS.c.id, _JOBS.c.kind, _JOBS.c.payload, _JOBS.c.attempts, _JOBS.c.max_attempts,
-                       _JOBS.c.lease_expires_at, _JOBS.c.last_error)
+                       _JOBS.c.lease_expires_at, _JOBS.c.last_error, _JOBS.c.tenant)
         )
         with self._engine.begin() as conn:
             row = conn.execute(statement).first()
             if row is None:
                 return None, None
+            conn.execute(self._next_turn("postgresql", row.tenant))
             claimed = ClaimedJob(id=row.id, kind=row.kind, payload=dict(row.payload), attempts=row.attempts,
                                  max_attempts=row.max_attempts, lease_expires_at=row.lease_expires_at)
             if row.attempts <= row.max_attempts:
@@ -273,12 +321,13 @@ class JobQueue:
             # workers can never read the same queued row.
             session.connection(execution_options={"sqlite_begin": "BEGIN IMMEDIATE"})
             now = self.clock.now()
-            expired, queued = self._candidates(now, kinds)
-            job_id = session.scalar(expired) or session.scalar(queued)
+            expired, fair, queued = self._candidates(now, kinds)
+            job_id = session.scalar(expired) or session.scalar(fair) or session.scalar(queued)
             if job_id is None:
                 session.rollback()
                 return None, None
             job = session.get(Job, job_id)
+            session.execute(self._next_turn("sqlite", job.tenant))
             if job.state == RUNNING and job.attempts >= job.max_attempts:
                 job.state = DEAD
                 job.finished_at = now

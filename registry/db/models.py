@@ -265,6 +265,9 @@ class Job(Base):
               postgresql_where=text("state = 'queued'"), sqlite_where=text("state = 'queued'")),
         Index("ix_jobs_running_lease", "lease_expires_at",
               postgresql_where=text("state = 'running'"), sqlite_where=text("state = 'running'")),
+        # The fair claim's walk: one tenant's queued jobs by priority (registry/jobs.py).
+        Index("ix_jobs_tenant_queued_order", "tenant", "priority", "id",
+              postgresql_where=text("state = 'queued'"), sqlite_where=text("state = 'queued'")),
     )
 
     id: Mapped[int] = mapped_column(BigId, primary_key=True)
@@ -281,6 +284,18 @@ class Job(Base):
     idempotency_key: Mapped[str | None] = mapped_column(String(256), unique=True)
     created_at: Mapped[dt.datetime] = mapped_column(default=utcnow)
     finished_at: Mapped[dt.datetime | None]
+    tenant: Mapped[str] = mapped_column(String(64), default="")
+    """The tenant whose work this is, for fair claims; ``""`` for work of no tenant."""
+
+
+class JobTurn(Base):
+    """When a tenant's job was last claimed, as a count of turns: claims go to the tenant served least
+    recently (``registry/jobs.py``); a tenant new to the queue has turn 0, so it comes first."""
+
+    __tablename__ = "job_turns"
+
+    tenant: Mapped[str] = mapped_column(String(64), primary_key=True)
+    served_turn: Mapped[int] = mapped_column(BigInteger, default=0)
 
 
 class AuditEvent(Base):
@@ -623,3 +638,19 @@ class RetentionRule(Base):
     approved_within_days: Mapped[int | None] = mapped_column(Integer)
     updated_by: Mapped[str] = mapped_column(String(128))
     updated_at: Mapped[dt.datetime]
+
+
+class ScanWait(Base):
+    """A ``scanning`` version waits for the scan of ``blob_digest`` as loaders open it (``scan_key``).
+
+    Rows are added when the version starts scanning and deleted by the scan that settles them, so
+    the job that clears a version's last row decides it without reading every file's result
+    (``registry/services/scans.py``).
+    """
+
+    __tablename__ = "scan_waits"
+    __table_args__ = (Index("ix_scan_waits_blob", "blob_digest", "scan_key"),)
+
+    version_id: Mapped[int] = mapped_column(ForeignKey("versions.id", ondelete="CASCADE"), primary_key=True)
+    blob_digest: Mapped[str] = mapped_column(String(64), primary_key=True)
+    scan_key: Mapped[str] = mapped_column(String(1100), primary_key=True)

@@ -20,10 +20,11 @@ from pathlib import Path
 from typing import BinaryIO
 
 from registry.scanning.containers import ScanLimits
-from registry.scanning.engine import SCANNER_NAME, SCANNER_VERSION, Engine
+from registry.scanning.engine import PATH_DEPENDENT_FORMATS, SCANNER_NAME, SCANNER_VERSION, Engine, scan_key
 from registry.scanning.model import FileScan, Finding, ScanContext, Severity, Verdict
 
 __all__ = [
+    "PATH_DEPENDENT_FORMATS",
     "SCANNER_NAME",
     "SCANNER_VERSION",
     "FileScan",
@@ -34,6 +35,7 @@ __all__ = [
     "Verdict",
     "scan_directory",
     "scan_file",
+    "scan_key",
     "scan_stream",
 ]
 

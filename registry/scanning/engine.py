@@ -88,6 +88,49 @@ def _remote_code_applies(name: str) -> bool:
         return base in REMOTE_CODE_NAMES or base.endswith(".py")
 
 
+PATH_DEPENDENT_FORMATS = frozenset({"onnx"})
+"""Formats whose check reads the file's directory and siblings (ONNX external data is relative to the model),
+whatever the file is called: a scan of such bytes holds for its own path only."""
+
+
+def scan_key(path: str) -> str:
+    """What a scan reads of a file's path: the same bytes under paths with equal keys get the same scan.
+
+    The engine reads a name for the loader it selects (:func:`registry.scanning.loaders.rule_for`), by its
+    extension and, once a compressed stream is opened, by the inner ones (``model.pkl.gz``): most files
+    are keyed by those loaders, so ``a.pt`` and ``b/c.pth`` share a key and ``d.bin`` does not. Names a
+    check reads further keep more: a validator's (``saved_model.pb``) its base name; configuration, code
+    and ONNX files, whose checks resolve references against the file's directory and siblings, the
+    whole path. The scan of bytes in :data:`PATH_DEPENDENT_FORMATS` holds for its own path only,
+    whatever the key.
+
+    Example:
+        >>> scan_key("a/model-00001-of-00002.safetensors") == scan_key("b/model.sft")
+        True
+        >>> scan_key("config.json")
+        'path:config.json'
+    """
+    base = posixpath.basename(path).lower()
+    rules, stem = [rule_for(base)], base
+    while True:
+        stem, ext = posixpath.splitext(stem)
+        if not ext:
+            break
+        rules.append(rule_for(stem))
+    if _remote_code_applies(path) or any(r is not None and r.accepts & PATH_DEPENDENT_FORMATS for r in rules):
+        return f"path:{path}"
+    if any(r is not None and r.validator is not None for r in rules):
+        return f"name:{base}"
+    return "loaders:" + "|".join(_rule_id(r) for r in rules)
+
+
+def _rule_id(rule: LoaderRule | None) -> str:
+    if rule is None:
+        return "-"
+    inner = f">{_rule_id(rule.inner)}" if rule.inner is not None else ""
+    return f"{rule.loader}[{','.join(sorted(rule.accepts))}]{'+pickle' if rule.unpickles else ''}{inner}"
+
+
 def _relocate(findings: list[Finding], prefix: str) -> list[Finding]:
     if not prefix:
         return findings

@@ -126,14 +126,14 @@ def _license_for(session: Session, version: Version) -> pi.LicenseInfo:
 
 def _scan_verdicts(session: Session, version: Version) -> list[pi.ScanVerdict]:
     """modelreg's verdict and findings per file (modelscan's records are kept, but never decide)."""
+    from registry.services.scans import current_results
+
     out = []
-    for f in version.files:
-        row = session.scalar(select(ScanResult).where(
-            ScanResult.blob_digest == f.sha256, ScanResult.path == f.path,
-            ScanResult.scanner == SCANNER_NAME, ScanResult.scanner_version == SCANNER_VERSION))
+    # One query, not one per file: a version may hold 10,000 files.
+    for path, row in current_results(session, version).items():
         if row is not None:
             findings = tuple((x["rule_id"], x["severity"]) for x in row.findings)
-            out.append(pi.ScanVerdict(f.path, row.verdict, findings))
+            out.append(pi.ScanVerdict(path, row.verdict, findings))
     return out
 
 

@@ -220,7 +220,8 @@ def queue_evals(session: Session, version: Version) -> None:
         session.add(row)
         session.flush()
         if row.status == PENDING:
-            jobs.enqueue_job(session, jobs.JobKind.RUN_EVAL, {"result_id": row.id}, version.id, suite.name)
+            jobs.enqueue_job(session, jobs.JobKind.RUN_EVAL, {"result_id": row.id}, version.id, suite.name,
+                             tenant=version.model.tenant.name)
     session.flush()
     _complete_if_done(session, version)
 

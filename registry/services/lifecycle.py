@@ -35,23 +35,30 @@ def _no_work(session: Session, version: Version) -> None:
     return None
 
 
+def tenant_of(version: Version) -> str:
+    """Whose work the jobs of ``version`` are: claims are fair between tenants (:mod:`registry.jobs`)."""
+    return version.model.tenant.name
+
+
 def _queue_mirroring(session: Session, version: Version) -> None:
     """A job per file not stored yet; with every file stored already, sealing at once."""
     pending = [f for f in version.files if f.sha256 is None]
     for f in pending:
-        jobs.enqueue_job(session, jobs.JobKind.MIRROR_FILE, {"file_id": f.id}, f.id)
+        jobs.enqueue_job(session, jobs.JobKind.MIRROR_FILE, {"file_id": f.id}, f.id, tenant=tenant_of(version))
     if not pending:
         queue_sealing(session, version)
 
 
 def queue_sealing(session: Session, version: Version) -> None:
     """The work that ends mirroring: one ``seal_version`` job (queued once, however often asked)."""
-    jobs.enqueue_job(session, jobs.JobKind.SEAL_VERSION, {"version_id": version.id}, version.id)
+    jobs.enqueue_job(session, jobs.JobKind.SEAL_VERSION, {"version_id": version.id}, version.id,
+                     tenant=tenant_of(version))
 
 
 def queue_resolving(session: Session, version: Version) -> None:
     """Retry resolving a submitted version whose upstream was unreachable (a ``resolve_version`` job)."""
-    jobs.enqueue_job(session, jobs.JobKind.RESOLVE_VERSION, {"version_id": version.id}, version.id)
+    jobs.enqueue_job(session, jobs.JobKind.RESOLVE_VERSION, {"version_id": version.id}, version.id,
+                     tenant=tenant_of(version))
 
 
 def _start_scanning(session: Session, version: Version) -> None:

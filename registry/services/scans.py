@@ -1,7 +1,10 @@
-"""Scanning sealed versions: one ``scan_blob`` job per file, results cached by blob and scanner.
+"""Scanning sealed versions: one ``scan_blob`` job per blob and scan key, results cached by blob and scanner.
 
-When a version is sealed it moves to ``scanning`` and each of its files without a cached result for
-the current scanner version gets a job. The job that records the last result decides: an ``unsafe``
+When a version is sealed it moves to ``scanning``; its files without a result for the current scanner
+version are grouped by blob and :func:`registry.scanning.scan_key` (what a scan reads of a path: the
+loader its name selects), each group gets one job, and the version records a wait
+(:class:`registry.db.models.ScanWait`) for it. A job scans once, stores the result under every path of
+its group and deletes the waits; the job that clears a version's last wait decides: an ``unsafe``
 file fails the version with reason ``unsafe_file``, a file whose scan ended in ``error`` fails it with
 ``scan_error`` (a file nobody could decide on is never loaded); otherwise the lifecycle moves the version
 to its next stage (approval, where policy decides about ``suspicious`` files). ``modelscan`` runs beside our engine on
@@ -23,17 +26,18 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import func, select
+from sqlalchemy import and_, delete, insert, select
 from sqlalchemy.orm import Session, sessionmaker
 
 from registry import audit, jobs
 from registry.auth import AuthenticatedPrincipal, Permission, require, require_admin
 from registry.clock import Clock
-from registry.db.models import ScanResult, Version, VersionFile
+from registry.db.models import ScanResult, ScanWait, Version, VersionFile
 from registry.db.session import begin_write, is_postgres
 from registry.domain.states import VersionState
 from registry.services import lifecycle, revocations
-from registry.scanning import SCANNER_NAME, SCANNER_VERSION, FileScan, Verdict, scan_stream
+from registry.scanning import (PATH_DEPENDENT_FORMATS, SCANNER_NAME, SCANNER_VERSION, FileScan, Verdict, scan_key,
+                               scan_stream)
 from registry.storage.base import BlobStore
 
 log = logging.getLogger(__name__)
@@ -50,45 +54,142 @@ def _cached(session: Session, digest: str, path: str, scanner: str | None = None
         ScanResult.scanner == (scanner or SCANNER_NAME), ScanResult.scanner_version == (version or SCANNER_VERSION)))
 
 
+def _ours(row: ScanResult) -> bool:
+    return row.scanner == SCANNER_NAME and row.scanner_version == SCANNER_VERSION
+
+
+def _results_of(session: Session, digests: Iterable[str]) -> dict[str, list[ScanResult]]:
+    """Every stored result for these blobs, by digest (in bounded batches: a version may hold 10,000)."""
+    out: dict[str, list[ScanResult]] = {}
+    digests = sorted(set(digests))
+    for start in range(0, len(digests), 500):
+        for row in session.scalars(select(ScanResult).where(ScanResult.blob_digest.in_(digests[start:start + 500]))):
+            out.setdefault(row.blob_digest, []).append(row)
+    return out
+
+
+def _shareable(rows: list[ScanResult], key: str) -> str | None:
+    """A path whose current result holds for every path of scan key ``key``, or None."""
+    return next((r.path for r in rows if _ours(r) and r.format not in PATH_DEPENDENT_FORMATS
+                 and scan_key(r.path) == key), None)
+
+
 def queue_scans(session: Session, version: Version) -> int:
-    """Queue a ``scan_blob`` job per file of ``version`` without a cached result; return how many."""
+    """Queue the scans ``version`` still needs and record that it waits for them; return how many.
+
+    One ``scan_blob`` job per blob and scan key (:func:`registry.scanning.scan_key`): a blob listed
+    under many paths that loaders open alike is scanned once. A result stored under another path
+    of the same key is copied to this version's paths instead.
+    """
+    return _queue(session, [(f.sha256, f.path) for f in version.files], version)
+
+
+def _queue(session: Session, files: Iterable[tuple[str, str]], version: Version | None) -> int:
+    groups: dict[tuple[str, str], list[str]] = {}
+    for digest, path in files:
+        groups.setdefault((digest, scan_key(path)), []).append(path)
+    stored = _results_of(session, (digest for digest, _ in groups))
     pending = 0
-    for f in version.files:
-        if _cached(session, f.sha256, f.path) is None:
-            _queue_scan(session, f.sha256, f.path)
-            pending += 1
+    for (digest, key), paths in groups.items():
+        rows = stored.get(digest, [])
+        done = {r.path for r in rows if _ours(r)}
+        missing = [p for p in paths if p not in done]
+        if not missing:
+            continue
+        source = _shareable(rows, key)
+        if source is not None:
+            _copy(session, rows, source, missing)
+            continue
+        if version is not None:
+            session.add(ScanWait(version_id=version.id, blob_digest=digest, scan_key=key))
+        _queue_scan(session, digest, missing[0], lifecycle.tenant_of(version) if version is not None else "")
+        pending += 1
+    session.flush()
     return pending
 
 
-def _queue_scan(session: Session, digest: str, path: str) -> None:
+def _queue_scan(session: Session, digest: str, path: str, tenant: str) -> None:
     jobs.enqueue_job(session, jobs.JobKind.SCAN_BLOB, {"digest": digest, "path": path},
-                     SCANNER_VERSION, digest, path)
+                     SCANNER_VERSION, digest, scan_key(path), tenant=tenant)
+
+
+def _relocated(findings: list[dict[str, Any]], source: str, target: str) -> list[dict[str, Any]]:
+    """``findings`` of the scan under ``source``, located under ``target`` (validators name the file)."""
+    if source == target:
+        return findings
+    return [{**f, "location": target + f["location"][len(source):]} if f["location"].startswith(source) else f
+            for f in findings]
+
+
+def _copy(session: Session, rows: list[ScanResult], source: str, targets: list[str]) -> None:
+    """Record every scanner's result under ``source`` for each of ``targets`` that lacks it."""
+    have = {(r.path, r.scanner, r.scanner_version) for r in rows}
+    records = [{"blob_digest": r.blob_digest, "path": t, "scanner": r.scanner, "scanner_version": r.scanner_version,
+                "format": r.format, "verdict": r.verdict, "findings": _relocated(r.findings, source, t),
+                "duration_ms": 0}
+               for r in rows if r.path == source for t in targets if (t, r.scanner, r.scanner_version) not in have]
+    if records:
+        session.execute(insert(ScanResult), records)
 
 
 def scan_blob(session_factory: sessionmaker[Session], digest: str, path: str, *, blob_store: BlobStore,
               clock: Clock, run_modelscan: bool = True) -> None:
-    """Job: scan one blob seen under ``path`` (if not cached), then settle every version waiting on it."""
+    """Job: scan one blob as loaders open it under ``path``, once for every stored path of the same
+    scan key, then settle the versions waiting on it.
+
+    Its cost does not grow with the size of the versions holding the blob: they are settled through
+    their waits (:class:`registry.db.models.ScanWait`), not by reading every file's result.
+    """
+    key = scan_key(path)
     with session_factory() as session:
-        cached = _cached(session, digest, path) is not None
-        siblings = frozenset(session.scalars(
+        rows = _results_of(session, [digest]).get(digest, [])
+        done = {r.path for r in rows if _ours(r)}
+        missing = [p for p in _paths_with_key(session, digest, key) if p not in done]
+        source = _shareable(rows, key)
+    scanned: dict[str, list[tuple[FileScan, int]]] = {}
+    if missing and source is None:
+        first = path if path in missing else missing[0]
+        scanned[first] = _scan_all(session_factory, blob_store, digest, first, key, run_modelscan)
+        if scanned[first][0][0].format in PATH_DEPENDENT_FORMATS:
+            # These bytes are checked against their directory and siblings: each path gets its own scan.
+            for other in missing:
+                if other != first:
+                    scanned[other] = _scan_all(session_factory, blob_store, digest, other, f"path:{other}",
+                                               run_modelscan)
+    with session_factory() as session:
+        begin_write(session)
+        _record(session, digest, key, scanned)
+        session.execute(delete(ScanWait).where(ScanWait.blob_digest == digest, ScanWait.scan_key == key))
+        _settle(session, digest, key, clock)
+        session.commit()
+
+
+def _paths_with_key(session: Session, digest: str, key: str) -> list[str]:
+    paths = session.scalars(select(VersionFile.path).where(VersionFile.sha256 == digest).distinct())
+    return sorted(p for p in paths if scan_key(p) == key)
+
+
+def _siblings(session_factory: sessionmaker[Session], digest: str, path: str) -> frozenset[str]:
+    """The paths of every version holding this file: what its references may point at."""
+    with session_factory() as session:
+        return frozenset(session.scalars(
             select(VersionFile.path).where(VersionFile.version_id.in_(
                 select(VersionFile.version_id).where(VersionFile.sha256 == digest, VersionFile.path == path)))))
-    if not cached:
-        results = [_scan_ours(blob_store, digest, path, siblings)]
-        if run_modelscan:
-            other = _scan_modelscan(blob_store, digest, path, results[0][0].format)
-            if other is not None:
-                results.append(other)
-        with session_factory() as session:
-            begin_write(session)
-            for scan, ms in results:
-                if _cached(session, digest, path, scan.scanner, scan.scanner_version) is None:
-                    session.add(ScanResult(blob_digest=digest, path=path, scanner=scan.scanner,
-                                           scanner_version=scan.scanner_version, format=scan.format,
-                                           verdict=scan.verdict.value, findings=[f.as_dict() for f in scan.findings],
-                                           duration_ms=ms))
-            session.commit()
-    settle_versions_of(session_factory, digest, path, clock=clock)
+
+
+def _scan_all(session_factory: sessionmaker[Session], blob_store: BlobStore, digest: str, path: str, key: str,
+              run_modelscan: bool) -> list[tuple[FileScan, int]]:
+    """Our scan of the blob under ``path`` and, for the formats it knows, modelscan's."""
+    # Only the checks of a whole-path key read siblings; reading them costs a query as large as the version.
+    siblings = _siblings(session_factory, digest, path) if key.startswith("path:") else frozenset()
+    results = [_scan_ours(blob_store, digest, path, siblings)]
+    if results[0][0].format in PATH_DEPENDENT_FORMATS and not siblings:
+        results = [_scan_ours(blob_store, digest, path, _siblings(session_factory, digest, path))]
+    if run_modelscan:
+        other = _scan_modelscan(blob_store, digest, path, results[0][0].format)
+        if other is not None:
+            results.append(other)
+    return results
 
 
 def _scan_ours(blob_store: BlobStore, digest: str, path: str, siblings: frozenset[str]) -> tuple[FileScan, int]:
@@ -124,33 +225,81 @@ def _scan_modelscan(blob_store: BlobStore, digest: str, path: str, sniffed: str)
     return scan, int((time.perf_counter() - started) * 1000)
 
 
-def settle_versions_of(session_factory: sessionmaker[Session], digest: str, path: str, *, clock: Clock) -> None:
-    """Decide every version in ``scanning`` that holds this file; revoke approved ones turned unsafe, and
-    flag the ones awaiting a decision."""
-    with session_factory() as session:
-        version_ids = list(session.scalars(
-            select(VersionFile.version_id).where(VersionFile.sha256 == digest, VersionFile.path == path)))
-    for version_id in version_ids:
-        with session_factory() as session:
-            begin_write(session)
-            query = select(Version).where(Version.id == version_id)
-            if is_postgres(session):
-                query = query.with_for_update()
-            version = session.scalar(query)
-            if version.state == VersionState.SCANNING.value:
-                decide(session, version)
-            elif version.state in PAST_SCANNING and version.flagged_at is None:
-                _flag_if_unsafe(session, version, clock)
-            session.commit()
+def _record(session: Session, digest: str, key: str, scanned: dict[str, list[tuple[FileScan, int]]]) -> None:
+    """Store the scans under their paths; the shareable one also under every other path of the key without a result.
+
+    The paths are read again here, in the writing transaction, so a version sealed while the blob
+    was being scanned gets the result too.
+    """
+    rows = _results_of(session, [digest]).get(digest, [])
+    have = {(r.path, r.scanner, r.scanner_version) for r in rows}
+    records = []
+    for scanned_path, results in scanned.items():
+        for scan, ms in results:
+            if (scanned_path, scan.scanner, scan.scanner_version) not in have:
+                records.append({"blob_digest": digest, "path": scanned_path, "scanner": scan.scanner,
+                                "scanner_version": scan.scanner_version, "format": scan.format,
+                                "verdict": scan.verdict.value, "findings": [f.as_dict() for f in scan.findings],
+                                "duration_ms": ms})
+    if records:
+        session.execute(insert(ScanResult), records)
+    shared = [(p, results) for p, results in scanned.items() if results[0][0].format not in PATH_DEPENDENT_FORMATS]
+    rows = _results_of(session, [digest]).get(digest, [])
+    source = shared[0][0] if shared else _shareable(rows, key)
+    if source is not None:
+        done = {r.path for r in rows if _ours(r)}
+        _copy(session, rows, source, [p for p in _paths_with_key(session, digest, key) if p not in done])
 
 
-def _verdicts(session: Session, version: Version) -> dict[str, ScanResult | None]:
-    return {f.path: _cached(session, f.sha256, f.path) for f in version.files}
+def _settle(session: Session, digest: str, key: str, clock: Clock) -> None:
+    """Decide each ``scanning`` version holding the blob that waits for nothing more; flag versions past
+    scanning that hold it under a path of ``key`` now found unsafe."""
+    in_scanning = session.scalars(select(VersionFile.version_id).join(Version).where(
+        VersionFile.sha256 == digest, Version.state == VersionState.SCANNING.value).distinct()).all()
+    for version_id in sorted(in_scanning):
+        version = _lock(session, version_id)
+        waiting = session.scalar(select(ScanWait.version_id).where(ScanWait.version_id == version_id).limit(1))
+        # A version that started scanning before waits were recorded has none: decide() checks every file.
+        if version.state == VersionState.SCANNING.value and waiting is None:
+            decide(session, version)
+    unsafe_paths = set(session.scalars(select(ScanResult.path).where(
+        ScanResult.blob_digest == digest, ScanResult.scanner == SCANNER_NAME,
+        ScanResult.scanner_version == SCANNER_VERSION, ScanResult.verdict == Verdict.UNSAFE.value)))
+    unsafe_paths = {p for p in unsafe_paths if scan_key(p) == key}
+    if not unsafe_paths:
+        return
+    past = session.execute(select(VersionFile.version_id, VersionFile.path).join(Version).where(
+        VersionFile.sha256 == digest, Version.state.in_(PAST_SCANNING), Version.flagged_at.is_(None))).all()
+    by_version: dict[int, list[str]] = {}
+    for version_id, path in past:
+        if path in unsafe_paths:
+            by_version.setdefault(version_id, []).append(path)
+    for version_id in sorted(by_version):
+        version = _lock(session, version_id)
+        if version.state in PAST_SCANNING and version.flagged_at is None:
+            _flag_unsafe(session, version, sorted(by_version[version_id]), clock)
+
+
+def _lock(session: Session, version_id: int) -> Version:
+    query = select(Version).where(Version.id == version_id)
+    if is_postgres(session):
+        query = query.with_for_update()
+    return session.scalar(query)
+
+
+def current_results(session: Session, version: Version) -> dict[str, ScanResult | None]:
+    """Each file's result from the current scanner (None: not scanned yet), in one query however many files."""
+    rows = session.execute(
+        select(VersionFile.path, ScanResult).outerjoin(ScanResult, and_(
+            ScanResult.blob_digest == VersionFile.sha256, ScanResult.path == VersionFile.path,
+            ScanResult.scanner == SCANNER_NAME, ScanResult.scanner_version == SCANNER_VERSION))
+        .where(VersionFile.version_id == version.id).order_by(VersionFile.path)).all()
+    return {path: result for path, result in rows}
 
 
 def decide(session: Session, version: Version) -> None:
     """Once every file of a ``scanning`` version has a result: fail it, or let the lifecycle move it on."""
-    results = _verdicts(session, version)
+    results = current_results(session, version)
     if any(r is None for r in results.values()):
         return
     summary = {p: r.verdict for p, r in results.items()}
@@ -171,12 +320,8 @@ def decide(session: Session, version: Version) -> None:
                        {"scanner": SCANNER_NAME, "scanner_version": SCANNER_VERSION, "verdicts": summary})
 
 
-def _flag_if_unsafe(session: Session, version: Version, clock: Clock) -> None:
+def _flag_unsafe(session: Session, version: Version, unsafe: list[str], clock: Clock) -> None:
     """An approved version turned unsafe is revoked; one not released yet is flagged for its reviewers."""
-    results = _verdicts(session, version)
-    unsafe = sorted(p for p, r in results.items() if r is not None and r.verdict == Verdict.UNSAFE.value)
-    if not unsafe:
-        return
     reason = f"rescan with {SCANNER_NAME} {SCANNER_VERSION} found unsafe: {', '.join(unsafe)}"
     if version.state == VersionState.APPROVED.value:
         revocations.revoke_as_system(session, version, reason, clock=clock, details={
@@ -191,15 +336,15 @@ def _flag_if_unsafe(session: Session, version: Version, clock: Clock) -> None:
 
 
 def fail_scanning_versions_of(session_factory: sessionmaker[Session], digest: str, path: str, error: str) -> None:
-    """When a scan job is dead: the versions waiting on it fail with ``scan_error``."""
+    """When a scan job is dead: the versions waiting on it (any path of its scan key) fail with ``scan_error``."""
     from registry.domain.errors import ScanFailedError
     from registry.services.versions import fail_version
 
+    key = scan_key(path)
     with session_factory() as session:
-        ids = list(session.scalars(select(Version.id).join(VersionFile).where(
-            VersionFile.sha256 == digest, VersionFile.path == path,
-            Version.state == VersionState.SCANNING.value)))
-    for version_id in ids:
+        rows = session.execute(select(Version.id, VersionFile.path).join(VersionFile).where(
+            VersionFile.sha256 == digest, Version.state == VersionState.SCANNING.value)).all()
+    for version_id in sorted({version_id for version_id, p in rows if scan_key(p) == key}):
         fail_version(session_factory, version_id,
                      ScanFailedError(f"scanning {path} failed: {error}", path=path, digest=digest))
 
@@ -214,11 +359,7 @@ def rescan_all(session: Session, principal: AuthenticatedPrincipal) -> int:
                Version.state.in_([VersionState.SCANNING.value, *PAST_SCANNING]))
         .distinct()
     ).all()
-    queued = 0
-    for digest, path in rows:
-        if _cached(session, digest, path) is None:
-            _queue_scan(session, digest, path)
-            queued += 1
+    queued = _queue(session, rows, None)
     audit.append(session, actor=principal.name, action="scan.rescan_requested", subject="registry",
                  details={"scanner": SCANNER_NAME, "scanner_version": SCANNER_VERSION, "queued": queued})
     session.commit()

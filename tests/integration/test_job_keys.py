@@ -27,12 +27,13 @@ def _version(container, version_id) -> Version:
 
 
 def test_a_file_path_of_the_longest_length_accepted_seals_and_is_scanned(container, tmp_path):
-    """The scan job's key holds digest and path; past the column's 256 characters it is hashed."""
+    """The scan job's key holds digest and scan key, for a config its whole path; past the column's 256
+    characters it is hashed."""
     model_dir = tmp_path / "model"
-    long_path = "/".join(["d" * 200] * 4 + ["f" * (MAX_PATH_LENGTH - 804)])
+    long_path = "/".join(["d" * 200] * 4 + ["f" * (MAX_PATH_LENGTH - 816), "config.json"])
     assert len(long_path) == MAX_PATH_LENGTH
     (model_dir / long_path).parent.mkdir(parents=True)
-    (model_dir / long_path).write_bytes(b"plain bytes under a long name\n")
+    (model_dir / long_path).write_bytes(b'{"vocab_size": 8}\n')
     (model_dir / "config.json").write_bytes(b'{"hidden_size": 8}\n')
     admin = make_admin(container)
     with container.session_factory() as session:

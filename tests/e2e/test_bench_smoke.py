@@ -1,0 +1,57 @@
+"""Every benchmark in bench/ runs to its end with tiny sizes and prints its figures, so none can rot
+unnoticed (issue 18: bench/mirror.py measured its rounds, then died on a lifecycle it did not know).
+
+The scripts are found by glob: a new one without an entry here fails the test until it gets one.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+BENCH = REPO / "bench"
+
+SMOKE: dict[str, tuple[list[str], list[str]]] = {
+    # script: (tiny arguments, patterns its output must hold: the figures it exists to print)
+    "fetch.py": (["--size-gb", "0.02", "--shards", "2", "--parallel", "2", "--rounds", "1", "--verify-runs", "1"],
+                 [r"round 1: raw [\d.]+ s before", r"cold/raw [\d.]+", r"ratio of medians [\d.]+"]),
+    "manifest.py": (["--clients", "4", "--requests", "2", "--interval", "0.05", "--rounds", "1"],
+                    [r"round 1: 8 requests in [\d.]+ s .*p99 [\d.]+ ms.* errors 0"]),
+    "mirror.py": (["--size-gb", "0.02", "--shards", "2", "--rounds", "1", "--seal-repetitions", "2",
+                   "--part-size-mib", "5"],
+                  [r"round 1: modelreg [\d.]+ s", r"ratio \(best/best\): [\d.]+", r"seal_version \(3 files, 2 runs\)"]),
+    "queue.py": (["--jobs", "40", "--workers", "2"],
+                 [r"modelreg\s+2 process\(es\):\s+[\d.]+ s", r"modelreg x2 / raw UPDATE\.\.\.RETURNING x2: [\d.]+"]),
+    "scan.py": (["--many-files", "4,8"],
+                [r"\(a\) 2 GiB safetensors .* ms", r"bypass samples flagged: modelreg \d+/\d+",
+                 r"\(d\) regression set: \d+ files",
+                 r"round 1 distinct N=\s+8: scan stage\s+[\d.]+ s,\s+[\d.]+ ms per file, 8 scan jobs, ended awaiting_approval",
+                 r"round 1 one blob N=\s+8: scan stage\s+[\d.]+ s,\s+[\d.]+ ms per file, 1 scan jobs, ended awaiting_approval"]),
+}
+
+
+def test_every_bench_script_has_a_smoke_entry():
+    scripts = sorted(p.name for p in BENCH.glob("*.py"))
+    assert scripts, "no benchmarks found"
+    assert sorted(SMOKE) == scripts, "add an entry to SMOKE for each script in bench/ (and remove gone ones)"
+
+
+@pytest.mark.slow
+@pytest.mark.postgres
+@pytest.mark.s3
+@pytest.mark.parametrize("script", sorted(p.name for p in BENCH.glob("*.py")))
+def test_bench_script_runs_to_its_end_with_tiny_sizes(script):
+    args, patterns = SMOKE[script]
+    env = dict(os.environ, HF_HUB_DISABLE_TELEMETRY="1", PYTHONWARNINGS="ignore")
+    proc = subprocess.run([sys.executable, str(BENCH / script), *args], cwd=REPO, env=env,
+                          capture_output=True, text=True, timeout=900)
+    output = proc.stdout + proc.stderr
+    assert proc.returncode == 0, f"{script} exited {proc.returncode}:\n{output[-4000:]}"
+    for pattern in patterns:
+        assert re.search(pattern, proc.stdout), f"{script} did not print {pattern!r}:\n{proc.stdout[-4000:]}"
