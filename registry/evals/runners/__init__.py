@@ -75,6 +75,8 @@ class RunContext:
         facts: the version's recorded facts (``registry.facts``), or None.
         trust_remote_code: True only when policy allowed the version's remote code.
         deadline: ``time.monotonic()`` value by which the runner must be done (the parent kills it then).
+        endpoint_socket: a Unix socket joined to the one endpoint the suite names (the runner has no
+            other network but loopback), or None.
     """
 
     model_dir: Path
@@ -84,6 +86,7 @@ class RunContext:
     facts: dict[str, Any] | None
     trust_remote_code: bool
     deadline: float
+    endpoint_socket: Path | None = None
 
 
 @dataclasses.dataclass(slots=True)
