@@ -49,7 +49,9 @@ def server(tmp_path_factory, hub):
     data["modelreg"]["config"]["evals"]["thresholds"]["quality"] = {"quality.score": {"min": 0.6}}
     (policy / "data.json").write_text(json.dumps(data))
     s = start_server(root / "data", extra_env={"MODELREG_HF_ALLOWED_ENDPOINTS": json.dumps([hub.url]),
-                                               "MODELREG_POLICY_DIR": str(policy)})
+                                               "MODELREG_POLICY_DIR": str(policy),
+                                               # The suite's script: nothing else of this disk is shown to it.
+                                               "MODELREG_EVAL_READ_ONLY_PATHS": json.dumps([str(root / "score.py")])})
     s.cli("tenant", "create", "team", check=True)
     s.cli("principal", "create", "sam", check=True)
     s.cli("principal", "grant", "sam", "--tenant", "team", "--role", "submitter", check=True)

@@ -14,7 +14,7 @@ Each case outcome is ``{"evalset", "id", "category", "language", "length", "pass
 
 Example:
     >>> RUNNERS["weights-sanity"].version
-    '1.0.0'
+    '1.1.0'
 """
 
 from __future__ import annotations
@@ -49,7 +49,7 @@ class RunnerInfo:
 
 
 RUNNERS: dict[str, RunnerInfo] = {info.name: info for info in (
-    RunnerInfo("weights-sanity", "1.0.0", "registry.evals.runners.sanity:run"),
+    RunnerInfo("weights-sanity", "1.1.0", "registry.evals.runners.sanity:run"),
     RunnerInfo("causal-lm", "1.0.0", "registry.evals.runners.causal_lm:run"),
     RunnerInfo("openai", "1.0.0", "registry.evals.runners.openai:run"),
     RunnerInfo("command", "1.0.0", "registry.evals.runners.command:run"),
