@@ -110,7 +110,8 @@ def _die_with_the_worker(parent: int) -> None:
 
 
 def main(argv: list[str]) -> int:
-    _die_with_the_worker(int(argv[2]) if len(argv) > 2 else os.getppid())
+    parent = int(argv[2]) if len(argv) > 2 else os.getppid()
+    _die_with_the_worker(parent)
     spec_path = Path(argv[1])
     spec = json.loads(spec_path.read_text())
     output = Path(spec["output"])
@@ -118,6 +119,8 @@ def main(argv: list[str]) -> int:
     # preexec_fn unsafe.
     _limit_memory(int(spec["memory_mb"]))
     refused = _isolate(spec)
+    # Entering a user namespace can clear the parent-death signal (new credentials): set it again.
+    _die_with_the_worker(parent)
     _report_isolation(int(spec["isolation"]["status_fd"]), refused)
     if refused is None:
         print("runner: isolated: only the model, the eval sets, the work directory and Python are visible; "

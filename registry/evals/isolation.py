@@ -14,7 +14,8 @@ Everything else (the data directory with its keys and tokens, other tenants' blo
 and source tree) is not there. The network namespace has only ``lo``, brought up so a serve command on
 ``127.0.0.1`` answers; the one endpoint a suite names is reached through a Unix socket in the work
 directory, relayed by the worker (:mod:`registry.evals.sandbox`). A user namespace is used so that the
-same code runs for root and for an unprivileged worker; uid and gid map to themselves.
+same code runs for root and for an unprivileged worker; uid and gid map to themselves. Last, every
+capability is given up for good, so the runner cannot change the mounts it was given.
 
 It imports only the standard library: it runs in the child before anything else is loaded.
 
@@ -39,6 +40,10 @@ MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 32, 4096, 16384, 1 << 18
 MNT_DETACH = 2
 SYS_PIVOT_ROOT = {"x86_64": 155, "aarch64": 41}
 SIOCGIFFLAGS, SIOCSIFFLAGS, IFF_UP = 0x8913, 0x8914, 0x1
+PR_CAPBSET_DROP, PR_SET_SECUREBITS, PR_SET_NO_NEW_PRIVS, PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL = 24, 28, 38, 47, 4
+# noroot, no_setuid_fixup, keep_caps (off) and no_cap_ambient_raise, each with its lock.
+SECURE_BITS = 0b1 | 0b10 | 0b100 | 0b1000 | 0b100000 | 0b1000000 | 0b10000000
+LINUX_CAPABILITY_VERSION_3 = 0x20080522
 
 SYSTEM_READ_ONLY = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
 ETC_READ_ONLY = ("/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/ld.so.conf.d", "/etc/ssl", "/etc/ca-certificates",
@@ -104,6 +109,7 @@ def isolate(root: str, *, read_only: list[str], writable: list[str]) -> None:
           "the new root read-only")
     _pivot(libc, root)
     _loopback_up()
+    _drop_capabilities(libc)
 
 
 def _call(status: int, libc: ctypes.CDLL, what: str) -> None:
@@ -138,6 +144,23 @@ def _pivot(libc: ctypes.CDLL, root: str) -> None:
     _call(libc.syscall(number, b".", b"."), libc, "pivot_root")
     _call(libc.umount2(b".", MNT_DETACH), libc, "detaching the old root")
     os.chdir("/")
+
+
+def _drop_capabilities(libc: ctypes.CDLL) -> None:
+    """Give up every capability for good, so the runner cannot undo the mounts (remount the Python
+    read-write, unmount a read-only view): as root of its user namespace it would hold them all.
+
+    Secure bits keep an ``execve`` from granting them again to uid 0; ``no_new_privs`` stops set-uid files.
+    """
+    _call(libc.prctl(PR_SET_SECUREBITS, SECURE_BITS, 0, 0, 0), libc, "setting the secure bits")
+    for cap in range(64):
+        if libc.prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) != 0:
+            break  # past the last capability this kernel knows
+    _call(libc.prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0), libc, "clearing ambient capabilities")
+    header = (ctypes.c_uint32 * 2)(LINUX_CAPABILITY_VERSION_3, 0)
+    data = (ctypes.c_uint32 * 6)()
+    _call(libc.capset(header, data), libc, "dropping capabilities")
+    _call(libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), libc, "no_new_privs")
 
 
 def _loopback_up() -> None:

@@ -62,6 +62,15 @@ HOSTILE = textwrap.dedent("""
         except OSError as e:
             got["connect." + name] = 0
             print(f"connect {name}: {e.strerror or e}")
+    import ctypes
+    libc = ctypes.CDLL(None, use_errno=True)
+    for name, path in targets["remount"].items():
+        # MS_REMOUNT | MS_BIND without MS_RDONLY: make a read-only view writable; then unmount it.
+        remounted = libc.mount(None, path.encode(), None, 32 | 4096, None) == 0
+        unmounted = libc.umount2(path.encode(), 2) == 0
+        got["remount." + name] = int(remounted or unmounted)
+        if not (remounted or unmounted):
+            print(f"remount {name}: {os.strerror(ctypes.get_errno())}")
     json.dump({"metrics": got}, open(sys.argv[1], "w"))
 """)
 
@@ -144,6 +153,7 @@ def test_a_hostile_command_suite_sees_no_secrets_writes_nowhere_and_reaches_noth
         "write": {"next_to_the_model": str(tmp_path / "planted"), "model_dir": str(model / "planted"),
                   "data_dir": str(data_dir / "planted"), "root": str(in_root)},
         "connect": connect,
+        "remount": {"model_dir": str(model), "python": sys.base_prefix},
     }
     (model / "targets.json").write_text(json.dumps(targets))
 
@@ -156,7 +166,7 @@ def test_a_hostile_command_suite_sees_no_secrets_writes_nowhere_and_reaches_noth
 
     assert outcome.status == "completed", outcome.log
     metrics = outcome.result["metrics"]
-    assert set(metrics) == {f"{kind}.{name}" for kind in ("read", "list", "write", "connect")
+    assert set(metrics) == {f"{kind}.{name}" for kind in ("read", "list", "write", "connect", "remount")
                             for name in targets[kind]}
     got_through = {name for name, value in metrics.items() if value}
     # A write under /tmp lands in the runner's private /tmp (gone with it); out here nothing appears.
@@ -168,6 +178,7 @@ def test_a_hostile_command_suite_sees_no_secrets_writes_nowhere_and_reaches_noth
     log = outcome.log.decode()
     assert "read presign_secret: No such file or directory" in log
     assert "connect api_loopback: Connection refused" in log
+    assert "remount python: Operation not permitted" in log
     if other:
         assert "connect api_other_address: Network is unreachable" in log
 
