@@ -80,6 +80,12 @@ class Settings(BaseSettings):
     metrics_cache_seconds: float = Field(
         5.0, ge=0, le=300, description="How long a process reuses the database series of /metrics between scrapes.")
 
+    eval_allow_unisolated: bool = Field(
+        False, description="Run evals where the kernel refuses the runner its namespaces (recorded as unisolated); "
+                           "otherwise such an eval fails.")
+    eval_read_only_paths: list[Path] = Field(
+        default_factory=list, description="More paths every eval runner sees, read-only (a tool's install, a cache).")
+
     job_lease_seconds: float = 60.0
     job_max_attempts: int = Field(5, ge=1, description="Attempts of a job before it is dead.")
     job_backoff_base_seconds: float = 2.0

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from registry.bootstrap import Container
 from registry.domain.errors import RegistryError, UnstorableDataError, UpstreamError
+from registry.evals.sandbox import Isolation
 from registry.jobs import JobKind
 from registry.services import evals, mirroring, scans, versions
 from workers.registry import Handler, HandlerRegistry, Payload
@@ -48,7 +49,10 @@ def _scan_blob_dead(c: Container, payload: Payload, error: str, _cause: BaseExce
 
 
 def _run_eval(c: Container, payload: Payload) -> None:
-    evals.run_eval(c.session_factory, int(payload["result_id"]), blob_store=c.blob_store, clock=c.clock)
+    isolation = Isolation(allow_unisolated=c.settings.eval_allow_unisolated,
+                          read_only_paths=tuple(str(p) for p in c.settings.eval_read_only_paths))
+    evals.run_eval(c.session_factory, int(payload["result_id"]), blob_store=c.blob_store, clock=c.clock,
+                   isolation=isolation)
 
 
 def _run_eval_dead(c: Container, payload: Payload, error: str, _cause: BaseException | None) -> None:

@@ -11,6 +11,7 @@ from workers.checkpoints import start_checkpoints
 from workers.handlers import build_handlers
 from workers.loop import run_worker_process as _run_process
 from workers.loop import run_workers
+from workers.rejudging import start_rejudging
 
 log = logging.getLogger(__name__)
 
@@ -20,6 +21,7 @@ def start_workers(container: Container, count: int, stop: threading.Event) -> li
     if count:
         _sweep_eval_copies()
         start_checkpoints(container, stop)
+        start_rejudging(container, stop)
     return run_workers(container, build_handlers(), count, stop)
 
 
@@ -29,6 +31,7 @@ def run_worker_process(container: Container, concurrency: int) -> int:
     stop = threading.Event()
     _sweep_eval_copies()
     start_checkpoints(container, stop)
+    start_rejudging(container, stop)
     return _run_process(container, build_handlers(), threads=concurrency, stop=stop)
 
 

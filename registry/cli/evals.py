@@ -32,6 +32,8 @@ def _eval_lines(result: dict[str, Any]) -> list[str]:
     for e in result["evals"]:
         why = f" ({e['reason']}: {e['error']})" if e.get("reason") else ""
         took = f" in {e['duration_ms'] / 1000:.1f} s" if e.get("duration_ms") is not None else ""
+        if e.get("isolated") is False:
+            took += ", NOT isolated"
         lines.append(f"  {e['suite']}: {e['status']}{why}, {e['runner']} {e['runner_version']}{took}, "
                      f"{e['cases_failed']} of {e['cases_recorded']} cases failed")
         lines += [f"    {name} = {_metric(value)}" for name, value in sorted(e["metrics"].items())]

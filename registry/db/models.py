@@ -565,6 +565,8 @@ class EvalResult(Base):
     duration_ms: Mapped[int | None] = mapped_column(Integer)
     created_at: Mapped[dt.datetime]
     finished_at: Mapped[dt.datetime | None]
+    isolated: Mapped[bool | None]
+    """Whether the runner ran shut in (its own mount and network namespaces); None: it never started."""
 
 
 class TrustRootRecord(Base):

@@ -9,6 +9,7 @@ runner's ``run`` and writes ``{"result": {...}}`` or ``{"error": "..."}``; its e
 3     the runner refused (``RunnerError``): ``error`` says why
 4     the memory limit was hit (``MemoryError``)
 5     the runner ran out of time (``RunnerTimeoutError``): ``error`` says where
+6     not run: it cannot be isolated and unisolated runs are not allowed: ``error`` says why
 1     anything else (the traceback is in the log)
 ====  ==================================================
 
@@ -30,6 +31,7 @@ EXIT_CRASH = 1
 EXIT_RUNNER_ERROR = 3
 EXIT_MEMORY = 4
 EXIT_TIMEOUT = 5
+EXIT_UNISOLATED = 6
 MAX_CASES_RECORDED = 10_000
 
 
@@ -51,7 +53,8 @@ def _run(spec: dict[str, Any]) -> dict[str, Any]:
     ctx = RunContext(model_dir=Path(spec["model_dir"]), settings=spec["settings"], evalsets=tuple(evalsets),
                      work_dir=Path(spec["work_dir"]), facts=spec.get("facts"),
                      trust_remote_code=bool(spec.get("trust_remote_code")),
-                     deadline=time.monotonic() + float(spec["timeout_s"]))
+                     deadline=time.monotonic() + float(spec["timeout_s"]),
+                     endpoint_socket=Path(spec["endpoint_socket"]) if spec.get("endpoint_socket") else None)
     result = RUNNERS[spec["runner"]].load()(ctx)
     metrics = check_metrics(result.metrics)
     breakdown = {axis: {key: check_metrics(values, f"breakdown.{axis}.{key}") for key, values in groups.items()}
@@ -75,46 +78,24 @@ def _limit_memory(megabytes: int) -> None:
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
 
 
-# Linux: unshare(2) and mount(2) flags.
-_CLONE_NEWUSER, _CLONE_NEWNS = 0x10000000, 0x00020000
-_MS_RDONLY, _MS_NOSUID, _MS_NODEV, _MS_NOEXEC = 1, 2, 4, 8
-_MS_REMOUNT, _MS_BIND, _MS_REC, _MS_PRIVATE = 32, 4096, 16384, 1 << 18
+def _isolate(spec: dict[str, Any]) -> str | None:
+    """Shut this process in (:mod:`registry.evals.isolation`) as the spec says; None, or why it is not."""
+    from registry.evals import isolation
 
-
-def _mount_read_only(paths: list[str]) -> str:
-    """Make ``paths`` read-only for this process and its children, even for root.
-
-    File modes (0444) stop an ordinary user but not root; a read-only bind mount stops both. The
-    process enters its own user and mount namespaces (no privilege needed where the kernel allows
-    unprivileged user namespaces) and remounts each path read-only there; nothing changes outside.
-    Where namespaces are not allowed the file modes remain, and the log says so.
-
-    Returns:
-        What protects the paths, for the log.
-    """
-    import ctypes
-
-    libc = ctypes.CDLL(None, use_errno=True)
-    uid, gid = os.getuid(), os.getgid()
-    if libc.unshare(_CLONE_NEWUSER | _CLONE_NEWNS) != 0:
-        return f"file modes only (no user namespace: {os.strerror(ctypes.get_errno())})"
+    shut_in = spec["isolation"]
+    read_only = [spec["model_dir"], *sorted({str(Path(e["path"]).parent) for e in spec["evalsets"]}),
+                 *isolation.python_paths(), *shut_in["read_only"]]
     try:
-        Path("/proc/self/setgroups").write_text("deny")
-        Path("/proc/self/uid_map").write_text(f"{uid} {uid} 1")
-        Path("/proc/self/gid_map").write_text(f"{gid} {gid} 1")
-    except OSError as e:
-        return f"file modes only (user namespace map refused: {e})"
-    if libc.mount(b"none", b"/", None, _MS_REC | _MS_PRIVATE, None) != 0:
-        return f"file modes only (mount namespace: {os.strerror(ctypes.get_errno())})"
-    for path in paths:
-        target = path.encode()
-        # A remount in a user namespace must keep the flags the outer mount locked.
-        st = os.statvfs(path)
-        kept = st.f_flag & (_MS_NOSUID | _MS_NODEV | _MS_NOEXEC)
-        if (libc.mount(target, target, None, _MS_BIND | _MS_REC, None) != 0
-                or libc.mount(None, target, None, _MS_BIND | _MS_REMOUNT | _MS_RDONLY | kept, None) != 0):
-            raise OSError(ctypes.get_errno(), f"cannot mount {path} read-only: {os.strerror(ctypes.get_errno())}")
-    return "a read-only mount"
+        isolation.isolate(shut_in["root"], read_only=read_only, writable=[spec["work_dir"]])
+    except (isolation.IsolationError, OSError) as e:
+        return str(e) or type(e).__name__
+    return None
+
+
+def _report_isolation(fd: int, refused: str | None) -> None:
+    """Tell the worker, on a pipe closed before any runner code runs, whether this run is shut in."""
+    with os.fdopen(fd, "w") as pipe:
+        pipe.write("isolated\n" if refused is None else f"unisolated {refused}\n"[:2000])
 
 
 def _die_with_the_worker(parent: int) -> None:
@@ -129,16 +110,27 @@ def _die_with_the_worker(parent: int) -> None:
 
 
 def main(argv: list[str]) -> int:
-    _die_with_the_worker(int(argv[2]) if len(argv) > 2 else os.getppid())
+    parent = int(argv[2]) if len(argv) > 2 else os.getppid()
+    _die_with_the_worker(parent)
     spec_path = Path(argv[1])
     spec = json.loads(spec_path.read_text())
     output = Path(spec["output"])
     # First of all, before any runner code: set here rather than by the parent, whose threads make a
     # preexec_fn unsafe.
     _limit_memory(int(spec["memory_mb"]))
-    protected = [spec["model_dir"], *sorted({str(Path(e["path"]).parent) for e in spec["evalsets"]})]
-    print(f"runner: the model directory is protected by {_mount_read_only(protected)}", file=sys.stderr,
-          flush=True)
+    refused = _isolate(spec)
+    # Entering a user namespace can clear the parent-death signal (new credentials): set it again.
+    _die_with_the_worker(parent)
+    _report_isolation(int(spec["isolation"]["status_fd"]), refused)
+    if refused is None:
+        print("runner: isolated: only the model, the eval sets, the work directory and Python are visible; "
+              "no network but loopback", file=sys.stderr, flush=True)
+    elif spec["isolation"]["allow_unisolated"]:
+        print(f"runner: NOT isolated (allowed by the operator): {refused}", file=sys.stderr, flush=True)
+    else:
+        print(f"runner: not run: it cannot be isolated: {refused}", file=sys.stderr, flush=True)
+        _write(output, {"error": f"the runner cannot be isolated: {refused}"[:2000]})
+        return EXIT_UNISOLATED
     from registry.domain.errors import RegistryError
     from registry.evals.runners import RunnerError, RunnerTimeoutError
 

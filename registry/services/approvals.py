@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from sqlalchemy import select
+from sqlalchemy import func, select
 from sqlalchemy.exc import IntegrityError as SAIntegrityError
 from sqlalchemy.orm import Session
 
@@ -353,3 +353,45 @@ def _status(session: Session, version: Version) -> ApprovalStatus:
                           submitter=_submitter(session, version), decision=latest, unmet=unmet,
                           met=list(met.values()),
                           approvals=_approvals_of(session, version))
+
+
+MAX_REJUDGED = 500
+"""Most versions one pass of :func:`rejudge_awaiting` judges again (the next pass takes the rest)."""
+
+
+def rejudge_awaiting(session: Session, *, engine: PolicyEngine, clock: Clock) -> list[str]:
+    """Judge again every version awaiting approval whose latest judgement used another policy bundle.
+
+    A version blocked by an eval threshold (or any rule of the policy data) waits with the approvals it
+    has; when the policy data changes, this judges it under the new bundle, so the approvals already
+    given apply and a too-strict threshold is mended by policy, not by resubmitting. Workers call it
+    when they start and then every few minutes; it stores each judgement like any other.
+
+    Returns:
+        The versions judged again (``tenant/model@number``).
+    """
+    latest = (select(PolicyDecision.version_id, func.max(PolicyDecision.id).label("id"))
+              .where(PolicyDecision.kind == "approval").group_by(PolicyDecision.version_id).subquery())
+    stale = (select(Version.id).join(latest, latest.c.version_id == Version.id, isouter=True)
+             .join(PolicyDecision, PolicyDecision.id == latest.c.id, isouter=True)
+             .where(Version.state == VersionState.AWAITING_APPROVAL.value,
+                    (PolicyDecision.bundle_digest.is_(None)) | (PolicyDecision.bundle_digest != engine.bundle_digest))
+             .order_by(Version.id).limit(MAX_REJUDGED))
+    judged = []
+    for version_id in list(session.scalars(stale)):
+        begin_write(session)
+        version = session.get(Version, version_id)
+        if is_postgres(session):
+            session.refresh(version, with_for_update=True)
+        if version.state != VersionState.AWAITING_APPROVAL.value:
+            session.rollback()
+            continue
+        decision = _judge(session, version, engine, clock.now())
+        audit.append(session, actor="system", action="version.rejudged", subject=version_ref(version),
+                     tenant=version.model.tenant.name,
+                     details={"outcome": decision.outcome, "unmet": [u["code"] for u in decision.unmet],
+                              **_digests(decision)})
+        _approve_if_allowed(session, version, decision, "system")
+        session.commit()
+        judged.append(version_ref(version))
+    return judged

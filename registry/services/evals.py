@@ -262,8 +262,12 @@ def _unsafe_reason(session: Session, version: Version) -> str | None:
 
 
 def run_eval(session_factory: sessionmaker[Session], result_id: int, *, blob_store: BlobStore, clock: Clock,
-             work_root: Path | None = None) -> None:
-    """The ``run_eval`` job: run one suite on one version and record the outcome (once)."""
+             work_root: Path | None = None, isolation: sandbox.Isolation = sandbox.Isolation()) -> None:
+    """The ``run_eval`` job: run one suite on one version and record the outcome (once).
+
+    Args:
+        isolation: how the runner is shut in (the operator's settings); by default it must be.
+    """
     with session_factory() as session:
         row = session.get(EvalResult, result_id)
         if row is None or row.status != PENDING:
@@ -279,14 +283,14 @@ def run_eval(session_factory: sessionmaker[Session], result_id: int, *, blob_sto
     if unsafe is not None:
         outcome = sandbox.failed("unsafe", f"not evaluated: {unsafe}")
     else:
-        outcome = _run_outside_transaction(files, evalsets, definition, facts, blob_store, work_root)
+        outcome = _run_outside_transaction(files, evalsets, definition, facts, blob_store, work_root, isolation)
     _record(session_factory, result_id, outcome, _store_log(blob_store, outcome.log), clock=clock,
             blob_store=blob_store)
 
 
 def _run_outside_transaction(files: list[tuple[str, str]], evalsets: list[tuple[str, str]],
                              definition: dict[str, Any], facts: dict[str, Any] | None, blob_store: BlobStore,
-                             work_root: Path | None) -> sandbox.Outcome:
+                             work_root: Path | None, isolation: sandbox.Isolation) -> sandbox.Outcome:
     # The copy lives in a locked run directory: if this worker is killed, the next sweep removes it.
     with workdirs.eval_workdir(work_root) as root:
         try:
@@ -299,7 +303,8 @@ def _run_outside_transaction(files: list[tuple[str, str]], evalsets: list[tuple[
         except DigestMismatchError as e:
             return sandbox.failed("integrity", f"a stored blob does not match its digest: {e.message}")
         # trust_remote_code stays off: remote code needs a security approval, which comes after evals.
-        return sandbox.run_runner(definition, model_dir, sets, facts=facts, work_root=root, trust_remote_code=False)
+        return sandbox.run_runner(definition, model_dir, sets, facts=facts, work_root=root, trust_remote_code=False,
+                                  isolation=isolation)
 
 
 def _store_log(blob_store: BlobStore, log_bytes: bytes) -> str | None:
@@ -330,10 +335,12 @@ def _record(session_factory: sessionmaker[Session], result_id: int, outcome: san
         row.breakdown = result.get("breakdown", {})
         row.cases = result.get("cases", [])
         row.log_digest, row.duration_ms, row.finished_at = log_digest, outcome.duration_ms, clock.now()
+        row.isolated = outcome.isolated
         tenant = version.model.tenant.name
         audit.append(session, actor="system", action="version.eval.recorded", subject=version_ref(version),
                      tenant=tenant, details={"suite": row.suite, "suite_version": row.suite_version,
                                              "status": row.status, "reason": row.reason,
+                                             "isolated": row.isolated,
                                              "metrics": dict(list(row.metrics.items())[:50])})
         session.flush()
         _complete_if_done(session, version)
@@ -354,6 +361,7 @@ def result_doc(row: EvalResult, *, cases: bool = False) -> dict[str, Any]:
            "runner_version": row.runner_version, "status": row.status, "reason": row.reason, "error": row.error,
            "metrics": row.metrics, "breakdown": row.breakdown, "cases_recorded": len(row.cases),
            "cases_failed": failed_cases, "log_digest": row.log_digest, "duration_ms": row.duration_ms,
+           "isolated": row.isolated,
            "evalsets": row.definition.get("evalsets", []), "settings": row.definition.get("settings", {}),
            "created_at": row.created_at.isoformat(),
            "finished_at": row.finished_at.isoformat() if row.finished_at else None}

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import time
 from pathlib import Path
 
 import pytest
@@ -49,7 +50,9 @@ def server(tmp_path_factory, hub):
     data["modelreg"]["config"]["evals"]["thresholds"]["quality"] = {"quality.score": {"min": 0.6}}
     (policy / "data.json").write_text(json.dumps(data))
     s = start_server(root / "data", extra_env={"MODELREG_HF_ALLOWED_ENDPOINTS": json.dumps([hub.url]),
-                                               "MODELREG_POLICY_DIR": str(policy)})
+                                               "MODELREG_POLICY_DIR": str(policy),
+                                               # The suite's script: nothing else of this disk is shown to it.
+                                               "MODELREG_EVAL_READ_ONLY_PATHS": json.dumps([str(root / "score.py")])})
     s.cli("tenant", "create", "team", check=True)
     s.cli("principal", "create", "sam", check=True)
     s.cli("principal", "grant", "sam", "--tenant", "team", "--role", "submitter", check=True)
@@ -115,3 +118,58 @@ def test_evals_and_status_show_the_unmet_threshold(server, hub):
     assert no_log.returncode == 1 and no_log.stderr.strip() == "error: --log needs --suite"
     unknown = server.cli("evals", "team/low", n, "--suite", "nope")
     assert unknown.returncode == 1 and "eval-not-found" in unknown.stderr
+
+
+def _policy_with_threshold(root: Path, minimum: float) -> Path:
+    policy = root / "policies"
+    if not policy.exists():
+        shutil.copytree(default_policy_dir(), policy)
+    data = json.loads((policy / "data.json").read_text())
+    data["modelreg"]["suites"]["quality"] = {
+        "runner": "command", "settings": {"command": ["{python}", str(root / "score.py"), "{model_dir}", "{output}"]}}
+    data["modelreg"]["config"]["evals"]["thresholds"]["quality"] = {"quality.score": {"min": minimum}}
+    (policy / "data.json").write_text(json.dumps(data))
+    return policy
+
+
+def test_a_threshold_loosened_in_the_policy_data_lets_the_approvals_given_apply(hub, tmp_path):
+    """Approved by everyone, blocked by a too-strict threshold; the operator loosens the policy data and
+    restarts: the version is judged again and approved, without being submitted again."""
+    (tmp_path / "score.py").write_text(SCORE_SCRIPT)
+    env = {"MODELREG_HF_ALLOWED_ENDPOINTS": json.dumps([hub.url]),
+           "MODELREG_POLICY_DIR": str(_policy_with_threshold(tmp_path, 0.6)),
+           "MODELREG_EVAL_READ_ONLY_PATHS": json.dumps([str(tmp_path / "score.py")])}
+    s = start_server(tmp_path / "data", extra_env=env)
+    try:
+        s.cli("tenant", "create", "team", check=True)
+        for name, role, capacity in (("sam", "submitter", None), ("sec", "approver", "security"),
+                                     ("mia", "approver", "ml"), ("lex", "approver", "legal")):
+            s.cli("principal", "create", name, check=True)
+            s.cli("principal", "grant", name, "--tenant", "team", "--role", role,
+                  *(["--capacity", capacity] if capacity else []), check=True)
+        token = {name: s.cli("principal", "token", name, check=True).stdout.strip()
+                 for name in ("sam", "sec", "mia", "lex")}
+        submitted = s.cli("submit", "hf://org/low", "--model", "team/low", "--hf-endpoint", hub.url, "--wait",
+                          "--json", token=token["sam"], timeout=300)
+        assert submitted.returncode == 0, submitted.stderr
+        n = str(json.loads(submitted.stdout)["version"])
+        for name, capacity in (("sec", "security"), ("mia", "ml"), ("lex", "legal")):
+            s.cli("approve", "team/low", n, "--capacity", capacity, token=token[name], check=True)
+        status = json.loads(s.cli("status", "team/low", n, "--json", check=True).stdout)
+        assert status["state"] == "awaiting_approval"
+        assert [u["code"] for u in status["unmet"]] == ["eval.threshold"]
+    finally:
+        s.stop()
+
+    _policy_with_threshold(tmp_path, 0.3)
+    s = start_server(tmp_path / "data", extra_env=env)
+    try:
+        judged = s.cli("policy", "eval", "team/low", n, check=True).stdout
+        assert judged.startswith(f"team/low@{n}: ") and "policy says approved" in judged
+        deadline = time.monotonic() + 60
+        while (state := json.loads(s.cli("status", "team/low", n, "--json", check=True).stdout)["state"]) \
+                == "awaiting_approval" and time.monotonic() < deadline:
+            time.sleep(0.5)
+        assert state == "approved", s.log.read_text()[-3000:]
+    finally:
+        s.stop()

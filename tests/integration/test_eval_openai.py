@@ -377,3 +377,42 @@ def alive(pid: int, wait_s: float = 3.0) -> bool:
             return True
         time.sleep(0.05)
 
+
+
+# --- through the sandbox (its own network namespace: loopback only, and the suite's one endpoint) ---
+
+SANDBOXED = [d for _, d in KNOWN if d["id"] in ("f-exact-pass", "f-exact-fail", "r-pass-en")]
+
+
+def _sandboxed(model_dir: Path, tmp_path: Path, settings: dict):
+    from registry.evals import sandbox
+
+    data = "".join(json.dumps(d) + "\n" for d in SANDBOXED).encode()
+    sets = tmp_path / "sets"
+    sets.mkdir(exist_ok=True)
+    (sets / "known.jsonl").write_bytes(data)
+    definition = {"suite": "chat", "runner": "openai", "runner_version": "x", "settings": settings,
+                  "timeout_s": 180, "memory_mb": 8192, "evalsets": []}
+    evalsets = [{"name": "known", "digest": hashlib.sha256(data).hexdigest(), "path": str(sets / "known.jsonl")}]
+    # The serve script is shown to the runner as an operator's read-only path; nothing else of this disk is.
+    return sandbox.run_runner(definition, model_dir, evalsets, facts=None, work_root=tmp_path,
+                              isolation=sandbox.Isolation(read_only_paths=(str(Path(SERVER).parent),)))
+
+
+def test_in_the_sandbox_the_serve_command_answers_on_loopback(model_dir, tmp_path):
+    outcome = _sandboxed(model_dir, tmp_path, {"serve": SERVE, "max_tokens": 8, "startup_timeout_s": 120})
+    assert outcome.status == "completed", outcome.log.decode()[-3000:]
+    assert outcome.isolated is True
+    m = outcome.result["metrics"]
+    assert (m["factual.cases"], m["factual.passed"], m["refusal.passed"], m["requests.failed"]) == (2, 1, 1, 0)
+
+
+def test_in_the_sandbox_the_named_endpoint_is_reached_through_the_relay_only(server, model_dir, tmp_path):
+    mark = len(server.requests())
+    outcome = _sandboxed(model_dir, tmp_path, {"endpoint": server.base, "model": MODEL, "max_tokens": 8})
+    assert outcome.status == "completed", outcome.log.decode()[-3000:]
+    assert outcome.isolated is True
+    assert outcome.result["metrics"]["factual.passed"] == 1 and outcome.result["metrics"]["requests.failed"] == 0
+    sent = server.requests_since(mark)
+    assert sorted(r["body"]["messages"][-1]["content"] for r in sent) == sorted(
+        d["messages"][-1]["content"] for d in SANDBOXED)

@@ -1,6 +1,5 @@
-"""A worker killed in the middle of an eval: its runner dies with it, the next worker to start removes the
-model copy it left, another worker runs the suite again once the lease runs out, and the result is
-recorded once."""
+"""A worker killed in the middle of an eval: its runner dies with it, another worker runs the suite again
+once the lease runs out, and the result is recorded once."""
 
 from __future__ import annotations
 
@@ -22,20 +21,27 @@ from tests.integration.test_mirror_crash import deployment  # noqa: F401  (the f
 from tests.support.registry import make_admin
 from tests.support.worker_process import kill_worker, start_worker, stop_worker, wait_for
 
-# Appends "start <pid> <model_dir>" to the runs file, works (a minute the first time, a second after), then
-# appends "done <pid>" and reports.
+# Works (a minute while the pace file says "slow", a second after), then reports. The runner sees the
+# pace file (an operator's read-only path) and nothing else of this disk: it cannot write out, so the
+# test finds it among the processes.
 SLOW_SCRIPT = """
-import json, os, sys, time
+import json, sys, time
 from pathlib import Path
-runs = Path(sys.argv[3])
-first = not runs.exists()
-with runs.open("a") as f:
-    f.write(f"start {os.getpid()} {sys.argv[1]}\\n")
-time.sleep(60 if first else 1)
-with runs.open("a") as f:
-    f.write(f"done {os.getpid()}\\n")
+time.sleep(60 if Path(sys.argv[3]).read_text() == "slow" else 1)
 Path(sys.argv[2]).write_text(json.dumps({"metrics": {"quality.score": 0.9}}))
 """
+
+
+def running(script: str) -> tuple[int, list[str]] | None:
+    """The pid and arguments of a process running ``script``, if one is."""
+    for entry in Path("/proc").iterdir():
+        try:
+            argv = (entry / "cmdline").read_bytes().decode().split("\0")
+            if entry.name.isdigit() and script in argv:
+                return int(entry.name), argv[argv.index(script) + 1:]
+        except OSError:
+            continue
+    return None
 
 
 def alive(pid: int) -> bool:
@@ -52,11 +58,16 @@ def test_a_worker_killed_mid_eval_leaves_no_runner_and_the_rerun_records_once(de
     policy = tmp_path / "policies"
     shutil.copytree(default_policy_dir(), policy)
     data = json.loads((policy / "data.json").read_text())
-    script, runs = tmp_path / "slow.py", tmp_path / "runs.txt"
+    shown = tmp_path / "suite"
+    shown.mkdir()
+    script, pace = shown / "slow.py", shown / "pace"
     script.write_text(SLOW_SCRIPT)
+    pace.write_text("slow")
+    deployment.settings.eval_read_only_paths = [shown]
+    deployment.env["MODELREG_EVAL_READ_ONLY_PATHS"] = json.dumps([str(shown)])
     data["modelreg"]["suites"]["quality"] = {
         "runner": "command", "timeout_s": 120,
-        "settings": {"command": ["{python}", str(script), "{model_dir}", "{output}", str(runs)]}}
+        "settings": {"command": ["{python}", str(script), "{model_dir}", "{output}", str(pace)]}}
     (policy / "data.json").write_text(json.dumps(data))
     deployment.env["MODELREG_POLICY_DIR"] = str(policy)
     deployment.settings.policy_dir = policy
@@ -78,17 +89,18 @@ def test_a_worker_killed_mid_eval_leaves_no_runner_and_the_rerun_records_once(de
         log = tmp_path / "workers.log"
         first = start_worker(deployment, log)
         try:
-            started = wait_for(lambda: runs.exists() and runs.read_text().split(), "the eval to start", first, log)
+            pid, args = wait_for(lambda: running(str(script)), "the eval to start", first, log)
         finally:
             kill_worker(first)
-        pid = int(started[1])
+        # The runner's model directory is bound at its own path: the copy the killed worker made.
+        copy = Path(args[0]).parent
         give_up = time.monotonic() + 10
         while alive(pid) and time.monotonic() < give_up:
             time.sleep(0.1)
         assert not alive(pid), "the runner's command outlived the killed worker"
-        copy = Path(started[2]).parent
         assert (copy / "model" / "config.json").exists(), "the killed worker left no model copy to sweep"
 
+        pace.write_text("fast")
         second = start_worker(deployment, log)
         try:
             wait_for(lambda: not copy.exists(), "the new worker to remove the killed one's model copy",
@@ -102,8 +114,6 @@ def test_a_worker_killed_mid_eval_leaves_no_runner_and_the_rerun_records_once(de
         finally:
             stop_worker(second)
 
-        lines = runs.read_text().split("\n")
-        assert [line.split()[0] for line in lines if line] == ["start", "start", "done"]
         with container.session_factory() as session:
             rows = session.scalars(select(EvalResult).where(EvalResult.version_id == version_id)).all()
             recorded = session.scalars(select(AuditEvent).where(AuditEvent.action == "version.eval.recorded")).all()

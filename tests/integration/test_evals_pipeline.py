@@ -87,11 +87,15 @@ def policy(container, tmp_path):
 
 
 @pytest.fixture
-def scripts(tmp_path) -> dict[str, Path]:
+def scripts(container, tmp_path) -> dict[str, Path]:
+    """The suites' scripts, in a directory the operator shows every runner (nothing else of this disk is)."""
+    where = tmp_path / "suite-scripts"
+    where.mkdir()
+    container.settings.eval_read_only_paths = [where]
     out = {}
     for name, body in (("score", SCORE_SCRIPT), ("probe", PROBE_SCRIPT), ("sleep", SLEEP_SCRIPT),
                        ("crash", CRASH_SCRIPT)):
-        out[name] = tmp_path / f"{name}.py"
+        out[name] = where / f"{name}.py"
         out[name].write_text(body)
     return out
 
@@ -200,6 +204,40 @@ def test_a_threshold_miss_waits_with_the_requirement_unmet(container, policy, sc
     assert [(u["code"], u["metric"]) for u in unmet if u["code"].startswith("eval.")] == [
         ("eval.threshold", "quality.score")]
     assert not [u for u in state_and_unmet(container, admin, "ok", ok)[1] if u["code"].startswith("eval.")]
+
+
+def test_a_too_strict_threshold_is_mended_by_policy_data_without_resubmitting(container, policy, scripts,
+                                                                              tmp_path):
+    """Every approval given, the version still waits on its threshold; the policy data is loosened, the
+    workers' pass judges it again under the new bundle, and the approvals it had make it approved."""
+    policy(suites={"quality": command_suite(scripts["score"])},
+           thresholds={"quality": {"quality.score": {"min": 0.6}}})
+    admin = make_admin(container)
+    number = submit(container, admin, tmp_path / "low", "mended", scored_model(0.5))
+    for name, capacity in (("sec", "security"), ("mia", "ml"), ("lex", "legal")):
+        role_token(container, name, TENANT, "approver", capacity)
+        with container.session_factory() as session:
+            approver = load_principal(session.scalar(select(Principal).where(Principal.name == name)))
+            status = approvals.decide(session, approver, TENANT, "mended", number,
+                                      approvals.ApprovalRequest("approve", capacity, "", []),
+                                      engine=container.policy, clock=container.clock)
+    assert status.state == "awaiting_approval" and [u["code"] for u in status.unmet] == ["eval.threshold"]
+    with container.session_factory() as session:
+        # Nothing to judge again while the bundle is the one it was judged under.
+        assert approvals.rejudge_awaiting(session, engine=container.policy, clock=container.clock) == []
+
+    policy(thresholds={"quality": {"quality.score": {"min": 0.4}}})
+    with container.session_factory() as session:
+        _, decision = approvals.evaluate(session, admin, TENANT, "mended", number, engine=container.policy)
+        assert decision.allowed  # what `modelreg policy eval` shows
+        judged = approvals.rejudge_awaiting(session, engine=container.policy, clock=container.clock)
+    assert judged == [f"{TENANT}/mended@{number}"]
+    state, unmet = state_and_unmet(container, admin, "mended", number)
+    assert (state, unmet) == ("approved", [])
+    with container.session_factory() as session:
+        assert approvals.rejudge_awaiting(session, engine=container.policy, clock=container.clock) == []
+        audit = session.scalars(select(AuditEvent).where(AuditEvent.action == "version.rejudged")).all()
+        assert [e.details["outcome"] for e in audit] == ["approved"]
 
 
 def test_a_regression_against_prod_beyond_tolerance_is_unmet(container, policy, scripts, tmp_path):
@@ -322,6 +360,7 @@ def test_the_openai_runner_through_the_pipeline_scores_an_evalset_and_gates_on_i
     from tests.integration.test_eval_openai import EXPECTED_METRICS, KNOWN, PRICE, SERVE
 
     admin = make_admin(container)
+    container.settings.eval_read_only_paths = [Path(SERVE[1]).parent]  # the test server's script
     data = "".join(json.dumps(d) + "\n" for _, d in KNOWN).encode()
     with container.session_factory() as session:
         evals.add_evalset(session, admin, "known", data, "every expectation kind, passing and failing",

@@ -14,7 +14,7 @@ Each case outcome is ``{"evalset", "id", "category", "language", "length", "pass
 
 Example:
     >>> RUNNERS["weights-sanity"].version
-    '1.0.0'
+    '1.1.0'
 """
 
 from __future__ import annotations
@@ -49,7 +49,7 @@ class RunnerInfo:
 
 
 RUNNERS: dict[str, RunnerInfo] = {info.name: info for info in (
-    RunnerInfo("weights-sanity", "1.0.0", "registry.evals.runners.sanity:run"),
+    RunnerInfo("weights-sanity", "1.1.0", "registry.evals.runners.sanity:run"),
     RunnerInfo("causal-lm", "1.0.0", "registry.evals.runners.causal_lm:run"),
     RunnerInfo("openai", "1.0.0", "registry.evals.runners.openai:run"),
     RunnerInfo("command", "1.0.0", "registry.evals.runners.command:run"),
@@ -75,6 +75,8 @@ class RunContext:
         facts: the version's recorded facts (``registry.facts``), or None.
         trust_remote_code: True only when policy allowed the version's remote code.
         deadline: ``time.monotonic()`` value by which the runner must be done (the parent kills it then).
+        endpoint_socket: a Unix socket joined to the one endpoint the suite names (the runner has no
+            other network but loopback), or None.
     """
 
     model_dir: Path
@@ -84,6 +86,7 @@ class RunContext:
     facts: dict[str, Any] | None
     trust_remote_code: bool
     deadline: float
+    endpoint_socket: Path | None = None
 
 
 @dataclasses.dataclass(slots=True)

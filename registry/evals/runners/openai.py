@@ -119,9 +119,14 @@ def run(ctx: RunContext) -> RunnerResult:
         metric_group(case.category)  # a reserved name fails now, not after the whole run
     stop_at = ctx.deadline - DEADLINE_MARGIN_S
     with _api_base(settings, ctx, headers, stop_at) as base:
+        limits = httpx.Limits(max_connections=settings.concurrency,
+                              max_keepalive_connections=settings.concurrency)
+        # In the sandbox a named endpoint is reached only through the worker's relay socket; the URL (and
+        # so the Host header and TLS name) stays the endpoint's.
+        relayed = settings.serve is None and ctx.endpoint_socket is not None
+        transport = httpx.HTTPTransport(uds=str(ctx.endpoint_socket), limits=limits) if relayed else None
         with httpx.Client(headers=headers, trust_env=settings.serve is None, follow_redirects=False,
-                          limits=httpx.Limits(max_connections=settings.concurrency,
-                                              max_keepalive_connections=settings.concurrency)) as client:
+                          limits=limits, transport=transport) as client:
             budget = min(settings.request_timeout_s, stop_at - time.monotonic())
             model = settings.model or _first_model(client, base, budget)
             replies = _complete_all(client, base, model, [case for _, case in pairs], settings, stop_at)

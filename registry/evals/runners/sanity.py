@@ -10,7 +10,8 @@ pickle. The checks, each one case (``category`` ``"sanity"``) and counted in the
 ``index``              ``model.safetensors.index.json`` maps tensors to shards that exist and hold them
 ``nan``, ``inf``       no NaN or Inf values in float tensors (F16 and BF16 by bit tests, F8 variants
                        by their encodings; F4 and F6 have no NaN or Inf encoding at all)
-``zero_tensors``       no tensor whose values are all zero
+``zero_tensors``       no tensor of two or more dimensions whose values are all zero; all-zero
+                       vectors (biases, norm offsets) are reported (``sanity.zero_vectors``), not failed
 ``duplicates``         no two tensors with the same bytes (sha256), except embeddings and lm_head
                        when ``config.json`` declares ``tie_word_embeddings``
 ``shapes``             embeddings, lm_head, attention and MLP projections agree with ``config.json``
@@ -112,6 +113,7 @@ class Report:
     skipped: set[str] = field(default_factory=set)
     weight_map: dict[str, str] | None = None
     unknown_dtypes: int = 0
+    zero_vectors: list[str] = field(default_factory=list)
 
     def fail(self, check: str, subject: str, what: str) -> None:
         """A failure of ``check`` about ``subject`` (a tensor, file or layer): a case ``check:subject``."""
@@ -182,6 +184,7 @@ def run(ctx: RunContext) -> RunnerResult:
     m["sanity.parameters"] = sum(t.elements for t in tensors)
     m["sanity.tensor_bytes"] = total
     m["sanity.unknown_dtypes"] = report.unknown_dtypes
+    m["sanity.zero_vectors"] = len(report.zero_vectors)
     for check, metric in (("headers", "sanity.unreadable_files"), ("index", "sanity.index_mismatches"),
                           ("nan", "sanity.nan_tensors"), ("inf", "sanity.inf_tensors"),
                           ("zero_tensors", "sanity.zero_tensors"), ("duplicates", "sanity.duplicate_tensors"),
@@ -388,8 +391,16 @@ def _check_values(tensors: list[Tensor], report: Report) -> None:
             report.fail("nan", t.name, f"{t.name} ({t.dtype}): {t.nan} NaN")
         if t.inf:
             report.fail("inf", t.name, f"{t.name} ({t.dtype}): {t.inf} Inf")
-        if t.all_zero:
+        if t.all_zero and len(t.shape) <= 1:
+            # Biases and norm offsets are often initialised to zero and stay so: reported, not failed.
+            report.zero_vectors.append(t.name)
+        elif t.all_zero:
             report.fail("zero_tensors", t.name, f"{t.name} ({t.dtype} {list(t.shape)})")
+    if report.zero_vectors and not report.failures.get("zero_tensors"):
+        shown = ", ".join(report.zero_vectors[:MAX_NAMES_IN_DETAIL])
+        more = len(report.zero_vectors) - MAX_NAMES_IN_DETAIL
+        report.note("zero_tensors", f"{len(report.zero_vectors)} all-zero vectors (biases, norm offsets), "
+                                    f"not failed: {shown}{f' and {more} more' if more > 0 else ''}")
     odd = sorted({t.dtype for t in tensors} & _NO_NAN_ENCODING)
     if odd:
         report.note("nan", f"{', '.join(odd)} encode no NaN or Inf: nothing to count there")

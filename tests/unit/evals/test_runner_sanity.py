@@ -146,6 +146,17 @@ def test_zeroed_tensor(model, clean):
         "model.layers.1.mlp.up_proj.weight (F32 [64, 32])"
 
 
+def test_an_all_zero_vector_is_reported_not_failed(model, clean):
+    """A zero-initialised bias or norm offset is no broken weight: the version must stay approvable."""
+    _edit(model, model__norm__weight=lambda a: np.zeros_like(a))
+    result = _run(model)
+    assert _flips(clean, result.metrics) == {"sanity.zero_vectors": 1}
+    assert result.metrics["sanity.failed_checks"] == 0 and _failed(result) == set()
+    (case,) = [c for c in result.cases if c["id"] == "zero_tensors"]
+    assert case["passed"] is True
+    assert case["detail"] == "1 all-zero vectors (biases, norm offsets), not failed: model.norm.weight"
+
+
 def test_negative_zeros_are_zeros_and_one_tiny_value_is_not(model, clean):
     def tiny(a):
         a[:] = 0.0

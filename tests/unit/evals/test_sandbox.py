@@ -102,11 +102,12 @@ def test_materialize_refuses_a_path_that_leaves_the_directory(tmp_path):
 
 
 def test_the_model_directory_is_read_only_to_the_runner_even_as_root(tmp_path):
-    """File modes do not stop root; the runner's read-only mount does (``registry/evals/child.py``)."""
+    """File modes do not stop root; the runner's read-only mount does (``registry/evals/isolation.py``)."""
     model = tmp_path / "model"
     model.mkdir()
     (model / "score.txt").write_text("1")
-    script = tmp_path / "write.py"
+    # The suite's script ships with the model: nothing else of the worker's disk is visible to the runner.
+    script = model / "write.py"
     script.write_text("import json, sys\nfrom pathlib import Path\n"
                       "try:\n    Path(sys.argv[1], 'planted').write_text('x'); w = 1\n"
                       "except OSError:\n    w = 0\n"
@@ -114,6 +115,6 @@ def test_the_model_directory_is_read_only_to_the_runner_even_as_root(tmp_path):
     outcome = sandbox.run_runner(definition("command", command=["{python}", str(script), "{model_dir}", "{output}"]),
                                  model, [], facts=None, work_root=tmp_path)
     assert outcome.status == "completed", outcome.log
-    assert b"protected by a read-only mount" in outcome.log
+    assert b"runner: isolated" in outcome.log
     assert outcome.result["metrics"] == {"writable": 0.0} and not (model / "planted").exists()
     assert os.access(model, os.W_OK)  # outside the runner nothing changed
