@@ -16,13 +16,19 @@ take a digest's lock downloads it; the other waits, then finds it cached.
 
 Use and eviction. Access times are kept in SQLite (stdlib, safe between processes, atomic updates)
 rather than file atimes, which ``noatime``/``relatime`` mounts do not keep. Above the high watermark
-the least recently used blobs are removed until the low watermark, except blobs a fetched directory
-still uses: a blob hard-linked into a DEST (link count above 1) frees nothing when removed and would
-be downloaded again, and a fetch in flight holds ``fetch.lock`` shared, so eviction (exclusive,
-non-blocking) never removes a blob between its check and its link; the last fetch to finish evicts.
+the least recently used blobs are removed until the low watermark, except blobs with other hard links
+(modelreg makes none: a DEST gets copies, but an operator's link would keep the bytes anyway), and a
+fetch in flight holds ``fetch.lock`` shared, so eviction (exclusive, non-blocking) never removes a
+blob a fetch is copying; the last fetch to finish evicts.
 
-Re-checks. A blob not verified for ``recheck_after`` is re-hashed before it is used; a bad one is
-removed and downloaded again. ``modelreg cache verify`` re-hashes them all on demand.
+Nothing in the cache is trusted. The cache directory is one filesystem tree that any root process on
+the node can write, so a fetch never hands out a cached blob's bytes unhashed: :meth:`NodeCache.copy_out`
+copies a blob into DEST hashing every byte as it passes (one read), and a blob whose bytes are not its
+name is removed and downloaded again. DEST never shares an inode with the cache, so whatever a pod
+writes into its own DEST reaches neither the cache nor another pod. (fs-verity would let the kernel
+refuse the change instead; ext4 here has it off, so the copy is the one mechanism.) Blobs that only
+sit in the cache (``cache warm``) are re-hashed when their last check is older than ``recheck_after``,
+and ``modelreg cache verify`` re-hashes them all on demand.
 
 Example:
     >>> import hashlib, tempfile, pathlib
@@ -50,7 +56,7 @@ from contextlib import contextmanager
 from datetime import timedelta
 from pathlib import Path
 
-from registry.domain.errors import InvalidInputError
+from registry.domain.errors import DigestMismatchError, InvalidInputError, SizeMismatchError
 from registry.domain.files import is_sha256
 from registry.domain.refs import NAME_RE
 
@@ -58,6 +64,8 @@ HASH_CHUNK = 128 << 10
 """Bytes per read when hashing a file: small enough that sha256 reads them back from the CPU cache
 (bench/README.md, Fetch: 64 KiB-128 KiB beat 1-4 MiB by 0.07 s on 2 GiB)."""
 DEFAULT_RECHECK = timedelta(hours=24)
+COPY_CHUNK = 1 << 20
+"""Bytes per read and write when copying a blob out of the cache; each is hashed in ``HASH_CHUNK`` slices."""
 
 
 def sha256_file(path: Path) -> str:
@@ -68,6 +76,39 @@ def sha256_file(path: Path) -> str:
         while n := f.readinto(buffer):
             h.update(view[:n])
     return h.hexdigest()
+
+
+def copy_verified(source: Path, target: Path, *, digest: str, size: int) -> None:
+    """Copy ``source`` into the new file ``target``, hashing the very bytes written (one read of ``source``).
+
+    What reaches ``target`` is what was hashed: a change to ``source`` during the copy shows as a mismatch.
+
+    Raises:
+        FileNotFoundError: ``source`` does not exist (``target`` is not created).
+        SizeMismatchError, DigestMismatchError: the bytes are not ``size`` bytes hashing to ``digest``;
+            ``target`` is removed.
+    """
+    h = hashlib.sha256()
+    buffer = bytearray(COPY_CHUNK)
+    copied = 0
+    with open(source, "rb", buffering=0) as src:
+        try:
+            with open(target, "xb", buffering=0) as dst, memoryview(buffer) as view:
+                # Never more than size + 1 bytes: a blob grown without bound costs one chunk past its size.
+                while copied <= size and (n := src.readinto(buffer)):
+                    copied += n
+                    for start in range(0, n, HASH_CHUNK):
+                        h.update(view[start:min(n, start + HASH_CHUNK)])
+                    written = 0
+                    while written < n:
+                        written += dst.write(view[written:n])
+            if copied != size:
+                raise SizeMismatchError(str(source), expected=size, actual=copied)
+            if h.hexdigest() != digest:
+                raise DigestMismatchError(str(source), expected=digest, actual=h.hexdigest())
+        except BaseException:
+            target.unlink(missing_ok=True)
+            raise
 
 
 @dataclasses.dataclass(frozen=True)
@@ -219,6 +260,28 @@ class NodeCache:
         else:
             self._record(tenant, digest, size, verified=False)
         return path
+
+    def copy_out(self, tenant: str, digest: str, size: int, target: Path) -> str:
+        """Copy the cached blob into the new file ``target``, every byte hashed as it is copied.
+
+        Call under :meth:`digest_lock`. The schedule of ``recheck_after`` does not apply: this is the check.
+
+        Returns:
+            ``"copied"``; ``"missing"`` (not cached); or ``"rejected"``: its size or bytes were not its
+            digest's, so it was removed (``target`` is not left behind in either case).
+        """
+        path = self.blob_path(tenant, digest)
+        try:
+            copy_verified(path, target, digest=digest, size=size)
+        except FileNotFoundError:
+            if path.exists():
+                raise  # the target's folder is missing: not the cache's fault
+            return "missing"
+        except (SizeMismatchError, DigestMismatchError):
+            self._remove(tenant, digest)
+            return "rejected"
+        self._record(tenant, digest, size, verified=True)
+        return "copied"
 
     def commit(self, tenant: str, digest: str, size: int, verified_file: Path) -> Path:
         """Move a file whose bytes were just hashed to ``digest`` into the cache (read-only); its path there."""

@@ -91,11 +91,11 @@ class Node:
 
     def fetch(self, dest: Path, ref: str = "acme/tiny@prod", *extra: str) -> subprocess.CompletedProcess:
         return self.cli("fetch", ref, str(dest), "--trust-root", str(self.root_file), "--part-size", PART,
-                        "--parallel", "4", *extra)
+                        "--parallel", "4", "--json", *extra)
 
     def popen_fetch(self, dest: Path) -> subprocess.Popen:
         return subprocess.Popen([MODELREG, "fetch", "acme/tiny@prod", str(dest), "--trust-root", str(self.root_file),
-                                 "--part-size", PART, "--parallel", "4"], env=self.env(),
+                                 "--part-size", PART, "--parallel", "4", "--json"], env=self.env(),
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
@@ -341,7 +341,7 @@ def test_an_interrupted_download_resumes_where_it_stopped(node):
 
 def test_cache_warm_once_fills_the_cache_then_fetch_downloads_nothing(node):
     node.release()
-    warm = node.cli("cache", "warm", "acme/tiny@prod", "--trust-root", str(node.root_file), "--once")
+    warm = node.cli("cache", "warm", "acme/tiny@prod", "--trust-root", str(node.root_file), "--once", "--json")
     assert warm.returncode == 0, warm.stderr
     gets = len(node.standin.blob_gets)
     assert gets > 0
@@ -353,14 +353,14 @@ def test_cache_warm_once_fills_the_cache_then_fetch_downloads_nothing(node):
 def test_cache_verify_finds_removes_and_reports_a_corrupted_blob(node):
     node.release()
     assert node.fetch(node.tmp / "dest").returncode == 0
-    clean = node.cli("cache", "verify", "--cache", str(node.cache))
+    clean = node.cli("cache", "verify", "--cache", str(node.cache), "--json")
     assert clean.returncode == 0 and _summary(clean)["bad"] == 0
     big = next(f for f in node.files if f["path"] == "big.txt")
     cached = node.cache / "tenants" / "acme" / "blobs" / "sha256" / big["sha256"][:2] / big["sha256"]
     cached.chmod(0o644)
     with open(cached, "r+b") as f:
         f.write(b"X")
-    bad = node.cli("cache", "verify", "--cache", str(node.cache))
+    bad = node.cli("cache", "verify", "--cache", str(node.cache), "--json")
     _refused(bad, 13, "digest")
     assert big["sha256"][:16] in bad.stderr and not cached.exists()
     assert json.loads(bad.stdout.splitlines()[0])["digest"] == big["sha256"]
