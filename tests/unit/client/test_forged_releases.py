@@ -184,6 +184,13 @@ ENVELOPES: list[tuple[str, Callable[[], Any], type, str]] = [
     ("one key twice, once with an empty keyid", lambda: _envelope(
         lambda e: e.__setitem__("signatures", [e["signatures"][0], {**e["signatures"][0], "keyid": ""}])),
      SignatureError, "threshold"),
+    ("one key twice under two made-up ids", lambda: _envelope(
+        lambda e: e.__setitem__("signatures", [{**e["signatures"][0], "keyid": "k1"}, {**e["signatures"][0], "keyid": "k2"}])),
+     SignatureError, "threshold"),
+    ("one key three times: empty, made-up and its own id", lambda: _envelope(
+        lambda e: e.__setitem__("signatures", [{**e["signatures"][0], "keyid": ""}, {**e["signatures"][0], "keyid": "k"},
+                                               e["signatures"][0]])),
+     SignatureError, "threshold"),
     ("an outsider's signature claiming a trusted key's id", lambda: _envelope(
         lambda e: e.__setitem__("signatures", [e["signatures"][0], _resign_signature(e, OUTSIDER, KEYS[1].key_id)])),
      SignatureError, "threshold"),

@@ -118,6 +118,8 @@ SIGNED_BAD: list[tuple[str, Callable[[], dict[str, Any]], str, str]] = [
      "signature", "1 of the required 2"),
     ("one key twice, claiming a second trusted id", lambda: _raw_sign(
         _doc(), [(OLD[0], OLD[0].key_id), (OLD[0], OLD[1].key_id)]), "signature", "1 of the required 2"),
+    ("one key twice under two made-up ids", lambda: _raw_sign(_doc(), [(OLD[0], "k1"), (OLD[0], "k2")]),
+     "signature", "1 of the required 2"),
     ("an outsider claiming a trusted id", lambda: _raw_sign(
         _doc(), [(OLD[0], OLD[0].key_id), (OUTSIDER, OLD[1].key_id)]), "signature", "1 of the required 2"),
     ("signed by outsiders only", lambda: sign_root(_doc(), [OUTSIDER, SigningKey.generate()]), "signature",
