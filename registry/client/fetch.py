@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
-import shutil
 import threading
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
@@ -38,7 +37,7 @@ from registry.client.assemble import (
     destination_is_release,
     verify_destination,
 )
-from registry.client.cache import NodeCache
+from registry.client.cache import NodeCache, copy_file
 from registry.client.download import DEFAULT_PART_SIZE, MAX_PART_SIZE, SPARE_BUFFERS, Buffers, download_blob
 from registry.client.errors import BadManifestError, DestinationInCacheError
 from registry.client.progress import Reporter
@@ -111,9 +110,9 @@ def ensure_cached(release: Release, transport: Mapping[str, str], *, tenant: str
     """Each file of ``release`` in the cache (downloaded when missing) and, given ``into``, copied under it.
 
     Call inside ``cache.in_use()``. One blob per digest: files with the same bytes share it. Every byte
-    written under ``into`` was hashed on its way there: a cached blob as it is copied out (one that fails
-    is removed and downloaded), a downloaded one as it arrived, then copied from the private partial file
-    before that enters the cache. Without ``into`` (``cache warm``), a cached blob is re-hashed only on
+    written under ``into`` was hashed: a cached blob's copy there is hashed (a blob that fails is removed
+    and downloaded), a downloaded one as it arrived into its partial file, which only this process holds
+    (the digest's lock) until it is copied there and then enters the cache. Without ``into`` (``cache warm``), a cached blob is re-hashed only on
     the cache's ``recheck_after`` schedule.
 
     Raises:
@@ -163,14 +162,14 @@ def ensure_cached(release: Release, transport: Mapping[str, str], *, tenant: str
                                             part_size=part_size, buffers=buffers, progress=reporter.advance)
                     if first is not None:
                         # The partial was hashed as it was written and only this process holds it (the lock).
-                        shutil.copyfile(partial, first)
+                        copy_file(partial, first)
                     cache.commit(tenant, f.sha256, f.size, partial)
                     count(downloaded_files=1, downloaded_bytes=f.size - resumed, resumed_bytes=resumed)
             if first is not None:
                 first.chmod(0o444)
                 for g in files[1:]:
                     (into / g.path).parent.mkdir(parents=True, exist_ok=True)
-                    shutil.copyfile(first, into / g.path)
+                    copy_file(first, into / g.path)
                     (into / g.path).chmod(0o444)
                 count(copies=len(files))
 
