@@ -31,8 +31,8 @@ import typer
 
 from registry.cli._base import CliError, JsonOpt, TokenOpt, UrlOpt, _say, app, parse_size
 
-EXIT_HELP = ("Exit codes: 0 ok, 1 error, 2 usage, 10 signature, 11 expired, 12 rollback, 13 digest, 14 revoked, "
-             "15 not-approved, 16 network, 17 destination (DEST holds something else), 18 manifest (bad path or "
+EXIT_HELP = ("Exit codes: 0 ok, 1 error, 2 usage (or DEST inside --cache), 10 signature, 11 expired, "
+             "12 rollback, 13 digest, 14 revoked, 15 not-approved, 16 network, 17 destination (DEST holds something else), 18 manifest (bad path or "
              "bundle).")
 
 cache_app = typer.Typer(help="The node cache of fetched blobs.", no_args_is_help=True)
@@ -137,7 +137,8 @@ def fetch(
             f"{result.downloaded_files} downloaded ({result.downloaded_bytes / 2**20:.1f} MiB), "
             f"{result.cached_files} from cache")
         if result.rejected_cached_files:
-            what += f" ({result.rejected_cached_files} cached blob(s) did not match their digest: downloaded again)"
+            what += (f" ({result.rejected_cached_files} cached blob(s) did not match their digest: "
+                     "downloaded again)")
         _summary(result.as_dict(), as_json,
                  f"{result.model}@{result.version} (serial {result.serial}) in {dest}: {result.files} files, "
                  f"{what}; {times}")
@@ -281,7 +282,8 @@ def cache_warm(
                     except RegistryError as exc:
                         from registry.client.errors import exit_code
 
-                        _say(f"{_error_prefix(exit_code(exc)[1])}{ref}: {' '.join(str(exc).split())}", err=True)
+                        prefix = _error_prefix(exit_code(exc)[1])
+                        _say(f"{prefix}{ref}: {' '.join(str(exc).split())}", err=True)
                         stop.wait(10)
                         continue
                     if result is not None:

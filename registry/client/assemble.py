@@ -232,7 +232,7 @@ def verify_directory(directory: Path, release: Release, *, parallel: int = 4) ->
 
 
 def verify_destination(dest: Path, release: Release, bundle: Mapping[str, Any], *, parallel: int = 4) -> None:
-    """A DEST that holds ``release`` (:func:`holds_release`) holds its bytes too: re-hash it, and its ``model.sig``.
+    """Re-hash a DEST that holds ``release`` by its file list (:func:`holds_release`), and its ``model.sig``.
 
     Raises:
         ManifestMismatchError: a file changed (or ``model.sig`` is not the version's bundle).

@@ -79,7 +79,7 @@ def sha256_file(path: Path) -> str:
 
 
 def copy_file(source: Path, target: Path, *, limit: int | None = None) -> int:
-    """Copy ``source`` into the new file ``target`` in the kernel (a reflink where the filesystem can); bytes copied.
+    """Copy ``source`` into the new file ``target`` in the kernel (a reflink where it can); the bytes copied.
 
     ``copy_file_range`` shares the extents on XFS and Btrfs and copies them in the kernel elsewhere (ext4
     here); no byte passes through this process. At most ``limit`` + 1 bytes are copied.
@@ -157,7 +157,8 @@ class NodeCache:
     Args:
         root: The cache directory (created if missing).
         high, low: Capacity watermarks in bytes: above ``high``, evict down to ``low`` (None: never evict).
-        recheck_after: Re-hash a cached blob before use when it was last verified longer ago than this.
+        recheck_after: :meth:`lookup` (``cache warm``) re-hashes a blob last verified longer ago than this;
+            :meth:`copy_out` (a fetch into DEST) hashes every copy whatever the schedule.
         clock: Seconds since the epoch (tests move it).
     """
 

@@ -10,7 +10,8 @@ code  kind            meaning
 1     error           anything else (a bug, a full disk, a bad argument value)
 2     usage           the command line itself is wrong (DEST inside the node cache, too)
 10    signature       the release or a trust root is not signed by the keys it must be, or malformed
-11    expired         the release, or the newest trust root, has expired
+11    expired         the release, or the newest trust root, has expired (or the release was issued
+                      more than an hour after the node's clock: the clock is behind)
 12    rollback        the release's serial is lower than one this node accepted before
 13    digest          bytes differ from the signed digest or size (download, cache, or a fetched DIR)
 14    revoked         the registry refuses: the version was revoked

@@ -228,7 +228,8 @@ def fetch_release(envelope: Mapping[str, Any], transport: Mapping[str, str], bun
                     ensure_cached(release, transport, tenant=ref.tenant, cache=cache, api=api, into=staging,
                                   parallel=parallel, part_size=part_size, reporter=reporter, result=result)
 
-            # The download phase runs inside assemble's (into its staging directory); phases exclude nested ones.
+            # The download phase runs inside assemble's (into its staging directory); a phase's time
+            # leaves out the phases inside it.
             with reporter.phase("assemble"):
                 assemble(Path(dest), release, place, bundle, envelope)
     trust.accept(release.model, release.ref, release.serial)

@@ -111,7 +111,13 @@ class Reporter:
         if self._progress is not None:
             return
         from rich.console import Console
-        from rich.progress import BarColumn, DownloadColumn, Progress, TimeRemainingColumn, TransferSpeedColumn
+        from rich.progress import (
+            BarColumn,
+            DownloadColumn,
+            Progress,
+            TimeRemainingColumn,
+            TransferSpeedColumn,
+        )
 
         self._progress = Progress("download", BarColumn(), DownloadColumn(binary_units=True),
                                   TransferSpeedColumn(), TimeRemainingColumn(),

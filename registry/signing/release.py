@@ -62,7 +62,7 @@ class ReleaseExpiredError(IntegrityError):
 
 
 class ReleaseNotYetValidError(ReleaseExpiredError):
-    """The release was issued after the node's clock by more than :data:`MAX_CLOCK_SKEW`: the clock is wrong."""
+    """The release was issued more than :data:`MAX_CLOCK_SKEW` after the node's clock: the clock is wrong."""
 
     code = "release-not-yet-valid"
 
@@ -188,8 +188,8 @@ def verify_release(envelope: Mapping[str, Any], root: TrustRoot, *, now: dt.date
         raise ReleaseExpiredError(f"the release of {model}@{ref} expired at {expires_at.isoformat()}",
                                   expires_at=expires_at.isoformat())
     if issued_at > now + MAX_CLOCK_SKEW:
-        raise ReleaseNotYetValidError(f"the release of {model}@{ref} was issued at {issued_at.isoformat()}, after "
-                                      f"this node's clock ({now.isoformat()}): is the clock behind?",
+        raise ReleaseNotYetValidError(f"the release of {model}@{ref} was issued at {issued_at.isoformat()}, "
+                                      f"after this node's clock ({now.isoformat()}): is the clock behind?",
                                       issued_at=issued_at.isoformat())
     if min_serial is not None and serial < min_serial:
         raise ReleaseRollbackError(f"the release of {model}@{ref} has serial {serial}, lower than {min_serial} "
