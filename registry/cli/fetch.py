@@ -1,18 +1,20 @@
 """The ``modelreg`` command on serving nodes: ``fetch``, ``verify``, ``cache verify`` and ``cache warm``.
 
 Exit codes (the same table as :mod:`registry.client.errors`; a failure prints one line on stderr,
-``error: <kind>: <what>``):
+``error: <kind>: <what>``, or ``error: <what>`` for a plain error):
 
     0 ok; 1 error; 2 usage; 10 signature; 11 expired; 12 rollback; 13 digest; 14 revoked;
     15 not-approved; 16 network; 17 destination; 18 manifest.
 
-Output: a progress bar on stderr when it is a terminal, else JSON lines on stdout (``{"event": "phase"}``,
-``{"event": "progress"}``); the last line on stdout is the summary, with the seconds of each phase
-(manifest, verify, download, assemble).
+Output: readable lines on stdout (one per phase, then the summary) and, when stderr is a terminal, a
+progress bar there; with ``--json``, JSON lines on stdout instead (``{"event": "phase"}``,
+``{"event": "progress"}``, and last ``{"event": "summary"}`` with the seconds of each phase: manifest,
+verify, download, assemble).
 
 Environment: ``MODELREG_URL`` and ``MODELREG_TOKEN`` (the node's token), ``MODELREG_CACHE`` (the cache
 directory, default ``~/.cache/modelreg``), ``MODELREG_CACHE_HIGH``/``MODELREG_CACHE_LOW`` (watermarks,
-e.g. ``50G``), ``MODELREG_CACHE_RECHECK_HOURS`` (re-hash a cached blob not verified for that long).
+e.g. ``50G``), ``MODELREG_CACHE_RECHECK_HOURS`` (``cache warm`` re-hashes a cached blob not verified for
+that long; ``fetch`` accepts it and needs none: it hashes every blob it copies into DEST).
 """
 
 from __future__ import annotations
@@ -20,7 +22,6 @@ from __future__ import annotations
 import base64
 import json
 import os
-import sys
 import threading
 from datetime import timedelta
 from pathlib import Path
@@ -30,8 +31,8 @@ import typer
 
 from registry.cli._base import CliError, JsonOpt, TokenOpt, UrlOpt, _say, app, parse_size
 
-EXIT_HELP = ("Exit codes: 0 ok, 1 error, 2 usage, 10 signature, 11 expired, 12 rollback, 13 digest, 14 revoked, "
-             "15 not-approved, 16 network, 17 destination (DEST holds something else), 18 manifest (bad path or "
+EXIT_HELP = ("Exit codes: 0 ok, 1 error, 2 usage (or DEST inside --cache), 10 signature, 11 expired, "
+             "12 rollback, 13 digest, 14 revoked, 15 not-approved, 16 network, 17 destination (DEST holds something else), 18 manifest (bad path or "
              "bundle).")
 
 cache_app = typer.Typer(help="The node cache of fetched blobs.", no_args_is_help=True)
@@ -47,7 +48,8 @@ HighOpt = typer.Option(None, "--cache-high", envvar="MODELREG_CACHE_HIGH",
 LowOpt = typer.Option(None, "--cache-low", envvar="MODELREG_CACHE_LOW",
                       help="...down to this size (default 80% of --cache-high).")
 RecheckOpt = typer.Option(24.0, "--recheck-hours", envvar="MODELREG_CACHE_RECHECK_HOURS",
-                          help="Re-hash a cached blob before use when not verified for this many hours.")
+                          help="cache warm: re-hash a cached blob not verified for this many hours. fetch "
+                               "accepts it for old scripts; it hashes every blob it copies into DEST anyway.")
 
 def _cache(path: Optional[Path], high: Optional[str] = None, low: Optional[str] = None,
            recheck_hours: float = 24.0):
@@ -70,15 +72,20 @@ def _fail(exc: BaseException) -> typer.Exit:
     from registry.client.errors import exit_code
 
     code, kind = exit_code(exc)
-    _say(f"error: {kind}: {' '.join(str(exc).split())}", err=True)
+    _say(f"{_error_prefix(kind)}{' '.join(str(exc).split())}", err=True)
     return typer.Exit(code)
 
 
-def _summary(data: dict[str, Any], tty: bool, human: str) -> None:
-    if tty:
-        _say(human)
-    else:
+def _error_prefix(kind: str) -> str:
+    """``error: <kind>: `` for a refusal with its own code; ``error: `` alone for a plain error."""
+    return "error: " if kind == "error" else f"error: {kind}: "
+
+
+def _summary(data: dict[str, Any], as_json: bool, human: str) -> None:
+    if as_json:
         typer.echo(json.dumps({"event": "summary", **data}, sort_keys=True, default=str))
+    else:
+        _say(human)
 
 
 def _run(body):
@@ -111,7 +118,7 @@ def fetch(
     from registry.client.fetch import fetch as fetch_ref
     from registry.client.progress import Reporter
 
-    reporter = Reporter(tty=False if as_json else None)
+    reporter = Reporter("json" if as_json else "human")
 
     def body() -> None:
         node_cache = _cache(cache, cache_high, cache_low, recheck_hours)
@@ -126,10 +133,13 @@ def fetch(
         if metrics_textfile is not None:
             _write_fetch_metrics(metrics_textfile, ref, result.timings, None, result.as_dict())
         times = ", ".join(f"{k} {v:.2f}s" for k, v in result.timings.items())
-        what = "already there" if result.noop else (
+        what = "already there, re-hashed" if result.noop else (
             f"{result.downloaded_files} downloaded ({result.downloaded_bytes / 2**20:.1f} MiB), "
             f"{result.cached_files} from cache")
-        _summary(result.as_dict(), reporter.tty,
+        if result.rejected_cached_files:
+            what += (f" ({result.rejected_cached_files} cached blob(s) did not match their digest: "
+                     "downloaded again)")
+        _summary(result.as_dict(), as_json,
                  f"{result.model}@{result.version} (serial {result.serial}) in {dest}: {result.files} files, "
                  f"{what}; {times}")
 
@@ -202,7 +212,7 @@ def verify(
         check_bundle_matches(bundle, release)
         verify_directory(directory, release, parallel=parallel)
         _summary({"model": model, "version": release.version, "files": len(release.files), "ok": True},
-                 not as_json and sys.stdout.isatty(), f"{directory}: {model}@{release.version}, {len(release.files)} files verified")
+                 as_json, f"{directory}: {model}@{release.version}, {len(release.files)} files verified")
 
     _run(body)
 
@@ -215,8 +225,11 @@ def cache_verify(cache: Optional[Path] = CacheOpt, parallel: int = ParallelOpt, 
     def body() -> None:
         report = _cache(cache).verify(parallel=parallel)
         for bad in report.bad:
-            typer.echo(json.dumps({"event": "bad-blob", **bad}, sort_keys=True))
-        _summary({"checked": report.checked, "bad": len(report.bad)}, not as_json and sys.stdout.isatty(),
+            if as_json:
+                typer.echo(json.dumps({"event": "bad-blob", **bad}, sort_keys=True))
+            else:
+                _say(f"bad blob {bad['tenant']}/{bad['digest']}: its bytes hash to {bad['actual']} (removed)")
+        _summary({"checked": report.checked, "bad": len(report.bad)}, as_json,
                  f"{report.checked} blobs checked, {len(report.bad)} bad (removed)")
         if report.bad:
             raise IntegrityError(f"{len(report.bad)} cached blob(s) did not match their digest and were removed: "
@@ -247,14 +260,14 @@ def cache_warm(
     def body() -> None:
         parsed = [parse_ref(r) for r in refs]
         node_cache = _cache(cache, cache_high, cache_low, recheck_hours)
-        reporter = Reporter(tty=False if as_json else None)
+        reporter = Reporter("json" if as_json else "human")
         with _api(url, token) as api:
             if once:
                 for ref in parsed:
                     _, result = warm_once(ref, api=api, trust_root_file=trust_root, cache=node_cache, etag=None,
                                           wait=None, parallel=parallel, reporter=reporter)
                     if result is not None:
-                        _summary(result.as_dict(), reporter.tty,
+                        _summary(result.as_dict(), as_json,
                                  f"{result.model}@{result.ref} -> {result.version}: {result.downloaded_files} "
                                  f"downloaded, {result.cached_files} cached")
                 return
@@ -269,11 +282,12 @@ def cache_warm(
                     except RegistryError as exc:
                         from registry.client.errors import exit_code
 
-                        _say(f"error: {exit_code(exc)[1]}: {ref}: {' '.join(str(exc).split())}", err=True)
+                        prefix = _error_prefix(exit_code(exc)[1])
+                        _say(f"{prefix}{ref}: {' '.join(str(exc).split())}", err=True)
                         stop.wait(10)
                         continue
                     if result is not None:
-                        _summary(result.as_dict(), reporter.tty, f"{ref} -> {result.version} cached")
+                        _summary(result.as_dict(), as_json, f"{ref} -> {result.version} cached")
 
             threads = [threading.Thread(target=poll, args=(r,), daemon=True) for r in parsed]
             for t in threads:

@@ -6,18 +6,16 @@ DEST holds the release's files, ``model.sig`` (the version's OpenSSF model-signi
 model_signing's defaults) leave out, so the model-signing check sees exactly the signed files; a
 release may therefore not list ``model.sig`` or anything under ``.git/`` itself.
 
-Atomicity. Files are linked (or copied, across filesystems) from the cache into a staging directory
-beside DEST, on DEST's filesystem, then:
+Atomicity. The fetch writes every file (a copy, never a link to the cache: see
+:mod:`registry.client.cache`) into a staging directory beside DEST, on DEST's filesystem, then:
 
 - DEST absent: the staging directory is renamed to DEST (one atomic step);
 - DEST an empty directory (KServe's emptyDir at ``/mnt/models`` is a mount point, which cannot be
   renamed over): staging lives inside DEST, and its entries are renamed into DEST with the release
   file last; on a failure the entries moved are removed again, so DEST is empty as before;
-- DEST holding exactly this release (same version and files, sizes as listed, nothing extra): no-op;
+- DEST holding exactly this release (same version and files, sizes as listed, nothing extra): no-op,
+  once :func:`verify_destination` has re-hashed it (a no-op never vouches for bytes it did not read);
 - anything else: refused, DEST untouched.
-
-A hard link shares its bytes with the cache: a pod that writes into DEST would change the cached
-blob, which is why blobs are read-only and re-hashed on a schedule (:mod:`registry.client.cache`).
 
 Example:
     >>> expected_paths([ReleaseFile("config.json", 2, "0" * 64)])
@@ -33,7 +31,7 @@ import json
 import os
 import shutil
 import tempfile
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -129,24 +127,9 @@ def destination_is_release(dest: Path, release: Release) -> bool:
                            "refusing to change it", dest=str(dest))
 
 
-def _link_or_copy(source: Path, target: Path) -> str:
-    target.parent.mkdir(parents=True, exist_ok=True)
-    try:
-        os.link(source, target)
-        return "link"
-    except OSError as exc:
-        if exc.errno not in (errno.EXDEV, errno.EPERM, errno.EMLINK, errno.ENOTSUP, errno.EACCES):
-            raise
-    shutil.copyfile(source, target)
-    os.chmod(target, 0o444)
-    return "copy"
-
-
-def _stage(staging: Path, release: Release, blobs: Mapping[str, Path], bundle: Mapping[str, Any],
-           envelope: Mapping[str, Any]) -> dict[str, int]:
-    counts = {"link": 0, "copy": 0}
-    for f in release.files:
-        counts[_link_or_copy(blobs[f.path], staging / f.path)] += 1
+def _stage(staging: Path, release: Release, place: Callable[[Path], None], bundle: Mapping[str, Any],
+           envelope: Mapping[str, Any]) -> None:
+    place(staging)
     (staging / SIGNATURE_FILE_NAME).write_text(json.dumps(bundle, indent=2))
     (staging / RELEASE_FILE).parent.mkdir(parents=True, exist_ok=True)
     (staging / RELEASE_FILE).write_text(json.dumps({"envelope": dict(envelope)}, indent=2))
@@ -155,7 +138,6 @@ def _stage(staging: Path, release: Release, blobs: Mapping[str, Path], bundle: M
         raise ManifestMismatchError(missing=sorted(set(expected_paths(release.files)) - set(present)),
                                     extra=sorted(set(present) - set(expected_paths(release.files))),
                                     mismatched=[], not_regular=odd)
-    return counts
 
 
 def _fsync_dir(path: Path) -> None:
@@ -166,26 +148,28 @@ def _fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-def assemble(dest: Path, release: Release, blobs: Mapping[str, Path], bundle: Mapping[str, Any],
-             envelope: Mapping[str, Any]) -> dict[str, Any]:
-    """Make DEST hold ``release`` from the cached ``blobs`` (path -> cached file); DEST is unchanged on failure.
+def assemble(dest: Path, release: Release, place: Callable[[Path], None], bundle: Mapping[str, Any],
+             envelope: Mapping[str, Any]) -> None:
+    """Make DEST hold ``release``; DEST is unchanged on failure.
 
-    Returns:
-        ``{"noop": bool, "link": n, "copy": n}``.
+    Args:
+        dest: Absent, or an empty directory (call :func:`destination_is_release` first).
+        place: Writes each of the release's files, verified, under the staging directory it is given.
 
     Raises:
-        DestinationError: DEST is a non-empty directory holding something else, or not a directory.
+        DestinationError: DEST is not absent or empty, or appeared meanwhile.
+        Anything ``place`` raises.
     """
     check_reserved(release.files)
     dest = Path(dest)
     if destination_is_release(dest, release):
-        return {"noop": True, "link": 0, "copy": 0}
+        raise DestinationError(f"{dest} already holds the release: nothing to assemble", dest=str(dest))
     if dest.is_dir():
-        return _fill_empty(dest, release, blobs, bundle, envelope)
+        return _fill_empty(dest, release, place, bundle, envelope)
     dest.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=STAGING_PREFIX, dir=dest.parent))
     try:
-        counts = _stage(staging, release, blobs, bundle, envelope)
+        _stage(staging, release, place, bundle, envelope)
         os.chmod(staging, 0o755)
         os.rename(staging, dest)  # atomic; fails if another process made DEST meanwhile
     except OSError as exc:
@@ -197,15 +181,14 @@ def assemble(dest: Path, release: Release, blobs: Mapping[str, Path], bundle: Ma
         shutil.rmtree(staging, ignore_errors=True)
         raise
     _fsync_dir(dest.parent)
-    return {"noop": False, **counts}
 
 
-def _fill_empty(dest: Path, release: Release, blobs: Mapping[str, Path], bundle: Mapping[str, Any],
-                envelope: Mapping[str, Any]) -> dict[str, Any]:
+def _fill_empty(dest: Path, release: Release, place: Callable[[Path], None], bundle: Mapping[str, Any],
+                envelope: Mapping[str, Any]) -> None:
     staging = Path(tempfile.mkdtemp(prefix=STAGING_PREFIX, dir=dest))
     moved: list[Path] = []
     try:
-        counts = _stage(staging, release, blobs, bundle, envelope)
+        _stage(staging, release, place, bundle, envelope)
         # The release file last: a reader that finds it finds every file.
         names = sorted(os.listdir(staging), key=lambda n: n == ".git")
         for name in names:
@@ -218,7 +201,6 @@ def _fill_empty(dest: Path, release: Release, blobs: Mapping[str, Path], bundle:
         shutil.rmtree(staging, ignore_errors=True)
         raise
     _fsync_dir(dest)
-    return {"noop": False, **counts}
 
 
 def verify_directory(directory: Path, release: Release, *, parallel: int = 4) -> None:
@@ -247,6 +229,28 @@ def verify_directory(directory: Path, release: Release, *, parallel: int = 4) ->
     if missing or extra or odd or mismatched:
         raise ManifestMismatchError(missing=missing, extra=extra, mismatched=sorted(mismatched, key=lambda m: m["path"]),
                                     not_regular=odd)
+
+
+def verify_destination(dest: Path, release: Release, bundle: Mapping[str, Any], *, parallel: int = 4) -> None:
+    """Re-hash a DEST that holds ``release`` by its file list (:func:`holds_release`), and its ``model.sig``.
+
+    Raises:
+        ManifestMismatchError: a file changed (or ``model.sig`` is not the version's bundle).
+    """
+    try:
+        sig = json.loads((dest / SIGNATURE_FILE_NAME).read_bytes())
+    except (OSError, ValueError):
+        sig = None
+    changed = [] if sig == bundle else [{"path": SIGNATURE_FILE_NAME, "expected": "the version's bundle",
+                                         "actual": "another file"}]
+    try:
+        verify_directory(dest, release, parallel=parallel)
+    except ManifestMismatchError as exc:
+        raise ManifestMismatchError(missing=exc.details["missing"], extra=exc.details["extra"],
+                                    mismatched=changed + exc.details["mismatched"],
+                                    not_regular=exc.details["not_regular"]) from None
+    if changed:
+        raise ManifestMismatchError(missing=[], extra=[], mismatched=changed, not_regular=[])
 
 
 def check_bundle_matches(bundle: Mapping[str, Any], release: Release) -> None:

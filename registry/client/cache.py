@@ -16,13 +16,20 @@ take a digest's lock downloads it; the other waits, then finds it cached.
 
 Use and eviction. Access times are kept in SQLite (stdlib, safe between processes, atomic updates)
 rather than file atimes, which ``noatime``/``relatime`` mounts do not keep. Above the high watermark
-the least recently used blobs are removed until the low watermark, except blobs a fetched directory
-still uses: a blob hard-linked into a DEST (link count above 1) frees nothing when removed and would
-be downloaded again, and a fetch in flight holds ``fetch.lock`` shared, so eviction (exclusive,
-non-blocking) never removes a blob between its check and its link; the last fetch to finish evicts.
+the least recently used blobs are removed until the low watermark, except blobs with other hard links
+(modelreg makes none: a DEST gets copies, but an operator's link would keep the bytes anyway), and a
+fetch in flight holds ``fetch.lock`` shared, so eviction (exclusive, non-blocking) never removes a
+blob a fetch is copying; the last fetch to finish evicts.
 
-Re-checks. A blob not verified for ``recheck_after`` is re-hashed before it is used; a bad one is
-removed and downloaded again. ``modelreg cache verify`` re-hashes them all on demand.
+Nothing in the cache is trusted. The cache directory is one filesystem tree that any root process on
+the node can write, so a fetch never hands out a cached blob's bytes unhashed: :meth:`NodeCache.copy_out`
+copies a blob into DEST (in the kernel; a reflink where the filesystem shares extents) and hashes the
+copy, the bytes DEST holds, in one pass; a blob whose bytes are not its name is removed and downloaded
+again. DEST never shares an inode with the cache, so whatever a pod
+writes into its own DEST reaches neither the cache nor another pod. (fs-verity would let the kernel
+refuse the change instead; ext4 here has it off, so the copy is the one mechanism.) Blobs that only
+sit in the cache (``cache warm``) are re-hashed when their last check is older than ``recheck_after``,
+and ``modelreg cache verify`` re-hashes them all on demand.
 
 Example:
     >>> import hashlib, tempfile, pathlib
@@ -38,6 +45,7 @@ Example:
 from __future__ import annotations
 
 import dataclasses
+import errno
 import fcntl
 import hashlib
 import os
@@ -50,7 +58,7 @@ from contextlib import contextmanager
 from datetime import timedelta
 from pathlib import Path
 
-from registry.domain.errors import InvalidInputError
+from registry.domain.errors import DigestMismatchError, InvalidInputError, SizeMismatchError
 from registry.domain.files import is_sha256
 from registry.domain.refs import NAME_RE
 
@@ -68,6 +76,56 @@ def sha256_file(path: Path) -> str:
         while n := f.readinto(buffer):
             h.update(view[:n])
     return h.hexdigest()
+
+
+def copy_file(source: Path, target: Path, *, limit: int | None = None) -> int:
+    """Copy ``source`` into the new file ``target`` in the kernel (a reflink where it can); the bytes copied.
+
+    ``copy_file_range`` shares the extents on XFS and Btrfs and copies them in the kernel elsewhere (ext4
+    here); no byte passes through this process. At most ``limit`` + 1 bytes are copied.
+    """
+    with open(source, "rb", buffering=0) as src, open(target, "xb", buffering=0) as dst:
+        remaining = (limit + 1) if limit is not None else os.fstat(src.fileno()).st_size + 1
+        copied = 0
+        while remaining > 0:
+            try:
+                n = os.copy_file_range(src.fileno(), dst.fileno(), min(remaining, 1 << 30))
+            except OSError as exc:
+                if exc.errno not in (errno.EXDEV, errno.ENOSYS, errno.EINVAL, errno.EOPNOTSUPP) or copied:
+                    raise
+                n = os.sendfile(dst.fileno(), src.fileno(), None, min(remaining, 1 << 30))
+            if n == 0:
+                break
+            copied += n
+            remaining -= n
+    return copied
+
+
+def copy_verified(source: Path, target: Path, *, digest: str, size: int) -> None:
+    """Copy ``source`` into the new file ``target`` and hash ``target``: what DEST holds is what was hashed.
+
+    One hash pass, over the copy itself (from the page cache the copy just filled, or the shared extents
+    of a reflink), so a change to ``source`` during the copy cannot reach ``target`` unseen.
+
+    Raises:
+        FileNotFoundError: ``source`` does not exist (``target`` is not created).
+        SizeMismatchError, DigestMismatchError: the bytes are not ``size`` bytes hashing to ``digest``;
+            ``target`` is removed.
+    """
+    try:
+        copied = copy_file(source, target, limit=size)
+        if copied != size:
+            raise SizeMismatchError(str(source), expected=size, actual=copied)
+        actual = sha256_file(target)
+        if actual != digest:
+            raise DigestMismatchError(str(source), expected=digest, actual=actual)
+    except FileNotFoundError:
+        if source.exists():
+            target.unlink(missing_ok=True)
+        raise
+    except BaseException:
+        target.unlink(missing_ok=True)
+        raise
 
 
 @dataclasses.dataclass(frozen=True)
@@ -99,7 +157,8 @@ class NodeCache:
     Args:
         root: The cache directory (created if missing).
         high, low: Capacity watermarks in bytes: above ``high``, evict down to ``low`` (None: never evict).
-        recheck_after: Re-hash a cached blob before use when it was last verified longer ago than this.
+        recheck_after: :meth:`lookup` (``cache warm``) re-hashes a blob last verified longer ago than this;
+            :meth:`copy_out` (a fetch into DEST) hashes every copy whatever the schedule.
         clock: Seconds since the epoch (tests move it).
     """
 
@@ -219,6 +278,28 @@ class NodeCache:
         else:
             self._record(tenant, digest, size, verified=False)
         return path
+
+    def copy_out(self, tenant: str, digest: str, size: int, target: Path) -> str:
+        """Copy the cached blob into the new file ``target``, every byte hashed as it is copied.
+
+        Call under :meth:`digest_lock`. The schedule of ``recheck_after`` does not apply: this is the check.
+
+        Returns:
+            ``"copied"``; ``"missing"`` (not cached); or ``"rejected"``: its size or bytes were not its
+            digest's, so it was removed (``target`` is not left behind in either case).
+        """
+        path = self.blob_path(tenant, digest)
+        try:
+            copy_verified(path, target, digest=digest, size=size)
+        except FileNotFoundError:
+            if path.exists():
+                raise  # the target's folder is missing: not the cache's fault
+            return "missing"
+        except (SizeMismatchError, DigestMismatchError):
+            self._remove(tenant, digest)
+            return "rejected"
+        self._record(tenant, digest, size, verified=True)
+        return "copied"
 
     def commit(self, tenant: str, digest: str, size: int, verified_file: Path) -> Path:
         """Move a file whose bytes were just hashed to ``digest`` into the cache (read-only); its path there."""

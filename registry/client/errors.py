@@ -8,9 +8,10 @@ code  kind            meaning
 ====  ==============  =======================================================================
 0     ok              DEST holds the release (fetched, or already there)
 1     error           anything else (a bug, a full disk, a bad argument value)
-2     usage           the command line itself is wrong
+2     usage           the command line itself is wrong (DEST inside the node cache, too)
 10    signature       the release or a trust root is not signed by the keys it must be, or malformed
-11    expired         the release, or the newest trust root, has expired
+11    expired         the release, or the newest trust root, has expired (or the release was issued
+                      more than an hour after the node's clock: the clock is behind)
 12    rollback        the release's serial is lower than one this node accepted before
 13    digest          bytes differ from the signed digest or size (download, cache, or a fetched DIR)
 14    revoked         the registry refuses: the version was revoked
@@ -34,6 +35,7 @@ from typing import Any
 
 from registry.domain.errors import (
     IntegrityError,
+    InvalidInputError,
     InvalidPathError,
     ManifestMismatchError,
     NotFoundError,
@@ -74,6 +76,12 @@ class DestinationError(RegistryError):
     """DEST holds something that is not this release (or cannot be written); it was left as it was."""
 
     code = "destination-not-empty"
+
+
+class DestinationInCacheError(InvalidInputError):
+    """DEST is inside the node cache (or holds it): a pod's directory must never be the cache's storage."""
+
+    code = "destination-in-cache"
 
 
 class BadManifestError(IntegrityError):
@@ -129,6 +137,8 @@ def classify(exc: BaseException) -> str:
         return "network"
     if isinstance(exc, DestinationError):
         return "destination"
+    if isinstance(exc, DestinationInCacheError):
+        return "usage"
     if isinstance(exc, InvalidPathError | BadManifestError | ReleaseMismatchError):
         return "manifest"
     if isinstance(exc, SignatureError):

@@ -9,8 +9,10 @@ the manifest to keep a node cache ahead of alias moves.
 Order of checks, each before any byte is written anywhere but the cache's partial files:
 signature by the trust root (walked from the pinned file), expiry, serial not lower than the last
 accepted for the model and ref, model and ref as asked, clean and unreserved paths, the bundle is the
-one the release names; then each file's size and sha256 as it is downloaded (or re-checked in the
-cache); then DEST. The root walked and the serial are persisted only after DEST holds the release.
+one the release names; DEST outside the cache; then each file's size and sha256 as it is downloaded, or
+as it is copied out of the cache into DEST (a cached blob that fails is removed and downloaded again);
+then DEST appears. A DEST that already holds the release is re-hashed, not trusted on its file sizes.
+The root walked and the serial are persisted only after DEST holds the release.
 
 Example:
     >>> ref_selector(parse_ref("modelreg://acme/tiny@prod")), ref_selector(parse_ref("acme/tiny@3"))
@@ -28,10 +30,16 @@ from pathlib import Path
 from typing import Any
 
 from registry.client.api import ManifestResponse, RegistryApi
-from registry.client.assemble import assemble, check_bundle_matches, check_reserved, destination_is_release
-from registry.client.cache import NodeCache
+from registry.client.assemble import (
+    assemble,
+    check_bundle_matches,
+    check_reserved,
+    destination_is_release,
+    verify_destination,
+)
+from registry.client.cache import NodeCache, copy_file
 from registry.client.download import DEFAULT_PART_SIZE, MAX_PART_SIZE, SPARE_BUFFERS, Buffers, download_blob
-from registry.client.errors import BadManifestError
+from registry.client.errors import BadManifestError, DestinationInCacheError
 from registry.client.progress import Reporter
 from registry.client.trust import NodeTrust
 from registry.domain.errors import InvalidInputError, InvalidRefError
@@ -70,7 +78,8 @@ class FetchResult:
     downloaded_files: int = 0
     downloaded_bytes: int = 0
     resumed_bytes: int = 0
-    links: int = 0
+    rejected_cached_files: int = 0
+    links: int = 0  # always 0: DEST never shares an inode with the cache (kept for readers of --json)
     copies: int = 0
     timings: dict[str, float] = dataclasses.field(default_factory=dict)
 
@@ -95,58 +104,81 @@ def verify_manifest(envelope: Mapping[str, Any], bundle: Mapping[str, Any], *, r
 
 
 def ensure_cached(release: Release, transport: Mapping[str, str], *, tenant: str, cache: NodeCache,
-                  api: RegistryApi, parallel: int = DEFAULT_PARALLEL, part_size: int = DEFAULT_PART_SIZE,
-                  reporter: Reporter | None = None, result: FetchResult | None = None) -> dict[str, Path]:
-    """Each file of ``release`` in the cache (downloaded when missing); return path -> cached blob.
+                  api: RegistryApi, into: Path | None = None, parallel: int = DEFAULT_PARALLEL,
+                  part_size: int = DEFAULT_PART_SIZE, reporter: Reporter | None = None,
+                  result: FetchResult | None = None) -> None:
+    """Each file of ``release`` in the cache (downloaded when missing) and, given ``into``, copied under it.
 
-    Call inside ``cache.in_use()``. One blob per digest: files with the same bytes share it.
+    Call inside ``cache.in_use()``. One blob per digest: files with the same bytes share it. Every byte
+    written under ``into`` was hashed: a cached blob's copy there is hashed (a blob that fails is removed
+    and downloaded), a downloaded one as it arrived into its partial file, which only this process holds
+    (the digest's lock) until it is copied there and then enters the cache. Without ``into`` (``cache warm``), a cached blob is re-hashed only on
+    the cache's ``recheck_after`` schedule.
 
     Raises:
         BadManifestError: a file the cache lacks has no transport URL.
         DigestMismatchError, SizeMismatchError, NetworkError: from the download.
     """
-    reporter = reporter or Reporter(tty=False)
-    by_digest: dict[str, ReleaseFile] = {}
+    reporter = reporter or Reporter()
+    by_digest: dict[str, list[ReleaseFile]] = {}
     for f in release.files:
-        by_digest.setdefault(f.sha256, f)
-    found: dict[str, Path] = {}
+        by_digest.setdefault(f.sha256, []).append(f)
     counting = threading.Lock()
+
+    def count(**increments: int) -> None:
+        if result is not None:
+            with counting:
+                for name, n in increments.items():
+                    setattr(result, name, getattr(result, name) + n)
 
     if not 0 < part_size <= MAX_PART_SIZE:
         raise InvalidInputError(f"part size {part_size} is not between 1 byte and {MAX_PART_SIZE >> 20} MiB")
     # The memory of every download of this fetch: one buffer per stream and a few for parts awaiting the hash.
     buffers = Buffers(max(1, parallel) + SPARE_BUFFERS, part_size)
     with ThreadPoolExecutor(max_workers=max(1, parallel), thread_name_prefix="part") as parts:
-        def one(f: ReleaseFile) -> None:
+        def one(files: list[ReleaseFile]) -> None:
+            f = files[0]
+            first = into / f.path if into is not None else None
             with cache.digest_lock(tenant, f.sha256):
-                cached = cache.lookup(tenant, f.sha256, f.size)
-                if cached is not None:
-                    found[f.sha256] = cached
-                    if result is not None:
-                        with counting:
-                            result.cached_files += 1
-                    return
-                url = transport.get(f.path) or next(
-                    (transport[g.path] for g in release.files if g.sha256 == f.sha256 and g.path in transport), None)
-                if url is None:
-                    raise BadManifestError(f"{f.path} is not cached and the manifest gives no URL for it",
-                                           path=f.path)
-                partial = cache.partial_path(tenant, f.sha256)
-                reporter.expect(f.size)
-                resumed = download_blob(api, url, partial, digest=f.sha256, size=f.size, pool=parts,
-                                        part_size=part_size, buffers=buffers, progress=reporter.advance)
-                found[f.sha256] = cache.commit(tenant, f.sha256, f.size, partial)
-                if result is not None:
-                    with counting:
-                        result.downloaded_files += 1
-                        result.downloaded_bytes += f.size - resumed
-                        result.resumed_bytes += resumed
+                if first is not None:
+                    first.parent.mkdir(parents=True, exist_ok=True)
+                    outcome = cache.copy_out(tenant, f.sha256, f.size, first)
+                    if outcome == "rejected":
+                        count(rejected_cached_files=1)
+                    found = outcome == "copied"
+                else:
+                    found = cache.lookup(tenant, f.sha256, f.size) is not None
+                if found:
+                    count(cached_files=1)
+                else:
+                    url = next((transport[g.path] for g in release.files
+                                if g.sha256 == f.sha256 and g.path in transport), None)
+                    if url is None:
+                        raise BadManifestError(f"{f.path} is not cached and the manifest gives no URL for it",
+                                               path=f.path)
+                    partial = cache.partial_path(tenant, f.sha256)
+                    reporter.expect(f.size)
+                    resumed = download_blob(api, url, partial, digest=f.sha256, size=f.size, pool=parts,
+                                            part_size=part_size, buffers=buffers, progress=reporter.advance)
+                    if first is not None:
+                        # The partial was hashed as it was written and only this process holds it (the lock).
+                        copy_file(partial, first)
+                    cache.commit(tenant, f.sha256, f.size, partial)
+                    count(downloaded_files=1, downloaded_bytes=f.size - resumed, resumed_bytes=resumed)
+            if first is not None:
+                first.chmod(0o444)
+                for g in files[1:]:
+                    (into / g.path).parent.mkdir(parents=True, exist_ok=True)
+                    copy_file(first, into / g.path)
+                    (into / g.path).chmod(0o444)
+                count(copies=len(files))
 
         # Coordinators wait on their parts and on other processes' digest locks: their own pool, so
         # they never take the part streams' threads.
         with ThreadPoolExecutor(max_workers=max(1, min(parallel, len(by_digest))),
                                 thread_name_prefix="blob") as coordinators:
-            futures = [coordinators.submit(one, f) for f in sorted(by_digest.values(), key=lambda f: -f.size)]
+            futures = [coordinators.submit(one, files)
+                       for files in sorted(by_digest.values(), key=lambda files: -files[0].size)]
             errors = []
             for future in futures:
                 try:
@@ -155,7 +187,18 @@ def ensure_cached(release: Release, transport: Mapping[str, str], *, tenant: str
                     errors.append(exc)
             if errors:
                 raise errors[0]
-    return {f.path: found[f.sha256] for f in release.files}
+
+
+def check_outside_cache(dest: Path, cache: NodeCache) -> None:
+    """DEST may be neither inside the node cache nor hold it: a pod's DEST must never be the cache's storage.
+
+    Raises:
+        DestinationInCacheError: DEST is the cache directory, inside it, or above it.
+    """
+    target, root = Path(dest).resolve(), cache.root.resolve()
+    if target == root or root in target.parents or target in root.parents:
+        raise DestinationInCacheError(f"DEST {dest} is inside the node cache {cache.root} (or holds it): "
+                                      "choose a DEST outside --cache", dest=str(dest), cache=str(cache.root))
 
 
 def fetch_release(envelope: Mapping[str, Any], transport: Mapping[str, str], bundle: Mapping[str, Any], *,
@@ -167,7 +210,8 @@ def fetch_release(envelope: Mapping[str, Any], transport: Mapping[str, str], bun
     ``trust.root`` must already be walked forward (:meth:`NodeTrust.refresh`). On any failure DEST is as it
     was and neither a root nor a serial is written.
     """
-    reporter = reporter or Reporter(tty=False)
+    reporter = reporter or Reporter()
+    check_outside_cache(dest, cache)
     with reporter.phase("verify"):
         release = verify_manifest(envelope, bundle, ref=ref, trust=trust, now=now or _utcnow())
     result = FetchResult(release.model, release.ref, release.version, release.serial, str(dest),
@@ -175,14 +219,19 @@ def fetch_release(envelope: Mapping[str, Any], transport: Mapping[str, str], bun
     with cache.in_use():
         # Before any download: a DEST holding something else is refused now, not after the bytes came.
         if destination_is_release(Path(dest), release):
+            with reporter.phase("verify"):
+                verify_destination(Path(dest), release, bundle, parallel=max(1, min(parallel, 8)))
             result.noop = True
         else:
-            with reporter.phase("download"):
-                blobs = ensure_cached(release, transport, tenant=ref.tenant, cache=cache, api=api,
-                                      parallel=parallel, part_size=part_size, reporter=reporter, result=result)
+            def place(staging: Path) -> None:
+                with reporter.phase("download"):
+                    ensure_cached(release, transport, tenant=ref.tenant, cache=cache, api=api, into=staging,
+                                  parallel=parallel, part_size=part_size, reporter=reporter, result=result)
+
+            # The download phase runs inside assemble's (into its staging directory); a phase's time
+            # leaves out the phases inside it.
             with reporter.phase("assemble"):
-                done = assemble(Path(dest), release, blobs, bundle, envelope)
-            result.noop, result.links, result.copies = done["noop"], done["link"], done["copy"]
+                assemble(Path(dest), release, place, bundle, envelope)
     trust.accept(release.model, release.ref, release.serial)
     trust.commit()
     cache.evict()
@@ -207,7 +256,7 @@ def fetch(ref_text: str, dest: Path, *, api: RegistryApi, trust_root_file: Path,
         RevokedReleaseError, NotApprovedError, ReleaseNotFoundError, NetworkError: from the registry.
         Anything :func:`fetch_release` raises.
     """
-    reporter = reporter or Reporter(tty=False)
+    reporter = reporter or Reporter()
     ref = parse_ref(ref_text)
     selector = ref_selector(ref)
     trust = NodeTrust.load(trust_root_file, cache.root)
@@ -229,7 +278,7 @@ def warm_once(ref: ModelRef, *, api: RegistryApi, trust_root_file: Path, cache: 
     Returns:
         The ETag to poll with next, and what was fetched (None when the manifest did not change).
     """
-    reporter = reporter or Reporter(tty=False)
+    reporter = reporter or Reporter()
     response = api.manifest(ref.tenant, ref.name, ref_selector(ref), etag=etag, wait=wait)
     if response is None:
         return etag, None

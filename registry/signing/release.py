@@ -52,10 +52,19 @@ RELEASE_TYPE = "https://modelreg.dev/release/v1"
 MAX_RELEASE_BYTES = 8 << 20
 """The largest release envelope a node reads (100,000 files fit)."""
 MAX_FILES = 100_000
+MAX_CLOCK_SKEW = dt.timedelta(hours=1)
+"""How far a release's ``issued_at`` may be ahead of the node's clock. Further means the node's clock is
+behind, and a clock behind would take a release that expired long ago for a fresh one: refused."""
 
 
 class ReleaseExpiredError(IntegrityError):
     code = "release-expired"
+
+
+class ReleaseNotYetValidError(ReleaseExpiredError):
+    """The release was issued more than :data:`MAX_CLOCK_SKEW` after the node's clock: the clock is wrong."""
+
+    code = "release-not-yet-valid"
 
 
 class ReleaseRollbackError(IntegrityError):
@@ -153,7 +162,8 @@ def verify_release(envelope: Mapping[str, Any], root: TrustRoot, *, now: dt.date
 
     Raises:
         SignatureError: not signed by a threshold of the root's keys, or malformed (``reason`` says).
-        ReleaseExpiredError: ``expires_at`` has passed.
+        ReleaseExpiredError: ``expires_at`` has passed (``ReleaseNotYetValidError``: ``issued_at`` is more
+            than :data:`MAX_CLOCK_SKEW` ahead of ``now``).
         ReleaseRollbackError: ``serial`` is lower than ``min_serial``.
         ReleaseMismatchError: another model or ref.
         InvalidPathError: a file path that is not clean and relative, or one listed twice.
@@ -177,6 +187,10 @@ def verify_release(envelope: Mapping[str, Any], root: TrustRoot, *, now: dt.date
     if now >= expires_at:
         raise ReleaseExpiredError(f"the release of {model}@{ref} expired at {expires_at.isoformat()}",
                                   expires_at=expires_at.isoformat())
+    if issued_at > now + MAX_CLOCK_SKEW:
+        raise ReleaseNotYetValidError(f"the release of {model}@{ref} was issued at {issued_at.isoformat()}, "
+                                      f"after this node's clock ({now.isoformat()}): is the clock behind?",
+                                      issued_at=issued_at.isoformat())
     if min_serial is not None and serial < min_serial:
         raise ReleaseRollbackError(f"the release of {model}@{ref} has serial {serial}, lower than {min_serial} "
                                    f"accepted before", serial=serial, accepted=min_serial)

@@ -14,6 +14,8 @@ import datetime as dt
 import hashlib
 import json
 import os
+import pty
+import stat
 import subprocess
 import sys
 from pathlib import Path
@@ -91,11 +93,11 @@ class Node:
 
     def fetch(self, dest: Path, ref: str = "acme/tiny@prod", *extra: str) -> subprocess.CompletedProcess:
         return self.cli("fetch", ref, str(dest), "--trust-root", str(self.root_file), "--part-size", PART,
-                        "--parallel", "4", *extra)
+                        "--parallel", "4", "--json", *extra)
 
     def popen_fetch(self, dest: Path) -> subprocess.Popen:
         return subprocess.Popen([MODELREG, "fetch", "acme/tiny@prod", str(dest), "--trust-root", str(self.root_file),
-                                 "--part-size", PART, "--parallel", "4"], env=self.env(),
+                                 "--part-size", PART, "--parallel", "4", "--json"], env=self.env(),
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
@@ -341,7 +343,7 @@ def test_an_interrupted_download_resumes_where_it_stopped(node):
 
 def test_cache_warm_once_fills_the_cache_then_fetch_downloads_nothing(node):
     node.release()
-    warm = node.cli("cache", "warm", "acme/tiny@prod", "--trust-root", str(node.root_file), "--once")
+    warm = node.cli("cache", "warm", "acme/tiny@prod", "--trust-root", str(node.root_file), "--once", "--json")
     assert warm.returncode == 0, warm.stderr
     gets = len(node.standin.blob_gets)
     assert gets > 0
@@ -353,14 +355,188 @@ def test_cache_warm_once_fills_the_cache_then_fetch_downloads_nothing(node):
 def test_cache_verify_finds_removes_and_reports_a_corrupted_blob(node):
     node.release()
     assert node.fetch(node.tmp / "dest").returncode == 0
-    clean = node.cli("cache", "verify", "--cache", str(node.cache))
+    clean = node.cli("cache", "verify", "--cache", str(node.cache), "--json")
     assert clean.returncode == 0 and _summary(clean)["bad"] == 0
     big = next(f for f in node.files if f["path"] == "big.txt")
     cached = node.cache / "tenants" / "acme" / "blobs" / "sha256" / big["sha256"][:2] / big["sha256"]
     cached.chmod(0o644)
     with open(cached, "r+b") as f:
         f.write(b"X")
-    bad = node.cli("cache", "verify", "--cache", str(node.cache))
+    bad = node.cli("cache", "verify", "--cache", str(node.cache), "--json")
     _refused(bad, 13, "digest")
     assert big["sha256"][:16] in bad.stderr and not cached.exists()
     assert json.loads(bad.stdout.splitlines()[0])["digest"] == big["sha256"]
+
+
+# --- what the cache and a fetched DEST may no longer do: hand out bytes nobody hashed -----------------------
+
+
+def _cached_blob(node, digest: str) -> Path:
+    return node.cache / "tenants" / "acme" / "blobs" / "sha256" / digest[:2] / digest
+
+
+def _flip(path: Path, offset: int) -> None:
+    """What a root process does to a file it can reach: mode bits do not stop it."""
+    path.chmod(0o644)
+    with open(path, "r+b") as f:
+        f.seek(offset)
+        byte = f.read(1)
+        f.seek(offset)
+        f.write(bytes([byte[0] ^ 0x01]))
+
+
+def _big(node) -> dict:
+    return next(f for f in node.files if f["path"] == "big.txt")
+
+
+def test_a_byte_flipped_in_the_cache_is_never_handed_out_the_blob_is_downloaded_again(node):
+    node.release()
+    assert node.fetch(node.tmp / "first").returncode == 0
+    big = _big(node)
+    _flip(_cached_blob(node, big["sha256"]), 2_500_000)  # same size, verified seconds ago (--recheck-hours 24)
+    gets = len(node.standin.blob_gets)
+    ok = node.fetch(node.tmp / "second")
+    assert ok.returncode == 0, ok.stderr
+    assert (node.tmp / "second" / "big.txt").read_bytes() == BIG
+    summary = _summary(ok)
+    assert (summary["rejected_cached_files"], summary["downloaded_files"]) == (1, 1)
+    assert summary["cached_files"] == len({f["sha256"] for f in node.files}) - 1
+    assert {g["path"].rsplit("/", 1)[-1] for g in node.standin.blob_gets[gets:]} == {big["sha256"]}
+    assert hashlib.sha256(_cached_blob(node, big["sha256"]).read_bytes()).hexdigest() == big["sha256"]
+
+
+def test_dest_shares_no_inode_with_the_cache_so_a_pod_writing_its_dest_changes_no_other_pod(node):
+    node.release()
+    first = node.tmp / "pod-a"
+    assert node.fetch(first).returncode == 0
+    for f in node.files:
+        st = (first / f["path"]).stat()
+        assert st.st_nlink == 1 and st.st_ino != _cached_blob(node, f["sha256"]).stat().st_ino, f["path"]
+        assert stat.S_IMODE(st.st_mode) == 0o444
+    big = _big(node)
+    _flip(first / "big.txt", 1234)  # root in pod A writes its own /mnt/models
+    assert hashlib.sha256(_cached_blob(node, big["sha256"]).read_bytes()).hexdigest() == big["sha256"]
+    gets = len(node.standin.blob_gets)
+    ok = node.fetch(node.tmp / "pod-b")
+    assert ok.returncode == 0, ok.stderr
+    assert (node.tmp / "pod-b" / "big.txt").read_bytes() == BIG and len(node.standin.blob_gets) == gets
+
+
+def _alter_file(node, target: Path) -> None:
+    _flip(target / "big.txt", 99)
+
+
+def _alter_signature(node, target: Path) -> None:
+    (target / "model.sig").chmod(0o644)
+    (target / "model.sig").write_text(json.dumps({**node.bundle, "note": "x"}))
+
+
+def _delete_file(node, target: Path) -> None:
+    (target / "config.json").unlink()
+
+
+def _delete_cached(node, target: Path) -> None:
+    _cached_blob(node, _big(node)["sha256"]).unlink()
+
+
+def _revoke(node, target: Path) -> None:
+    _revoked(node)
+
+
+@pytest.mark.parametrize("fast_path,change,code,kind", [
+    ("noop", _alter_file, 13, "digest"), ("noop", _alter_signature, 13, "digest"),
+    ("noop", _delete_file, 17, "destination"), ("noop", _revoke, 14, "revoked"),
+    ("cache-hit", _delete_cached, 0, "ok"), ("cache-hit", _revoke, 14, "revoked"),
+])
+def test_each_fast_path_with_the_state_changed_underneath(node, fast_path, change, code, kind):
+    """A no-op fetch (DEST already holds the release) and a cache hit, after bytes changed, went, or were revoked."""
+    node.release()
+    dest = node.tmp / "dest"
+    assert node.fetch(dest).returncode == 0
+    target = dest if fast_path == "noop" else node.tmp / "other"
+    change(node, dest)
+    before = _tree(target)
+    result = node.fetch(target)
+    if code:
+        _refused(result, code, kind)
+        assert _tree(target) == before
+        return
+    assert result.returncode == 0, result.stderr
+    assert (target / "big.txt").read_bytes() == BIG and _summary(result)["downloaded_files"] == 1
+
+
+def test_a_noop_fetch_of_an_intact_dest_rehashes_it_and_downloads_nothing(node):
+    node.release()
+    dest = node.tmp / "dest"
+    assert node.fetch(dest).returncode == 0
+    gets = len(node.standin.blob_gets)
+    again = node.fetch(dest)
+    assert again.returncode == 0 and _summary(again)["noop"] and len(node.standin.blob_gets) == gets
+
+
+def test_a_dest_inside_its_own_cache_or_holding_it_is_refused_as_usage(node):
+    node.release()
+    (node.tmp / "cache-link").symlink_to(node.cache, target_is_directory=True)
+    for dest in (node.cache / "models", node.cache / "tenants" / "acme" / "blobs" / "x", node.cache,
+                 node.tmp / "cache-link" / "models", node.tmp):
+        result = node.fetch(dest)
+        _refused(result, 2, "usage")
+        assert "inside the node cache" in result.stderr
+    assert not (node.cache / "models").exists() and not (node.cache / "tenants" / "acme" / "blobs").exists()
+    assert node.standin.blob_gets == []
+
+
+def _plain(node, *args: str) -> subprocess.CompletedProcess:
+    return node.cli(*args, "--trust-root", str(node.root_file))
+
+
+def test_without_json_a_person_gets_readable_lines_with_json_a_program_gets_json_lines(node):
+    node.release()
+    human = _plain(node, "fetch", "acme/tiny@prod", str(node.tmp / "a"), "--part-size", PART)
+    assert human.returncode == 0, human.stderr
+    lines = human.stdout.strip().splitlines()
+    assert lines and not [line for line in lines if line.lstrip().startswith(("{", "["))], human.stdout
+    assert lines[-1].startswith(f"acme/tiny@1 (serial 1) in {node.tmp / 'a'}: {len(node.files)} files")
+    assert "download: " in human.stdout and human.stderr == ""  # no bar: stderr is not a terminal
+
+    machine = node.fetch(node.tmp / "b")
+    events = [json.loads(line)["event"] for line in machine.stdout.strip().splitlines()]
+    assert {"phase", "summary"} <= set(events) and events[-1] == "summary"
+
+    warm = _plain(node, "cache", "warm", "acme/tiny@prod", "--once")
+    assert warm.returncode == 0, warm.stderr
+    assert warm.stdout.strip() and not warm.stdout.lstrip().startswith("{"), warm.stdout
+    warm_json = _plain(node, "cache", "warm", "acme/tiny@prod", "--once", "--json")
+    assert json.loads(warm_json.stdout.strip().splitlines()[-1])["event"] == "summary"
+
+
+def _on_a_terminal(node, *args: str) -> tuple[subprocess.CompletedProcess, str]:
+    """Run the CLI with stderr on a pseudo-terminal (a person's shell); return it and what the terminal got."""
+    leader, follower = pty.openpty()
+    process = subprocess.Popen([MODELREG, *args], stdout=subprocess.PIPE, stderr=follower, env=node.env())
+    os.close(follower)
+    chunks = []
+    while True:
+        try:
+            data = os.read(leader, 65536)
+        except OSError:  # EIO: the last writer closed the terminal
+            break
+        if not data:
+            break
+        chunks.append(data)
+    os.close(leader)
+    out, _ = process.communicate(timeout=120)
+    return subprocess.CompletedProcess(process.args, process.returncode, out.decode(), ""), \
+        b"".join(chunks).decode(errors="replace")
+
+
+def test_a_progress_bar_on_a_terminal_and_none_with_json(node):
+    node.release()
+    done, terminal = _on_a_terminal(node, "fetch", "acme/tiny@prod", str(node.tmp / "a"), "--trust-root",
+                                    str(node.root_file), "--part-size", PART)
+    assert done.returncode == 0, terminal
+    assert "download" in terminal and "MiB" in terminal and "\x1b[" in terminal, terminal
+    assert not done.stdout.lstrip().startswith("{")
+    quiet, terminal = _on_a_terminal(node, "fetch", "acme/tiny@prod", str(node.tmp / "b"), "--trust-root",
+                                     str(node.root_file), "--json")
+    assert quiet.returncode == 0 and terminal == ""

@@ -119,3 +119,40 @@ def test_the_digest_lock_excludes_another_process(tmp_path):
         waited = time.monotonic() - start
     other.wait(timeout=30)
     assert waited > 0.5
+
+
+def test_a_cached_blob_of_another_size_is_never_used_even_when_just_verified(tmp_path):
+    clock = Clock()
+    cache = NodeCache(tmp_path, recheck_after=timedelta(hours=24), clock=clock)
+    for changed in (b"weights" * 99, b"weights" * 100 + b"!"):  # truncated, grown; verified a second ago
+        digest = _put(cache, "acme", b"weights" * 100)
+        path = cache.blob_path("acme", digest)
+        path.chmod(0o644)
+        path.write_bytes(changed)
+        clock.now += 1
+        assert cache.lookup("acme", digest, 700) is None and not path.exists()
+
+
+def test_copy_out_hashes_every_byte_it_copies_and_removes_a_blob_that_fails(tmp_path):
+    cache = NodeCache(tmp_path / "cache", recheck_after=timedelta(hours=24))
+    data = bytes(range(256)) * 10_000  # several copy chunks
+    digest = _put(cache, "acme", data)
+    dest = tmp_path / "dest"
+    dest.mkdir()
+    assert cache.copy_out("acme", digest, len(data), dest / "a") == "copied"
+    assert (dest / "a").read_bytes() == data
+    assert (dest / "a").stat().st_ino != cache.blob_path("acme", digest).stat().st_ino
+    # Verified a moment ago, same size, one byte flipped: the copy itself is the check.
+    path = cache.blob_path("acme", digest)
+    path.chmod(0o644)
+    with open(path, "r+b") as f:
+        f.seek(len(data) - 1)
+        f.write(bytes([data[-1] ^ 1]))
+    assert cache.copy_out("acme", digest, len(data), dest / "b") == "rejected"
+    assert not (dest / "b").exists() and not path.exists()
+    assert cache.copy_out("acme", digest, len(data), dest / "c") == "missing" and not (dest / "c").exists()
+    for changed in (data[:-1], data + b"x"):
+        digest = _put(cache, "acme", data)
+        cache.blob_path("acme", digest).chmod(0o644)
+        cache.blob_path("acme", digest).write_bytes(changed)
+        assert cache.copy_out("acme", digest, len(data), dest / "d") == "rejected" and not (dest / "d").exists()
