@@ -21,6 +21,7 @@ from registry.domain.text import (
     FreeText,
     Label,
 )
+from registry.services.identity import CAPACITY_REQUIRED
 from registry.sources.filters import MAX_GLOB_LENGTH, MAX_GLOBS
 
 
@@ -51,6 +52,12 @@ class PrincipalCreate(Strict):
 
 
 class RoleGrant(Strict):
+    # Stated in the document as the service enforces it, so a client (and a fuzzer) can tell a valid grant.
+    model_config = ConfigDict(extra="forbid", json_schema_extra={
+        "if": {"properties": {"role": {"enum": sorted(r.value for r in CAPACITY_REQUIRED)}}, "required": ["role"]},
+        "then": {"properties": {"capacity": {"minLength": 1}}, "required": ["capacity"]},
+        "description": "an approver's role needs a capacity"})
+
     tenant: TenantName
     role: Role
     capacity: str = Field("", pattern=f"^$|{NAME_PATTERN}", description="approvers: security, legal, ml...")
