@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool
 
@@ -19,8 +19,15 @@ from registry.domain.text import (
     MAX_REVISION_LENGTH,
     MAX_SOURCE_LENGTH,
     FreeText,
+    Label,
 )
+from registry.services.identity import CAPACITY_REQUIRED
 from registry.sources.filters import MAX_GLOB_LENGTH, MAX_GLOBS
+
+
+# A body's integers are JSON integers: pydantic's lax mode reads true, "1" and 1.0 as 1 (issue 18).
+StrictVersionNumber = Annotated[VersionNumber, Field(strict=True)]
+StrictByteCount = Annotated[ByteCount, Field(strict=True)]
 
 
 class Strict(BaseModel):
@@ -45,6 +52,12 @@ class PrincipalCreate(Strict):
 
 
 class RoleGrant(Strict):
+    # Stated in the document as the service enforces it, so a client (and a fuzzer) can tell a valid grant.
+    model_config = ConfigDict(extra="forbid", json_schema_extra={
+        "if": {"properties": {"role": {"enum": sorted(r.value for r in CAPACITY_REQUIRED)}}, "required": ["role"]},
+        "then": {"properties": {"capacity": {"minLength": 1}}, "required": ["capacity"]},
+        "description": "an approver's role needs a capacity"})
+
     tenant: TenantName
     role: Role
     capacity: str = Field("", pattern=f"^$|{NAME_PATTERN}", description="approvers: security, legal, ml...")
@@ -65,7 +78,7 @@ class PrincipalPublic(BaseModel):
 
 class TokenCreate(Strict):
     description: FreeText(MAX_DESCRIPTION_LENGTH) = ""
-    expires_in_days: int | None = Field(90, ge=1, le=3650)
+    expires_in_days: int | None = Field(90, ge=1, le=3650, strict=True)
 
 
 class TokenIssued(BaseModel):
@@ -83,7 +96,7 @@ class WhoAmI(BaseModel):
 
 class UploadedFile(Strict):
     path: FreeText(MAX_PATH_LENGTH)
-    size: ByteCount
+    size: StrictByteCount
     sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
 
 
@@ -93,7 +106,7 @@ class VersionCreate(Strict):
                     "or upload:LABEL with `files` already uploaded to /v1/blobs")
     files: list[UploadedFile] | None = Field(None, max_length=100_000,
                                              description="for upload: the files, each uploaded beforehand")
-    revision: FreeText(MAX_REVISION_LENGTH) | None = Field(None,
+    revision: Label(MAX_REVISION_LENGTH) | None = Field(None,
                                                            description="branch, tag or commit; default main")
     include: list[FreeText(MAX_GLOB_LENGTH)] = Field(default_factory=list, max_length=MAX_GLOBS)
     exclude: list[FreeText(MAX_GLOB_LENGTH)] = Field(default_factory=list, max_length=MAX_GLOBS)
@@ -194,13 +207,13 @@ class PolicyEvaluationPublic(BaseModel):
 
 
 class CanaryCreate(Strict):
-    version: VersionNumber = Field(description="the canary version (not the main one)")
+    version: StrictVersionNumber = Field(description="the canary version (not the main one)")
     tenants: list[TenantName] = Field(min_length=1, max_length=MAX_CANARY_TENANTS,
                                       description="the tenants served the canary version")
 
 
 class AliasUpdate(Strict):
-    version: VersionNumber = Field(description="an approved version: every tenant not in the canary gets it")
+    version: StrictVersionNumber = Field(description="an approved version: every tenant not in the canary gets it")
     canary: CanaryCreate | None = None
     comment: FreeText(MAX_COMMENT_LENGTH) = ""
 

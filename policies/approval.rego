@@ -43,7 +43,7 @@ approved_file(doc, cfg, path) if {
 	path in a.files
 }
 
-unmet_of(doc, cfg) := (((((((((rejections(doc) | unsafe_files(doc)) | unscanned_files(doc)) | suspicious_files(doc, cfg)) | remote_code(doc, cfg)) | license(doc, cfg)) | license_conflict(doc, cfg)) | capacities(doc, cfg)) | evals.gates(doc, cfg)) | evals.regressions(doc, cfg))
+unmet_of(doc, cfg) := ((((((((((rejections(doc) | unsafe_files(doc)) | unscanned_files(doc)) | suspicious_files(doc, cfg)) | remote_code(doc, cfg)) | license(doc, cfg)) | license_conflict(doc, cfg)) | license_file_unmatched(doc, cfg)) | capacities(doc, cfg)) | evals.gates(doc, cfg)) | evals.regressions(doc, cfg))
 
 rejections(doc) := {u |
 	some a in doc.approvals
@@ -106,6 +106,17 @@ license_conflict(doc, cfg) := {u |
 	count(conflicts) > 0
 	not approved_as(doc, cfg.license_capacity)
 	u := {"code": "legal.license-conflict", "message": sprintf("the licenses found disagree: needs a %s approval", [cfg.license_capacity]), "capacity": cfg.license_capacity, "satisfiable": true}
+}
+
+# A LICENSE file that matches no shipped text (an edited known license, or another license altogether):
+# what it says is unknown, whatever the declaration or the card says, so legal reads it.
+license_file_unmatched(doc, cfg) := {u |
+	some f in doc.license.findings
+	startswith(f.source, "license_file:")
+	f.normalized == null
+	not approved_as(doc, cfg.license_capacity)
+	path := substring(f.source, count("license_file:"), -1)
+	u := {"code": "legal.license-file", "message": sprintf("%s matches no known license text (closest %v at %v): needs a %s approval", [path, f.detail.closest, f.detail.similarity, cfg.license_capacity]), "path": path, "capacity": cfg.license_capacity, "satisfiable": true}
 }
 
 capacities(doc, cfg) := {u |

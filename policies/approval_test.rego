@@ -76,6 +76,21 @@ test_a_license_conflict_needs_legal if {
 	codes(doc) == {"legal.license-conflict"}
 }
 
+test_an_unmatched_license_file_needs_legal_whatever_was_declared if {
+	edited := {"source": "license_file:LICENSE", "raw": "GNU GENERAL PUBLIC LICENSE", "raw_length": null, "normalized": null, "problem": "matches no SPDX text (closest GPL-3.0-only at 0.81)", "detail": {"closest": "GPL-3.0-only", "similarity": 0.81}}
+	doc := object.union(with_approvals(clean, both), {"license": {"id": "apache-2.0", "findings": [edited]}})
+	codes(doc) == {"legal.license-file"}
+	[u] := [u | some u in approval.unmet_of(doc, cfg)]
+	u.path == "LICENSE"
+	count(approval.unmet_of(with_approvals(doc, array.concat(both, [approve("lee", "legal", [])])), cfg)) == 0
+}
+
+test_a_matched_license_file_needs_nothing_more if {
+	matched := {"source": "license_file:LICENSE", "raw": "Apache License", "raw_length": null, "normalized": "Apache-2.0", "problem": null, "detail": {"closest": "Apache-2.0", "similarity": 1.0}}
+	doc := object.union(with_approvals(clean, both), {"license": {"id": "apache-2.0", "findings": [matched]}})
+	count(approval.unmet_of(doc, cfg)) == 0
+}
+
 test_unknown_license_needs_legal if {
 	doc := object.union(with_approvals(clean, both), {"license": {"id": null, "findings": []}})
 	codes(doc) == {"legal.license"}

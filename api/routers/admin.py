@@ -65,8 +65,14 @@ def get_principal(name: PrincipalName, session: SessionDep, principal: Principal
     return _principal_public(identity.read_principal(session, principal, name))
 
 
+# The role a grant gave is revoked with the same body (the principal's roles have no path of their own).
+_REVOKE_THE_GRANT = {"RevokeRole": {"operationRef": "#/paths/~1v1~1principals~1{name}~1roles/delete",
+                                    "parameters": {"name": "$request.path.name"}, "requestBody": "$request.body"}}
+
+
 @router.post("/principals/{name}/roles", response_model=PrincipalPublic, status_code=status.HTTP_201_CREATED,
-             responses=responses(*AUTHENTICATED, NotFoundError))
+             responses={201: {"description": "the principal, with the role", "links": _REVOKE_THE_GRANT},
+                        **responses(*AUTHENTICATED, NotFoundError)})
 def grant_role(name: PrincipalName, body: RoleGrant, session: SessionDep,
                principal: PrincipalDep) -> PrincipalPublic:
     identity.grant_role(session, principal, name, body.tenant, body.role.value, body.capacity)

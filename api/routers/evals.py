@@ -40,6 +40,10 @@ async def put_evalset(name: EvalSetName, request: Request, response: Response, s
                       description: str = Query("", max_length=1024, description="what the set measures")
                       ) -> dict[str, object]:
     """Add a version of an eval set (administrators): its JSONL bytes, checked case by case, stored as a blob."""
+    declared = request.headers.get("content-length")
+    # Before a byte is read: a caller who may not add eval sets, or says it sends too much, is refused.
+    await run_in_threadpool(evals.authorize_evalset_upload, principal, name,
+                            int(declared) if declared and declared.isdigit() else None)
     body = bytearray()
     async for chunk in request.stream():
         body += chunk

@@ -15,10 +15,11 @@ from collections.abc import Callable, Coroutine
 from typing import Annotated, Any
 from urllib.parse import quote, urlencode
 
-from fastapi import APIRouter, Depends, Header, Request, Response
+from fastapi import APIRouter, Header, Request, Response
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import StreamingResponse
 from fastapi.routing import APIRoute
+from starlette.concurrency import run_in_threadpool
 from pydantic import Field, ValidationError
 
 from api.deps import ContainerDep, PrincipalDep, SessionDep
@@ -38,7 +39,7 @@ from registry.domain import errors
 from registry.domain.errors import NotFoundError, RangeNotSatisfiableError, RegistryError, UpstreamError
 from registry.domain.files import MAX_PATH_LENGTH
 from registry.services import hf
-from registry.services.hf import HfFile, Release, TreeEntry
+from registry.services.hf import MAX_PATHS, HfFile, Release, TreeEntry
 
 Revision = Annotated[str, Field(min_length=1, max_length=256,
                                 description="an alias (`main` is `prod`), a version number, or a version's commit")]
@@ -185,7 +186,8 @@ async def _paths_info_body(request: Request) -> HfPathsInfoRequest:
         if content_type == "application/json":
             return HfPathsInfoRequest.model_validate_json(await request.body())
         if content_type in ("application/x-www-form-urlencoded", "multipart/form-data"):
-            form = await request.form()
+            # Starlette's default of 1,000 fields would refuse MAX_PATHS paths with `expand` beside them.
+            form = await request.form(max_fields=MAX_PATHS + 1)
             fields: dict[str, Any] = {"paths": [p for p in form.getlist("paths") if isinstance(p, str)]}
             if "expand" in form:
                 fields["expand"] = form["expand"]
@@ -196,22 +198,27 @@ async def _paths_info_body(request: Request) -> HfPathsInfoRequest:
                                    field="body")
 
 
-_PATHS_INFO_BODY = {"$ref": "#/components/schemas/HfPathsInfoRequest"}
+# Read by hand (a form or JSON), so FastAPI puts no schema in `components`: the document carries it inline.
+# A form may leave `paths` out (none asked); JSON must name it.
+_PATHS_INFO_JSON = HfPathsInfoRequest.model_json_schema()
+_PATHS_INFO_FORM = {**_PATHS_INFO_JSON, "required": []}
 
 
 @router.post(
     "/api/models/{tenant}/{name}/paths-info/{revision}", response_model=list[HfTreeEntryPublic],
     response_model_exclude_none=True,
     openapi_extra={"requestBody": {"required": True, "content": {
-        "application/x-www-form-urlencoded": {"schema": _PATHS_INFO_BODY},
-        "application/json": {"schema": _PATHS_INFO_BODY}}}},
+        "application/x-www-form-urlencoded": {"schema": _PATHS_INFO_FORM},
+        "application/json": {"schema": _PATHS_INFO_JSON}}}},
 )
-def paths_info(tenant: TenantName, name: ModelName, revision: Revision, session: SessionDep,
-               principal: PrincipalDep, container: ContainerDep,
-               body: Annotated[HfPathsInfoRequest, Depends(_paths_info_body)]) -> list[HfTreeEntryPublic]:
+async def paths_info(tenant: TenantName, name: ModelName, revision: Revision, request: Request, session: SessionDep,
+                     principal: PrincipalDep, container: ContainerDep) -> list[HfTreeEntryPublic]:
     """The files and folders among `paths` (others are left out, as the Hub does); what `HfFileSystem.info` asks."""
-    release = hf.resolve(session, principal, tenant, name, revision)
-    return [_tree_entry(e) for e in hf.paths_info(release, body.paths, container.blob_store)]
+    # Before the body is read: a caller who may not read the repository is refused without sending it.
+    release = await run_in_threadpool(hf.resolve, session, principal, tenant, name, revision)
+    body = await _paths_info_body(request)
+    entries = await run_in_threadpool(hf.paths_info, release, body.paths, container.blob_store)
+    return [_tree_entry(e) for e in entries]
 
 
 # --- files ------------------------------------------------------------------------------------------

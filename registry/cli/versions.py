@@ -82,9 +82,14 @@ def submit(
 def _upload_directory(client: Any, tenant: str, source: str, include: list[str], exclude: list[str],
                       quiet: bool) -> dict[str, Any]:
     """Hash a local directory here, upload the blobs the registry lacks, and describe the version."""
+    from registry.domain.text import MAX_LABEL_LENGTH, label_problem
     from registry.sources.local import LocalDirectorySource
 
     directory = Path(source.removeprefix("file://"))
+    # The directory's name is the upload's label: refused here, before any blob is sent for it.
+    problem = label_problem(directory.name, MAX_LABEL_LENGTH)
+    if problem is not None:
+        raise CliError(f"directory name {directory.name!r} cannot label an upload: {problem[0]}")
     src = LocalDirectorySource(str(directory), include=include, exclude=exclude)
     snapshot = src.resolve(None)
     for f in snapshot.files:

@@ -10,8 +10,12 @@ shown or stored rather than what it says:
   which reorder what a reviewer reads ("Trojan Source", CVE-2021-42574);
 - lone surrogates, which a JSON string can carry but UTF-8 cannot encode.
 
-``validate_text`` is the check for services; ``FreeText(n)`` is the same check as a pydantic type for API
-bodies. ``printable`` escapes those characters visibly wherever text from a server or an upstream is shown.
+Labels (an upload's label, a revision) name something, so they are held to more: no character that shows
+as nothing or as a break either (Unicode categories Cf, Zl, Zp, and Zs other than the ASCII space: U+200B,
+U+00AD, U+2028, U+00A0...), or ``tiny\u200b`` reads as ``tiny`` to the reviewer who approves it.
+
+``validate_text`` is the check for services (``validate_label`` for labels); ``FreeText(n)`` (``Label(n)``)
+is the same check as a pydantic type for API bodies. ``printable`` escapes those characters visibly wherever text from a server or an upstream is shown.
 
 Example:
     >>> validate_text("main", field="revision", max_length=256)
@@ -23,6 +27,7 @@ Example:
 from __future__ import annotations
 
 import re
+import unicodedata
 from typing import Annotated, Any
 
 from registry.domain.errors import InvalidTextError
@@ -61,6 +66,43 @@ def text_problem(value: str, max_length: int) -> tuple[str, dict[str, Any]] | No
     return None
 
 
+# Format (zero-width, soft hyphen, BOM...), line and paragraph separators, and spaces; the ASCII space is
+# allowed by itself. Cc is refused by text_problem already.
+_INVISIBLE_CATEGORIES = frozenset({"Cf", "Zl", "Zp", "Zs"})
+
+
+def label_problem(value: str, max_length: int) -> tuple[str, dict[str, Any]] | None:
+    """Why ``value`` is not an acceptable label (a reason and its data), or None when it is."""
+    problem = text_problem(value, max_length)
+    if problem is not None:
+        return problem
+    for position, char in enumerate(value):
+        if char != " " and unicodedata.category(char) in _INVISIBLE_CATEGORIES:
+            return (f"invisible or separator character {_describe(char)} at position {position}",
+                    {"character": _describe(char), "position": position})
+    return None
+
+
+def validate_label(value: str, *, field: str, max_length: int) -> str:
+    """Return ``value`` if it is an acceptable label for ``field``: free text without invisible characters.
+
+    Args:
+        value: What the person typed.
+        field: The field's name, for the error.
+        max_length: The most characters the field holds.
+
+    Raises:
+        InvalidTextError: ``value`` is not a string, is too long, or holds a control, bidirectional,
+            format, separator or non-ASCII space character.
+    """
+    if not isinstance(value, str):
+        raise InvalidTextError(field, "not a string")
+    problem = label_problem(value, max_length)
+    if problem is not None:
+        raise InvalidTextError(field, problem[0], **problem[1])
+    return value
+
+
 def validate_text(value: str, *, field: str, max_length: int) -> str:
     """Return ``value`` if it is acceptable free text for ``field``.
 
@@ -81,13 +123,13 @@ def validate_text(value: str, *, field: str, max_length: int) -> str:
     return value
 
 
-def _pydantic_check(max_length: int):  # noqa: ANN202
+def _pydantic_check(max_length: int, problem_of=text_problem):  # noqa: ANN202
     from pydantic_core import PydanticCustomError
 
     def check(value: Any) -> Any:
         # Non-strings are left to pydantic's own str validation, which names the wrong type.
         if isinstance(value, str):
-            problem = text_problem(value, max_length)
+            problem = problem_of(value, max_length)
             if problem is not None:
                 raise PydanticCustomError(PYDANTIC_ERROR_TYPE, problem[0], problem[1])
         return value
@@ -105,6 +147,13 @@ def FreeText(max_length: int) -> Any:  # noqa: N802 - it names a type
     from pydantic import BeforeValidator, Field
 
     return Annotated[str, BeforeValidator(_pydantic_check(max_length)), Field(max_length=max_length)]
+
+
+def Label(max_length: int) -> Any:  # noqa: N802 - it names a type
+    """The pydantic type of a label of at most ``max_length`` characters (see validate_label)."""
+    from pydantic import BeforeValidator, Field
+
+    return Annotated[str, BeforeValidator(_pydantic_check(max_length, label_problem)), Field(max_length=max_length)]
 
 
 def printable(text: str) -> str:

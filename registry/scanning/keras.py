@@ -95,6 +95,25 @@ ALLOWED_SRC_PACKAGES = frozenset(
     }
 )
 _GADGET_PACKAGES = frozenset({"utils", "saving", "config", "export", "legacy"})
+# tf_keras (the Keras 2 line) writes a class with a public ``keras.*`` name under that name, and any
+# other by its implementation module, which its loader imports to take the class from. These are the
+# classes of tf_keras's own layer table (``tf_keras.src.layers.serialization``, what it deserializes by
+# name) that have no public name, so a standard model writes them so (``Functional`` for every
+# functional model). Pairs, never whole modules: the loader takes any name from the module's namespace,
+# imported functions included. Left out of that table's list, so they stay findings: ``TFOpLambda``,
+# ``SlicingOpLambda``, ``ClassMethod``, ``InstanceMethod``, ``InstanceProperty`` (each calls a TensorFlow
+# API symbol or tensor method named in its config: ``tf.io.write_file`` is one), ``TensorFlowOpLayer``
+# (runs a graph node its config defines) and the RNN cell wrappers (``ResidualWrapper``'s ``residual_fn``
+# and ``DropoutWrapper``'s state filter are marshalled bytecode, outside any class_name this walk sees).
+# tests/unit/scanning/test_keras.py derives the table from the installed tf_keras and compares.
+TF_KERAS_STANDARD_CLASSES = frozenset(
+    {
+        ("tf_keras.src.engine.functional", "Functional"),
+        ("tf_keras.src.engine.base_layer", "AddLoss"),
+        ("tf_keras.src.engine.base_layer", "AddMetric"),
+        ("tf_keras.src.layers.normalization.batch_normalization", "BatchNormalizationBase"),
+    }
+)
 # Modules whose *functions* are harmless to call by name (activations, losses, metrics).
 FUNCTION_MODULES = frozenset({"keras.activations", "keras.losses", "keras.metrics", "keras.initializers"})
 FUNCTION_PREFIXES = ("keras.src.activations", "keras.src.losses", "keras.src.metrics", "keras.src.initializers")
@@ -265,7 +284,7 @@ def _allowed_src(module: str) -> bool:
 
 
 def _check_class_module(module: str, class_name: str, where: str, sink: FindingSink) -> None:
-    if module in ALLOWED_MODULES or _allowed_src(module):
+    if module in ALLOWED_MODULES or _allowed_src(module) or (module, class_name) in TF_KERAS_STANDARD_CLASSES:
         return
     qual = f"{module}.{class_name}"
     if _top_module(module) in sys.stdlib_module_names or _top_module(module) in ("builtins", "posix", "nt"):

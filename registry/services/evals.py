@@ -30,11 +30,11 @@ from registry.auth import AuthenticatedPrincipal, Permission, require, require_a
 from registry.clock import Clock, SystemClock
 from registry.db.models import Alias, EvalResult, EvalSet, ScanResult, Version, VersionFacts
 from registry.db.session import begin_write
-from registry.domain.errors import (BlobVanishedError, DigestMismatchError, InvalidInputError, NotFoundError,
-                                    PermissionDeniedError)
+from registry.domain.errors import (BlobVanishedError, DigestMismatchError, InvalidInputError, LimitExceededError,
+                                    NotFoundError, PermissionDeniedError)
 from registry.domain.states import VersionState
 from registry.evals import sandbox, workdirs
-from registry.evals.cases import parse_cases
+from registry.evals.cases import MAX_EVALSET_BYTES, parse_cases
 from registry.evals.suites import EVALSET_NAME, Suite, SuiteError, suite_version, suites_of
 from registry.jobs import CLOCK_INFO
 from registry.policy import POLICY_INFO, PolicyEngine
@@ -80,6 +80,26 @@ def validate_evalset_name(name: str) -> str:
         raise InvalidInputError(f"eval set name {str(name)[:40]!r} is not a lowercase slug of at most 64 characters",
                                 field="name")
     return name
+
+
+def authorize_evalset_upload(principal: AuthenticatedPrincipal, name: str, size: int | None) -> None:
+    """Check an eval set upload before its bytes are read: who sends it, under which name, and how large.
+
+    Args:
+        principal: The caller.
+        name: The eval set's name.
+        size: The bytes the caller says it sends (its Content-Length), when it says.
+
+    Raises:
+        PermissionDeniedError: only administrators add eval sets.
+        InvalidInputError: not an eval set name.
+        LimitExceededError: ``size`` is over the largest eval set.
+    """
+    require_admin(principal)
+    validate_evalset_name(name)
+    if size is not None and size > MAX_EVALSET_BYTES:
+        raise LimitExceededError(f"an eval set of {size} bytes is over the limit of {MAX_EVALSET_BYTES}",
+                                 size=size, limit=MAX_EVALSET_BYTES)
 
 
 def add_evalset(session: Session, principal: AuthenticatedPrincipal, name: str, data: bytes, description: str,

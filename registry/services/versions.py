@@ -47,7 +47,13 @@ from registry.domain.errors import (
 )
 from registry.domain.files import FileEntry, require_sha256, validate_file_list
 from registry.domain.states import LIVE, VersionState
-from registry.domain.text import MAX_LABEL_LENGTH, MAX_REVISION_LENGTH, MAX_SOURCE_LENGTH, validate_text
+from registry.domain.text import (
+    MAX_LABEL_LENGTH,
+    MAX_REVISION_LENGTH,
+    MAX_SOURCE_LENGTH,
+    validate_label,
+    validate_text,
+)
 from registry.sources import parse_source_uri
 from registry.services import gc, lifecycle, quotas
 from registry.sources.base import Snapshot, Source, UpstreamFile
@@ -72,7 +78,7 @@ class SubmitRequest:
         """
         validate_text(self.source, field="source", max_length=MAX_SOURCE_LENGTH)
         if self.revision is not None:
-            validate_text(self.revision, field="revision", max_length=MAX_REVISION_LENGTH)
+            validate_label(self.revision, field="revision", max_length=MAX_REVISION_LENGTH)
         if self.hf_endpoint is not None:
             validate_text(self.hf_endpoint, field="hf_endpoint", max_length=MAX_SOURCE_LENGTH)
         licenses.check_declared(self.license)
@@ -457,7 +463,7 @@ def submit_uploaded(
     """
     require(principal, tenant, Permission.SUBMIT)
     validate_name("model", name)
-    validate_text(label, field="label", max_length=MAX_LABEL_LENGTH)
+    validate_label(label, field="label", max_length=MAX_LABEL_LENGTH)
     licenses.check_declared(license)
     # Refused before any lookup: a huge list costs no more than this.
     if len(files) > limits.max_files:

@@ -204,3 +204,82 @@ def test_a_body_that_is_not_text_is_422(api):
     r = api.post("/v1/tenants", content=b"\xff\xfe{", headers={"content-type": "application/json"})
     assert r.status_code == 422 and r.headers["content-type"] == MEDIA_TYPE
     assert r.json()["type"].endswith("/invalid-input")
+
+
+def _refs(node, where="#"):
+    if isinstance(node, dict):
+        for key, value in node.items():
+            if key == "$ref" and isinstance(value, str):
+                yield where, value
+            else:
+                yield from _refs(value, f"{where}/{key}")
+    elif isinstance(node, list):
+        for i, value in enumerate(node):
+            yield from _refs(value, f"{where}/{i}")
+
+
+def _resolve(spec, ref: str):
+    assert ref.startswith("#/"), ref
+    node = spec
+    for part in ref[2:].split("/"):
+        part = part.replace("~1", "/").replace("~0", "~")
+        assert isinstance(node, dict) and part in node, ref
+        node = node[part]
+    return node
+
+
+def test_every_ref_in_the_document_resolves(spec):
+    """Issue 18: paths-info's body named #/components/schemas/HfPathsInfoRequest, which was not there."""
+    refs = list(_refs(spec))
+    assert len(refs) > 50
+    unresolved = []
+    for where, ref in refs:
+        try:
+            _resolve(spec, ref)
+        except AssertionError:
+            unresolved.append(f"{where}: {ref}")
+    assert unresolved == []
+    links = [link["operationRef"] for _, link in _links(spec) if "operationRef" in link]
+    assert links and all(_resolve(spec, ref) for ref in links)
+
+
+def _links(spec):
+    for name, operation in _operations(spec):
+        for status, response in operation.get("responses", {}).items():
+            for link in response.get("links", {}).values():
+                yield f"{name} {status}", link
+
+
+def test_the_paths_info_body_states_what_the_server_takes(spec):
+    from registry.domain.files import MAX_PATH_LENGTH
+    from registry.services.hf import MAX_PATHS
+
+    content = spec["paths"]["/hf/api/models/{tenant}/{name}/paths-info/{revision}"]["post"]["requestBody"]["content"]
+    for media_type, required in (("application/json", ["paths"]), ("application/x-www-form-urlencoded", [])):
+        schema = content[media_type]["schema"]
+        assert schema["properties"]["paths"]["maxItems"] == MAX_PATHS
+        assert schema["properties"]["paths"]["items"]["maxLength"] == MAX_PATH_LENGTH
+        assert schema["properties"]["expand"]["type"] == "boolean"
+        assert schema["required"] == required
+
+
+@pytest.mark.parametrize(("body", "valid"), [
+    ({"tenant": "acme", "role": "approver"}, False),
+    ({"tenant": "acme", "role": "approver", "capacity": ""}, False),
+    ({"tenant": "acme", "role": "approver", "capacity": "security"}, True),
+    ({"tenant": "acme", "role": "submitter"}, True),
+])
+def test_a_role_grant_is_valid_by_the_document_exactly_when_the_server_takes_it(api, spec, body, valid):
+    """Issue 18 (schemathesis ST202): a grant the document called valid was refused with a 422."""
+    import jsonschema
+
+    schema = jsonschema.validators.Draft202012Validator(
+        {"$ref": "#/components/schemas/RoleGrant", "components": spec["components"]})
+    assert schema.is_valid(body) is valid
+    r = api.post("/v1/principals", json={"name": "pat"})
+    assert r.status_code in (201, 409), r.text
+    r = api.post("/v1/principals/pat/roles", json=body)
+    assert r.status_code == (201 if valid else 422), r.text
+    if valid:
+        # The document's link from the grant revokes it with the same body.
+        assert api.request("DELETE", "/v1/principals/pat/roles", json=body).status_code == 204

@@ -93,6 +93,55 @@ def test_free_text_fields_refuse_control_and_bidi_characters(api, container, tmp
     assert _count(container, Version) == 0
 
 
+# Issue 18: characters that show as nothing or as a break; a label holding one reads as another label.
+INVISIBLE = ["\u200b", "\u200c", "\u200d", "\u2060", "\ufeff", "\u00ad", "\u180e", "\u2028", "\u2029",
+             "\u00a0", "\u2003", "\u3000", "\U000e0041"]
+
+
+@pytest.mark.parametrize("char", INVISIBLE, ids=[f"U+{ord(c):04X}" for c in INVISIBLE])
+def test_labels_refuse_invisible_and_separator_characters(api, container, tmp_path, char):
+    (tmp_path / "m").mkdir()
+    (tmp_path / "m" / "config.json").write_text("{}")
+    r = api.post("/v1/models/acme/m/versions", json={"source": str(tmp_path / "m"), "revision": f"main{char}"})
+    _assert_invalid_text(r, "revision")
+    assert f"U+{ord(char):04X}" in r.text
+    r = api.post("/v1/models/acme/m/versions", json={"source": f"upload:tiny{char}", "files": [_upload(api, b"w")]})
+    assert r.status_code == 422 and r.headers["content-type"] == "application/problem+json", r.text
+    assert (r.json()["type"], r.json()["field"]) == (PROBLEM + "invalid-text", "label")
+    assert f"U+{ord(char):04X}" in r.json()["detail"]
+    assert _count(container, Version) == 0
+
+
+def test_a_label_may_hold_ascii_spaces_and_other_scripts(api):
+    r = api.post("/v1/models/acme/m/versions", json={"source": "upload:my model été 模型",
+                                                     "files": [_upload(api, b"w")]})
+    assert r.status_code == 202, r.text
+
+
+# Issue 18: lax pydantic read each of these as 1; a version number is a JSON integer.
+NOT_INTEGERS = [True, "1", 1.0]
+
+
+@pytest.mark.parametrize("value", NOT_INTEGERS, ids=repr)
+def test_alias_bodies_take_only_integers(api, value):
+    for body in ({"version": value}, {"version": 1, "canary": {"version": value, "tenants": ["acme"]}}):
+        r = api.put("/v1/models/acme/m/aliases/prod", json=body)
+        assert r.status_code == 422 and r.json()["type"] == PROBLEM + "invalid-input", r.text
+        assert any(e["field"].endswith("version") for e in r.json()["errors"]), r.text
+
+
+@pytest.mark.parametrize("value", [True, "1", 1.0], ids=repr)
+def test_other_integers_in_bodies_take_only_integers(api, container, value):
+    tokens = _count(container, ApiToken)
+    r = api.post("/v1/principals/root/tokens", json={"expires_in_days": value})
+    assert r.status_code == 422 and r.json()["type"] == PROBLEM + "invalid-input", r.text
+    assert _count(container, ApiToken) == tokens
+    file = {**_upload(api, b"w"), "size": value}
+    r = api.post("/v1/models/acme/m/versions", json={"source": "upload:x", "files": [file]})
+    assert r.status_code == 422 and r.json()["type"] == PROBLEM + "invalid-input", r.text
+    assert _count(container, Version) == 0
+
+
 def test_free_text_fields_have_length_caps(api, container, tmp_path):
     from registry.domain.text import MAX_DESCRIPTION_LENGTH, MAX_LABEL_LENGTH, MAX_REVISION_LENGTH
     from registry.sources.filters import MAX_GLOB_LENGTH, MAX_GLOBS
@@ -270,3 +319,26 @@ def test_every_string_in_every_request_body_refuses_a_nul(container):
                 checked.append(f"{model.__name__}.{name}")
     assert {"VersionCreate.revision", "VersionCreate.include", "UploadedFile.path", "RoleGrant.tenant",
             "TokenCreate.description"} <= set(checked)
+
+
+def _int_annotation(annotation) -> bool:
+    if annotation is int:
+        return True
+    origin, args = typing.get_origin(annotation), typing.get_args(annotation)
+    if origin is typing.Annotated:
+        return _int_annotation(args[0])
+    return any(_int_annotation(arg) for arg in args if arg is not type(None)) if origin is not list else False
+
+
+def test_every_integer_in_every_request_body_is_strict(container):
+    """New body fields are covered too: true, "1" and 1.0 are never an integer of a body (issue 18)."""
+    checked = []
+    for model in _body_models(container):
+        for name, info in model.model_fields.items():
+            if _int_annotation(info.annotation):
+                for value in (True, "1", 1.0):
+                    with pytest.raises(ValidationError):
+                        TypeAdapter(typing.Annotated[info.annotation, info]).validate_python(value)
+                checked.append(f"{model.__name__}.{name}")
+    assert {"AliasUpdate.version", "CanaryCreate.version", "UploadedFile.size", "TokenCreate.expires_in_days",
+            "QuotaUpdate.bytes", "RetentionUpdate.keep_last"} <= set(checked)

@@ -114,6 +114,23 @@ def test_cli_errors_are_one_line(server):
     assert r.returncode == 1 and "model-not-found" in r.stderr
 
 
+@pytest.mark.parametrize("char", ["\u200b", "\u00ad", "\u2028", "\u00a0"], ids=lambda c: f"U+{ord(c):04X}")
+def test_a_label_with_an_invisible_character_is_one_line_and_non_zero(server, hub, tmp_path, char):
+    """Issue 18: the directory's name labels an upload; a revision names what is mirrored."""
+    model_dir = tmp_path / f"tiny{char}"
+    model_dir.mkdir()
+    (model_dir / "config.json").write_text("{}")
+    r = server.cli("submit", str(model_dir), "--model", "default/invisible")
+    assert r.returncode != 0 and len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert r.stderr.startswith("error:") and f"U+{ord(char):04X}" in r.stderr, r.stderr
+    r = server.cli("submit", "hf://org/tiny", "--model", "default/invisible", "--revision", f"main{char}",
+                   "--hf-endpoint", hub.url)
+    assert r.returncode != 0 and len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert "invalid-text" in r.stderr and f"U+{ord(char):04X}" in r.stderr, r.stderr
+    r = server.cli("version", "list", "default/invisible")
+    assert "model-not-found" in r.stderr or r.stdout.strip() in ("", "[]"), (r.stdout, r.stderr)
+
+
 def test_audit_verify_names_an_edited_and_a_deleted_event(tmp_path):
     s = start_server(tmp_path / "data", workers=0)
     try:

@@ -5,6 +5,7 @@ becomes ``approved`` (or ``rejected``) in the transaction that decides it."""
 from __future__ import annotations
 
 import json
+import re
 import shutil
 
 import pytest
@@ -13,6 +14,7 @@ from sqlalchemy import select
 
 from api.app import create_app
 from registry.db.models import Approval, AuditEvent, PolicyDecision, Version
+from registry.licenses.matching import TEXTS_DIR
 from registry.policy import default_policy_dir
 from tests.support.hf_upstream import HfUpstream
 from tests.support.registry import drain, role_token
@@ -20,6 +22,10 @@ from tests.support.scan_samples import reduce_pickle
 from tests.support.tiny_model import tiny_model_files
 
 TENANT = "acme"
+# Issue 18: the GPL-3.0 text with every "the" made "teh" is no longer close enough to match it, and so
+# escaped the conflict check: the card's MIT decided, and nobody from legal saw the file.
+GPL_3_EDITED = re.sub(r"\bthe\b", "teh", (TEXTS_DIR / "GPL-3.0-only.txt").read_text()).encode()
+MIT_FILLED_IN = (TEXTS_DIR / "MIT.txt").read_text().replace("<year> <copyright holders>", "2024 Acme").encode()
 
 
 @pytest.fixture(scope="module")
@@ -33,6 +39,10 @@ def hub():
         upstream.commit("org/remote", {**tiny_model_files(5), "modeling_tiny.py": b"import os\n"})
         upstream.add_repo("org/unsafe", card_data={"license": "mit"})
         upstream.commit("org/unsafe", {**tiny_model_files(6), "extra.pkl": reduce_pickle()})
+        upstream.add_repo("org/edited-gpl", card_data={"license": "mit"})
+        upstream.commit("org/edited-gpl", {**tiny_model_files(7), "LICENSE": GPL_3_EDITED})
+        upstream.add_repo("org/mit-file", card_data={"license": "mit"})
+        upstream.commit("org/mit-file", {**tiny_model_files(8), "LICENSE": MIT_FILLED_IN})
         yield upstream
 
 
@@ -126,6 +136,23 @@ def test_a_license_off_the_allow_list_waits_for_legal(reg):
     assert reg.decide("nc", n, "mia", "ml").json()["state"] == "awaiting_approval"
     done = reg.decide("nc", n, "lex", "legal").json()
     assert done["state"] == "approved", done
+
+
+def test_a_license_file_near_a_known_license_waits_for_legal_whatever_the_card_says(reg):
+    n = reg.submit("org/edited-gpl", "edited")
+    unmet = reg.approvals("edited", n)["unmet"]
+    assert codes(unmet) == [("approval.missing", "ml"), ("approval.missing", "security"),
+                            ("legal.license-file", "legal")]
+    [file] = [u for u in unmet if u["code"] == "legal.license-file"]
+    assert file["path"] == "LICENSE" and "closest GPL-3.0-only" in file["message"]
+    assert reg.decide("edited", n, "sec", "security").status_code == 201
+    assert reg.decide("edited", n, "mia", "ml").json()["state"] == "awaiting_approval"
+    assert reg.decide("edited", n, "lex", "legal").json()["state"] == "approved"
+
+
+def test_a_license_file_that_matches_the_card_asks_nothing_more(reg):
+    n = reg.submit("org/mit-file", "mitfile")
+    assert codes(reg.approvals("mitfile", n)["unmet"]) == [("approval.missing", "ml"), ("approval.missing", "security")]
 
 
 def test_remote_code_waits_for_a_security_approval_that_names_the_file(reg):

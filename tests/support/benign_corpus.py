@@ -335,8 +335,52 @@ def _tf_keras(filename: str, **kwargs: Any) -> Builder:
     return build
 
 
+def tf_keras_functional_model() -> Any:
+    """A tf_keras functional model (its class serializes as ``tf_keras.src.engine.functional.Functional``),
+    with a loss and a metric added on tensors (``AddLoss``, ``AddMetric``) and a nested Sequential."""
+    _quiet_tf()
+    import tf_keras
+
+    inputs = tf_keras.Input((8,), name="x")
+    h = tf_keras.layers.Dense(4, activation="relu", kernel_regularizer=tf_keras.regularizers.L2(1e-4))(inputs)
+    h = tf_keras.layers.BatchNormalization()(h)
+    h = tf_keras.layers.Dropout(0.1)(h)
+    h = tf_keras.Sequential([tf_keras.layers.Dense(4), tf_keras.layers.LayerNormalization()], name="block")(h)
+    outputs = tf_keras.layers.Dense(2, activation="softmax")(h)
+    model = tf_keras.Model(inputs, outputs, name="benign")
+    model.add_loss(tf_keras.layers.Dense(1, name="aux")(h))
+    model.add_metric(outputs, name="mean_out", aggregation="mean")
+    model.compile(optimizer=tf_keras.optimizers.Adam(1e-3), loss="sparse_categorical_crossentropy",
+                  metrics=["accuracy"])
+    return model
+
+
+def _tf_keras_layers_model() -> Any:
+    _quiet_tf()
+    import tf_keras
+
+    layers = tf_keras.layers
+    model = tf_keras.Sequential([
+        layers.Input((6, 6, 1)), layers.Conv2D(2, 3, padding="same"), layers.MaxPooling2D(), layers.Reshape((9, 2)),
+        layers.Bidirectional(layers.LSTM(3, return_sequences=True)), layers.GRU(2), layers.Dense(2),
+        layers.Activation("tanh"),
+    ], name="layers")
+    model.compile(optimizer="sgd", loss="mse")
+    return model
+
+
+def _tf_keras_save(factory: Callable[[], Any], filename: str) -> Builder:
+    def build(d: Path) -> None:
+        factory().save(d / filename)
+
+    return build
+
+
 _register("tf_keras_h5", _tf_keras("model.h5"))
 _register("tf_keras_keras", _tf_keras("model.keras"))
+_register("tf_keras_functional_keras", _tf_keras_save(tf_keras_functional_model, "model.keras"))
+_register("tf_keras_functional_h5", _tf_keras_save(tf_keras_functional_model, "model.h5"))
+_register("tf_keras_layers_keras", _tf_keras_save(_tf_keras_layers_model, "model.keras"))
 # SavedModel directories (tf_keras ``save_format="tf"``) are read by the SavedModel scanner that
 # lands with the other half of this issue; their samples join this corpus after that merge.
 

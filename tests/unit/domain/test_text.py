@@ -6,7 +6,7 @@ import pytest
 from pydantic import BaseModel, ValidationError
 
 from registry.domain.errors import InvalidTextError
-from registry.domain.text import FreeText, printable, validate_text
+from registry.domain.text import FreeText, printable, text_problem, validate_text
 
 REFUSED = [chr(c) for c in [*range(0x20), *range(0x7F, 0xA0)]] + [
     "\u061c", "\u200e", "\u200f", "\u202a", "\u202b", "\u202c", "\u202d", "\u202e",
@@ -62,3 +62,17 @@ def test_printable_escapes_every_refused_character_visibly():
     assert printable("\x1b[31mred\x1b[0m") == "\\x1b[31mred\\x1b[0m"
     assert printable("evil\u202egnp.exe") == "evil\\u202egnp.exe"
     assert printable("line\nforged") == "line\\x0aforged"
+
+
+@pytest.mark.parametrize("char", ["\u200b", "\u00ad", "\u2028", "\u2029", "\u00a0", "\u3000", "\ufeff", "\u2060"],
+                         ids=lambda c: f"U+{ord(c):04X}")
+def test_a_label_refuses_invisible_and_separator_characters_that_free_text_allows(char):
+    from registry.domain.text import label_problem, validate_label
+
+    assert text_problem(f"tiny{char}", 256) is None
+    assert label_problem(f"tiny{char}", 256) == (
+        f"invisible or separator character U+{ord(char):04X} at position 4",
+        {"character": f"U+{ord(char):04X}", "position": 4})
+    with pytest.raises(InvalidTextError):
+        validate_label(f"tiny{char}", field="label", max_length=256)
+    assert validate_label("my model été", field="label", max_length=256) == "my model été"

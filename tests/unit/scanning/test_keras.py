@@ -240,3 +240,89 @@ def test_fuzzed_archive_and_h5_never_raise():
     h5 = keras_weights_h5({"model_config": json.dumps(keras_legacy_h5_config())})
     for cut in range(0, len(h5), max(1, len(h5) // 100)):
         scan_bytes(keras.scan, h5[:cut], "model.h5")
+
+
+# --- tf_keras (the Keras 2 line), issue 18 ------------------------------------------------------
+
+# Classes in tf_keras's layer table without a public name that stay findings, and why (see
+# keras.TF_KERAS_STANDARD_CLASSES): each calls a function, op or method its config names.
+TF_KERAS_CALLERS = {
+    "TFOpLambda": "calls the TensorFlow API symbol its config names",
+    "SlicingOpLambda": "calls the TensorFlow API symbol its config names",
+    "ClassMethod": "calls a tensor class method by name",
+    "InstanceMethod": "calls a tensor method by name",
+    "InstanceProperty": "reads a tensor attribute by name",
+    "TensorFlowOpLayer": "runs the graph node its config defines",
+    "DeviceWrapper": "an RNN cell wrapper",
+    "DropoutWrapper": "its state filter is marshalled bytecode",
+    "ResidualWrapper": "its residual_fn is marshalled bytecode",
+    "_RNNCellWrapper": "the cell wrappers' base",
+}
+
+
+def _tf_keras():
+    import os
+
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+    return pytest.importorskip("tf_keras")
+
+
+def _scan_saved(model: Any, tmp_path) -> list[Finding]:
+    model.save(tmp_path / "model.keras")
+    return scan_bytes(keras.scan, (tmp_path / "model.keras").read_bytes(), "model.keras")
+
+
+def test_tf_keras_standard_classes_are_its_own_table_without_the_callers():
+    _tf_keras()
+    from tensorflow.python.util import tf_export
+    from tf_keras.src.layers import serialization
+
+    serialization.populate_deserializable_objects()
+    unexported = {
+        (obj.__module__, name)
+        for name, obj in serialization.LOCAL.ALL_OBJECTS.items()
+        if isinstance(obj, type) and tf_export.get_canonical_name_for_symbol(obj, api_name="keras") is None
+    }
+    assert {name for _, name in unexported} >= set(TF_KERAS_CALLERS)
+    assert keras.TF_KERAS_STANDARD_CLASSES == {(m, n) for m, n in unexported if n not in TF_KERAS_CALLERS}
+
+
+def test_a_tf_keras_functional_model_is_safe(tmp_path):
+    from tests.support.benign_corpus import tf_keras_functional_model
+
+    _tf_keras()
+    model = tf_keras_functional_model()
+    assert type(model).__module__ == "tf_keras.src.engine.functional"
+    assert _scan_saved(model, tmp_path) == []
+
+
+def test_a_custom_class_in_a_tf_keras_model_stays_suspicious(tmp_path):
+    tf_keras = _tf_keras()
+
+    @tf_keras.saving.register_keras_serializable(package="acme")
+    class Scale(tf_keras.layers.Layer):
+        def call(self, x):
+            return x * 2.0
+
+    inputs = tf_keras.Input((4,))
+    findings = _scan_saved(tf_keras.Model(inputs, Scale()(tf_keras.layers.Dense(2)(inputs))), tmp_path)
+    assert rules(findings) == {"keras.module.custom", "keras.registered-name.custom"}
+    assert verdict(findings) == "suspicious"
+
+
+def test_a_tf_op_in_a_tf_keras_model_stays_suspicious(tmp_path):
+    tf_keras = _tf_keras()
+    import tensorflow as tf
+
+    inputs = tf_keras.Input((4,))
+    findings = _scan_saved(tf_keras.Model(inputs, tf.math.reduce_mean(inputs, axis=1)), tmp_path)
+    assert [f.message for f in findings] == [
+        "config instantiates custom class 'tf_keras.src.layers.core.tf_op_layer.TFOpLambda'"]
+    assert verdict(findings) == "suspicious"
+
+
+@pytest.mark.parametrize("name", ["functional", "Model", "tf", "copy", "Functional.from_config"])
+def test_other_names_from_a_standard_tf_keras_module_stay_suspicious(name):
+    # tf_keras's loader takes any name from the module's namespace: only the listed class is known.
+    layer = {"module": "tf_keras.src.engine.functional", "class_name": name, "config": {}, "registered_name": None}
+    assert rules(_scan_keras(_sequential_with(layer))) == {"keras.module.custom"}
