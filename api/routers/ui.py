@@ -291,16 +291,16 @@ def decide(request: Request, tenant: TenantName, name: ModelName, number: Versio
     """
     try:
         _check_form(opened, container, csrf)
-        request = approvals.ApprovalRequest(decision=decision, capacity=capacity, comment=comment,
-                                            files=tuple(files))
+        asked = approvals.ApprovalRequest(decision=decision, capacity=capacity, comment=comment,
+                                          files=tuple(files))
         if decision == "approve" and confirm != "yes":
-            left = approvals.preview(session, opened.principal, tenant, name, number, request,
+            left = approvals.preview(session, opened.principal, tenant, name, number, asked,
                                      engine=container.policy, clock=container.clock).yours
             if left:
                 session.rollback()
                 return _version(opened, session, container, tenant, name, number,
-                                pending={"request": request, "left": left})
-        approvals.decide(session, opened.principal, tenant, name, number, request,
+                                pending={"request": asked, "left": left})
+        approvals.decide(session, opened.principal, tenant, name, number, asked,
                          engine=container.policy, clock=container.clock)
     except RegistryError as err:
         session.rollback()
