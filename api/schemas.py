@@ -168,6 +168,12 @@ class ApprovalCreate(Strict):
                     "(suspicious files a security approval names)")
 
 
+class ApprovalFilesAdd(Strict):
+    files: list[FreeText(MAX_PATH_LENGTH)] = Field(
+        min_length=1, max_length=1000,
+        description="paths of the version your approval vouches for besides those it names already")
+
+
 class ApprovalPublic(BaseModel):
     principal: str
     capacity: str
@@ -204,6 +210,17 @@ class PolicyEvaluationPublic(BaseModel):
     version: int
     state: str
     decision: PolicyDecisionPublic
+
+
+class ApprovalPreviewPublic(BaseModel):
+    model: str
+    version: int
+    state: str
+    decision: PolicyDecisionPublic = Field(description="what the policy would say with the decision recorded")
+    unmet: list[dict[str, Any]] = Field(description="what would remain unmet")
+    yours: list[dict[str, Any]] = Field(
+        description="what would remain unmet in the decision's capacity: what it could satisfy and leaves "
+                    "(a suspicious file a security approval does not name)")
 
 
 class CanaryCreate(Strict):

@@ -9,6 +9,8 @@ from api.params import ModelName, TenantName, VersionNumber
 from api.problems import AUTHENTICATED, responses
 from api.schemas import (
     ApprovalCreate,
+    ApprovalFilesAdd,
+    ApprovalPreviewPublic,
     ApprovalPublic,
     ApprovalStatusPublic,
     PolicyDecisionPublic,
@@ -43,6 +45,33 @@ def decide(tenant: TenantName, name: ModelName, number: VersionNumber, body: App
                                         files=tuple(body.files))
     return status_public(approvals.decide(session, principal, tenant, name, number, request,
                                           engine=container.policy, clock=container.clock))
+
+
+@router.post("/{tenant}/{name}/versions/{number}/approvals/preview", response_model=ApprovalPreviewPublic,
+             responses=responses(ConflictError))
+def preview(tenant: TenantName, name: ModelName, number: VersionNumber, body: ApprovalCreate, session: SessionDep,
+            principal: PrincipalDep, container: ContainerDep) -> ApprovalPreviewPublic:
+    """What would remain unmet if you made this decision now, and which of it your capacity could still
+    satisfy (``yours``); records nothing. Refused exactly as the decision itself would be."""
+    request = approvals.ApprovalRequest(decision=body.decision, capacity=body.capacity, comment=body.comment,
+                                        files=tuple(body.files))
+    p = approvals.preview(session, principal, tenant, name, number, request, engine=container.policy,
+                          clock=container.clock)
+    d = p.decision
+    return ApprovalPreviewPublic(
+        model=f"{tenant}/{name}", version=number, state=p.state, unmet=d.unmet, yours=p.yours,
+        decision=PolicyDecisionPublic(outcome=d.outcome, allowed=d.allowed, unmet=d.unmet, error=d.error,
+                                      bundle_digest=d.bundle_digest, input_digest=d.input_digest))
+
+
+@router.post("/{tenant}/{name}/versions/{number}/approvals/files", response_model=ApprovalStatusPublic,
+             responses=responses(ConflictError))
+def add_files(tenant: TenantName, name: ModelName, number: VersionNumber, body: ApprovalFilesAdd,
+              session: SessionDep, principal: PrincipalDep, container: ContainerDep) -> ApprovalStatusPublic:
+    """Add file reviews to your own earlier approval (audited as ``version.approval.files-added``); the policy
+    judges the version again, and it becomes approved if that satisfies it. Answers where it stands now."""
+    return status_public(approvals.add_files(session, principal, tenant, name, number, tuple(body.files),
+                                             engine=container.policy, clock=container.clock))
 
 
 @router.get("/{tenant}/{name}/versions/{number}/approvals", response_model=ApprovalStatusPublic)

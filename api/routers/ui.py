@@ -43,7 +43,7 @@ from registry.domain.errors import (
     PermissionDeniedError,
     RegistryError,
 )
-from registry.services import aliases, approvals, versions
+from registry.services import aliases, approvals, exports, revocations, versions
 
 router = APIRouter(prefix="/ui", include_in_schema=False)
 
@@ -52,15 +52,22 @@ SIGN_IN_COOKIE = "mr_sign_in"
 HERE = Path(__file__).resolve().parent.parent
 STATIC = {"console.css": "text/css; charset=utf-8", "console.js": "text/javascript; charset=utf-8"}
 NOTICES = {"approve": "Your approval is recorded.", "reject": "Your rejection is recorded.",
-           "promoted": "The alias moved.", "rolled-back": "The alias rolled back."}
+           "promoted": "The alias moved.", "rolled-back": "The alias rolled back.",
+           "files-added": "Your file reviews are added to your approval.", "revoked": "The version is revoked."}
 """What a redirect after a form may announce (by code, so a link cannot put words on the page)."""
 FormText = Annotated[str, Form(max_length=4096)]
+FormPaths = Annotated[list[str], Form()]
+"""Checkboxes naming files of a version (the approvals service bounds and checks them)."""
+SearchText = Annotated[str, Query(max_length=200)]
+StateName = Annotated[str, Query(max_length=32)]
 
 
 @functools.cache
 def _templates() -> jinja2.Environment:
-    return jinja2.Environment(loader=jinja2.FileSystemLoader(HERE / "templates"), autoescape=True,
-                              undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True)
+    env = jinja2.Environment(loader=jinja2.FileSystemLoader(HERE / "templates"), autoescape=True,
+                             undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True)
+    env.filters["fact"] = views.fact_text
+    return env
 
 
 class SignInRequired(Exception):
@@ -199,8 +206,10 @@ def sign_out(request: Request, session: SessionDep, container: ContainerDep, csr
 
 
 @router.get("", response_class=HTMLResponse)
-def home(opened: ConsoleDep, session: SessionDep) -> Response:
-    return _page(opened, "home.html", lambda: {"tenants": views.home(session, opened.principal)}, title="Models")
+def home(opened: ConsoleDep, session: SessionDep, q: SearchText = "", state: StateName = "") -> Response:
+    return _page(opened, "home.html", lambda: {"tenants": views.home(session, opened.principal, search=q or None,
+                                                                     state=state or None)},
+                 title="Models", filters={"q": q, "state": state}, states=views.STATES)
 
 
 @router.get("/approvals", response_class=HTMLResponse)
@@ -211,9 +220,11 @@ def approval_queue(opened: ConsoleDep, session: SessionDep) -> Response:
 
 @router.get("/models/{tenant}/{name}", response_class=HTMLResponse)
 def model_page(tenant: TenantName, name: ModelName, opened: ConsoleDep, session: SessionDep,
-               notice: str = Query("", max_length=32)) -> Response:
-    return _page(opened, "model.html", lambda: views.model_page(session, opened.principal, tenant, name),
-                 title=f"{tenant}/{name}", tenant=tenant, name=name, notice=NOTICES.get(notice), error=None)
+               notice: str = Query("", max_length=32), q: SearchText = "", state: StateName = "") -> Response:
+    return _page(opened, "model.html", lambda: views.model_page(session, opened.principal, tenant, name,
+                                                                search=q or None, state=state or None),
+                 title=f"{tenant}/{name}", tenant=tenant, name=name, notice=NOTICES.get(notice), error=None,
+                 filters={"q": q, "state": state}, states=views.STATES)
 
 
 def _refused(err: RegistryError) -> bool:
@@ -222,14 +233,15 @@ def _refused(err: RegistryError) -> bool:
 
 
 def _version(opened: OpenedSession, session: Any, container: Any, tenant: str, name: str, number: int, *,
-             notice: str | None = None, error: RegistryError | None = None, back: str | None = None) -> Response:
+             notice: str | None = None, error: RegistryError | None = None, back: str | None = None,
+             pending: dict[str, Any] | None = None) -> Response:
     if error is not None and _refused(error):
         return _error(opened, error, back)
     response = _page(opened, "version.html",
                      lambda: views.version_page(session, opened.principal, tenant, name, number,
                                                 engine=container.policy),
                      title=f"{tenant}/{name}@{number}", tenant=tenant, name=name, number=number, notice=notice,
-                     error=error.message if error else None)
+                     error=error.message if error else None, pending=pending)
     if error is not None and response.status_code == 200:
         response.status_code = status_for(error)
     return response
@@ -270,18 +282,76 @@ def version_signature(tenant: TenantName, name: ModelName, number: VersionNumber
 @router.post("/models/{tenant}/{name}/versions/{number}/decision")
 def decide(request: Request, tenant: TenantName, name: ModelName, number: VersionNumber, opened: ConsoleDep,
            session: SessionDep, container: ContainerDep, csrf: FormText = "", decision: FormText = "",
-           capacity: FormText = "", comment: FormText = "") -> Response:
-    """Approve or reject, through the approvals service (policy and separation of duties are its own)."""
+           capacity: FormText = "", comment: FormText = "", files: FormPaths = [],
+           confirm: FormText = "") -> Response:
+    """Approve or reject, through the approvals service (policy and separation of duties are its own).
+
+    An approval that would leave unmet what its capacity could satisfy (a suspicious file it does not name) is
+    not recorded until the approver confirms it (``confirm=yes``): the page says first what it would leave.
+    """
     try:
         _check_form(opened, container, csrf)
-        approvals.decide(session, opened.principal, tenant, name, number,
-                         approvals.ApprovalRequest(decision=decision, capacity=capacity, comment=comment),
+        asked = approvals.ApprovalRequest(decision=decision, capacity=capacity, comment=comment,
+                                          files=tuple(files))
+        if decision == "approve" and confirm != "yes":
+            left = approvals.preview(session, opened.principal, tenant, name, number, asked,
+                                     engine=container.policy, clock=container.clock).yours
+            if left:
+                session.rollback()
+                return _version(opened, session, container, tenant, name, number,
+                                pending={"request": asked, "left": left})
+        approvals.decide(session, opened.principal, tenant, name, number, asked,
                          engine=container.policy, clock=container.clock)
     except RegistryError as err:
         session.rollback()
         return _version(opened, session, container, tenant, name, number, error=err, back=_back(request))
     notice = decision if decision in NOTICES else ""
     return RedirectResponse(f"/ui/models/{tenant}/{name}/versions/{number}?notice={notice}", status_code=303)
+
+
+@router.post("/models/{tenant}/{name}/versions/{number}/approval-files")
+def add_file_reviews(request: Request, tenant: TenantName, name: ModelName, number: VersionNumber,
+                     opened: ConsoleDep, session: SessionDep, container: ContainerDep, csrf: FormText = "",
+                     files: FormPaths = []) -> Response:
+    """Add file reviews to the principal's own approval, through the approvals service (audited there)."""
+    try:
+        _check_form(opened, container, csrf)
+        approvals.add_files(session, opened.principal, tenant, name, number, tuple(files),
+                            engine=container.policy, clock=container.clock)
+    except RegistryError as err:
+        session.rollback()
+        return _version(opened, session, container, tenant, name, number, error=err, back=_back(request))
+    return RedirectResponse(f"/ui/models/{tenant}/{name}/versions/{number}?notice=files-added", status_code=303)
+
+
+@router.post("/models/{tenant}/{name}/versions/{number}/revoke")
+def revoke(request: Request, tenant: TenantName, name: ModelName, number: VersionNumber, opened: ConsoleDep,
+           session: SessionDep, container: ContainerDep, csrf: FormText = "", reason: FormText = "") -> Response:
+    """Revoke the version, with a reason, through the revocation service (who may is its rule)."""
+    try:
+        _check_form(opened, container, csrf)
+        revocations.revoke(session, opened.principal, tenant, name, number, reason, clock=container.clock)
+    except RegistryError as err:
+        session.rollback()
+        return _version(opened, session, container, tenant, name, number, error=err, back=_back(request))
+    return RedirectResponse(f"/ui/models/{tenant}/{name}/versions/{number}?notice=revoked", status_code=303)
+
+
+@router.get("/models/{tenant}/{name}/versions/{number}/export")
+def version_export(tenant: TenantName, name: ModelName, number: VersionNumber, opened: ConsoleDep,
+                   session: SessionDep, container: ContainerDep,
+                   format: str = Query("", max_length=16)) -> Response:
+    """The version's ML-BOM (``cyclonedx``) or SLSA statement (``slsa``) as a download, with the caller's
+    rights: what ``GET /v1/provenance/.../export`` answers them."""
+    try:
+        done = exports.export(session, opened.principal, tenant, name, number, format, keyring=container.keyring,
+                              blob_store=container.blob_store, clock=container.clock,
+                              root_expiry=dt.timedelta(days=container.settings.trust_root_expiry_days))
+    except RegistryError as err:
+        session.rollback()
+        return _error(opened, err)
+    return Response(done.content, media_type=done.media_type,
+                    headers={"Content-Disposition": f'attachment; filename="{done.filename}"'})
 
 
 def _number(value: str, field: str) -> int | None:
@@ -331,7 +401,8 @@ def _model_error(opened: OpenedSession, session: Any, tenant: str, name: str, er
     if _refused(err):
         return _error(opened, err, back)
     response = _page(opened, "model.html", lambda: views.model_page(session, opened.principal, tenant, name),
-                     title=f"{tenant}/{name}", tenant=tenant, name=name, notice=None, error=err.message)
+                     title=f"{tenant}/{name}", tenant=tenant, name=name, notice=None, error=err.message,
+                 filters={"q": "", "state": ""}, states=views.STATES)
     if response.status_code == 200:
         response.status_code = status_for(err)
     return response

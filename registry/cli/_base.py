@@ -41,6 +41,8 @@ app.add_typer(keys_app, name="keys")
 app.add_typer(policy_app, name="policy")
 app.add_typer(alias_app, name="alias")
 app.add_typer(evalset_app, name="evalset")
+approval_app = typer.Typer(help="Your approvals of a version.", no_args_is_help=True)
+app.add_typer(approval_app, name="approval")
 
 UrlOpt = typer.Option(None, "--url", envvar="MODELREG_URL", help="Registry URL.")
 TokenOpt = typer.Option(None, "--token", envvar="MODELREG_TOKEN", help="API token.")

@@ -169,6 +169,14 @@ class RegistryApi:
     def decide(self, tenant: str, name: str, number: int, body: dict[str, Any]) -> dict[str, Any]:
         return self.client.post(f"{_version(tenant, name, number)}/approvals", json=body)
 
+    def preview_decision(self, tenant: str, name: str, number: int, body: dict[str, Any]) -> dict[str, Any]:
+        """What would remain unmet after the decision ``body`` (``yours``: what its capacity leaves)."""
+        return self.client.post(f"{_version(tenant, name, number)}/approvals/preview", json=body)
+
+    def add_approval_files(self, tenant: str, name: str, number: int, files: list[str]) -> dict[str, Any]:
+        """Add file reviews to the caller's own approval of the version."""
+        return self.client.post(f"{_version(tenant, name, number)}/approvals/files", json={"files": files})
+
     def approval_status(self, tenant: str, name: str, number: int) -> dict[str, Any]:
         return self.client.get(f"{_version(tenant, name, number)}/approvals")
 

@@ -15,9 +15,9 @@ from sqlalchemy.orm import Session
 from registry.auth import AuthenticatedPrincipal, Permission
 from registry.console import svg
 from registry.domain.errors import PermissionDeniedError, RegistryError
-from registry.domain.states import VersionState
+from registry.domain.states import TRANSITIONS, VersionState
 from registry.policy import PolicyEngine
-from registry.services import aliases, approvals, evals, facts, provenance, scans, versions
+from registry.services import aliases, approvals, evals, facts, provenance, revocations, scans, versions
 from registry.services import audit as audit_service
 
 VERSION_SUBJECT = re.compile(r"\A([a-z0-9][a-z0-9._-]{0,62})/([a-z0-9][a-z0-9._-]{0,62})@([1-9][0-9]{0,8})\Z")
@@ -31,10 +31,34 @@ RUNNING = frozenset({VersionState.SUBMITTED.value, VersionState.MIRRORING.value,
 """States in which a version is still moving on its own (its page refreshes itself)."""
 
 
-def home(session: Session, principal: AuthenticatedPrincipal) -> list[dict[str, Any]]:
-    """The tenants the principal reads, each with its models."""
-    return [{"tenant": t, "models": [m.name for m in versions.list_models(session, principal, t)]}
+def home(session: Session, principal: AuthenticatedPrincipal, *, search: str | None = None,
+         state: str | None = None) -> list[dict[str, Any]]:
+    """The tenants the principal reads, each with its models (those whose name holds ``search``, and that
+    have a version in ``state``)."""
+    return [{"tenant": t, "models": [m.name for m in versions.list_models(session, principal, t, search=search,
+                                                                          state=state)]}
             for t in versions.readable_tenants(session, principal)]
+
+
+STATES = [s.value for s in VersionState]
+"""The states a list may be filtered by, in the order a version moves through them."""
+
+
+def fact_text(value: Any) -> str:
+    """A fact's value as a person reads it: lists joined, no value as a dash, never a Python repr."""
+    if value is None:
+        return "—"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, int):
+        return f"{value:,}"
+    if isinstance(value, float):
+        return f"{value:g}"
+    if isinstance(value, (list, tuple)):
+        return ", ".join(fact_text(v) for v in value) or "—"
+    if isinstance(value, dict):
+        return ", ".join(f"{k}: {fact_text(v)}" for k, v in value.items()) or "—"
+    return str(value)
 
 
 def approval_queue(session: Session, principal: AuthenticatedPrincipal) -> list[dict[str, Any]]:
@@ -44,6 +68,13 @@ def approval_queue(session: Session, principal: AuthenticatedPrincipal) -> list[
              "yours": a.yours, "own": a.status.submitter == principal.name,
              "approvals": len(a.status.approvals)}
             for a in approvals.awaiting(session, principal)]
+
+
+def _security_capacity(engine: PolicyEngine | None) -> str:
+    """The capacity whose approval names suspicious files (``modelreg.config.security_capacity``)."""
+    config = ((engine.data() if engine else {}).get("modelreg") or {}).get("config") or {}
+    value = config.get("security_capacity") if isinstance(config, dict) else None
+    return value if isinstance(value, str) else "security"
 
 
 def _thresholds(engine: PolicyEngine | None) -> dict[str, Any]:
@@ -87,6 +118,8 @@ def version_page(session: Session, principal: AuthenticatedPrincipal, tenant: st
                  "findings": [x for scan in s["scans"] if scan["scanner"] == "modelreg" for x in scan["findings"]]}
                 for p, s in by_path.items()]
     eval_rows = _eval_rows(results, _thresholds(engine), baseline)
+    flagged = [s["path"] for s in findings if s["verdict"] == "suspicious"]
+    mine = next((a for a in status.approvals if a.principal_id == principal.id), None)
     audits = Permission.AUDIT in principal.permissions(tenant)
     moved = [a for a in aliases.list_aliases(session, principal, tenant, name)
              if a.version_id == version.id or a.canary_version_id == version.id]
@@ -97,6 +130,11 @@ def version_page(session: Session, principal: AuthenticatedPrincipal, tenant: st
         "evals": results, "eval_rows": eval_rows, "baseline": baseline, "baseline_alias": alias,
         "license_findings": [f.as_dict() for f in version.license_findings],
         "capacities": sorted(principal.capacities(tenant)),
+        "flagged": flagged, "security_capacity": _security_capacity(engine),
+        "unreviewed": [p for p in flagged if mine is not None and mine.decision == "approve" and p not in mine.files],
+        "may_revoke": revocations.may_revoke(principal, tenant)
+        and VersionState.REVOKED in TRANSITIONS[VersionState(version.state)],
+        "may_export": audits and version.manifest_bundle is not None,
         "may_approve": Permission.APPROVE in principal.permissions(tenant),
         "running": version.state in RUNNING,
         "progress": {"files": len(files), "stored": sum(f["sha256"] is not None for f in files),
@@ -107,11 +145,14 @@ def version_page(session: Session, principal: AuthenticatedPrincipal, tenant: st
     }
 
 
-def model_page(session: Session, principal: AuthenticatedPrincipal, tenant: str, name: str) -> dict[str, Any]:
-    """The model's versions with their states, and its aliases with their history."""
-    rows = versions.list_versions(session, principal, tenant, name)
+def model_page(session: Session, principal: AuthenticatedPrincipal, tenant: str, name: str, *,
+               search: str | None = None, state: str | None = None) -> dict[str, Any]:
+    """The model's versions with their states (those in ``state`` whose source or revision holds ``search``),
+    and its aliases with their history."""
+    rows = versions.list_versions(session, principal, tenant, name, search=search, state=state)
+    approved = rows if not (search or state) else versions.list_versions(session, principal, tenant, name)
     return {"versions": rows,
-            "approved": [v.number for v in rows if v.state == VersionState.APPROVED.value],
+            "approved": [v.number for v in approved if v.state == VersionState.APPROVED.value],
             "aliases": aliases.list_aliases(session, principal, tenant, name),
             "may_move": Permission.APPROVE in principal.permissions(tenant)}
 

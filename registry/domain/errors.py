@@ -520,3 +520,9 @@ class PromotionDeniedError(PolicyViolationError):
         reasons = "; ".join(str(u.get("message", u.get("code"))) for u in unmet) or "denied"
         super().__init__(f"moving alias {alias!r} of {model!r} is not allowed: {reasons}", model=model,
                          alias=alias, unmet=unmet, bundle_digest=bundle_digest, input_digest=input_digest)
+
+
+class NoApprovalToAmendError(ConflictError):
+    """File reviews added to an approval the principal never made (no decision of theirs, or a reject)."""
+
+    code = "no-approval-to-amend"

@@ -6,7 +6,10 @@ calls :func:`judge_on_arrival`), so what it still needs is known before anyone l
 and judged again in one transaction: the version becomes ``approved`` in the transaction in which
 the policy is satisfied, and one ``reject`` rejects it (denying is always safe, so a reject needs no
 policy to agree). Every judgement is stored with its policy bundle and input digests
-(:func:`registry.services.policy.decide_approval`); :func:`evaluate` judges without storing anything.
+(:func:`registry.services.policy.decide_approval`); :func:`evaluate` judges without storing anything,
+and :func:`preview` judges a decision not made yet, so an approver learns what it would leave unmet
+before making it. An approver may add file reviews to their own approval later (:func:`add_files`,
+audited as ``version.approval.files-added``), which judges the version again.
 
 The policy input is built from the database by :func:`approval_input_for`. Facts and the license
 come through :func:`_facts_for` and :func:`_license_for`, the one place each is read.
@@ -20,6 +23,7 @@ Example:
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -46,7 +50,14 @@ from registry.db.models import (
 from registry.db.session import begin_write, is_postgres
 from registry.domain import policy_input as pi
 from registry.domain.approvals import check_approver, check_decision
-from registry.domain.errors import AlreadyDecidedError, InvalidInputError, InvalidStateError
+from registry.domain.errors import (
+    AlreadyDecidedError,
+    CapacityNotHeldError,
+    InvalidInputError,
+    InvalidStateError,
+    NoApprovalToAmendError,
+    NotAwaitingApprovalError,
+)
 from registry.domain.files import MAX_PATH_LENGTH
 from registry.domain.states import VersionState
 from registry.domain.text import MAX_COMMENT_LENGTH, validate_text
@@ -148,10 +159,17 @@ def _submitter(session: Session, version: Version) -> str | None:
     return session.scalar(select(Principal.name).where(Principal.id == version.submitted_by))
 
 
-def approval_input_for(session: Session, version: Version, engine: PolicyEngine | None = None) -> pi.ApprovalInput:
+def _policy_approvals(session: Session, version: Version) -> list[pi.Approval]:
+    return [pi.Approval(a.principal.name, a.capacity, a.decision, a.at, tuple(a.files))
+            for a in _approvals_of(session, version)]
+
+
+def approval_input_for(session: Session, version: Version, engine: PolicyEngine | None = None, *,
+                       approvals: list[pi.Approval] | None = None) -> pi.ApprovalInput:
     """The input of the approval policy for ``version``, read from the database (no authorization check).
 
-    ``engine`` names the baseline alias (``modelreg.config.evals.baseline_alias``, default ``prod``).
+    ``engine`` names the baseline alias (``modelreg.config.evals.baseline_alias``, default ``prod``);
+    ``approvals``, when given, stand for the recorded ones (a preview of a decision not made yet).
 
     Raises:
         InvalidStateError: the version's files are not all stored yet (nothing to judge).
@@ -166,8 +184,7 @@ def approval_input_for(session: Session, version: Version, engine: PolicyEngine 
         files=[pi.FileEntry(f.path, f.size, f.sha256) for f in version.files],
         scans=_scan_verdicts(session, version),
         license=_license_for(session, version),
-        approvals=[pi.Approval(a.principal.name, a.capacity, a.decision, a.at, tuple(a.files))
-                   for a in _approvals_of(session, version)],
+        approvals=_policy_approvals(session, version) if approvals is None else approvals,
         submitter=_submitter(session, version) or "",
         facts=_facts_for(session, version),
         evals=evals.policy_evals(session, version),
@@ -265,6 +282,124 @@ def decide(session: Session, principal: AuthenticatedPrincipal, tenant: str, nam
         raise AlreadyDecidedError(
             f"{principal.name} has decided on this version already: one person counts once",
             principal=principal.name) from None
+    return _status(session, version)
+
+
+@dataclass(frozen=True)
+class Preview:
+    """What the policy would say once a decision were recorded (:func:`preview`).
+
+    Attributes:
+        decision: The policy's judgement of the version with the decision added (nothing is stored).
+        yours: The unmet requirements naming the decision's capacity: what this decision could still
+            satisfy (a suspicious file a security approval does not name) but would leave unmet.
+    """
+
+    ref: str
+    state: str
+    decision: Decision
+    yours: list[dict[str, Any]]
+
+
+def _check_files(ref: str, version: Version, files: tuple[str, ...]) -> None:
+    unknown = sorted(set(files) - {f.path for f in version.files})
+    if unknown:
+        raise InvalidInputError(f"{ref} has no file {unknown[0]!r}", field="files", files=unknown[:20])
+
+
+def _own_approval(session: Session, principal: AuthenticatedPrincipal, version: Version) -> Approval:
+    """The principal's approval of ``version`` (the one decision they may add file reviews to)."""
+    mine = [a for a in _approvals_of(session, version) if a.principal_id == principal.id]
+    if not mine or mine[0].decision != "approve":
+        raise NoApprovalToAmendError(
+            f"{principal.name} has not approved {version_ref(version)}: "
+            "only your own approval takes file reviews",
+            principal=principal.name)
+    return mine[0]
+
+
+def _preview(session: Session, version: Version, engine: PolicyEngine, capacity: str,
+             decisions: list[pi.Approval]) -> Preview:
+    judged = engine.approval(dict(approval_input_for(session, version, engine, approvals=decisions)))
+    return Preview(version_ref(version), version.state, judged,
+                   [u for u in judged.unmet if u.get("capacity") == capacity])
+
+
+def preview(session: Session, principal: AuthenticatedPrincipal, tenant: str, name: str, number: int,
+            request: ApprovalRequest, *, engine: PolicyEngine, clock: Clock) -> Preview:
+    """What would remain unmet if ``principal`` made ``request`` now; stores and changes nothing.
+
+    The same checks as :func:`decide` come first, so a preview that answers is a decision that may be made.
+
+    Raises:
+        The errors of :func:`decide`.
+    """
+    require(principal, tenant, Permission.APPROVE)
+    check_approver(principal=principal.name, capacity=request.capacity, held=principal.capacities(tenant),
+                   decision=request.decision)
+    request.validate()
+    version = _get_version(session, tenant, name, number)
+    check_decision(principal=principal.name, submitter=_submitter(session, version), state=version.state,
+                   decided={a.principal.name for a in _approvals_of(session, version)})
+    _check_files(version_ref(version), version, request.files)
+    extra = pi.Approval(principal.name, request.capacity, request.decision, clock.now(),
+                        tuple(sorted(set(request.files))))
+    return _preview(session, version, engine, request.capacity, [*_policy_approvals(session, version), extra])
+
+
+def _amendable(session: Session, principal: AuthenticatedPrincipal, tenant: str, name: str, number: int,
+               files: tuple[str, ...]) -> tuple[Version, Approval]:
+    """The version (locked) and the principal's approval of it that ``files`` may be added to."""
+    require(principal, tenant, Permission.APPROVE)
+    if not principal.capacities(tenant):
+        # Before the version is read, as for a decision: the refusal says nothing of what exists.
+        raise CapacityNotHeldError(f"{principal.name} is an approver in no capacity in this tenant",
+                                   principal=principal.name, held=[])
+    ApprovalRequest("approve", "", files=files).validate()
+    if not files:
+        raise InvalidInputError("name at least one file to add to your approval", field="files")
+    version = _lock_version(session, tenant, name, number)
+    if version.state != VersionState.AWAITING_APPROVAL.value:
+        raise NotAwaitingApprovalError(f"the version is {version.state}, not awaiting approval",
+                                       state=version.state)
+    approval = _own_approval(session, principal, version)
+    # Whoever no longer holds the capacity they approved in may not add to what it vouches for.
+    check_approver(principal=principal.name, capacity=approval.capacity, held=principal.capacities(tenant),
+                   decision="approve")
+    _check_files(version_ref(version), version, files)
+    return version, approval
+
+
+def add_files(session: Session, principal: AuthenticatedPrincipal, tenant: str, name: str, number: int,
+              files: tuple[str, ...], *, engine: PolicyEngine, clock: Clock) -> ApprovalStatus:
+    """Add file reviews (paths the approval vouches for) to ``principal``'s own earlier approval, audit it as
+    ``version.approval.files-added``, and judge the version again (it may become approved).
+
+    Args:
+        files: Paths of the version; those the approval names already are kept once.
+
+    Raises:
+        PermissionDeniedError: the principal may not approve in ``tenant``.
+        NotAwaitingApprovalError: the version is not awaiting approval.
+        NoApprovalToAmendError: the principal has no approval of the version (none, or a reject).
+        CapacityNotHeldError: they no longer hold the capacity they approved in.
+        InvalidInputError: no file, too many, or a file the version does not hold.
+    """
+    begin_write(session)
+    version, approval = _amendable(session, principal, tenant, name, number, files)
+    ref = version_ref(version)
+    added = sorted(set(files) - set(approval.files))
+    # A new list: the JSON column does not see changes made in place.
+    approval.files = sorted(set(approval.files) | set(files))
+    session.flush()
+    now = clock.now()
+    judged = _judge(session, version, engine, now)
+    audit.append(session, actor=principal.name, action="version.approval.files-added", subject=ref,
+                 tenant=tenant, details={"capacity": approval.capacity, "added": added,
+                                         "files": approval.files, "outcome": judged.outcome,
+                                         "unmet": [u["code"] for u in judged.unmet], **_digests(judged)})
+    _approve_if_allowed(session, version, judged, principal.name)
+    session.commit()
     return _status(session, version)
 
 

@@ -29,6 +29,11 @@ REVOKING_CAPACITY = "security"
 """Approvers with this capacity in a tenant may revoke its versions (beside its administrators)."""
 
 
+def may_revoke(principal: AuthenticatedPrincipal, tenant: str) -> bool:
+    """Whether ``principal`` may revoke versions of ``tenant`` (its administrators and security approvers)."""
+    return Permission.ADMIN in principal.permissions(tenant) or REVOKING_CAPACITY in principal.capacities(tenant)
+
+
 def revoke(session: Session, principal: AuthenticatedPrincipal, tenant: str, name: str, number: int,
            reason: str, *, clock: Clock) -> Version:
     """Revoke version ``number`` of ``tenant/name``, with a reason, in one transaction.
@@ -40,8 +45,7 @@ def revoke(session: Session, principal: AuthenticatedPrincipal, tenant: str, nam
         VersionNotFoundError: no such version.
         InvalidStateError: the version cannot be revoked (not sealed yet, failed, rejected, revoked).
     """
-    if Permission.ADMIN not in principal.permissions(tenant) and \
-            REVOKING_CAPACITY not in principal.capacities(tenant):
+    if not may_revoke(principal, tenant):
         raise PermissionDeniedError(
             f"{principal.name!r} may not revoke in tenant {tenant!r}: administrators and "
             f"{REVOKING_CAPACITY} approvers may",

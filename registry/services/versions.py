@@ -18,7 +18,7 @@ import json
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, TypeVar
 
-from sqlalchemy import select
+from sqlalchemy import func, or_, select
 from sqlalchemy.dialects.postgresql import insert as postgresql_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.exc import IntegrityError as SAIntegrityError
@@ -141,10 +141,43 @@ def load_version_unchecked(session: Session, model: Model, number: int, *, lock:
     return version
 
 
-def list_versions(session: Session, principal: AuthenticatedPrincipal, tenant: str, name: str) -> list[Version]:
+MAX_SEARCH_LENGTH = 200
+"""Most characters a list's search text holds."""
+
+
+def _check_filters(search: str | None, state: str | None) -> None:
+    """Raises: InvalidInputError (a search with control characters or too long; not a state's name)."""
+    if search is not None:
+        validate_text(search, field="q", max_length=MAX_SEARCH_LENGTH)
+    if state is not None and state not in {s.value for s in VersionState}:
+        raise InvalidInputError(f"state must be one of {', '.join(s.value for s in VersionState)}",
+                                field="state", value=state[:40])
+
+
+def _contains(column: Any, search: str) -> Any:
+    """``column`` holds ``search``, ignoring case (``%`` and ``_`` in it match themselves)."""
+    return func.lower(column).contains(search.lower(), autoescape=True)
+
+
+def list_versions(session: Session, principal: AuthenticatedPrincipal, tenant: str, name: str, *,
+                  search: str | None = None, state: str | None = None) -> list[Version]:
+    """The model's versions by number; only those in ``state``, and whose source or revision holds ``search``.
+
+    Raises:
+        PermissionDeniedError: the principal may not read in ``tenant``.
+        InvalidInputError: a bad search text or state.
+    """
     require(principal, tenant, Permission.READ)
+    _check_filters(search, state)
     model = _get_model(session, tenant, name)
-    return list(session.scalars(select(Version).where(Version.model_id == model.id).order_by(Version.number)))
+    query = select(Version).where(Version.model_id == model.id)
+    if state:
+        query = query.where(Version.state == state)
+    if search:
+        query = query.where(or_(_contains(Version.source_repo, search),
+                                _contains(func.coalesce(Version.requested_revision, ""), search),
+                                _contains(func.coalesce(Version.resolved_revision, ""), search)))
+    return list(session.scalars(query.order_by(Version.number)))
 
 
 def readable_tenants(session: Session, principal: AuthenticatedPrincipal) -> list[str]:
@@ -155,15 +188,23 @@ def readable_tenants(session: Session, principal: AuthenticatedPrincipal) -> lis
 
 
 def list_models(session: Session, principal: AuthenticatedPrincipal, tenant: str, *,
-                limit: int = 500) -> list[Model]:
-    """The models of ``tenant``, by name (the first ``limit``).
+                limit: int = 500, search: str | None = None, state: str | None = None) -> list[Model]:
+    """The models of ``tenant``, by name (the first ``limit``); only those whose name holds ``search``, and
+    that have a version in ``state``.
 
     Raises:
         PermissionDeniedError: the principal may not read in ``tenant``.
+        InvalidInputError: a bad search text or state.
     """
     require(principal, tenant, Permission.READ)
+    _check_filters(search, state)
     tenant_id = get_tenant(session, tenant).id
-    return list(session.scalars(select(Model).where(Model.tenant_id == tenant_id).order_by(Model.name).limit(limit)))
+    query = select(Model).where(Model.tenant_id == tenant_id)
+    if search:
+        query = query.where(_contains(Model.name, search))
+    if state:
+        query = query.where(select(Version.id).where(Version.model_id == Model.id, Version.state == state).exists())
+    return list(session.scalars(query.order_by(Model.name).limit(limit)))
 
 
 def read_version(

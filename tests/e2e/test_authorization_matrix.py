@@ -31,13 +31,13 @@ from fastapi.routing import APIRoute
 from fastapi.testclient import TestClient
 
 from api.app import create_app
-from registry.auth import issue_token, load_principal
+from registry.auth import authenticate, issue_token, load_principal
 from sqlalchemy import select
 
 from registry.db.models import EvalResult, Model, Principal, Version
 from registry.domain.aliases import make_target
 from registry.domain.files import FileEntry
-from registry.services import aliases, evals, identity, versions
+from registry.services import aliases, approvals, evals, identity, versions
 from tests.support.registry import drain
 from tests.support.releases import approve_standin
 
@@ -141,6 +141,12 @@ RULES: dict[tuple[str, str], Rule] = {
     ("POST", "/v1/models/{tenant}/{name}/versions/{number}/approvals"): Rule(
         APPROVER_IN_CAPACITY, 201, lambda w, t: {"json": {"decision": "approve", "capacity": "security"}}),
     ("GET", "/v1/models/{tenant}/{name}/versions/{number}/approvals"): Rule("read", 200),
+    ("POST", "/v1/models/{tenant}/{name}/versions/{number}/approvals/preview"): Rule(
+        APPROVER_IN_CAPACITY, 200, lambda w, t: {"json": {"decision": "approve", "capacity": "security"}},
+        path={"number": lambda w, t: w.undecided(t)}),
+    ("POST", "/v1/models/{tenant}/{name}/versions/{number}/approvals/files"): Rule(
+        APPROVER_IN_CAPACITY, 200, lambda w, t: {"json": {"files": ["config.json"]}},
+        path={"number": lambda w, t: w.approved_by_approver(t)}),
     ("GET", "/v1/models/{tenant}/{name}/versions/{number}/policy"): Rule("read", 200),
     ("PUT", "/v1/models/{tenant}/{name}/aliases/{alias}"): Rule("promote", 200, lambda w, t: w.promotion(t)),
     ("GET", "/v1/models/{tenant}/{name}/aliases"): Rule("read", 200),
@@ -200,6 +206,14 @@ RULES: dict[tuple[str, str], Rule] = {
     ("POST", "/ui/models/{tenant}/{name}/versions/{number}/decision"): Rule(
         APPROVER_IN_CAPACITY, 303, lambda w, t: {"data": {"decision": "approve", "capacity": "security"}},
         path={"number": lambda w, t: w.awaiting(t)}, console=True),
+    ("POST", "/ui/models/{tenant}/{name}/versions/{number}/approval-files"): Rule(
+        APPROVER_IN_CAPACITY, 303, lambda w, t: {"data": {"files": ["config.json"]}},
+        path={"number": lambda w, t: w.approved_by_approver(t)}, console=True),
+    ("POST", "/ui/models/{tenant}/{name}/versions/{number}/revoke"): Rule(
+        "revoke", 303, lambda w, t: {"data": {"reason": "matrix"}}, path={"number": lambda w, t: w.revocable(t)},
+        console=True),
+    ("GET", "/ui/models/{tenant}/{name}/versions/{number}/export"): Rule(
+        "audit", 200, lambda w, t: {"params": {"format": "cyclonedx"}}, console=True),
     ("POST", "/ui/models/{tenant}/{name}/aliases"): Rule(
         "promote", 303, lambda w, t: {"data": {"alias": "prod", "version": str(w.approved(t)[0])}}, console=True),
     ("POST", "/ui/models/{tenant}/{name}/aliases/{alias}/rollback"): Rule(
@@ -255,6 +269,8 @@ class World:
     releasable: dict[str, tuple[int, int]] = field(default_factory=dict)
     to_revoke: dict[str, int] = field(default_factory=dict)
     awaiting_versions: dict[str, int] = field(default_factory=dict)
+    undecided_versions: dict[str, int] = field(default_factory=dict)
+    amendable_versions: dict[str, int] = field(default_factory=dict)
     console_sessions: dict[str, tuple[str, str] | None] = field(default_factory=dict)
     counter: itertools.count = field(default_factory=itertools.count)
 
@@ -324,6 +340,25 @@ class World:
         if tenant not in self.awaiting_versions:
             self.awaiting_versions[tenant] = self.version(tenant, False)
         return str(self.awaiting_versions[tenant])
+
+    def undecided(self, tenant: str) -> str:
+        """A version awaiting approval that no call decides on (made once)."""
+        if tenant not in self.undecided_versions:
+            self.undecided_versions[tenant] = self.version(tenant, False)
+        return str(self.undecided_versions[tenant])
+
+    def approved_by_approver(self, tenant: str) -> str:
+        """A version awaiting approval that the matrix's (security) approver approved, where it approves (made
+        once): the one approval it may add file reviews to."""
+        if tenant not in self.amendable_versions:
+            number = self.version(tenant, False)
+            if tenant == OWN:
+                with self.container.session_factory() as session:
+                    approvals.decide(session, authenticate(session, self.tokens["approver"]), tenant,
+                                     self.model[tenant], number, approvals.ApprovalRequest("approve", "security"),
+                                     engine=self.container.policy, clock=self.container.clock)
+            self.amendable_versions[tenant] = number
+        return str(self.amendable_versions[tenant])
 
     def console_session(self, app, caller: str) -> tuple[str, str] | None:
         """The caller's console session cookie and its CSRF token, signed in through the form once (None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import shutil
 
+import httpx
 import pytest
 
 from registry.policy import default_policy_dir
@@ -20,6 +21,8 @@ def hub():
         upstream.commit("org/clean", tiny_model_files(21))
         upstream.add_repo("org/remote", card_data={"license": "mit"})
         upstream.commit("org/remote", {**tiny_model_files(22), "modeling_tiny.py": b"print('hi')\n"})
+        upstream.add_repo("org/remote-later", card_data={"license": "mit"})
+        upstream.commit("org/remote-later", {**tiny_model_files(23), "modeling_tiny.py": b"print('later')\n"})
         yield upstream
 
 
@@ -100,6 +103,48 @@ def test_remote_code_waits_for_security_naming_the_file_and_a_reject_rejects(ser
     assert rejected.returncode == 0, rejected.stderr
     assert json.loads(rejected.stdout)["state"] == "rejected"
     late = server.cli("approve", "team/remote", str(n), "--capacity", "ml", token=server.tokens["mia"])
+    assert late.returncode == 1 and "not-awaiting-approval" in late.stderr
+
+
+def test_an_approval_leaving_a_file_review_unmet_needs_yes_and_the_review_can_be_added_later(server, hub):
+    n = submit(server, hub, "org/remote-later", "team/later", server.tokens["sam"])
+    sec, mia = server.tokens["sec"], server.tokens["mia"]
+    # Told before anything is recorded: what the approval would leave that the security capacity could satisfy.
+    refused = server.cli("approve", "team/later", str(n), "--capacity", "security", token=sec)
+    assert refused.returncode == 1 and len(refused.stderr.strip().splitlines()) == 1, refused.stderr
+    assert "security.file-review" in refused.stderr and "modeling_tiny.py" in refused.stderr
+    assert "--yes" in refused.stderr
+    assert json.loads(server.cli("status", "team/later", str(n), "--json", check=True).stdout)["approvals"] == []
+    # An ml approval leaves nothing of ml's unmet: no question asked.
+    server.cli("approve", "team/later", str(n), "--capacity", "ml", token=mia, check=True)
+    accepted = server.cli("approve", "team/later", str(n), "--capacity", "security", "--yes", "--json", token=sec)
+    assert accepted.returncode == 0, accepted.stderr
+    body = json.loads(accepted.stdout)
+    assert body["state"] == "awaiting_approval"
+    assert [(u["code"], u.get("path")) for u in body["unmet"]] == [("security.file-review", "modeling_tiny.py")]
+
+    # Only your own approval takes file reviews, only of files the version holds.
+    admin = server.cli("approval", "add-files", "team/later", str(n), "--file", "modeling_tiny.py")
+    assert admin.returncode == 1 and "capacity-not-held" in admin.stderr
+    assert len(admin.stderr.strip().splitlines()) == 1
+    unknown = server.cli("approval", "add-files", "team/later", str(n), "--file", "nope.py", token=sec)
+    assert unknown.returncode == 1 and "invalid-input" in unknown.stderr and "nope.py" in unknown.stderr
+    submitter = server.cli("approval", "add-files", "team/later", str(n), "--file", "modeling_tiny.py",
+                           token=server.tokens["sam"])
+    assert submitter.returncode == 1 and "no-approval-to-amend" in submitter.stderr
+
+    added = server.cli("approval", "add-files", "team/later", str(n), "--file", "modeling_tiny.py", "--json",
+                       token=sec)
+    assert added.returncode == 0, added.stderr
+    body = json.loads(added.stdout)
+    assert body["state"] == "approved" and body["unmet"] == []
+    assert {a["principal"]: a["files"] for a in body["approvals"]} == {"mia": [], "sec": ["modeling_tiny.py"]}
+    events = httpx.get(f"{server.url}/v1/audit/events", params={"tenant": "team", "limit": 1000},
+                       headers={"Authorization": f"Bearer {server.admin_token}"}).json()
+    amended = [e for e in events if e["action"] == "version.approval.files-added"]
+    assert len(amended) == 1 and amended[0]["actor"] == "sec" and amended[0]["subject"] == f"team/later@{n}"
+    assert amended[0]["details"]["added"] == ["modeling_tiny.py"] and amended[0]["details"]["outcome"] == "approved"
+    late = server.cli("approval", "add-files", "team/later", str(n), "--file", "modeling_tiny.py", token=sec)
     assert late.returncode == 1 and "not-awaiting-approval" in late.stderr
 
 

@@ -367,6 +367,15 @@ def test_audit_time_filters(client, world, container):
     ("/ui/provenance", {"tenant": "acme", "model": "tiny", "alias": "prod", "at": "0001-01-01T00:00"}),
     ("/ui/provenance", {"tenant": "acme", "model": "tiny", "alias": "Prod!", "at": "not a time"}),
     ("/ui/models/acme/tiny", {"notice": "<script>"}),
+    ("/ui", {"q": "%_\\", "state": "approved"}),
+    ("/ui", {"q": "\x00", "state": "<script>"}),
+    ("/ui", {"q": "x" * 201, "state": "approved' or '1'='1"}),
+    ("/ui/models/acme/tiny", {"q": "'; drop table versions; --", "state": "awaiting_approval"}),
+    ("/ui/models/acme/tiny", {"q": "a\u202eb", "state": "x" * 33}),
+    ("/ui/models/acme/tiny", {"state": "<script>alert(1)</script>"}),
+    ("/ui/models/acme/tiny/versions/1/export", {"format": "../../etc/passwd"}),
+    ("/ui/models/acme/tiny/versions/1/export", {"format": "<script>"}),
+    ("/ui/models/acme/tiny/versions/2147483647/export", {"format": "slsa"}),
     ("/ui/models/acme/tiny/versions/2147483647", {}),
     ("/ui/static/../../registry.db", {}),
     ("/ui/sign-in", {"next": "javascript:alert(1)"}),
@@ -377,3 +386,167 @@ def test_hostile_inputs_are_answered_in_words_never_a_500(client, world, path, p
     assert r.status_code < 500, (r.status_code, r.text[:300])
     assert "<script>" not in r.text.replace('<script src="/ui/static/console.js" defer>', "")
     assert "javascript:" not in r.text
+
+
+REMOTE_FILES = {"modeling_tiny.py": b"print('hi')\n"}
+"""A Python file beside the weights: the scanner calls it suspicious (remote code)."""
+
+
+def remote_version(container, tokens, seed: int) -> int:
+    with container.session_factory() as session:
+        sam = authenticate(session, tokens["sam"])
+    return awaiting_upload(container, sam, "acme", "remote", {**tiny_model_files(seed), **REMOTE_FILES})
+
+
+def approvals_of(container) -> dict[str, list[str]]:
+    with container.session_factory() as session:
+        return {a.principal.name: list(a.files) for a in session.query(Approval)}
+
+
+def test_the_approve_form_names_suspicious_files_and_says_first_what_an_approval_would_leave(
+        client, world, container):
+    tokens = world["tokens"]
+    named, later = remote_version(container, tokens, 30), remote_version(container, tokens, 31)
+    checkbox = '<input type="checkbox" name="files" value="modeling_tiny.py">'
+    sign_in(client, tokens["mia"])
+    assert checkbox not in client.get(f"/ui/models/acme/remote/versions/{named}").text  # ml names no files
+    client.cookies.clear()
+    sign_in(client, tokens["sec"])
+    url = f"/ui/models/acme/remote/versions/{named}"
+    page = client.get(url)
+    assert checkbox in page.text
+    # Naming the file: recorded at once, with the file.
+    r = client.post(f"{url}/decision", data={"csrf": csrf_of(page.text), "decision": "approve",
+                                             "capacity": "security", "files": ["modeling_tiny.py"]})
+    assert r.status_code == 200 and "Your approval is recorded." in r.text
+    assert approvals_of(container) == {"sec": ["modeling_tiny.py"]}
+
+    # Not naming it: nothing is recorded until the approver, told what would be left, confirms.
+    url = f"/ui/models/acme/remote/versions/{later}"
+    csrf = csrf_of(client.get(url).text)
+    r = client.post(f"{url}/decision", data={"csrf": csrf, "decision": "approve", "capacity": "security",
+                                             "comment": "read it"})
+    assert r.status_code == 200 and "Confirm your approval" in r.text
+    assert "modeling_tiny.py is suspicious: a security approval must name it" in r.text.split('id="confirm"')[1]
+    assert '<input type="hidden" name="confirm" value="yes">' in r.text
+    assert '<input type="hidden" name="comment" value="read it">' in r.text
+    assert approvals_of(container) == {"sec": ["modeling_tiny.py"]}
+    r = client.post(f"{url}/decision", data={"csrf": csrf, "decision": "approve", "capacity": "security",
+                                             "comment": "read it", "confirm": "yes"})
+    assert r.status_code == 200 and "Your approval is recorded." in r.text
+    assert "state-awaiting_approval" in r.text and "Add file reviews to your approval" in r.text
+
+    # The review added to the same approval later: CSRF-checked, audited, and the policy judges again.
+    refused = client.post(f"{url}/approval-files", data={"csrf": "", "files": ["modeling_tiny.py"]})
+    assert refused.status_code == 403 and "did not come from this console" in refused.text
+    client.cookies.clear()
+    sign_in(client, tokens["mia"])
+    csrf_mia = csrf_of(client.get(url).text)
+    client.post(f"{url}/decision", data={"csrf": csrf_mia, "decision": "approve", "capacity": "ml"})
+    unknown = client.post(f"{url}/approval-files", data={"csrf": csrf_mia, "files": ["nope.py"]})
+    assert unknown.status_code == 422 and "has no file &#39;nope.py&#39;" in unknown.text
+    client.cookies.clear()
+    sign_in(client, tokens["sec"])
+    r = client.post(f"{url}/approval-files", data={"csrf": csrf_of(client.get(url).text),
+                                                   "files": ["modeling_tiny.py"]})
+    assert r.status_code == 200 and "Your file reviews are added to your approval." in r.text
+    assert "state-approved" in r.text
+    with container.session_factory() as session:
+        from registry.db.models import AuditEvent
+        events = [e for e in session.query(AuditEvent) if e.action == "version.approval.files-added"]
+        assert [(e.actor, e.subject, e.details["added"]) for e in events] == [
+            ("sec", f"acme/remote@{later}", ["modeling_tiny.py"])]
+
+
+def test_facts_show_as_values_not_python_reprs(client, world):
+    sign_in(client, world["tokens"]["aud"])
+    page = client.get(f"/ui/models/acme/tiny/versions/{world['number']}").text
+    facts = page.split("<h2>Facts</h2>")[1].split("</section>")[0]
+    cells = re.findall(r"<tr><td>([^<]*)</td><td>([^<]*)</td>", facts)
+    assert cells, facts[:500]
+    values = dict(cells)
+    assert values["weights · formats"] == "safetensors", values
+    for shown in values.values():
+        assert not re.search(r"\[|\]|\bNone\b|\bTrue\b|\bFalse\b|\{", shown), values
+
+
+def test_revoke_from_the_version_page_for_those_who_may(client, world, container):
+    url = f"/ui/models/acme/tiny/versions/{world['number']}"
+    form = f'action="{url}/revoke"'
+    for who in ("mia", "aud"):
+        client.cookies.clear()
+        sign_in(client, world["tokens"][who])
+        page = client.get(url)
+        assert form not in page.text, who
+        r = client.post(f"{url}/revoke", data={"csrf": csrf_of(page.text), "reason": "no"})
+        assert r.status_code == 403 and "may not revoke" in r.text, who
+    client.cookies.clear()
+    sign_in(client, world["tokens"]["sec"])  # a security approver may
+    page = client.get(url)
+    assert form in page.text
+    refused = client.post(f"{url}/revoke", data={"csrf": "0" * 64, "reason": "leaked"})
+    assert refused.status_code == 403 and "did not come from this console" in refused.text
+    empty = client.post(f"{url}/revoke", data={"csrf": csrf_of(page.text), "reason": "  "})
+    assert empty.status_code == 422 and "needs a reason" in empty.text
+    assert "state-awaiting_approval" in client.get(url).text
+    r = client.post(f"{url}/revoke", data={"csrf": csrf_of(page.text), "reason": "<i>weights leaked</i>"})
+    assert r.status_code == 200 and "The version is revoked." in r.text and "state-revoked" in r.text
+    assert "&lt;i&gt;weights leaked&lt;/i&gt;" in r.text and form not in r.text  # nothing more to revoke
+
+
+def _without_volatile(bom: bytes) -> dict:
+    doc = json.loads(bom)
+    doc.pop("serialNumber")
+    doc["metadata"].pop("timestamp")
+    return doc
+
+
+def test_exports_download_with_the_callers_rights_as_the_export_api_answers(client, world):
+    number, tokens = world["number"], world["tokens"]
+    url = f"/ui/models/acme/tiny/versions/{number}"
+    api = f"/v1/provenance/acme/tiny/versions/{number}/export"
+    sign_in(client, tokens["aud"])
+    page = client.get(url).text
+    assert f'href="{url}/export?format=cyclonedx"' in page and f'href="{url}/export?format=slsa"' in page
+    for fmt in ("cyclonedx", "slsa"):
+        ui = client.get(f"{url}/export", params={"format": fmt})
+        direct = client.get(api, params={"format": fmt}, headers={"Authorization": f"Bearer {tokens['aud']}"})
+        assert ui.status_code == direct.status_code == 200, ui.text[:300]
+        assert ui.headers["content-type"] == direct.headers["content-type"]
+        assert ui.headers["content-disposition"] == direct.headers["content-disposition"]
+        if fmt == "cyclonedx":  # a fresh serial number and time per BOM, the rest byte for byte
+            assert _without_volatile(ui.content) == _without_volatile(direct.content)
+        else:  # the same signed statement (an ECDSA signature differs each time)
+            a, b = json.loads(ui.content), json.loads(direct.content)
+            assert (a["payload"], a["payloadType"]) == (b["payload"], b["payloadType"])
+            assert [s["keyid"] for s in a["signatures"]] == [s["keyid"] for s in b["signatures"]]
+    bad = client.get(f"{url}/export", params={"format": "pdf"})
+    assert bad.status_code == 422 and "unknown export format" in bad.text
+    client.cookies.clear()
+    sign_in(client, tokens["sec"])  # an approver audits nothing: no links, and no download
+    assert "export?format=" not in client.get(url).text
+    refused = client.get(f"{url}/export", params={"format": "slsa"})
+    assert refused.status_code == 403 and "payload" not in refused.text
+
+
+def test_models_and_versions_lists_filter_by_search_and_state(client, world, container):
+    sign_in(client, world["tokens"]["aud"])
+    assert 'href="/ui/models/acme/tiny"' in client.get("/ui", params={"q": "TIN"}).text
+    for params in ({"q": "zzz"}, {"state": "approved"}, {"q": "%"}, {"q": "_iny"}):
+        page = client.get("/ui", params=params).text
+        assert 'href="/ui/models/acme/tiny"' not in page and "No models match." in page, params
+    page = client.get("/ui", params={"q": "tiny", "state": "awaiting_approval"}).text
+    assert 'href="/ui/models/acme/tiny"' in page and '<option value="awaiting_approval" selected>' in page
+    with container.session_factory() as session:
+        sam = authenticate(session, world["tokens"]["sam"])
+    other = awaiting_upload(container, sam, "acme", "tiny", tiny_model_files(9), label="second-upload")
+    client.post(f"/v1/models/acme/tiny/versions/{other}/approvals", json={"decision": "reject", "capacity": "ml"},
+                headers={"Authorization": f"Bearer {world['tokens']['mia']}"}).raise_for_status()
+    rows = lambda page: re.findall(r'<a href="/ui/models/acme/tiny/versions/(\d+)">', page)  # noqa: E731
+    assert rows(client.get("/ui/models/acme/tiny").text) == [str(world["number"]), str(other)]
+    assert rows(client.get("/ui/models/acme/tiny", params={"state": "rejected"}).text) == [str(other)]
+    assert rows(client.get("/ui/models/acme/tiny", params={"q": "SECOND"}).text) == [str(other)]
+    page = client.get("/ui/models/acme/tiny", params={"q": "second", "state": "approved"}).text
+    assert rows(page) == [] and "No versions match." in page
+    bad = client.get("/ui/models/acme/tiny", params={"state": "live"})
+    assert bad.status_code == 422 and "state must be one of" in bad.text
