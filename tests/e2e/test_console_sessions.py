@@ -312,3 +312,14 @@ def test_every_console_form_refuses_a_missing_stale_or_foreign_csrf_token(route,
     r = client.post(url, data={**body, "csrf": own}, follow_redirects=False)
     assert r.status_code == 303, (route, r.status_code, r.text[:500])
     assert audited(container) > before, (route, "the valid form recorded nothing")
+
+
+def test_a_cookie_sealed_with_the_key_still_needs_the_sessions_secret(client, world, container):
+    # The row keeps the secret's hash: a leaked console key alone cannot open someone's live session.
+    sign_in(client, world["tokens"]["sec"])
+    session_id, expiry, _secret, _mac = client.cookies.get("mr_session").split(".")
+    body = f"{session_id}.{expiry}.{'0' * 32}"
+    forged = TestClient(client.app)
+    forged.cookies.set("mr_session", f"{body}.{container.console_key.mac('session', body)}", path="/ui")
+    assert forged.get("/ui/approvals", follow_redirects=False).status_code == 303
+    assert client.get("/ui/approvals", follow_redirects=False).status_code == 200
