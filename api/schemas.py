@@ -412,3 +412,14 @@ class UsagePublic(BaseModel):
     mirrored: MirroredUsage
     served: ServedUsage
     evals: list[EvalUsage]
+
+
+class TokenPublic(BaseModel):
+    """A token as an administrator sees it when listing: never its secret."""
+
+    id: int
+    prefix: str
+    description: str
+    created_at: dt.datetime
+    expires_at: dt.datetime | None
+    revoked_at: dt.datetime | None

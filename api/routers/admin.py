@@ -16,10 +16,11 @@ from api.schemas import (
     TenantPublic,
     TokenCreate,
     TokenIssued,
+    TokenPublic,
     WhoAmI,
 )
 from registry.db.models import Principal
-from registry.domain.errors import AlreadyExistsError, AuthenticationError, NotFoundError
+from registry.domain.errors import AlreadyExistsError, AuthenticationError, InvalidInputError, NotFoundError
 from registry.services import identity
 
 router = APIRouter(prefix="/v1", tags=["identity"])
@@ -100,3 +101,26 @@ def create_token(name: PrincipalName, body: TokenCreate, session: SessionDep,
                responses=responses(*AUTHENTICATED, NotFoundError))
 def revoke_token(token_id: RowId, session: SessionDep, principal: PrincipalDep, container: ContainerDep) -> None:
     identity.revoke_token(session, principal, token_id, clock=container.clock)
+
+
+@router.get("/principals/{name}/tokens", response_model=list[TokenPublic],
+            responses=responses(*AUTHENTICATED, NotFoundError))
+def list_tokens(name: PrincipalName, session: SessionDep, principal: PrincipalDep) -> list[TokenPublic]:
+    return [TokenPublic(id=t.id, prefix=t.prefix, description=t.description, created_at=t.created_at,
+                        expires_at=t.expires_at, revoked_at=t.revoked_at)
+            for t in identity.list_tokens(session, principal, name)]
+
+
+@router.post("/principals/{name}/disable", response_model=PrincipalPublic,
+             responses=responses(*AUTHENTICATED, NotFoundError, InvalidInputError))
+def disable_principal(name: PrincipalName, session: SessionDep, principal: PrincipalDep,
+                      container: ContainerDep) -> PrincipalPublic:
+    """Refuse every token of the principal from the next request on, and end their console sessions."""
+    return _principal_public(identity.set_disabled(session, principal, name, True, clock=container.clock))
+
+
+@router.post("/principals/{name}/enable", response_model=PrincipalPublic,
+             responses=responses(*AUTHENTICATED, NotFoundError))
+def enable_principal(name: PrincipalName, session: SessionDep, principal: PrincipalDep,
+                     container: ContainerDep) -> PrincipalPublic:
+    return _principal_public(identity.set_disabled(session, principal, name, False, clock=container.clock))

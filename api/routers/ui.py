@@ -31,6 +31,7 @@ from registry.console.sessions import (
     CsrfError,
     OpenedSession,
     check_csrf,
+    close_session,
     new_sign_in_nonce,
     open_session,
     sign_in,
@@ -197,6 +198,8 @@ def sign_out(request: Request, session: SessionDep, container: ContainerDep, csr
         pass  # no session to end: the cookie goes anyway
     except CsrfError as err:
         return _render("error.html", None, 403, title="Not allowed", error=err.message)
+    else:
+        close_session(session, opened, now=container.clock.now())
     response = RedirectResponse("/ui/sign-in", status_code=303)
     response.delete_cookie(SESSION_COOKIE, path="/ui")
     return response

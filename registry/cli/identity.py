@@ -67,3 +67,59 @@ def principal_token(
     with _client(url, token) as client:
         issued = client.issue_token(name, description=description, expires_in_days=days)
     _emit(issued, as_json, issued["token"])
+
+
+# --- incident response: revoke roles and tokens, disable a principal ----------------------------------
+
+
+@principal_app.command("revoke")
+def principal_revoke(
+    name: str,
+    tenant: str = typer.Option(..., "--tenant"),
+    role: str = typer.Option(..., "--role", help="submitter, approver, auditor, node or admin"),
+    capacity: str = typer.Option("", "--capacity", help="for approvers: the capacity it was granted with"),
+    url: str = UrlOpt, token: str = TokenOpt, as_json: bool = JsonOpt,
+) -> None:
+    """Take a role back from NAME (the counterpart of ``principal grant``)."""
+    with _client(url, token) as client:
+        client.revoke_role(name, tenant, role, capacity)
+    _emit({"principal": name, "tenant": tenant, "role": role, "capacity": capacity, "revoked": True}, as_json,
+          f"revoked {role}{'/' + capacity if capacity else ''} in {tenant} from {name}")
+
+
+@principal_app.command("tokens")
+def principal_tokens(name: str, url: str = UrlOpt, token: str = TokenOpt, as_json: bool = JsonOpt) -> None:
+    """List NAME's tokens (id, prefix, state); never their secrets."""
+    with _client(url, token) as client:
+        tokens = client.tokens(name)
+
+    def state(t: dict) -> str:
+        return f"revoked {t['revoked_at']}" if t["revoked_at"] else f"expires {t['expires_at'] or 'never'}"
+
+    _emit(tokens, as_json, [f"{t['id']} {t['prefix']}... {state(t)} {t['description']}".rstrip() for t in tokens]
+          or [f"{name} holds no tokens"])
+
+
+@principal_app.command("revoke-token")
+def principal_revoke_token(token_id: int = typer.Argument(..., min=1, help="the id (see `principal tokens`)"),
+                           url: str = UrlOpt, token: str = TokenOpt, as_json: bool = JsonOpt) -> None:
+    """Revoke a token: refused from the next request on; the console sessions opened with it end."""
+    with _client(url, token) as client:
+        client.revoke_token(token_id)
+    _emit({"token_id": token_id, "revoked": True}, as_json, f"revoked token {token_id}")
+
+
+@principal_app.command("disable")
+def principal_disable(name: str, url: str = UrlOpt, token: str = TokenOpt, as_json: bool = JsonOpt) -> None:
+    """Disable NAME: every token of theirs is refused from the next request on; their console sessions end."""
+    with _client(url, token) as client:
+        result = client.set_disabled(name, True)
+    _emit(result, as_json, f"disabled principal {name}")
+
+
+@principal_app.command("enable")
+def principal_enable(name: str, url: str = UrlOpt, token: str = TokenOpt, as_json: bool = JsonOpt) -> None:
+    """Enable NAME again: their unrevoked tokens work again (ended console sessions stay ended)."""
+    with _client(url, token) as client:
+        result = client.set_disabled(name, False)
+    _emit(result, as_json, f"enabled principal {name}")

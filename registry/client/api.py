@@ -107,6 +107,19 @@ class RegistryApi:
     def issue_token(self, principal: str, **body: Any) -> dict[str, Any]:
         return self.client.post(f"/v1/principals/{_seg(principal)}/tokens", json=body)
 
+    def revoke_role(self, principal: str, tenant: str, role: str, capacity: str = "") -> None:
+        self.client.delete(f"/v1/principals/{_seg(principal)}/roles",
+                           json={"tenant": tenant, "role": role, "capacity": capacity})
+
+    def tokens(self, principal: str) -> list[dict[str, Any]]:
+        return self.client.get(f"/v1/principals/{_seg(principal)}/tokens")
+
+    def revoke_token(self, token_id: int) -> None:
+        self.client.delete(f"/v1/tokens/{int(token_id)}")
+
+    def set_disabled(self, principal: str, disabled: bool) -> dict[str, Any]:
+        return self.client.post(f"/v1/principals/{_seg(principal)}/{'disable' if disabled else 'enable'}")
+
     # --- quotas, retention, usage ---------------------------------------------------------------
 
     def set_quota(self, tenant: str, limit: int | None) -> dict[str, Any]:

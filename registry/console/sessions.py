@@ -1,10 +1,13 @@
 """Console sessions: an API token exchanged for a sealed cookie, and the CSRF tokens of its forms.
 
-The cookie carries no secret and needs no table: ``<token id>.<expiry>.<nonce>.<mac>``, sealed with
-HMAC-SHA256 under the console key (``settings.console_key``, else ``<data_dir>/console-key``). Opening
-it checks the seal and the expiry, then authenticates the API token it names again, by id: a token
-revoked or expired since, or a principal disabled since, ends the session on its next request. A
-session never outlives its token (its expiry is the earlier of the two).
+A session is a row of ``console_sessions``; its cookie, ``<session id>.<expiry>.<secret>.<mac>``, names the
+row and is sealed with HMAC-SHA256 under the console key (``settings.console_key``, else
+``<data_dir>/console-key``); the row keeps only the secret's sha256. Opening a cookie checks the seal,
+then the row (not ended, not expired, the secret), then authenticates the API token it was opened with
+again, by id: sign-out ends the row, and so do revoking that token and disabling the principal
+(:func:`end_sessions`), so a replayed cookie opens nothing afterwards. A session never outlives its token
+(its expiry is the earlier of the two). Signing in and out are audited (``console.signed_in``,
+``console.signed_out``).
 
 A node token cannot sign in: the console is for people who read, approve or audit, and a node's
 token only fetches.
@@ -21,8 +24,10 @@ import hmac
 import secrets
 from dataclasses import dataclass
 
+from sqlalchemy import update
 from sqlalchemy.orm import Session
 
+from registry import audit
 from registry.auth import (
     AuthenticatedPrincipal,
     Permission,
@@ -31,6 +36,8 @@ from registry.auth import (
     token_expiry,
     token_id_of,
 )
+from registry.db.models import ConsoleSession
+from registry.db.session import begin_write
 from registry.domain.errors import AuthenticationError, PermissionDeniedError
 
 SESSION_LIFETIME = dt.timedelta(hours=8)
@@ -59,10 +66,12 @@ class SessionKey:
         self._key = key
 
     def mac(self, purpose: str, value: str) -> str:
-        return hmac.new(self._key, f"{purpose}\n{value}".encode(), hashlib.sha256).hexdigest()
+        # surrogatepass: a value decoded from hostile bytes may hold lone surrogates, and must still MAC.
+        return hmac.new(self._key, f"{purpose}\n{value}".encode("utf-8", "surrogatepass"), hashlib.sha256).hexdigest()
 
     def matches(self, purpose: str, value: str, mac: str) -> bool:
-        return hmac.compare_digest(self.mac(purpose, value), mac)
+        # As bytes: compare_digest raises TypeError on a str holding a non-ASCII character (a cookie or form field).
+        return hmac.compare_digest(self.mac(purpose, value).encode(), mac.encode("utf-8", "replace"))
 
 
 @dataclass(frozen=True)
@@ -73,6 +82,7 @@ class OpenedSession:
     cookie: str
     expires_at: dt.datetime
     csrf: str
+    session_id: int
 
 
 def may_use_console(principal: AuthenticatedPrincipal) -> bool:
@@ -81,12 +91,13 @@ def may_use_console(principal: AuthenticatedPrincipal) -> bool:
 
 
 def sign_in(session: Session, key: SessionKey, token: str, *, now: dt.datetime) -> tuple[str, dt.datetime]:
-    """Exchange an API token for a session cookie value and its expiry.
+    """Exchange an API token for a new session: record and audit it, commit, return its cookie value and expiry.
 
     Raises:
         AuthenticationError: an unknown, expired or revoked token, or a disabled principal.
         ConsoleRefusedError: the token's principal may not use the console (a node).
     """
+    begin_write(session)
     principal = authenticate(session, token.strip())
     if not may_use_console(principal):
         raise ConsoleRefusedError(f"{principal.name!r} may not sign in: the console is for readers, approvers and "
@@ -98,15 +109,23 @@ def sign_in(session: Session, key: SessionKey, token: str, *, now: dt.datetime) 
     if token_expires is not None:
         expires = min(expires, token_expires.replace(tzinfo=dt.timezone.utc)
                       if token_expires.tzinfo is None else token_expires)
-    body = f"{token_id}.{int(expires.timestamp())}.{secrets.token_hex(8)}"
+    secret = secrets.token_hex(16)
+    row = ConsoleSession(token_id=token_id, principal_id=principal.id, secret_hash=_digest(secret), created_at=now,
+                         expires_at=expires)
+    session.add(row)
+    session.flush()
+    audit.append(session, actor=principal.name, action="console.signed_in", subject=f"principal/{principal.name}",
+                 details={"session_id": row.id, "token_id": token_id, "expires_at": expires.isoformat()})
+    session.commit()
+    body = f"{row.id}.{int(expires.timestamp())}.{secret}"
     return f"{body}.{key.mac('session', body)}", expires
 
 
 def open_session(session: Session, key: SessionKey, cookie: str | None, *, now: dt.datetime) -> OpenedSession:
-    """The session a cookie value holds, if it is sealed by ``key``, unexpired, and its token still valid.
+    """The session a cookie value holds, if it is sealed by ``key``, not ended nor expired, and its token valid.
 
     Raises:
-        AuthenticationError: no cookie, a broken or expired seal, or a token no longer valid.
+        AuthenticationError: no cookie, a broken seal, an ended or expired session, or a token no longer valid.
     """
     if not cookie or len(cookie) > MAX_COOKIE_LENGTH:
         raise AuthenticationError("not signed in")
@@ -114,14 +133,50 @@ def open_session(session: Session, key: SessionKey, cookie: str | None, *, now: 
     parts = body.split(".")
     if len(parts) != 3 or not key.matches("session", body, mac):
         raise AuthenticationError("not signed in")
-    token_id, expiry = int(parts[0]), int(parts[1])
-    expires_at = dt.datetime.fromtimestamp(expiry, dt.timezone.utc)
-    if expires_at <= now:
+    row = session.get(ConsoleSession, int(parts[0]))
+    if row is None or not hmac.compare_digest(row.secret_hash, _digest(parts[2])):
+        raise AuthenticationError("not signed in")
+    if row.ended_at is not None:
+        raise AuthenticationError("this session has ended: sign in again", session_id=row.id, why=row.ended_why)
+    if row.expires_at <= now:
         raise AuthenticationError("the session has expired: sign in again")
-    principal = authenticate_token_id(session, token_id)
+    principal = authenticate_token_id(session, row.token_id)
     if not may_use_console(principal):
         raise AuthenticationError("not signed in")
-    return OpenedSession(principal, cookie, expires_at, key.mac("csrf", cookie))
+    return OpenedSession(principal, cookie, row.expires_at, key.mac("csrf", cookie), row.id)
+
+
+def close_session(session: Session, opened: OpenedSession, *, now: dt.datetime) -> None:
+    """End ``opened`` server-side and audit it, then commit: its cookie, replayed, opens nothing."""
+    begin_write(session)
+    if end_sessions(session, why="signed-out", now=now, session_id=opened.session_id):
+        audit.append(session, actor=opened.principal.name, action="console.signed_out",
+                     subject=f"principal/{opened.principal.name}", details={"session_id": opened.session_id})
+    session.commit()
+
+
+def end_sessions(session: Session, *, why: str, now: dt.datetime, session_id: int | None = None,
+                 token_id: int | None = None, principal_id: int | None = None) -> int:
+    """End the live sessions opened with ``token_id``, or of ``principal_id`` (or the one ``session_id``), in the
+    caller's transaction; return how many ended.
+
+    Args:
+        why: what ended them, kept on each row (``signed-out``, ``token-revoked``, ``principal-disabled``).
+    """
+    query = update(ConsoleSession).where(ConsoleSession.ended_at.is_(None))
+    if session_id is not None:
+        query = query.where(ConsoleSession.id == session_id)
+    elif token_id is not None:
+        query = query.where(ConsoleSession.token_id == token_id)
+    elif principal_id is not None:
+        query = query.where(ConsoleSession.principal_id == principal_id)
+    else:
+        raise ValueError("name the sessions to end")
+    return session.execute(query.values(ended_at=now, ended_why=why)).rowcount
+
+
+def _digest(secret: str) -> str:
+    return hashlib.sha256(secret.encode("utf-8", "surrogatepass")).hexdigest()
 
 
 def check_csrf(key: SessionKey, bound_to: str | None, submitted: str | None, *, purpose: str = "csrf") -> None:

@@ -656,3 +656,19 @@ class ScanWait(Base):
     version_id: Mapped[int] = mapped_column(ForeignKey("versions.id", ondelete="CASCADE"), primary_key=True)
     blob_digest: Mapped[str] = mapped_column(String(64), primary_key=True)
     scan_key: Mapped[str] = mapped_column(String(1100), primary_key=True)
+
+
+class ConsoleSession(Base):
+    """A web console session, opened with an API token: its cookie names it, so it can be ended server-side
+    (sign-out, the token revoked, the principal disabled) and a replayed cookie opens nothing."""
+
+    __tablename__ = "console_sessions"
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True)
+    token_id: Mapped[int] = mapped_column(ForeignKey("api_tokens.id", ondelete="CASCADE"), index=True)
+    principal_id: Mapped[int] = mapped_column(ForeignKey("principals.id", ondelete="CASCADE"), index=True)
+    secret_hash: Mapped[str] = mapped_column(String(64))
+    created_at: Mapped[dt.datetime]
+    expires_at: Mapped[dt.datetime]
+    ended_at: Mapped[dt.datetime | None]
+    ended_why: Mapped[str | None] = mapped_column(String(32))

@@ -23,6 +23,7 @@ from registry.auth import (
     validate_name,
 )
 from registry.clock import Clock
+from registry.console.sessions import end_sessions
 from registry.db.models import ApiToken, Principal, RoleBinding, Tenant
 from registry.db.session import begin_write
 from registry.domain.errors import AlreadyExistsError, InvalidInputError, NotFoundError, ReservedNameError
@@ -193,6 +194,47 @@ def revoke_token(session: Session, actor: AuthenticatedPrincipal, token_id: int,
         raise NotFoundError(f"token {token_id} does not exist", token_id=token_id)
     if token.revoked_at is None:
         token.revoked_at = clock.now()
+        ended = end_sessions(session, why="token-revoked", now=clock.now(), token_id=token_id)
         audit.append(session, actor=actor.name, action="token.revoked",
-                     subject=f"principal/{token.principal.name}", details={"token_id": token_id})
+                     subject=f"principal/{token.principal.name}",
+                     details={"token_id": token_id, "console_sessions_ended": ended})
     session.commit()
+
+
+def list_tokens(session: Session, actor: AuthenticatedPrincipal, principal_name: str) -> list[ApiToken]:
+    """The tokens of ``principal_name``, oldest first, revoked and expired ones included (never their secrets).
+
+    Raises:
+        PermissionDeniedError: ``actor`` is no administrator.
+        NotFoundError: no such principal.
+    """
+    require_admin(actor)
+    principal = _get_principal(session, principal_name)
+    return list(session.scalars(select(ApiToken).where(ApiToken.principal_id == principal.id).order_by(ApiToken.id)))
+
+
+def set_disabled(session: Session, actor: AuthenticatedPrincipal, principal_name: str, disabled: bool, *,
+                 clock: Clock) -> Principal:
+    """Disable a principal (every token of theirs is refused from the next request, and their console sessions
+    end for good), or enable them again (their unrevoked tokens work again; ended sessions stay ended).
+
+    Raises:
+        PermissionDeniedError: ``actor`` is no administrator.
+        NotFoundError: no such principal.
+        InvalidInputError: an administrator disabling themselves (which would leave no one to undo it).
+    """
+    require_admin(actor)
+    if disabled and principal_name == actor.name:
+        raise InvalidInputError("you cannot disable yourself: ask another administrator", field="principal")
+    begin_write(session)
+    principal = _get_principal(session, principal_name)
+    if principal.disabled != disabled:
+        principal.disabled = disabled
+        details: dict[str, object] = {}
+        if disabled:
+            details["console_sessions_ended"] = end_sessions(session, why="principal-disabled", now=clock.now(),
+                                                             principal_id=principal.id)
+        audit.append(session, actor=actor.name, action="principal.disabled" if disabled else "principal.enabled",
+                     subject=f"principal/{principal_name}", details=details)
+    session.commit()
+    return principal

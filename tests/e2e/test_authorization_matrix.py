@@ -129,6 +129,9 @@ RULES: dict[tuple[str, str], Rule] = {
                                                     path={"name": "target"}),
     ("POST", "/v1/principals/{name}/tokens"): Rule(ADMIN, 201, lambda w, t: {"json": {}}, path={"name": "target"}),
     ("DELETE", "/v1/tokens/{token_id}"): Rule(ADMIN, 204),
+    ("GET", "/v1/principals/{name}/tokens"): Rule(ADMIN, 200, path={"name": "target"}),
+    ("POST", "/v1/principals/{name}/disable"): Rule(ADMIN, 200, path={"name": "target"}),
+    ("POST", "/v1/principals/{name}/enable"): Rule(ADMIN, 200, path={"name": "target"}),
     ("GET", "/v1/audit/events"): Rule("audit", 200, tenant_query),
     ("GET", "/v1/audit/verify"): Rule(ADMIN, 200),
     ("GET", "/v1/audit/checkpoints"): Rule(AUDITS_ANY_TENANT, 200),
@@ -519,7 +522,10 @@ def console_call(client: TestClient, world: World, method: str, path: str, calle
     headers = {"Cookie": f"mr_session={opened[0]}"} if opened else {}
     if method == "POST":
         extra = {**extra, "data": {**extra.get("data", {}), "csrf": opened[1] if opened else ""}}
-    return client.request(method, path, headers=headers, follow_redirects=False, **extra)
+    r = client.request(method, path, headers=headers, follow_redirects=False, **extra)
+    if path == "/ui/sign-out":
+        world.console_sessions.pop(caller, None)  # signing out ended it server-side: the next call signs in again
+    return r
 
 
 # --- tests ------------------------------------------------------------------------------------------

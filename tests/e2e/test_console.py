@@ -15,7 +15,7 @@ from fastapi.testclient import TestClient
 
 from api.app import create_app
 from registry.auth import authenticate, issue_token, load_principal
-from registry.db.models import Approval, Principal
+from registry.db.models import Approval, ConsoleSession, Principal
 from registry.services import identity
 from tests.support.console import awaiting_upload, csrf_of, person, sign_in
 from tests.support.tiny_model import tiny_model_files
@@ -148,8 +148,9 @@ def test_a_forged_or_tampered_cookie_is_no_session(client, world):
 def test_a_revoked_token_ends_its_session(client, world, container):
     sign_in(client, world["tokens"]["sec"])
     assert client.get("/ui/approvals").status_code == 200
-    token_id = int(client.cookies.get("mr_session").split(".")[0])
+    session_id = int(client.cookies.get("mr_session").split(".")[0])
     with container.session_factory() as session:
+        token_id = session.get(ConsoleSession, session_id).token_id
         identity.revoke_token(session, load_principal(Principal(id=0, name="root", is_admin=True)), token_id,
                               clock=container.clock)
     r = client.get("/ui/approvals", follow_redirects=False)

@@ -21,3 +21,12 @@ def test_a_csrf_token_checks_only_against_its_own_cookie_purpose_and_key():
 def test_a_short_key_is_refused():
     with pytest.raises(ValueError):
         SessionKey(b"short")
+
+
+@pytest.mark.parametrize("submitted", ["é", "\u00ff" * 64, "\udcff", "١٢٣", "0" * 63 + "é"])
+def test_a_non_ascii_or_surrogate_value_is_a_csrf_error_not_a_type_error(submitted):
+    key = SessionKey(b"k" * 32)
+    with pytest.raises(CsrfError):
+        check_csrf(key, "cookie-1", submitted)
+    with pytest.raises(CsrfError):
+        check_csrf(key, submitted, key.mac("csrf", "cookie-1"))
