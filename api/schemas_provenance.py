@@ -182,9 +182,10 @@ class NodeRow(BaseModel):
     principal: str
     first_at: str | None
     last_at: str | None
-    count: int
+    count: int = Field(description="release manifests received")
     refs: list[str]
     for_tenants: list[str]
+    hf_downloads: int = Field(0, description="files downloaded through /hf (first_at and last_at span both)")
 
 
 class NodesPublic(VersionHead):

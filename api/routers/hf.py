@@ -256,6 +256,7 @@ def get_file(tenant: TenantName, name: ModelName, revision: Revision, path: File
     headers = {**_file_headers(release, f), "Content-Length": str(end - start)}
     if requested is not None:
         headers["Content-Range"] = content_range(start, end, f.size)
+    hf.record_download(session, principal, release, clock=container.clock)
     # The version's bytes are read only now: the database session is done with.
     session.close()
     return StreamingResponse(container.blob_store.open_range(f.sha256, start, end),

@@ -13,6 +13,7 @@ from api.schemas import FilePublic, RevocationPublic, VersionCreate, VersionDeta
 from registry.db.models import Version
 from registry.domain.errors import InvalidInputError, InvalidStateError, LimitExceededError, NotFoundError
 from registry.domain.files import FileEntry
+from registry.domain.states import shown_state
 from registry.services import facts, versions
 
 router = APIRouter(prefix="/v1/models", tags=["models"],
@@ -33,7 +34,7 @@ def version_public(v: Version) -> VersionPublic:
     return VersionPublic(
         model=f"{v.model.tenant.name}/{v.model.name}",
         version=v.number,
-        state=v.state,
+        state=shown_state(v.state, v.deleted_at is not None),
         failure_reason=v.failure_reason,
         failure_detail=v.failure_detail,
         source={"kind": v.source_kind, "repo": v.source_repo, "endpoint": v.source_endpoint,

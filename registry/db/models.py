@@ -12,6 +12,7 @@ from sqlalchemy import (
     JSON,
     BigInteger,
     Boolean,
+    Date,
     DateTime,
     ForeignKey,
     Index,
@@ -672,3 +673,20 @@ class ConsoleSession(Base):
     expires_at: Mapped[dt.datetime]
     ended_at: Mapped[dt.datetime | None]
     ended_why: Mapped[str | None] = mapped_column(String(32))
+
+
+class HfDownload(Base):
+    """A principal's file downloads of a version through ``/hf`` on one day (UTC): one row, counted.
+
+    A provenance record beside ``release_issuances``; one row per (version, principal, day) however many
+    requests a client makes, so the table grows with who downloads, not with traffic.
+    """
+
+    __tablename__ = "hf_downloads"
+
+    version_id: Mapped[int] = mapped_column(BigId, ForeignKey("versions.id", ondelete="CASCADE"), primary_key=True)
+    principal: Mapped[str] = mapped_column(String(128), primary_key=True)
+    day: Mapped[dt.date] = mapped_column(Date, primary_key=True)
+    count: Mapped[int] = mapped_column(BigInteger)
+    first_at: Mapped[dt.datetime]
+    last_at: Mapped[dt.datetime]

@@ -109,3 +109,12 @@ def next_stage(current: VersionState, applies: Callable[[VersionState], bool]) -
     later = PIPELINE[PIPELINE.index(current) + 1:]
     # The last stage (a person's decision) always applies.
     return next(s for s in later if s is PIPELINE[-1] or applies(s))
+
+
+DELETED = "deleted"
+"""What a version retention deleted is shown as, whatever state it had; its ``state`` column keeps that one."""
+
+
+def shown_state(state: str, deleted: bool) -> str:
+    """The state a version is shown in: ``deleted`` once retention deleted it, else its state."""
+    return DELETED if deleted else state

@@ -39,14 +39,18 @@ import threading
 from collections import OrderedDict
 from collections.abc import Iterable
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timezone
 from typing import Literal
 
-from sqlalchemy import select
+from sqlalchemy import select, text
+from sqlalchemy.dialects.postgresql import insert as postgresql_insert
+from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.orm import Session
 
 from registry.auth import AuthenticatedPrincipal, Permission
-from registry.db.models import Alias, Model, Version, VersionFile
+from registry.clock import Clock
+from registry.db.models import Alias, HfDownload, Model, Version, VersionFile
+from registry.db.session import begin_write, is_postgres
 from registry.domain.errors import (
     AliasNotFoundError,
     InvalidInputError,
@@ -106,6 +110,8 @@ class Release:
     """Sorted by path."""
     sealed_at: datetime | None
     license: str | None
+    version_id: int | None = None
+    """The version's row (what downloads are recorded against)."""
 
     @property
     def pinned(self) -> bool:
@@ -173,7 +179,7 @@ def resolve(session: Session, principal: AuthenticatedPrincipal, tenant: str, na
     Raises:
         PermissionDeniedError: neither ``read`` nor ``fetch`` in ``tenant``.
         TenantNotFoundError, ModelNotFoundError: no such repository.
-        ReleaseNotFoundError: the revision names no version, or one not approved, or a revoked one.
+        ReleaseNotFoundError: the revision names no version, or one not approved, or a revoked or deleted one.
     """
     if not {Permission.READ, Permission.FETCH} & principal.permissions(tenant):
         raise PermissionDeniedError(f"{principal.name!r} may neither read nor fetch in tenant {tenant!r}",
@@ -184,13 +190,15 @@ def resolve(session: Session, principal: AuthenticatedPrincipal, tenant: str, na
     if version.state == VersionState.REVOKED.value:
         raise ReleaseNotFoundError(repo_id, revision,
                                    f"version {version.number} is revoked: {version.revoke_reason or 'revoked'}")
+    if version.deleted_at is not None:
+        raise ReleaseNotFoundError(repo_id, revision, f"version {version.number} is deleted")
     if version.state != VersionState.APPROVED.value or version.manifest_digest is None:
         raise ReleaseNotFoundError(repo_id, revision,
                                    f"version {version.number} is {version.state}, not approved")
     return Release(
         repo_id=repo_id, revision=revision, commit=commit_of(version), version=version.number,
         files=tuple(_release_file(f) for f in sorted(version.files, key=lambda f: f.path)),
-        sealed_at=version.sealed_at, license=version.license,
+        sealed_at=version.sealed_at, license=version.license, version_id=version.id,
     )
 
 
@@ -238,6 +246,25 @@ def _release_file(row: VersionFile) -> ReleaseFile:
     assert row.sha256 is not None, "an approved version's files are all stored"
     lfs = is_lfs(row.path, row.size)
     return ReleaseFile(row.path, row.size, row.sha256, lfs, None if lfs else row.upstream_git_sha1)
+
+
+def record_download(session: Session, principal: AuthenticatedPrincipal, release: Release, *, clock: Clock) -> None:
+    """Count one file download of ``release`` by ``principal`` (provenance question 8), and commit.
+
+    One row per (version, principal, UTC day), upserted: a client's thousand range requests are one row.
+    """
+    now = clock.now()
+    insert = postgresql_insert if is_postgres(session) else sqlite_insert
+    begin_write(session)
+    row = insert(HfDownload).values(version_id=release.version_id, principal=principal.name,
+                                    day=now.astimezone(timezone.utc).date(), count=1, first_at=now, last_at=now)
+    session.execute(row.on_conflict_do_update(
+        index_elements=[HfDownload.version_id, HfDownload.principal, HfDownload.day],
+        set_={"count": HfDownload.count + 1, "last_at": row.excluded.last_at}))
+    if is_postgres(session):
+        # A count lost in a crash is worth less than a WAL flush per download (as with release issuances).
+        session.execute(text("SET LOCAL synchronous_commit = off"))
+    session.commit()
 
 
 # --- describing -------------------------------------------------------------------------------

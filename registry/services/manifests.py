@@ -56,6 +56,7 @@ from registry.db.models import (
     PolicyDecision,
     ReleaseIssuance,
     ReleaseSerial,
+    Tenant,
     TrustRootRecord,
     Version,
     VersionFacts,
@@ -68,6 +69,7 @@ from registry.domain.errors import (
     NotApprovedError,
     PermissionDeniedError,
     RevokedError,
+    TenantNotFoundError,
     VersionDeletedError,
 )
 from registry.domain.states import VersionState
@@ -155,7 +157,8 @@ def issue(session: Session, principal: AuthenticatedPrincipal, tenant: str, name
     Raises:
         PermissionDeniedError: neither ``read`` nor ``fetch`` in ``tenant``.
         InvalidInputError: ``ref`` is neither an alias name nor a version number.
-        TenantNotFoundError, ModelNotFoundError, AliasNotFoundError, VersionNotFoundError: nothing by that name.
+        TenantNotFoundError, ModelNotFoundError, AliasNotFoundError, VersionNotFoundError: nothing by that name
+            (``for_tenant`` included).
         RevokedError: the version the ref gives this tenant is revoked.
         NotApprovedError: it is not approved.
         NoSigningKeyError: the registry holds no key of the newest trust root.
@@ -165,6 +168,9 @@ def issue(session: Session, principal: AuthenticatedPrincipal, tenant: str, name
     for_tenant = for_tenant or tenant
     model_ref = f"{tenant}/{name}"
     found = _resolve(session, principal, tenant, name, ref, for_tenant)
+    if for_tenant != tenant and session.scalar(select(Tenant.id).where(Tenant.name == for_tenant)) is None:
+        # A release served for a tenant that does not exist would record and sign a name nobody holds.
+        raise TenantNotFoundError(for_tenant)
     if found.state == VersionState.REVOKED.value:
         raise RevokedError(model_ref, found.number, found.revoke_reason or "revoked",
                            alias=ref if found.is_alias else None)
@@ -207,8 +213,9 @@ def watch_state(session: Session, watch: WatchKey) -> tuple[Any, ...]:
     version's state), and the newest trust root. Cheap: a long poll compares it between polls."""
     newest_root = session.scalar(select(func.max(TrustRootRecord.version)))
     if watch.alias is None:
-        state = session.scalar(select(Version.state).where(Version.id == watch.version_id))
-        return newest_root, state
+        state = session.execute(select(Version.state, Version.deleted_at)
+                                .where(Version.id == watch.version_id)).one_or_none()
+        return newest_root, tuple(state) if state else None
     row = session.execute(select(Alias.version_id, Alias.canary_version_id, Alias.canary_tenants)
                           .where(Alias.model_id == watch.model_id, Alias.name == watch.alias)).one_or_none()
     if row is None:

@@ -38,6 +38,7 @@ from registry.db.models import (
     AliasMove,
     Approval,
     EvalResult,
+    HfDownload,
     LicenseFinding,
     Model,
     PolicyDecision,
@@ -363,35 +364,48 @@ def _int_cursor(cursor: str | None) -> int:
 
 def nodes(session: Session, principal: AuthenticatedPrincipal, tenant: str, name: str, ref: str, *,
           limit: int = 1000, cursor: str | None = None) -> dict[str, Any]:
-    """Question 8a: who received release manifests of the version (through any ref: an alias, a canary, its
-    number), by principal: first and last time, how many, which refs and which tenants they were served for.
-    A page of principals at a time, by name."""
+    """Question 8a: who received the version, by principal: release manifests (through any ref: an alias, a
+    canary, its number; ``count``, with the refs and the tenants they were served for) and files downloaded
+    through ``/hf`` (``hf_downloads``), first and last time of either. A page of principals at a time, by name."""
     _check_page(limit)
     version, named = _version_of(session, principal, tenant, name, ref)
     model = f"{tenant}/{name}"
-    where = [ReleaseIssuance.model == model, ReleaseIssuance.version == version.number]
+    issued_where = [ReleaseIssuance.model == model, ReleaseIssuance.version == version.number]
+    hf_where = [HfDownload.version_id == version.id]
     after = _cursor(cursor)
     if after is not None:
-        where.append(ReleaseIssuance.principal > after)
-    rows = session.execute(
+        issued_where.append(ReleaseIssuance.principal > after)
+        hf_where.append(HfDownload.principal > after)
+    issued = {who: (first, last, n) for who, first, last, n in session.execute(
         select(ReleaseIssuance.principal, func.min(ReleaseIssuance.at), func.max(ReleaseIssuance.at),
                func.count(ReleaseIssuance.id))
-        .where(*where).group_by(ReleaseIssuance.principal).order_by(ReleaseIssuance.principal).limit(limit + 1)
-    ).all()
-    page = rows[:limit]
+        .where(*issued_where).group_by(ReleaseIssuance.principal).order_by(ReleaseIssuance.principal)
+        .limit(limit + 1))}
+    downloaded = {who: (first, last, int(n)) for who, first, last, n in session.execute(
+        select(HfDownload.principal, func.min(HfDownload.first_at), func.max(HfDownload.last_at),
+               func.sum(HfDownload.count))
+        .where(*hf_where).group_by(HfDownload.principal).order_by(HfDownload.principal).limit(limit + 1))}
+    # Each source holds its first limit + 1 names, so the first limit + 1 of both are among them.
+    names = sorted(issued.keys() | downloaded.keys())[:limit + 1]
+    page = names[:limit]
     refs: dict[str, set[tuple[str, str]]] = {}
     if page:
         for who, r, served in session.execute(
                 select(ReleaseIssuance.principal, ReleaseIssuance.ref, ReleaseIssuance.for_tenant).distinct()
                 .where(ReleaseIssuance.model == model, ReleaseIssuance.version == version.number,
-                       ReleaseIssuance.principal.in_([p for p, *_ in page]))):
+                       ReleaseIssuance.principal.in_(page))):
             refs.setdefault(who, set()).add((r, served))
-    return {**_head(version, named),
-            "nodes": [{"principal": who, "first_at": _iso(first), "last_at": _iso(last), "count": count,
-                       "refs": sorted({r for r, _ in refs.get(who, ())}),
-                       "for_tenants": sorted({t for _, t in refs.get(who, ())})}
-                      for who, first, last, count in page],
-            "next_cursor": encode_cursor(page[-1][0]) if len(rows) > limit else None}
+
+    def row(who: str) -> dict[str, Any]:
+        spans = [s for s in (issued.get(who), downloaded.get(who)) if s is not None]
+        return {"principal": who, "first_at": _iso(min(s[0] for s in spans)),
+                "last_at": _iso(max(s[1] for s in spans)), "count": issued.get(who, (None, None, 0))[2],
+                "refs": sorted({r for r, _ in refs.get(who, ())}),
+                "for_tenants": sorted({t for _, t in refs.get(who, ())}),
+                "hf_downloads": downloaded.get(who, (None, None, 0))[2]}
+
+    return {**_head(version, named), "nodes": [row(who) for who in page],
+            "next_cursor": encode_cursor(page[-1]) if len(names) > limit else None}
 
 
 def fetched_by(session: Session, principal: AuthenticatedPrincipal, tenant: str, node: str, *,

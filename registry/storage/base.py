@@ -114,13 +114,26 @@ class BlobStore(abc.ABC):
             DigestMismatchError: the bytes do not hash to ``expected_sha256``.
             SizeMismatchError: the byte count differs from ``expected_size``.
         """
-        hashed = _HashingSource(source, expected_sha256 or STREAM_PATH, expected_size)
-        result = self.put(hashed, expected_sha256=expected_sha256, expected_size=expected_size)
+        label = expected_sha256 or STREAM_PATH
+        hashed = _HashingSource(source, label, expected_size)
+        refused: SizeMismatchError | DigestMismatchError | None = None
+        result: PutResult | None = None
+        try:
+            result = self.put(hashed, expected_sha256=expected_sha256, expected_size=expected_size)
+        except (DigestMismatchError, SizeMismatchError) as exc:
+            # A stored blob's put compares sizes before reading a byte and names the stored size: whether
+            # bytes are stored, and how large, is told to no one. The bytes sent decide the answer.
+            refused = exc
         digest, size = hashed.drain()
         if expected_size is not None and size != expected_size:
-            raise SizeMismatchError(expected_sha256 or STREAM_PATH, expected=expected_size, actual=size)
-        if digest != result.digest:
-            raise DigestMismatchError(result.digest, expected=result.digest, actual=digest)
+            raise SizeMismatchError(label, expected=expected_size, actual=size)
+        expected = expected_sha256 or (result.digest if result is not None else digest)
+        if digest != expected:
+            raise DigestMismatchError(label, expected=expected, actual=digest)
+        if result is None:
+            # The right bytes, refused all the same: the stored blob is damaged, and that is the answer.
+            assert refused is not None
+            raise refused
         return result
 
     @abc.abstractmethod
@@ -195,15 +208,19 @@ class _HashingSource:
         self._hasher = hashlib.sha256()
         self._label = label
         self._limit = limit
+        self._overflow: SizeMismatchError | None = None
         self.size = 0
 
     def __iter__(self) -> Iterator[bytes]:
+        if self._overflow is not None:
+            raise self._overflow
         for chunk in self._chunks:
             self._hasher.update(chunk)
             self.size += len(chunk)
             if self._limit is not None and self.size > self._limit:
-                # Never read an endless source to its end.
-                raise SizeMismatchError(self._label, expected=self._limit, actual=self.size)
+                # Never read an endless source to its end; drain after this reads no further.
+                self._overflow = SizeMismatchError(self._label, expected=self._limit, actual=self.size)
+                raise self._overflow
             yield chunk
 
     def drain(self) -> tuple[str, int]:

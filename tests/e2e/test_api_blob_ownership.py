@@ -126,6 +126,24 @@ def test_a_put_under_another_tenants_digest_must_send_the_bytes(api, container, 
     assert _put(api, bob, "other", X).json() == {"digest": X_SHA, "created": False}
 
 
+@pytest.mark.parametrize("chunked", [False, True], ids=["content-length", "chunked"])
+def test_a_wrong_put_tells_nothing_of_another_tenants_blob(api, alice, bob, chunked):
+    """Wrong bytes under a digest only alice holds get the answer they get under a digest nobody holds:
+    no size-mismatch naming the stored size, no other difference (the existence and size oracle)."""
+    _put(api, alice, "acme", X)
+    short = b"bob guesses"  # not len(X) bytes: a size check against the stored blob would tell
+
+    def answer(digest: str) -> tuple[int, str]:
+        r = _put(api, bob, "other", short, digest=digest, chunked=chunked)
+        assert r.headers["content-type"] == "application/problem+json"
+        return r.status_code, r.text.replace(digest, "<digest>")
+
+    held, never = answer(X_SHA), answer(NEVER_SHA)
+    assert held == never
+    assert held[0] == 422 and '"type":"https://modelreg.dev/problems/digest-mismatch"' in held[1].replace(" ", "")
+    assert str(len(X)) not in held[1]
+
+
 def test_an_owners_upload_is_not_read_and_a_newcomers_is_read_to_the_end(container):
     """The service itself: an owner's bytes are left unread, anyone else's are hashed in full."""
     acme, other = make_admin(container, "acme"), make_admin(container, "other")

@@ -324,7 +324,7 @@ class World:
 
     def promoted(self, tenant: str) -> dict[str, Any]:
         self._promote(tenant, self.approved(tenant)[0])
-        return {"params": {"for_tenant": "beta"}}
+        return {"params": {"for_tenant": OTHER}}
 
     def released(self, tenant: str) -> dict[str, Any]:
         """prod points at an approved version (whichever): what the /hf routes serve."""

@@ -144,3 +144,47 @@ def test_audit_log_against_saved_checkpoints(live, tmp_path):
         db.commit()
         db.close()
     assert ask(server, world, "aud-acme", "audit-log", "--checkpoints", str(path))["intact"]
+
+
+def test_an_allow_listed_license_is_said_to_need_no_approval(live):
+    """Question 5: mit is on the allow-list, so nobody approved acme/llm's license because nobody had to."""
+    server, world = live
+    doc = ask(server, world, "aud-acme", "license", "acme/llm@1")
+    assert doc["allow_listed"] and doc["approved_by"] == []
+    human = server.cli("provenance", "license", "acme/llm@1", token=world.tokens["aud-acme"]).stdout
+    assert "approved by: nobody needed to (the license is on the allow-list)" in human
+    needed = server.cli("provenance", "license", "acme/nc@1", token=world.tokens["aud-acme"]).stdout
+    assert "approved by: lex (legal" in needed and "allow-list" not in needed
+
+
+def test_downloads_through_hf_show_among_the_nodes(live):
+    """Question 8: a principal that only downloads through /hf shows, with one row per day however many
+    requests it makes (run last: it adds to version 2's history)."""
+    server, world = live
+    world.call("admin", "POST", "/v1/principals", json={"name": "trainer"})
+    world.call("admin", "POST", "/v1/principals/trainer/roles", json={"tenant": "acme", "role": "node"})
+    world.tokens["trainer"] = world.call("admin", "POST", "/v1/principals/trainer/tokens", json={})["token"]
+    path = "/hf/acme/llm/resolve/2/config.json"
+    assert world.client.head(path, headers=world.auth("trainer")).status_code == 200  # no download
+    for headers in ({}, {"Range": "bytes=0-9"}, {}):
+        assert world.client.get(path, headers={**world.auth("trainer"), **headers}).status_code in (200, 206)
+    nodes = ask(server, world, "aud-acme", "nodes", "acme/llm@2")
+    assert nodes == api(world, "aud-acme", "acme/llm/nodes", ref="2")
+    row = next(n for n in nodes["nodes"] if n["principal"] == "trainer")
+    assert (row["count"], row["hf_downloads"], row["refs"]) == (0, 3, [])
+    assert row["first_at"] <= row["last_at"]
+    assert [n["principal"] for n in nodes["nodes"]] == ["node-1", "node-3", "trainer"]
+    manifests_only = next(n for n in nodes["nodes"] if n["principal"] == "node-1")
+    assert manifests_only["hf_downloads"] == 0 and manifests_only["count"] >= 1
+    # The first page of one principal, then the rest: the two sources page together by name.
+    page = api(world, "aud-acme", "acme/llm/nodes", ref="2", limit=2)
+    assert [n["principal"] for n in page["nodes"]] == ["node-1", "node-3"] and page["next_cursor"]
+    rest = api(world, "aud-acme", "acme/llm/nodes", ref="2", limit=2, cursor=page["next_cursor"])
+    assert [n["principal"] for n in rest["nodes"]] == ["trainer"] and rest["next_cursor"] is None
+    human = server.cli("provenance", "nodes", "acme/llm@2", token=world.tokens["aud-acme"]).stdout
+    assert "trainer: 0 manifests, 3 /hf downloads" in human
+    db = sqlite3.connect(server.data_dir / "registry.db")
+    try:
+        assert db.execute("SELECT count, principal FROM hf_downloads").fetchall() == [(3, "trainer")]
+    finally:
+        db.close()

@@ -177,3 +177,90 @@ def _tenant_id(container, name: str) -> int:
 
     with container.session_factory() as session:
         return session.scalars(select(Tenant.id).where(Tenant.name == name)).one()
+
+
+def _submit_dir(container, principal, tenant: str, root):
+    with container.session_factory() as session:
+        version, _ = versions.submit(session, principal, tenant, "m", SubmitRequest(source=str(root)),
+                                     open_source=container.open_source, limits=container.limits(),
+                                     clock=container.clock)
+        return version.id
+
+
+def test_a_blob_listed_twice_in_one_submission_counts_once(container, admin, tmp_path):
+    set_quota(container, admin, "acme", 150)
+    same = b"w" * 100
+    root = source_dir(tmp_path, "twice", {"a.bin": same, "b.bin": same})
+    version_id = _submit_dir(container, admin, "acme", root)  # 200 listed, 100 new: it fits
+    drain(container)
+    with container.session_factory() as session:
+        version = session.get(Version, version_id)
+        assert version.state not in ("failed", "mirroring"), version.failure_detail
+        assert quotas.read_quota(session, admin, "acme").used == 100
+
+
+def test_a_blob_only_another_tenant_holds_counts_as_new(api, container, admin, tmp_path):
+    """acme's copy of the bytes is no byte of globex's: globex's submission and upload need the room."""
+    globex = make_admin(container, "globex")
+    held = b"h" * 100
+    upload(container, admin, "acme", held)
+    set_quota(container, admin, "globex", 50)
+    root = source_dir(tmp_path, "held", {"w.bin": held})
+    with pytest.raises(QuotaExceededError) as refused:
+        _submit_dir(container, globex, "globex", root)
+    assert (refused.value.details["used"], refused.value.details["needed"]) == (0, 100)
+    with pytest.raises(QuotaExceededError):
+        upload(container, globex, "globex", held)
+    with container.session_factory() as session:
+        assert quotas.read_quota(session, globex, "globex").used == 0
+        assert quotas.read_quota(session, admin, "acme").used == 100
+
+
+def test_concurrent_submissions_cannot_together_pass_the_quota(container, admin, tmp_path):
+    """Two submissions that each fit, but not both, mirror at once: while the first grant's transaction is
+    open, the second waits for its quota row and then counts the first's bytes."""
+    import threading
+    import time
+
+    from registry.db.session import begin_write
+
+    set_quota(container, admin, "acme", 150)
+    first, second = b"1" * 100, b"2" * 100
+    ids = [_submit_dir(container, admin, "acme", source_dir(tmp_path, name, {"w.bin": data}))
+           for name, data in (("first", first), ("second", second))]
+    assert len(set(ids)) == 2  # both accepted: neither owned anything yet
+    for data in (first, second):
+        container.blob_store.put(io.BytesIO(data))
+    tenant_id = _tenant_id(container, "acme")
+    granted, second_done, outcome = threading.Event(), threading.Event(), {}
+
+    def grant_first() -> None:
+        with container.session_factory() as session:
+            begin_write(session)
+            versions.grant_blob(session, tenant_id, sha(first), 100, via="mirror", blob_store=container.blob_store)
+            granted.set()
+            second_done.wait(1.0)  # the second grant is under way (or done, without the lock)
+            session.commit()
+
+    def grant_second() -> None:
+        granted.wait(10)
+        try:
+            with container.session_factory() as session:
+                begin_write(session)
+                versions.grant_blob(session, tenant_id, sha(second), 100, via="mirror",
+                                    blob_store=container.blob_store)
+                session.commit()
+                outcome["second"] = "granted"
+        except QuotaExceededError:
+            outcome["second"] = "refused"
+        finally:
+            second_done.set()
+
+    threads = [threading.Thread(target=grant_first), threading.Thread(target=grant_second)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    assert outcome == {"second": "refused"}
+    with container.session_factory() as session:
+        assert quotas.read_quota(session, admin, "acme").used == 100

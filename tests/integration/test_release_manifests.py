@@ -46,6 +46,8 @@ def world(container, tmp_path):
     promote(container, admin, 1)
     tokens = {"node": role_token(container, "nod", T, "node"), "reader": role_token(container, "rea", T, "auditor"),
               "other-node": role_token(container, "onod", "other", "node")}
+    for tenant in ("beta", "gamma"):  # the tenants releases are served for (a canary's, another)
+        make_admin(container, tenant)
     with TestClient(create_app(container), raise_server_exceptions=False) as client:
         yield client, tokens, admin
 

@@ -92,7 +92,8 @@ def build(client: httpx.Client, admin_token: str, hub: HfUpstream, shas: dict[st
           settle: Callable[[], None] = lambda: None) -> ProvenanceWorld:
     """Make the history described in the module's docstring; ``hub`` holds :func:`hub_repos`."""
     w = ProvenanceWorld(client, hub, tokens={"admin": admin_token}, shas=dict(shas))
-    for tenant in ("acme", "globex"):
+    # beta holds nobody: acme serves canaries for it.
+    for tenant in ("acme", "globex", "beta"):
         w.call("admin", "POST", "/v1/tenants", json={"name": tenant})
     for name, (tenant, role, capacity) in PEOPLE.items():
         w.call("admin", "POST", "/v1/principals", json={"name": name})
