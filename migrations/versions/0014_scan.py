@@ -1,6 +1,6 @@
 """scan waits (settling a version in O(1) per scan) and tenant-fair job claims
 
-Revision ID: 0014_scan
+Revision ID: 0014
 Revises: 0013
 Create Date: 2026-12-01 21:30:00
 """
@@ -9,7 +9,7 @@ from typing import Sequence, Union
 from alembic import op
 import sqlalchemy as sa
 
-revision: str = "0014_scan"
+revision: str = "0014"
 down_revision: Union[str, None] = "0013"
 branch_labels: Union[str, Sequence[str], None] = None
 depends_on: Union[str, Sequence[str], None] = None

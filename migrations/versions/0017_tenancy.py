@@ -1,7 +1,7 @@
 """hf_downloads: file downloads through /hf per version, principal and day, for provenance
 
-Revision ID: 0014_tenancy
-Revises: 0013
+Revision ID: 0017
+Revises: 0016
 Create Date: 2026-12-01 21:30:00
 """
 from typing import Sequence, Union
@@ -9,8 +9,8 @@ from typing import Sequence, Union
 from alembic import op
 import sqlalchemy as sa
 
-revision: str = "0014_tenancy"
-down_revision: Union[str, None] = "0013"
+revision: str = "0017"
+down_revision: Union[str, None] = "0016"
 branch_labels: Union[str, Sequence[str], None] = None
 depends_on: Union[str, Sequence[str], None] = None
 

@@ -1,7 +1,7 @@
 """eval results record whether the runner ran isolated
 
-Revision ID: 0014_sandbox
-Revises: 0013
+Revision ID: 0015
+Revises: 0014
 Create Date: 2026-12-01 22:00:00
 """
 from typing import Sequence, Union
@@ -9,8 +9,8 @@ from typing import Sequence, Union
 from alembic import op
 import sqlalchemy as sa
 
-revision: str = "0014_sandbox"
-down_revision: Union[str, None] = "0013"
+revision: str = "0015"
+down_revision: Union[str, None] = "0014"
 branch_labels: Union[str, Sequence[str], None] = None
 depends_on: Union[str, Sequence[str], None] = None
 

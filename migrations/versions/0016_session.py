@@ -1,7 +1,7 @@
 """console sessions, kept server-side so that sign-out, token revocation and disabling end them
 
-Revision ID: 0014_session
-Revises: 0013
+Revision ID: 0016
+Revises: 0015
 Create Date: 2026-12-01 21:20:00
 """
 from typing import Sequence, Union
@@ -9,8 +9,8 @@ from typing import Sequence, Union
 from alembic import op
 import sqlalchemy as sa
 
-revision: str = "0014_session"
-down_revision: Union[str, None] = "0013"
+revision: str = "0016"
+down_revision: Union[str, None] = "0015"
 branch_labels: Union[str, Sequence[str], None] = None
 depends_on: Union[str, Sequence[str], None] = None
 
