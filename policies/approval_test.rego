@@ -13,6 +13,7 @@ clean := {
 	"facts": null,
 	"files": [{"path": "model.safetensors", "size": 10, "sha256": "aa"}],
 	"scans": [{"path": "model.safetensors", "verdict": "safe", "findings": []}],
+	"unscanned": [],
 	"license": {"id": "apache-2.0", "findings": []},
 	"evals": [],
 	"baseline": null,
@@ -117,7 +118,12 @@ test_unsafe_file_is_never_satisfiable if {
 }
 
 test_file_without_scan_is_unmet if {
-	doc := object.union(with_approvals(clean, both), {"scans": []})
+	doc := object.union(with_approvals(clean, both), {"scans": [], "unscanned": ["model.safetensors"]})
+	codes(doc) == {"scan.missing"}
+}
+
+test_an_input_without_its_unscanned_list_is_unmet if {
+	doc := json.remove(with_approvals(clean, both), ["unscanned"])
 	codes(doc) == {"scan.missing"}
 }
 

@@ -138,6 +138,7 @@ class ApprovalInput(TypedDict):
     facts: dict[str, Any] | None
     files: list[FileDoc]
     scans: list[ScanDoc]
+    unscanned: list[str]
     license: LicenseDoc
     evals: list[dict[str, Any]]
     baseline: dict[str, Any] | None
@@ -229,6 +230,9 @@ def approval_input(
             {"path": p, "verdict": v, "findings": [{"rule_id": r, "severity": sev} for r, sev in sorted(fs)]}
             for p, (v, fs) in sorted(merged.items())
         ],
+        # Worked out here, not in Rego: rego-cpp builds a set or looks up an object key in time linear in
+        # its size, so "files minus scanned paths" was quadratic there (130 s at 10,000 files).
+        "unscanned": sorted(set(file_docs) - set(merged)),
         "license": {"id": license.id, "findings": list(license.findings)},
         "evals": sorted(evals, key=lambda e: e["suite"]),
         "baseline": baseline,

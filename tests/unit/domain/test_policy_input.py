@@ -30,8 +30,8 @@ def build(**overrides):
 
 def test_every_field_of_the_schema_is_present():
     doc = build()
-    assert set(doc) == {"version", "source", "facts", "files", "scans", "license", "evals", "baseline", "approvals",
-                        "submitter"}
+    assert set(doc) == {"version", "source", "facts", "files", "scans", "unscanned", "license", "evals", "baseline",
+                        "approvals", "submitter"}
     assert doc["version"] == {"tenant": "acme", "model": "tiny", "number": 3, "state": "awaiting_approval"}
     assert doc["source"] == {"kind": "hf", "repo": "org/tiny", "revision": "c" * 40}
     assert doc["facts"] is None and doc["evals"] == [] and doc["baseline"] is None
@@ -97,3 +97,11 @@ def test_promotion_input():
         "alias": "prod", "target": {"number": 2, "state": "approved"}, "canary": None,
         "current": {"number": 1, "state": "approved"}, "evals": [], "baseline": None,
     }
+
+
+def test_the_files_without_a_verdict_are_listed_sorted():
+    doc = approval_input(version=VersionRef("acme", "tiny", 1, "scanning"), source=SourceRef("hf", "org/tiny", "c"),
+                         files=[FileEntry(p, 1, "a" * 64) for p in ("z.json", "b.bin", "a.safetensors")],
+                         scans=[ScanVerdict("b.bin", "safe")], license=LicenseInfo("mit"), approvals=[],
+                         submitter="alice")
+    assert doc["unscanned"] == ["a.safetensors", "z.json"]
