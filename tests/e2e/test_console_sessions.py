@@ -191,12 +191,14 @@ def test_non_ascii_session_cookies_and_csrf_values_are_refused_never_a_500(live,
                 assert r.status_code == 303 and "/ui/sign-in" in r.headers["location"], (value, path, r.status_code)
             # A bad CSRF field (raw and percent-encoded) over a genuine session: 403 in words.
             for body in (csrf_field, b"csrf=" + quote(value).encode()):
-                for path, extra in (("/ui/sign-out", b""), (decision_url(world), b"&decision=approve&capacity=security")):
+                for path, extra in (("/ui/sign-out", b""),
+                                    (decision_url(world), b"&decision=approve&capacity=security")):
                     r = raw.post(path, content=body + extra,
-                                              headers=[(b"cookie", f"mr_session={cookie}".encode()), form])
+                                 headers=[(b"cookie", f"mr_session={cookie}".encode()), form])
                     assert r.status_code == 403 and REFUSED in r.text, (value, path, r.status_code)
             # The sign-in form: a bad pre-session cookie, and a bad CSRF field over a genuine one.
-            for header, body in ((b"mr_sign_in=" + value, b"token=" + world["tokens"]["sec"].encode() + b"&" + csrf_field),
+            genuine_token = b"token=" + world["tokens"]["sec"].encode() + b"&"
+            for header, body in ((b"mr_sign_in=" + value, genuine_token + csrf_field),
                                  (f"mr_sign_in={nonce}".encode(), b"token=x&" + csrf_field)):
                 r = raw.post("/ui/sign-in", content=body,
                              headers=[(b"cookie", header), form])
