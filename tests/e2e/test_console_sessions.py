@@ -238,6 +238,18 @@ def _approved(container, world) -> None:
         world.setdefault("approved", []).append(number)
 
 
+def _approved_by_security(container, world) -> None:
+    """``sec``'s security approval of version 1, for the form that adds file reviews to it."""
+    from registry.services import approvals as approvals_service
+
+    with container.session_factory() as session:
+        sec = authenticate(session, world["tokens"]["sec"])
+    with container.session_factory() as session:
+        approvals_service.decide(session, sec, "acme", "tiny", world["number"],
+                                 approvals_service.ApprovalRequest(decision="approve", capacity="security"),
+                                 engine=container.policy, clock=container.clock)
+
+
 def _promoted_twice(container, world) -> None:
     _approved(container, world)
     with container.session_factory() as session:
@@ -260,6 +272,12 @@ FORMS: dict[str, Form] = {
     "/ui/models/{tenant}/{name}/aliases/{alias}/rollback": Form(
         "mia", lambda w: "/ui/models/acme/tiny/aliases/prod/rollback", lambda w: {"comment": "back"},
         setup=_promoted_twice),
+    "/ui/models/{tenant}/{name}/versions/{number}/approval-files": Form(
+        "sec", lambda w: f"/ui/models/acme/tiny/versions/{w['number']}/approval-files",
+        lambda w: {"files": "config.json"}, setup=_approved_by_security),
+    "/ui/models/{tenant}/{name}/versions/{number}/revoke": Form(
+        "sec", lambda w: f"/ui/models/acme/tiny/versions/{w['approved'][0]}/revoke",
+        lambda w: {"reason": "withdrawn"}, setup=_approved),
 }
 """Every POST route of the console, with how to post it validly (a new form needs its entry here)."""
 
