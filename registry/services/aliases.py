@@ -22,10 +22,11 @@ from sqlalchemy.orm import Session
 from registry import audit
 from registry.auth import AuthenticatedPrincipal, Permission, require
 from registry.clock import Clock
-from registry.db.models import Alias, AliasMove, Model, Version
+from registry.db.models import Alias, AliasMove, Model, Tenant, Version
 from registry.db.session import begin_write, is_postgres
 from registry.domain import aliases as rules
-from registry.domain.errors import AliasNotFoundError, PermissionDeniedError, PromotionDeniedError, VersionDeletedError
+from registry.domain.errors import (AliasNotFoundError, PermissionDeniedError, PromotionDeniedError, TenantNotFoundError,
+                                    VersionDeletedError)
 from registry.domain.policy_input import promotion_input
 from registry.domain.states import VersionState
 from registry.domain.text import MAX_COMMENT_LENGTH, validate_text
@@ -106,12 +107,16 @@ def resolve(session: Session, principal: AuthenticatedPrincipal, tenant: str, na
         PermissionDeniedError: neither ``read`` nor ``fetch`` in ``tenant``.
         AliasNotFoundError: no such alias.
         RevokedError: the version this tenant gets is revoked (naming it and the reason).
+        TenantNotFoundError: ``for_tenant`` names no tenant.
     """
     if not {Permission.READ, Permission.FETCH} & principal.permissions(tenant):
         raise PermissionDeniedError(f"{principal.name!r} may neither read nor fetch in tenant {tenant!r}",
                                     principal=principal.name, tenant=tenant, permission="fetch")
     rules.validate_alias_name(alias)
     for_tenant = for_tenant or tenant
+    if for_tenant != tenant and session.scalar(select(Tenant.id).where(Tenant.name == for_tenant)) is None:
+        # As for manifests: an answer for a tenant nobody holds would tell which canary it would get.
+        raise TenantNotFoundError(for_tenant)
     model = versions.load_model_unchecked(session, tenant, name)
     row = _alias_row(session, model, alias)
     if row is None:

@@ -140,6 +140,7 @@ def resolve_probe(w: World) -> None:
     path = f"/v1/models/{A}/{M}/aliases/prod/resolve"
     assert w.get(f"{A}-node", path, params={"for_tenant": B}).status_code == 200
     _problem(w.get(f"{B}-node", path, params={"for_tenant": B}), 403, "permission-denied")
+    _problem(w.get(f"{A}-node", path, params={"for_tenant": "nosuchtenant"}), 404, "tenant-not-found")
 
 
 def provenance_ref_probe(template: str) -> Callable[[World], None]:
