@@ -44,6 +44,7 @@ from registry.domain.errors import (
     PermissionDeniedError,
     RegistryError,
 )
+from registry.domain.states import shown_state
 from registry.services import aliases, approvals, exports, revocations, versions
 
 router = APIRouter(prefix="/ui", include_in_schema=False)
@@ -68,6 +69,8 @@ def _templates() -> jinja2.Environment:
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(HERE / "templates"), autoescape=True,
                              undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True)
     env.filters["fact"] = views.fact_text
+    # A version retention deleted shows as deleted, on every page, whatever its state column kept.
+    env.filters["shown_state"] = lambda v: shown_state(v.state, v.deleted_at is not None)
     return env
 
 

@@ -313,6 +313,12 @@ def test_a_deleted_version_is_gone_from_hf_manifests_and_its_state_before_and_af
         assert w.get(f"{A}-auditor", f"/v1/models/{A}/{M}/versions/2").json()["state"] == "deleted"
         listed = {v["version"]: v["state"] for v in w.get(f"{A}-auditor", f"/v1/models/{A}/{M}/versions").json()}
         assert listed == {1: "approved", 2: "deleted", 3: "approved"}
+        # The console says so too, on the version's page and in the model's list.
+        console = TestClient(w.client.app)
+        assert sign_in(console, w.tokens[f"{A}-auditor"]).status_code == 303
+        page = console.get(f"/ui/models/{A}/{M}/versions/2").text
+        assert '<span class="state state-deleted" id="state">deleted</span>' in page, page[:2000]
+        assert "state-deleted" in console.get(f"/ui/models/{A}/{M}").text
 
     gone()
     # Garbage collection takes the bytes only version 2 held; every answer stays the same.
