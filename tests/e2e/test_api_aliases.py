@@ -35,6 +35,8 @@ def world(container, tmp_path):
         awaiting_version(container, admin, tmp_path / f"v{seed}", T, M, seed=seed)
     for number in (1, 2):
         approve_standin(container, T, M, number)
+    for tenant in ("beta", "gamma", "delta"):  # the tenants aliases are resolved for (canaries', another)
+        make_admin(container, tenant)
     tokens = {
         "ml": role_token(container, "mia", T, "approver", "ml"),
         "security": role_token(container, "sam", T, "approver", "security"),
