@@ -26,7 +26,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import and_, delete, insert, select
+from sqlalchemy import and_, delete, insert, select, text
 from sqlalchemy.orm import Session, sessionmaker
 
 from registry import audit, jobs
@@ -88,6 +88,8 @@ def _queue(session: Session, files: Iterable[tuple[str, str]], version: Version 
     groups: dict[tuple[str, str], list[str]] = {}
     for digest, path in files:
         groups.setdefault((digest, scan_key(path)), []).append(path)
+    for digest in sorted({digest for digest, _ in groups}):
+        _lock_scans_of(session, digest)
     stored = _results_of(session, (digest for digest, _ in groups))
     pending = 0
     for (digest, key), paths in groups.items():
@@ -158,10 +160,28 @@ def scan_blob(session_factory: sessionmaker[Session], digest: str, path: str, *,
                                                run_modelscan)
     with session_factory() as session:
         begin_write(session)
+        _lock_scans_of(session, digest)
         _record(session, digest, key, scanned)
         session.execute(delete(ScanWait).where(ScanWait.blob_digest == digest, ScanWait.scan_key == key))
         _settle(session, digest, key, clock)
         session.commit()
+
+
+# The first key of the scan locks (pg_advisory_xact_lock(int, int)), apart from gc's digest locks.
+_SCAN_LOCK_CLASS = 0x5CA4
+
+
+def _lock_scans_of(session: Session, digest: str) -> None:
+    """Take the lock on ``digest``'s scans until the transaction ends (SQLite's one writer is the same lock).
+
+    A version that starts scanning reads the blob's results and, finding none, records that it waits;
+    a scan job records the results and clears the waits. Without the lock a version could read before
+    the job wrote and record its wait after the job cleared them, and then wait for ever (the job is
+    done, so no other is queued).
+    """
+    if is_postgres(session):
+        key = int.from_bytes(bytes.fromhex(digest[:8]), "big", signed=True)
+        session.execute(text("SELECT pg_advisory_xact_lock(:c, :k)"), {"c": _SCAN_LOCK_CLASS, "k": key})
 
 
 def _paths_with_key(session: Session, digest: str, key: str) -> list[str]:

@@ -148,8 +148,11 @@ def test_a_hostile_command_suite_sees_no_secrets_writes_nowhere_and_reaches_noth
                  "worker_home": str(home_secret), "source_tree": str(source_tree / "pyproject.toml")},
         "list": {"data_dir": str(data_dir), "worker_home": str(Path.home()), "tmp": "/tmp"},
         "expect_hidden": {"data_dir": sorted(os.listdir(data_dir)), "worker_home": [home_secret.name],
-                          # What else the worker's /tmp holds (the way down to this test's directory aside).
-                          "tmp": sorted(set(os.listdir("/tmp")) - {tmp_path.parts[2]})},
+                          # What else the worker's /tmp holds, less the ways down to what the runner is shown
+                          # (this test's directory; the checkout and Python, when they live under /tmp).
+                          "tmp": sorted(set(os.listdir("/tmp")) - {
+                              p.parts[2] for p in (tmp_path, source_tree, Path(sys.prefix), Path(sys.base_prefix))
+                              if len(p.parts) > 2 and p.parts[1] == "tmp"})},
         "write": {"next_to_the_model": str(tmp_path / "planted"), "model_dir": str(model / "planted"),
                   "data_dir": str(data_dir / "planted"), "root": str(in_root)},
         "connect": connect,
