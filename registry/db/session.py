@@ -6,7 +6,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import Engine, create_engine, event
+from sqlalchemy import Engine, create_engine, event, text
 from sqlalchemy.engine import make_url
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -93,3 +93,14 @@ def begin_write(session: Session) -> None:
         session.rollback()
     session.connection(execution_options={"sqlite_begin": "BEGIN IMMEDIATE"})
 
+
+
+def lock_digest(session: Session, lock_class: int, digest: str) -> None:
+    """Take the ``lock_class`` lock of ``digest`` until the transaction ends.
+
+    PostgreSQL: an advisory transaction lock keyed (class, the digest's first 32 bits). SQLite: nothing
+    to do, its one writer at a time (``begin_write``) is the same lock.
+    """
+    if is_postgres(session):
+        key = int.from_bytes(bytes.fromhex(digest[:8]), "big", signed=True)
+        session.execute(text("SELECT pg_advisory_xact_lock(:c, :k)"), {"c": lock_class, "k": key})

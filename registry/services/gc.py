@@ -43,7 +43,7 @@ import logging
 from dataclasses import asdict, dataclass, field
 from typing import Iterable
 
-from sqlalchemy import delete, exists, func, or_, select, text
+from sqlalchemy import delete, exists, func, or_, select
 from sqlalchemy.dialects.postgresql import insert as postgresql_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.orm import Session, sessionmaker
@@ -51,7 +51,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from registry import audit
 from registry.clock import Clock
 from registry.db.models import Blob, EvalResult, EvalSet, Version, VersionFile
-from registry.db.session import begin_write, is_postgres
+from registry.db.session import begin_write, is_postgres, lock_digest
 from registry.domain.errors import BlobStoreError, BlobVanishedError
 from registry.storage.base import BlobStore
 
@@ -197,10 +197,8 @@ def _audit(session_factory: sessionmaker[Session], report: GcReport) -> None:
 
 def _lock_digest(session: Session, digest: str) -> None:
     """Take the digest's lock until the transaction ends: the collector deleting bytes and a writer
-    recording them take it in turn (SQLite's one writer at a time is the same lock)."""
-    if is_postgres(session):
-        key = int.from_bytes(bytes.fromhex(digest[:8]), "big", signed=True)
-        session.execute(text("SELECT pg_advisory_xact_lock(:c, :k)"), {"c": _DIGEST_LOCK_CLASS, "k": key})
+    recording them take it in turn."""
+    lock_digest(session, _DIGEST_LOCK_CLASS, digest)
 
 
 def _delete_if_garbage(session_factory: sessionmaker[Session], blob_store: BlobStore, digest: str,

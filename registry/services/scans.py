@@ -26,14 +26,14 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import and_, delete, insert, select, text
+from sqlalchemy import and_, delete, insert, select
 from sqlalchemy.orm import Session, sessionmaker
 
 from registry import audit, jobs
 from registry.auth import AuthenticatedPrincipal, Permission, require, require_admin
 from registry.clock import Clock
 from registry.db.models import ScanResult, ScanWait, Version, VersionFile
-from registry.db.session import begin_write, is_postgres
+from registry.db.session import begin_write, is_postgres, lock_digest
 from registry.domain.states import VersionState
 from registry.services import lifecycle, revocations
 from registry.scanning import (PATH_DEPENDENT_FORMATS, SCANNER_NAME, SCANNER_VERSION, FileScan, Verdict, scan_key,
@@ -179,9 +179,7 @@ def _lock_scans_of(session: Session, digest: str) -> None:
     the job wrote and record its wait after the job cleared them, and then wait for ever (the job is
     done, so no other is queued).
     """
-    if is_postgres(session):
-        key = int.from_bytes(bytes.fromhex(digest[:8]), "big", signed=True)
-        session.execute(text("SELECT pg_advisory_xact_lock(:c, :k)"), {"c": _SCAN_LOCK_CLASS, "k": key})
+    lock_digest(session, _SCAN_LOCK_CLASS, digest)
 
 
 def _paths_with_key(session: Session, digest: str, key: str) -> list[str]:
