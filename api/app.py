@@ -6,7 +6,7 @@ from fastapi import FastAPI
 
 from api import problems
 from api.metrics import ApiMetrics, MetricsMiddleware
-from api.middleware import ConsoleHeadersMiddleware, RefuseNulMiddleware, RequestIdMiddleware
+from api.middleware import BoundBodyMiddleware, ConsoleHeadersMiddleware, RefuseNulMiddleware, RequestIdMiddleware
 from api.routers import admin, audit, health, metrics
 from registry.bootstrap import Container
 
@@ -20,6 +20,7 @@ def create_app(container: Container) -> FastAPI:
     app.state.container = container
     problems.install(app)
     app.state.metrics = ApiMetrics(container)
+    app.add_middleware(BoundBodyMiddleware)
     app.add_middleware(RefuseNulMiddleware)
     app.add_middleware(ConsoleHeadersMiddleware)
     # Added after it, so outside it: they time, count and log the refusals of the middleware inside too;
