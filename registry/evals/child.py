@@ -43,13 +43,13 @@ def _write(path: Path, doc: dict[str, Any]) -> None:
 
 def _run(spec: dict[str, Any]) -> dict[str, Any]:
     from registry.evals.cases import parse_cases
-    from registry.evals.runners import (MAX_CASE_DETAIL, RUNNERS, EvalSet, RunContext, RunnerError,
+    from registry.evals.runners import (MAX_CASE_DETAIL, RUNNERS, LoadedEvalSet, RunContext, RunnerError,
                                         check_metrics)
 
     evalsets = []
     for entry in spec["evalsets"]:
         cases = parse_cases(Path(entry["path"]).read_bytes())
-        evalsets.append(EvalSet(entry["name"], entry["digest"], tuple(cases)))
+        evalsets.append(LoadedEvalSet(entry["name"], entry["digest"], tuple(cases)))
     ctx = RunContext(model_dir=Path(spec["model_dir"]), settings=spec["settings"], evalsets=tuple(evalsets),
                      work_dir=Path(spec["work_dir"]), facts=spec.get("facts"),
                      trust_remote_code=bool(spec.get("trust_remote_code")),

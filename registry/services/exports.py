@@ -54,6 +54,7 @@ from registry.auth import AuthenticatedPrincipal, Permission, require
 from registry.clock import Clock
 from registry.db.models import Principal, Version, VersionFacts
 from registry.domain.errors import InvalidInputError, InvalidStateError
+from registry.domain.exports import ExportFormat
 from registry.domain.text import printable
 from registry.services import evals, licenses, manifests, scans, versions
 from registry.services.facts import facts_document
@@ -65,7 +66,7 @@ from registry.signing.dsse import sign_envelope
 from registry.signing.keyring import KeyRing
 from registry.storage.base import BlobStore
 
-CYCLONEDX, SLSA = "cyclonedx", "slsa"
+CYCLONEDX, SLSA = ExportFormat.cyclonedx.value, ExportFormat.slsa.value
 FORMATS = (CYCLONEDX, SLSA)
 CYCLONEDX_MEDIA_TYPE = "application/vnd.cyclonedx+json"
 DSSE_MEDIA_TYPE = "application/vnd.dsse.envelope.v1+json"
