@@ -26,6 +26,8 @@ import traceback
 from pathlib import Path
 from typing import Any
 
+from registry.statefile import write_atomic
+
 EXIT_OK = 0
 EXIT_CRASH = 1
 EXIT_RUNNER_ERROR = 3
@@ -36,9 +38,8 @@ MAX_CASES_RECORDED = 10_000
 
 
 def _write(path: Path, doc: dict[str, Any]) -> None:
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(doc, allow_nan=False))
-    os.replace(tmp, path)
+    # Whole or not at all: the worker reads the result after the child exits, or after it was killed.
+    write_atomic(path, json.dumps(doc, allow_nan=False).encode())
 
 
 def _run(spec: dict[str, Any]) -> dict[str, Any]:
