@@ -19,12 +19,13 @@
 Who may export: auditors of the version's tenant and administrators (``audit``), as for the other
 provenance answers; readers may not. Only a sealed version (it has files and a signed manifest) exports.
 
-Example:
-    >>> done = export(session, auditor, "acme", "tiny", 1, "slsa", keyring=container.keyring,
-    ...               blob_store=container.blob_store, clock=container.clock,
-    ...               root_expiry=dt.timedelta(days=365))  # doctest: +SKIP
-    >>> done.media_type  # doctest: +SKIP
-    'application/vnd.dsse.envelope.v1+json'
+Usage (a sketch, not run as a doctest)::
+
+    done = export(session, auditor, "acme", "tiny", 1, "slsa", keyring=container.keyring,
+                  blob_store=container.blob_store, clock=container.clock,
+                  root_expiry=dt.timedelta(days=365))
+    done.media_type
+    # -> 'application/vnd.dsse.envelope.v1+json'
 """
 
 from __future__ import annotations

@@ -23,12 +23,13 @@ Decisions a reader might question (see also ``docs/hf-endpoint.md``):
 - **Folders** have no git tree here; a folder's ``oid`` is a sha1 over the paths and sha256 digests of the
   files below it, so it changes exactly when they do.
 
-Example:
-    >>> release = resolve(session, principal, "acme", "llm", "prod")           # doctest: +SKIP
-    >>> page = tree_page(release, "", recursive=True, cursor=0, page_size=1000,
-    ...                  blob_store=store)                                    # doctest: +SKIP
-    >>> [e.path for e in page.entries]                                         # doctest: +SKIP
-    ['config.json', 'model.safetensors']
+Usage (a sketch, not run as a doctest)::
+
+    release = resolve(session, principal, "acme", "llm", "prod")
+    page = tree_page(release, "", recursive=True, cursor=0, page_size=1000,
+                     blob_store=store)
+    [e.path for e in page.entries]
+    # -> ['config.json', 'model.safetensors']
 """
 
 from __future__ import annotations
