@@ -1,4 +1,5 @@
-"""The event stream: catalogue events (:mod:`registry.domain.events`) read from the audit log by cursor.
+"""The event stream: catalogue events (:mod:`registry.domain.events`) read from the audit log by cursor
+(``docs/events.md``).
 
 A consumer holds the id of the last audit event it has seen and asks for what came after. Audit ids are
 given out under the chain head's row lock, which the appending transaction holds until it commits, so
