@@ -41,7 +41,9 @@ def create_app(container: Container) -> FastAPI:
 def _optional_routers():
     """Routers of the model lifecycle; imported here so health and identity work on their own."""
     from api.routers import (
-        approvals, blobs, evals, events, exports, hf, keys, manifests, models, provenance, quotas, releases, scans)
+        approvals, blobs, evals, events, exports, hf, keys, manifests, models, provenance, quotas, releases, scans,
+        webhooks)
 
     return [models.router, approvals.router, keys.router, scans.router, blobs.router, releases.router,
-            manifests.router, evals.router, events.router, exports.router, hf.router, provenance.router, quotas.router]
+            manifests.router, evals.router, events.router, exports.router, hf.router, provenance.router, quotas.router,
+            webhooks.router]

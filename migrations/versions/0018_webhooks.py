@@ -25,7 +25,6 @@ def upgrade() -> None:
         sa.Column("url", sa.String(length=2048), nullable=False),
         sa.Column("types", sa.JSON(), nullable=False),
         sa.Column("model_glob", sa.String(length=256), nullable=True),
-        sa.Column("description", sa.String(length=512), nullable=False),
         sa.Column("secret", sa.String(length=128), nullable=False),
         sa.Column("previous_secret", sa.String(length=128), nullable=True),
         sa.Column("previous_secret_expires_at", sa.DateTime(timezone=True), nullable=True),

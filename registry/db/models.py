@@ -710,7 +710,6 @@ class WebhookSubscription(Base):
     url: Mapped[str] = mapped_column(String(2048))
     types: Mapped[list[Any]] = mapped_column(default=list)
     model_glob: Mapped[str | None] = mapped_column(String(256))
-    description: Mapped[str] = mapped_column(String(512), default="")
     secret: Mapped[str] = mapped_column(String(128))
     previous_secret: Mapped[str | None] = mapped_column(String(128))
     previous_secret_expires_at: Mapped[dt.datetime | None]
