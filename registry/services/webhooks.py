@@ -38,6 +38,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from registry import audit
 from registry.auth import AuthenticatedPrincipal, Permission, get_tenant, require
 from registry.clock import Clock
+from registry.db.session import begin_write
 from registry.db.models import AuditEvent, Job, WebhookDelivery, WebhookSubscription
 from registry.domain import events as catalogue
 from registry.domain import webhooks as hooks
@@ -114,6 +115,7 @@ def create(session: Session, principal: AuthenticatedPrincipal, *, tenant: str, 
         InvalidInputError: unknown types, a bad glob; LimitExceededError: the tenant has too many.
     """
     require(principal, tenant, Permission.ADMIN)
+    begin_write(session)
     get_tenant(session, tenant)
     chosen = _types(types)
     try:
@@ -163,6 +165,7 @@ def show(session: Session, principal: AuthenticatedPrincipal, subscription_id: i
 
 def remove(session: Session, principal: AuthenticatedPrincipal, subscription_id: int) -> None:
     """Delete a webhook and its delivery records; commits. Its queued job finds nothing and ends."""
+    begin_write(session)
     sub = _manageable(session, principal, subscription_id)
     audit.append(session, actor=principal.name, action="webhook.removed", subject=f"webhook/{sub.id}",
                  tenant=sub.tenant, details={"url": sub.url})
@@ -199,6 +202,7 @@ def redeliver(session: Session, principal: AuthenticatedPrincipal, subscription_
     Raises:
         InvalidInputError: ``from_event`` is not an event id, or past the stream's head.
     """
+    begin_write(session)
     sub = _manageable(session, principal, subscription_id)
     details: dict[str, Any] = {"was": sub.state}
     if from_event is not None:
@@ -224,6 +228,7 @@ def rotate_secret(session: Session, principal: AuthenticatedPrincipal, subscript
     """
     if not 0 <= keep_previous_seconds <= 30 * 86400:
         raise InvalidInputError("keep_previous_seconds must be within 0..2592000", field="keep_previous_seconds")
+    begin_write(session)
     sub = _manageable(session, principal, subscription_id)
     secret = hooks.new_secret()
     now = clock.now()
@@ -307,6 +312,7 @@ def send_test(session: Session, principal: AuthenticatedPrincipal, subscription_
     # No transaction stays open while the receiver takes its time.
     session.commit()
     answer = _send(url, event["id"], body_of(event), secrets, config, clock)
+    begin_write(session)
     _record(session, subscription_id, event["id"], hooks.TEST_TYPE, 1, answer, clock.now())
     session.commit()
     return session.scalars(select(WebhookDelivery).where(WebhookDelivery.subscription_id == subscription_id)
@@ -372,6 +378,7 @@ def deliver(session_factory: sessionmaker[Session], subscription_id: int, *, con
     started = time.monotonic()
     while delivered < EVENTS_PER_RUN and time.monotonic() - started < RUN_SECONDS:
         with session_factory() as session:
+            begin_write(session)
             sub = session.get(WebhookSubscription, subscription_id)
             now = clock.now()
             if sub is None or sub.state != hooks.ACTIVE or (sub.next_attempt_at and sub.next_attempt_at > now):
@@ -388,6 +395,7 @@ def deliver(session_factory: sessionmaker[Session], subscription_id: int, *, con
             session.rollback()
         answer = _send(url, event.id, body_of(event.as_cloudevent()), secrets, config, clock)
         with session_factory() as session:
+            begin_write(session)
             now = clock.now()
             _record(session, subscription_id, event.id, event.type, attempt, answer, now)
             if answer.ok:
@@ -405,7 +413,7 @@ def deliver(session_factory: sessionmaker[Session], subscription_id: int, *, con
 def _failed(session: Session, subscription_id: int, old: tuple[int, int], event: catalogue.Event,
             answer: egress.Answer, config: DeliveryConfig, now: dt.datetime) -> None:
     """Schedule the failed event's retry, or pause the subscription once it has failed for ``retry_for``."""
-    sub = session.get(WebhookSubscription, subscription_id)
+    sub = session.get(WebhookSubscription, subscription_id, with_for_update=True)
     if sub is None or (sub.cursor, sub.cursor_part) != old or sub.state != hooks.ACTIVE:
         return  # another run moved on (or it was paused, removed) meanwhile: its outcome counts
     error = (answer.error or f"answered {answer.status}")[:900]
@@ -450,6 +458,7 @@ def arm_due(session: Session, *, clock: Clock) -> int:
     Returns:
         How many subscriptions' jobs were looked at.
     """
+    begin_write(session)
     now = clock.now()
     newest = head(session)
     sub = WebhookSubscription
