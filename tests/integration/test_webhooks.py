@@ -23,6 +23,7 @@ from sqlalchemy import select
 from api.app import create_app
 from registry import audit
 from registry.bootstrap import bootstrap
+from registry.db.session import begin_write
 from registry.clock import ManualClock
 from registry.db.models import AuditEvent, WebhookSubscription
 from registry.domain import webhooks as hooks
@@ -84,6 +85,7 @@ def subscribe(client, token, url, types=("version.revoked",), **extra):
 def revoke_event(container, number: int, tenant: str = T, model: str = "llm") -> int:
     """What revocations.revoke appends for a version: a catalogue event of ``tenant``."""
     with container.session_factory() as session:
+        begin_write(session)
         row = audit.append(session, actor="sec", action="version.revoked", subject=f"{tenant}/{model}@{number}",
                            tenant=tenant, details={"state": "revoked", "reason": f"CVE-{number}", "aliases": []})
         session.commit()
