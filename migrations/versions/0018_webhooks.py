@@ -30,7 +30,7 @@ def upgrade() -> None:
         sa.Column("previous_secret_expires_at", sa.DateTime(timezone=True), nullable=True),
         sa.Column("cursor", sa.BigInteger(), nullable=False),
         sa.Column("cursor_part", sa.Integer(), nullable=False),
-        sa.Column("state", sa.String(length=16), nullable=False),
+        sa.Column("status", sa.String(length=16), nullable=False),
         sa.Column("paused_reason", sa.String(length=1024), nullable=True),
         sa.Column("paused_at", sa.DateTime(timezone=True), nullable=True),
         sa.Column("failing_since", sa.DateTime(timezone=True), nullable=True),
@@ -42,7 +42,7 @@ def upgrade() -> None:
         sa.PrimaryKeyConstraint("id", name=op.f("pk_webhook_subscriptions")),
     )
     op.create_index("ix_webhook_subscriptions_tenant", "webhook_subscriptions", ["tenant"])
-    op.create_index("ix_webhook_subscriptions_state", "webhook_subscriptions", ["state"])
+    op.create_index("ix_webhook_subscriptions_status", "webhook_subscriptions", ["status"])
     op.create_table(
         "webhook_deliveries",
         sa.Column("id", BigId, nullable=False),
@@ -65,6 +65,6 @@ def upgrade() -> None:
 def downgrade() -> None:
     op.drop_index("ix_webhook_deliveries_subscription", table_name="webhook_deliveries")
     op.drop_table("webhook_deliveries")
-    op.drop_index("ix_webhook_subscriptions_state", table_name="webhook_subscriptions")
+    op.drop_index("ix_webhook_subscriptions_status", table_name="webhook_subscriptions")
     op.drop_index("ix_webhook_subscriptions_tenant", table_name="webhook_subscriptions")
     op.drop_table("webhook_subscriptions")

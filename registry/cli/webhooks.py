@@ -1,7 +1,7 @@
 """The ``modelreg webhook`` commands: tenant admins' subscriptions to the registry's events.
 
 ``webhook add|list|show|remove|deliveries|redeliver|test|rotate-secret``, all through the API
-(``/v1/webhooks``; ``docs/webhooks.md``).
+(see ``docs/webhooks.md``).
 """
 
 from __future__ import annotations

@@ -703,7 +703,7 @@ class WebhookSubscription(Base):
 
     __tablename__ = "webhook_subscriptions"
     __table_args__ = (Index("ix_webhook_subscriptions_tenant", "tenant"),
-                      Index("ix_webhook_subscriptions_state", "state"))
+                      Index("ix_webhook_subscriptions_status", "status"))
 
     id: Mapped[int] = mapped_column(BigId, primary_key=True)
     tenant: Mapped[str] = mapped_column(String(64))
@@ -715,7 +715,8 @@ class WebhookSubscription(Base):
     previous_secret_expires_at: Mapped[dt.datetime | None]
     cursor: Mapped[int] = mapped_column(BigInteger, default=0)
     cursor_part: Mapped[int] = mapped_column(Integer, default=0)
-    state: Mapped[str] = mapped_column(String(16), default="active")
+    status: Mapped[str] = mapped_column(String(16), default="active")
+    """``active`` or ``paused`` (named apart from a version's ``state``, which only the lifecycle moves)."""
     paused_reason: Mapped[str | None] = mapped_column(String(1024))
     paused_at: Mapped[dt.datetime | None]
     failing_since: Mapped[dt.datetime | None]

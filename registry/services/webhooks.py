@@ -131,7 +131,7 @@ def create(session: Session, principal: AuthenticatedPrincipal, *, tenant: str, 
     now = clock.now()
     # No replay of history: the new subscription hears of what happens from now on.
     sub = WebhookSubscription(tenant=tenant, url=url, types=chosen, model_glob=glob, secret=secret,
-                              cursor=head(session), cursor_part=0, state=hooks.ACTIVE, failed_attempts=0,
+                              cursor=head(session), cursor_part=0, status=hooks.ACTIVE, failed_attempts=0,
                               created_by=principal.name, created_at=now)
     session.add(sub)
     session.flush()
@@ -204,14 +204,14 @@ def redeliver(session: Session, principal: AuthenticatedPrincipal, subscription_
     """
     begin_write(session)
     sub = _manageable(session, principal, subscription_id)
-    details: dict[str, Any] = {"was": sub.state}
+    details: dict[str, Any] = {"was": sub.status}
     if from_event is not None:
         audit_id = _event_audit_id(from_event)
         if audit_id > head(session):
             raise InvalidInputError(f"event {from_event!r} is past the newest event", field="from_event")
         sub.cursor, sub.cursor_part = audit_id - 1, 0
         details["from_event"] = from_event
-    sub.state = hooks.ACTIVE
+    sub.status = hooks.ACTIVE
     sub.paused_reason = sub.paused_at = sub.failing_since = sub.next_attempt_at = None
     sub.failed_attempts = 0
     audit.append(session, actor=principal.name, action="webhook.resumed", subject=f"webhook/{sub.id}",
@@ -257,7 +257,7 @@ def public(sub: WebhookSubscription) -> dict[str, Any]:
     """What the API shows of a subscription (never a secret)."""
     at = (lambda t: t.isoformat() if t else None)
     return {"id": sub.id, "tenant": sub.tenant, "url": sub.url, "types": list(sub.types),
-            "model_glob": sub.model_glob, "state": sub.state, "paused_reason": sub.paused_reason,
+            "model_glob": sub.model_glob, "state": sub.status, "paused_reason": sub.paused_reason,
             "paused_at": at(sub.paused_at), "cursor": sub.cursor, "failing_since": at(sub.failing_since),
             "failed_attempts": sub.failed_attempts, "next_attempt_at": at(sub.next_attempt_at),
             "last_error": sub.last_error, "previous_secret_valid_until": at(sub.previous_secret_expires_at),
@@ -381,7 +381,7 @@ def deliver(session_factory: sessionmaker[Session], subscription_id: int, *, con
             begin_write(session)
             sub = session.get(WebhookSubscription, subscription_id)
             now = clock.now()
-            if sub is None or sub.state != hooks.ACTIVE or (sub.next_attempt_at and sub.next_attempt_at > now):
+            if sub is None or sub.status != hooks.ACTIVE or (sub.next_attempt_at and sub.next_attempt_at > now):
                 return delivered
             old = (sub.cursor, sub.cursor_part)
             pending = _next_event(session, sub)
@@ -414,7 +414,7 @@ def _failed(session: Session, subscription_id: int, old: tuple[int, int], event:
             answer: egress.Answer, config: DeliveryConfig, now: dt.datetime) -> None:
     """Schedule the failed event's retry, or pause the subscription once it has failed for ``retry_for``."""
     sub = session.get(WebhookSubscription, subscription_id, with_for_update=True)
-    if sub is None or (sub.cursor, sub.cursor_part) != old or sub.state != hooks.ACTIVE:
+    if sub is None or (sub.cursor, sub.cursor_part) != old or sub.status != hooks.ACTIVE:
         return  # another run moved on (or it was paused, removed) meanwhile: its outcome counts
     error = (answer.error or f"answered {answer.status}")[:900]
     sub.failing_since = sub.failing_since or now
@@ -422,7 +422,7 @@ def _failed(session: Session, subscription_id: int, old: tuple[int, int], event:
     sub.last_error = error
     give_up_at = sub.failing_since + dt.timedelta(seconds=config.retry_for)
     if now >= give_up_at:
-        sub.state = hooks.PAUSED
+        sub.status = hooks.PAUSED
         sub.paused_at = now
         sub.next_attempt_at = None
         sub.paused_reason = (f"event {event.id} ({event.type}) undelivered after {sub.failed_attempts} attempts "
@@ -467,10 +467,10 @@ def arm_due(session: Session, *, clock: Clock) -> int:
                                 AuditEvent.action.in_(sorted(catalogue.ACTIONS)),
                                 or_(AuditEvent.tenant == sub.tenant, AuditEvent.tenant.is_(None)))
                  .correlate(sub))
-    session.execute(update(sub).where(sub.state == hooks.ACTIVE, sub.cursor < newest, sub.cursor_part == 0,
+    session.execute(update(sub).where(sub.status == hooks.ACTIVE, sub.cursor < newest, sub.cursor_part == 0,
                                       ~something).values(cursor=newest).execution_options(synchronize_session=False))
     due = session.execute(
-        select(sub.id, sub.tenant).where(sub.state == hooks.ACTIVE,
+        select(sub.id, sub.tenant).where(sub.status == hooks.ACTIVE,
                                          or_(sub.cursor < newest, sub.cursor_part > 0),
                                          or_(sub.next_attempt_at.is_(None), sub.next_attempt_at <= now))
         .order_by(sub.id).limit(10_000)).all()
