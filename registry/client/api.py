@@ -295,6 +295,33 @@ class RegistryApi:
         return self.client.get_bytes(f"/v1/provenance/{_seg(tenant)}/{_seg(name)}/versions/{int(number)}/export",
                                      params={"format": fmt})
 
+    # --- webhooks ---------------------------------------------------------------------------------
+
+    def add_webhook(self, body: dict[str, Any]) -> dict[str, Any]:
+        return self.client.post("/v1/webhooks", json=body)
+
+    def webhooks(self, tenant: str | None = None) -> list[dict[str, Any]]:
+        return self.client.get("/v1/webhooks", params={"tenant": tenant} if tenant else None)
+
+    def webhook(self, webhook_id: int) -> dict[str, Any]:
+        return self.client.get(f"/v1/webhooks/{int(webhook_id)}")
+
+    def remove_webhook(self, webhook_id: int) -> None:
+        self.client.delete(f"/v1/webhooks/{int(webhook_id)}")
+
+    def webhook_deliveries(self, webhook_id: int, limit: int = 100) -> list[dict[str, Any]]:
+        return self.client.get(f"/v1/webhooks/{int(webhook_id)}/deliveries", params={"limit": limit})
+
+    def redeliver_webhook(self, webhook_id: int, from_event: str | None = None) -> dict[str, Any]:
+        return self.client.post(f"/v1/webhooks/{int(webhook_id)}/redeliver", json={"from_event": from_event})
+
+    def test_webhook(self, webhook_id: int) -> dict[str, Any]:
+        return self.client.post(f"/v1/webhooks/{int(webhook_id)}/test")
+
+    def rotate_webhook_secret(self, webhook_id: int, keep_previous_seconds: float) -> dict[str, Any]:
+        return self.client.post(f"/v1/webhooks/{int(webhook_id)}/rotate-secret",
+                                json={"keep_previous_seconds": keep_previous_seconds})
+
     # --- serving nodes ---------------------------------------------------------------------------
 
     @staticmethod
