@@ -18,9 +18,10 @@ each subscription with nothing to read in its tenant up to the head (one stateme
 each active subscription still behind whose retry is due (one query, then one statement per such
 subscription). Nothing of this happens in an API request.
 
-Example:
-    >>> sub, secret = create(session, admin, tenant="acme", url="https://hooks.example/modelreg",
-    ...                      types=["version.approved"], egress=policy, clock=clock)  # doctest: +SKIP
+Usage (a sketch, not run as a doctest)::
+
+    sub, secret = create(session, admin, tenant="acme", url="https://hooks.example/modelreg",
+                         types=["version.approved"], egress=policy, clock=clock)
 """
 
 from __future__ import annotations
