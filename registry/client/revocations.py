@@ -67,14 +67,15 @@ class RevocationFollower:
         cache: The node cache; its index keeps the cursor, per registry URL.
         on_revoked: Told of each revoked version the cache held (what was removed).
         on_problem: Told a line about each failure before the retry (a refused token, a lost cursor).
+        on_cursor: Told the cursor each time a read moved it (after it was saved).
         wait: Seconds of long poll asked of the server (None: ask for none).
     """
 
     def __init__(self, api: RegistryApi, cache: NodeCache, *, on_revoked: Callable[[RevocationReport], None],
-                 on_problem: Callable[[str], None], wait: float | None = WAIT_SECONDS,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 on_problem: Callable[[str], None], on_cursor: Callable[[int], None] = lambda cursor: None,
+                 wait: float | None = WAIT_SECONDS, clock: Callable[[], float] = time.monotonic) -> None:
         self.api, self.cache = api, cache
-        self.on_revoked, self.on_problem = on_revoked, on_problem
+        self.on_revoked, self.on_problem, self.on_cursor = on_revoked, on_problem, on_cursor
         self.wait = wait
         self.clock = clock
         self.key = f"events.cursor {api.client.url}"
@@ -102,8 +103,19 @@ class RevocationFollower:
             report = self.cache.remove_revoked(*named)
             if report.held and (report.newly_revoked or report.removed):
                 self.on_revoked(report)
-        self.cache.set_state(self.key, str(page.cursor))
+        if page.cursor != after or not self.cache.state(self.key):
+            self.cache.set_state(self.key, str(page.cursor))
+            self.on_cursor(page.cursor)
         return len(page.events), len(page.events) >= PAGE
+
+    def catch_up(self) -> None:
+        """Read until the stream has nothing more at once (``cache warm --once``); failures are raised."""
+        wait, self.wait = self.wait, None
+        try:
+            while self.step()[1]:
+                pass
+        finally:
+            self.wait = wait
 
     def run(self, stop: threading.Event) -> None:
         """Follow the stream until ``stop`` is set; every failure is told and retried with backoff."""
