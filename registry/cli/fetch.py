@@ -267,8 +267,9 @@ def cache_warm(
     Long-polls each REF's manifest (``wait=``); on a change, verifies the release and caches its files.
     One more thread reads ``version.revoked`` from the event stream (cursor kept in the cache): a revoked
     version the cache holds is removed from it (blobs another live version lists stay) and reported
-    (``{"event": "revoked"}`` with --json). Run as a DaemonSet. With --once, a failure exits with its
-    code; otherwise it is printed and retried.
+    (``{"event": "revoked"}`` with --json). Run as a DaemonSet. With --once, a failure to warm exits
+    with its code (an event stream that fails is told on stderr, and the warm goes on); otherwise every
+    failure is printed and retried.
     """
     from registry.client.fetch import warm_once
     from registry.client.progress import Reporter
@@ -298,7 +299,12 @@ def cache_warm(
                                           on_problem=lambda line: _say(f"error: revocations: {line}", err=True))
             metrics()
             if once:
-                follower.catch_up()
+                try:
+                    follower.catch_up()
+                except (RegistryError, OSError) as exc:
+                    # The releases are still warmed: the manifest endpoint itself refuses revoked versions.
+                    _say(f"error: revocations: the event stream failed, none applied: {' '.join(str(exc).split())}",
+                         err=True)
                 for ref in parsed:
                     _, result = warm_once(ref, api=api, trust_root_file=trust_root, cache=node_cache, etag=None,
                                           wait=None, parallel=parallel, reporter=reporter)
