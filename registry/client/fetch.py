@@ -39,10 +39,10 @@ from registry.client.assemble import (
 )
 from registry.client.cache import NodeCache, copy_file
 from registry.client.download import DEFAULT_PART_SIZE, MAX_PART_SIZE, SPARE_BUFFERS, Buffers, download_blob
-from registry.client.errors import BadManifestError, DestinationInCacheError, RevokedReleaseError
+from registry.client.errors import BadManifestError, DestinationInCacheError
 from registry.client.progress import Reporter
 from registry.client.trust import NodeTrust
-from registry.domain.errors import InvalidInputError, InvalidRefError
+from registry.domain.errors import InvalidInputError, InvalidRefError, RevokedError
 from registry.domain.refs import ModelRef, parse_ref
 from registry.signing.release import Release, ReleaseFile, verify_release
 
@@ -193,24 +193,25 @@ def hold_release(release: Release, *, tenant: str, name: str, cache: NodeCache) 
     """Record in the cache's index that it holds ``release``'s version, before any of its blobs come in.
 
     Raises:
-        RevokedReleaseError: the cache recorded the version as revoked (a stale manifest): none of it is cached.
+        RevokedError: the cache recorded the version as revoked (a stale manifest): none of it is cached.
     """
     if not cache.hold(tenant, name, release.version, {f.sha256: f.size for f in release.files}):
-        raise RevokedReleaseError(f"{tenant}/{name}@{release.version} was revoked (the node cache applied the "
-                                  "revocation): it is not cached again", model=f"{tenant}/{name}",
-                                  version=release.version)
+        raise RevokedError.from_wire(
+            f"{tenant}/{name}@{release.version} was revoked (the node cache applied the revocation): it is not "
+            "cached again", model=f"{tenant}/{name}", version=release.version)
 
 
 def drop_if_revoked(release: Release, *, tenant: str, name: str, cache: NodeCache) -> None:
     """After the blobs came in: a revocation applied meanwhile removes what this warm brought back.
 
     Raises:
-        RevokedReleaseError: the version was revoked while its blobs were cached (they are removed again).
+        RevokedError: the version was revoked while its blobs were cached (they are removed again).
     """
     if cache.is_revoked(tenant, name, release.version):
         cache.remove_revoked(tenant, name, release.version)
-        raise RevokedReleaseError(f"{tenant}/{name}@{release.version} was revoked while it was cached: removed "
-                                  "again", model=f"{tenant}/{name}", version=release.version)
+        raise RevokedError.from_wire(
+            f"{tenant}/{name}@{release.version} was revoked while it was cached: removed again",
+            model=f"{tenant}/{name}", version=release.version)
 
 
 def check_outside_cache(dest: Path, cache: NodeCache) -> None:
@@ -304,7 +305,7 @@ def warm_once(ref: ModelRef, *, api: RegistryApi, trust_root_file: Path, cache: 
         The ETag to poll with next, and what was fetched (None when the manifest did not change).
 
     Raises:
-        RevokedReleaseError: the registry refused the manifest, or the cache recorded the version as
+        RevokedError: the registry refused the manifest, or the cache recorded the version as
             revoked (a stale manifest, or a revocation applied while its blobs came in).
     """
     reporter = reporter or Reporter()

@@ -17,7 +17,7 @@ import pytest
 from api.app import create_app
 from registry.client.api import RegistryApi
 from registry.client.cache import NodeCache
-from registry.client.errors import RevokedReleaseError
+from registry.domain.errors import RevokedError
 from registry.client.fetch import warm_once
 from registry.client.revocations import RevocationFollower
 from registry.domain.aliases import make_target
@@ -89,7 +89,7 @@ def test_a_revocation_removes_the_versions_own_blobs_keeps_shared_ones_and_survi
     follower.catch_up()
     assert len(told) == 1, "a revocation is applied once"
     # The alias on the revoked version is refused by the registry, and the cache never takes it back.
-    with pytest.raises(RevokedReleaseError):
+    with pytest.raises(RevokedError):
         _warm(node, cache, "acme/tiny@prod")
     assert cache.is_revoked("acme", "tiny", first)
 
