@@ -91,7 +91,9 @@ class EventWatcher:
         self.head = 0
         self.closed = False
         self.reads = 0
-        """Reads of the audit log since start (the bench and tests look at it)."""
+        """Reads of the audit log since start."""
+        self.woken = 0
+        """Waits woken by news since start (tests count them: only the waiters concerned wake)."""
         self._waiters: dict[str, set[asyncio.Future]] = collections.defaultdict(set)
         self._recent: collections.deque[tuple[int, frozenset[str]]] = collections.deque(maxlen=RECENT_EVENTS)
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -185,6 +187,7 @@ class EventWatcher:
             for key in keys:
                 woken.update(self._waiters.get(key, ()))
             self.head = max(self.head, event_id)
+        self.woken += sum(1 for f in woken if not f.done())
         self._wake_futures(woken, "news")
 
     def _signal_started(self) -> None:

@@ -75,6 +75,7 @@ def test_a_promote_wakes_its_alias_s_waiters_at_once_and_no_others_and_a_revocat
             prod = [asyncio.create_task(_wait(http, tokens, "prod", etags["prod"])) for _ in range(3)]
             others = [asyncio.create_task(_wait(http, tokens, ref, etags[ref])) for ref in ("staging", "staging", "1")]
             await _registered(watcher, 6)
+            woken = watcher.woken
             await asyncio.to_thread(promote, container, admin, 2)
             promoted = time.monotonic()
             for r, at in await asyncio.gather(*prod):
@@ -83,6 +84,7 @@ def test_a_promote_wakes_its_alias_s_waiters_at_once_and_no_others_and_a_revocat
                 assert at - promoted < WAKE_WITHIN, at - promoted
             await asyncio.sleep(1.0)
             assert not any(t.done() for t in others), "a waiter whose alias and version did not change returned"
+            assert watcher.woken - woken == 3, "waiters not concerned by the move were woken"
             assert watcher.waiting == 3
             # Version 1 (staging's, and the version ref's) is revoked: exactly those wake.
             await asyncio.to_thread(_revoke, container, admin, 1)
