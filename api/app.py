@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from contextlib import asynccontextmanager
+from typing import AsyncIterator
+
 from fastapi import FastAPI
 
 from api import problems
@@ -9,15 +12,28 @@ from api.metrics import ApiMetrics, MetricsMiddleware
 from api.middleware import BoundBodyMiddleware, ConsoleHeadersMiddleware, RefuseNulMiddleware, RequestIdMiddleware
 from api.routers import admin, audit, health, metrics
 from registry.bootstrap import Container
+from registry.watch import EventWatcher
+
+
+@asynccontextmanager
+async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
+    # The watcher starts with the first long-poll (in whatever loop serves it); at shutdown every
+    # waiter answers at once (304), so the process stops within its grace period.
+    yield
+    await app.state.event_watcher.stop()
 
 
 def create_app(container: Container) -> FastAPI:
     app = FastAPI(
+        lifespan=_lifespan,
         title="modelreg",
         version="0.1.0",
         description="Model supply-chain artifact registry: mirror, hash, sign, scan, approve and serve weights.",
     )
     app.state.container = container
+    settings = container.settings
+    app.state.event_watcher = EventWatcher(container.engine, poll_seconds=settings.event_poll_seconds,
+                                           safety_poll_seconds=settings.event_safety_poll_seconds)
     problems.install(app)
     app.state.metrics = ApiMetrics(container)
     app.add_middleware(BoundBodyMiddleware)

@@ -11,6 +11,7 @@ from sqlalchemy.orm import Session
 from registry.auth import AuthenticatedPrincipal, authenticate
 from registry.bootstrap import Container
 from registry.domain.errors import AuthenticationError
+from registry.watch import EventWatcher
 
 
 def get_container(request: Request) -> Container:
@@ -18,6 +19,13 @@ def get_container(request: Request) -> Container:
 
 
 ContainerDep = Annotated[Container, Depends(get_container)]
+
+
+def get_event_watcher(request: Request) -> EventWatcher:
+    return request.app.state.event_watcher
+
+
+EventWatcherDep = Annotated[EventWatcher, Depends(get_event_watcher)]
 
 
 def get_session(container: ContainerDep) -> Iterator[Session]:

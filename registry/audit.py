@@ -30,7 +30,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Iterator
 
-from sqlalchemy import select
+from sqlalchemy import select, text
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.exc import IntegrityError as SAIntegrityError
 from sqlalchemy.orm import Session
@@ -43,6 +43,8 @@ from registry.signing.dsse import sign_envelope, verify_envelope
 from registry.signing.keys import SigningKey, VerifyingKey
 
 GENESIS = "0" * 64
+NOTIFY_CHANNEL = "modelreg_events"
+"""PostgreSQL: each append notifies this channel with the event's id (see registry.watch)."""
 # The actor of the registry's own actions; no principal may take this name.
 SYSTEM_ACTOR = "system"
 _HEAD_ID = 1
@@ -123,6 +125,10 @@ def append(
     head.last_event_id = event.id
     head.last_hash = event.hash
     session.flush()
+    if is_postgres(session):
+        # Delivered when this transaction commits, never before nor on rollback: the API processes'
+        # watchers (registry.watch) wake the long-polls this event concerns.
+        session.execute(text("SELECT pg_notify(:channel, :id)"), {"channel": NOTIFY_CHANNEL, "id": str(event.id)})
     return event
 
 

@@ -46,8 +46,14 @@ class Settings(BaseSettings):
         86400, ge=10, le=86400 * 30, description="Lifetime of a release manifest of a version number.")
     release_url_ttl_seconds: int = Field(
         3600, ge=60, le=7 * 86400, description="Lifetime of the presigned blob URLs beside a release manifest.")
-    release_poll_seconds: float = Field(
-        1.0, gt=0, le=60, description="How often a long-polling manifest request (?wait=) looks for a move.")
+    event_poll_seconds: float = Field(
+        0.25, gt=0, le=60, description=(
+            "SQLite: how often each API process reads the audit log for new events, waking the long-polls "
+            "(?wait=) they concern; one query per interval per process, whatever the number of waiters."))
+    event_safety_poll_seconds: float = Field(
+        5.0, gt=0, le=300, description=(
+            "PostgreSQL: how often each API process reads the audit log beside LISTEN/NOTIFY, in case a "
+            "notification is lost."))
 
     hf_endpoint: str = "https://huggingface.co"
     hf_token: SecretStr | None = None

@@ -1,14 +1,22 @@
-"""The event stream over HTTP: ``GET /v1/events`` (CloudEvents read by cursor; see registry.services.events)."""
+"""The event stream over HTTP: ``GET /v1/events`` (CloudEvents read by cursor; see registry.services.events).
+
+With ``wait``, a read that finds nothing holds (no thread, no connection) until the process's event
+watcher (:mod:`registry.watch`) sees an event of a tenant the caller may read, then reads once more.
+"""
 
 from __future__ import annotations
 
+import time
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Query
+from starlette.concurrency import run_in_threadpool
 
-from api.deps import PrincipalDep, SessionDep
+from api.deps import BearerTokenDep, ContainerDep, EventWatcherDep
 from api.params import AfterId, TenantName
 from api.problems import AUTHENTICATED, responses
+from registry.auth import AuthenticatedPrincipal, authenticate
+from registry.bootstrap import Container
 from registry.domain import events as catalogue
 from registry.domain.errors import InvalidInputError
 from registry.services import events as events_service
@@ -16,15 +24,29 @@ from registry.services import events as events_service
 router = APIRouter(prefix="/v1/events", tags=["events"], responses=responses(*AUTHENTICATED))
 
 
+def _read(container: Container, token: str, **kwargs: Any) -> tuple[AuthenticatedPrincipal, list[catalogue.Event], int]:
+    """Authenticate and read in one session, closed before it returns."""
+    with container.session_factory() as session:
+        principal = authenticate(session, token)
+        # Reads after authentication start a fresh transaction, not one opened by the lookup.
+        session.rollback()
+        found, cursor = events_service.read(session, principal, **kwargs)
+        return principal, found, cursor
+
+
 @router.get("")
-def read_events(
-    session: SessionDep,
-    principal: PrincipalDep,
+async def read_events(
+    token: BearerTokenDep,
+    container: ContainerDep,
+    watcher: EventWatcherDep,
     after: AfterId = 0,
     type: Annotated[list[str], Query(description="event types to read (short `version.revoked` or "
                                                  "`dev.modelreg.version.revoked`); all when none")] = [],  # noqa: B006
     tenant: TenantName | None = None,
     limit: int = Query(100, ge=1, le=events_service.MAX_LIMIT),
+    wait: Annotated[int, Query(ge=0, le=events_service.MAX_WAIT_SECONDS, description=(
+        "when no event is there yet: wait up to this many seconds for one; the answer comes as soon as "
+        "one arrives (else no events, and the cursor to read on from)"))] = 0,
 ) -> dict[str, Any]:
     """Catalogue events after an audit id, oldest first, as CloudEvents 1.0 (structured JSON).
 
@@ -34,5 +56,17 @@ def read_events(
         types = catalogue.parse_types(type)
     except ValueError as exc:
         raise InvalidInputError(str(exc), field="type") from None
-    found, cursor = events_service.read(session, principal, after=after, limit=limit, types=types, tenant=tenant)
+    kwargs = dict(limit=limit, types=types, tenant=tenant)
+    if wait:
+        await watcher.start()
+    # Taken before reading: whatever is committed after the read has a larger id (registry.watch).
+    since = watcher.head
+    principal, found, cursor = await run_in_threadpool(_read, container, token, after=after, **kwargs)
+    deadline = time.monotonic() + wait
+    keys = events_service.watch_keys(principal, tenant)
+    while not found and (remaining := deadline - time.monotonic()) > 0:
+        if await watcher.wait(keys, since, remaining) != "news":
+            break
+        since = watcher.head
+        principal, found, cursor = await run_in_threadpool(_read, container, token, after=cursor, **kwargs)
     return {"events": [e.as_cloudevent() for e in found], "cursor": cursor}

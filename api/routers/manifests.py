@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import time
 from typing import Annotated, Any
 
@@ -10,13 +9,14 @@ from fastapi import APIRouter, Header, Query
 from fastapi.responses import JSONResponse, Response
 from starlette.concurrency import run_in_threadpool
 
-from api.deps import BearerTokenDep, ContainerDep
+from api.deps import BearerTokenDep, ContainerDep, EventWatcherDep
 from api.params import REF_PATTERN, ModelName, TenantName
 from api.problems import AUTHENTICATED, responses
 from api.schemas import ReleasePublic
 from registry.auth import AuthenticatedPrincipal, authenticate
 from registry.bootstrap import Container
 from registry.domain.errors import ConflictError, NotFoundError, ServiceUnavailableError
+from registry import watch
 from registry.services import manifests
 
 router = APIRouter(prefix="/v1/models", tags=["releases"])
@@ -33,11 +33,6 @@ def _issue(container: Container, token: str, principal: AuthenticatedPrincipal |
         return principal, manifests.issue(session, principal, **kwargs)
 
 
-def _watch_state(container: Container, watch: manifests.WatchKey) -> tuple:
-    with container.session_factory() as session:
-        return manifests.watch_state(session, watch)
-
-
 def _answer(issued: manifests.Issued) -> Response:
     headers = {"ETag": issued.etag, "Cache-Control": "no-cache"}
     if issued.body is None:
@@ -50,6 +45,7 @@ def _answer(issued: manifests.Issued) -> Response:
     **responses(*AUTHENTICATED, NotFoundError, ConflictError, ServiceUnavailableError)})
 async def get_manifest(
     tenant: TenantName, name: ModelName, token: BearerTokenDep, container: ContainerDep,
+    watcher: EventWatcherDep,
     ref: Annotated[str, Query(pattern=REF_PATTERN, description="an alias (prod, canary...) or a version number")],
     for_tenant: Annotated[TenantName | None, Query(
         description="the tenant the release is served for (its canary; default: the model's tenant)")] = None,
@@ -68,18 +64,29 @@ async def get_manifest(
                   if_none_match=if_none_match, keyring=container.keyring, blob_store=container.blob_store,
                   clock=container.clock, config=manifests.ReleaseConfig.from_settings(settings),
                   cache=container.release_cache)
-    principal, issued = await run_in_threadpool(_issue, container, token, None, **kwargs)
-    if issued.body is not None or wait == 0:
+    if wait == 0:
+        principal, issued = await run_in_threadpool(_issue, container, token, None, **kwargs)
         return _answer(issued)
+    await watcher.start()
+    # Taken before reading: whatever changes after the read has a larger event id (registry.watch).
+    since = watcher.head
+    principal, issued = await run_in_threadpool(_issue, container, token, None, **kwargs)
     deadline = time.monotonic() + wait
-    seen = await run_in_threadpool(_watch_state, container, issued.watch)
-    while (remaining := deadline - time.monotonic()) > 0:
-        # The request holds no thread and no connection while it sleeps.
-        await asyncio.sleep(min(settings.release_poll_seconds, remaining))
-        state = await run_in_threadpool(_watch_state, container, issued.watch)
-        if state != seen:
-            seen = state
-            principal, issued = await run_in_threadpool(_issue, container, token, None, **kwargs)
-            if issued.body is not None:
-                break
+    while issued.body is None and (remaining := deadline - time.monotonic()) > 0:
+        # No thread, no connection: one future, woken by the process's watcher when an event names
+        # this alias or the version served, or rotates the trust root.
+        outcome = await watcher.wait(_watch_keys(tenant, name, issued), since, remaining)
+        if outcome != "news":
+            break
+        since = watcher.head
+        # Authenticated again: a token revoked while it waited gets nothing new.
+        principal, issued = await run_in_threadpool(_issue, container, token, None, **kwargs)
     return _answer(issued)
+
+
+def _watch_keys(tenant: str, name: str, issued: manifests.Issued) -> set[str]:
+    """What may change this release: the alias (when ``ref`` is one), the version served, the trust root."""
+    keys = {watch.subject_key(tenant, name, issued.version), watch.TRUST_ROOT}
+    if issued.watch.alias is not None:
+        keys.add(watch.subject_key(tenant, name, issued.watch.alias))
+    return keys

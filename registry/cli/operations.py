@@ -193,6 +193,22 @@ def _component(name: str) -> Any:
     return found[0].load()
 
 
+def _releasing_server(config: Any, watcher: Any) -> Any:
+    """uvicorn's server, answering every long-poll (304) as soon as a stop is asked for.
+
+    uvicorn drains in-flight requests before the app's lifespan shutdown runs: without this, each
+    waiting ``?wait=`` request would hold the stop for up to its wait.
+    """
+    import uvicorn
+
+    class ReleasingServer(uvicorn.Server):
+        def handle_exit(self, sig: int, frame: Any) -> None:
+            watcher.release_all_threadsafe()
+            super().handle_exit(sig, frame)
+
+    return ReleasingServer(config)
+
+
 @app.command()
 def serve(
     data_dir: Optional[Path] = typer.Option(None, "--data-dir", help="state directory (default ./.modelreg)"),
@@ -252,8 +268,9 @@ def serve(
         # of 0.1-0.2 s in the middle of answering nodes (bench/README.md, Release manifest).
         collector.collect()
         collector.freeze()
-        uvicorn.run(app, host=settings.host, port=settings.port, log_config=None,
-                    log_level=settings.log_level.lower(), access_log=False)
+        config = uvicorn.Config(app, host=settings.host, port=settings.port, log_config=None,
+                                log_level=settings.log_level.lower(), access_log=False)
+        _releasing_server(config, app.state.event_watcher).run()
     finally:
         stop.set()
         for thread in threads:

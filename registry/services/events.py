@@ -16,6 +16,7 @@ from __future__ import annotations
 from sqlalchemy import func, or_, select
 from sqlalchemy.orm import Session
 
+from registry import watch
 from registry.auth import AuthenticatedPrincipal
 from registry.db.models import AuditEvent
 from registry.domain import events as catalogue
@@ -23,6 +24,8 @@ from registry.domain.errors import InvalidInputError, PermissionDeniedError
 
 MAX_LIMIT = 1000
 """The most audit events one read looks at (the events it returns may be fewer, or twice as many)."""
+MAX_WAIT_SECONDS = 300
+"""The longest a read with ``wait`` holds (as a release manifest's long poll)."""
 
 
 def row_of(event: AuditEvent) -> catalogue.AuditRow:
@@ -43,6 +46,21 @@ def visible_tenants(principal: AuthenticatedPrincipal, tenant: str | None) -> fr
                                         principal=principal.name, tenant=tenant, permission="read")
         return frozenset({tenant})
     return None if principal.is_admin else frozenset(principal.roles)
+
+
+def watch_keys(principal: AuthenticatedPrincipal, tenant: str | None) -> frozenset[str]:
+    """The :mod:`registry.watch` keys whose events ``principal`` reading ``tenant`` (or all it may) could see.
+
+    Raises:
+        PermissionDeniedError: see :func:`visible_tenants`.
+    """
+    tenants = visible_tenants(principal, tenant)
+    if tenants is None:
+        return frozenset({watch.ANY})
+    keys = {watch.tenant_key(t) for t in tenants}
+    if tenant is None:
+        keys.add(watch.GLOBAL)
+    return frozenset(keys)
 
 
 def read(session: Session, principal: AuthenticatedPrincipal, *, after: int, limit: int = 100,

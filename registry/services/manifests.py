@@ -23,8 +23,8 @@ Decisions a reader might question:
 - What never changes is cached per process (:class:`ReleaseCache`): a version's files, digests and bundle,
   and the trust roots. A request then costs its authentication, one query resolving the ref with its
   stored serial and the newest root's number, and the issuance insert.
-- A long poll (:func:`watch_state`) compares one small fingerprint of the alias row, its versions'
-  states and the newest root between polls, and issues again only when it changes.
+- A long poll issues again only when the process's event watcher (:mod:`registry.watch`) sees an
+  audit event naming its alias or the version served, or a trust root change; it polls nothing itself.
 
 Usage (a sketch, not run as a doctest)::
 
@@ -207,23 +207,6 @@ def issue(session: Session, principal: AuthenticatedPrincipal, tenant: str, name
             "signature_bundle": parts.bundle,
             "trust_root_version": root.version}
     return Issued(release_etag(serial, found.number, for_tenant, key.key_id), serial, found.number, body, watch)
-
-
-def watch_state(session: Session, watch: WatchKey) -> tuple[Any, ...]:
-    """A fingerprint of what could change a release: the alias's value and its versions' states (or the
-    version's state), and the newest trust root. Cheap: a long poll compares it between polls."""
-    newest_root = session.scalar(select(func.max(TrustRootRecord.version)))
-    if watch.alias is None:
-        state = session.execute(select(Version.state, Version.deleted_at)
-                                .where(Version.id == watch.version_id)).one_or_none()
-        return newest_root, tuple(state) if state else None
-    row = session.execute(select(Alias.version_id, Alias.canary_version_id, Alias.canary_tenants)
-                          .where(Alias.model_id == watch.model_id, Alias.name == watch.alias)).one_or_none()
-    if row is None:
-        return newest_root, None
-    ids = [i for i in (row.version_id, row.canary_version_id) if i is not None]
-    states = sorted(session.execute(select(Version.id, Version.state).where(Version.id.in_(ids))).tuples())
-    return newest_root, row.version_id, row.canary_version_id, tuple(row.canary_tenants or ()), tuple(states)
 
 
 def release_etag(serial: int, version: int, for_tenant: str, key_id: str) -> str:

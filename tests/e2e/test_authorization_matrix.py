@@ -133,6 +133,8 @@ RULES: dict[tuple[str, str], Rule] = {
     ("POST", "/v1/principals/{name}/disable"): Rule(ADMIN, 200, path={"name": "target"}),
     ("POST", "/v1/principals/{name}/enable"): Rule(ADMIN, 200, path={"name": "target"}),
     ("GET", "/v1/audit/events"): Rule("audit", 200, tenant_query),
+    # Any role in the tenant reads its event stream (registry.services.events.visible_tenants).
+    ("GET", "/v1/events"): Rule("read|fetch", 200, tenant_query),
     ("GET", "/v1/audit/verify"): Rule(ADMIN, 200),
     ("GET", "/v1/audit/checkpoints"): Rule(AUDITS_ANY_TENANT, 200),
     ("POST", "/v1/scans/rescan"): Rule(ADMIN, 202),

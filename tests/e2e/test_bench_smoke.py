@@ -19,6 +19,10 @@ BENCH = REPO / "bench"
 
 SMOKE: dict[str, tuple[list[str], list[str]]] = {
     # script: (tiny arguments, patterns its output must hold: the figures it exists to print)
+    "fanout.py": (["--n", "8", "--rounds", "1", "--settle", "1", "--window", "1", "--tokens", "2"],
+                  [r"round 1 stream  N=8: all new manifests in [\d.]+ s .*8 answered, 0 missed",
+                   r"round 1 polling N=8: all new manifests in [\d.]+ s .*8 answered, 0 missed",
+                   r"round 1: time to all [\d.]+x"]),
     "fetch.py": (["--size-gb", "0.02", "--shards", "2", "--parallel", "2", "--rounds", "1", "--verify-runs", "1"],
                  [r"round 1: raw [\d.]+ s before", r"cold/raw [\d.]+", r"ratio of medians [\d.]+"]),
     "manifest.py": (["--clients", "4", "--requests", "2", "--interval", "0.05", "--rounds", "1"],

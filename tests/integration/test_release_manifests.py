@@ -37,7 +37,7 @@ BASE = f"/v1/models/{T}/{M}/manifest"
 def world(container, tmp_path):
     """acme/llm versions 1 and 2 approved, 3 awaiting approval, prod -> 1; tokens of a node of acme, a
     reader of acme and a node of another tenant."""
-    container.settings.release_poll_seconds = 0.05
+    container.settings.event_poll_seconds = 0.05
     admin = make_admin(container, T)
     for seed in (1, 2, 3):
         awaiting_version(container, admin, tmp_path / f"v{seed}", T, M, seed=seed)

@@ -1,0 +1,81 @@
+"""A released model for long-poll tests and benchmarks: ``acme/llm`` v1 and v2 approved, ``prod`` -> 1,
+and one ``node`` token per client; seeded in-process through the services (as bench/manifest.py does)."""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+from pathlib import Path
+
+TENANT, MODEL = "acme", "llm"
+
+
+def seed_release(data_dir: Path, clients: int, database_url: str | None = None) -> list[str]:
+    """Seed the database of ``data_dir`` (SQLite there, unless ``database_url``); return the node tokens."""
+    from registry.auth import issue_token
+    from registry.bootstrap import bootstrap, load_settings, prepare_embedded
+    from registry.db.models import Principal, RoleBinding, Tenant
+    from registry.domain.aliases import make_target
+    from registry.domain.files import FileEntry
+    from registry.services import aliases, versions
+    from tests.support.registry import drain, make_admin
+    from tests.support.releases import approve_standin
+
+    overrides = {"database_url": database_url} if database_url else {}
+    settings = load_settings(data_dir=data_dir, **overrides)
+    prepare_embedded(settings)
+    container = bootstrap(settings, migrate=True)
+    try:
+        admin = make_admin(container, TENANT)
+        for number in (1, 2):
+            files = {"config.json": json.dumps({"model_type": "llama", "hidden_size": 8 * number}).encode(),
+                     "model.safetensors": b"\x08\x00\x00\x00\x00\x00\x00\x00{}      "}
+            entries = []
+            with container.session_factory() as session:
+                for path, data in files.items():
+                    digest = hashlib.sha256(data).hexdigest()
+                    versions.upload_blob(session, admin, TENANT, digest, io.BytesIO(data), len(data),
+                                         blob_store=container.blob_store)
+                    entries.append(FileEntry(path, len(data), digest))
+                versions.submit_uploaded(session, admin, TENANT, MODEL, entries, label=f"v{number}",
+                                         limits=container.limits(), clock=container.clock)
+            drain(container)
+            approve_standin(container, TENANT, MODEL, number)
+        with container.session_factory() as session:
+            aliases.promote(session, admin, TENANT, MODEL, "prod", make_target(1), policy=container.policy,
+                            clock=container.clock)
+        tokens = []
+        with container.session_factory() as session:
+            tenant = session.query(Tenant).filter_by(name=TENANT).one()
+            for index in range(clients):
+                node = Principal(name=f"node-{index}")
+                session.add(node)
+                session.flush()
+                session.add(RoleBinding(principal_id=node.id, tenant_id=tenant.id, role="node", capacity=""))
+                tokens.append(issue_token(session, node).token)
+            session.commit()
+        return tokens
+    finally:
+        container.dispose()
+
+
+def promote(data_dir: Path, number: int, database_url: str | None = None) -> None:
+    """Move ``prod`` to ``number`` as the tenant's admin would (a new container: another process's view)."""
+    from registry.bootstrap import bootstrap, load_settings, prepare_embedded
+    from registry.domain.aliases import make_target
+    from registry.auth import load_principal
+    from registry.db.models import Principal
+    from registry.services import aliases
+
+    overrides = {"database_url": database_url} if database_url else {}
+    settings = load_settings(data_dir=data_dir, **overrides)
+    prepare_embedded(settings)
+    container = bootstrap(settings)
+    try:
+        with container.session_factory() as session:
+            admin = load_principal(session.query(Principal).filter_by(name=f"admin-{TENANT}").one())
+            aliases.promote(session, admin, TENANT, MODEL, "prod", make_target(number), policy=container.policy,
+                            clock=container.clock)
+    finally:
+        container.dispose()
