@@ -20,13 +20,13 @@ waits on: every event it could have missed has a larger id (ids are given in com
 :mod:`registry.services.events`), and the watcher keeps the keys of recent events, so one that arrived
 between the read and the registration wakes it at once.
 
-Example:
-    >>> watcher = EventWatcher(engine)  # doctest: +SKIP
-    >>> await watcher.start()  # doctest: +SKIP
-    >>> since = watcher.head  # doctest: +SKIP
-    >>> ...  # read the state  # doctest: +SKIP
-    >>> await watcher.wait({subject_key("acme", "llm", "prod"), TRUST_ROOT}, since, timeout=30)  # doctest: +SKIP
-    'news'
+Usage (a sketch, not run as a doctest)::
+
+    watcher = EventWatcher(engine)
+    await watcher.start()
+    since = watcher.head
+    ...  # read the state
+    await watcher.wait({subject_key("acme", "llm", "prod"), TRUST_ROOT}, since, timeout=30)  # 'news'
 """
 
 from __future__ import annotations
