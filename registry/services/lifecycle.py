@@ -21,7 +21,8 @@ from sqlalchemy.orm import Session
 
 from registry import audit, jobs
 from registry.db.models import Version
-from registry.domain.states import VersionState, event_for, next_stage
+from registry.domain.stages import next_stage
+from registry.domain.states import VersionState, event_for
 
 S = VersionState
 Work = Callable[[Session, Version], None]
