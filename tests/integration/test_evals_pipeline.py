@@ -21,6 +21,7 @@ from sqlalchemy import select
 from registry.auth import load_principal
 from registry.db.models import AuditEvent, EvalResult, Job, Principal, Version
 from registry.domain.aliases import make_target
+from registry.evals.suites import suite_version
 from registry.jobs import JobKind
 from registry.policy import default_policy_dir
 from registry.services import aliases, approvals, evals, loaders, versions
@@ -135,7 +136,7 @@ def test_tiny_llm_is_evaluated_by_weights_sanity_with_real_metrics(container, tm
     assert sanity.metrics["sanity.tensors"] == len(tensors)
     assert sanity.metrics["sanity.failed_checks"] == 0
     assert sanity.runner == "weights-sanity" and sanity.definition["runner_version"] == sanity.runner_version
-    assert sanity.suite_version == evals.suite_version(sanity.definition)
+    assert sanity.suite_version == suite_version(sanity.definition)
     assert sanity.log_digest and sanity.duration_ms > 0 and sanity.cases
     with container.session_factory() as session:
         log = evals.eval_log(session, admin, TENANT, "tiny", number, "sanity", blob_store=container.blob_store)
