@@ -35,6 +35,7 @@ def start(session: Session, version: Version, ports: Ports) -> Outcome:
 
 
 def ours(row: ScanResult) -> bool:
+    """Whether ``row`` is modelreg's current scanner's result (the one that decides)."""
     return row.scanner == SCANNER_NAME and row.scanner_version == SCANNER_VERSION
 
 

@@ -158,3 +158,31 @@ def test_what_is_no_state_write_is_not_found(tmp_path) -> None:
               "\ndef g(Version, VersionState):\n    return Version(state=VersionState.SUBMITTED.value)\n"
               "\ndef h(v):\n    return v.state == 'approved'\n")
     assert state_writers(_plant(tmp_path, source)) == []
+
+
+def ports_lookups(root: Path) -> list[str]:
+    """Where a service reaches a port other than through the ports it is passed: ``session.info`` or a
+    clock of its own (``SystemClock()``)."""
+    found = []
+    for path, tree in _sources(root):
+        if not path.startswith("registry/services/"):
+            continue
+        for node in ast.walk(tree):
+            if (isinstance(node, ast.Attribute) and node.attr == "info" and isinstance(node.value, ast.Name)
+                    and "session" in node.value.id):
+                found.append(f"{path}:{node.lineno}")
+            elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "SystemClock":
+                found.append(f"{path}:{node.lineno}")
+    return found
+
+
+def test_services_take_their_ports_explicitly() -> None:
+    assert ports_lookups(ROOT) == []
+
+
+@pytest.mark.parametrize("source", [
+    "def f(session, log):\n    log.info('a logger is no session')\n    return session.info.get('modelreg.clock')\n",
+    "from registry.clock import SystemClock\n\ndef f(clock=None):\n    return clock or SystemClock()\n",
+], ids=["session.info", "fallback clock"])
+def test_a_planted_ports_lookup_is_found(tmp_path, source) -> None:
+    assert len(ports_lookups(_plant(tmp_path, source))) == 1
