@@ -51,7 +51,8 @@ from pydantic import SecretStr  # noqa: E402
 
 from registry.bootstrap import Container, bootstrap  # noqa: E402
 from registry.db.models import Version  # noqa: E402
-from registry.domain.states import PIPELINE, VersionState  # noqa: E402
+from registry.domain.stages import PIPELINE  # noqa: E402
+from registry.domain.states import VersionState  # noqa: E402
 from registry.services import mirroring, versions  # noqa: E402
 from registry.services.versions import SubmitRequest  # noqa: E402
 from registry.settings import Settings  # noqa: E402

@@ -12,10 +12,11 @@ exponential backoff until ``max_attempts``, then it is ``dead`` with its last er
 Services enqueue through the queue the container built (``ports.queue.enqueue_job``), which dates a
 job by its clock and gives it the configured attempts.
 
-Example:
-    >>> queue.enqueue_job(session, JobKind.MIRROR_FILE, {"file_id": 7}, 7, tenant="acme")  # doctest: +SKIP
-    >>> session.commit()  # doctest: +SKIP
-    >>> job = queue.claim("worker-1")  # doctest: +SKIP
+Usage (a sketch, not run as a doctest)::
+
+    queue.enqueue_job(session, JobKind.MIRROR_FILE, {"file_id": 7}, 7, tenant="acme")
+    session.commit()
+    job = queue.claim("worker-1")
 """
 
 from __future__ import annotations

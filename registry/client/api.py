@@ -338,7 +338,7 @@ class RegistryApi:
             wait: Seconds the server may hold the request until the alias moves (long poll).
 
         Raises:
-            RevokedReleaseError, NotApprovedError, ReleaseNotFoundError: the registry refused.
+            RevokedError, NotApprovedError, ReleaseNotFoundError: the registry refused.
             NetworkError: unreachable, or a 5xx.
         """
         params: dict[str, Any] = {"ref": ref}

@@ -253,7 +253,7 @@ def fetch(ref_text: str, dest: Path, *, api: RegistryApi, trust_root_file: Path,
 
     Raises:
         InvalidRefError: REF names no alias or version.
-        RevokedReleaseError, NotApprovedError, ReleaseNotFoundError, NetworkError: from the registry.
+        RevokedError, NotApprovedError, ReleaseNotFoundError, NetworkError: from the registry.
         Anything :func:`fetch_release` raises.
     """
     reporter = reporter or Reporter()

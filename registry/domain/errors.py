@@ -33,6 +33,22 @@ class RegistryError(Exception):
     def __str__(self) -> str:
         return self.message
 
+    @classmethod
+    def from_wire(cls, message: str, **details: Any) -> RegistryError:
+        """The error as a client rebuilds it from a problem answer: the message and details as sent.
+
+        Subclasses' constructors take the data they format their message from; a client only has the
+        message the server formatted, so this skips them.
+
+        Example:
+            >>> err = RevokedError.from_wire("acme/tiny@2 was revoked: bad", version=2)
+            >>> err.code, err.details, str(err)
+            ('revoked', {'version': 2}, 'acme/tiny@2 was revoked: bad')
+        """
+        err = cls.__new__(cls)
+        RegistryError.__init__(err, message, **details)
+        return err
+
 
 # --- branches -------------------------------------------------------------------------------
 

@@ -13,11 +13,12 @@ audited as ``version.approval.files-added``), which judges the version again.
 
 The policy input is built from the database by the stage's ``approval_input_for``.
 
-Example:
-    >>> status = decide(session, principal, "acme", "tiny", 1, ApprovalRequest("approve", "security"),
-    ...                 engine=container.policy, clock=container.clock)  # doctest: +SKIP
-    >>> status.state, [u["code"] for u in status.unmet]  # doctest: +SKIP
-    ('awaiting_approval', ['approval.missing'])
+Usage (a sketch, not run as a doctest)::
+
+    status = decide(session, principal, "acme", "tiny", 1, ApprovalRequest("approve", "security"),
+                    engine=container.policy, clock=container.clock)
+    status.state, [u["code"] for u in status.unmet]
+    # ('awaiting_approval', ['approval.missing'])
 """
 
 from __future__ import annotations

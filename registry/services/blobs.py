@@ -5,9 +5,10 @@ one that uploaded the bytes (hashed in full, even when they were stored already)
 from its upstream. To every other tenant the blob does not exist. Submission, mirroring and evals
 (their logs) record ownership here; garbage collection (:mod:`registry.services.gc`) keeps the rows.
 
-Example:
-    >>> owned_blobs(session, tenant_id, ["ab" * 32])  # doctest: +SKIP
-    {'abab...': 1024}
+Usage (a sketch, not run as a doctest)::
+
+    owned_blobs(session, tenant_id, ["ab" * 32])
+    # {'abab...': 1024}
 """
 
 from __future__ import annotations

@@ -8,9 +8,10 @@ subprocess (:mod:`registry.evals.sandbox`) outside any transaction, stores the l
 records the outcome only over a ``pending`` result: a job run twice (its worker died after the run)
 records once. When no result is pending any more the version moves on to ``awaiting_approval``.
 
-Example:
-    >>> add_evalset(session, admin, "safety", data, "refusals", blob_store=store, clock=clock)  # doctest: +SKIP
-    >>> version_evals(session, principal, "acme", "tiny", 1)  # doctest: +SKIP
+Usage (a sketch, not run as a doctest)::
+
+    add_evalset(session, admin, "safety", data, "refusals", blob_store=store, clock=clock)
+    version_evals(session, principal, "acme", "tiny", 1)
 """
 
 from __future__ import annotations

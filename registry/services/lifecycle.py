@@ -13,9 +13,10 @@ does not, none of them do. People's decisions and terminal moves have their own 
 
 The ports (clock, policy engine, blob store, signer, queue) come in as one object, built by bootstrap.
 
-Example:
-    >>> lifecycle.conclude(session, version, scanning.judge(session, version), ports)  # doctest: +SKIP
-    >>> session.commit()  # doctest: +SKIP
+Usage (a sketch, not run as a doctest)::
+
+    lifecycle.conclude(session, version, scanning.judge(session, version), ports)
+    session.commit()
 """
 
 from __future__ import annotations
@@ -62,7 +63,10 @@ def _move(session: Session, version: Version, target: VersionState, actor: str, 
     action = event_for(VersionState(version.state), target)
     version.state = target.value
     tenant = version.model.tenant.name
-    audit.append(session, actor=actor, action=action, subject=version_ref(version), tenant=tenant, details=details)
+    # The state entered is part of every move's event: the event stream tells "scanned, now awaiting
+    # approval" from "scanned, now evaluating" by it (registry.domain.events).
+    audit.append(session, actor=actor, action=action, subject=version_ref(version), tenant=tenant,
+                 details={**details, "state": target.value})
 
 
 def advance(session: Session, version: Version, target: VersionState, actor: str, details: dict[str, Any],

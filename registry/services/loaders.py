@@ -3,10 +3,11 @@
 The one place services read a model or version row for a caller they have checked already (or for a
 job, which acts as the system), so that no use case imports another to reach a loader.
 
-Example:
-    >>> model = load_model_unchecked(session, "acme", "tiny")  # doctest: +SKIP
-    >>> version_ref(load_version_unchecked(session, model, 1))  # doctest: +SKIP
-    'acme/tiny@1'
+Usage (a sketch, not run as a doctest)::
+
+    model = load_model_unchecked(session, "acme", "tiny")
+    version_ref(load_version_unchecked(session, model, 1))
+    # 'acme/tiny@1'
 """
 
 from __future__ import annotations

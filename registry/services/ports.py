@@ -5,9 +5,10 @@ to the lifecycle, which hands it to the stage it starts, and to the jobs. Nothin
 session and nothing falls back to the machine's time: a test that wants another clock builds ports
 with it (:meth:`Ports.with_clock`).
 
-Example:
-    >>> ports = container.ports.with_clock(ManualClock(start))  # doctest: +SKIP
-    >>> versions.submit(session, admin, "acme", "tiny", request, open_source=..., limits=..., ports=ports)  # doctest: +SKIP
+Usage (a sketch, not run as a doctest)::
+
+    ports = container.ports.with_clock(ManualClock(start))
+    versions.submit(session, admin, "acme", "tiny", request, open_source=..., limits=..., ports=ports)
 """
 
 from __future__ import annotations

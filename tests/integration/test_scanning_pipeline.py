@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 
-import pytest
 from sqlalchemy import func, select
 
 from registry import audit
@@ -15,13 +14,8 @@ from registry.services import scans, versions
 from registry.services.versions import SubmitRequest
 from registry.services.stages import scanning as scanning_stage
 from tests.support import scan_samples
-from tests.support.registry import drain, make_admin
+from tests.support.registry import drain
 from tests.support.tiny_model import tiny_model_files
-
-
-@pytest.fixture
-def admin(container):
-    return make_admin(container)
 
 
 def _dir(tmp_path, name, files):

@@ -13,7 +13,8 @@ its module here and turns outcomes into moves.
 - :mod:`.evaluating`: a pending result and a ``run_eval`` job per applicable suite.
 - :mod:`.approval`: the approval policy judges the version.
 
-Example:
-    >>> outcome = scanning.start(session, version, ports)  # doctest: +SKIP
-    >>> lifecycle.conclude(session, version, outcome, ports)  # doctest: +SKIP
+Usage (a sketch, not run as a doctest)::
+
+    outcome = scanning.start(session, version, ports)
+    lifecycle.conclude(session, version, outcome, ports)
 """
