@@ -82,7 +82,7 @@ def seed(database_url: str, data_dir: Path, clients: int) -> list[str]:
                                      blob_store=container.blob_store)
                 entries.append(FileEntry(path, len(data), digest))
             versions.submit_uploaded(session, admin, TENANT, MODEL, entries, label="bench",
-                                     limits=container.limits(), clock=container.clock)
+                                     limits=container.limits(), ports=container.ports)
         drain(container)
         approve_standin(container, TENANT, MODEL, 1)
         with container.session_factory() as session:

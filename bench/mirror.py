@@ -51,7 +51,8 @@ from pydantic import SecretStr  # noqa: E402
 
 from registry.bootstrap import Container, bootstrap  # noqa: E402
 from registry.db.models import Version  # noqa: E402
-from registry.domain.states import PIPELINE, VersionState  # noqa: E402
+from registry.domain.stages import PIPELINE  # noqa: E402
+from registry.domain.states import VersionState  # noqa: E402
 from registry.services import mirroring, versions  # noqa: E402
 from registry.services.versions import SubmitRequest  # noqa: E402
 from registry.settings import Settings  # noqa: E402
@@ -143,7 +144,7 @@ def mirror(container: Container, admin, tenant: str, name: str, hub: HfUpstream,
             version, _ = versions.submit(session, admin, tenant, name,
                                          SubmitRequest(source=f"hf://{REPO_ID}", hf_endpoint=hub.url),
                                          open_source=container.open_source, limits=container.limits(),
-                                         clock=container.clock)
+                                         ports=container.ports)
             version_id = version.id
         while (state := state_of(container, version_id)) in ("submitted", "mirroring"):
             time.sleep(0.01)
@@ -214,11 +215,10 @@ def time_sealing(container: Container, hub: HfUpstream, repetitions: int) -> lis
             version, _ = versions.submit(session, admin, "seal", f"model-{index}",
                                          SubmitRequest(source=f"hf://{REPO_ID}", hf_endpoint=hub.url),
                                          open_source=container.open_source, limits=container.limits(),
-                                         clock=container.clock)
+                                         ports=container.ports)
             version_id = version.id
         started = time.perf_counter()
-        mirroring.seal_version(container.session_factory, version_id, signing_key=container.signing_key,
-                               clock=container.clock, blob_store=container.blob_store)
+        mirroring.seal_version(container.session_factory, version_id, ports=container.ports)
         took.append(time.perf_counter() - started)
         # The warm-up's verdicts are cached, so sealing goes on to decide the scan and judge the policy:
         # the version is in whichever forward stage that left it, never failed.

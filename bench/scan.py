@@ -229,7 +229,7 @@ def many_files(tmp: Path, sizes: list[int], rounds: int, cases: list[str]) -> No
                     with container.session_factory() as session:
                         version, _ = versions.submit(session, admin, "bench", "many", SubmitRequest(source=str(model)),
                                                      open_source=container.open_source, limits=container.limits(),
-                                                     clock=container.clock)
+                                                     ports=container.ports)
                         version_id = version.id
                     started = time.perf_counter()
                     worker = Worker(container, others, worker_id="bench-pipeline")

@@ -23,7 +23,8 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from registry.clock import Clock, SystemClock
 from registry.db.session import make_engine, make_session_factory
-from registry.jobs import CLOCK_INFO, MAX_ATTEMPTS_INFO, JobQueue
+from registry.jobs import JobQueue
+from registry.services.ports import Ports
 from registry.settings import Settings
 
 if TYPE_CHECKING:
@@ -72,6 +73,12 @@ class Container:
         from registry.signing.keyring import KeyRing
 
         return KeyRing(self.signing_key, self.settings.data_dir.resolve() / "keys")
+
+    @cached_property
+    def ports(self) -> Ports:
+        """The clock, policy engine, blob store, signer and queue, as the one object services are passed."""
+        return Ports(clock=self.clock, queue=self.queue, policy_engine=lambda: self.policy,
+                     blob_store_of=lambda: self.blob_store, signer_of=lambda: self.signing_key)
 
     @cached_property
     def release_cache(self) -> "ReleaseCache":
@@ -166,24 +173,16 @@ def bootstrap(settings: Settings | None = None, *, migrate: bool = False,
         from registry.db import migrate as migrations
 
         migrations.upgrade(engine)
-    # Jobs are enqueued by services in their own transactions: the session carries the setting.
-    from registry.policy import POLICY_INFO
-
-    # The policy engine is built on first use (container.policy); the work a state starts reaches it
-    # through the session, as it reaches the clock. The lambda reads `container`, assigned below.
-    session_factory = make_session_factory(engine, info={MAX_ATTEMPTS_INFO: settings.job_max_attempts,
-                                                         CLOCK_INFO: clock,
-                                                         POLICY_INFO: lambda: container.policy})
+    session_factory = make_session_factory(engine)
     queue = JobQueue(
         session_factory,
         lease=dt.timedelta(seconds=settings.job_lease_seconds),
         backoff_base=dt.timedelta(seconds=settings.job_backoff_base_seconds),
         backoff_max=dt.timedelta(seconds=settings.job_backoff_max_seconds),
         clock=clock,
+        max_attempts=settings.job_max_attempts,
     )
-    container = Container(settings=settings, engine=engine, session_factory=session_factory, queue=queue,
-                          clock=clock)
-    return container
+    return Container(settings=settings, engine=engine, session_factory=session_factory, queue=queue, clock=clock)
 
 
 @dataclass(frozen=True, slots=True)

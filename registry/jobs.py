@@ -9,10 +9,12 @@ the tenant served least recently (``job_turns``), so one tenant's burst cannot s
 A job whose worker died is claimed again once its lease has run out; a failed job is retried with
 exponential backoff until ``max_attempts``, then it is ``dead`` with its last error.
 
+Services enqueue through the queue the container built (``ports.queue.enqueue_job``), which dates a
+job by its clock and gives it the configured attempts.
+
 Usage (a sketch, not run as a doctest)::
 
-    enqueue(session, "mirror_file", {"file_id": 7},
-            idempotency_key=job_key("mirror_file", 7))
+    queue.enqueue_job(session, JobKind.MIRROR_FILE, {"file_id": 7}, 7, tenant="acme")
     session.commit()
     job = queue.claim("worker-1")
 """
@@ -46,13 +48,8 @@ LOST = "lost"
 
 _JOBS = Job.__table__
 _TURNS = JobTurn.__table__
-_SYSTEM_CLOCK = SystemClock()
 
 DEFAULT_MAX_ATTEMPTS = 5
-MAX_ATTEMPTS_INFO = "modelreg.job_max_attempts"
-"""The key, in a session's ``info``, of the attempts a job enqueued in it gets (``job_max_attempts``)."""
-CLOCK_INFO = "modelreg.clock"
-"""The key, in a session's ``info``, of the container's clock: a job enqueued in it is due from its now."""
 
 # Characters, as VARCHAR counts them on PostgreSQL.
 _KEY_LENGTH = _JOBS.c.idempotency_key.type.length
@@ -88,18 +85,17 @@ class JobKind(str, enum.Enum):
 
 
 def enqueue_job(session: Session, kind: JobKind, payload: dict[str, Any], *key_parts: object,
-                tenant: str = "") -> Job:
+                tenant: str = "", run_after: dt.datetime, max_attempts: int = DEFAULT_MAX_ATTEMPTS) -> Job:
     """Enqueue a job of a known kind, keyed ``job_key(kind, *key_parts)`` so it is queued at most once.
+
+    Services call it through :meth:`JobQueue.enqueue_job`, which supplies ``run_after`` and ``max_attempts``.
 
     Args:
         tenant: whose work it is (claims are fair between tenants); ``""`` for no tenant's.
-
-    Usage (a sketch, not run as a doctest)::
-
-        enqueue_job(session, JobKind.SEAL_VERSION, {"version_id": 7}, 7, tenant="acme")
     """
     kind = JobKind(kind)
-    return enqueue(session, kind.value, payload, idempotency_key=job_key(kind.value, *key_parts), tenant=tenant)
+    return enqueue(session, kind.value, payload, idempotency_key=job_key(kind.value, *key_parts), tenant=tenant,
+                   run_after=run_after, max_attempts=max_attempts)
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,8 +117,8 @@ def enqueue(
     *,
     idempotency_key: str | None = None,
     priority: int = 100,
-    max_attempts: int | None = None,
-    run_after: dt.datetime | None = None,
+    max_attempts: int = DEFAULT_MAX_ATTEMPTS,
+    run_after: dt.datetime,
     tenant: str = "",
 ) -> Job:
     """Add a job in the caller's transaction (the caller commits).
@@ -132,15 +128,10 @@ def enqueue(
 
     Args:
         idempotency_key: build it with :func:`job_key`.
-        max_attempts: default: the session's ``info[MAX_ATTEMPTS_INFO]`` (bootstrap puts the
-            ``job_max_attempts`` setting there), else ``DEFAULT_MAX_ATTEMPTS``.
-        run_after: default: now, by the session's ``info[CLOCK_INFO]`` (the container's clock).
+        max_attempts: how often it is tried before it is dead.
+        run_after: when it is due (now, by the caller's clock, for work to do at once).
         tenant: whose work it is, for fair claims; ``""`` for no tenant's.
     """
-    if max_attempts is None:
-        max_attempts = session.info.get(MAX_ATTEMPTS_INFO, DEFAULT_MAX_ATTEMPTS)
-    if run_after is None:
-        run_after = session.info.get(CLOCK_INFO, _SYSTEM_CLOCK).now()
     if idempotency_key is not None:
         existing = session.scalar(select(Job).where(Job.idempotency_key == idempotency_key))
         if existing is not None:
@@ -216,7 +207,8 @@ class JobQueue:
         session_factory: makes sessions on the queue's database.
         lease: how long a claim lasts without a heartbeat.
         backoff_base, backoff_max: retry delay ``min(max, base * 2**(attempt-1))`` with jitter.
-        clock: the time source (tests move it).
+        clock: the time source (tests move it); jobs enqueued through the queue are due from its now.
+        max_attempts: the attempts a job enqueued through the queue gets (``job_max_attempts``).
     """
 
     session_factory: sessionmaker[Session]
@@ -224,6 +216,14 @@ class JobQueue:
     backoff_base: dt.timedelta = dt.timedelta(seconds=2)
     backoff_max: dt.timedelta = dt.timedelta(minutes=5)
     clock: Clock = field(default_factory=SystemClock)
+    max_attempts: int = DEFAULT_MAX_ATTEMPTS
+
+    def enqueue_job(self, session: Session, kind: JobKind, payload: dict[str, Any], *key_parts: object,
+                    tenant: str = "") -> Job:
+        """Enqueue a job of a known kind in the caller's transaction, due now by this queue's clock
+        (:func:`enqueue_job`: queued at most once per ``job_key(kind, *key_parts)``)."""
+        return enqueue_job(session, kind, payload, *key_parts, tenant=tenant, run_after=self.clock.now(),
+                           max_attempts=self.max_attempts)
 
     def claim(
         self,

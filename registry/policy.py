@@ -64,10 +64,6 @@ MAX_INPUT_BYTES = 4 << 20
 MAX_POLICY_BYTES = 1 << 20
 """Largest policy file read; a bigger one makes the bundle fail to load."""
 
-POLICY_INFO = "modelreg.policy"
-"""The key, in a session's ``info``, of a zero-argument callable giving the container's engine (bootstrap
-puts it there, so the work a version's new state starts can judge it)."""
-
 Kind = Literal["approval", "promotion"]
 KINDS: tuple[Kind, ...] = ("approval", "promotion")
 _WITH_RE = re.compile(r"^[^#\n]*\bwith\s+(?:input|data)\b[^#\n]*\bas\b", re.MULTILINE)

@@ -1,4 +1,6 @@
-"""The job kinds modelreg runs, each a thin call into one service function."""
+"""The job kinds modelreg runs, each a thin call into one service function with the container's ports.
+
+A dead job fails its version through the lifecycle's one path (``lifecycle.fail_version``)."""
 
 from __future__ import annotations
 
@@ -6,13 +8,12 @@ from registry.bootstrap import Container
 from registry.domain.errors import RegistryError, UnstorableDataError, UpstreamError
 from registry.evals.sandbox import Isolation
 from registry.jobs import JobKind
-from registry.services import evals, mirroring, scans, versions
+from registry.services import evals, lifecycle, mirroring, scans
 from workers.registry import Handler, HandlerRegistry, Payload
 
 
 def _mirror_file(c: Container, payload: Payload) -> None:
-    mirroring.mirror_file(c.session_factory, int(payload["file_id"]), blob_store=c.blob_store,
-                         open_source=c.open_source, clock=c.clock)
+    mirroring.mirror_file(c.session_factory, int(payload["file_id"]), open_source=c.open_source, ports=c.ports)
 
 
 def _mirror_file_dead(c: Container, payload: Payload, error: str, _cause: BaseException | None) -> None:
@@ -21,27 +22,26 @@ def _mirror_file_dead(c: Container, payload: Payload, error: str, _cause: BaseEx
 
 def _resolve_version(c: Container, payload: Payload) -> None:
     mirroring.resolve_version(c.session_factory, int(payload["version_id"]), open_source=c.open_source,
-                             limits=c.limits(), clock=c.clock)
+                              limits=c.limits(), ports=c.ports)
 
 
 def _resolve_version_dead(c: Container, payload: Payload, error: str, cause: BaseException | None) -> None:
-    versions.fail_version(c.session_factory, int(payload["version_id"]), _version_failure(
+    lifecycle.fail_version(c.session_factory, int(payload["version_id"]), _version_failure(
         cause, UpstreamError(f"resolving the upstream revision failed after retries: {_last_line(error)}")))
 
 
 def _seal_version(c: Container, payload: Payload) -> None:
-    mirroring.seal_version(c.session_factory, int(payload["version_id"]), signing_key=c.signing_key,
-                          clock=c.clock, blob_store=c.blob_store, registry_url=c.settings.public_url)
+    mirroring.seal_version(c.session_factory, int(payload["version_id"]), ports=c.ports,
+                           registry_url=c.settings.public_url)
 
 
 def _seal_version_dead(c: Container, payload: Payload, error: str, cause: BaseException | None) -> None:
-    versions.fail_version(c.session_factory, int(payload["version_id"]),
-                          _version_failure(cause, RegistryError(f"sealing failed: {_last_line(error)}")))
+    lifecycle.fail_version(c.session_factory, int(payload["version_id"]),
+                           _version_failure(cause, RegistryError(f"sealing failed: {_last_line(error)}")))
 
 
 def _scan_blob(c: Container, payload: Payload) -> None:
-    scans.scan_blob(c.session_factory, payload["digest"], payload["path"], blob_store=c.blob_store,
-                    clock=c.clock)
+    scans.scan_blob(c.session_factory, payload["digest"], payload["path"], ports=c.ports)
 
 
 def _scan_blob_dead(c: Container, payload: Payload, error: str, _cause: BaseException | None) -> None:
@@ -51,12 +51,11 @@ def _scan_blob_dead(c: Container, payload: Payload, error: str, _cause: BaseExce
 def _run_eval(c: Container, payload: Payload) -> None:
     isolation = Isolation(allow_unisolated=c.settings.eval_allow_unisolated,
                           read_only_paths=tuple(str(p) for p in c.settings.eval_read_only_paths))
-    evals.run_eval(c.session_factory, int(payload["result_id"]), blob_store=c.blob_store, clock=c.clock,
-                   isolation=isolation)
+    evals.run_eval(c.session_factory, int(payload["result_id"]), ports=c.ports, isolation=isolation)
 
 
 def _run_eval_dead(c: Container, payload: Payload, error: str, _cause: BaseException | None) -> None:
-    evals.fail_eval(c.session_factory, int(payload["result_id"]), _last_line(error), clock=c.clock)
+    evals.fail_eval(c.session_factory, int(payload["result_id"]), _last_line(error), ports=c.ports)
 
 
 def _version_failure(cause: BaseException | None, otherwise: RegistryError) -> RegistryError:

@@ -15,7 +15,7 @@ from registry.domain.errors import LimitExceededError, NotFoundError, UpstreamEr
 from registry.evals.cases import MAX_EVALSET_BYTES
 from registry.evals.suites import EVALSET_NAME, SUITE_NAME
 from registry.services import evals
-from registry.services.versions import version_ref
+from registry.services.loaders import version_ref
 
 router = APIRouter(tags=["evals"], responses=responses(*AUTHENTICATED))
 

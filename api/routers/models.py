@@ -71,7 +71,7 @@ def submit_version(
         version, created = versions.submit_uploaded(
             session, principal, tenant, name, [FileEntry(f.path, f.size, f.sha256) for f in body.files],
             label=body.source.removeprefix("upload:") or "upload", limits=container.limits(),
-            clock=container.clock, license=body.license,
+            ports=container.ports, license=body.license,
         )
     elif body.files is not None:
         raise InvalidInputError("`files` goes only with an upload: source", field="files")
@@ -81,7 +81,7 @@ def submit_version(
             versions.SubmitRequest(source=body.source, revision=body.revision, include=tuple(body.include),
                                    exclude=tuple(body.exclude), hf_endpoint=body.hf_endpoint,
                                    license=body.license),
-            open_source=container.open_source, limits=container.limits(), clock=container.clock,
+            open_source=container.open_source, limits=container.limits(), ports=container.ports,
         )
     if not created:
         response.status_code = status.HTTP_200_OK

@@ -19,6 +19,7 @@ from registry.domain.states import TRANSITIONS, VersionState
 from registry.policy import PolicyEngine
 from registry.services import aliases, approvals, evals, facts, provenance, revocations, scans, versions
 from registry.services import audit as audit_service
+from registry.services.stages import evaluating
 
 VERSION_SUBJECT = re.compile(r"\A([a-z0-9][a-z0-9._-]{0,62})/([a-z0-9][a-z0-9._-]{0,62})@([1-9][0-9]{0,8})\Z")
 """An audit subject that names a version (``tenant/name@3``): the audit page links it to the version page."""
@@ -108,8 +109,8 @@ def version_page(session: Session, principal: AuthenticatedPrincipal, tenant: st
     version, found = facts.read_version_with_facts(session, principal, tenant, name, number)
     status = approvals.status(session, principal, tenant, name, number)
     _, results = evals.version_evals(session, principal, tenant, name, number)
-    alias = evals.baseline_alias(engine)
-    baseline = evals.policy_baseline(session, version, alias)
+    alias = evaluating.baseline_alias(engine)
+    baseline = evaluating.policy_baseline(session, version, alias)
     estimate = facts.capacity(found) if found else None
     files = [{"path": f.path, "size": f.size, "sha256": f.sha256} for f in version.files]
     # One scan lookup per file: a page shows the first MAX_FILES_SHOWN (the API pages through the rest).

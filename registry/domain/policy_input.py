@@ -186,9 +186,9 @@ def approval_input(
         approvals: Decisions so far, by anyone (the policy decides which count).
         submitter: Name of the principal who submitted the version.
         facts: Model facts, or None until they are read.
-        evals: Each suite's eval result (``registry.services.evals.policy_evals``), sorted by suite.
+        evals: Each suite's eval result (``registry.services.stages.evaluating.policy_evals``), sorted by suite.
         baseline: The completed evals of the version behind the baseline alias, or None
-            (``registry.services.evals.policy_baseline``).
+            (``registry.services.stages.evaluating.policy_baseline``).
 
     Raises:
         InvalidInputError: a duplicate file, an unknown verdict or decision, a naive time.

@@ -3,15 +3,13 @@
 ``submitted → mirroring → sealed → scanning → evaluating → awaiting_approval → approved``, or
 ``failed`` (with a reason) from any state before approval, ``rejected`` from awaiting approval, and
 ``revoked`` from any state after sealing. Every transition is checked here and nowhere else, and each
-has one audit action (:func:`event_for`). ``PIPELINE`` is the order a version moves forward in; a stage
-with no work for a version is skipped (:func:`next_stage`), as ``evaluating`` is until evals exist.
+has one audit action (:func:`event_for`). The order of the stages, the work each starts and what may
+fail are the stage table's (:mod:`registry.domain.stages`).
 """
 
 from __future__ import annotations
 
 import enum
-
-from typing import Callable
 
 from registry.domain.errors import InvalidStateError
 
@@ -30,14 +28,14 @@ class VersionState(str, enum.Enum):
 
 
 S = VersionState
-_PRE_APPROVAL = {S.SUBMITTED, S.MIRRORING, S.SEALED, S.SCANNING, S.EVALUATING, S.AWAITING_APPROVAL}
 TRANSITIONS: dict[VersionState, frozenset[VersionState]] = {
     S.SUBMITTED: frozenset({S.MIRRORING, S.FAILED}),
     S.MIRRORING: frozenset({S.SEALED, S.FAILED}),
     S.SEALED: frozenset({S.SCANNING, S.FAILED, S.REVOKED}),
     S.SCANNING: frozenset({S.EVALUATING, S.AWAITING_APPROVAL, S.FAILED, S.REVOKED}),
     S.EVALUATING: frozenset({S.AWAITING_APPROVAL, S.FAILED, S.REVOKED}),
-    S.AWAITING_APPROVAL: frozenset({S.APPROVED, S.REJECTED, S.FAILED, S.REVOKED}),
+    # A person's decision: rejected, never failed.
+    S.AWAITING_APPROVAL: frozenset({S.APPROVED, S.REJECTED, S.REVOKED}),
     S.APPROVED: frozenset({S.REVOKED}),
     S.FAILED: frozenset(),
     S.REJECTED: frozenset(),
@@ -46,6 +44,8 @@ TRANSITIONS: dict[VersionState, frozenset[VersionState]] = {
 TERMINAL = frozenset(s for s, nxt in TRANSITIONS.items() if not nxt)
 # A live version holds its source: submitting the same source and revision again returns it.
 LIVE = frozenset(set(VersionState) - {S.FAILED, S.REJECTED, S.REVOKED})
+IN_PROGRESS = frozenset(LIVE - {S.APPROVED})
+"""A live version nobody has decided on yet: still in the pipeline."""
 
 
 def check_transition(current: str, target: VersionState) -> VersionState:
@@ -57,10 +57,6 @@ def check_transition(current: str, target: VersionState) -> VersionState:
         )
     return target
 
-
-PIPELINE: tuple[VersionState, ...] = (S.SUBMITTED, S.MIRRORING, S.SEALED, S.SCANNING, S.EVALUATING,
-                                      S.AWAITING_APPROVAL)
-"""The stages a version moves forward through, in order, before a person decides."""
 
 # The audit action of a forward move names the work just finished (resolving, sealing, scanning).
 _FORWARD_EVENTS = {
@@ -89,26 +85,6 @@ def event_for(current: VersionState, target: VersionState) -> str:
     if target in _OUTCOMES:
         return f"version.{target.value}"
     return _FORWARD_EVENTS[(current, target)]
-
-
-def next_stage(current: VersionState, applies: Callable[[VersionState], bool]) -> VersionState:
-    """The stage after ``current`` in ``PIPELINE``, skipping stages that do not apply to the version.
-
-    Args:
-        applies: whether a version passes through a stage (``evaluating`` only with evals to run).
-
-    Raises:
-        InvalidStateError: ``current`` is not a pipeline stage, or is the last one.
-
-    Example:
-        >>> next_stage(VersionState.SCANNING, lambda s: s is not VersionState.EVALUATING)
-        <VersionState.AWAITING_APPROVAL: 'awaiting_approval'>
-    """
-    if current not in PIPELINE or current is PIPELINE[-1]:
-        raise InvalidStateError(f"a {current.value} version has no next stage", state=current.value)
-    later = PIPELINE[PIPELINE.index(current) + 1:]
-    # The last stage (a person's decision) always applies.
-    return next(s for s in later if s is PIPELINE[-1] or applies(s))
 
 
 DELETED = "deleted"

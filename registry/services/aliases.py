@@ -32,7 +32,8 @@ from registry.domain.states import VersionState
 from registry.domain.text import MAX_COMMENT_LENGTH, validate_text
 from registry.policy import PolicyEngine
 from registry.services import policy as policy_service
-from registry.services import evals, versions
+from registry.services import loaders
+from registry.services.stages import evaluating
 
 
 @dataclass(frozen=True)
@@ -61,7 +62,7 @@ def promote(session: Session, principal: AuthenticatedPrincipal, tenant: str, na
     rules.validate_alias_name(alias)
     validate_text(comment, field="comment", max_length=MAX_COMMENT_LENGTH)
     begin_write(session)
-    model = versions.load_model_unchecked(session, tenant, name)
+    model = loaders.load_model_unchecked(session, tenant, name)
     row = _alias_row(session, model, alias, lock=True)
     return _move(session, principal, model, alias, row, target, rules.Action.PROMOTE, comment, policy, clock)
 
@@ -82,7 +83,7 @@ def rollback(session: Session, principal: AuthenticatedPrincipal, tenant: str, n
     rules.validate_alias_name(alias)
     validate_text(comment, field="comment", max_length=MAX_COMMENT_LENGTH)
     begin_write(session)
-    model = versions.load_model_unchecked(session, tenant, name)
+    model = loaders.load_model_unchecked(session, tenant, name)
     row = _alias_row(session, model, alias, lock=True)
     if row is None:
         raise AliasNotFoundError(f"{tenant}/{name}", alias)
@@ -93,7 +94,7 @@ def rollback(session: Session, principal: AuthenticatedPrincipal, tenant: str, n
 def list_aliases(session: Session, principal: AuthenticatedPrincipal, tenant: str, name: str) -> list[Alias]:
     """Every alias of ``tenant/name``, by name, each with its history (oldest first)."""
     require(principal, tenant, Permission.READ)
-    model = versions.load_model_unchecked(session, tenant, name)
+    model = loaders.load_model_unchecked(session, tenant, name)
     return list(session.scalars(select(Alias).where(Alias.model_id == model.id).order_by(Alias.name)))
 
 
@@ -117,7 +118,7 @@ def resolve(session: Session, principal: AuthenticatedPrincipal, tenant: str, na
     if for_tenant != tenant and session.scalar(select(Tenant.id).where(Tenant.name == for_tenant)) is None:
         # As for manifests: an answer for a tenant nobody holds would tell which canary it would get.
         raise TenantNotFoundError(for_tenant)
-    model = versions.load_model_unchecked(session, tenant, name)
+    model = loaders.load_model_unchecked(session, tenant, name)
     row = _alias_row(session, model, alias)
     if row is None:
         raise AliasNotFoundError(f"{tenant}/{name}", alias)
@@ -172,8 +173,8 @@ def _move(session: Session, principal: AuthenticatedPrincipal, model: Model, ali
     """Judge the move by policy; if allowed, move, record history and audit, and commit."""
     tenant = model.tenant.name
     ref = f"{tenant}/{model.name}"
-    main = versions.load_version_unchecked(session, model, target.version, lock=True)
-    canary = (versions.load_version_unchecked(session, model, target.canary.version, lock=True)
+    main = loaders.load_version_unchecked(session, model, target.version, lock=True)
+    canary = (loaders.load_version_unchecked(session, model, target.canary.version, lock=True)
               if target.canary else None)
     for version in (main, canary):
         if version is not None and version.deleted_at is not None:
@@ -187,8 +188,8 @@ def _move(session: Session, principal: AuthenticatedPrincipal, model: Model, ali
         target=(main.number, main.state),
         canary=(canary.number, canary.state) if canary else None,
         current=(current.number, current.state) if current else None,
-        evals=evals.policy_evals(session, main),
-        baseline=evals.policy_baseline(session, main, alias),
+        evals=evaluating.policy_evals(session, main),
+        baseline=evaluating.policy_baseline(session, main, alias),
     )
     decision = policy_service.decide_promotion(session, main, dict(doc), policy, clock.now())
     if not decision.allowed:

@@ -1,7 +1,7 @@
 """Approvals: people decide on a version, the approval policy says what their decisions add up to.
 
-A version that reaches ``awaiting_approval`` is judged at once (the lifecycle's stage for that state
-calls :func:`judge_on_arrival`), so what it still needs is known before anyone looks. Each decision
+A version that reaches ``awaiting_approval`` is judged at once (that stage's work,
+:mod:`registry.services.stages.approval`), so what it still needs is known before anyone looks. Each decision
 (:func:`decide`) is checked by the rules of :mod:`registry.domain.approvals`, recorded, audited
 and judged again in one transaction: the version becomes ``approved`` in the transaction in which
 the policy is satisfied, and one ``reject`` rejects it (denying is always safe, so a reject needs no
@@ -11,23 +11,21 @@ and :func:`preview` judges a decision not made yet, so an approver learns what i
 before making it. An approver may add file reviews to their own approval later (:func:`add_files`,
 audited as ``version.approval.files-added``), which judges the version again.
 
-The policy input is built from the database by :func:`approval_input_for`. Facts and the license
-come through :func:`_facts_for` and :func:`_license_for`, the one place each is read.
+The policy input is built from the database by the stage's ``approval_input_for``.
 
-Example:
-    >>> status = decide(session, principal, "acme", "tiny", 1, ApprovalRequest("approve", "security"),
-    ...                 engine=container.policy, clock=container.clock)  # doctest: +SKIP
-    >>> status.state, [u["code"] for u in status.unmet]  # doctest: +SKIP
-    ('awaiting_approval', ['approval.missing'])
+Usage (a sketch, not run as a doctest)::
+
+    status = decide(session, principal, "acme", "tiny", 1, ApprovalRequest("approve", "security"),
+                    engine=container.policy, clock=container.clock)
+    status.state, [u["code"] for u in status.unmet]
+    # ('awaiting_approval', ['approval.missing'])
 """
 
 from __future__ import annotations
 
 import dataclasses
-import datetime as dt
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from sqlalchemy import func, select
 from sqlalchemy.exc import IntegrityError as SAIntegrityError
@@ -35,18 +33,8 @@ from sqlalchemy.orm import Session
 
 from registry import audit
 from registry.auth import AuthenticatedPrincipal, Permission, require
-from registry.clock import Clock, SystemClock
-from registry.db.models import (
-    Approval,
-    LicenseFinding,
-    Model,
-    PolicyDecision,
-    Principal,
-    ScanResult,
-    Tenant,
-    Version,
-    VersionFacts,
-)
+from registry.clock import Clock
+from registry.db.models import Approval, Model, PolicyDecision, Tenant, Version
 from registry.db.session import begin_write, is_postgres
 from registry.domain import policy_input as pi
 from registry.domain.approvals import check_approver, check_decision
@@ -54,19 +42,24 @@ from registry.domain.errors import (
     AlreadyDecidedError,
     CapacityNotHeldError,
     InvalidInputError,
-    InvalidStateError,
     NoApprovalToAmendError,
     NotAwaitingApprovalError,
 )
 from registry.domain.files import MAX_PATH_LENGTH
 from registry.domain.states import VersionState
 from registry.domain.text import MAX_COMMENT_LENGTH, validate_text
-from registry.jobs import CLOCK_INFO
-from registry.policy import POLICY_INFO, Decision, PolicyEngine
-from registry.scanning import SCANNER_NAME, SCANNER_VERSION
-from registry.services import evals, lifecycle
-from registry.services.policy import decide_approval
-from registry.services.versions import _get_version, version_ref
+from registry.policy import Decision, PolicyEngine
+from registry.services import lifecycle
+from registry.services.loaders import find_version_unchecked, version_ref
+# approval_input_for is read as approvals.approval_input_for too (what a decision is judged on).
+from registry.services.stages.approval import (  # noqa: F401
+    approval_input_for,
+    approvals_of,
+    digests,
+    judge,
+    policy_approvals,
+    submitter_of,
+)
 
 MAX_NAMED_FILES = 1000
 """Most files one approval may name."""
@@ -114,119 +107,17 @@ class ApprovalStatus:
     approvals: list[Approval] = field(default_factory=list)
 
 
-# --- the policy input, from the database ---------------------------------------------------------
-
-
-def _facts_for(session: Session, version: Version) -> dict[str, Any] | None:
-    """The version's model facts, as sealing recorded them (None for a version sealed before facts were read)."""
-    row = session.get(VersionFacts, version.id)
-    return None if row is None else {**row.facts, "reader_version": row.reader_version}
-
-
-def _license_for(session: Session, version: Version) -> pi.LicenseInfo:
-    """The version's resolved license and the findings behind it (sealing recorded them).
-
-    SPDX ids match without regard to case, so the policy compares them lower-cased; ``other:<name>``
-    ids are lower-case already.
-    """
-    resolved = (version.license or "").strip().lower()
-    findings = session.scalars(select(LicenseFinding).where(LicenseFinding.version_id == version.id)
-                               .order_by(LicenseFinding.id))
-    return pi.LicenseInfo(resolved or None, tuple(f.as_dict() for f in findings))
-
-
-def _scan_verdicts(session: Session, version: Version) -> list[pi.ScanVerdict]:
-    """modelreg's verdict and findings per file (modelscan's records are kept, but never decide)."""
-    from registry.services.scans import current_results
-
-    out = []
-    # One query, not one per file: a version may hold 10,000 files.
-    for path, row in current_results(session, version).items():
-        if row is not None:
-            findings = tuple((x["rule_id"], x["severity"]) for x in row.findings)
-            out.append(pi.ScanVerdict(path, row.verdict, findings))
-    return out
-
-
-def _approvals_of(session: Session, version: Version) -> list[Approval]:
-    return list(session.scalars(select(Approval).where(Approval.version_id == version.id)
-                                .order_by(Approval.at, Approval.id)))
-
-
-def _submitter(session: Session, version: Version) -> str | None:
-    if version.submitted_by is None:
-        return None
-    return session.scalar(select(Principal.name).where(Principal.id == version.submitted_by))
-
-
-def _policy_approvals(session: Session, version: Version) -> list[pi.Approval]:
-    return [pi.Approval(a.principal.name, a.capacity, a.decision, a.at, tuple(a.files))
-            for a in _approvals_of(session, version)]
-
-
-def approval_input_for(session: Session, version: Version, engine: PolicyEngine | None = None, *,
-                       approvals: list[pi.Approval] | None = None) -> pi.ApprovalInput:
-    """The input of the approval policy for ``version``, read from the database (no authorization check).
-
-    ``engine`` names the baseline alias (``modelreg.config.evals.baseline_alias``, default ``prod``);
-    ``approvals``, when given, stand for the recorded ones (a preview of a decision not made yet).
-
-    Raises:
-        InvalidStateError: the version's files are not all stored yet (nothing to judge).
-    """
-    if any(f.sha256 is None for f in version.files):
-        raise InvalidStateError(
-            f"{version_ref(version)} is {version.state}: its files are not all stored yet",
-            state=version.state)
-    return pi.approval_input(
-        version=pi.VersionRef(version.model.tenant.name, version.model.name, version.number, version.state),
-        source=pi.SourceRef(version.source_kind, version.source_repo, version.resolved_revision),
-        files=[pi.FileEntry(f.path, f.size, f.sha256) for f in version.files],
-        scans=_scan_verdicts(session, version),
-        license=_license_for(session, version),
-        approvals=_policy_approvals(session, version) if approvals is None else approvals,
-        submitter=_submitter(session, version) or "",
-        facts=_facts_for(session, version),
-        evals=evals.policy_evals(session, version),
-        baseline=evals.policy_baseline(session, version, evals.baseline_alias(engine)),
-    )
-
-
 # --- judging ---------------------------------------------------------------------------------------
 
 
 def _approve_if_allowed(session: Session, version: Version, decision: Decision, actor: str) -> None:
     """The version becomes approved in the transaction whose judgement allows it."""
     if decision.allowed:
-        lifecycle.advance(session, version, VersionState.APPROVED, actor, _digests(decision))
-
-
-def _digests(decision: Decision) -> dict[str, str]:
-    return {"bundle_digest": decision.bundle_digest, "input_digest": decision.input_digest}
-
-
-def _judge(session: Session, version: Version, engine: PolicyEngine, now: dt.datetime) -> Decision:
-    """Judge ``version`` with ``engine`` and store the decision (its digests with it)."""
-    return decide_approval(session, version, dict(approval_input_for(session, version, engine)), engine, now)
-
-
-def judge_on_arrival(session: Session, version: Version) -> None:
-    """The work of entering ``awaiting_approval``: judge the version now (in the caller's transaction).
-
-    The policy engine and the clock come from the session (``info[POLICY_INFO]``, ``info[CLOCK_INFO]``,
-    put there by bootstrap); a session without an engine judges with none, which denies.
-    """
-    provider: Callable[[], PolicyEngine] | None = session.info.get(POLICY_INFO)
-    if provider is not None:
-        engine = provider()
-    else:
-        engine = PolicyEngine(Path("-"), None, "no policy engine configured")
-    clock: Clock = session.info.get(CLOCK_INFO) or SystemClock()
-    _approve_if_allowed(session, version, _judge(session, version, engine, clock.now()), "system")
+        lifecycle.approve(session, version, actor, digests(decision))
 
 
 def _lock_version(session: Session, tenant: str, name: str, number: int) -> Version:
-    version = _get_version(session, tenant, name, number)
+    version = find_version_unchecked(session, tenant, name, number)
     if is_postgres(session):
         # Decisions on one version are judged one after the other: two approvals at once each see the other.
         session.refresh(version, with_for_update=True)
@@ -253,8 +144,8 @@ def decide(session: Session, principal: AuthenticatedPrincipal, tenant: str, nam
     begin_write(session)
     version = _lock_version(session, tenant, name, number)
     ref = version_ref(version)
-    check_decision(principal=principal.name, submitter=_submitter(session, version), state=version.state,
-                   decided={a.principal.name for a in _approvals_of(session, version)})
+    check_decision(principal=principal.name, submitter=submitter_of(session, version), state=version.state,
+                   decided={a.principal.name for a in approvals_of(session, version)})
     paths = {f.path for f in version.files}
     unknown = sorted(set(request.files) - paths)
     if unknown:
@@ -264,14 +155,13 @@ def decide(session: Session, principal: AuthenticatedPrincipal, tenant: str, nam
                          decision=request.decision, comment=request.comment, files=sorted(set(request.files)),
                          at=now))
     session.flush()
-    judged = _judge(session, version, engine, now)
+    judged = judge(session, version, engine, now)
     audit.append(session, actor=principal.name, action=f"version.approval.{request.decision}", subject=ref,
                  tenant=tenant, details={"capacity": request.capacity, "files": sorted(set(request.files)),
                                          "comment": request.comment, "outcome": judged.outcome,
-                                         "unmet": [u["code"] for u in judged.unmet], **_digests(judged)})
+                                         "unmet": [u["code"] for u in judged.unmet], **digests(judged)})
     if request.decision == "reject":
-        lifecycle.advance(session, version, VersionState.REJECTED, principal.name,
-                          {"capacity": request.capacity, **_digests(judged)})
+        lifecycle.reject(session, version, principal.name, {"capacity": request.capacity, **digests(judged)})
     else:
         _approve_if_allowed(session, version, judged, principal.name)
     try:
@@ -309,7 +199,7 @@ def _check_files(ref: str, version: Version, files: tuple[str, ...]) -> None:
 
 def _own_approval(session: Session, principal: AuthenticatedPrincipal, version: Version) -> Approval:
     """The principal's approval of ``version`` (the one decision they may add file reviews to)."""
-    mine = [a for a in _approvals_of(session, version) if a.principal_id == principal.id]
+    mine = [a for a in approvals_of(session, version) if a.principal_id == principal.id]
     if not mine or mine[0].decision != "approve":
         raise NoApprovalToAmendError(
             f"{principal.name} has not approved {version_ref(version)}: "
@@ -338,13 +228,13 @@ def preview(session: Session, principal: AuthenticatedPrincipal, tenant: str, na
     check_approver(principal=principal.name, capacity=request.capacity, held=principal.capacities(tenant),
                    decision=request.decision)
     request.validate()
-    version = _get_version(session, tenant, name, number)
-    check_decision(principal=principal.name, submitter=_submitter(session, version), state=version.state,
-                   decided={a.principal.name for a in _approvals_of(session, version)})
+    version = find_version_unchecked(session, tenant, name, number)
+    check_decision(principal=principal.name, submitter=submitter_of(session, version), state=version.state,
+                   decided={a.principal.name for a in approvals_of(session, version)})
     _check_files(version_ref(version), version, request.files)
     extra = pi.Approval(principal.name, request.capacity, request.decision, clock.now(),
                         tuple(sorted(set(request.files))))
-    return _preview(session, version, engine, request.capacity, [*_policy_approvals(session, version), extra])
+    return _preview(session, version, engine, request.capacity, [*policy_approvals(session, version), extra])
 
 
 def _amendable(session: Session, principal: AuthenticatedPrincipal, tenant: str, name: str, number: int,
@@ -393,11 +283,11 @@ def add_files(session: Session, principal: AuthenticatedPrincipal, tenant: str, 
     approval.files = sorted(set(approval.files) | set(files))
     session.flush()
     now = clock.now()
-    judged = _judge(session, version, engine, now)
+    judged = judge(session, version, engine, now)
     audit.append(session, actor=principal.name, action="version.approval.files-added", subject=ref,
                  tenant=tenant, details={"capacity": approval.capacity, "added": added,
                                          "files": approval.files, "outcome": judged.outcome,
-                                         "unmet": [u["code"] for u in judged.unmet], **_digests(judged)})
+                                         "unmet": [u["code"] for u in judged.unmet], **digests(judged)})
     _approve_if_allowed(session, version, judged, principal.name)
     session.commit()
     return _status(session, version)
@@ -411,7 +301,7 @@ def status(session: Session, principal: AuthenticatedPrincipal, tenant: str, nam
         PermissionDeniedError: the principal may not read in ``tenant``.
     """
     require(principal, tenant, Permission.READ)
-    return _status(session, _get_version(session, tenant, name, number))
+    return _status(session, find_version_unchecked(session, tenant, name, number))
 
 
 def evaluate(session: Session, principal: AuthenticatedPrincipal, tenant: str, name: str, number: int, *,
@@ -423,7 +313,7 @@ def evaluate(session: Session, principal: AuthenticatedPrincipal, tenant: str, n
         InvalidStateError: the version's files are not all stored yet.
     """
     require(principal, tenant, Permission.READ)
-    version = _get_version(session, tenant, name, number)
+    version = find_version_unchecked(session, tenant, name, number)
     return version, engine.approval(dict(approval_input_for(session, version, engine)))
 
 
@@ -485,9 +375,9 @@ def _status(session: Session, version: Version) -> ApprovalStatus:
             if _key(u) not in now_unmet and u["code"] != "policy.error":
                 met.setdefault(_key(u), u)
     return ApprovalStatus(ref=version_ref(version), state=version.state,
-                          submitter=_submitter(session, version), decision=latest, unmet=unmet,
+                          submitter=submitter_of(session, version), decision=latest, unmet=unmet,
                           met=list(met.values()),
-                          approvals=_approvals_of(session, version))
+                          approvals=approvals_of(session, version))
 
 
 MAX_REJUDGED = 500
@@ -521,11 +411,11 @@ def rejudge_awaiting(session: Session, *, engine: PolicyEngine, clock: Clock) ->
         if version.state != VersionState.AWAITING_APPROVAL.value:
             session.rollback()
             continue
-        decision = _judge(session, version, engine, clock.now())
+        decision = judge(session, version, engine, clock.now())
         audit.append(session, actor="system", action="version.rejudged", subject=version_ref(version),
                      tenant=version.model.tenant.name,
                      details={"outcome": decision.outcome, "unmet": [u["code"] for u in decision.unmet],
-                              **_digests(decision)})
+                              **digests(decision)})
         _approve_if_allowed(session, version, decision, "system")
         session.commit()
         judged.append(version_ref(version))

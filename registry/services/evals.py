@@ -1,16 +1,17 @@
-"""Evals: eval sets, the ``evaluating`` stage's jobs, their results, and what policy sees of them.
+"""Evals: eval sets, the ``evaluating`` stage's jobs and reading their results.
 
-Entering ``evaluating`` (:func:`queue_evals`, in the transaction that enters it) writes a ``pending``
-result per applicable suite, with the suite frozen as it will run (eval sets resolved to digests), and
-queues a ``run_eval`` job per result. :func:`run_eval` re-checks the version (still evaluating, no
+Entering ``evaluating`` (:mod:`registry.services.stages.evaluating`, which also holds what policy sees
+of the results) writes a ``pending`` result per applicable suite and queues a ``run_eval`` job per
+result. :func:`run_eval` re-checks the version (still evaluating, no
 unsafe or unscanned file, not flagged), materializes its files hash-checked, runs the runner in its
 subprocess (:mod:`registry.evals.sandbox`) outside any transaction, stores the log as a blob, and
 records the outcome only over a ``pending`` result: a job run twice (its worker died after the run)
 records once. When no result is pending any more the version moves on to ``awaiting_approval``.
 
-Example:
-    >>> add_evalset(session, admin, "safety", data, "refusals", blob_store=store, clock=clock)  # doctest: +SKIP
-    >>> version_evals(session, principal, "acme", "tiny", 1)  # doctest: +SKIP
+Usage (a sketch, not run as a doctest)::
+
+    add_evalset(session, admin, "safety", data, "refusals", blob_store=store, clock=clock)
+    version_evals(session, principal, "acme", "tiny", 1)
 """
 
 from __future__ import annotations
@@ -20,32 +21,34 @@ import io
 import logging
 from collections import Counter
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session, sessionmaker
 
-from registry import audit, jobs
+from registry import audit
 from registry.auth import AuthenticatedPrincipal, Permission, require, require_admin
-from registry.clock import Clock, SystemClock
-from registry.db.models import Alias, EvalResult, EvalSet, ScanResult, Version, VersionFacts
+from registry.clock import Clock
+from registry.db.models import EvalResult, EvalSet, ScanResult, Version
 from registry.db.session import begin_write
 from registry.domain.errors import (BlobVanishedError, DigestMismatchError, InvalidInputError, LimitExceededError,
                                     NotFoundError, PermissionDeniedError)
 from registry.domain.states import VersionState
 from registry.evals import sandbox, workdirs
 from registry.evals.cases import MAX_EVALSET_BYTES, parse_cases
-from registry.evals.suites import EVALSET_NAME, Suite, SuiteError, suite_version, suites_of
-from registry.jobs import CLOCK_INFO
-from registry.policy import POLICY_INFO, PolicyEngine
+from registry.evals.suites import EVALSET_NAME
 from registry.scanning import SCANNER_NAME, SCANNER_VERSION
 from registry.services import lifecycle
-from registry.services.versions import _get_version, grant_blob, lock_version_unchecked, record_blob, version_ref
+from registry.services.blobs import grant_blob, record_blob
+from registry.services.loaders import find_version_unchecked, lock_version_unchecked, version_ref
+from registry.services.ports import Ports
+from registry.services.stages import evaluating
+# COMPLETED is read as evals.COMPLETED (exports): a result's statuses are the stage's.
+from registry.services.stages.evaluating import COMPLETED, PENDING, facts_of, results_of  # noqa: F401
 from registry.storage.base import BlobStore
 
 log = logging.getLogger(__name__)
 
-PENDING, COMPLETED, FAILED = "pending", "completed", "failed"
 MAX_DESCRIPTION = 1024
 
 
@@ -185,89 +188,6 @@ def evalset_bytes(blob_store: BlobStore, row: EvalSet) -> bytes:
 # --- the evaluating stage ----------------------------------------------------------------------
 
 
-def _engine(session: Session) -> PolicyEngine | None:
-    provider: Callable[[], PolicyEngine] | None = session.info.get(POLICY_INFO)
-    return provider() if provider is not None else None
-
-
-def _facts(session: Session, version: Version) -> dict[str, Any] | None:
-    row = session.get(VersionFacts, version.id)
-    return row.facts if row is not None else None
-
-
-def applicable_suites(session: Session, version: Version) -> tuple[list[Suite], str | None]:
-    """The suites that evaluate ``version`` under the current policy bundle, or the reason they are unreadable."""
-    engine = _engine(session)
-    if engine is None:
-        return [], None
-    try:
-        suites = suites_of(engine.data())
-    except SuiteError as e:
-        return [], e.message
-    model = f"{version.model.tenant.name}/{version.model.name}"
-    facts = _facts(session, version)
-    return [s for s in suites.values() if s.applies(model, facts)], None
-
-
-def has_evals(session: Session, version: Version) -> bool:
-    """Whether ``evaluating`` applies: some suite applies, or the suites cannot be read (that fails loudly)."""
-    suites, error = applicable_suites(session, version)
-    return bool(suites) or error is not None
-
-
-def queue_evals(session: Session, version: Version) -> None:
-    """The work of entering ``evaluating``: a pending result and a ``run_eval`` job per applicable suite.
-
-    A suite that cannot run (the suites do not parse, an eval set it names does not exist) is recorded
-    failed at once with the reason, so the version still reaches approval, with that requirement unmet.
-    """
-    clock: Clock = session.info.get(CLOCK_INFO) or SystemClock()
-    now = clock.now()
-    suites, error = applicable_suites(session, version)
-    if error is not None:
-        session.add(EvalResult(version_id=version.id, suite="suites", suite_version="", runner="", runner_version="",
-                               definition={}, status=FAILED, reason="bad_suite", error=error[:2000],
-                               created_at=now, finished_at=now))
-    for suite in suites:
-        digests, missing = _resolve_evalsets(session, suite)
-        definition = suite.definition(digests) if not missing else {"suite": suite.name, "runner": suite.runner}
-        row = EvalResult(version_id=version.id, suite=suite.name, suite_version=suite_version(definition),
-                         runner=suite.runner, runner_version=suite.runner_version, definition=definition,
-                         status=PENDING, created_at=now)
-        if missing:
-            row.status, row.reason, row.finished_at = FAILED, "missing_evalset", now
-            row.error = f"eval set {missing} does not exist (or not with the pinned digest)"
-        session.add(row)
-        session.flush()
-        if row.status == PENDING:
-            jobs.enqueue_job(session, jobs.JobKind.RUN_EVAL, {"result_id": row.id}, version.id, suite.name,
-                             tenant=version.model.tenant.name)
-    session.flush()
-    _complete_if_done(session, version)
-
-
-def _resolve_evalsets(session: Session, suite: Suite) -> tuple[dict[str, str], str | None]:
-    digests = {}
-    for ref in suite.evalsets:
-        query = select(EvalSet.digest).where(EvalSet.name == ref.name)
-        query = query.where(EvalSet.digest == ref.digest) if ref.digest else query.order_by(EvalSet.number.desc())
-        digest = session.scalars(query.limit(1)).first()
-        if digest is None:
-            return {}, ref.name + (f"@sha256:{ref.digest}" if ref.digest else "")
-        digests[ref.name] = digest
-    return digests, None
-
-
-def _complete_if_done(session: Session, version: Version) -> None:
-    """Move an ``evaluating`` version on once none of its results is pending."""
-    if version.state != VersionState.EVALUATING.value:
-        return
-    rows = list(session.scalars(select(EvalResult).where(EvalResult.version_id == version.id)))
-    if any(r.status == PENDING for r in rows):
-        return
-    lifecycle.complete(session, version, "system", {"evals": {r.suite: r.reason or r.status for r in rows}})
-
-
 def _unsafe_reason(session: Session, version: Version) -> str | None:
     """Why the version must not be evaluated (never load a file that failed a scan), or None."""
     if version.flagged_at is not None:
@@ -281,13 +201,15 @@ def _unsafe_reason(session: Session, version: Version) -> str | None:
     return None
 
 
-def run_eval(session_factory: sessionmaker[Session], result_id: int, *, blob_store: BlobStore, clock: Clock,
+def run_eval(session_factory: sessionmaker[Session], result_id: int, *, ports: Ports,
              work_root: Path | None = None, isolation: sandbox.Isolation = sandbox.Isolation()) -> None:
     """The ``run_eval`` job: run one suite on one version and record the outcome (once).
 
     Args:
+        ports: the blob store the files come from, the clock, and what the version's next stage needs.
         isolation: how the runner is shut in (the operator's settings); by default it must be.
     """
+    blob_store = ports.blob_store
     with session_factory() as session:
         row = session.get(EvalResult, result_id)
         if row is None or row.status != PENDING:
@@ -297,15 +219,14 @@ def run_eval(session_factory: sessionmaker[Session], result_id: int, *, blob_sto
             return
         unsafe = _unsafe_reason(session, version)
         files = [(f.path, f.sha256) for f in version.files]
-        facts = _facts(session, version)
+        facts = facts_of(session, version)
         definition = dict(row.definition)
         evalsets = [(e["name"], e["digest"]) for e in definition.get("evalsets", [])]
     if unsafe is not None:
         outcome = sandbox.failed("unsafe", f"not evaluated: {unsafe}")
     else:
         outcome = _run_outside_transaction(files, evalsets, definition, facts, blob_store, work_root, isolation)
-    _record(session_factory, result_id, outcome, _store_log(blob_store, outcome.log), clock=clock,
-            blob_store=blob_store)
+    _record(session_factory, result_id, outcome, _store_log(blob_store, outcome.log), ports=ports)
 
 
 def _run_outside_transaction(files: list[tuple[str, str]], evalsets: list[tuple[str, str]],
@@ -334,7 +255,7 @@ def _store_log(blob_store: BlobStore, log_bytes: bytes) -> str | None:
 
 
 def _record(session_factory: sessionmaker[Session], result_id: int, outcome: sandbox.Outcome,
-            log_digest: str | None, *, clock: Clock, blob_store: BlobStore | None = None) -> None:
+            log_digest: str | None, *, ports: Ports) -> None:
     with session_factory() as session:
         begin_write(session)
         row = session.get(EvalResult, result_id)
@@ -345,16 +266,15 @@ def _record(session_factory: sessionmaker[Session], result_id: int, outcome: san
         if version is None or row.status != PENDING:
             return  # recorded by an earlier run of this job: count it once
         if log_digest is not None:
-            assert blob_store is not None
             grant_blob(session, version.model.tenant_id, log_digest, len(outcome.log), via="eval",
-                       blob_store=blob_store)
+                       blob_store=ports.blob_store)
         result = outcome.result
         row.status = outcome.status
         row.reason, row.error = outcome.reason, outcome.error
         row.metrics = result.get("metrics", {})
         row.breakdown = result.get("breakdown", {})
         row.cases = result.get("cases", [])
-        row.log_digest, row.duration_ms, row.finished_at = log_digest, outcome.duration_ms, clock.now()
+        row.log_digest, row.duration_ms, row.finished_at = log_digest, outcome.duration_ms, ports.clock.now()
         row.isolated = outcome.isolated
         tenant = version.model.tenant.name
         audit.append(session, actor="system", action="version.eval.recorded", subject=version_ref(version),
@@ -363,13 +283,14 @@ def _record(session_factory: sessionmaker[Session], result_id: int, outcome: san
                                              "isolated": row.isolated,
                                              "metrics": dict(list(row.metrics.items())[:50])})
         session.flush()
-        _complete_if_done(session, version)
+        if version.state == VersionState.EVALUATING.value:
+            lifecycle.conclude(session, version, evaluating.judge(session, version), ports)
         session.commit()
 
 
-def fail_eval(session_factory: sessionmaker[Session], result_id: int, error: str, *, clock: Clock) -> None:
+def fail_eval(session_factory: sessionmaker[Session], result_id: int, error: str, *, ports: Ports) -> None:
     """When a ``run_eval`` job is dead (its retries spent): record the suite failed with the last error."""
-    _record(session_factory, result_id, sandbox.failed("job_failed", error), None, clock=clock)
+    _record(session_factory, result_id, sandbox.failed("job_failed", error), None, ports=ports)
 
 
 # --- reading -----------------------------------------------------------------------------------
@@ -390,24 +311,19 @@ def result_doc(row: EvalResult, *, cases: bool = False) -> dict[str, Any]:
     return doc
 
 
-def _results(session: Session, version: Version) -> list[EvalResult]:
-    return list(session.scalars(select(EvalResult).where(EvalResult.version_id == version.id)
-                                .order_by(EvalResult.suite)))
-
-
 def version_evals(session: Session, principal: AuthenticatedPrincipal, tenant: str, name: str,
                   number: int) -> tuple[Version, list[dict[str, Any]]]:
     """The eval results of a version, one per suite (per-case outcomes left out: see :func:`version_eval`)."""
     require(principal, tenant, Permission.READ)
-    version = _get_version(session, tenant, name, number)
-    return version, [result_doc(r) for r in _results(session, version)]
+    version = find_version_unchecked(session, tenant, name, number)
+    return version, [result_doc(r) for r in results_of(session, version)]
 
 
 def version_eval(session: Session, principal: AuthenticatedPrincipal, tenant: str, name: str, number: int,
                  suite: str) -> dict[str, Any]:
     """One suite's result on a version, with every case outcome."""
     require(principal, tenant, Permission.READ)
-    version = _get_version(session, tenant, name, number)
+    version = find_version_unchecked(session, tenant, name, number)
     row = session.scalar(select(EvalResult).where(EvalResult.version_id == version.id, EvalResult.suite == suite))
     if row is None:
         raise EvalNotFoundError(version_ref(version), suite)
@@ -421,38 +337,3 @@ def eval_log(session: Session, principal: AuthenticatedPrincipal, tenant: str, n
     if not doc["log_digest"]:
         return b""
     return b"".join(blob_store.open_range(doc["log_digest"]))
-
-
-# --- what the policies see ---------------------------------------------------------------------
-
-
-def policy_evals(session: Session, version: Version) -> list[dict[str, Any]]:
-    """``input.evals``: each suite's status, reason, suite version and metrics, sorted by suite."""
-    return [{"suite": r.suite, "suite_version": r.suite_version, "runner": r.runner,
-             "runner_version": r.runner_version, "status": r.status, "reason": r.reason, "metrics": r.metrics}
-            for r in _results(session, version)]
-
-
-def baseline_alias(engine: PolicyEngine | None) -> str | None:
-    """The alias whose version is the baseline (``modelreg.config.evals.baseline_alias``, default ``prod``)."""
-    config = ((engine.data() if engine else {}).get("modelreg") or {}).get("config") or {}
-    evals_config = config.get("evals") if isinstance(config, dict) else None
-    value = evals_config.get("baseline_alias", "prod") if isinstance(evals_config, dict) else "prod"
-    return value if isinstance(value, str) and value else None
-
-
-def policy_baseline(session: Session, version: Version, alias: str | None) -> dict[str, Any] | None:
-    """``input.baseline``: the completed evals of the version behind ``alias`` of the same model, or None.
-
-    None when there is no such alias, or it points at this very version. Policies compare a suite's
-    metrics only when the baseline's ``suite_version`` equals this version's (like with like).
-    """
-    if alias is None:
-        return None
-    row = session.scalar(select(Alias).where(Alias.model_id == version.model_id, Alias.name == alias))
-    if row is None or row.version_id == version.id:
-        return None
-    behind = session.get(Version, row.version_id)
-    evals = [{"suite": r.suite, "suite_version": r.suite_version, "metrics": r.metrics}
-             for r in _results(session, behind) if r.status == COMPLETED]
-    return {"alias": alias, "version": behind.number, "evals": evals}

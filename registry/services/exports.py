@@ -57,10 +57,10 @@ from registry.db.models import Principal, Version, VersionFacts
 from registry.domain.errors import InvalidInputError, InvalidStateError
 from registry.domain.exports import ExportFormat
 from registry.domain.text import printable
-from registry.services import evals, licenses, manifests, scans, versions
+from registry.services import evals, licenses, loaders, manifests, scans
 from registry.services.facts import facts_document
 from registry.services.trust_roots import release_signer
-from registry.services.versions import version_ref
+from registry.services.loaders import version_ref
 from registry.signing.bundle import IN_TOTO_PAYLOAD_TYPE, STATEMENT_TYPE
 from registry.signing.canonical import canonical_json
 from registry.signing.dsse import sign_envelope
@@ -132,7 +132,7 @@ def export(session: Session, principal: AuthenticatedPrincipal, tenant: str, nam
         raise InvalidInputError(f"unknown export format {str(fmt)[:40]!r}: use {' or '.join(FORMATS)}",
                                 field="format", value=str(fmt)[:40])
     require(principal, tenant, Permission.AUDIT)
-    version = versions.load_version_unchecked(session, versions.load_model_unchecked(session, tenant, name), number)
+    version = loaders.load_version_unchecked(session, loaders.load_model_unchecked(session, tenant, name), number)
     if version.manifest_bundle is None or any(f.sha256 is None for f in version.files):
         raise InvalidStateError(f"{version_ref(version)} is not sealed yet (state {version.state}): "
                                 "nothing to export", state=version.state)

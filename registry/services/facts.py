@@ -18,7 +18,8 @@ from registry.db.models import Version, VersionFacts
 from registry.domain.capacity import CapacityEstimate, estimate_capacity
 from registry.domain.errors import InvalidStateError
 from registry.facts import READER_VERSION, read_model_facts
-from registry.services.versions import read_version, version_ref
+from registry.services.loaders import version_ref
+from registry.services.versions import read_version
 from registry.storage.base import BlobStore
 
 

@@ -64,7 +64,7 @@ from registry.domain.errors import (
 )
 from registry.domain.refs import ALIAS_RE
 from registry.domain.states import VersionState
-from registry.services import aliases, versions
+from registry.services import aliases, loaders
 from registry.storage.base import BlobStore
 
 DEFAULT_BRANCH = "main"
@@ -185,7 +185,7 @@ def resolve(session: Session, principal: AuthenticatedPrincipal, tenant: str, na
     if not {Permission.READ, Permission.FETCH} & principal.permissions(tenant):
         raise PermissionDeniedError(f"{principal.name!r} may neither read nor fetch in tenant {tenant!r}",
                                     principal=principal.name, tenant=tenant, permission="fetch")
-    model = versions.load_model_unchecked(session, tenant, name)
+    model = loaders.load_model_unchecked(session, tenant, name)
     repo_id = f"{tenant}/{name}"
     version = _version_named(session, principal, model, repo_id, revision)
     if version.state == VersionState.REVOKED.value:
@@ -226,7 +226,7 @@ def _version_named(session: Session, principal: AuthenticatedPrincipal, model: M
         return version
     if NUMBER_RE.match(revision) and int(revision) <= INT32_MAX:
         try:
-            return versions.load_version_unchecked(session, model, int(revision))
+            return loaders.load_version_unchecked(session, model, int(revision))
         except VersionNotFoundError:
             raise ReleaseNotFoundError(repo_id, revision, f"no version {revision}") from None
     alias = DEFAULT_ALIAS if revision == DEFAULT_BRANCH else revision

@@ -1,129 +1,82 @@
-"""The one way a version changes state: :func:`advance`.
+"""The one module that moves a version between states, and the one that knows the order of stages.
 
-``advance`` checks the move against the state machine (:mod:`registry.domain.states`), appends the
-audit event the move is named by, and starts the work the new state needs, all in the caller's
+A stage's work (``registry/services/stages/``) returns an outcome (:mod:`registry.domain.outcomes`)
+and never moves the version; :func:`conclude` turns the outcome into the move: ``Passed`` to the next
+stage that applies (:func:`registry.domain.stages.next_stage`, skipping an optional stage whose work
+does not apply), ``Failed`` to ``failed``, ``Pending`` nowhere. Entering a stage (:func:`advance`)
+checks the move against the state machine, appends the audit event the move is named by, starts the
+stage's work from ``_WORK`` and concludes with what the work returned, all in the caller's
 transaction: when the caller commits, the state, its event and its jobs exist together, and when it
-does not, none of them do. ``STAGES`` is the one table from a state to the work entering it starts;
-a stage is added by adding a row (and its job kind in :class:`registry.jobs.JobKind`).
+does not, none of them do. People's decisions and terminal moves have their own functions
+(:func:`approve`, :func:`reject`, :func:`revoke`, :func:`fail`); a dead job fails its version through
+:func:`fail_version`, from the stages the table says may fail.
 
-Example:
-    >>> advance(session, version, VersionState.SEALED, "system", {"files": 3})  # doctest: +SKIP
-    >>> complete(session, version, "system", {"verdicts": {...}})  # to the next stage that applies
-    >>> session.commit()  # doctest: +SKIP
+The ports (clock, policy engine, blob store, signer, queue) come in as one object, built by bootstrap.
+
+Usage (a sketch, not run as a doctest)::
+
+    lifecycle.conclude(session, version, scanning.judge(session, version), ports)
+    session.commit()
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any, Callable
 
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import Session, sessionmaker
 
-from registry import audit, jobs
+from registry import audit
 from registry.db.models import Version
-from registry.domain.states import VersionState, event_for, next_stage
+from registry.db.session import begin_write
+from registry.domain.errors import InvalidStateError, RegistryError
+from registry.domain.outcomes import Failed, Outcome, Passed, Pending
+from registry.domain.stages import FAILABLE, Work, next_stage, stage_of
+from registry.domain.states import VersionState, event_for
+from registry.services.loaders import lock_version_unchecked, version_ref
+from registry.services.ports import Ports
+from registry.services.stages import approval, evaluating, mirroring, scanning, sealed
 
 S = VersionState
-Work = Callable[[Session, Version], None]
+Start = Callable[[Session, Version, Ports], Outcome]
 
-
-def _always(session: Session, version: Version) -> bool:
-    return True
-
-
-def _no_work(session: Session, version: Version) -> None:
-    return None
-
-
-def tenant_of(version: Version) -> str:
-    """Whose work the jobs of ``version`` are: claims are fair between tenants (:mod:`registry.jobs`)."""
-    return version.model.tenant.name
-
-
-def _queue_mirroring(session: Session, version: Version) -> None:
-    """A job per file not stored yet; with every file stored already, sealing at once."""
-    pending = [f for f in version.files if f.sha256 is None]
-    for f in pending:
-        jobs.enqueue_job(session, jobs.JobKind.MIRROR_FILE, {"file_id": f.id}, f.id, tenant=tenant_of(version))
-    if not pending:
-        queue_sealing(session, version)
-
-
-def queue_sealing(session: Session, version: Version) -> None:
-    """The work that ends mirroring: one ``seal_version`` job (queued once, however often asked)."""
-    jobs.enqueue_job(session, jobs.JobKind.SEAL_VERSION, {"version_id": version.id}, version.id,
-                     tenant=tenant_of(version))
-
-
-def queue_resolving(session: Session, version: Version) -> None:
-    """Retry resolving a submitted version whose upstream was unreachable (a ``resolve_version`` job)."""
-    jobs.enqueue_job(session, jobs.JobKind.RESOLVE_VERSION, {"version_id": version.id}, version.id,
-                     tenant=tenant_of(version))
-
-
-def _start_scanning(session: Session, version: Version) -> None:
-    advance(session, version, S.SCANNING, "system", {"files": len(version.files)})
-
-
-def _queue_scans(session: Session, version: Version) -> None:
-    """A ``scan_blob`` job per file without a cached result; with none to scan, decide at once."""
-    from registry.services import scans
-
-    if scans.queue_scans(session, version) == 0:
-        scans.decide(session, version)
-
-
-@dataclass(frozen=True, slots=True)
-class Stage:
-    """What entering a state means for a version.
-
-    Attributes:
-        start: queues the state's work, in the transaction that enters it.
-        applies: whether a version passes through the state at all (skipped when not).
-    """
-
-    start: Work = _no_work
-    applies: Callable[[Session, Version], bool] = _always
-
-
-def _has_evals(session: Session, version: Version) -> bool:
-    from registry.services import evals
-
-    return evals.has_evals(session, version)
-
-
-def _queue_evals(session: Session, version: Version) -> None:
-    """A ``run_eval`` job per applicable suite (``registry.services.evals``); with none left pending, move on."""
-    from registry.services import evals
-
-    evals.queue_evals(session, version)
-
-
-def _judge(session: Session, version: Version) -> None:
-    """Judge a version awaiting approval at once, so what it still needs is known (and approve it if nothing)."""
-    from registry.services import approvals
-
-    approvals.judge_on_arrival(session, version)
-
-
-STAGES: dict[VersionState, Stage] = {
-    S.MIRRORING: Stage(start=_queue_mirroring),
-    S.SEALED: Stage(start=_start_scanning),
-    S.SCANNING: Stage(start=_queue_scans),
-    # A version no suite applies to goes straight to approval.
-    S.EVALUATING: Stage(start=_queue_evals, applies=_has_evals),
-    S.AWAITING_APPROVAL: Stage(start=_judge),
+_WORK: dict[Work, Start] = {
+    Work.MIRROR: mirroring.start,
+    Work.MOVE_ON: sealed.start,
+    Work.SCAN: scanning.start,
+    Work.EVALUATE: evaluating.start,
+    Work.JUDGE: approval.start,
 }
-"""State -> the work entering it starts. States without a row start no work."""
+"""Each kind of stage work (``registry.domain.stages.Work``) -> the function that starts it."""
+
+_APPLIES: dict[Work, Callable[[Session, Version, Ports], bool]] = {
+    Work.EVALUATE: evaluating.applies,
+}
+"""Whether an optional stage's work applies to a version."""
 
 
-def advance(session: Session, version: Version, target: VersionState, actor: str,
-            details: dict[str, Any]) -> None:
-    """Move ``version`` to ``target``: check the move, append its audit event, start the new state's work.
+def _move(session: Session, version: Version, target: VersionState, actor: str, details: dict[str, Any]) -> None:
+    """Check the move, write the state and append the move's audit event (in the caller's transaction).
+
+    Raises:
+        InvalidStateError: the state machine has no such move.
+    """
+    action = event_for(VersionState(version.state), target)
+    version.state = target.value
+    tenant = version.model.tenant.name
+    # The state entered is part of every move's event: the event stream tells "scanned, now awaiting
+    # approval" from "scanned, now evaluating" by it (registry.domain.events).
+    audit.append(session, actor=actor, action=action, subject=version_ref(version), tenant=tenant,
+                 details={**details, "state": target.value})
+
+
+def advance(session: Session, version: Version, target: VersionState, actor: str, details: dict[str, Any],
+            ports: Ports) -> None:
+    """Move ``version`` to ``target``: check the move, append its audit event, start the new stage's work
+    and conclude with its outcome.
 
     Everything happens in the caller's transaction; the caller commits (or rolls back, and then
-    none of it happened). Set what the new state records (a failure's reason, a seal's manifest)
-    before calling, so the work it starts sees it.
+    none of it happened). Set what the new state records (a seal's manifest) before calling, so the
+    work it starts sees it.
 
     Args:
         actor: who moves it (a principal's name, or ``system`` for the pipeline).
@@ -132,30 +85,85 @@ def advance(session: Session, version: Version, target: VersionState, actor: str
     Raises:
         InvalidStateError: the state machine has no such move.
     """
-    current = VersionState(version.state)
-    action = event_for(current, target)
-    version.state = target.value
-    tenant = version.model.tenant.name
-    # The state entered is part of every move's event: the event stream tells "scanned, now awaiting
-    # approval" from "scanned, now evaluating" by it (registry.domain.events).
-    audit.append(session, actor=actor, action=action,
-                 subject=f"{tenant}/{version.model.name}@{version.number}", tenant=tenant,
-                 details={**details, "state": target.value})
-    STAGES.get(target, Stage()).start(session, version)
+    _move(session, version, target, actor, details)
+    stage = stage_of(target)
+    if stage is not None and stage.work is not None:
+        conclude(session, version, _WORK[stage.work](session, version, ports), ports)
 
 
-def next_state(session: Session, version: Version) -> VersionState:
-    """Where ``version`` goes when its current stage's work is done (stages that do not apply skipped)."""
-    return next_stage(VersionState(version.state),
-                      lambda state: STAGES.get(state, Stage()).applies(session, version))
+def next_state(session: Session, version: Version, ports: Ports) -> VersionState:
+    """Where ``version`` goes when its current stage passes it (optional stages that do not apply skipped)."""
+
+    def applies(state: VersionState) -> bool:
+        stage = stage_of(state)
+        check = _APPLIES.get(stage.work) if stage is not None and stage.work is not None else None
+        return check(session, version, ports) if check is not None else True
+
+    return next_stage(VersionState(version.state), applies)
 
 
-def complete(session: Session, version: Version, actor: str, details: dict[str, Any]) -> VersionState:
-    """The current stage's work is done: advance to the next stage that applies.
+def conclude(session: Session, version: Version, outcome: Outcome, ports: Ports, *,
+             actor: str = "system") -> VersionState:
+    """What the current stage's work ended in, turned into the move: passed to the next stage that
+    applies, failed to ``failed``, pending nowhere.
 
     Returns:
-        The state the version moved to.
+        The state the version is in afterwards.
+
+    Raises:
+        InvalidStateError: the version is in no stage (it was decided on, failed or revoked).
     """
-    target = next_state(session, version)
-    advance(session, version, target, actor, details)
+    if isinstance(outcome, Pending):
+        return VersionState(version.state)
+    if isinstance(outcome, Failed):
+        fail(session, version, outcome, actor=actor)
+        return S.FAILED
+    assert isinstance(outcome, Passed), outcome
+    target = next_state(session, version, ports)
+    advance(session, version, target, actor, dict(outcome.details), ports)
     return target
+
+
+def fail(session: Session, version: Version, failure: Failed, *, actor: str = "system") -> None:
+    """Fail ``version`` with ``failure``'s reason and detail recorded (event ``version.failed``).
+
+    Raises:
+        InvalidStateError: the version is past the stages that may fail.
+    """
+    if VersionState(version.state) not in FAILABLE:
+        raise InvalidStateError(f"a {version.state} version cannot become failed", state=version.state,
+                                target=S.FAILED.value)
+    version.failure_reason, version.failure_detail = failure.reason, failure.detail
+    _move(session, version, S.FAILED, actor, failure.audit_details)
+
+
+def fail_version(session_factory: sessionmaker[Session], version_id: int, error: RegistryError) -> bool:
+    """The one way a dead job, or a job's lasting error, fails its version: unless it left the stages
+    that may fail (``FAILABLE``), in its own transaction.
+
+    Returns:
+        Whether the version failed.
+    """
+    with session_factory() as session:
+        begin_write(session)
+        version = lock_version_unchecked(session, version_id)
+        if version is None or VersionState(version.state) not in FAILABLE:
+            return False
+        fail(session, version, Failed.from_error(error))
+        session.commit()
+        return True
+
+
+def approve(session: Session, version: Version, actor: str, details: dict[str, Any]) -> None:
+    """A version awaiting approval becomes ``approved`` (the judgement that allows it is in ``details``)."""
+    _move(session, version, S.APPROVED, actor, details)
+
+
+def reject(session: Session, version: Version, actor: str, details: dict[str, Any]) -> None:
+    """A person rejects a version awaiting approval: it becomes ``rejected``."""
+    _move(session, version, S.REJECTED, actor, details)
+
+
+def revoke(session: Session, version: Version, actor: str, details: dict[str, Any]) -> None:
+    """A sealed or later version becomes ``revoked`` (set ``revoked_at``/``_by``/``revoke_reason`` first)."""
+    _move(session, version, S.REVOKED, actor, details)

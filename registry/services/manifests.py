@@ -74,7 +74,7 @@ from registry.domain.errors import (
     VersionDeletedError,
 )
 from registry.domain.states import VersionState
-from registry.services import aliases, versions
+from registry.services import aliases, loaders
 from registry.services.trust_roots import release_signer
 from registry.signing.canonical import canonical_json
 from registry.signing.keyring import KeyRing
@@ -265,8 +265,8 @@ def _resolve(session: Session, principal: AuthenticatedPrincipal, tenant: str, n
         row = session.execute(_VERSION_QUERY, {"tenant": tenant, "name": name, "number": int(ref),
                                                "ref": ref}).one_or_none()
         if row is None:
-            model = versions.load_model_unchecked(session, tenant, name)
-            versions.load_version_unchecked(session, model, int(ref))  # VersionNotFoundError
+            model = loaders.load_model_unchecked(session, tenant, name)
+            loaders.load_version_unchecked(session, model, int(ref))  # VersionNotFoundError
             raise AssertionError("unreachable: the version exists but was not found")  # pragma: no cover
         return _Found(row.model_id, row.id, row.number, row.state, row.revoke_reason, False,
                       _digest({"version": row.number}), row.serial, row.target_digest, row.root_version)
@@ -388,7 +388,7 @@ def approval_record(session: Session, version: Version) -> dict[str, Any]:
         PolicyDecision.allowed.is_(True)).order_by(PolicyDecision.id.desc()).limit(1))
     decisions = session.scalars(select(Approval).where(Approval.version_id == version.id)
                                 .order_by(Approval.at, Approval.id))
-    return {"version": versions.version_ref(version),
+    return {"version": loaders.version_ref(version),
             "decision": None if decision is None else {
                 "bundle_digest": decision.bundle_digest, "input_digest": decision.input_digest,
                 "decided_at": decision.decided_at.isoformat()},

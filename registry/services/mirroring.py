@@ -4,8 +4,9 @@
 one file from the upstream into the blob store, hashed in the same pass and checked against what the
 upstream published, grants the version's tenant ownership of the blob, and the job that lands the last
 file queues ``seal_version``; ``seal_version`` freezes the file list, signs it as an OpenSSF
-model-signing bundle from the digests computed while mirroring (no file is read again), and starts
-scanning.
+model-signing bundle from the digests computed while mirroring (no file is read again), and reports
+the mirroring stage passed (the lifecycle moves the version on). The jobs a stage queues are queued in
+:mod:`registry.services.stages.mirroring`.
 """
 
 from __future__ import annotations
@@ -17,7 +18,6 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session, sessionmaker
 
 from registry import jobs
-from registry.clock import Clock
 from registry.db.models import Job, Version, VersionFile
 from registry.db.session import begin_write
 from registry.domain.errors import (
@@ -29,20 +29,17 @@ from registry.domain.errors import (
     UpstreamError,
 )
 from registry.domain.files import FileEntry, validate_file_list
+from registry.domain.outcomes import Passed
 from registry.domain.states import VersionState
 from registry.services import facts, licenses, lifecycle, quotas
-from registry.services.versions import (
-    Limits,
-    SourceOpener,
-    accept_snapshot,
-    fail_version,
-    grant_blob,
-    lock_version_unchecked,
-    owned_blobs,
-)
+from registry.services.blobs import grant_blob, owned_blobs
+from registry.services.lifecycle import fail_version
+from registry.services.loaders import lock_version_unchecked
+from registry.services.ports import Ports
+from registry.services.stages.mirroring import queue_sealing
+from registry.services.versions import Limits, SourceOpener, accept_snapshot
 from registry.signing.bundle import build_model_statement, sign_model_bundle
 from registry.signing.canonical import canonical_json
-from registry.signing.keys import SigningKey
 from registry.sources.base import UpstreamFile
 from registry.storage.base import BlobStore
 
@@ -50,7 +47,7 @@ log = logging.getLogger(__name__)
 
 
 def resolve_version(session_factory: sessionmaker[Session], version_id: int, *,
-                    open_source: SourceOpener, limits: Limits, clock: Clock) -> None:
+                    open_source: SourceOpener, limits: Limits, ports: Ports) -> None:
     """Job: resolve a version whose upstream was unreachable at submission. Transient errors raise."""
     with session_factory() as session:
         version = session.get(Version, version_id)
@@ -71,7 +68,7 @@ def resolve_version(session_factory: sessionmaker[Session], version_id: int, *,
         version = lock_version_unchecked(session, version_id)
         if version is None or version.state != VersionState.SUBMITTED.value:
             return
-        accept_snapshot(session, version, snapshot, limits, clock)
+        accept_snapshot(session, version, snapshot, limits, ports)
         session.commit()
 
 
@@ -87,9 +84,8 @@ def mirror_file(
     session_factory: sessionmaker[Session],
     file_id: int,
     *,
-    blob_store: BlobStore,
     open_source: SourceOpener,
-    clock: Clock,
+    ports: Ports,
 ) -> None:
     """Job: stream one file from its upstream into the blob store; queue sealing after the last one.
 
@@ -97,6 +93,7 @@ def mirror_file(
     already in the store are not transferred again. Integrity failures fail the version at once;
     transport failures raise so the job is retried with backoff.
     """
+    blob_store = ports.blob_store
     with session_factory() as session:
         row = session.get(VersionFile, file_id)
         if row is None:
@@ -141,8 +138,7 @@ def mirror_file(
         else:
             digest, size = already, upstream.size
         try:
-            _record_mirrored(session_factory, version_id, file_id, tenant_id, digest, size,
-                             blob_store=blob_store, clock=clock)
+            _record_mirrored(session_factory, version_id, file_id, tenant_id, digest, size, ports=ports)
             return
         except QuotaExceededError as exc:
             fail_version(session_factory, version_id, _with_path(exc, upstream.path))
@@ -159,7 +155,7 @@ PUTS = 3
 
 
 def _record_mirrored(session_factory: sessionmaker[Session], version_id: int, file_id: int, tenant_id: int,
-                     digest: str, size: int, *, blob_store: BlobStore, clock: Clock) -> None:
+                     digest: str, size: int, *, ports: Ports) -> None:
     """Set the file's digest, grant the tenant the blob, and queue sealing after the last file.
 
     Raises:
@@ -172,15 +168,15 @@ def _record_mirrored(session_factory: sessionmaker[Session], version_id: int, fi
             return
         row = session.get(VersionFile, file_id)
         if row.sha256 is None:
-            row.sha256, row.mirrored_at = digest, clock.now()
-        grant_blob(session, tenant_id, digest, size, via="mirror", blob_store=blob_store)
+            row.sha256, row.mirrored_at = digest, ports.clock.now()
+        grant_blob(session, tenant_id, digest, size, via="mirror", blob_store=ports.blob_store)
         session.flush()
         remaining = session.scalar(
             select(func.count()).select_from(VersionFile).where(
                 VersionFile.version_id == version_id, VersionFile.sha256.is_(None))
         )
         if remaining == 0:
-            lifecycle.queue_sealing(session, version)
+            queue_sealing(session, version, ports)
         session.commit()
 
 
@@ -239,10 +235,11 @@ def _with_path(exc: RegistryError, path: str) -> RegistryError:
     return exc
 
 
-def seal_version(session_factory: sessionmaker[Session], version_id: int, *, signing_key: SigningKey,
-                 clock: Clock, blob_store: BlobStore, registry_url: str | None = None) -> None:
-    """Job: freeze the file list, record what the files say (facts, licenses) and sign it; sealing starts
-    the next stage's work (see ``lifecycle``)."""
+def seal_version(session_factory: sessionmaker[Session], version_id: int, *, ports: Ports,
+                 registry_url: str | None = None) -> None:
+    """Job: freeze the file list, record what the files say (facts, licenses) and sign it with the ports'
+    signer; the mirroring stage has passed, and the lifecycle starts the next stage's work."""
+    blob_store, signing_key, clock = ports.blob_store, ports.signer, ports.clock
     with session_factory() as session:
         # The facts are headers read from the store: read before the write lock, not while holding it.
         version = session.get(Version, version_id)
@@ -283,7 +280,7 @@ def seal_version(session_factory: sessionmaker[Session], version_id: int, *, sig
         version.manifest_digest = hashlib.sha256(canonical_json(statement)).hexdigest()
         version.signing_key_id = signing_key.key_id
         version.sealed_at = clock.now()
-        lifecycle.advance(session, version, VersionState.SEALED, "system",
-                          {"manifest_digest": version.manifest_digest, "key_id": signing_key.key_id,
-                           "files": len(entries), "bytes": sum(e.size for e in entries)})
+        lifecycle.conclude(session, version, Passed({
+            "manifest_digest": version.manifest_digest, "key_id": signing_key.key_id,
+            "files": len(entries), "bytes": sum(e.size for e in entries)}), ports)
         session.commit()

@@ -60,7 +60,7 @@ from registry.domain.errors import (
 from registry.domain.files import SHA256_RE
 from registry.domain.states import VersionState
 from registry.policy import PolicyEngine
-from registry.services import evals, scans, trust_roots, versions
+from registry.services import evals, loaders, scans, trust_roots
 from registry.services.manifests import VERSION_REF_RE, statement_digest
 from registry.signing.keys import VerifyingKey
 from registry.signing.trust_root import ALGORITHM
@@ -89,9 +89,9 @@ def _version_of(session: Session, principal: AuthenticatedPrincipal, tenant: str
         TenantNotFoundError, ModelNotFoundError, VersionNotFoundError, AliasNotFoundError.
     """
     require(principal, tenant, Permission.AUDIT)
-    model = versions.load_model_unchecked(session, tenant, name)
+    model = loaders.load_model_unchecked(session, tenant, name)
     if isinstance(ref, str) and VERSION_REF_RE.match(ref):
-        version = versions.load_version_unchecked(session, model, int(ref))
+        version = loaders.load_version_unchecked(session, model, int(ref))
         return version, {"ref": ref, "alias": None, "version": version.number, "canary": None}
     try:
         alias_rules.validate_alias_name(ref)
@@ -309,7 +309,7 @@ def alias_history(session: Session, principal: AuthenticatedPrincipal, tenant: s
             # Within a day of year 1 or 9999: before every move, or after every one.
             at = (dt.datetime.min if at.year == 1 else dt.datetime.max).replace(tzinfo=dt.timezone.utc)
     after = _int_cursor(cursor)
-    model = versions.load_model_unchecked(session, tenant, name)
+    model = loaders.load_model_unchecked(session, tenant, name)
     row = session.scalar(select(Alias).where(Alias.model_id == model.id, Alias.name == alias))
     if row is None:
         raise AliasNotFoundError(f"{tenant}/{name}", alias)

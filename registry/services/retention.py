@@ -27,8 +27,8 @@ from registry.clock import Clock
 from registry.db.models import Alias, AuditEvent, RetentionRule, Version
 from registry.db.session import begin_write, is_postgres
 from registry.domain.errors import InvalidInputError
-from registry.domain.states import PIPELINE, VersionState, event_for
-from registry.services import versions
+from registry.domain.states import IN_PROGRESS, VersionState, event_for
+from registry.services import loaders
 
 APPROVED_EVENT = event_for(VersionState.AWAITING_APPROVAL, VersionState.APPROVED)
 MAX_KEEP_LAST = 100_000
@@ -69,7 +69,7 @@ def set_rule(session: Session, principal: AuthenticatedPrincipal, tenant: str, n
         raise InvalidInputError(f"approved_within_days is between 0 and {MAX_WINDOW_DAYS}",
                                 field="approved_within_days")
     begin_write(session)
-    model = versions.load_model_unchecked(session, tenant, name)
+    model = loaders.load_model_unchecked(session, tenant, name)
     rule = session.get(RetentionRule, model.id)
     if rule is None:
         rule = RetentionRule(model_id=model.id)
@@ -90,7 +90,7 @@ def show(session: Session, principal: AuthenticatedPrincipal, tenant: str, name:
         PermissionDeniedError, TenantNotFoundError, ModelNotFoundError.
     """
     require(principal, tenant, Permission.READ)
-    model = versions.load_model_unchecked(session, tenant, name)
+    model = loaders.load_model_unchecked(session, tenant, name)
     rule = session.get(RetentionRule, model.id)
     ref = f"{tenant}/{name}"
     if rule is None:
@@ -102,7 +102,7 @@ def show(session: Session, principal: AuthenticatedPrincipal, tenant: str, name:
 
 def rule_of(session: Session, tenant: str, name: str) -> RetentionRule | None:
     """The model's rule, unchecked (for a caller that has checked the principal)."""
-    return session.get(RetentionRule, versions.load_model_unchecked(session, tenant, name).id)
+    return session.get(RetentionRule, loaders.load_model_unchecked(session, tenant, name).id)
 
 
 def apply(session: Session, principal: AuthenticatedPrincipal, tenant: str, name: str, *, clock: Clock,
@@ -115,7 +115,7 @@ def apply(session: Session, principal: AuthenticatedPrincipal, tenant: str, name
     """
     require(principal, tenant, Permission.ADMIN)
     begin_write(session)
-    model = versions.load_model_unchecked(session, tenant, name)
+    model = loaders.load_model_unchecked(session, tenant, name)
     ref = f"{tenant}/{name}"
     rule = session.get(RetentionRule, model.id)
     if rule is None:
@@ -167,7 +167,7 @@ def _plan(session: Session, ref: str, rule: RetentionRule, live: list[Version], 
                 .where(AuditEvent.action == APPROVED_EVENT, AuditEvent.subject.in_(list(subjects)))
                 .group_by(AuditEvent.subject)
             ).tuples()}
-    pipeline = {s.value for s in PIPELINE}
+    pipeline = {s.value for s in IN_PROGRESS}
     for version in live:
         if version.number in keep:
             continue

@@ -1,7 +1,7 @@
 """Revocation: a version that is never released again.
 
 A revoked version keeps its rows (what it was, who revoked it, when, why), moves to ``revoked`` through
-:func:`registry.services.lifecycle.advance` (event ``version.revoked``), and from then on the
+:func:`registry.services.lifecycle.revoke` (event ``version.revoked``), and from then on the
 promotion policy refuses any alias move to it, and an alias still pointing at it does not resolve
 (:class:`registry.domain.errors.RevokedError`, naming the version and the reason) until it is moved.
 
@@ -21,9 +21,9 @@ from registry.clock import Clock
 from registry.db.models import Alias, Version
 from registry.db.session import begin_write
 from registry.domain.errors import InvalidInputError, PermissionDeniedError
-from registry.domain.states import VersionState
 from registry.domain.text import MAX_COMMENT_LENGTH, validate_text
-from registry.services import lifecycle, versions
+from registry.services import lifecycle
+from registry.services.loaders import load_model_unchecked, load_version_unchecked
 
 REVOKING_CAPACITY = "security"
 """Approvers with this capacity in a tenant may revoke its versions (beside its administrators)."""
@@ -54,8 +54,8 @@ def revoke(session: Session, principal: AuthenticatedPrincipal, tenant: str, nam
     if not reason.strip():
         raise InvalidInputError("a revocation needs a reason", field="reason")
     begin_write(session)
-    model = versions.load_model_unchecked(session, tenant, name)
-    version = versions.load_version_unchecked(session, model, number, lock=True)
+    model = load_model_unchecked(session, tenant, name)
+    version = load_version_unchecked(session, model, number, lock=True)
     _revoke(session, version, principal.name, reason, clock, {})
     session.commit()
     session.refresh(version)
@@ -77,5 +77,4 @@ def _revoke(session: Session, version: Version, actor: str, reason: str, clock: 
         or_(Alias.version_id == version.id, Alias.canary_version_id == version.id))))
     version.revoked_at, version.revoked_by, version.revoke_reason = clock.now(), actor, reason
     # The aliases still pointing at it are named: they stop resolving until someone moves them.
-    lifecycle.advance(session, version, VersionState.REVOKED, actor,
-                      {"reason": reason, "aliases": pointing, **details})
+    lifecycle.revoke(session, version, actor, {"reason": reason, "aliases": pointing, **details})

@@ -1,14 +1,11 @@
-"""Scanning sealed versions: one ``scan_blob`` job per blob and scan key, results cached by blob and scanner.
+"""The ``scan_blob`` job, rescans and what scans show; the stage that queues the jobs is
+:mod:`registry.services.stages.scanning`.
 
-When a version is sealed it moves to ``scanning``; its files without a result for the current scanner
-version are grouped by blob and :func:`registry.scanning.scan_key` (what a scan reads of a path: the
-loader its name selects), each group gets one job, and the version records a wait
-(:class:`registry.db.models.ScanWait`) for it. A job scans once, stores the result under every path of
-its group and deletes the waits; the job that clears a version's last wait decides: an ``unsafe``
-file fails the version with reason ``unsafe_file``, a file whose scan ended in ``error`` fails it with
-``scan_error`` (a file nobody could decide on is never loaded); otherwise the lifecycle moves the version
-to its next stage (approval, where policy decides about ``suspicious`` files). ``modelscan`` runs beside our engine on
-the formats it knows; its result is stored too, but never decides.
+A job scans a blob once, stores the result under every path of its group (blob and scan key) and
+deletes the versions' waits; for each version whose last wait it cleared, the stage's verdict
+(:func:`registry.services.stages.scanning.judge`) goes to the lifecycle, which fails the version or
+moves it on. ``modelscan`` runs beside our engine on the formats it knows; its result is stored too,
+but never decides.
 
 A rescan (``rescan_all``, after a scanner upgrade) scans every stored file again; an approved version
 whose file turns unsafe is revoked (:mod:`registry.services.revocations`), and one past scanning but
@@ -26,16 +23,19 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import and_, delete, insert, select
+from sqlalchemy import delete, insert, select
 from sqlalchemy.orm import Session, sessionmaker
 
-from registry import audit, jobs
+from registry import audit
 from registry.auth import AuthenticatedPrincipal, Permission, require, require_admin
-from registry.clock import Clock
 from registry.db.models import ScanResult, ScanWait, Version, VersionFile
-from registry.db.session import begin_write, is_postgres, lock_digest
+from registry.db.session import begin_write, is_postgres
+from registry.domain.errors import ScanFailedError
 from registry.domain.states import VersionState
 from registry.services import lifecycle, revocations
+from registry.services.ports import Ports
+from registry.services.stages import scanning
+from registry.services.stages.scanning import lock_scans_of, ours, results_of, shareable
 from registry.scanning import (PATH_DEPENDENT_FORMATS, SCANNER_NAME, SCANNER_VERSION, FileScan, Verdict, scan_key,
                                scan_stream)
 from registry.storage.base import BlobStore
@@ -46,96 +46,8 @@ PAST_SCANNING = (VersionState.EVALUATING.value, VersionState.AWAITING_APPROVAL.v
                  VersionState.APPROVED.value)
 
 
-def _cached(session: Session, digest: str, path: str, scanner: str | None = None,
-            version: str | None = None) -> ScanResult | None:
-    """A stored result for these bytes under this path; modelreg's current scanner unless told."""
-    return session.scalar(select(ScanResult).where(
-        ScanResult.blob_digest == digest, ScanResult.path == path,
-        ScanResult.scanner == (scanner or SCANNER_NAME), ScanResult.scanner_version == (version or SCANNER_VERSION)))
-
-
-def _ours(row: ScanResult) -> bool:
-    return row.scanner == SCANNER_NAME and row.scanner_version == SCANNER_VERSION
-
-
-def _results_of(session: Session, digests: Iterable[str]) -> dict[str, list[ScanResult]]:
-    """Every stored result for these blobs, by digest (in bounded batches: a version may hold 10,000)."""
-    out: dict[str, list[ScanResult]] = {}
-    digests = sorted(set(digests))
-    for start in range(0, len(digests), 500):
-        for row in session.scalars(select(ScanResult).where(ScanResult.blob_digest.in_(digests[start:start + 500]))):
-            out.setdefault(row.blob_digest, []).append(row)
-    return out
-
-
-def _shareable(rows: list[ScanResult], key: str) -> str | None:
-    """A path whose current result holds for every path of scan key ``key``, or None."""
-    return next((r.path for r in rows if _ours(r) and r.format not in PATH_DEPENDENT_FORMATS
-                 and scan_key(r.path) == key), None)
-
-
-def queue_scans(session: Session, version: Version) -> int:
-    """Queue the scans ``version`` still needs and record that it waits for them; return how many.
-
-    One ``scan_blob`` job per blob and scan key (:func:`registry.scanning.scan_key`): a blob listed
-    under many paths that loaders open alike is scanned once. A result stored under another path
-    of the same key is copied to this version's paths instead.
-    """
-    return _queue(session, [(f.sha256, f.path) for f in version.files], version)
-
-
-def _queue(session: Session, files: Iterable[tuple[str, str]], version: Version | None) -> int:
-    groups: dict[tuple[str, str], list[str]] = {}
-    for digest, path in files:
-        groups.setdefault((digest, scan_key(path)), []).append(path)
-    for digest in sorted({digest for digest, _ in groups}):
-        _lock_scans_of(session, digest)
-    stored = _results_of(session, (digest for digest, _ in groups))
-    pending = 0
-    for (digest, key), paths in groups.items():
-        rows = stored.get(digest, [])
-        done = {r.path for r in rows if _ours(r)}
-        missing = [p for p in paths if p not in done]
-        if not missing:
-            continue
-        source = _shareable(rows, key)
-        if source is not None:
-            _copy(session, rows, source, missing)
-            continue
-        if version is not None:
-            session.add(ScanWait(version_id=version.id, blob_digest=digest, scan_key=key))
-        _queue_scan(session, digest, missing[0], lifecycle.tenant_of(version) if version is not None else "")
-        pending += 1
-    session.flush()
-    return pending
-
-
-def _queue_scan(session: Session, digest: str, path: str, tenant: str) -> None:
-    jobs.enqueue_job(session, jobs.JobKind.SCAN_BLOB, {"digest": digest, "path": path},
-                     SCANNER_VERSION, digest, scan_key(path), tenant=tenant)
-
-
-def _relocated(findings: list[dict[str, Any]], source: str, target: str) -> list[dict[str, Any]]:
-    """``findings`` of the scan under ``source``, located under ``target`` (validators name the file)."""
-    if source == target:
-        return findings
-    return [{**f, "location": target + f["location"][len(source):]} if f["location"].startswith(source) else f
-            for f in findings]
-
-
-def _copy(session: Session, rows: list[ScanResult], source: str, targets: list[str]) -> None:
-    """Record every scanner's result under ``source`` for each of ``targets`` that lacks it."""
-    have = {(r.path, r.scanner, r.scanner_version) for r in rows}
-    records = [{"blob_digest": r.blob_digest, "path": t, "scanner": r.scanner, "scanner_version": r.scanner_version,
-                "format": r.format, "verdict": r.verdict, "findings": _relocated(r.findings, source, t),
-                "duration_ms": 0}
-               for r in rows if r.path == source for t in targets if (t, r.scanner, r.scanner_version) not in have]
-    if records:
-        session.execute(insert(ScanResult), records)
-
-
-def scan_blob(session_factory: sessionmaker[Session], digest: str, path: str, *, blob_store: BlobStore,
-              clock: Clock, run_modelscan: bool = True) -> None:
+def scan_blob(session_factory: sessionmaker[Session], digest: str, path: str, *, ports: Ports,
+              run_modelscan: bool = True) -> None:
     """Job: scan one blob as loaders open it under ``path``, once for every stored path of the same
     scan key, then settle the versions waiting on it.
 
@@ -143,11 +55,12 @@ def scan_blob(session_factory: sessionmaker[Session], digest: str, path: str, *,
     their waits (:class:`registry.db.models.ScanWait`), not by reading every file's result.
     """
     key = scan_key(path)
+    blob_store = ports.blob_store
     with session_factory() as session:
-        rows = _results_of(session, [digest]).get(digest, [])
-        done = {r.path for r in rows if _ours(r)}
+        rows = results_of(session, [digest]).get(digest, [])
+        done = {r.path for r in rows if ours(r)}
         missing = [p for p in _paths_with_key(session, digest, key) if p not in done]
-        source = _shareable(rows, key)
+        source = shareable(rows, key)
     scanned: dict[str, list[tuple[FileScan, int]]] = {}
     if missing and source is None:
         first = path if path in missing else missing[0]
@@ -160,26 +73,11 @@ def scan_blob(session_factory: sessionmaker[Session], digest: str, path: str, *,
                                                run_modelscan)
     with session_factory() as session:
         begin_write(session)
-        _lock_scans_of(session, digest)
+        lock_scans_of(session, digest)
         _record(session, digest, key, scanned)
         session.execute(delete(ScanWait).where(ScanWait.blob_digest == digest, ScanWait.scan_key == key))
-        _settle(session, digest, key, clock)
+        _settle(session, digest, key, ports)
         session.commit()
-
-
-# The first key of the scan locks (pg_advisory_xact_lock(int, int)), apart from gc's digest locks.
-_SCAN_LOCK_CLASS = 0x5CA4
-
-
-def _lock_scans_of(session: Session, digest: str) -> None:
-    """Take the lock on ``digest``'s scans until the transaction ends (SQLite's one writer is the same lock).
-
-    A version that starts scanning reads the blob's results and, finding none, records that it waits;
-    a scan job records the results and clears the waits. Without the lock a version could read before
-    the job wrote and record its wait after the job cleared them, and then wait for ever (the job is
-    done, so no other is queued).
-    """
-    lock_digest(session, _SCAN_LOCK_CLASS, digest)
 
 
 def _paths_with_key(session: Session, digest: str, key: str) -> list[str]:
@@ -249,7 +147,7 @@ def _record(session: Session, digest: str, key: str, scanned: dict[str, list[tup
     The paths are read again here, in the writing transaction, so a version sealed while the blob
     was being scanned gets the result too.
     """
-    rows = _results_of(session, [digest]).get(digest, [])
+    rows = results_of(session, [digest]).get(digest, [])
     have = {(r.path, r.scanner, r.scanner_version) for r in rows}
     records = []
     for scanned_path, results in scanned.items():
@@ -262,14 +160,14 @@ def _record(session: Session, digest: str, key: str, scanned: dict[str, list[tup
     if records:
         session.execute(insert(ScanResult), records)
     shared = [(p, results) for p, results in scanned.items() if results[0][0].format not in PATH_DEPENDENT_FORMATS]
-    rows = _results_of(session, [digest]).get(digest, [])
-    source = shared[0][0] if shared else _shareable(rows, key)
+    rows = results_of(session, [digest]).get(digest, [])
+    source = shared[0][0] if shared else shareable(rows, key)
     if source is not None:
-        done = {r.path for r in rows if _ours(r)}
-        _copy(session, rows, source, [p for p in _paths_with_key(session, digest, key) if p not in done])
+        done = {r.path for r in rows if ours(r)}
+        scanning.copy_results(session, rows, source, [p for p in _paths_with_key(session, digest, key) if p not in done])
 
 
-def _settle(session: Session, digest: str, key: str, clock: Clock) -> None:
+def _settle(session: Session, digest: str, key: str, ports: Ports) -> None:
     """Decide each ``scanning`` version holding the blob that waits for nothing more; flag versions past
     scanning that hold it under a path of ``key`` now found unsafe."""
     in_scanning = session.scalars(select(VersionFile.version_id).join(Version).where(
@@ -277,9 +175,9 @@ def _settle(session: Session, digest: str, key: str, clock: Clock) -> None:
     for version_id in sorted(in_scanning):
         version = _lock(session, version_id)
         waiting = session.scalar(select(ScanWait.version_id).where(ScanWait.version_id == version_id).limit(1))
-        # A version that started scanning before waits were recorded has none: decide() checks every file.
+        # A version that started scanning before waits were recorded has none: judge() checks every file.
         if version.state == VersionState.SCANNING.value and waiting is None:
-            decide(session, version)
+            lifecycle.conclude(session, version, scanning.judge(session, version), ports)
     unsafe_paths = set(session.scalars(select(ScanResult.path).where(
         ScanResult.blob_digest == digest, ScanResult.scanner == SCANNER_NAME,
         ScanResult.scanner_version == SCANNER_VERSION, ScanResult.verdict == Verdict.UNSAFE.value)))
@@ -295,7 +193,7 @@ def _settle(session: Session, digest: str, key: str, clock: Clock) -> None:
     for version_id in sorted(by_version):
         version = _lock(session, version_id)
         if version.state in PAST_SCANNING and version.flagged_at is None:
-            _flag_unsafe(session, version, sorted(by_version[version_id]), clock)
+            _flag_unsafe(session, version, sorted(by_version[version_id]), ports)
 
 
 def _lock(session: Session, version_id: int) -> Version:
@@ -305,47 +203,14 @@ def _lock(session: Session, version_id: int) -> Version:
     return session.scalar(query)
 
 
-def current_results(session: Session, version: Version) -> dict[str, ScanResult | None]:
-    """Each file's result from the current scanner (None: not scanned yet), in one query however many files."""
-    rows = session.execute(
-        select(VersionFile.path, ScanResult).outerjoin(ScanResult, and_(
-            ScanResult.blob_digest == VersionFile.sha256, ScanResult.path == VersionFile.path,
-            ScanResult.scanner == SCANNER_NAME, ScanResult.scanner_version == SCANNER_VERSION))
-        .where(VersionFile.version_id == version.id).order_by(VersionFile.path)).all()
-    return {path: result for path, result in rows}
-
-
-def decide(session: Session, version: Version) -> None:
-    """Once every file of a ``scanning`` version has a result: fail it, or let the lifecycle move it on."""
-    results = current_results(session, version)
-    if any(r is None for r in results.values()):
-        return
-    summary = {p: r.verdict for p, r in results.items()}
-    unsafe = sorted(p for p, r in results.items() if r.verdict == Verdict.UNSAFE.value)
-    errored = sorted(p for p, r in results.items() if r.verdict == Verdict.ERROR.value)
-    if unsafe or errored:
-        version.failure_reason = "unsafe_file" if unsafe else "scan_error"
-        version.failure_detail = {
-            "message": f"{'unsafe' if unsafe else 'unscannable'} file(s): {', '.join(unsafe or errored)}",
-            "files": unsafe or errored,
-            "findings": {p: results[p].findings[:20] for p in (unsafe or errored)},
-        }
-        lifecycle.advance(session, version, VersionState.FAILED, "system",
-                          {"reason": version.failure_reason, "files": unsafe or errored,
-                           "scanner": SCANNER_NAME, "scanner_version": SCANNER_VERSION})
-        return
-    lifecycle.complete(session, version, "system",
-                       {"scanner": SCANNER_NAME, "scanner_version": SCANNER_VERSION, "verdicts": summary})
-
-
-def _flag_unsafe(session: Session, version: Version, unsafe: list[str], clock: Clock) -> None:
+def _flag_unsafe(session: Session, version: Version, unsafe: list[str], ports: Ports) -> None:
     """An approved version turned unsafe is revoked; one not released yet is flagged for its reviewers."""
     reason = f"rescan with {SCANNER_NAME} {SCANNER_VERSION} found unsafe: {', '.join(unsafe)}"
     if version.state == VersionState.APPROVED.value:
-        revocations.revoke_as_system(session, version, reason, clock=clock, details={
+        revocations.revoke_as_system(session, version, reason, clock=ports.clock, details={
             "files": unsafe, "scanner": SCANNER_NAME, "scanner_version": SCANNER_VERSION})
         return
-    version.flagged_at = clock.now()
+    version.flagged_at = ports.clock.now()
     version.flag_reason = reason[:256]
     audit.append(session, actor="system", action="version.flagged_for_revocation",
                  subject=f"{version.model.tenant.name}/{version.model.name}@{version.number}",
@@ -355,19 +220,16 @@ def _flag_unsafe(session: Session, version: Version, unsafe: list[str], clock: C
 
 def fail_scanning_versions_of(session_factory: sessionmaker[Session], digest: str, path: str, error: str) -> None:
     """When a scan job is dead: the versions waiting on it (any path of its scan key) fail with ``scan_error``."""
-    from registry.domain.errors import ScanFailedError
-    from registry.services.versions import fail_version
-
     key = scan_key(path)
     with session_factory() as session:
         rows = session.execute(select(Version.id, VersionFile.path).join(VersionFile).where(
             VersionFile.sha256 == digest, Version.state == VersionState.SCANNING.value)).all()
     for version_id in sorted({version_id for version_id, p in rows if scan_key(p) == key}):
-        fail_version(session_factory, version_id,
+        lifecycle.fail_version(session_factory, version_id,
                      ScanFailedError(f"scanning {path} failed: {error}", path=path, digest=digest))
 
 
-def rescan_all(session: Session, principal: AuthenticatedPrincipal) -> int:
+def rescan_all(session: Session, principal: AuthenticatedPrincipal, *, ports: Ports) -> int:
     """Queue a scan of every stored file that has no result from the current scanner version."""
     require_admin(principal)
     begin_write(session)
@@ -377,7 +239,7 @@ def rescan_all(session: Session, principal: AuthenticatedPrincipal) -> int:
                Version.state.in_([VersionState.SCANNING.value, *PAST_SCANNING]))
         .distinct()
     ).all()
-    queued = _queue(session, rows, None)
+    queued = scanning.queue_files(session, rows, None, ports)
     audit.append(session, actor=principal.name, action="scan.rescan_requested", subject="registry",
                  details={"scanner": SCANNER_NAME, "scanner_version": SCANNER_VERSION, "queued": queued})
     session.commit()

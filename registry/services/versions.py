@@ -5,9 +5,8 @@ was asked for) and queues one ``mirror_file`` job per file in the same transacti
 :mod:`registry.services.mirroring`. A directory uploaded through the API becomes a version with
 ``submit_uploaded``, its blobs already stored.
 
-Bytes are stored once, but a blob is put into a version only by a tenant that owns it (``blob_owners``):
-one that uploaded the bytes (hashed in full, even when they were stored already) or mirrored them
-from its upstream. To every other tenant the blob does not exist.
+Bytes are stored once, but a blob is put into a version only by a tenant that owns it
+(:mod:`registry.services.blobs`). Loading models and versions is :mod:`registry.services.loaders`'.
 """
 
 from __future__ import annotations
@@ -19,16 +18,13 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterable, TypeVar
 
 from sqlalchemy import func, or_, select
-from sqlalchemy.dialects.postgresql import insert as postgresql_insert
-from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.exc import IntegrityError as SAIntegrityError
-from sqlalchemy.orm import Session, sessionmaker
+from sqlalchemy.orm import Session
 
 from registry import audit
 from registry.services import licenses
 from registry.auth import AuthenticatedPrincipal, Permission, get_tenant, require, validate_name
-from registry.clock import Clock
-from registry.db.models import Blob, BlobOwner, Model, Tenant, Version, VersionFile
+from registry.db.models import BlobOwner, Model, Tenant, Version, VersionFile
 from registry.db.session import begin_write, is_postgres
 from registry.domain.errors import (
     BlobNotFoundError,
@@ -38,14 +34,13 @@ from registry.domain.errors import (
     InvalidPathError,
     InvalidStateError,
     LimitExceededError,
-    ModelNotFoundError,
     QuotaExceededError,
     RegistryError,
     SizeMismatchError,
     UpstreamError,
-    VersionNotFoundError,
 )
 from registry.domain.files import FileEntry, require_sha256, validate_file_list
+from registry.domain.outcomes import Failed, Passed
 from registry.domain.states import LIVE, VersionState
 from registry.domain.text import (
     MAX_LABEL_LENGTH,
@@ -56,6 +51,10 @@ from registry.domain.text import (
 )
 from registry.sources import parse_source_uri
 from registry.services import gc, lifecycle, quotas
+from registry.services.blobs import grant_blob, owned_blobs
+from registry.services.loaders import find_version_unchecked, load_model_unchecked
+from registry.services.ports import Ports
+from registry.services.stages.mirroring import queue_resolving
 from registry.sources.base import Snapshot, Source, UpstreamFile
 from registry.storage.base import BlobInfo, BlobStore
 
@@ -100,47 +99,6 @@ SourceOpener = Callable[[str, str | None, tuple[str, ...], tuple[str, ...]], Sou
 # --- reading ---------------------------------------------------------------------------------
 
 
-def _get_model(session: Session, tenant: str, name: str) -> Model:
-    # Unchecked, like _get_version: the public readers check the principal first.
-    model = session.scalar(select(Model).join(Model.tenant).where(Model.name == name, Tenant.name == tenant))
-    if model is None:
-        get_tenant(session, tenant)
-        raise ModelNotFoundError(f"{tenant}/{name}")
-    return model
-
-
-def _get_version(session: Session, tenant: str, name: str, number: int) -> Version:
-    model = _get_model(session, tenant, name)
-    version = session.scalar(select(Version).where(Version.model_id == model.id, Version.number == number))
-    if version is None:
-        raise VersionNotFoundError(f"{tenant}/{name}", number)
-    return version
-
-
-def load_model_unchecked(session: Session, tenant: str, name: str) -> Model:
-    """The model, for a service that has checked the principal itself (aliases, revocation).
-
-    Raises:
-        TenantNotFoundError, ModelNotFoundError.
-    """
-    return _get_model(session, tenant, name)
-
-
-def load_version_unchecked(session: Session, model: Model, number: int, *, lock: bool = False) -> Version:
-    """Version ``number`` of ``model`` (locked for update on PostgreSQL with ``lock``), unchecked.
-
-    Raises:
-        VersionNotFoundError.
-    """
-    query = select(Version).where(Version.model_id == model.id, Version.number == number)
-    if lock and is_postgres(session):
-        query = query.with_for_update()
-    version = session.scalar(query)
-    if version is None:
-        raise VersionNotFoundError(f"{model.tenant.name}/{model.name}", number)
-    return version
-
-
 MAX_SEARCH_LENGTH = 200
 """Most characters a list's search text holds."""
 
@@ -169,7 +127,7 @@ def list_versions(session: Session, principal: AuthenticatedPrincipal, tenant: s
     """
     require(principal, tenant, Permission.READ)
     _check_filters(search, state)
-    model = _get_model(session, tenant, name)
+    model = load_model_unchecked(session, tenant, name)
     query = select(Version).where(Version.model_id == model.id)
     if state:
         query = query.where(Version.state == state)
@@ -211,7 +169,7 @@ def read_version(
     session: Session, principal: AuthenticatedPrincipal, tenant: str, name: str, number: int
 ) -> Version:
     require(principal, tenant, Permission.READ)
-    return _get_version(session, tenant, name, number)
+    return find_version_unchecked(session, tenant, name, number)
 
 
 def read_signature(session: Session, principal: AuthenticatedPrincipal, tenant: str, name: str,
@@ -226,10 +184,6 @@ def read_signature(session: Session, principal: AuthenticatedPrincipal, tenant: 
         raise InvalidStateError(f"{tenant}/{name}@{number} is not sealed yet (state {version.state})",
                                 state=version.state)
     return version.manifest_bundle
-
-
-def version_ref(version: Version) -> str:
-    return f"{version.model.tenant.name}/{version.model.name}@{version.number}"
 
 
 # --- submitting ------------------------------------------------------------------------------
@@ -270,7 +224,7 @@ def submit(
     *,
     open_source: SourceOpener,
     limits: Limits,
-    clock: Clock,
+    ports: Ports,
 ) -> tuple[Version, bool]:
     """Submit a version of ``tenant/name`` from ``request.source``.
 
@@ -346,12 +300,12 @@ def submit(
                           "include": list(request.include), "exclude": list(request.exclude),
                           "declared_license": request.license})
     if snapshot is not None:
-        accept_snapshot(session, version, snapshot, limits, clock)
+        accept_snapshot(session, version, snapshot, limits, ports)
     elif isinstance(resolve_error, UpstreamError):
-        lifecycle.queue_resolving(session, version)
+        queue_resolving(session, version, ports)
     else:
         assert resolve_error is not None
-        _fail(session, version, resolve_error, actor="system")
+        lifecycle.fail(session, version, Failed.from_error(resolve_error))
     session.commit()
     return version, True
 
@@ -431,54 +385,6 @@ def stat_uploaded_blob(session: Session, principal: AuthenticatedPrincipal, tena
     return blob_store.stat(digest)
 
 
-def owned_blobs(session: Session, tenant_id: int, digests: Iterable[str], *, hold: bool = False) -> dict[str, int]:
-    """Which of ``digests`` the tenant owns, with their stored sizes: one query for any number.
-
-    Args:
-        hold: lock the blobs found against garbage collection until the transaction ends, as
-            ``gc.hold_blobs`` does (call it so in the write transaction that references them).
-    """
-    wanted = set(digests)
-    if not wanted:
-        return {}
-    query = (select(Blob.digest, Blob.size).join(BlobOwner, BlobOwner.digest == Blob.digest)
-             .where(BlobOwner.tenant_id == tenant_id, Blob.digest.in_(wanted)))
-    if hold and is_postgres(session):
-        query = query.order_by(Blob.digest).with_for_update(read=True, of=Blob)
-    return {digest: size for digest, size in session.execute(query)}
-
-
-def grant_blob(session: Session, tenant_id: int, digest: str, size: int, *, via: str,
-               blob_store: BlobStore) -> None:
-    """Record bytes just put (``gc.record_blob``: a row, or a fresh use time) and the tenant's ownership
-    of them (if new).
-
-    Call it in a write transaction, once the tenant has shown it holds the bytes: it uploaded or
-    mirrored them, hashed in full.
-
-    Raises:
-        BlobVanishedError: garbage collection deleted the bytes after they were put; put them again.
-        QuotaExceededError: an upload or a mirror of bytes new to the tenant would take it over its
-            quota (eval logs are the registry's own work and are not refused).
-    """
-    insert = postgresql_insert if is_postgres(session) else sqlite_insert
-    gc.record_blob(session, digest, size, blob_store=blob_store)
-    if via in QUOTA_VIA and not owned_blobs(session, tenant_id, [digest]):
-        quotas.check(session, tenant_id, size, lock=True)
-    # Concurrent uploads or mirrors of the same bytes grant at once: the second insert is a no-op.
-    session.execute(insert(BlobOwner).values(tenant_id=tenant_id, digest=digest, via=via)
-                    .on_conflict_do_nothing())
-
-
-QUOTA_VIA = frozenset({"upload", "mirror"})
-"""The grants a tenant's quota refuses."""
-
-
-def record_blob(session: Session, digest: str, size: int, *, blob_store: BlobStore) -> None:
-    """Record bytes just put, owned by no tenant (eval sets belong to the deployment); see ``gc.record_blob``."""
-    gc.record_blob(session, digest, size, blob_store=blob_store)
-
-
 @_retry_once_on_race
 def submit_uploaded(
     session: Session,
@@ -489,7 +395,7 @@ def submit_uploaded(
     *,
     label: str,
     limits: Limits,
-    clock: Clock,
+    ports: Ports,
     license: str | None = None,
 ) -> tuple[Version, bool]:
     """Submit a version whose files were uploaded beforehand (``PUT /v1/blobs/sha256/{digest}``).
@@ -547,7 +453,7 @@ def submit_uploaded(
     ref = f"{tenant}/{name}@{version.number}"
     audit.append(session, actor=principal.name, action="version.submitted", subject=ref, tenant=tenant,
                  details={"source": f"upload:{label}", "files": len(entries)})
-    accept_snapshot(session, version, snapshot, limits, clock, stored={e.path: e.sha256 for e in entries},
+    accept_snapshot(session, version, snapshot, limits, ports, stored={e.path: e.sha256 for e in entries},
                     held=True)
     session.commit()
     return version, True
@@ -578,7 +484,7 @@ def _lock_or_create_model(session: Session, tenant_id: int, name: str) -> Model:
     return model
 
 
-def accept_snapshot(session: Session, version: Version, snapshot: Snapshot, limits: Limits, clock: Clock,
+def accept_snapshot(session: Session, version: Version, snapshot: Snapshot, limits: Limits, ports: Ports,
                     *, stored: dict[str, str] | None = None, held: bool = False) -> None:
     """Record the pinned revision and files, then queue a mirror job per file not already stored.
 
@@ -592,7 +498,7 @@ def accept_snapshot(session: Session, version: Version, snapshot: Snapshot, limi
         _check_limits(snapshot, limits)
     except RegistryError as exc:
         version.resolved_revision = snapshot.revision
-        _fail(session, version, exc, actor="system")
+        lifecycle.fail(session, version, Failed.from_error(exc))
         return
     version.resolved_revision = snapshot.revision
     # The card's license, normalized (never the raw text: that is bounded in upstream_card); the
@@ -615,12 +521,13 @@ def accept_snapshot(session: Session, version: Version, snapshot: Snapshot, limi
             upstream_sha256=upstream.sha256, upstream_git_sha1=upstream.git_sha1, upstream_etag=upstream.etag,
         )
         if upstream.path in stored:
-            row.sha256, row.mirrored_at = stored[upstream.path], clock.now()
+            row.sha256, row.mirrored_at = stored[upstream.path], ports.clock.now()
         session.add(row)
     session.flush()
-    lifecycle.advance(session, version, VersionState.MIRRORING, "system",
-                      {"requested_revision": version.requested_revision, "revision": snapshot.revision,
-                       "files": len(snapshot.files), "bytes": sum(f.size for f in snapshot.files)})
+    # Resolved: the submitted stage passes, and the lifecycle starts mirroring.
+    lifecycle.conclude(session, version, Passed({
+        "requested_revision": version.requested_revision, "revision": snapshot.revision,
+        "files": len(snapshot.files), "bytes": sum(f.size for f in snapshot.files)}), ports)
 
 
 def _check_limits(snapshot: Snapshot, limits: Limits) -> None:
@@ -665,37 +572,3 @@ def _already_stored(session: Session, tenant_id: int, files: Iterable[UpstreamFi
         for sha1, size, sha256 in rows:
             found.update(dict.fromkeys(by_git.get((sha1, size), ()), sha256))
     return found
-
-
-def _fail(session: Session, version: Version, error: RegistryError, *, actor: str) -> None:
-    version.failure_reason = error.code.replace("-", "_")
-    version.failure_detail = {"error": type(error).__name__, "message": error.message,
-                              **{k: v for k, v in error.details.items() if _jsonable(v)}}
-    lifecycle.advance(session, version, VersionState.FAILED, actor,
-                      {"reason": version.failure_reason, **version.failure_detail})
-
-
-def _jsonable(value: Any) -> bool:
-    return isinstance(value, (str, int, float, bool, type(None), list, dict))
-
-
-def fail_version(session_factory: sessionmaker[Session], version_id: int, error: RegistryError) -> None:
-    """Fail a version unless it already left the states a failure can come from."""
-    with session_factory() as session:
-        begin_write(session)
-        version = lock_version_unchecked(session, version_id)
-        if version is None or version.state not in (
-            VersionState.SUBMITTED.value, VersionState.MIRRORING.value, VersionState.SEALED.value,
-            VersionState.SCANNING.value, VersionState.EVALUATING.value,
-        ):
-            return
-        _fail(session, version, error, actor="system")
-        session.commit()
-
-
-def lock_version_unchecked(session: Session, version_id: int) -> Version | None:
-    """The version, locked for update on PostgreSQL; no authorization check (for jobs, which act as the system)."""
-    query = select(Version).where(Version.id == version_id)
-    if is_postgres(session):
-        query = query.with_for_update()
-    return session.scalar(query)

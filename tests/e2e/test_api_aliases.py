@@ -16,6 +16,7 @@ from api.app import create_app
 from registry.db.models import AliasMove, AuditEvent, PolicyDecision, ScanResult, Version
 from registry.scanning import SCANNER_VERSION
 from registry.services import scans
+from registry.services.stages import scanning as scanning_stage
 from registry.sources.local import LocalDirectorySource
 from tests.support import scan_samples
 from tests.support.registry import drain, make_admin
@@ -239,9 +240,11 @@ def test_a_rescan_that_turns_a_file_unsafe_revokes_the_approved_versions_holding
         for name, number in (("held", held), ("clean", clean)):
             r = client.put(f"/v1/models/{T}/{name}/aliases/prod", headers=auth, json={"version": number})
             assert r.status_code == 200, r.text
+        # A scanner upgrade: the stage queues by the version and the job records under it.
         monkeypatch.setattr(scans, "SCANNER_VERSION", SCANNER_VERSION + "+next")
+        monkeypatch.setattr(scanning_stage, "SCANNER_VERSION", SCANNER_VERSION + "+next")
         with container.session_factory() as session:
-            scans.rescan_all(session, admin)
+            scans.rescan_all(session, admin, ports=container.ports)
         drain(container)
         r = client.get(f"/v1/models/{T}/held/aliases/prod/resolve", headers=auth)
         assert r.status_code == 409 and r.json()["type"].endswith("/revoked")

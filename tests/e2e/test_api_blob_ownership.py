@@ -219,7 +219,7 @@ def test_a_files_list_over_the_limit_is_refused_before_any_lookup(api, container
         with pytest.raises(Exception) as refused:
             versions.submit_uploaded(session, principal, "acme", "m",
                                      [versions.FileEntry(p, s, d) for p, s, d in files],
-                                     label="dir", limits=container.limits(), clock=container.clock)
+                                     label="dir", limits=container.limits(), ports=container.ports)
         assert type(refused.value).__name__ == "LimitExceededError"
         assert statements == []
 

@@ -303,7 +303,7 @@ class World:
                 entries.append(FileEntry(path, len(data), digest))
             version, _ = versions.submit_uploaded(
                 session, self.root, tenant, self.model[tenant], entries,
-                label="matrix", limits=self.container.limits(), clock=self.container.clock)
+                label="matrix", limits=self.container.limits(), ports=self.container.ports)
             number = version.number
         drain(self.container)
         if approved:
@@ -448,7 +448,7 @@ def build_world(container) -> World:
                                  blob_store=container.blob_store)
             versions.submit_uploaded(session, root, tenant, world.model[tenant],
                                      [FileEntry("config.json", len(data), digest)], label="matrix",
-                                     limits=container.limits(), clock=container.clock)
+                                     limits=container.limits(), ports=container.ports)
     drain(container)
     with container.session_factory() as session:
         states = {v.state for v in session.query(Version)}

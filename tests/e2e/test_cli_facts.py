@@ -30,7 +30,7 @@ def live(container, tmp_path):
     for name in ("tiny", "bare"):
         with container.session_factory() as session:
             versions.submit(session, admin, "acme", name, SubmitRequest(source=str(root)),
-                            open_source=container.open_source, limits=container.limits(), clock=container.clock)
+                            open_source=container.open_source, limits=container.limits(), ports=container.ports)
     drain(container)
     with container.session_factory() as session:
         # Sealing recorded the facts of both; "bare" stands for a version sealed before facts were read.

@@ -29,7 +29,7 @@ from sqlalchemy import update
 from api.app import create_app
 from registry.db.models import Blob
 from registry.domain.aliases import make_target
-from registry.services import aliases, gc, hf, retention, revocations, versions
+from registry.services import aliases, gc, hf, loaders, retention, revocations
 from tests.support.console import sign_in
 from tests.support.registry import make_admin, role_token
 from tests.support.releases import approve_standin, awaiting_version
@@ -87,9 +87,9 @@ def world(container, tmp_path):
         w = World(client, container, admin, tokens)
         with container.session_factory() as session:
             for tenant, numbers in ((A, (1, 2, 3)), (B, (1,))):
-                model = versions.load_model_unchecked(session, tenant, M)
+                model = loaders.load_model_unchecked(session, tenant, M)
                 for n in numbers:
-                    v = versions.load_version_unchecked(session, model, n)
+                    v = loaders.load_version_unchecked(session, model, n)
                     w.commits[(tenant, n)] = hf.commit_of(v)
                     w.files[(tenant, n)] = {f.path: f.sha256 for f in v.files}
         yield w

@@ -86,7 +86,7 @@ def _submit_while_upstream_is_down(container, hub, files: dict[str, bytes]) -> i
         version, _ = versions.submit(session, admin, "acme", "m",
                                      SubmitRequest(source="hf://org/m", hf_endpoint=hub.url),
                                      open_source=container.open_source, limits=container.limits(),
-                                     clock=container.clock)
+                                     ports=container.ports)
         assert version.state == "submitted"
         version_id = version.id
     hub.heal()

@@ -83,7 +83,7 @@ def test_a_worker_killed_mid_eval_leaves_no_runner_and_the_rerun_records_once(de
         with container.session_factory() as session:
             version, _ = versions.submit(session, admin, "acme", "slow", SubmitRequest(source=str(model)),
                                          open_source=container.open_source, limits=container.limits(),
-                                         clock=container.clock)
+                                         ports=container.ports)
             version_id = version.id
 
         log = tmp_path / "workers.log"

@@ -21,9 +21,10 @@ from sqlalchemy import select
 from registry.auth import load_principal
 from registry.db.models import AuditEvent, EvalResult, Job, Principal, Version
 from registry.domain.aliases import make_target
+from registry.evals.suites import suite_version
 from registry.jobs import JobKind
 from registry.policy import default_policy_dir
-from registry.services import aliases, approvals, evals, versions
+from registry.services import aliases, approvals, evals, loaders, versions
 from registry.services.versions import SubmitRequest
 from tests.support.registry import drain, make_admin, role_token
 from tests.support.releases import approve_standin, awaiting_version, submit_directory
@@ -107,7 +108,7 @@ def submit(container, admin, root: Path, name: str, files: dict[str, bytes]) -> 
 
 def results(container, name: str, number: int) -> dict[str, EvalResult]:
     with container.session_factory() as session:
-        version = versions.load_version_unchecked(session, versions.load_model_unchecked(session, TENANT, name), number)
+        version = loaders.load_version_unchecked(session, loaders.load_model_unchecked(session, TENANT, name), number)
         rows = session.scalars(select(EvalResult).where(EvalResult.version_id == version.id)).all()
         session.expunge_all()
         return {r.suite: r for r in rows}
@@ -135,7 +136,7 @@ def test_tiny_llm_is_evaluated_by_weights_sanity_with_real_metrics(container, tm
     assert sanity.metrics["sanity.tensors"] == len(tensors)
     assert sanity.metrics["sanity.failed_checks"] == 0
     assert sanity.runner == "weights-sanity" and sanity.definition["runner_version"] == sanity.runner_version
-    assert sanity.suite_version == evals.suite_version(sanity.definition)
+    assert sanity.suite_version == suite_version(sanity.definition)
     assert sanity.log_digest and sanity.duration_ms > 0 and sanity.cases
     with container.session_factory() as session:
         log = evals.eval_log(session, admin, TENANT, "tiny", number, "sanity", blob_store=container.blob_store)
@@ -176,7 +177,7 @@ def test_an_unsafe_version_never_reaches_eval(container, tmp_path):
     admin = make_admin(container)
     number = submit(container, admin, tmp_path / "m", "unsafe", {**tiny_llm_files(), "extra.pkl": reduce_pickle()})
     with container.session_factory() as session:
-        version = versions.load_version_unchecked(session, versions.load_model_unchecked(session, TENANT, "unsafe"),
+        version = loaders.load_version_unchecked(session, loaders.load_model_unchecked(session, TENANT, "unsafe"),
                                                   number)
         assert (version.state, version.failure_reason) == ("failed", "unsafe_file")
         assert session.scalars(select(EvalResult)).all() == []
@@ -258,7 +259,7 @@ def test_a_regression_against_prod_beyond_tolerance_is_unmet(container, policy, 
     assert not [u for u in state_and_unmet(container, admin, "m", close)[1] if u["code"].startswith("eval.")]
     # The baseline is for the same suite version only: another runner setting is not compared.
     with container.session_factory() as session:
-        version = versions.load_version_unchecked(session, versions.load_model_unchecked(session, TENANT, "m"), worse)
+        version = loaders.load_version_unchecked(session, loaders.load_model_unchecked(session, TENANT, "m"), worse)
         doc = approvals.approval_input_for(session, version, container.policy)
     assert doc["baseline"]["version"] == first and doc["baseline"]["evals"][0]["metrics"] == {"quality.score": 0.9}
 
@@ -307,13 +308,13 @@ def test_a_job_run_twice_records_once(container, policy, scripts, tmp_path):
     with container.session_factory() as session:
         version, _ = versions.submit(session, admin, TENANT, "twice", SubmitRequest(source=str(tmp_path / "m")),
                                      open_source=container.open_source, limits=container.limits(),
-                                     clock=container.clock)
+                                     ports=container.ports)
         version_id = version.id
     drain(container)
     with container.session_factory() as session:
         row = session.scalar(select(EvalResult).where(EvalResult.version_id == version_id))
         first = (row.id, row.finished_at, row.log_digest)
-    evals.run_eval(container.session_factory, first[0], blob_store=container.blob_store, clock=container.clock)
+    evals.run_eval(container.session_factory, first[0], ports=container.ports)
     with container.session_factory() as session:
         row = session.get(EvalResult, first[0])
         assert (row.id, row.finished_at, row.log_digest) == first

@@ -214,7 +214,7 @@ def test_only_auditors_and_administrators_export_and_only_sealed_versions(contai
     with container.session_factory() as session:
         version, _ = versions.submit(session, principal(container, "admin-acme"), TENANT, "unsealed",
                                      SubmitRequest(source=str(tmp_path / "m2")), open_source=container.open_source,
-                                     limits=container.limits(), clock=container.clock)
+                                     limits=container.limits(), ports=container.ports)
         number = version.number
     with pytest.raises(InvalidStateError):
         export(container, principal(container, "aud"), "cyclonedx", number, name="unsealed")

@@ -40,7 +40,7 @@ def submit_files(container, admin, name: str, files: dict[str, bytes]) -> Versio
     entries = [FileEntry(path, len(data), sha(data)) for path, data in files.items()]
     with container.session_factory() as session:
         version, _ = versions.submit_uploaded(session, admin, "acme", name, entries, label=name,
-                                              limits=container.limits(), clock=container.clock)
+                                              limits=container.limits(), ports=container.ports)
         return version
 
 
@@ -171,7 +171,7 @@ def test_gc_racing_submissions_never_deletes_a_referenced_blob(container, admin,
             with container.session_factory() as session:
                 version, _ = versions.submit(session, admin, "acme", "mir", SubmitRequest(source=str(source)),
                                              open_source=container.open_source, limits=container.limits(),
-                                             clock=container.clock)
+                                             ports=container.ports)
                 version_id = version.id
             deadline = time.monotonic() + 60
             while time.monotonic() < deadline:

@@ -31,7 +31,7 @@ from registry.auth import AuthenticatedPrincipal
 from registry.bootstrap import Container, bootstrap
 from registry.db.models import Version
 from registry.domain.aliases import make_target
-from registry.services import aliases, hf, revocations, versions
+from registry.services import aliases, hf, loaders, revocations, versions
 from registry.services.versions import SubmitRequest
 from tests.support import db as dbsupport
 from tests.support.live_app import serve_in_thread
@@ -97,8 +97,8 @@ class Live:
     @property
     def commit(self) -> str:
         with self.container.session_factory() as session:
-            model = versions.load_model_unchecked(session, TENANT, NAME)
-            return hf.commit_of(versions.load_version_unchecked(session, model, self.number))
+            model = loaders.load_model_unchecked(session, TENANT, NAME)
+            return hf.commit_of(loaders.load_version_unchecked(session, model, self.number))
 
     def api(self, token: str | None = None) -> HfApi:
         return HfApi(endpoint=self.endpoint, token=token or self.token)
@@ -377,7 +377,7 @@ def test_another_modelreg_mirrors_it_as_an_hf_upstream(live, tmp_path, sqlite_te
         with second.session_factory() as session:
             version, created = versions.submit(
                 session, admin, "mirror", "llm", SubmitRequest(source=f"hf://{REPO}", revision="prod"),
-                open_source=second.open_source, limits=second.limits(), clock=second.clock)
+                open_source=second.open_source, limits=second.limits(), ports=second.ports)
             version_id = version.id
         assert created
         drain(second)

@@ -39,7 +39,7 @@ def test_a_file_path_of_the_longest_length_accepted_seals_and_is_scanned(contain
     with container.session_factory() as session:
         version, _ = versions.submit(session, admin, "acme", "long", SubmitRequest(source=str(model_dir)),
                                      open_source=container.open_source, limits=container.limits(),
-                                     clock=container.clock)
+                                     ports=container.ports)
         version_id = version.id
     drain(container)
 
@@ -82,7 +82,7 @@ def test_an_upstream_license_longer_than_its_column_no_longer_fails_the_version(
                 version, _ = versions.submit(
                     session, admin, "acme", "verbose",
                     SubmitRequest(source="hf://org/verbose", hf_endpoint=hub.url),
-                    open_source=container.open_source, limits=container.limits(), clock=container.clock)
+                    open_source=container.open_source, limits=container.limits(), ports=container.ports)
                 version_id = version.id
             assert _version(container, version_id).state == "submitted"
             hub.heal()

@@ -1,5 +1,5 @@
-"""The lifecycle as built: every move goes through ``lifecycle.advance`` in the caller's transaction,
-names its audit event, and starts the next state's work; time comes from the container's clock."""
+"""The lifecycle as built: every move goes through ``registry.services.lifecycle`` in the caller's transaction,
+names its audit event, and starts the next stage's work; time comes from the ports' clock."""
 
 from __future__ import annotations
 
@@ -12,6 +12,8 @@ from registry.bootstrap import bootstrap
 from registry.clock import ManualClock
 from registry.db.models import AuditEvent, Job, Version
 from registry.domain.errors import InvalidStateError
+from registry.domain.outcomes import Failed, Pending
+from registry.domain.stages import Work
 from registry.domain.states import VersionState
 from registry.services import lifecycle, versions
 from registry.services.versions import SubmitRequest
@@ -34,7 +36,7 @@ def _aware(value: dt.datetime) -> dt.datetime:
     return value if value.tzinfo else value.replace(tzinfo=dt.timezone.utc)
 
 
-def _submit(container, tmp_path, name="m"):
+def _submit(container, tmp_path, name="m", ports=None):
     root = tmp_path / name
     for path, data in tiny_model_files(1).items():
         (root / path).parent.mkdir(parents=True, exist_ok=True)
@@ -43,7 +45,7 @@ def _submit(container, tmp_path, name="m"):
     with container.session_factory() as session:
         version, _ = versions.submit(session, admin, "acme", name, SubmitRequest(source=str(root)),
                                      open_source=container.open_source, limits=container.limits(),
-                                     clock=container.clock)
+                                     ports=ports or container.ports)
         return version.id
 
 
@@ -59,6 +61,15 @@ def test_a_version_moves_by_the_containers_clock(clocked, tmp_path):
         assert {_aware(f.mirrored_at) for f in version.files} == {START + dt.timedelta(minutes=3)}
         # The mirror jobs at submission, the jobs queued while draining three minutes later.
         assert {_aware(j.run_after) for j in session.scalars(select(Job))} == {START, clock.now()}
+
+
+def test_work_is_due_by_the_clock_of_the_ports_it_is_given(container, tmp_path):
+    """Ports built with another clock, not a patched one: the mirror jobs are due by it."""
+    clock = ManualClock(START)
+    version_id = _submit(container, tmp_path, ports=container.ports.with_clock(clock))
+    with container.session_factory() as session:
+        assert session.get(Version, version_id).state == "mirroring"
+        assert {_aware(j.run_after) for j in session.scalars(select(Job))} == {START}
 
 
 def test_the_audit_trail_names_every_move(container, tmp_path):
@@ -82,9 +93,12 @@ def test_advance_is_the_callers_transaction(container, tmp_path):
         events_before = session.scalar(select(func.count()).select_from(AuditEvent))
         version = session.get(Version, version_id)
         with pytest.raises(InvalidStateError):
-            lifecycle.advance(session, version, VersionState.APPROVED, "system", {})
+            lifecycle.advance(session, version, VersionState.APPROVED, "system", {}, container.ports)
+        with pytest.raises(InvalidStateError):
+            lifecycle.approve(session, version, "system", {})
         assert version.state == "mirroring"
-        lifecycle.advance(session, version, VersionState.FAILED, "system", {"reason": "test"})
+        lifecycle.fail(session, version, Failed("test"))
+        assert version.failure_reason == "test"
         session.rollback()
     with container.session_factory() as session:
         assert session.get(Version, version_id).state == "mirroring"
@@ -93,8 +107,9 @@ def test_advance_is_the_callers_transaction(container, tmp_path):
 
 
 def test_scanning_done_asks_the_lifecycle_for_the_next_state(container, tmp_path, monkeypatch):
-    """With the evaluating stage applying, a scanned version waits in ``evaluating``: no stage is hard-coded."""
-    monkeypatch.setitem(lifecycle.STAGES, VersionState.EVALUATING, lifecycle.Stage())
+    """With the evaluating stage's work pending, a scanned version waits in ``evaluating``: no stage
+    names its successor."""
+    monkeypatch.setitem(lifecycle._WORK, Work.EVALUATE, lambda session, version, ports: Pending())
     version_id = _submit(container, tmp_path)
     drain(container)
     with container.session_factory() as session:

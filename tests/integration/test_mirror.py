@@ -32,7 +32,7 @@ def _submit(container, admin, source, **kw):
     with container.session_factory() as session:
         version, created = versions.submit(
             session, admin, "acme", kw.pop("name", "tiny"), SubmitRequest(source=source, **kw),
-            open_source=container.open_source, limits=container.limits(), clock=container.clock,
+            open_source=container.open_source, limits=container.limits(), ports=container.ports,
         )
         return version.id, version.number, created
 

@@ -151,7 +151,7 @@ def test_killed_worker_mid_file_then_another_completes_the_version(deployment, c
     with c.session_factory() as session:
         version, _ = versions.submit(session, admin, "acme", "crash",
                                      SubmitRequest(source="hf://org/crash", hf_endpoint=hub.url),
-                                     open_source=c.open_source, limits=c.limits(), clock=c.clock)
+                                     open_source=c.open_source, limits=c.limits(), ports=c.ports)
         version_id = version.id
         assert version.state == "mirroring"
 
@@ -231,7 +231,7 @@ def test_mirror_aborts_an_abandoned_upload_of_its_bytes_but_not_a_running_siblin
             version, _ = versions.submit(session, admin, "acme", name,
                                          SubmitRequest(source=f"hf://org/{name}", hf_endpoint=hub.url),
                                          open_source=container.open_source, limits=container.limits(),
-                                         clock=container.clock)
+                                         ports=container.ports)
             ids[name] = version.id
     # An upload at the shard's final key, as a writer left it (killed) or is still sending it.
     key = f"registry/blobs/sha256/{digest[:2]}/{digest}"

@@ -33,7 +33,7 @@ from registry.domain.errors import (
     UnstorableDataError,
     VersionNotFoundError,
 )
-from registry.jobs import DEAD, QUEUED, RUNNING, SUCCEEDED, JobQueue, enqueue
+from registry.jobs import DEAD, QUEUED, RUNNING, SUCCEEDED, JobKind, JobQueue, enqueue
 from registry.settings import Settings
 from tests.support import db as dbsupport
 from workers.loop import Worker, is_retryable
@@ -125,6 +125,7 @@ def open_container(database_url: str, tmp_path: Path):
 
 
 def enqueue_many(container, kind: str, payloads: list[dict], **kw) -> list[int]:
+    kw.setdefault("run_after", container.clock.now())
     with container.session_factory() as session:
         jobs = [enqueue(session, kind, payload, **kw) for payload in payloads]
         session.commit()
@@ -341,7 +342,7 @@ def test_a_value_the_database_refuses_is_not_retried(moved, clock):
 
     def store_out_of_range(container, _payload):
         with container.session_factory() as session:
-            enqueue(session, "qtest_other", {}, priority=2**63)
+            enqueue(session, "qtest_other", {}, priority=2**63, run_after=container.clock.now())
             session.commit()
 
     worker = Worker(moved, HandlerRegistry([Handler("qtest_data", store_out_of_range, on_dead=dead)]), "w1")
@@ -360,12 +361,15 @@ def test_a_value_the_database_refuses_is_not_retried(moved, clock):
 def test_max_attempts_comes_from_the_setting(database_url, tmp_path, monkeypatch, clock):
     monkeypatch.setenv("MODELREG_JOB_MAX_ATTEMPTS", "2")
     container = bootstrap(load_settings(database_url=database_url, data_dir=tmp_path / "data"))
-    queue = JobQueue(container.session_factory, backoff_base=dt.timedelta(seconds=1), clock=clock)
+    # The container's queue carries the setting: a job services enqueue through it gets that many attempts.
+    queue = dataclasses.replace(container.queue, backoff_base=dt.timedelta(seconds=1), clock=clock)
     moved = dataclasses.replace(container, queue=queue)
     try:
-        [job_id] = enqueue_many(moved, "qtest_flaky", [{}], run_after=clock.now())
+        with moved.session_factory() as session:
+            job_id = queue.enqueue_job(session, JobKind.SEAL_VERSION, {"version_id": 7}, 7).id
+            session.commit()
         assert job_row(moved, job_id).max_attempts == 2
-        worker = Worker(moved, HandlerRegistry([Handler("qtest_flaky", raising(TimeoutError("slow")))]), "w1")
+        worker = Worker(moved, HandlerRegistry([Handler("seal_version", raising(TimeoutError("slow")))]), "w1")
         assert worker.run_once()
         clock.advance(minutes=1)
         assert worker.run_once()

@@ -13,7 +13,7 @@ from sqlalchemy import select
 from api.app import create_app
 from registry.db.models import Version
 from registry.domain.errors import PermissionDeniedError, QuotaExceededError
-from registry.services import quotas, versions
+from registry.services import blobs, quotas, versions
 from registry.services.versions import SubmitRequest
 from tests.support.registry import drain, make_admin, role_token
 
@@ -125,7 +125,7 @@ def test_a_mirror_that_would_exceed_fails_its_version_and_nothing_is_released(co
     with container.session_factory() as session:
         version, _ = versions.submit(session, admin, "acme", "m", SubmitRequest(source=str(root)),
                                      open_source=container.open_source, limits=container.limits(),
-                                     clock=container.clock)
+                                     ports=container.ports)
     # Another submission took the room meanwhile.
     upload(container, admin, "acme", b"x" * 150)
     set_quota(container, admin, "acme", 400)
@@ -149,11 +149,11 @@ def test_the_grant_checks_the_quota_again_whatever_was_checked_before(container,
     tenant_id = _tenant_id(container, "acme")
     with container.session_factory() as session:
         begin_write(session)
-        versions.grant_blob(session, tenant_id, sha(first), 100, via="upload", blob_store=container.blob_store)
+        blobs.grant_blob(session, tenant_id, sha(first), 100, via="upload", blob_store=container.blob_store)
         session.commit()
     with container.session_factory() as session, pytest.raises(QuotaExceededError):
         begin_write(session)
-        versions.grant_blob(session, tenant_id, sha(second), 100, via="upload", blob_store=container.blob_store)
+        blobs.grant_blob(session, tenant_id, sha(second), 100, via="upload", blob_store=container.blob_store)
 
 
 def test_only_administrators_set_quotas(container):
@@ -178,7 +178,7 @@ def _submit_dir(container, principal, tenant: str, root):
     with container.session_factory() as session:
         version, _ = versions.submit(session, principal, tenant, "m", SubmitRequest(source=str(root)),
                                      open_source=container.open_source, limits=container.limits(),
-                                     clock=container.clock)
+                                     ports=container.ports)
         return version.id
 
 
@@ -232,7 +232,7 @@ def test_concurrent_submissions_cannot_together_pass_the_quota(container, admin,
     def grant_first() -> None:
         with container.session_factory() as session:
             begin_write(session)
-            versions.grant_blob(session, tenant_id, sha(first), 100, via="mirror", blob_store=container.blob_store)
+            blobs.grant_blob(session, tenant_id, sha(first), 100, via="mirror", blob_store=container.blob_store)
             granted.set()
             second_done.wait(1.0)  # the second grant is under way (or done, without the lock)
             session.commit()
@@ -242,7 +242,7 @@ def test_concurrent_submissions_cannot_together_pass_the_quota(container, admin,
         try:
             with container.session_factory() as session:
                 begin_write(session)
-                versions.grant_blob(session, tenant_id, sha(second), 100, via="mirror",
+                blobs.grant_blob(session, tenant_id, sha(second), 100, via="mirror",
                                     blob_store=container.blob_store)
                 session.commit()
                 outcome["second"] = "granted"

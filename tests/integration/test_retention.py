@@ -97,7 +97,7 @@ def test_a_deleted_version_keeps_its_record_and_audit_trail_and_is_never_release
     with container.session_factory() as session:
         again, created = versions.submit(session, world, T, M, SubmitRequest(source=str(tmp_path / "v2")),
                                          open_source=container.open_source, limits=container.limits(),
-                                         clock=container.clock)
+                                         ports=container.ports)
         assert created and again.number == 6
 
 

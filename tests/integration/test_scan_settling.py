@@ -28,7 +28,7 @@ def _submit(container, admin, tmp_path, name, files):
     with container.session_factory() as session:
         version, _ = versions.submit(session, admin, "acme", name, SubmitRequest(source=str(root)),
                                      open_source=container.open_source, limits=container.limits(),
-                                     clock=container.clock)
+                                     ports=container.ports)
         return version.id
 
 
@@ -75,8 +75,8 @@ def _statements_per_scan_job(container, admin, tmp_path, files: int) -> list[int
     try:
         for payload in payloads:
             counts.append(0)
-            scans.scan_blob(container.session_factory, payload["digest"], payload["path"],
-                            blob_store=container.blob_store, clock=container.clock, run_modelscan=False)
+            scans.scan_blob(container.session_factory, payload["digest"], payload["path"], ports=container.ports,
+                            run_modelscan=False)
     finally:
         event.remove(engine, "before_cursor_execute", count)
     assert _state(container, vid) == "awaiting_approval"

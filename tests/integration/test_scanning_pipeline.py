@@ -12,6 +12,7 @@ from registry.db.models import AuditEvent, Job, ScanResult, Version
 from registry.scanning import SCANNER_VERSION
 from registry.services import scans, versions
 from registry.services.versions import SubmitRequest
+from registry.services.stages import scanning as scanning_stage
 from tests.support import scan_samples
 from tests.support.registry import drain
 from tests.support.tiny_model import tiny_model_files
@@ -29,7 +30,7 @@ def _submit(container, admin, root, name):
     with container.session_factory() as session:
         version, _ = versions.submit(session, admin, "acme", name, SubmitRequest(source=str(root)),
                                      open_source=container.open_source, limits=container.limits(),
-                                     clock=container.clock)
+                                     ports=container.ports)
         return version.id
 
 
@@ -101,9 +102,11 @@ def test_rescan_with_a_new_scanner_version_flags_a_version_turned_unsafe(contain
     vid = _submit(container, admin, root, "old")
     drain(container)
     assert _version(container, vid).state == "awaiting_approval"
+    # A scanner upgrade: the stage queues by the version and the job records under it.
     monkeypatch.setattr(scans, "SCANNER_VERSION", SCANNER_VERSION + "+next")
+    monkeypatch.setattr(scanning_stage, "SCANNER_VERSION", SCANNER_VERSION + "+next")
     with container.session_factory() as session:
-        queued = scans.rescan_all(session, admin)
+        queued = scans.rescan_all(session, admin, ports=container.ports)
     assert queued == len(files)
     drain(container)
     v = _version(container, vid)

@@ -40,7 +40,7 @@ def awaiting_upload(container: Container, submitter: AuthenticatedPrincipal, ten
                                  blob_store=container.blob_store)
             entries.append(FileEntry(path, len(data), digest))
         version, _ = versions.submit_uploaded(session, submitter, tenant, name, entries, label=label,
-                                              limits=container.limits(), clock=container.clock, license=license)
+                                              limits=container.limits(), ports=container.ports, license=license)
         number = version.number
     drain(container)
     return number

@@ -1,7 +1,7 @@
 """Versions ready for release, made through the real pipeline, for the alias and revocation tests.
 
 ``approve_standin`` is a stand-in for the approvals flow (built in parallel, merged later): it makes
-a version ``approved`` through ``lifecycle.advance``, the one way the approvals service will do it too.
+a version ``approved`` through ``lifecycle.approve``, the one way the approvals service does it too.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from registry.auth import AuthenticatedPrincipal
 from registry.bootstrap import Container
 from registry.db.models import Version
 from registry.domain.states import VersionState
-from registry.services import lifecycle, versions
+from registry.services import lifecycle, loaders, versions
 from registry.services.versions import SubmitRequest
 from tests.support.registry import drain
 from tests.support.tiny_model import tiny_model_files
@@ -28,7 +28,7 @@ def submit_directory(container: Container, admin: AuthenticatedPrincipal, root: 
     with container.session_factory() as session:
         version, _ = versions.submit(session, admin, tenant, name, SubmitRequest(source=str(root)),
                                      open_source=container.open_source, limits=container.limits(),
-                                     clock=container.clock)
+                                     ports=container.ports)
         version_id, number = version.id, version.number
     drain(container)
     return version_id, number
@@ -45,10 +45,9 @@ def awaiting_version(container: Container, admin: AuthenticatedPrincipal, root: 
 
 
 def approve_standin(container: Container, tenant: str, name: str, number: int) -> None:
-    """Stand-in for the approvals flow: move an awaiting version to ``approved`` via ``lifecycle.advance``."""
+    """Stand-in for the approvals flow: move an awaiting version to ``approved`` via ``lifecycle.approve``."""
     with container.session_factory() as session:
-        model = versions.load_model_unchecked(session, tenant, name)
-        version = versions.load_version_unchecked(session, model, number)
-        lifecycle.advance(session, version, VersionState.APPROVED, "approvals-standin",
-                          {"stand_in": "approvals flow, merged separately"})
+        model = loaders.load_model_unchecked(session, tenant, name)
+        version = loaders.load_version_unchecked(session, model, number)
+        lifecycle.approve(session, version, "approvals-standin", {"stand_in": "approvals flow, merged separately"})
         session.commit()

@@ -63,3 +63,121 @@ def test_the_cli_builds_no_api_paths():
     """Every `modelreg` command calls the registry through registry/client/api.py, the one typed API client."""
     offenders = [str(p.relative_to(ROOT)) for p in (ROOT / "registry" / "cli").glob("*.py") if "/v1/" in p.read_text()]
     assert offenders == []
+
+
+# --- import circles ------------------------------------------------------------------------------
+
+
+def import_graph(root: Path, package: str = "registry") -> dict[str, dict[str, list[str]]]:
+    """Module -> the modules of ``package`` it imports -> where (``path:line``, ``in a function`` marked).
+
+    Module-level imports and imports inside functions count alike: a circle closed at call time is a
+    circle all the same. ``from a import b`` is an edge to ``a.b`` when that is a module, else to ``a``.
+    """
+    modules: dict[str, tuple[Path, bool]] = {}
+    for path in sorted((root / package).rglob("*.py")):
+        parts = list(path.relative_to(root).with_suffix("").parts)
+        is_package = parts[-1] == "__init__"
+        modules[".".join(parts[:-1] if is_package else parts)] = (path, is_package)
+
+    def owner(name: str) -> str | None:
+        while name and name not in modules:
+            name = name.rpartition(".")[0]
+        return name or None
+
+    graph: dict[str, dict[str, list[str]]] = {}
+    for name, (path, is_package) in modules.items():
+        edges: dict[str, list[str]] = {}
+        tree = ast.parse(path.read_text(), str(path))
+        in_function = {id(n) for f in ast.walk(tree) if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef))
+                       for n in ast.walk(f) if n is not f}
+        for node in ast.walk(tree):
+            targets: list[str] = []
+            if isinstance(node, ast.Import):
+                targets = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                if node.level:
+                    base = name.split(".") if is_package else name.split(".")[:-1]
+                    base = base[:len(base) - (node.level - 1)]
+                    module = ".".join(base + ([node.module] if node.module else []))
+                else:
+                    module = node.module or ""
+                targets = [f"{module}.{a.name}" if f"{module}.{a.name}" in modules else module for a in node.names]
+            for target in targets:
+                found = owner(target)
+                if found is not None and found != name:
+                    where = f"{path.relative_to(root)}:{node.lineno}" + (" (in a function)" if id(node) in in_function
+                                                                          else "")
+                    edges.setdefault(found, []).append(where)
+        graph[name] = edges
+    return graph
+
+
+def import_circles(graph: dict[str, dict[str, list[str]]]) -> list[list[str]]:
+    """The strongly connected groups of more than one module (Tarjan's algorithm, iteratively)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    circles: list[list[str]] = []
+    for start in sorted(graph):
+        if start in index:
+            continue
+        work = [(start, iter(sorted(graph[start])))]
+        index[start] = low[start] = len(index)
+        stack.append(start)
+        on_stack.add(start)
+        while work:
+            node, children = work[-1]
+            child = next(children, None)
+            if child is not None:
+                if child not in index:
+                    index[child] = low[child] = len(index)
+                    stack.append(child)
+                    on_stack.add(child)
+                    work.append((child, iter(sorted(graph[child]))))
+                elif child in on_stack:
+                    low[node] = min(low[node], index[child])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == index[node]:
+                group = []
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    group.append(member)
+                    if member == node:
+                        break
+                if len(group) > 1:
+                    circles.append(sorted(group))
+    return circles
+
+
+def _describe(graph: dict[str, dict[str, list[str]]], circle: list[str]) -> list[str]:
+    return [f"{a} -> {b} at {', '.join(sorted(set(graph[a][b])))}" for a in circle for b in sorted(graph[a])
+            if b in circle]
+
+
+def test_no_import_circle_inside_registry():
+    """No module of registry/ reaches itself through imports, at module level or inside functions."""
+    graph = import_graph(ROOT)
+    assert [_describe(graph, c) for c in import_circles(graph)] == []
+
+
+def test_the_circle_check_sees_a_circle_closed_inside_a_function(tmp_path):
+    """A planted circle (one edge at module level, one hidden in a function) is found; a chain is not."""
+    package = tmp_path / "registry"
+    (package / "services").mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    (package / "services" / "__init__.py").write_text("")
+    (package / "services" / "a.py").write_text("from registry.services import b\n")
+    (package / "services" / "b.py").write_text("def f():\n    from registry.services.c import g\n")
+    (package / "services" / "c.py").write_text("from . import a\n\ndef g():\n    pass\n")
+    (package / "services" / "d.py").write_text("from registry.services import a\n")
+    graph = import_graph(tmp_path)
+    assert import_circles(graph) == [["registry.services.a", "registry.services.b", "registry.services.c"]]
+    assert any("(in a function)" in line for line in _describe(graph, import_circles(graph)[0]))
+    (package / "services" / "c.py").write_text("def g():\n    pass\n")
+    assert import_circles(import_graph(tmp_path)) == []

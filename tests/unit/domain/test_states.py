@@ -1,19 +1,11 @@
-"""The version state machine, its audit actions and the pipeline order: pure rules, no fixtures."""
+"""The version state machine and its audit actions: pure rules, no fixtures (the stage table: test_stages.py)."""
 
 from __future__ import annotations
 
 import pytest
 
 from registry.domain.errors import InvalidStateError
-from registry.domain.states import (
-    PIPELINE,
-    TERMINAL,
-    TRANSITIONS,
-    VersionState,
-    check_transition,
-    event_for,
-    next_stage,
-)
+from registry.domain.states import IN_PROGRESS, LIVE, TERMINAL, TRANSITIONS, VersionState, check_transition, event_for
 
 S = VersionState
 
@@ -45,22 +37,6 @@ def test_terminal_states_go_nowhere() -> None:
     assert TERMINAL == {S.FAILED, S.REJECTED, S.REVOKED}
 
 
-def test_each_pipeline_stage_may_move_to_the_next() -> None:
-    for current, following in zip(PIPELINE, PIPELINE[1:]):
-        assert following in TRANSITIONS[current]
-
-
-def test_next_stage_skips_stages_that_do_not_apply() -> None:
-    everything = lambda state: True  # noqa: E731
-    no_evals = lambda state: state is not S.EVALUATING  # noqa: E731
-    assert next_stage(S.SEALED, everything) is S.SCANNING
-    assert next_stage(S.SCANNING, everything) is S.EVALUATING
-    assert next_stage(S.SCANNING, no_evals) is S.AWAITING_APPROVAL
-    # The last stage is a person's decision: it always applies.
-    assert next_stage(S.EVALUATING, lambda state: False) is S.AWAITING_APPROVAL
-
-
-@pytest.mark.parametrize("state", [S.AWAITING_APPROVAL, S.APPROVED, S.FAILED])
-def test_no_next_stage_after_the_pipeline(state) -> None:
-    with pytest.raises(InvalidStateError):
-        next_stage(state, lambda s: True)
+def test_in_progress_is_every_live_state_before_a_decision() -> None:
+    assert IN_PROGRESS == LIVE - {S.APPROVED}
+    assert S.AWAITING_APPROVAL in IN_PROGRESS and S.FAILED not in IN_PROGRESS

@@ -30,10 +30,10 @@ def test_submission_revision_source_and_label(container, session, tmp_path):
     ]:
         with pytest.raises(InvalidTextError) as error:
             versions.submit(session, admin, "acme", "m", request, open_source=container.open_source,
-                            limits=container.limits(), clock=container.clock)
+                            limits=container.limits(), ports=container.ports)
         assert error.value.details["field"] == field
     entry = FileEntry("config.json", 2, hashlib.sha256(b"{}").hexdigest())
     with pytest.raises(InvalidTextError) as error:
         versions.submit_uploaded(session, admin, "acme", "m", [entry], label="label\x9b2J",
-                                 limits=container.limits(), clock=container.clock)
+                                 limits=container.limits(), ports=container.ports)
     assert error.value.details["field"] == "label"
