@@ -450,7 +450,7 @@ def arm(session: Session, subscription_id: int, tenant: str, now: dt.datetime) -
                 locked_by=None))
     if revived.rowcount == 0:
         enqueue_job(session, JobKind.DELIVER_WEBHOOK, {"subscription_id": subscription_id}, subscription_id,
-                    tenant=tenant)
+                    tenant=tenant, run_after=now)
 
 
 def arm_due(session: Session, *, clock: Clock) -> int:
