@@ -1,11 +1,13 @@
-"""Downloading one blob into the node cache: parallel ranged streams into memory, written once, hashed in order.
+"""Downloading one blob into the node cache (and DEST): parallel ranged streams into memory, hashed in order.
 
 A blob of ``size`` bytes is split into parts of ``part_size`` bytes. Each part is read by one stream
 straight into a page-aligned buffer lent by a :class:`Buffers` pool that every blob of a fetch shares
-(memory is bounded by the pool: ``count * size`` bytes), written once at its offset into
-``partial/<digest>``, then handed to the hash. The sha256 takes the parts in order, from the buffers, so
-no byte is read back: a part that completes before the ones in front of it keeps its buffer until they
-are hashed. Writes of whole pages bypass the page cache (``O_DIRECT``) where the filesystem allows it:
+(memory is bounded by the pool: ``count * size`` bytes), written at its offset into ``partial/<digest>``
+and, for a fetch into DEST, into DEST's new file (``copy_to``) from the same buffer, then handed to the
+hash. The sha256 takes the parts in order, from the buffers, so no byte is read back: a part that
+completes before the ones in front of it keeps its buffer until they are hashed. DEST's file therefore
+holds exactly the bytes the hash took (its own file: no link to the cache, no copy of the partial,
+which any root process on the node can write); it is removed unless the digest matches. Writes of whole pages bypass the page cache (``O_DIRECT``) where the filesystem allows it:
 a small node otherwise spends as much CPU copying every byte into the page cache as receiving it
 (``bench/README.md``, Fetch). A filesystem that refuses ``O_DIRECT`` (tmpfs) gets ordinary writes.
 
@@ -78,11 +80,14 @@ class Buffers:
         self._available.release()
 
 
-class _PartialFile:
-    """The partial blob, open twice: unbuffered (``O_DIRECT``) for whole pages where allowed, buffered for the rest."""
+class _BlobFile:
+    """A blob's file, open twice: unbuffered (``O_DIRECT``) for whole pages where allowed, buffered for the rest.
 
-    def __init__(self, path: Path, size: int) -> None:
-        self.fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    ``new``: the file must not exist yet (DEST's copy); else an existing partial is reopened to resume.
+    """
+
+    def __init__(self, path: Path, size: int, *, new: bool = False) -> None:
+        self.fd = os.open(path, os.O_RDWR | os.O_CREAT | (os.O_EXCL if new else 0), 0o600)
         os.ftruncate(self.fd, size)
         self.direct: int | None = None
         if hasattr(os, "O_DIRECT"):
@@ -137,7 +142,7 @@ def _pwrite_all(fd: int, data: memoryview, offset: int) -> None:
 class PartialBlob:
     """A blob being written at ``path``: its parts, how far each got on disk, and the hash of the parts in order."""
 
-    def __init__(self, path: Path, size: int, part_size: int) -> None:
+    def __init__(self, path: Path, size: int, part_size: int, copy_to: Path | None = None) -> None:
         self.path, self.size, self.part_size = path, size, part_size
         self.state_path = path.with_name(path.name + ".parts.json")
         self.parts = plan_parts(size, part_size)
@@ -146,7 +151,13 @@ class PartialBlob:
         self._lock = threading.Lock()
         self._since_save = 0
         self._resume(part_size)
-        self.file = _PartialFile(path, size)
+        self.file = _BlobFile(path, size)
+        self.copy_to = copy_to
+        try:
+            self.copy = _BlobFile(copy_to, size, new=True) if copy_to is not None else None
+        except BaseException:
+            self.file.close()
+            raise
         self._ready: dict[int, tuple[mmap.mmap, int]] = {}
         self._next = 0
         self._hashing = False
@@ -185,6 +196,12 @@ class PartialBlob:
         if save:
             self.save()
 
+    def copied(self, index: int, view: memoryview) -> None:
+        """Write the whole part ``index`` (in ``view``, the buffer the hash will take) into DEST's file."""
+        if self.copy is not None:
+            start, end = self.parts[index]
+            self.copy.write(view[:end - start], start)
+
     def completed(self, index: int, buffer: mmap.mmap, buffers: Buffers) -> None:
         """Part ``index`` is whole in ``buffer``: hash every part now in order; their buffers go back to the pool."""
         with self._lock:
@@ -217,8 +234,14 @@ class PartialBlob:
         for buffer, _ in waiting:
             buffers.give(buffer)
 
-    def close(self) -> None:
+    def close(self, *, keep_copy: bool = False) -> None:
+        """Close the files; DEST's copy is removed unless ``keep_copy`` (the digest matched)."""
         self.file.close()
+        if self.copy is not None:
+            self.copy.close()
+            if not keep_copy:
+                assert self.copy_to is not None
+                self.copy_to.unlink(missing_ok=True)
 
     def discard(self) -> None:
         self.path.unlink(missing_ok=True)
@@ -254,6 +277,7 @@ def _stream_part(api: RegistryApi, url: str, blob: PartialBlob, index: int, buff
                     raise
                 time.sleep(0.2 * 2 ** attempt)
         blob.written(index, view, length)
+        blob.copied(index, view)
     except BaseException:
         blob.failed = True
         if got > on_disk:
@@ -268,28 +292,34 @@ def _stream_part(api: RegistryApi, url: str, blob: PartialBlob, index: int, buff
 
 def download_blob(api: RegistryApi, url: str, path: Path, *, digest: str, size: int, pool: Executor,
                   part_size: int = DEFAULT_PART_SIZE, buffers: Buffers | None = None,
-                  progress: Callable[[int], None] = lambda n: None) -> int:
+                  progress: Callable[[int], None] = lambda n: None, copy_to: Path | None = None) -> int:
     """Download a blob into ``path`` with its parts on ``pool``; return the bytes resumed from before.
 
     ``buffers`` (of at least ``part_size`` bytes each) bounds the memory of every download sharing it;
     without one the download gets two buffers of its own. The file at ``path`` holds exactly the blob on
-    return.
+    return. With ``copy_to`` (a path that must not exist), that new file gets every part too, written
+    from the buffer the hash takes it from: on return it holds exactly the hashed blob; on any error it
+    is removed.
 
     Raises:
         DigestMismatchError: the bytes hash to another digest (the partial file is deleted).
         SizeMismatchError: the server holds a blob of another size.
         NetworkError: a part failed after its retries (the partial is kept to resume).
+        FileExistsError: ``copy_to`` exists.
     """
     if size == 0:
         if digest != EMPTY_SHA256:
             raise DigestMismatchError(path.name, expected=digest, actual=EMPTY_SHA256)
         path.write_bytes(b"")
+        if copy_to is not None:
+            with open(copy_to, "xb"):
+                pass
         return 0
     if buffers is None:
         buffers = Buffers(2, part_size)
     if buffers.size < part_size:
         raise ValueError(f"buffers of {buffers.size} bytes cannot hold parts of {part_size}")
-    blob = PartialBlob(path, size, part_size)
+    blob = PartialBlob(path, size, part_size, copy_to)
     resumed = blob.resumed_bytes
     progress(resumed)
     futures: list[Future[None]] = []
@@ -318,7 +348,7 @@ def download_blob(api: RegistryApi, url: str, path: Path, *, digest: str, size: 
         if isinstance(exc, SizeMismatchError):
             blob.discard()
         raise
-    blob.close()
+    blob.close(keep_copy=actual == digest)
     if actual != digest:
         blob.discard()
         raise DigestMismatchError(path.name, expected=digest, actual=actual)

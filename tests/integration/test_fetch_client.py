@@ -422,6 +422,41 @@ def test_dest_shares_no_inode_with_the_cache_so_a_pod_writing_its_dest_changes_n
     assert (node.tmp / "pod-b" / "big.txt").read_bytes() == BIG and len(node.standin.blob_gets) == gets
 
 
+def test_a_partial_changed_after_its_bytes_were_hashed_never_reaches_dest_nor_a_later_dest(node):
+    """Another root process on the node rewrites a part of the cache's partial file once it is on disk.
+
+    The cold fetch's DEST must hold the bytes the fetch hashed, not what the partial holds by the time the
+    download ends (a fetch that copies or reads back the partial into DEST hands that change out unhashed);
+    the tampered blob that enters the cache is caught by the next fetch's copy and downloaded again.
+    """
+    node.release()
+    big = _big(node)
+    partial = node.cache / "tenants" / "acme" / "partial" / big["sha256"]
+    tampered: list[str] = []
+
+    def tamper(path: str, wanted: str | None) -> None:
+        # One stream (--parallel 1): part 0 is on disk before part 1 is asked for.
+        if path.endswith(big["sha256"]) and wanted == f"bytes={1 << 20}-{(2 << 20) - 1}":
+            _flip(partial, 4321)
+            tampered.append(wanted)
+
+    node.standin.before_blob = tamper
+    dest = node.tmp / "pod-a"
+    ok = node.cli("fetch", "acme/tiny@prod", str(dest), "--trust-root", str(node.root_file), "--part-size", PART,
+                  "--parallel", "1", "--json")
+    assert ok.returncode == 0, ok.stderr
+    assert tampered and _summary(ok)["downloaded_files"] == len({f["sha256"] for f in node.files})
+    assert (dest / "big.txt").read_bytes() == BIG
+    assert node.cli("verify", str(dest), "--trust-root", str(node.root_file)).returncode == 0
+    # What the cache took in is the partial as changed: never handed out, downloaded again.
+    assert _cached_blob(node, big["sha256"]).read_bytes() != BIG
+    node.standin.before_blob = None
+    again = node.fetch(node.tmp / "pod-b")
+    assert again.returncode == 0, again.stderr
+    assert (node.tmp / "pod-b" / "big.txt").read_bytes() == BIG
+    assert (_summary(again)["rejected_cached_files"], _summary(again)["downloaded_files"]) == (1, 1)
+
+
 def _alter_file(node, target: Path) -> None:
     _flip(target / "big.txt", 99)
 
