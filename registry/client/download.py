@@ -7,9 +7,10 @@ and, for a fetch into DEST, into DEST's new file (``copy_to``) from the same buf
 hash. The sha256 takes the parts in order, from the buffers, so no byte is read back: a part that
 completes before the ones in front of it keeps its buffer until they are hashed. DEST's file therefore
 holds exactly the bytes the hash took (its own file: no link to the cache, no copy of the partial,
-which any root process on the node can write); it is removed unless the digest matches. Writes of whole pages bypass the page cache (``O_DIRECT``) where the filesystem allows it:
-a small node otherwise spends as much CPU copying every byte into the page cache as receiving it
-(``bench/README.md``, Fetch). A filesystem that refuses ``O_DIRECT`` (tmpfs) gets ordinary writes.
+which any root process on the node can write); it is removed unless the digest matches. Writes of
+whole pages bypass the page cache (``O_DIRECT``, :mod:`registry.client.blobfile`) where the filesystem
+allows it: a small node otherwise spends as much CPU copying every byte into the page cache as receiving
+it (``bench/README.md``, Fetch). A filesystem that refuses ``O_DIRECT`` (tmpfs) gets ordinary writes.
 
 How far each part got on disk is recorded in ``partial/<digest>.parts.json`` (after the bytes), so an
 interrupted download resumes where each part stopped: the part's bytes on disk are read back into its
@@ -24,11 +25,9 @@ Example (the shape of a plan; the I/O needs a transport URL):
 
 from __future__ import annotations
 
-import errno
 import hashlib
 import json
 import mmap
-import os
 import threading
 import time
 from collections.abc import Callable
@@ -36,6 +35,7 @@ from concurrent.futures import Executor, Future
 from pathlib import Path
 
 from registry.client.api import RegistryApi
+from registry.client.blobfile import BlobFile
 from registry.client.errors import NetworkError, TransportError
 from registry.client.trust import write_atomic
 from registry.domain.errors import DigestMismatchError, SizeMismatchError
@@ -47,7 +47,6 @@ SPARE_BUFFERS = 4
 """Buffers beyond one per stream: completed parts waiting for the hash of the parts before them."""
 SAVE_EVERY = 64 << 20
 """Bytes written between two records of the parts' progress (a crash re-downloads at most this much more)."""
-ALIGN = 4096
 RETRIES = 3
 EMPTY_SHA256 = hashlib.sha256(b"").hexdigest()
 
@@ -80,65 +79,6 @@ class Buffers:
         self._available.release()
 
 
-class _BlobFile:
-    """A blob's file, open twice: unbuffered (``O_DIRECT``) for whole pages where allowed, buffered for the rest.
-
-    ``new``: the file must not exist yet (DEST's copy); else an existing partial is reopened to resume.
-    """
-
-    def __init__(self, path: Path, size: int, *, new: bool = False) -> None:
-        self.fd = os.open(path, os.O_RDWR | os.O_CREAT | (os.O_EXCL if new else 0), 0o600)
-        os.ftruncate(self.fd, size)
-        self.direct: int | None = None
-        if hasattr(os, "O_DIRECT"):
-            try:
-                self.direct = os.open(path, os.O_WRONLY | os.O_DIRECT)
-            except OSError:
-                self.direct = None
-        self._lock = threading.Lock()
-
-    def write(self, data: memoryview, offset: int) -> None:
-        """Write ``data`` (the start of a page-aligned buffer) at ``offset``."""
-        whole = len(data) - len(data) % ALIGN if offset % ALIGN == 0 else 0
-        direct = self.direct
-        if whole and direct is not None:
-            try:
-                _pwrite_all(direct, data[:whole], offset)
-            except OSError as exc:
-                if exc.errno != errno.EINVAL:
-                    raise
-                self._no_direct()  # the filesystem took the open but not the write: buffered from now on
-                whole = 0
-        else:
-            whole = 0
-        if whole < len(data):
-            _pwrite_all(self.fd, data[whole:], offset + whole)
-
-    def read_into(self, into: memoryview, offset: int) -> None:
-        got = 0
-        while got < len(into):
-            n = os.preadv(self.fd, [into[got:]], offset + got)
-            if n <= 0:
-                raise NetworkError(f"the partial file ended {len(into) - got} bytes early")
-            got += n
-
-    def _no_direct(self) -> None:
-        with self._lock:
-            if self.direct is not None:
-                os.close(self.direct)
-                self.direct = None
-
-    def close(self) -> None:
-        self._no_direct()
-        os.close(self.fd)
-
-
-def _pwrite_all(fd: int, data: memoryview, offset: int) -> None:
-    while len(data):
-        n = os.pwrite(fd, data, offset)
-        data, offset = data[n:], offset + n
-
-
 class PartialBlob:
     """A blob being written at ``path``: its parts, how far each got on disk, and the hash of the parts in order."""
 
@@ -151,10 +91,10 @@ class PartialBlob:
         self._lock = threading.Lock()
         self._since_save = 0
         self._resume(part_size)
-        self.file = _BlobFile(path, size)
+        self.file = BlobFile(path, size)
         self.copy_to = copy_to
         try:
-            self.copy = _BlobFile(copy_to, size, new=True) if copy_to is not None else None
+            self.copy = BlobFile(copy_to, size, new=True) if copy_to is not None else None
         except BaseException:
             self.file.close()
             raise

@@ -13,7 +13,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from registry.client import download
+from registry.client import blobfile
 from registry.client.api import RegistryApi
 from registry.client.errors import NetworkError, TransportError
 from registry.client.download import Buffers, download_blob
@@ -114,7 +114,7 @@ def test_two_buffers_carry_a_blob_of_many_parts_and_the_parts_ask_exactly_their_
 
 
 def test_buffered_writes_give_the_same_file_when_the_filesystem_refuses_o_direct(api, server, tmp_path, monkeypatch):
-    monkeypatch.delattr(download.os, "O_DIRECT", raising=False)
+    monkeypatch.delattr(blobfile.os, "O_DIRECT", raising=False)
     target = tmp_path / "blob"
     _fetch(api, server, "b12295", target, part_size=4096)
     assert target.read_bytes() == BLOBS["b12295"]
