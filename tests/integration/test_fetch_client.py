@@ -111,6 +111,17 @@ def node(container, tmp_path, signing_key_pem):
         yield Node(container, tmp_path, standin, signing_key_pem)
 
 
+@pytest.fixture
+def twin_node(container, tmp_path, signing_key_pem):
+    """A version two of whose files hold the same bytes (one blob, two files in DEST)."""
+    admin = make_admin(container, "acme")
+    files = {**tiny_model_files(1), "big.txt": BIG, "copy/big-again.txt": BIG}
+    awaiting_version(container, admin, tmp_path / "src", "acme", "tiny", files=files)
+    approve_standin(container, "acme", "tiny", 1)
+    with serve_in_thread(create_app(container)) as url, Standin(url) as standin:
+        yield Node(container, tmp_path, standin, signing_key_pem)
+
+
 def _summary(result: subprocess.CompletedProcess) -> dict:
     lines = [json.loads(line) for line in result.stdout.splitlines() if line.startswith("{")]
     return next(line for line in reversed(lines) if line["event"] == "summary")
@@ -575,3 +586,16 @@ def test_a_progress_bar_on_a_terminal_and_none_with_json(node):
     quiet, terminal = _on_a_terminal(node, "fetch", "acme/tiny@prod", str(node.tmp / "b"), "--trust-root",
                                      str(node.root_file), "--json")
     assert quiet.returncode == 0 and terminal == ""
+
+
+def test_two_files_with_the_same_bytes_come_from_one_download_and_each_is_hashed_cold_and_warm(twin_node):
+    node = twin_node
+    node.release()
+    for dest in (node.tmp / "cold", node.tmp / "warm"):
+        ok = node.fetch(dest)
+        assert ok.returncode == 0, ok.stderr
+        assert (dest / "big.txt").read_bytes() == (dest / "copy" / "big-again.txt").read_bytes() == BIG
+        assert (dest / "big.txt").stat().st_ino != (dest / "copy" / "big-again.txt").stat().st_ino
+        assert _summary(ok)["copies"] == len(node.files)
+    sizes = {f["sha256"]: f["size"] for f in node.files}
+    assert _bytes_requested(node.standin.blob_gets, sizes)[_big(node)["sha256"]] == len(BIG)
