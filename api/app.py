@@ -6,7 +6,7 @@ from fastapi import FastAPI
 
 from api import problems
 from api.metrics import ApiMetrics, MetricsMiddleware
-from api.middleware import ConsoleHeadersMiddleware, RefuseNulMiddleware, RequestIdMiddleware
+from api.middleware import BoundBodyMiddleware, ConsoleHeadersMiddleware, RefuseNulMiddleware, RequestIdMiddleware
 from api.routers import admin, audit, health, metrics
 from registry.bootstrap import Container
 
@@ -20,6 +20,7 @@ def create_app(container: Container) -> FastAPI:
     app.state.container = container
     problems.install(app)
     app.state.metrics = ApiMetrics(container)
+    app.add_middleware(BoundBodyMiddleware)
     app.add_middleware(RefuseNulMiddleware)
     app.add_middleware(ConsoleHeadersMiddleware)
     # Added after it, so outside it: they time, count and log the refusals of the middleware inside too;
@@ -41,7 +42,9 @@ def create_app(container: Container) -> FastAPI:
 def _optional_routers():
     """Routers of the model lifecycle; imported here so health and identity work on their own."""
     from api.routers import (
-        approvals, blobs, evals, exports, hf, keys, manifests, models, provenance, quotas, releases, scans)
+        aliases, approvals, blobs, evals, events, exports, hf, keys, manifests, models, provenance, quotas,
+        revocations, scans, webhooks)
 
-    return [models.router, approvals.router, keys.router, scans.router, blobs.router, releases.router,
-            manifests.router, evals.router, exports.router, hf.router, provenance.router, quotas.router]
+    return [models.router, approvals.router, keys.router, scans.router, blobs.router, aliases.router,
+            revocations.router, manifests.router, evals.router, events.router, exports.router, hf.router,
+            provenance.router, quotas.router, webhooks.router]

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import logging
+import re
 import time
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from api import problems
 from registry import logs
-from registry.domain.errors import InvalidTextError
+from registry.domain.errors import InvalidTextError, LimitExceededError
 
 access_log = logging.getLogger("modelreg.access")
 
@@ -38,6 +39,63 @@ class RefuseNulMiddleware:
                 await response(scope, receive, send)
                 return
         await self.app(scope, receive, send)
+
+
+MAX_BODY_BYTES = 16 << 20
+"""The largest body a route that parses it (JSON, a console form, ``paths-info``) is given. The largest
+legitimate one is an upload's file list at the limits (10,000 files, paths of 1,024 characters, a digest
+and a size each: about 11.5 MB); no route needs more."""
+STREAMED_BODIES = re.compile(r"\A(PUT /v1/blobs/sha256/[^/]+|PUT /v1/evalsets/[^/]+)\Z")
+"""The routes that stream their bodies to storage, each bounding what it reads itself (after authorizing)."""
+
+
+class BoundBodyMiddleware:
+    """Answers 413 (``limit-exceeded``) to a body over :data:`MAX_BODY_BYTES`, before any route reads it.
+
+    FastAPI reads a route's whole body before the route's dependencies run, authentication included, so
+    without this anyone could make a process hold a body of any size. A declared ``Content-Length`` over
+    the limit is refused without reading; a body of no declared length is read up to the limit and then
+    handed on. Streaming uploads (:data:`STREAMED_BODIES`) are left to their routes.
+    """
+
+    def __init__(self, app: ASGIApp, limit: int = MAX_BODY_BYTES) -> None:
+        self.app, self.limit = app, limit
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or STREAMED_BODIES.match(f"{scope['method']} {scope['path']}"):
+            await self.app(scope, receive, send)
+            return
+        declared = dict(scope["headers"]).get(b"content-length")
+        if declared is not None and declared.isdigit() and int(declared) > self.limit:
+            await self._refuse(scope, receive, send)
+            return
+        if declared is not None and declared.isdigit():
+            # The HTTP server delivers no more than the declared length.
+            await self.app(scope, receive, send)
+            return
+        messages: list[Message] = []
+        size, more = 0, True
+        while more:
+            message = await receive()
+            messages.append(message)
+            if message["type"] != "http.request":
+                break
+            size += len(message.get("body", b""))
+            more = message.get("more_body", False)
+            if size > self.limit:
+                await self._refuse(scope, receive, send)
+                return
+        queued = iter(messages)
+
+        async def replay() -> Message:
+            return next(queued, None) or await receive()
+
+        await self.app(scope, replay, send)
+
+    async def _refuse(self, scope: Scope, receive: Receive, send: Send) -> None:
+        response = problems.problem(413, LimitExceededError.code, "LimitExceededError",
+                                    f"request body over the limit of {self.limit} bytes", limit=self.limit)
+        await response(scope, receive, send)
 
 
 class RequestIdMiddleware:

@@ -5,9 +5,10 @@ them is a 422 problem before any service runs) and publishes. Integers are bound
 they are compared with: PostgreSQL refuses a value past a column's range with an error (a 500),
 and SQLite cannot bind an integer past 64 bits at all.
 
-Example:
-    >>> @router.get("/{tenant}/{name}/versions/{number}")  # doctest: +SKIP
-    ... def get_version(tenant: TenantName, name: ModelName, number: VersionNumber): ...
+Usage (a sketch, not run as a doctest)::
+
+    @router.get("/{tenant}/{name}/versions/{number}")
+    def get_version(tenant: TenantName, name: ModelName, number: VersionNumber): ...
 """
 
 from __future__ import annotations

@@ -8,9 +8,10 @@ The same mapping documents the API: a router or route declares the error classes
 :func:`responses`, and the OpenAPI document states each resulting status as
 ``application/problem+json`` with the ``Problem`` schema.
 
-Example:
-    >>> router = APIRouter(responses=responses(*AUTHENTICATED, errors.NotFoundError))  # doctest: +SKIP
-    >>> @router.post("/tenants", responses=responses(errors.AlreadyExistsError))  # doctest: +SKIP
+Usage (a sketch, not run as a doctest)::
+
+    router = APIRouter(responses=responses(*AUTHENTICATED, errors.NotFoundError))
+    @router.post("/tenants", responses=responses(errors.AlreadyExistsError))
 """
 
 from __future__ import annotations

@@ -14,10 +14,11 @@ saved checkpoint or whose hash at a checkpointed event differs from the signed o
 checkpoint when one is due (:func:`checkpoint_if_due`), not ``append``: appends happen in every
 service's transaction, which holds no signing key and should not wait for a signature.
 
-Example:
-    >>> append(session, actor="alice", action="version.submitted", subject="acme/llama@3")  # doctest: +SKIP
-    >>> saved = [checkpoint(session, key).as_dict()]  # doctest: +SKIP
-    >>> verify(session, checkpoints=saved, keys=key.public_key)  # raises AuditChainError  # doctest: +SKIP
+Usage (a sketch, not run as a doctest)::
+
+    append(session, actor="alice", action="version.submitted", subject="acme/llama@3")
+    saved = [checkpoint(session, key).as_dict()]
+    verify(session, checkpoints=saved, keys=key.public_key)  # raises AuditChainError
 """
 
 from __future__ import annotations

@@ -5,9 +5,10 @@ Roles are held per tenant: ``submitter``, ``approver`` (with a capacity such as 
 ``is_admin`` administers every tenant. Tokens are random strings shown once; only their sha256 is
 stored. The API and the CLI call the same ``require`` checks.
 
-Example:
-    >>> principal = authenticate(session, "mr_...")  # doctest: +SKIP
-    >>> require(principal, "default", Permission.SUBMIT)  # doctest: +SKIP
+Usage (a sketch, not run as a doctest)::
+
+    principal = authenticate(session, "mr_...")
+    require(principal, "default", Permission.SUBMIT)
 """
 
 from __future__ import annotations

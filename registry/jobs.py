@@ -9,11 +9,12 @@ the tenant served least recently (``job_turns``), so one tenant's burst cannot s
 A job whose worker died is claimed again once its lease has run out; a failed job is retried with
 exponential backoff until ``max_attempts``, then it is ``dead`` with its last error.
 
-Example:
-    >>> enqueue(session, "mirror_file", {"file_id": 7},
-    ...         idempotency_key=job_key("mirror_file", 7))  # doctest: +SKIP
-    >>> session.commit()  # doctest: +SKIP
-    >>> job = queue.claim("worker-1")  # doctest: +SKIP
+Usage (a sketch, not run as a doctest)::
+
+    enqueue(session, "mirror_file", {"file_id": 7},
+            idempotency_key=job_key("mirror_file", 7))
+    session.commit()
+    job = queue.claim("worker-1")
 """
 
 from __future__ import annotations
@@ -83,6 +84,7 @@ class JobKind(str, enum.Enum):
     SEAL_VERSION = "seal_version"
     SCAN_BLOB = "scan_blob"
     RUN_EVAL = "run_eval"
+    DELIVER_WEBHOOK = "deliver_webhook"
 
 
 def enqueue_job(session: Session, kind: JobKind, payload: dict[str, Any], *key_parts: object,
@@ -92,8 +94,9 @@ def enqueue_job(session: Session, kind: JobKind, payload: dict[str, Any], *key_p
     Args:
         tenant: whose work it is (claims are fair between tenants); ``""`` for no tenant's.
 
-    Example:
-        >>> enqueue_job(session, JobKind.SEAL_VERSION, {"version_id": 7}, 7, tenant="acme")  # doctest: +SKIP
+    Usage (a sketch, not run as a doctest)::
+
+        enqueue_job(session, JobKind.SEAL_VERSION, {"version_id": 7}, 7, tenant="acme")
     """
     kind = JobKind(kind)
     return enqueue(session, kind.value, payload, idempotency_key=job_key(kind.value, *key_parts), tenant=tenant)

@@ -8,10 +8,11 @@ What is logged is chosen so that neither a token nor file contents can appear: t
 the method, the path without its query string (presigned URLs carry signatures there), the status and
 the duration; headers and bodies are never logged.
 
-Example:
-    >>> configure("json")  # doctest: +SKIP
-    >>> logging.getLogger("modelreg").info("started")  # doctest: +SKIP
-    {"time": "...", "level": "INFO", "logger": "modelreg", "message": "started"}
+Usage (a sketch, not run as a doctest)::
+
+    configure("json")
+    logging.getLogger("modelreg").info("started")
+    # -> {"time": "...", "level": "INFO", "logger": "modelreg", "message": "started"}
 """
 
 from __future__ import annotations

@@ -31,9 +31,10 @@ query is an aggregate over an indexed column or a whole small table, run in one 
 with a statement timeout on PostgreSQL; a process keeps the answer ``cache_seconds`` so scrapes
 arriving together cost one round of queries.
 
-Example:
-    >>> registry = CollectorRegistry()  # doctest: +SKIP
-    >>> registry.register(DatabaseCollector(container.session_factory, container.clock))  # doctest: +SKIP
+Usage (a sketch, not run as a doctest)::
+
+    registry = CollectorRegistry()
+    registry.register(DatabaseCollector(container.session_factory, container.clock))
 """
 
 from __future__ import annotations

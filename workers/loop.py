@@ -18,9 +18,10 @@ How an outcome is recorded:
 If the lease is lost while the handler runs (the heartbeat could not renew it in time and another
 worker took the job), the outcome is not recorded: the other worker's run counts.
 
-Example:
-    >>> stop = threading.Event()  # doctest: +SKIP
-    >>> Worker(container, handlers, poll_interval=0.5).run(stop)  # doctest: +SKIP
+Usage (a sketch, not run as a doctest)::
+
+    stop = threading.Event()
+    Worker(container, handlers, poll_interval=0.5).run(stop)
 """
 
 from __future__ import annotations

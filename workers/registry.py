@@ -8,7 +8,7 @@ error (text) and the exception of the last attempt (None when that attempt's lea
 
 Example:
     >>> handlers = HandlerRegistry()
-    >>> handlers.register(Handler("noop", lambda container, payload: None))
+    >>> _ = handlers.register(Handler("noop", lambda container, payload: None))
     >>> handlers.kinds()
     ['noop']
 """

@@ -17,7 +17,6 @@ from registry.domain.errors import (
     InvalidInputError,
     LimitExceededError,
     NotFoundError,
-    PermissionDeniedError,
     PresignedUrlError,
     RangeNotSatisfiableError,
     UpstreamError,
@@ -47,12 +46,7 @@ def get_blob(
     Supports one ``Range: bytes=a-b`` so interrupted downloads resume.
     """
     store = container.blob_store
-    verify = getattr(store, "verify_presigned", None)
-    if verify is None:
-        raise NotFoundError("this registry's blobs are served by its object store, not by the API")
-    if expires is None or signature is None:
-        raise PermissionDeniedError("a blob URL needs its expires and signature parameters", digest=digest)
-    verify(require_sha256(digest), expires, signature)
+    store.verify_presigned(require_sha256(digest), expires, signature)
     size = store.stat(digest).size
     requested = byte_range(range_header, size)
     start, end = requested or (0, size)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import datetime as dt
-from enum import Enum
 from typing import Annotated
 
 from fastapi import APIRouter, Query
@@ -13,14 +12,10 @@ from api.deps import ContainerDep, PrincipalDep, SessionDep
 from api.params import ModelName, TenantName, VersionNumber
 from api.problems import AUTHENTICATED, responses
 from registry.domain.errors import ConflictError, NotFoundError, ServiceUnavailableError
+from registry.domain.exports import ExportFormat
 from registry.services import exports
 
 router = APIRouter(prefix="/v1/provenance", tags=["provenance"], responses=responses(*AUTHENTICATED))
-
-
-class ExportFormat(str, Enum):
-    cyclonedx = exports.CYCLONEDX
-    slsa = exports.SLSA
 
 
 _DOCUMENT = {"type": "object", "required": ["bomFormat", "specVersion", "components"],

@@ -39,7 +39,7 @@ from registry.domain import errors
 from registry.domain.errors import NotFoundError, RangeNotSatisfiableError, RegistryError, UpstreamError
 from registry.domain.files import MAX_PATH_LENGTH
 from registry.services import hf
-from registry.services.hf import MAX_PATHS, HfFile, Release, TreeEntry
+from registry.services.hf import MAX_PATHS, HfFile, ResolvedRevision, TreeEntry
 
 Revision = Annotated[str, Field(min_length=1, max_length=256,
                                 description="an alias (`main` is `prod`), a version number, or a version's commit")]
@@ -117,7 +117,7 @@ def model_info_at(tenant: TenantName, name: ModelName, revision: Revision, sessi
     return _info(hf.resolve(session, principal, tenant, name, revision), container)
 
 
-def _info(release: Release, container) -> HfModelInfoPublic:
+def _info(release: ResolvedRevision, container) -> HfModelInfoPublic:
     tenant = release.repo_id.split("/")[0]
     sealed = release.sealed_at.astimezone(dt.UTC) if release.sealed_at else None
     return HfModelInfoPublic(
@@ -264,7 +264,7 @@ def get_file(tenant: TenantName, name: ModelName, revision: Revision, path: File
                              media_type="application/octet-stream")
 
 
-def _file_headers(release: Release, f: HfFile) -> dict[str, str]:
+def _file_headers(release: ResolvedRevision, f: HfFile) -> dict[str, str]:
     headers = {"X-Repo-Commit": release.commit, "ETag": f'"{f.etag}"', "X-Linked-Size": str(f.size),
                "Accept-Ranges": "bytes",
                # By commit, the answer never changes; by alias, it changes when the alias moves.

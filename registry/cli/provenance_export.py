@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import enum
 import hashlib
 import json
 from pathlib import Path
@@ -13,11 +12,7 @@ import typer
 from registry import statefile
 from registry.cli._base import CliError, JsonOpt, TokenOpt, UrlOpt, _client, _emit, _split_model
 from registry.cli.provenance import provenance_app
-
-
-class ExportFormat(str, enum.Enum):
-    cyclonedx = "cyclonedx"
-    slsa = "slsa"
+from registry.domain.exports import ExportFormat
 
 
 def _write(path: Path, data: bytes) -> None:

@@ -7,6 +7,7 @@ from typing import Any, Optional
 
 import typer
 
+from registry import statefile
 from registry.cli._base import (
     CliError,
     JsonOpt,
@@ -112,7 +113,7 @@ def keys_export(output: Path = typer.Option(Path("registry.pub"), "--output", "-
     """Write the registry's public key PEM (for `model_signing verify key --public_key`)."""
     with _client(url, token) as client:
         keys = client.keys()
-    output.write_text(keys["keys"][0]["public_key_pem"])
+    statefile.write_atomic(output, keys["keys"][0]["public_key_pem"].encode(), mode=0o644)
     _emit({"written": str(output), "key_id": keys["keys"][0]["key_id"]}, as_json, f"wrote {output}")
 
 

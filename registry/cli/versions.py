@@ -12,6 +12,7 @@ from typing import Any, Optional
 
 import typer
 
+from registry import statefile
 from registry.cli._base import (
     CliError,
     JsonOpt,
@@ -262,7 +263,7 @@ def version_signature(
     tenant, name = _split_model(model)
     with _client(url, token) as client:
         bundle = client.signature(tenant, name, number)
-    output.write_text(json.dumps(bundle))
+    statefile.write_atomic(output, json.dumps(bundle).encode(), mode=0o644)
     _emit({"written": str(output), "key_id": bundle["verificationMaterial"]["publicKey"]["hint"]}, as_json,
           f"wrote {output}")
 

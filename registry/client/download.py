@@ -37,8 +37,8 @@ from pathlib import Path
 from registry.client.api import RegistryApi
 from registry.client.blobfile import BlobFile
 from registry.client.errors import NetworkError, TransportError
-from registry.client.trust import write_atomic
 from registry.domain.errors import DigestMismatchError, SizeMismatchError
+from registry.statefile import write_atomic
 
 DEFAULT_PART_SIZE = 8 << 20
 MAX_PART_SIZE = 64 << 20
@@ -123,7 +123,7 @@ class PartialBlob:
         with self._lock:
             state = {"size": self.size, "part_size": self.part_size, "done": list(self.done)}
             self._since_save = 0
-        write_atomic(self.state_path, json.dumps(state).encode())
+        write_atomic(self.state_path, json.dumps(state).encode(), make_parents=True)
 
     def written(self, index: int, view: memoryview, length: int) -> None:
         """Write the first ``length`` bytes of part ``index`` (in ``view``) to disk and record them."""

@@ -33,13 +33,17 @@ from __future__ import annotations
 
 from typing import Any
 
+# The refusals the server and the client share are the domain's own classes (one code, one class); the
+# domain's errors module imports nothing but the standard library.
 from registry.domain.errors import (
     IntegrityError,
     InvalidInputError,
     InvalidPathError,
     ManifestMismatchError,
-    NotFoundError,
+    NotApprovedError,
     RegistryError,
+    ReleaseNotFoundError,
+    RevokedError,
     SignatureError,
     UpstreamError,
 )
@@ -54,22 +58,6 @@ class NetworkError(UpstreamError):
     """The registry or a transport URL could not be reached, or answered with a server error."""
 
     code = "network"
-
-
-class RevokedReleaseError(RegistryError):
-    """The registry refused the manifest: the version (or the one the alias points at) was revoked."""
-
-    code = "revoked"
-
-
-class NotApprovedError(RegistryError):
-    """The registry refused the manifest: the version is not approved, so it is never released."""
-
-    code = "not-approved"
-
-
-class ReleaseNotFoundError(NotFoundError):
-    code = "release-not-found"
 
 
 class DestinationError(RegistryError):
@@ -106,14 +94,14 @@ NOT_APPROVED_PROBLEMS = frozenset({"not-approved", "version-not-approved", "not-
 def from_problem(status: int, problem_code: str, message: str, details: dict[str, Any]) -> RegistryError:
     """The client error for a problem the registry answered a manifest request with."""
     if problem_code in REVOKED_PROBLEMS:
-        return RevokedReleaseError(message, **details)
+        return RevokedError.from_wire(message, **details)
     if problem_code in NOT_APPROVED_PROBLEMS:
-        return NotApprovedError(message, **details)
+        return NotApprovedError.from_wire(message, **details)
     details = {**details, "status": status}
     if status >= 500:
         return NetworkError(message, **details)
     if status == 404:
-        return ReleaseNotFoundError(message, **details)
+        return ReleaseNotFoundError.from_wire(message, **details)
     return RegistryError(message, **details)
 
 
@@ -129,7 +117,7 @@ def classify(exc: BaseException) -> str:
         return "expired"
     if isinstance(exc, ReleaseRollbackError):
         return "rollback"
-    if isinstance(exc, RevokedReleaseError):
+    if isinstance(exc, RevokedError):
         return "revoked"
     if isinstance(exc, NotApprovedError):
         return "not-approved"

@@ -46,12 +46,6 @@ def read_json_file(path: Path, limit: int, what: str) -> Any:
         raise InvalidInputError(f"{what} {path} is not JSON", path=str(path)) from None
 
 
-def write_atomic(path: Path, data: bytes) -> None:
-    """Write ``path`` so a reader sees the old file or the new one, never half of it."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    statefile.write_atomic(path, data)
-
-
 def load_pinned_root(path: Path) -> TrustRoot:
     """The root in the node's pinned file, trusted on its own signatures.
 
@@ -140,7 +134,7 @@ class NodeTrust:
         """Persist the roots walked and the serials accepted (call only after the fetch succeeded)."""
         stored = self.state_dir / "roots"
         for version, envelope in sorted(self._new_roots.items()):
-            write_atomic(stored / f"{version}.json", json.dumps(envelope).encode())
+            statefile.write_atomic(stored / f"{version}.json", json.dumps(envelope).encode(), make_parents=True)
         if self._accepted:
             import fcntl
 
@@ -157,7 +151,7 @@ class NodeTrust:
                     # Never lower: a slower fetch of an older release must not undo a newer one's serial.
                     if type(current.get(key)) is not int or current[key] < serial:
                         current[key] = serial
-                write_atomic(path, json.dumps(current, sort_keys=True).encode())
+                statefile.write_atomic(path, json.dumps(current, sort_keys=True).encode(), make_parents=True)
             self._serials.update(current)
         self._new_roots, self._accepted = {}, {}
 

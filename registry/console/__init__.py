@@ -4,10 +4,11 @@
 services (through :mod:`.views`, which assembles what one page shows from the same service functions the
 JSON API calls) and renders a template. Nothing here decides who may see what: the services do.
 
-Example:
-    >>> key = SessionKey(b"k" * 32)  # doctest: +SKIP
-    >>> opened = open_session(session, key, cookie, now=clock.now())  # doctest: +SKIP
-    >>> views.approval_queue(session, opened.principal)  # doctest: +SKIP
+Usage (a sketch, not run as a doctest)::
+
+    key = SessionKey(b"k" * 32)
+    opened = open_session(session, key, cookie, now=clock.now())
+    views.approval_queue(session, opened.principal)
 """
 
 from registry.console.sessions import SessionKey, open_session  # noqa: F401

@@ -24,7 +24,7 @@ import hmac
 import secrets
 from dataclasses import dataclass
 
-from sqlalchemy import update
+from sqlalchemy import delete, or_, update
 from sqlalchemy.orm import Session
 
 from registry import audit
@@ -109,6 +109,7 @@ def sign_in(session: Session, key: SessionKey, token: str, *, now: dt.datetime) 
     if token_expires is not None:
         expires = min(expires, token_expires.replace(tzinfo=dt.timezone.utc)
                       if token_expires.tzinfo is None else token_expires)
+    prune(session, now=now)
     secret = secrets.token_hex(16)
     row = ConsoleSession(token_id=token_id, principal_id=principal.id, secret_hash=_digest(secret), created_at=now,
                          expires_at=expires)
@@ -173,6 +174,19 @@ def end_sessions(session: Session, *, why: str, now: dt.datetime, session_id: in
     else:
         raise ValueError("name the sessions to end")
     return session.execute(query.values(ended_at=now, ended_why=why)).rowcount
+
+
+KEPT_AFTER_END = dt.timedelta(days=1)
+"""How long a session's row outlives its end or expiry (what ended it stays readable for a day)."""
+
+
+def prune(session: Session, *, now: dt.datetime) -> int:
+    """Delete the rows of sessions that ended or expired over :data:`KEPT_AFTER_END` ago, in the caller's
+    transaction; return how many. Every sign-in prunes, so the table holds the sessions of about a day
+    of sign-ins plus the live ones, however long the registry runs."""
+    cutoff = now - KEPT_AFTER_END
+    return session.execute(delete(ConsoleSession).where(
+        or_(ConsoleSession.ended_at < cutoff, ConsoleSession.expires_at < cutoff))).rowcount
 
 
 def _digest(secret: str) -> str:

@@ -53,7 +53,7 @@ def provenance_graph(version: Any, approvals: Sequence[Any], scans: Sequence[dic
         [(f"alias {a.name}", "canary" if a.canary_version_id == version.id else "main", "ok") for a in aliases],
     ]
     if nodes is not None:
-        columns.append([(f"node {n['principal']}", f"{n['count']} fetches", "plain") for n in nodes])
+        columns.append([(f"node {n['principal']}", _node_traffic(n), "plain") for n in nodes])
     columns = [c[:MAX_PER_COLUMN] for c in columns if c]
     height = PAD * 2 + max(len(c) for c in columns) * (BOX_H + GAP_Y) - GAP_Y
     width = PAD * 2 + len(columns) * (BOX_W + GAP_X) - GAP_X
@@ -128,3 +128,11 @@ def metrics_chart(rows: Iterable[dict[str, Any]], baseline_alias: str | None) ->
     return Markup(f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {width} {height}" width="{width}" '
                   f'height="{height}" role="img" aria-label="{escape(label)}" class="chart">'
                   f'<title>{escape(label)}</title>' + "".join(parts) + "</svg>")
+
+
+def _node_traffic(node: dict) -> str:
+    """What a principal took: manifests (``count``) and downloads through ``/hf``, each only if any."""
+    said = [f"{node['count']} manifests"] if node.get("count") else []
+    if node.get("hf_downloads"):
+        said.append(f"{node['hf_downloads']} /hf downloads")
+    return ", ".join(said) or "0 fetches"

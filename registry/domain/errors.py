@@ -33,6 +33,22 @@ class RegistryError(Exception):
     def __str__(self) -> str:
         return self.message
 
+    @classmethod
+    def from_wire(cls, message: str, **details: Any) -> RegistryError:
+        """The error as a client rebuilds it from a problem answer: the message and details as sent.
+
+        Subclasses' constructors take the data they format their message from; a client only has the
+        message the server formatted, so this skips them.
+
+        Example:
+            >>> err = RevokedError.from_wire("acme/tiny@2 was revoked: bad", version=2)
+            >>> err.code, err.details, str(err)
+            ('revoked', {'version': 2}, 'acme/tiny@2 was revoked: bad')
+        """
+        err = cls.__new__(cls)
+        RegistryError.__init__(err, message, **details)
+        return err
+
 
 # --- branches -------------------------------------------------------------------------------
 
@@ -526,3 +542,20 @@ class NoApprovalToAmendError(ConflictError):
     """File reviews added to an approval the principal never made (no decision of theirs, or a reject)."""
 
     code = "no-approval-to-amend"
+
+
+class EgressRefusedError(InvalidInputError):
+    """A URL the registry would call is refused by the egress guard (``registry/net/egress.py``): not
+    http(s), carrying credentials, unresolvable, or resolving to an address the operator has not allowed;
+    ``details['reason']`` says which."""
+
+    code = "egress-refused"
+
+
+class WebhookNotFoundError(NotFoundError):
+    """No webhook subscription with this id that the caller may see."""
+
+    code = "webhook-not-found"
+
+    def __init__(self, subscription_id: int) -> None:
+        super().__init__(f"no webhook {subscription_id}", subscription_id=subscription_id)

@@ -25,6 +25,7 @@ import datetime as dt
 from typing import Any, Iterable, Literal, TypedDict
 
 from registry.domain.errors import InvalidInputError
+from registry.domain.files import FileEntry
 
 Decision = Literal["approve", "reject"]
 DECISIONS = ("approve", "reject")
@@ -49,13 +50,6 @@ class SourceRef:
     kind: str
     repo: str
     revision: str | None
-
-
-@dataclasses.dataclass(frozen=True)
-class FileEntry:
-    path: str
-    size: int
-    sha256: str
 
 
 @dataclasses.dataclass(frozen=True)

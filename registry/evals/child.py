@@ -26,6 +26,8 @@ import traceback
 from pathlib import Path
 from typing import Any
 
+from registry.statefile import write_atomic
+
 EXIT_OK = 0
 EXIT_CRASH = 1
 EXIT_RUNNER_ERROR = 3
@@ -36,20 +38,19 @@ MAX_CASES_RECORDED = 10_000
 
 
 def _write(path: Path, doc: dict[str, Any]) -> None:
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(doc, allow_nan=False))
-    os.replace(tmp, path)
+    # Whole or not at all: the worker reads the result after the child exits, or after it was killed.
+    write_atomic(path, json.dumps(doc, allow_nan=False).encode())
 
 
 def _run(spec: dict[str, Any]) -> dict[str, Any]:
     from registry.evals.cases import parse_cases
-    from registry.evals.runners import (MAX_CASE_DETAIL, RUNNERS, EvalSet, RunContext, RunnerError,
+    from registry.evals.runners import (MAX_CASE_DETAIL, RUNNERS, LoadedEvalSet, RunContext, RunnerError,
                                         check_metrics)
 
     evalsets = []
     for entry in spec["evalsets"]:
         cases = parse_cases(Path(entry["path"]).read_bytes())
-        evalsets.append(EvalSet(entry["name"], entry["digest"], tuple(cases)))
+        evalsets.append(LoadedEvalSet(entry["name"], entry["digest"], tuple(cases)))
     ctx = RunContext(model_dir=Path(spec["model_dir"]), settings=spec["settings"], evalsets=tuple(evalsets),
                      work_dir=Path(spec["work_dir"]), facts=spec.get("facts"),
                      trust_remote_code=bool(spec.get("trust_remote_code")),

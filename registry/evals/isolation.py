@@ -19,8 +19,9 @@ capability is given up for good, so the runner cannot change the mounts it was g
 
 It imports only the standard library: it runs in the child before anything else is loaded.
 
-Example:
-    >>> isolate("/tmp/run-1-root", read_only=["/tmp/m"], writable=["/tmp/run-1"])  # doctest: +SKIP
+Usage (a sketch, not run as a doctest)::
+
+    isolate("/tmp/run-1-root", read_only=["/tmp/m"], writable=["/tmp/run-1"])
 """
 
 from __future__ import annotations

@@ -16,10 +16,11 @@ and refusing any whose bytes differ from the recorded digest, then makes the tre
   refuses namespaces the run fails with reason ``unisolated``, unless :class:`Isolation` allows it;
   :attr:`Outcome.isolated` records which.
 
-Example:
-    >>> outcome = run_runner(definition, model_dir, evalsets, facts=None, work_root=tmp)  # doctest: +SKIP
-    >>> outcome.status, outcome.reason  # doctest: +SKIP
-    ('failed', 'timeout')
+Usage (a sketch, not run as a doctest)::
+
+    outcome = run_runner(definition, model_dir, evalsets, facts=None, work_root=tmp)
+    outcome.status, outcome.reason
+    # -> ('failed', 'timeout')
 """
 
 from __future__ import annotations

@@ -135,7 +135,7 @@ class Price:
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
-class Outcome:
+class CaseOutcome:
     """One case, its reply, and the verdict. ``passed`` is None for a case that only measures."""
 
     case: Case
@@ -196,18 +196,18 @@ def score(case: Case, reply: Reply, markers: Sequence[str] = DEFAULT_REFUSAL_MAR
     raise AssertionError(f"unknown expectation kind {e.kind!r}")
 
 
-def judge(case: Case, reply: Reply, markers: Sequence[str] = DEFAULT_REFUSAL_MARKERS) -> Outcome:
+def judge(case: Case, reply: Reply, markers: Sequence[str] = DEFAULT_REFUSAL_MARKERS) -> CaseOutcome:
     """The case's outcome: failed with the reason, measured only, or scored by :func:`score`."""
     if reply.error is not None:
-        return Outcome(case, reply, False, _clip(f"request failed: {reply.error}"), refused=False)
+        return CaseOutcome(case, reply, False, _clip(f"request failed: {reply.error}"), refused=False)
     refused = is_refusal(reply.text, markers)
     if case.category in MEASURE_ONLY:
-        return Outcome(case, reply, None, _clip(f"measured: {_timing(reply)}"), refused)
+        return CaseOutcome(case, reply, None, _clip(f"measured: {_timing(reply)}"), refused)
     passed, detail = score(case, reply, markers)
-    return Outcome(case, reply, passed, _clip(detail), refused)
+    return CaseOutcome(case, reply, passed, _clip(detail), refused)
 
 
-def aggregate(outcomes: Iterable[Outcome], price: Price | None = None) -> dict[str, float]:
+def aggregate(outcomes: Iterable[CaseOutcome], price: Price | None = None) -> dict[str, float]:
     """The flat metrics of these outcomes (see the module docstring for every name).
 
     Raises:
@@ -236,7 +236,7 @@ def aggregate(outcomes: Iterable[Outcome], price: Price | None = None) -> dict[s
     return metrics
 
 
-def breakdown(outcomes: Iterable[Outcome],
+def breakdown(outcomes: Iterable[CaseOutcome],
               price: Price | None = None) -> dict[str, dict[str, dict[str, float]]]:
     """:func:`aggregate` per language and per prompt-length bucket:
     ``{"language": {"en": {...}}, "length": {"short": {...}}}``."""
@@ -244,7 +244,7 @@ def breakdown(outcomes: Iterable[Outcome],
     out: dict[str, dict[str, dict[str, float]]] = {"language": {}, "length": {}}
     for dimension, key in (("language", lambda o: o.case.language),
                            ("length", lambda o: o.case.length_bucket)):
-        groups: dict[str, list[Outcome]] = {}
+        groups: dict[str, list[CaseOutcome]] = {}
         for o in outcomes:
             groups.setdefault(key(o), []).append(o)
         out[dimension] = {name: aggregate(members, price) for name, members in sorted(groups.items())}
@@ -301,14 +301,14 @@ def json_equal(a: Any, b: Any) -> bool:
 # --- helpers --------------------------------------------------------------------------------
 
 
-def _by_category(outcomes: list[Outcome]) -> dict[str, list[Outcome]]:
-    groups: dict[str, list[Outcome]] = {}
+def _by_category(outcomes: list[CaseOutcome]) -> dict[str, list[CaseOutcome]]:
+    groups: dict[str, list[CaseOutcome]] = {}
     for o in outcomes:
         groups.setdefault(metric_group(o.case.category), []).append(o)
     return groups
 
 
-def _category_metrics(group: str, members: list[Outcome]) -> dict[str, float]:
+def _category_metrics(group: str, members: list[CaseOutcome]) -> dict[str, float]:
     if group in MEASURE_ONLY:
         return {f"{group}.cases": float(len(members))}
     metrics = _pass_metrics(group, members)
@@ -323,7 +323,7 @@ def _category_metrics(group: str, members: list[Outcome]) -> dict[str, float]:
     return metrics
 
 
-def _pass_metrics(group: str, members: list[Outcome]) -> dict[str, float]:
+def _pass_metrics(group: str, members: list[CaseOutcome]) -> dict[str, float]:
     passed = sum(o.passed is True for o in members)
     return {f"{group}.cases": float(len(members)), f"{group}.passed": float(passed),
             f"{group}.pass_rate": passed / len(members)}

@@ -7,10 +7,11 @@ dies, however it dies. :func:`sweep` removes every run whose lock no process hol
 and in ``modelreg gc``. A run of another live worker on the same machine keeps its lock and is left
 alone; the root is per user, so one user never sweeps another's.
 
-Example:
-    >>> with eval_workdir(root) as work:  # doctest: +SKIP
-    ...     materialize(files, store, work / "model")
-    >>> sweep(root)  # after a crash: the number of runs removed  # doctest: +SKIP
+Usage (a sketch, not run as a doctest)::
+
+    with eval_workdir(root) as work:
+        materialize(files, store, work / "model")
+    sweep(root)  # after a crash: the number of runs removed
 """
 
 from __future__ import annotations

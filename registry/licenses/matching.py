@@ -7,9 +7,10 @@ order, lower as words are added, dropped or changed. A file matches the best-sco
 score is at least ``THRESHOLD`` and ``MARGIN`` above the next text's; a copyright line or a filled-in ``<year>`` costs a few shingles only, while
 siblings such as CC-BY-4.0 and CC-BY-NC-4.0 differ in whole clauses (about 0.97 to each other, so the margin decides).
 
-Example:
-    >>> match_license_text(open("LICENSE").read())           # doctest: +SKIP
-    LicenseMatch(spdx_id='Apache-2.0', similarity=0.98)
+Usage (a sketch, not run as a doctest)::
+
+    match_license_text(open("LICENSE").read())
+    # -> LicenseMatch(spdx_id='Apache-2.0', similarity=0.98)
 """
 
 from __future__ import annotations

@@ -7,9 +7,10 @@ the verdict that gates a version is ours. Its issues become findings ``modelscan
 errors (including the ``.npy`` scanner failing under numpy 2) become ``error`` findings, never a
 clean result.
 
-Example:
-    >>> scans = scan_path_with_modelscan(Path("models/bert"))  # doctest: +SKIP
-    >>> {s.path: s.verdict.value for s in scans}  # doctest: +SKIP
+Usage (a sketch, not run as a doctest)::
+
+    scans = scan_path_with_modelscan(Path("models/bert"))
+    {s.path: s.verdict.value for s in scans}
 """
 
 from __future__ import annotations

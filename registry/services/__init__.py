@@ -1,0 +1,7 @@
+"""The use cases: one module per area, each function taking a session, the principal and the ports it needs.
+
+Services decide authorization (``registry.auth.require``), raise domain errors and never see HTTP. A
+version moves through ``versions`` (submit), ``mirroring`` (resolve, mirror, seal), ``scans``, ``evals``,
+``approvals``, then ``aliases``, ``manifests`` and ``hf`` release it; ``lifecycle`` is the one way its
+state changes. ``docs/architecture.md`` lists every module with a line on what it does.
+"""

@@ -19,12 +19,13 @@
 Who may export: auditors of the version's tenant and administrators (``audit``), as for the other
 provenance answers; readers may not. Only a sealed version (it has files and a signed manifest) exports.
 
-Example:
-    >>> done = export(session, auditor, "acme", "tiny", 1, "slsa", keyring=container.keyring,
-    ...               blob_store=container.blob_store, clock=container.clock,
-    ...               root_expiry=dt.timedelta(days=365))  # doctest: +SKIP
-    >>> done.media_type  # doctest: +SKIP
-    'application/vnd.dsse.envelope.v1+json'
+Usage (a sketch, not run as a doctest)::
+
+    done = export(session, auditor, "acme", "tiny", 1, "slsa", keyring=container.keyring,
+                  blob_store=container.blob_store, clock=container.clock,
+                  root_expiry=dt.timedelta(days=365))
+    done.media_type
+    # -> 'application/vnd.dsse.envelope.v1+json'
 """
 
 from __future__ import annotations
@@ -54,6 +55,7 @@ from registry.auth import AuthenticatedPrincipal, Permission, require
 from registry.clock import Clock
 from registry.db.models import Principal, Version, VersionFacts
 from registry.domain.errors import InvalidInputError, InvalidStateError
+from registry.domain.exports import ExportFormat
 from registry.domain.text import printable
 from registry.services import evals, licenses, manifests, scans, versions
 from registry.services.facts import facts_document
@@ -65,7 +67,7 @@ from registry.signing.dsse import sign_envelope
 from registry.signing.keyring import KeyRing
 from registry.storage.base import BlobStore
 
-CYCLONEDX, SLSA = "cyclonedx", "slsa"
+CYCLONEDX, SLSA = ExportFormat.cyclonedx.value, ExportFormat.slsa.value
 FORMATS = (CYCLONEDX, SLSA)
 CYCLONEDX_MEDIA_TYPE = "application/vnd.cyclonedx+json"
 DSSE_MEDIA_TYPE = "application/vnd.dsse.envelope.v1+json"

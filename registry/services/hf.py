@@ -23,12 +23,13 @@ Decisions a reader might question (see also ``docs/hf-endpoint.md``):
 - **Folders** have no git tree here; a folder's ``oid`` is a sha1 over the paths and sha256 digests of the
   files below it, so it changes exactly when they do.
 
-Example:
-    >>> release = resolve(session, principal, "acme", "llm", "prod")           # doctest: +SKIP
-    >>> page = tree_page(release, "", recursive=True, cursor=0, page_size=1000,
-    ...                  blob_store=store)                                    # doctest: +SKIP
-    >>> [e.path for e in page.entries]                                         # doctest: +SKIP
-    ['config.json', 'model.safetensors']
+Usage (a sketch, not run as a doctest)::
+
+    release = resolve(session, principal, "acme", "llm", "prod")
+    page = tree_page(release, "", recursive=True, cursor=0, page_size=1000,
+                     blob_store=store)
+    [e.path for e in page.entries]
+    # -> ['config.json', 'model.safetensors']
 """
 
 from __future__ import annotations
@@ -86,7 +87,7 @@ SHA1_CACHE_SIZE = 100_000
 
 
 @dataclass(frozen=True, slots=True)
-class ReleaseFile:
+class RevisionFile:
     """A file of a released version as stored: path, size, sha256 and whether it is served as LFS."""
 
     path: str
@@ -98,7 +99,7 @@ class ReleaseFile:
 
 
 @dataclass(frozen=True, slots=True)
-class Release:
+class ResolvedRevision:
     """A revision resolved to an approved, unrevoked version (authorization already checked)."""
 
     repo_id: str
@@ -106,7 +107,7 @@ class Release:
     """What the caller asked for (``prod``, ``3``, a commit)."""
     commit: str
     version: int
-    files: tuple[ReleaseFile, ...]
+    files: tuple[RevisionFile, ...]
     """Sorted by path."""
     sealed_at: datetime | None
     license: str | None
@@ -118,7 +119,7 @@ class Release:
         """Whether the revision was the commit itself, so its answers never change."""
         return self.revision == self.commit
 
-    def file(self, path: str) -> ReleaseFile:
+    def file(self, path: str) -> RevisionFile:
         """The file at ``path``.
 
         Raises:
@@ -170,7 +171,7 @@ class TreePage:
 
 
 def resolve(session: Session, principal: AuthenticatedPrincipal, tenant: str, name: str,
-            revision: str) -> Release:
+            revision: str) -> ResolvedRevision:
     """The released version ``revision`` of ``tenant/name`` names, for ``principal``.
 
     Args:
@@ -195,9 +196,9 @@ def resolve(session: Session, principal: AuthenticatedPrincipal, tenant: str, na
     if version.state != VersionState.APPROVED.value or version.manifest_digest is None:
         raise ReleaseNotFoundError(repo_id, revision,
                                    f"version {version.number} is {version.state}, not approved")
-    return Release(
+    return ResolvedRevision(
         repo_id=repo_id, revision=revision, commit=commit_of(version), version=version.number,
-        files=tuple(_release_file(f) for f in sorted(version.files, key=lambda f: f.path)),
+        files=tuple(_revision_file(f) for f in sorted(version.files, key=lambda f: f.path)),
         sealed_at=version.sealed_at, license=version.license, version_id=version.id,
     )
 
@@ -242,13 +243,13 @@ def _version_named(session: Session, principal: AuthenticatedPrincipal, model: M
         raise ReleaseNotFoundError(repo_id, revision, e.message) from None
 
 
-def _release_file(row: VersionFile) -> ReleaseFile:
+def _revision_file(row: VersionFile) -> RevisionFile:
     assert row.sha256 is not None, "an approved version's files are all stored"
     lfs = is_lfs(row.path, row.size)
-    return ReleaseFile(row.path, row.size, row.sha256, lfs, None if lfs else row.upstream_git_sha1)
+    return RevisionFile(row.path, row.size, row.sha256, lfs, None if lfs else row.upstream_git_sha1)
 
 
-def record_download(session: Session, principal: AuthenticatedPrincipal, release: Release, *, clock: Clock) -> None:
+def record_download(session: Session, principal: AuthenticatedPrincipal, release: ResolvedRevision, *, clock: Clock) -> None:
     """Count one file download of ``release`` by ``principal`` (provenance question 8), and commit.
 
     One row per (version, principal, UTC day), upserted: a client's thousand range requests are one row.
@@ -270,7 +271,7 @@ def record_download(session: Session, principal: AuthenticatedPrincipal, release
 # --- describing -------------------------------------------------------------------------------
 
 
-def describe(release_file: ReleaseFile, blob_store: BlobStore) -> HfFile:
+def describe(release_file: RevisionFile, blob_store: BlobStore) -> HfFile:
     """The file as the Hub describes it: git blob id, and for an LFS file its pointer's size.
 
     Raises:
@@ -284,7 +285,7 @@ def describe(release_file: ReleaseFile, blob_store: BlobStore) -> HfFile:
     return HfFile(f.path, f.size, f.sha256, False, blob_id, 0)
 
 
-def describe_all(release: Release, blob_store: BlobStore) -> list[HfFile]:
+def describe_all(release: ResolvedRevision, blob_store: BlobStore) -> list[HfFile]:
     """Every file of the release, described (the siblings of the repository info)."""
     return [describe(f, blob_store) for f in release.files]
 
@@ -336,7 +337,7 @@ _GIT_SHA1 = _GitSha1Cache(SHA1_CACHE_SIZE)
 # --- listing ----------------------------------------------------------------------------------
 
 
-def tree_page(release: Release, path: str, *, recursive: bool, cursor: int, page_size: int,
+def tree_page(release: ResolvedRevision, path: str, *, recursive: bool, cursor: int, page_size: int,
               blob_store: BlobStore) -> TreePage:
     """One page of the listing of folder ``path`` ("" for the root), folders included, sorted by path.
 
@@ -350,7 +351,7 @@ def tree_page(release: Release, path: str, *, recursive: bool, cursor: int, page
     below = [f for f in release.files if f.path.startswith(prefix)]
     if folder and not below:
         raise ReleaseFileNotFoundError(release.repo_id, release.revision, folder, commit=release.commit)
-    listed: dict[str, ReleaseFile | None] = {}
+    listed: dict[str, RevisionFile | None] = {}
     for f in below:
         parts = f.path[len(prefix):].split("/")
         depth = len(parts) if recursive else 1
@@ -365,7 +366,7 @@ def tree_page(release: Release, path: str, *, recursive: bool, cursor: int, page
     return TreePage(entries, cursor + page_size if more else None)
 
 
-def paths_info(release: Release, paths: Iterable[str], blob_store: BlobStore) -> list[TreeEntry]:
+def paths_info(release: ResolvedRevision, paths: Iterable[str], blob_store: BlobStore) -> list[TreeEntry]:
     """The entries of the files and folders among ``paths``; paths that are neither are left out, as the Hub does.
 
     Raises:
@@ -384,14 +385,14 @@ def paths_info(release: Release, paths: Iterable[str], blob_store: BlobStore) ->
     return entries
 
 
-def _entry(release: Release, path: str, f: ReleaseFile | None, blob_store: BlobStore) -> TreeEntry:
+def _entry(release: ResolvedRevision, path: str, f: RevisionFile | None, blob_store: BlobStore) -> TreeEntry:
     if f is None:
         return TreeEntry("directory", path, _folder_oid(release, path), 0)
     described = describe(f, blob_store)
     return TreeEntry("file", path, described.blob_id, f.size, described)
 
 
-def _folder_oid(release: Release, folder: str) -> str:
+def _folder_oid(release: ResolvedRevision, folder: str) -> str:
     digest = hashlib.sha1(b"tree\x00")
     for f in release.files:
         if f.path.startswith(folder + "/"):

@@ -15,9 +15,10 @@ Every place found is a row of ``license_findings`` with its raw value; a recogni
 from the resolved one is a ``conflict`` finding beside it. Files are read from the blob store after
 mirroring, with bounded ranged reads.
 
-Example:
-    >>> record_licenses(session, version, blob_store).license       # doctest: +SKIP
-    'Apache-2.0'
+Usage (a sketch, not run as a doctest)::
+
+    record_licenses(session, version, blob_store).license
+    # -> 'Apache-2.0'
 """
 
 from __future__ import annotations

@@ -136,8 +136,11 @@ def advance(session: Session, version: Version, target: VersionState, actor: str
     action = event_for(current, target)
     version.state = target.value
     tenant = version.model.tenant.name
+    # The state entered is part of every move's event: the event stream tells "scanned, now awaiting
+    # approval" from "scanned, now evaluating" by it (registry.domain.events).
     audit.append(session, actor=actor, action=action,
-                 subject=f"{tenant}/{version.model.name}@{version.number}", tenant=tenant, details=details)
+                 subject=f"{tenant}/{version.model.name}@{version.number}", tenant=tenant,
+                 details={**details, "state": target.value})
     STAGES.get(target, Stage()).start(session, version)
 
 

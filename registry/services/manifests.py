@@ -26,12 +26,13 @@ Decisions a reader might question:
 - A long poll (:func:`watch_state`) compares one small fingerprint of the alias row, its versions'
   states and the newest root between polls, and issues again only when it changes.
 
-Example:
-    >>> issued = issue(session, node, "acme", "llm", "prod", keyring=container.keyring,
-    ...                blob_store=container.blob_store, clock=container.clock,
-    ...                config=ReleaseConfig.from_settings(container.settings))  # doctest: +SKIP
-    >>> issued.body["envelope"]["payloadType"]  # doctest: +SKIP
-    'application/vnd.modelreg.release+json'
+Usage (a sketch, not run as a doctest)::
+
+    issued = issue(session, node, "acme", "llm", "prod", keyring=container.keyring,
+                   blob_store=container.blob_store, clock=container.clock,
+                   config=ReleaseConfig.from_settings(container.settings))
+    issued.body["envelope"]["payloadType"]
+    # -> 'application/vnd.modelreg.release+json'
 """
 
 from __future__ import annotations

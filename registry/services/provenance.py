@@ -13,10 +13,11 @@ read, so a refusal reads the same whether what was named exists or not.
 Lists that can grow long (files, scans, alias moves, nodes, versions holding a blob) come a page at a time:
 ``limit`` rows after ``cursor`` (the ``next_cursor`` of the page before, None at the end).
 
-Example:
-    >>> doc = origin(session, auditor, "acme", "llm", "prod")  # doctest: +SKIP
-    >>> doc["source"]["repo"], doc["resolved_revision"], doc["submitted_by"]  # doctest: +SKIP
-    ('org/llm', '4f1c...', 'sam')
+Usage (a sketch, not run as a doctest)::
+
+    doc = origin(session, auditor, "acme", "llm", "prod")
+    doc["source"]["repo"], doc["resolved_revision"], doc["submitted_by"]
+    # -> ('org/llm', '4f1c...', 'sam')
 """
 
 from __future__ import annotations

@@ -15,9 +15,10 @@ roots (``trust_roots``, one immutable row per version) and decides which of the 
 
 Parsed roots are cached by their envelope (a root never changes), so serving one costs a query.
 
-Example:
-    >>> root, key = release_signer(session, container.keyring, expires_in=dt.timedelta(days=365),
-    ...                            clock=container.clock)  # doctest: +SKIP
+Usage (a sketch, not run as a doctest)::
+
+    root, key = release_signer(session, container.keyring, expires_in=dt.timedelta(days=365),
+                               clock=container.clock)
 """
 
 from __future__ import annotations

@@ -2,18 +2,19 @@
 
 Resolution and downloads go through ``huggingface_hub`` itself (``HfApi``, ``hf_hub_url``,
 ``get_session``, ``build_hf_headers``), so modelreg speaks exactly the protocol the Hub's own client does
-(``docs/hf-protocol.md``). The endpoint is always explicit: nothing here falls back to the public hub,
+(``docs/hub-protocol.md``). The endpoint is always explicit: nothing here falls back to the public hub,
 and the machine's own HF token is never picked up (only the token given is sent).
 
 ``resolve`` pins a branch or tag to its 40-hex commit and lists the files there: LFS files come with
 their published sha256 (checked by the blob store), plain git files with their git blob sha1 (checked by
 the stream ``open`` returns, which also checks the size).
 
-Example:
-    >>> source = HuggingFaceSource("acme/tiny", endpoint="http://127.0.0.1:8000")   # doctest: +SKIP
-    >>> snapshot = source.resolve("main")                                          # doctest: +SKIP
-    >>> for f in snapshot.files:                                                   # doctest: +SKIP
-    ...     blob_store.put(source.open(snapshot.revision, f), expected_sha256=f.sha256)
+Usage (a sketch, not run as a doctest)::
+
+    source = HuggingFaceSource("acme/tiny", endpoint="http://127.0.0.1:8000")
+    snapshot = source.resolve("main")
+    for f in snapshot.files:
+        blob_store.put(source.open(snapshot.revision, f), expected_sha256=f.sha256)
 """
 
 from __future__ import annotations

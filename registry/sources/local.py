@@ -10,9 +10,10 @@ Files left out by the filters are not read at all, so they do not count towards 
 Files and directories are opened relative to their parent's descriptor with ``O_NOFOLLOW``, so a
 directory swapped for a link between ``resolve`` and ``open`` is refused too.
 
-Example:
-    >>> LocalDirectorySource("/srv/models/tiny").resolve(None).revision   # doctest: +SKIP
-    '5f0c...'
+Usage (a sketch, not run as a doctest)::
+
+    LocalDirectorySource("/srv/models/tiny").resolve(None).revision
+    # -> '5f0c...'
 """
 
 from __future__ import annotations

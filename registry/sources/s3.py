@@ -10,9 +10,10 @@ When the object carries a full-object ``ChecksumSHA256`` (uploaded with ``Checks
 it is published as the file's sha256 and the blob store checks it. Multipart "checksum of checksums"
 values are not a digest of the bytes and are ignored. Object versions are not used.
 
-Example:
-    >>> source = S3Source("models", "llama/8b", boto3.client("s3"))     # doctest: +SKIP
-    >>> snapshot = source.resolve(None)                                  # doctest: +SKIP
+Usage (a sketch, not run as a doctest)::
+
+    source = S3Source("models", "llama/8b", boto3.client("s3"))
+    snapshot = source.resolve(None)
 """
 
 from __future__ import annotations

@@ -5,10 +5,11 @@
 - ``file:///abs/dir`` → :class:`LocalBlobStore` (the embedded default);
 - ``s3://bucket/prefix`` → :class:`S3BlobStore` (any S3-compatible endpoint).
 
-Example:
-    >>> store = open_blob_store("file:///var/lib/modelreg/blobs", settings)  # doctest: +SKIP
-    >>> result = store.put(open("model.safetensors", "rb"), expected_sha256=published)  # doctest: +SKIP
-    >>> store.open_range(result.digest, 0, 8)  # doctest: +SKIP
+Usage (a sketch, not run as a doctest)::
+
+    store = open_blob_store("file:///var/lib/modelreg/blobs", settings)
+    result = store.put(open("model.safetensors", "rb"), expected_sha256=published)
+    store.open_range(result.digest, 0, 8)
 """
 
 from __future__ import annotations

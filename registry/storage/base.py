@@ -15,7 +15,12 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import BinaryIO, Iterable, Iterator, Union
 
-from registry.domain.errors import DigestMismatchError, SizeMismatchError
+from registry.domain.errors import (
+    DigestMismatchError,
+    InvalidInputError,
+    NotFoundError,
+    SizeMismatchError,
+)
 from registry.domain.files import require_sha256
 
 ByteSource = Union[BinaryIO, Iterable[bytes]]
@@ -79,7 +84,6 @@ class BlobStore(abc.ABC):
     Failures of the backing store itself raise ``BlobStoreError`` with the cause chained.
     """
 
-    @abc.abstractmethod
     def put(
         self,
         source: ByteSource,
@@ -90,7 +94,8 @@ class BlobStore(abc.ABC):
         """Stream ``source`` into the store, hashing it in the same pass.
 
         When ``expected_sha256`` is given and that blob already exists, ``source`` is not read at all
-        and the result has ``created=False``.
+        and the result has ``created=False``. The checks are the port's, the same for every store; the
+        writing is each store's ``_put_new``.
 
         Args:
             source: The bytes; an exception it raises while being read aborts the put and propagates.
@@ -100,7 +105,31 @@ class BlobStore(abc.ABC):
         Raises:
             DigestMismatchError: the bytes do not hash to ``expected_sha256``; nothing is committed.
             SizeMismatchError: the byte count differs from ``expected_size``; nothing is committed.
+            InvalidInputError: ``expected_sha256`` is not a sha256 or ``expected_size`` is negative.
+            BlobStoreError: the backing store failed.
         """
+        if expected_sha256 is not None:
+            require_sha256(expected_sha256)
+            existing = self._stat_or_none(expected_sha256)
+            if existing is not None:
+                check_size(expected_sha256, expected_size, existing.size)
+                return PutResult(expected_sha256, existing.size, created=False)
+        if expected_size is not None and expected_size < 0:
+            raise InvalidInputError(f"negative expected size {expected_size}", expected_size=expected_size)
+        return self._put_new(source, expected_sha256=expected_sha256, expected_size=expected_size)
+
+    @abc.abstractmethod
+    def _put_new(self, source: ByteSource, *, expected_sha256: str | None,
+                 expected_size: int | None) -> PutResult:
+        """Write a blob ``put`` found no stored copy of (arguments already checked), verifying it as ``put`` says.
+
+        The bytes are committed under their digest only once it and the size are known to be the expected
+        ones; a blob committed meanwhile by another writer is left as it is (``created=False``).
+        """
+
+    @abc.abstractmethod
+    def _stat_or_none(self, digest: str) -> BlobInfo | None:
+        """The committed blob's info, or None when there is none (``digest`` already validated)."""
 
     def put_proving_possession(self, source: ByteSource, *, expected_sha256: str | None = None,
                                expected_size: int | None = None) -> PutResult:
@@ -163,6 +192,27 @@ class BlobStore(abc.ABC):
     def presign_get(self, digest: str, expires_in: timedelta) -> str:
         """A URL that lets its holder GET the blob until it expires."""
 
+    def verify_presigned(self, digest: str, expires: int | str | None, signature: str | None) -> None:
+        """Check the query of a URL ``presign_get`` made that the API itself serves; return nothing when good.
+
+        ``GET /v1/blobs/sha256/{digest}`` calls this before it serves a byte. Only a store whose URLs point
+        at the API (the local store) serves through it; the default is a store whose URLs point at the
+        store itself (S3), for which the API serves no blob at all.
+
+        Args:
+            digest: The digest in the URL's path.
+            expires: The ``expires`` query parameter (unix seconds), None when absent.
+            signature: The ``signature`` query parameter, None when absent.
+
+        Raises:
+            NotFoundError: this store's blobs are not served by the API.
+            PermissionDeniedError: a parameter is missing (``PresignedUrlError``: the signature does
+                not match, or the URL has expired).
+            InvalidInputError: ``digest`` is not a sha256.
+        """
+        require_sha256(digest)
+        raise NotFoundError("this registry's blobs are served by its object store, not by the API")
+
     @abc.abstractmethod
     def delete(self, digest: str) -> None:
         """Remove a blob; deleting a missing blob is not an error (garbage collection may race)."""
@@ -196,6 +246,18 @@ class BlobStore(abc.ABC):
     @abc.abstractmethod
     def check(self) -> None:
         """Raise if the store cannot be reached (used by /readyz)."""
+
+
+def check_size(label: str, expected: int | None, actual: int) -> None:
+    """Raise ``SizeMismatchError`` (naming ``label``) when a size was expected and ``actual`` is not it."""
+    if expected is not None and expected != actual:
+        raise SizeMismatchError(label, expected=expected, actual=actual)
+
+
+def check_range(start: int, end: int | None) -> None:
+    """Raise ``InvalidInputError`` for a negative ``start`` or ``end`` of ``open_range``."""
+    if start < 0 or (end is not None and end < 0):
+        raise InvalidInputError(f"bad byte range [{start}, {end})", start=start, end=end)
 
 
 class _HashingSource:

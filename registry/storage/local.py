@@ -34,11 +34,22 @@ from registry.domain.errors import (
     BlobStoreError,
     DigestMismatchError,
     InvalidInputError,
+    PermissionDeniedError,
     PresignedUrlError,
     SizeMismatchError,
 )
 from registry.domain.files import is_sha256, require_sha256
-from registry.storage.base import STREAM_PATH, BlobInfo, BlobStore, ByteSource, PutResult, blob_key, iter_source
+from registry.storage.base import (
+    STREAM_PATH,
+    BlobInfo,
+    BlobStore,
+    ByteSource,
+    PutResult,
+    blob_key,
+    check_range,
+    check_size,
+    iter_source,
+)
 
 CHUNK_SIZE = 1024 * 1024
 QUEUE_DEPTH = 8  # chunks in flight to the writer thread: bounds memory to ~8 MiB per put
@@ -76,29 +87,13 @@ class LocalBlobStore(BlobStore):
 
     # --- writing ---------------------------------------------------------------------------
 
-    def put(
-        self,
-        source: ByteSource,
-        *,
-        expected_sha256: str | None = None,
-        expected_size: int | None = None,
-    ) -> PutResult:
+    def _put_new(self, source: ByteSource, *, expected_sha256: str | None,
+                 expected_size: int | None) -> PutResult:
         """Stream ``source`` into a temporary file, then commit it under its digest.
 
         Raises:
-            DigestMismatchError: the bytes do not hash to ``expected_sha256``; nothing is committed.
-            SizeMismatchError: the byte count differs from ``expected_size``; nothing is committed.
-            InvalidInputError: ``expected_sha256`` is not a sha256 or ``expected_size`` is negative.
-            BlobStoreError: the filesystem failed (full disk, permissions).
+            BlobStoreError: the filesystem failed (full disk, permissions); the rest as ``BlobStore.put``.
         """
-        if expected_sha256 is not None:
-            require_sha256(expected_sha256)
-            existing = self._stat_or_none(expected_sha256)
-            if existing is not None:
-                _check_size(expected_sha256, expected_size, existing.size)
-                return PutResult(expected_sha256, existing.size, created=False)
-        if expected_size is not None and expected_size < 0:
-            raise InvalidInputError(f"negative expected size {expected_size}", expected_size=expected_size)
         label = expected_sha256 or STREAM_PATH
 
         try:
@@ -109,7 +104,7 @@ class LocalBlobStore(BlobStore):
         try:
             with os.fdopen(fd, "wb", buffering=0) as out:
                 digest, size = self._write_temp(source, out, tmp, label, expected_size)
-            _check_size(label, expected_size, size)
+            check_size(label, expected_size, size)
             if expected_sha256 is not None and digest != expected_sha256:
                 raise DigestMismatchError(expected_sha256, expected=expected_sha256, actual=digest)
             try:
@@ -200,7 +195,7 @@ class LocalBlobStore(BlobStore):
             BlobNotFoundError: no blob has this digest.
             InvalidInputError: a bad digest, or a negative ``start``/``end``.
         """
-        _check_range(start, end)
+        check_range(start, end)
         handle = self.open_seekable(digest)
         return _iter_file_range(handle, start, end)
 
@@ -218,19 +213,17 @@ class LocalBlobStore(BlobStore):
             f"?expires={expires}&signature={self._signature(digest, expires)}"
         )
 
-    def verify_presigned(self, digest: str, expires: int | str, signature: str) -> None:
-        """Check the query of a presigned URL; return nothing when it is good.
-
-        Args:
-            digest: The digest in the URL's path.
-            expires: The ``expires`` query parameter (unix seconds).
-            signature: The ``signature`` query parameter.
+    def verify_presigned(self, digest: str, expires: int | str | None, signature: str | None) -> None:
+        """Check the query of a URL ``presign_get`` made (``BlobStore.verify_presigned``).
 
         Raises:
+            PermissionDeniedError: ``expires`` or ``signature`` is missing.
             PresignedUrlError: the signature does not match, or the URL has expired.
             InvalidInputError: ``digest`` is not a sha256.
         """
         require_sha256(digest)
+        if expires is None or signature is None:
+            raise PermissionDeniedError("a blob URL needs its expires and signature parameters", digest=digest)
         # Only the forms presign_get writes: int() would also take "+1", "1_0", other scripts' digits and
         # thousands of digits, and compare_digest raises on a non-ASCII str.
         if not isinstance(expires, int) and not (isinstance(expires, str) and _EXPIRES_RE.match(expires)):
@@ -306,16 +299,6 @@ def _filesystem_errors(operation: str, path: Path) -> Iterator[None]:
         yield
     except OSError as exc:
         raise BlobStoreError(operation, str(exc), key=str(path)) from exc
-
-
-def _check_size(label: str, expected: int | None, actual: int) -> None:
-    if expected is not None and expected != actual:
-        raise SizeMismatchError(label, expected=expected, actual=actual)
-
-
-def _check_range(start: int, end: int | None) -> None:
-    if start < 0 or (end is not None and end < 0):
-        raise InvalidInputError(f"bad byte range [{start}, {end})", start=start, end=end)
 
 
 class _Writer:

@@ -40,8 +40,18 @@ from registry.domain.errors import (
     InvalidInputError,
     SizeMismatchError,
 )
-from registry.domain.files import is_sha256, require_sha256
-from registry.storage.base import STREAM_PATH, BlobInfo, BlobStore, ByteSource, PutResult, blob_key, iter_source
+from registry.domain.files import is_sha256
+from registry.storage.base import (
+    STREAM_PATH,
+    BlobInfo,
+    BlobStore,
+    ByteSource,
+    PutResult,
+    blob_key,
+    check_range,
+    check_size,
+    iter_source,
+)
 
 MIB = 1024 * 1024
 MIN_PART_SIZE = 5 * MIB  # S3's minimum for every part but the last
@@ -106,30 +116,13 @@ class S3BlobStore(BlobStore):
 
     # --- writing ---------------------------------------------------------------------------
 
-    def put(
-        self,
-        source: ByteSource,
-        *,
-        expected_sha256: str | None = None,
-        expected_size: int | None = None,
-    ) -> PutResult:
+    def _put_new(self, source: ByteSource, *, expected_sha256: str | None,
+                 expected_size: int | None) -> PutResult:
         """Stream ``source`` into the bucket, hashing it part by part.
 
         Raises:
-            DigestMismatchError: the bytes do not hash to ``expected_sha256``; nothing is committed.
-            SizeMismatchError: the byte count differs from ``expected_size``; nothing is committed.
-            InvalidInputError: ``expected_sha256`` is not a sha256 or ``expected_size`` is negative.
-            BlobStoreError: the bucket failed or could not be reached.
+            BlobStoreError: the bucket failed or could not be reached; the rest as ``BlobStore.put``.
         """
-        if expected_sha256 is not None:
-            require_sha256(expected_sha256)
-            existing = self._head(expected_sha256)
-            if existing is not None:
-                _check_size(expected_sha256, expected_size, existing.size)
-                return PutResult(expected_sha256, existing.size, created=False)
-        if expected_size is not None and expected_size < 0:
-            raise InvalidInputError(f"negative expected size {expected_size}", expected_size=expected_size)
-
         meter = _Meter(expected_sha256 or STREAM_PATH, expected_size)
         part_size = self.part_size
         if expected_size is not None:
@@ -148,7 +141,7 @@ class S3BlobStore(BlobStore):
 
     def _put_small(self, body: bytes, digest: str) -> PutResult:
         key = self._blob_key(digest)
-        if self._head(digest) is not None:
+        if self._stat_or_none(digest) is not None:
             return PutResult(digest, len(body), created=False)
         checksum = base64.b64encode(bytes.fromhex(digest)).decode()
         with _s3_errors("put", key):
@@ -157,7 +150,7 @@ class S3BlobStore(BlobStore):
                     Bucket=self.bucket, Key=key, Body=body, ChecksumSHA256=checksum, IfNoneMatch="*"
                 )
             except ClientError as exc:
-                if _error_code(exc) not in _LOST_RACE_CODES or self._head(digest) is None:
+                if _error_code(exc) not in _LOST_RACE_CODES or self._stat_or_none(digest) is None:
                     raise
                 return PutResult(digest, len(body), created=False)
         return PutResult(digest, len(body), created=True)
@@ -191,7 +184,7 @@ class S3BlobStore(BlobStore):
                     # writes at once and let the other one win. Either way, keep theirs if it is there.
                     if _error_code(exc) not in _LOST_RACE_CODES or expected_sha256 is None:
                         raise
-                    if _error_code(exc) == "ConditionalRequestConflict" and self._head(expected_sha256) is None:
+                    if _error_code(exc) == "ConditionalRequestConflict" and self._stat_or_none(expected_sha256) is None:
                         raise
                     self._abort(key, upload_id)
                     return False
@@ -243,7 +236,7 @@ class S3BlobStore(BlobStore):
         digest = meter.digest
         assert digest is not None
         try:
-            if self._head(digest) is not None:
+            if self._stat_or_none(digest) is not None:
                 return PutResult(digest, meter.size, created=False)
             final = self._blob_key(digest)
             with _s3_errors("copy", final):
@@ -257,7 +250,7 @@ class S3BlobStore(BlobStore):
 
     # --- reading ---------------------------------------------------------------------------
 
-    def _head(self, digest: str) -> BlobInfo | None:
+    def _stat_or_none(self, digest: str) -> BlobInfo | None:
         key = self._blob_key(digest)
         try:
             with _s3_errors("head", key, digest):
@@ -268,11 +261,11 @@ class S3BlobStore(BlobStore):
 
     def exists(self, digest: str) -> bool:
         """Whether a blob with this digest is committed. Raises InvalidInputError, BlobStoreError."""
-        return self._head(digest) is not None
+        return self._stat_or_none(digest) is not None
 
     def stat(self, digest: str) -> BlobInfo:
         """Size of a committed blob. Raises BlobNotFoundError, InvalidInputError, BlobStoreError."""
-        info = self._head(digest)
+        info = self._stat_or_none(digest)
         if info is None:
             raise BlobNotFoundError(digest)
         return info
@@ -285,8 +278,7 @@ class S3BlobStore(BlobStore):
             InvalidInputError: a bad digest, or a negative ``start``/``end``.
             BlobStoreError: the bucket failed or could not be reached.
         """
-        if start < 0 or (end is not None and end < 0):
-            raise InvalidInputError(f"bad byte range [{start}, {end})", start=start, end=end)
+        check_range(start, end)
         key = self._blob_key(digest)
         if end is not None and end <= start:
             self.stat(digest)  # an empty range of a missing blob is still an error
@@ -438,7 +430,7 @@ class _Meter:
 
     def finish(self, expected_sha256: str | None) -> str:
         """The digest, once the stream has ended. Raises SizeMismatchError, DigestMismatchError."""
-        _check_size(self.label, self.expected_size, self.size)
+        check_size(self.label, self.expected_size, self.size)
         digest = self.hasher.hexdigest()
         if expected_sha256 is not None and digest != expected_sha256:
             raise DigestMismatchError(expected_sha256, expected=expected_sha256, actual=digest)
@@ -463,11 +455,6 @@ def _iter_parts(chunks: Iterator[bytes], part_size: int, meter: _Meter) -> Itera
             pending, length = [], 0
     if pending:
         yield pending[0] if len(pending) == 1 else b"".join(pending)
-
-
-def _check_size(label: str, expected: int | None, actual: int) -> None:
-    if expected is not None and expected != actual:
-        raise SizeMismatchError(label, expected=expected, actual=actual)
 
 
 def _error_code(exc: ClientError) -> str:

@@ -15,6 +15,7 @@ import pytest
 from sqlalchemy import func, select
 
 from api.app import create_app
+from api.middleware import MAX_BODY_BYTES
 from registry.auth import issue_token
 from registry.db.models import EvalSet, Principal
 from registry.evals.cases import MAX_EVALSET_BYTES
@@ -89,13 +90,35 @@ def test_an_eval_set_said_to_be_too_large_is_refused_before_its_body(live, conta
 
 def test_a_blob_upload_by_a_caller_who_may_not_submit_is_refused_before_its_body(live, container):
     token = role_token(container, "ada", "acme", "auditor")
-    status, problem = _headers_only(live, "PUT", "/v1/blobs/sha256/" + "0" * 64 + "?tenant=acme", token, 1 << 20)
+    # Far over the bound of parsed bodies: an upload streams, and its route bounds it after authorizing.
+    status, problem = _headers_only(live, "PUT", "/v1/blobs/sha256/" + "0" * 64 + "?tenant=acme", token, 64 << 20)
     assert status == 403 and problem["type"].endswith("/permission-denied"), problem
 
 
 @pytest.mark.parametrize("content_type", ["application/json", "application/x-www-form-urlencoded"])
 def test_paths_info_from_a_caller_who_may_not_read_is_refused_before_its_body(live, container, content_type):
     token = role_token(container, "eve", "other", "submitter")
-    status, problem = _headers_only(live, "POST", "/hf/api/models/acme/tiny/paths-info/main", token, 8 << 20,
-                                    content_type)
+    status, problem = _headers_only(live, "POST", "/hf/api/models/acme/tiny/paths-info/main", token,
+                                    MAX_BODY_BYTES, content_type)
     assert status == 403 and problem["type"].endswith("/permission-denied"), problem
+
+
+@pytest.mark.parametrize("path", ["/v1/models/acme/tiny/versions", "/v1/whoami", "/ui/sign-in"])
+def test_a_body_said_to_be_over_the_bound_is_refused_before_it_is_read_even_unauthenticated(live, path):
+    status, problem = _headers_only(live, "POST", path, "not-a-token", MAX_BODY_BYTES + 1, "application/json")
+    assert status == 413 and problem["type"].endswith("/limit-exceeded"), problem
+    assert problem["limit"] == MAX_BODY_BYTES
+
+
+def test_a_chunked_body_is_read_only_up_to_the_bound(live):
+    """No declared length: the body is counted as it arrives and refused once it passes the bound."""
+    parts = urlsplit(live)
+    chunk = b"x" * (1 << 20)
+    with socket.create_connection((parts.hostname, parts.port), timeout=SECONDS_TO_ANSWER) as conn:
+        conn.sendall(f"POST /v1/models/acme/tiny/versions HTTP/1.1\r\nHost: {parts.netloc}\r\n"
+                     "Content-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n".encode())
+        for _ in range(MAX_BODY_BYTES // len(chunk) + 1):
+            conn.sendall(b"%x\r\n%s\r\n" % (len(chunk), chunk))
+        answer = conn.recv(65536)  # answered with the last chunk still unterminated: never read further
+    assert answer.split()[1] == b"413", answer[:200]
+    assert b"limit-exceeded" in answer

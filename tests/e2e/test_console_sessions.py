@@ -7,6 +7,7 @@ The form list is generated from the router: every POST route under ``/ui`` must 
 
 from __future__ import annotations
 
+import datetime as dt
 import random
 from dataclasses import dataclass
 from typing import Callable
@@ -343,3 +344,31 @@ def test_a_cookie_sealed_with_the_key_still_needs_the_sessions_secret(client, wo
     forged.cookies.set("mr_session", f"{body}.{container.console_key.mac('session', body)}", path="/ui")
     assert forged.get("/ui/approvals", follow_redirects=False).status_code == 303
     assert client.get("/ui/approvals", follow_redirects=False).status_code == 200
+
+
+def test_sign_in_prunes_the_rows_of_sessions_ended_or_expired_over_a_day_ago(world, container):
+    from registry.console.sessions import KEPT_AFTER_END, SESSION_LIFETIME, end_sessions
+    from registry.console.sessions import sign_in as open_new
+
+    key, token = container.console_key, world["tokens"]["sec"]
+    t0 = dt.datetime(2026, 12, 1, tzinfo=dt.timezone.utc)
+
+    def signed_in(at: dt.datetime) -> int:
+        with container.session_factory() as session:
+            return int(open_new(session, key, token, now=at)[0].split(".")[0])
+
+    def end(session_id: int, at: dt.datetime) -> None:
+        with container.session_factory() as session:
+            end_sessions(session, why="signed-out", now=at, session_id=session_id)
+            session.commit()
+
+    ended_long_ago, expired_long_ago = signed_in(t0), signed_in(t0 - SESSION_LIFETIME)
+    end(ended_long_ago, t0)
+    later = t0 + KEPT_AFTER_END + dt.timedelta(minutes=1)
+    ended_lately = signed_in(later - dt.timedelta(hours=1))
+    end(ended_lately, later - dt.timedelta(hours=1))
+    live = signed_in(later)
+    with container.session_factory() as session:
+        left = {row.id for row in session.query(ConsoleSession)}
+    assert ended_long_ago not in left and expired_long_ago not in left
+    assert {ended_lately, live} <= left

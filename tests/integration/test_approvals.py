@@ -125,7 +125,8 @@ def test_a_clean_model_is_approved_by_security_and_ml_with_every_decision_record
     assert actions[-3:] == ["version.approval.approve", "version.approval.approve", "version.approved"]
     approved = events[-1]
     assert approved.actor == "mia" and approved.details == {"bundle_digest": decisions[-1].bundle_digest,
-                                                           "input_digest": decisions[-1].input_digest}
+                                                           "input_digest": decisions[-1].input_digest,
+                                                           "state": "approved"}
     assert [e.details["input_digest"] for e in events[-3:-1]] == [d.input_digest for d in decisions[1:]]
 
 

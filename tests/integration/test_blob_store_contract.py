@@ -28,6 +28,7 @@ from registry.domain.errors import (
     BlobStoreError,
     DigestMismatchError,
     InvalidInputError,
+    NotFoundError,
     PermissionDeniedError,
     PresignedUrlError,
     SizeMismatchError,
@@ -59,7 +60,7 @@ class Harness:
     def leftovers(self) -> list[str]:
         """Everything a failed put could have left: temp files, objects, unfinished multipart uploads."""
         if self.kind == "local":
-            root = self.store.root  # type: ignore[attr-defined]
+            root = self.store.root
             return sorted(str(p.relative_to(root)) for p in root.rglob("*") if p.is_file())
         client = self.s3_server.client()
         objects = [o["Key"] for o in client.list_objects_v2(Bucket=self.bucket).get("Contents", [])]
@@ -152,7 +153,7 @@ def test_blob_keys_follow_the_documented_layout(harness: Harness) -> None:
     harness.store.put(io.BytesIO(SMALL))
     relative = f"blobs/sha256/{SMALL_SHA[:2]}/{SMALL_SHA}"
     if harness.kind == "local":
-        assert (harness.store.root / relative).read_bytes() == SMALL  # type: ignore[attr-defined]
+        assert (harness.store.root / relative).read_bytes() == SMALL
         return
     assert harness.leftovers() == [f"reg/{relative}"]
     # With no prefix, keys start at the bucket's root, without a leading slash.
@@ -399,9 +400,8 @@ def test_digest_validation_rejects_traversal(harness: Harness, bad: str) -> None
         lambda: store.presign_get(bad, timedelta(minutes=1)),
         lambda: store.delete(bad),
         lambda: store.put(ExplodingReader(), expected_sha256=bad),
+        lambda: store.verify_presigned(bad, int(time.time()) + 60, "00"),
     ]
-    if isinstance(store, LocalBlobStore):
-        calls.append(lambda: store.verify_presigned(bad, int(time.time()) + 60, "00"))
     for call in calls:
         with pytest.raises(InvalidInputError):
             call()
@@ -422,6 +422,9 @@ def test_presigned_get(harness: Harness) -> None:
         assert ranged.status_code == 206 and ranged.content == SMALL[5:10]
         tampered = url.replace(SMALL_SHA, EMPTY_SHA)
         assert httpx.get(tampered).status_code == 403
+        # Its URLs point at the bucket: the API serves none of its blobs, signed or not.
+        with pytest.raises(NotFoundError):
+            harness.store.verify_presigned(SMALL_SHA, str(int(time.time()) + 60), "0" * 64)
         return
 
     store: LocalBlobStore = harness.store  # type: ignore[assignment]
@@ -443,6 +446,9 @@ def test_presigned_get(harness: Harness) -> None:
         store.verify_presigned(SMALL_SHA, query["expires"], query["signature"][:-1] + other)
     with pytest.raises(PresignedUrlError):
         store.verify_presigned(SMALL_SHA, "soon", query["signature"])
+    for expires, signature in ((None, query["signature"]), (query["expires"], None)):
+        with pytest.raises(PermissionDeniedError):
+            store.verify_presigned(SMALL_SHA, expires, signature)
     # Another secret does not accept this store's URLs.
     other = LocalBlobStore(store.root, b"another-secret")
     with pytest.raises(PresignedUrlError):
@@ -471,7 +477,7 @@ def test_presigned_get_expires(harness: Harness) -> None:
 def _writer_config(harness: Harness, expected: str | None) -> dict:
     base = {"stall_after": 12 * MIB, "chunk_size": MIB, "expected_sha256": expected}
     if harness.kind == "local":
-        return {**base, "kind": "local", "root": str(harness.store.root)}  # type: ignore[attr-defined]
+        return {**base, "kind": "local", "root": str(harness.store.root)}
     server = harness.s3_server
     return {
         **base,
@@ -489,7 +495,7 @@ def _writer_config(harness: Harness, expected: str | None) -> dict:
 def _written_so_far(harness: Harness) -> int:
     """Bytes the child has durably handed to the store: temp file size, or uploaded part sizes."""
     if harness.kind == "local":
-        tmp = harness.store.root / "tmp"  # type: ignore[attr-defined]
+        tmp = harness.store.root / "tmp"
         return sum(p.stat().st_size for p in tmp.iterdir())
     client = harness.s3_server.client()
     total = 0
@@ -537,10 +543,10 @@ def test_write_killed_halfway_leaves_nothing_visible(harness: Harness, known_dig
 def test_sweep_leaves_fresh_work_and_foreign_keys_alone(harness: Harness) -> None:
     harness.store.put(io.BytesIO(SMALL))
     if harness.kind == "local":
-        stale = harness.store.root / "tmp" / "put-stale"  # type: ignore[attr-defined]
+        stale = harness.store.root / "tmp" / "put-stale"
         stale.write_bytes(b"half")
         os.utime(stale, (time.time() - 7200, time.time() - 7200))
-        fresh = harness.store.root / "tmp" / "put-fresh"  # type: ignore[attr-defined]
+        fresh = harness.store.root / "tmp" / "put-fresh"
         fresh.write_bytes(b"half")
         assert harness.store.sweep_incomplete(timedelta(hours=1)) == 1
         assert not stale.exists() and fresh.exists()
@@ -634,10 +640,10 @@ def test_open_blob_store_file_url(tmp_path) -> None:
     first = open_blob_store((tmp_path / "shared").as_uri(), Settings())
     second = open_blob_store((tmp_path / "shared").as_uri(), Settings())
     query = parse_qs(urlsplit(first.presign_get(SMALL_SHA, timedelta(minutes=1))).query)
-    second.verify_presigned(SMALL_SHA, query["expires"][0], query["signature"][0])  # type: ignore[attr-defined]
+    second.verify_presigned(SMALL_SHA, query["expires"][0], query["signature"][0])
     isolated = open_blob_store((tmp_path / "elsewhere").as_uri(), Settings())
     with pytest.raises(PresignedUrlError):
-        isolated.verify_presigned(SMALL_SHA, query["expires"][0], query["signature"][0])  # type: ignore[attr-defined]
+        isolated.verify_presigned(SMALL_SHA, query["expires"][0], query["signature"][0])
 
 
 def test_open_blob_store_s3_url(s3_server, s3_bucket) -> None:

@@ -26,7 +26,7 @@ from openai.lib.streaming.chat import ChatCompletionStreamState
 from openai.types.chat import ChatCompletion, ChatCompletionChunk
 
 from registry.evals.cases import parse_cases
-from registry.evals.runners import EvalSet, RunContext, RunnerError, check_metrics
+from registry.evals.runners import LoadedEvalSet, RunContext, RunnerError, check_metrics
 from registry.evals.runners.openai import DEADLINE_MARGIN_S, run, stop_process_group
 from tests.support.openai_server import BOOKING_TOOL, SCRIPTED, SECRET, WEATHER_TOOL
 from tests.support.tiny_llm import write_tiny_llm
@@ -139,9 +139,9 @@ EXPECTED_BREAKDOWN = {
 }
 
 
-def evalset(docs, name="openai-known-outcomes") -> EvalSet:
+def evalset(docs, name="openai-known-outcomes") -> LoadedEvalSet:
     data = "".join(json.dumps(d) + "\n" for d in docs).encode()
-    return EvalSet(name, f"sha256:{hashlib.sha256(data).hexdigest()}", tuple(parse_cases(data)))
+    return LoadedEvalSet(name, f"sha256:{hashlib.sha256(data).hexdigest()}", tuple(parse_cases(data)))
 
 
 def context(model_dir: Path, tmp_path: Path, settings: dict, docs, deadline_s: float = 120) -> RunContext:

@@ -18,17 +18,11 @@ from registry.domain.files import FileEntry
 from registry.domain.states import VersionState
 from registry.services import gc, versions
 from registry.services.versions import SubmitRequest
-from tests.support.registry import make_admin
 from workers.handlers import build_handlers
 from workers.loop import Worker
 from workers.registry import HandlerRegistry
 
 SHARED = b"shared weights " * 4096
-
-
-@pytest.fixture
-def admin(container):
-    return make_admin(container)
 
 
 def sha(data: bytes) -> str:

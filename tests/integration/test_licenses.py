@@ -26,7 +26,7 @@ from registry.services import licenses, versions
 from registry.services.versions import SubmitRequest
 from tests.support.hf_upstream import HfUpstream
 from tests.support.live_app import serve_in_thread
-from tests.support.registry import drain, make_admin
+from tests.support.registry import drain
 from tests.support.tiny_model import tiny_model_files
 
 APACHE = (TEXTS_DIR / "Apache-2.0.txt").read_bytes()
@@ -39,11 +39,6 @@ tags: [text-generation]
 
 A model card.
 """
-
-
-@pytest.fixture
-def admin(container):
-    return make_admin(container)
 
 
 def _submit(container, admin, source, name="tiny", **kw):

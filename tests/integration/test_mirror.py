@@ -17,7 +17,7 @@ from registry.services import versions
 from registry.services.versions import SubmitRequest
 from registry.signing.bundle import verify_model_bundle, verify_model_directory
 from tests.support.hf_upstream import HfUpstream
-from tests.support.registry import drain, make_admin
+from tests.support.registry import drain
 from tests.support.tiny_model import tiny_model_files
 
 
@@ -26,11 +26,6 @@ def hub(container):
     with HfUpstream() as upstream:
         container.settings.hf_allowed_endpoints.append(upstream.url)
         yield upstream
-
-
-@pytest.fixture
-def admin(container):
-    return make_admin(container)
 
 
 def _submit(container, admin, source, **kw):

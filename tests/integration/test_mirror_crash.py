@@ -28,7 +28,6 @@ from registry.services.versions import SubmitRequest
 from registry.settings import Settings
 from registry.storage import BlobStore, LocalBlobStore, S3BlobStore
 from tests.support import db as dbsupport
-from tests.support.hf_upstream import HfUpstream
 from tests.support.registry import drain, make_admin
 from tests.support.worker_process import Deployment, kill_worker, start_worker, stop_worker, wait_for
 
@@ -88,12 +87,6 @@ def crash_container(deployment):
     c = bootstrap(deployment.settings)
     yield c
     c.dispose()
-
-
-@pytest.fixture
-def hub():
-    with HfUpstream() as upstream:
-        yield upstream
 
 
 def write_safetensors(path: Path, size: int) -> bytes:

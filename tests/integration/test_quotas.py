@@ -23,11 +23,6 @@ def sha(data: bytes) -> str:
 
 
 @pytest.fixture
-def admin(container):
-    return make_admin(container)
-
-
-@pytest.fixture
 def api(container, admin):
     with TestClient(create_app(container), raise_server_exceptions=False) as client:
         token = role_token(container, "alice", "acme", "submitter")

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import pickle
 
-import pytest
 from sqlalchemy import event, func, select
 
 from registry.db.models import Job, ScanResult, Version
@@ -13,17 +12,12 @@ from registry.jobs import JobKind
 from registry.services import scans, versions
 from registry.services.versions import SubmitRequest
 from tests.support import scan_samples
-from tests.support.registry import drain, make_admin
+from tests.support.registry import drain
 from workers.handlers import build_handlers
 from workers.loop import Worker
 from workers.registry import HandlerRegistry
 
 SCAN_BLOB = JobKind.SCAN_BLOB.value
-
-
-@pytest.fixture
-def admin(container):
-    return make_admin(container)
 
 
 def _submit(container, admin, tmp_path, name, files):

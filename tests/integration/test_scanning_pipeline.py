@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 
-import pytest
 from sqlalchemy import func, select
 
 from registry import audit
@@ -14,13 +13,8 @@ from registry.scanning import SCANNER_VERSION
 from registry.services import scans, versions
 from registry.services.versions import SubmitRequest
 from tests.support import scan_samples
-from tests.support.registry import drain, make_admin
+from tests.support.registry import drain
 from tests.support.tiny_model import tiny_model_files
-
-
-@pytest.fixture
-def admin(container):
-    return make_admin(container)
 
 
 def _dir(tmp_path, name, files):

@@ -1,7 +1,7 @@
 """A Hugging Face-compatible hub on loopback, for tests and the mirror benchmark.
 
 ``HfUpstream`` speaks the part of the Hub protocol that ``huggingface_hub`` 2.4 uses to resolve and
-download models (``docs/hf-protocol.md``): repository info with ``?blobs=true`` siblings, the recursive
+download models (``docs/hub-protocol.md``): repository info with ``?blobs=true`` siblings, the recursive
 tree listing with ``Link`` pagination, and ``HEAD``/``GET`` on ``resolve`` with ``X-Repo-Commit``,
 ``ETag``/``X-Linked-Etag``, ``X-Linked-Size``, ``Range`` and ``X-Error-Code``. Repositories are git-like:
 every commit gets a new 40-hex sha, branches and tags point at commits, and files are either LFS (the

@@ -34,13 +34,13 @@ SIGN = ["tests/unit/signing", "tests/integration/test_model_signing_cli.py", "te
 M = [
  # id, file, text replaced, replacement, tests to run, what the bug is
  ("S1", "registry/storage/local.py", "            if expected_sha256 is not None and digest != expected_sha256:\n                raise DigestMismatchError", "            if False:\n                raise DigestMismatchError", STORAGE, "local put: digest check removed"),
- ("S2", "registry/storage/local.py", "            _check_size(label, expected_size, size)\n            if expected_sha256", "            self._commit(tmp, digest)\n            _check_size(label, expected_size, size)\n            if expected_sha256", STORAGE, "local put: commit before the size/digest checks"),
- ("S3", "registry/storage/local.py", "            _check_size(label, expected_size, size)\n            if expected_sha256", "            if expected_sha256", STORAGE, "local put: size check (short body) removed"),
+ ("S2", "registry/storage/local.py", "            check_size(label, expected_size, size)\n            if expected_sha256", "            self._commit(tmp, digest)\n            check_size(label, expected_size, size)\n            if expected_sha256", STORAGE, "local put: commit before the size/digest checks"),
+ ("S3", "registry/storage/local.py", "            check_size(label, expected_size, size)\n            if expected_sha256", "            if expected_sha256", STORAGE, "local put: size check (short body) removed"),
  ("S4", "registry/storage/local.py", "        if expires_at < time.time():", "        if False:", STORAGE + ["tests/e2e/test_cli_and_api.py::test_local_presigned_blob_url_serves_ranges_and_refuses_tampering"], "presigned URL: expiry not checked"),
  ("S5", "registry/storage/local.py", "            os.link(tmp, final)", "            os.replace(tmp, final)", STORAGE, "local commit overwrites an existing blob"),
  ("S6", "registry/storage/s3.py", "        if expected_sha256 is not None and digest != expected_sha256:\n            raise DigestMismatchError", "        if False:\n            raise DigestMismatchError", STORAGE, "s3 put: digest check removed"),
  ("S7", "registry/storage/s3.py", "            meter.finish(expected_sha256)\n            condition", "            condition", STORAGE, "s3 multipart: completed at the final key before the digest is verified"),
- ("S8", "registry/storage/s3.py", "            if self._head(digest) is not None:\n                return PutResult(digest, meter.size, created=False)\n", "", STORAGE, "s3 promote: copies over an existing blob"),
+ ("S8", "registry/storage/s3.py", "            if self._stat_or_none(digest) is not None:\n                return PutResult(digest, meter.size, created=False)\n", "", STORAGE, "s3 promote: copies over an existing blob"),
  ("J1", "registry/jobs.py", "with_for_update(skip_locked=True)", "with_for_update()", JOBS, "claim: FOR UPDATE without SKIP LOCKED"),
  ("J2", "registry/jobs.py", ",\n                       _JOBS.c.attempts == job.attempts)", ")", JOBS, "settle: attempt number not checked (a stale attempt settles)"),
  ("J3", "registry/jobs.py", "_JOBS.c.locked_by == worker_id,", "", JOBS, "settle: lease holder not checked"),

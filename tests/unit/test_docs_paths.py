@@ -1,4 +1,5 @@
-"""Every repository path the README and the architecture page name exists, and neither points outside."""
+"""Every repository path the README and the docs name exists, none points outside, and no docstring names a
+missing document."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-DOCS = ["README.md", "docs/architecture.md"]
+DOCS = ["README.md", "docs/architecture.md", "docs/scanning.md", "docs/signing.md", "docs/hub-protocol.md"]
 TOP = ("registry/", "api/", "workers/", "tests/", "docs/", "migrations/", "policies/", "bench/", "deploy/")
 # A path-looking token: a top-level directory of the repository, then path characters.
 PATH_RE = re.compile(r"(?<![\w./-])((?:%s)[\w./-]*)" % "|".join(re.escape(t) for t in TOP))
@@ -35,3 +36,24 @@ def test_no_doc_points_outside_the_repository(doc: str) -> None:
 def test_the_pattern_finds_paths() -> None:
     found = named_paths("see `registry/jobs.py`, and docs/adr/, not xregistry/a")
     assert found == {"registry/jobs.py", "docs/adr/"}
+
+
+DOC_RE = re.compile(r"(?<![\w./-])(docs/[\w./-]+\.md)")
+
+
+def test_every_document_a_module_names_exists() -> None:
+    """A docstring or comment that points at ``docs/...`` points at a file this repository holds."""
+    missing = sorted(
+        f"{path.relative_to(ROOT)}: {name}"
+        for package in ("registry", "api", "workers", "tests", "bench")
+        for path in (ROOT / package).rglob("*.py")
+        for name in DOC_RE.findall(path.read_text())
+        if not (ROOT / name).exists()
+    )
+    assert missing == []
+
+
+def test_the_architecture_page_names_every_service_module() -> None:
+    text = (ROOT / "docs/architecture.md").read_text()
+    modules = sorted(p.stem for p in (ROOT / "registry/services").glob("*.py") if p.stem != "__init__")
+    assert [m for m in modules if f"registry/services/{m}.py" not in text] == []

@@ -110,3 +110,26 @@ def test_write_atomic_replaces_with_the_mode_asked(tmp_path):
     assert path.read_bytes() == b"new"
     assert stat.S_IMODE(path.stat().st_mode) == 0o644
     assert [p.name for p in tmp_path.iterdir()] == ["metrics.prom"]
+
+
+# Where a file is published by a rename that is not a secret or state file: blobs (committed under their
+# digest) and a fetched release's directory. Every other replace goes through registry/statefile.py.
+RENAMES_ALLOWED = {"registry/statefile.py", "registry/storage/local.py", "registry/client/cache.py",
+                   "registry/client/assemble.py"}
+
+
+def test_every_secret_and_state_file_is_written_by_statefile():
+    import ast
+
+    root = Path(__file__).resolve().parents[2]
+    offenders = []
+    for path in sorted((root / "registry").rglob("*.py")):
+        rel = str(path.relative_to(root))
+        for node in ast.walk(ast.parse(path.read_text(), rel)):
+            if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+                    and isinstance(node.func.value, ast.Name)
+                    and (node.func.value.id, node.func.attr) in {("os", "replace"), ("os", "rename"),
+                                                                  ("tempfile", "mkstemp")}
+                    and rel not in RENAMES_ALLOWED):
+                offenders.append(f"{rel}:{node.lineno}")
+    assert offenders == []

@@ -57,7 +57,9 @@ RUNNERS: dict[str, RunnerInfo] = {info.name: info for info in (
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
-class EvalSet:
+class LoadedEvalSet:
+    """An eval set as a runner gets it: its name, its digest and its parsed cases."""
+
     name: str
     digest: str
     cases: tuple[Case, ...]
@@ -81,7 +83,7 @@ class RunContext:
 
     model_dir: Path
     settings: dict[str, Any]
-    evalsets: tuple[EvalSet, ...]
+    evalsets: tuple[LoadedEvalSet, ...]
     work_dir: Path
     facts: dict[str, Any] | None
     trust_remote_code: bool

@@ -84,7 +84,7 @@ _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}")
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
-class Settings:
+class OpenAISettings:
     endpoint: str | None
     serve: tuple[str, ...] | None
     model: str | None
@@ -139,7 +139,7 @@ def run(ctx: RunContext) -> RunnerResult:
 # --- settings -------------------------------------------------------------------------------
 
 
-def parse_settings(raw: Any) -> Settings:
+def parse_settings(raw: Any) -> OpenAISettings:
     """The runner's settings, every one checked.
 
     Raises:
@@ -153,8 +153,8 @@ def parse_settings(raw: Any) -> Settings:
     if ("endpoint" in raw) == ("serve" in raw):
         raise RunnerError("openai runner: set exactly one of endpoint (a running server) "
                           "and serve (a command)")
-    defaults = Settings(None, None, None, None)
-    return Settings(
+    defaults = OpenAISettings(None, None, None, None)
+    return OpenAISettings(
         endpoint=_endpoint(raw["endpoint"]) if "endpoint" in raw else None,
         serve=_serve(raw["serve"]) if "serve" in raw else None,
         model=_text(raw, "model", 256) if "model" in raw else None,
@@ -246,7 +246,7 @@ def _auth_headers(env_name: str | None) -> dict[str, str]:
 
 
 @contextlib.contextmanager
-def _api_base(settings: Settings, ctx: RunContext, headers: dict[str, str], stop_at: float) -> Iterator[str]:
+def _api_base(settings: OpenAISettings, ctx: RunContext, headers: dict[str, str], stop_at: float) -> Iterator[str]:
     if settings.serve is None:
         yield settings.endpoint
         return
@@ -394,7 +394,7 @@ def _first_model(client: httpx.Client, base: str, timeout_s: float) -> str:
 # --- requests -------------------------------------------------------------------------------
 
 
-def _complete_all(client: httpx.Client, base: str, model: str, cases: list[Case], settings: Settings,
+def _complete_all(client: httpx.Client, base: str, model: str, cases: list[Case], settings: OpenAISettings,
                   stop_at: float) -> list[Reply]:
     def one(case: Case) -> Reply | None:
         try:

@@ -9,9 +9,11 @@ import httpx
 import pytest
 
 from registry.client.api import RegistryApi
-from registry.client.errors import EXIT_CODES, NotApprovedError, RevokedReleaseError, exit_code
+from registry.client.errors import EXIT_CODES, exit_code
 from registry.client.trust import NodeTrust
-from registry.domain.errors import DigestMismatchError, InvalidPathError, SignatureError
+from registry.domain.errors import (
+    DigestMismatchError, InvalidPathError, NotApprovedError, ReleaseNotFoundError, RevokedError, SignatureError,
+)
 from registry.signing.keys import SigningKey
 from registry.signing.release import ReleaseExpiredError, ReleaseRollbackError
 from registry.signing.trust_root import RootError, root_document, sign_root
@@ -24,7 +26,7 @@ def test_the_seven_refusals_have_distinct_exit_codes():
     cases = {
         "signature": SignatureError("bad"), "expired": ReleaseExpiredError("old"),
         "rollback": ReleaseRollbackError("lower"), "digest": DigestMismatchError("f", expected="a", actual="b"),
-        "revoked": RevokedReleaseError("r"), "not-approved": NotApprovedError("n"),
+        "revoked": RevokedError("acme/tiny", 2, "r"), "not-approved": NotApprovedError("acme/tiny", 2, "failed"),
         "manifest": InvalidPathError("../x", "segment '..' is not allowed"),
     }
     codes = {kind: exit_code(exc) for kind, exc in cases.items()}
@@ -99,3 +101,14 @@ def test_a_rotation_not_signed_by_the_previous_root_is_refused(tmp_path):
     with pytest.raises(RootError):
         trust.refresh({2: two}.get, now=NOW)
     assert trust.root.version == 1
+
+
+def test_the_client_raises_the_domains_own_refusals_with_the_servers_message():
+    api = _api(409, {"type": "https://modelreg.dev/problems/revoked", "status": 409,
+                     "detail": "acme/tiny@2 was revoked: withdrawn"})
+    with pytest.raises(RevokedError) as caught:
+        api.manifest("acme", "tiny", "2")
+    assert str(caught.value).startswith("acme/tiny@2 was revoked: withdrawn") and caught.value.code == "revoked"
+    with pytest.raises(ReleaseNotFoundError):
+        _api(404, {"type": "https://modelreg.dev/problems/alias-not-found", "status": 404}).manifest(
+            "acme", "tiny", "prod")

@@ -37,3 +37,14 @@ def test_the_provenance_graph_escapes_a_submitters_label():
     assert "<script>" not in out and "alias prod" in texts and "node node-7" in texts
     # No nodes column for a viewer who may not see who fetched.
     assert "node-7" not in str(svg.provenance_graph(version, [], [], [], [alias], None))
+
+
+def test_the_provenance_graph_counts_hf_downloads_beside_manifests():
+    version = SimpleNamespace(source_kind="hf", source_repo="org/m", resolved_revision="a" * 64, number=1,
+                              state="approved", id=1)
+    nodes = [{"principal": "hf-only", "count": 0, "hf_downloads": 4},
+             {"principal": "both", "count": 2, "hf_downloads": 1},
+             {"principal": "node", "count": 3, "hf_downloads": 0}]
+    texts = "".join(ElementTree.fromstring(str(svg.provenance_graph(version, [], [], [], [], nodes))).itertext())
+    assert "4 /hf downloads" in texts and "2 manifests, 1 /hf downloads" in texts and "3 manifests" in texts
+    assert "0 fetches" not in texts

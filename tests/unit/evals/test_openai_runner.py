@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 from registry.evals.cases import parse_case
-from registry.evals.runners import EvalSet, RunContext, RunnerError
+from registry.evals.runners import LoadedEvalSet, RunContext, RunnerError
 from registry.evals.runners.openai import (
-    MAX_CONCURRENCY, Settings, StreamError, _StreamState, fill_placeholders, parse_settings, request_body, run,
+    MAX_CONCURRENCY, OpenAISettings, StreamError, _StreamState, fill_placeholders, parse_settings, request_body, run,
     sse_data,
 )
 from registry.evals.scoring import DEFAULT_REFUSAL_MARKERS, Price
@@ -21,7 +21,7 @@ SERVE = ["vllm", "serve", "{model_dir}", "--port", "{port}"]
 
 def test_defaults():
     s = parse_settings({"endpoint": "http://gpu-1:8000/v1/"})
-    assert s == Settings(endpoint="http://gpu-1:8000/v1", serve=None, model=None, api_key_env=None,
+    assert s == OpenAISettings(endpoint="http://gpu-1:8000/v1", serve=None, model=None, api_key_env=None,
                          concurrency=4, request_timeout_s=60.0, startup_timeout_s=300.0, max_tokens=256,
                          price=None, refusal_markers=DEFAULT_REFUSAL_MARKERS)
     s = parse_settings({"serve": SERVE, "model": "m", "api_key_env": "OPENAI_API_KEY", "concurrency": 32,
@@ -67,7 +67,7 @@ def test_an_api_key_env_that_is_not_set_fails_before_any_request(tmp_path, monke
                     "messages": [{"role": "user", "content": "q"}], "expect": {"exact": "a"}})
     ctx = RunContext(model_dir=tmp_path, settings={"endpoint": "http://127.0.0.1:9/v1",
                                                     "api_key_env": "EVAL_TEST_MISSING_KEY"},
-                     evalsets=(EvalSet("s", "sha256:0", (c,)),), work_dir=tmp_path, facts=None,
+                     evalsets=(LoadedEvalSet("s", "sha256:0", (c,)),), work_dir=tmp_path, facts=None,
                      trust_remote_code=False, deadline=time.monotonic() + 60)
     with pytest.raises(RunnerError, match="EVAL_TEST_MISSING_KEY, which is not set"):
         run(ctx)
@@ -77,7 +77,7 @@ def test_a_reserved_category_fails_before_any_request(tmp_path):
     c = parse_case({"id": "a", "category": "requests", "language": "en",
                     "messages": [{"role": "user", "content": "q"}], "expect": {"exact": "a"}})
     ctx = RunContext(model_dir=tmp_path, settings={"serve": ["/no/such/server", "{port}"]},
-                     evalsets=(EvalSet("s", "sha256:0", (c,)),), work_dir=tmp_path, facts=None,
+                     evalsets=(LoadedEvalSet("s", "sha256:0", (c,)),), work_dir=tmp_path, facts=None,
                      trust_remote_code=False, deadline=time.monotonic() + 60)
     with pytest.raises(RunnerError, match="reserved metric group 'requests'"):
         run(ctx)

@@ -34,9 +34,9 @@ def store(tmp_path):
 
 @pytest.fixture
 def release():
-    files = tuple(hf.ReleaseFile(p, len(d), hashlib.sha256(d).hexdigest(), hf.is_lfs(p, len(d)))
+    files = tuple(hf.RevisionFile(p, len(d), hashlib.sha256(d).hexdigest(), hf.is_lfs(p, len(d)))
                   for p, d in sorted(FILES.items()))
-    return hf.Release("acme/llm", "prod", "c" * 40, 1, files, None, None)
+    return hf.ResolvedRevision("acme/llm", "prod", "c" * 40, 1, files, None, None)
 
 
 def test_git_blob_sha1_is_what_git_computes(tmp_path):
@@ -61,7 +61,7 @@ def test_describe_plain_and_lfs_files(release, store):
 
 
 def test_a_plain_file_whose_stored_size_differs_is_refused(release, store):
-    wrong = hf.ReleaseFile("x.json", 5, hashlib.sha256(b"{}\n").hexdigest(), False)
+    wrong = hf.RevisionFile("x.json", 5, hashlib.sha256(b"{}\n").hexdigest(), False)
     with pytest.raises(SizeMismatchError):
         hf.describe(wrong, store)
 
@@ -96,9 +96,9 @@ def test_tree_pages_cover_the_listing_once(release, store):
 
 def test_folder_oid_follows_the_files_below(release, store):
     oid = hf.paths_info(release, ["tokenizer"], store)[0].oid
-    changed = release.files[:-2] + (hf.ReleaseFile("tokenizer/vocab.json", 3, "0" * 64, False, "1" * 40),
+    changed = release.files[:-2] + (hf.RevisionFile("tokenizer/vocab.json", 3, "0" * 64, False, "1" * 40),
                                     release.files[-1])
-    other = hf.Release("acme/llm", "prod", "d" * 40, 2, changed, None, None)
+    other = hf.ResolvedRevision("acme/llm", "prod", "d" * 40, 2, changed, None, None)
     assert hf.paths_info(other, ["tokenizer"], store)[0].oid != oid
 
 

@@ -1,4 +1,4 @@
-"""Releases: aliases (promote, roll back, list, resolve) and revocation of versions."""
+"""Aliases: promote, roll back, list and resolve a model's named pointers at versions (``prod``, ``staging``)."""
 
 from __future__ import annotations
 
@@ -7,25 +7,22 @@ from typing import Annotated
 from fastapi import APIRouter, Body, Query
 
 from api.deps import ContainerDep, PrincipalDep, SessionDep
-from api.params import AliasName, ModelName, TenantName, VersionNumber
+from api.params import AliasName, ModelName, TenantName
 from api.problems import AUTHENTICATED, responses
-from api.routers.models import version_public
 from api.schemas import (
     AliasMovePublic,
     AliasPublic,
     AliasUpdate,
     CanaryPublic,
     ResolutionPublic,
-    RevocationCreate,
     RollbackCreate,
-    VersionPublic,
 )
 from registry.db.models import Alias
 from registry.domain import aliases as alias_rules
 from registry.domain.errors import ConflictError, NotFoundError, PolicyViolationError
-from registry.services import aliases, revocations
+from registry.services import aliases
 
-router = APIRouter(prefix="/v1/models", tags=["releases"],
+router = APIRouter(prefix="/v1/models", tags=["aliases"],
                    responses=responses(*AUTHENTICATED, NotFoundError))
 MOVE_ERRORS = responses(*AUTHENTICATED, PolicyViolationError, ConflictError)
 
@@ -89,12 +86,3 @@ def resolve_alias(tenant: TenantName, name: ModelName, alias: AliasName, session
     return ResolutionPublic(model=f"{tenant}/{name}", alias=alias, for_tenant=found.for_tenant,
                             version=found.version.number, canary=found.canary,
                             manifest_digest=found.version.manifest_digest)
-
-
-@router.post("/{tenant}/{name}/versions/{number}/revoke", response_model=VersionPublic,
-             responses=responses(*AUTHENTICATED, ConflictError))
-def revoke_version(tenant: TenantName, name: ModelName, number: VersionNumber, body: RevocationCreate,
-                   session: SessionDep, principal: PrincipalDep, container: ContainerDep) -> VersionPublic:
-    """Revoke a version (administrators and ``security`` approvers): it is never released again."""
-    version = revocations.revoke(session, principal, tenant, name, number, body.reason, clock=container.clock)
-    return version_public(version)
