@@ -21,14 +21,16 @@ runs into the next):
   each of a fetch's two unavoidable costs adds to the floor on its own, done the plain way;
 - ``raw`` (before): the floor: the same GETs through httpx, bytes discarded: no hashing, no disk, no checks;
 - ``cold``: ``registry.client.fetch.fetch`` into an empty node cache and a new DEST: manifest, signature and
-  root, ranged downloads hashed while streaming into the cache's partial files, each copied into DEST
-  (DEST shares no inode with the cache), ``model.sig``;
+  root, ranged downloads hashed while streaming, each part written from its buffer into the cache's
+  partial file and into DEST's own file (DEST shares no inode with the cache; nothing is read back),
+  ``model.sig``;
 - ``raw`` (after): the floor again. The goal's ratio is cold / the mean of the floor before and after, so
   a change in the machine's load across the three counts neither for nor against the fetch; both single
   ratios are printed too;
 - ``warm``: the same fetch into another new DEST with the cache warm (nothing to download: every cached
-  blob is copied into DEST and hashed as it is copied), then ``modelreg verify`` of that DEST, ``--verify-runs``
-  times: the cost of one hash pass over the same bytes, beside which the warm fetch is read;
+  blob is copied into DEST and hashed as it is copied), then, after one untimed read of that DEST (the
+  copy was written past the page cache), ``modelreg verify`` of it ``--verify-runs`` times: the cost of one
+  hash pass over the same bytes, beside which the warm fetch is read;
 - ``verify``: ``modelreg verify DEST --trust-root FILE`` against ``model_signing verify key DEST`` on the
   same directory (both as the commands a person runs, start-up included), after one untimed read of DEST
   (the cold fetch writes past the page cache); each ``--verify-runs`` times (default 3), taking turns,
@@ -163,6 +165,14 @@ def measured(pid: int, run: Callable[[], Any]) -> tuple[float, float, float, Any
     return time.perf_counter() - started, cpu_seconds() - cpu, cpu_seconds(pid) - server_cpu, result
 
 
+def read_once(directory: Path) -> None:
+    """Read every file under ``directory`` once (untimed): its bytes in the page cache, as a hash pass finds them."""
+    for f in (f for f in directory.rglob("*") if f.is_file()):
+        with f.open("rb") as handle:
+            while handle.read(8 << 20):
+                pass
+
+
 def timed(argv: list[str], env: dict[str, str]) -> float:
     started = time.perf_counter()
     done = subprocess.run(argv, env=env, capture_output=True, text=True)
@@ -262,15 +272,13 @@ def main() -> None:
                              trust_root_file=root_file, cache=NodeCache(cache_dir), parallel=args.parallel)
                 warm_s = time.perf_counter() - started
             warm_dest = work / f"dest-{round_no}-warm"
+            read_once(warm_dest)
             warm_verify = [timed([str(BIN / "modelreg"), "verify", str(warm_dest), "--trust-root", str(root_file)],
                                  node_env) for _ in range(args.verify_runs)]
             dest = work / f"dest-{round_no}"
             # The cold fetch wrote past the page cache (O_DIRECT): read DEST once, untimed, so both verifiers
             # start from the same warm page cache, and take turns going first.
-            for f in (f for f in dest.rglob("*") if f.is_file()):
-                with f.open("rb") as handle:
-                    while handle.read(8 << 20):
-                        pass
+            read_once(dest)
             commands = {
                 "ours": [str(BIN / "modelreg"), "verify", str(dest), "--trust-root", str(root_file)],
                 "theirs": [str(BIN / "model_signing"), "verify", "key", str(dest), "--public_key", str(public_key),

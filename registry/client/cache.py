@@ -25,9 +25,9 @@ blob a fetch is copying; the last fetch to finish evicts.
 
 Nothing in the cache is trusted. The cache directory is one filesystem tree that any root process on
 the node can write, so a fetch never hands out a cached blob's bytes unhashed: :meth:`NodeCache.copy_out`
-copies a blob into DEST (in the kernel; a reflink where the filesystem shares extents) and hashes the
-copy, the bytes DEST holds, in one pass; a blob whose bytes are not its name is removed and downloaded
-again. DEST never shares an inode with the cache, so whatever a pod
+copies a blob into DEST and hashes the bytes DEST gets, in one pass (a reflink hashed where the
+filesystem shares extents; elsewhere each chunk read once, hashed in memory and written from there past
+the page cache); a blob whose bytes are not its name is removed and downloaded again. DEST never shares an inode with the cache, so whatever a pod
 writes into its own DEST reaches neither the cache nor another pod. (fs-verity would let the kernel
 refuse the change instead; ext4 here has it off, so the copy is the one mechanism.) Blobs that only
 sit in the cache (``cache warm``) are re-hashed when their last check is older than ``recheck_after``,
@@ -56,7 +56,6 @@ Example:
 from __future__ import annotations
 
 import dataclasses
-import errno
 import fcntl
 import hashlib
 import os
@@ -69,6 +68,7 @@ from contextlib import contextmanager
 from datetime import timedelta
 from pathlib import Path
 
+from registry.client.blobfile import copy_hashed
 from registry.domain.errors import DigestMismatchError, InvalidInputError, SizeMismatchError
 from registry.domain.files import is_sha256
 from registry.domain.refs import NAME_RE
@@ -89,34 +89,29 @@ def sha256_file(path: Path) -> str:
     return h.hexdigest()
 
 
-def copy_file(source: Path, target: Path, *, limit: int | None = None) -> int:
-    """Copy ``source`` into the new file ``target`` in the kernel (a reflink where it can); the bytes copied.
+FICLONE = 0x40049409
+"""Linux's ioctl that makes a file share another's extents (copy on write): XFS, Btrfs, not ext4."""
 
-    ``copy_file_range`` shares the extents on XFS and Btrfs and copies them in the kernel elsewhere (ext4
-    here); no byte passes through this process. At most ``limit`` + 1 bytes are copied.
-    """
+
+def _reflink(source: Path, target: Path) -> bool:
+    """Make the new file ``target`` share ``source``'s extents; False (no ``target``) where the filesystem cannot."""
     with open(source, "rb", buffering=0) as src, open(target, "xb", buffering=0) as dst:
-        remaining = (limit + 1) if limit is not None else os.fstat(src.fileno()).st_size + 1
-        copied = 0
-        while remaining > 0:
-            try:
-                n = os.copy_file_range(src.fileno(), dst.fileno(), min(remaining, 1 << 30))
-            except OSError as exc:
-                if exc.errno not in (errno.EXDEV, errno.ENOSYS, errno.EINVAL, errno.EOPNOTSUPP) or copied:
-                    raise
-                n = os.sendfile(dst.fileno(), src.fileno(), None, min(remaining, 1 << 30))
-            if n == 0:
-                break
-            copied += n
-            remaining -= n
-    return copied
+        try:
+            fcntl.ioctl(dst.fileno(), FICLONE, src.fileno())
+            return True
+        except OSError:
+            pass
+    target.unlink()
+    return False
 
 
 def copy_verified(source: Path, target: Path, *, digest: str, size: int) -> None:
-    """Copy ``source`` into the new file ``target`` and hash ``target``: what DEST holds is what was hashed.
+    """Copy ``source`` into the new file ``target``, hashing the bytes ``target`` gets: what DEST holds was hashed.
 
-    One hash pass, over the copy itself (from the page cache the copy just filled, or the shared extents
-    of a reflink), so a change to ``source`` during the copy cannot reach ``target`` unseen.
+    Where the filesystem shares extents (a reflink), one hash pass over the copy itself; elsewhere (ext4)
+    each chunk is read once into memory, hashed there and written from there past the page cache
+    (:func:`~registry.client.blobfile.copy_hashed`). Either way a change to ``source`` during the copy
+    cannot reach ``target`` unseen.
 
     Raises:
         FileNotFoundError: ``source`` does not exist (``target`` is not created).
@@ -124,10 +119,13 @@ def copy_verified(source: Path, target: Path, *, digest: str, size: int) -> None
             ``target`` is removed.
     """
     try:
-        copied = copy_file(source, target, limit=size)
+        if _reflink(source, target):
+            copied = target.stat().st_size
+            actual = sha256_file(target) if copied == size else ""
+        else:
+            copied, actual = copy_hashed(source, target, limit=size)
         if copied != size:
             raise SizeMismatchError(str(source), expected=size, actual=copied)
-        actual = sha256_file(target)
         if actual != digest:
             raise DigestMismatchError(str(source), expected=digest, actual=actual)
     except FileNotFoundError:

@@ -1,13 +1,16 @@
-"""Downloading one blob into the node cache: parallel ranged streams into memory, written once, hashed in order.
+"""Downloading one blob into the node cache (and DEST): parallel ranged streams into memory, hashed in order.
 
 A blob of ``size`` bytes is split into parts of ``part_size`` bytes. Each part is read by one stream
 straight into a page-aligned buffer lent by a :class:`Buffers` pool that every blob of a fetch shares
-(memory is bounded by the pool: ``count * size`` bytes), written once at its offset into
-``partial/<digest>``, then handed to the hash. The sha256 takes the parts in order, from the buffers, so
-no byte is read back: a part that completes before the ones in front of it keeps its buffer until they
-are hashed. Writes of whole pages bypass the page cache (``O_DIRECT``) where the filesystem allows it:
-a small node otherwise spends as much CPU copying every byte into the page cache as receiving it
-(``bench/README.md``, Fetch). A filesystem that refuses ``O_DIRECT`` (tmpfs) gets ordinary writes.
+(memory is bounded by the pool: ``count * size`` bytes), written at its offset into ``partial/<digest>``
+and, for a fetch into DEST, into DEST's new file (``copy_to``) from the same buffer, then handed to the
+hash. The sha256 takes the parts in order, from the buffers, so no byte is read back: a part that
+completes before the ones in front of it keeps its buffer until they are hashed. DEST's file therefore
+holds exactly the bytes the hash took (its own file: no link to the cache, no copy of the partial,
+which any root process on the node can write); it is removed unless the digest matches. Writes of
+whole pages bypass the page cache (``O_DIRECT``, :mod:`registry.client.blobfile`) where the filesystem
+allows it: a small node otherwise spends as much CPU copying every byte into the page cache as receiving
+it (``bench/README.md``, Fetch). A filesystem that refuses ``O_DIRECT`` (tmpfs) gets ordinary writes.
 
 How far each part got on disk is recorded in ``partial/<digest>.parts.json`` (after the bytes), so an
 interrupted download resumes where each part stopped: the part's bytes on disk are read back into its
@@ -22,11 +25,9 @@ Example (the shape of a plan; the I/O needs a transport URL):
 
 from __future__ import annotations
 
-import errno
 import hashlib
 import json
 import mmap
-import os
 import threading
 import time
 from collections.abc import Callable
@@ -34,6 +35,7 @@ from concurrent.futures import Executor, Future
 from pathlib import Path
 
 from registry.client.api import RegistryApi
+from registry.client.blobfile import BlobFile
 from registry.client.errors import NetworkError, TransportError
 from registry.domain.errors import DigestMismatchError, SizeMismatchError
 from registry.statefile import write_atomic
@@ -45,7 +47,6 @@ SPARE_BUFFERS = 4
 """Buffers beyond one per stream: completed parts waiting for the hash of the parts before them."""
 SAVE_EVERY = 64 << 20
 """Bytes written between two records of the parts' progress (a crash re-downloads at most this much more)."""
-ALIGN = 4096
 RETRIES = 3
 EMPTY_SHA256 = hashlib.sha256(b"").hexdigest()
 
@@ -78,66 +79,10 @@ class Buffers:
         self._available.release()
 
 
-class _PartialFile:
-    """The partial blob, open twice: unbuffered (``O_DIRECT``) for whole pages where allowed, buffered for the rest."""
-
-    def __init__(self, path: Path, size: int) -> None:
-        self.fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
-        os.ftruncate(self.fd, size)
-        self.direct: int | None = None
-        if hasattr(os, "O_DIRECT"):
-            try:
-                self.direct = os.open(path, os.O_WRONLY | os.O_DIRECT)
-            except OSError:
-                self.direct = None
-        self._lock = threading.Lock()
-
-    def write(self, data: memoryview, offset: int) -> None:
-        """Write ``data`` (the start of a page-aligned buffer) at ``offset``."""
-        whole = len(data) - len(data) % ALIGN if offset % ALIGN == 0 else 0
-        direct = self.direct
-        if whole and direct is not None:
-            try:
-                _pwrite_all(direct, data[:whole], offset)
-            except OSError as exc:
-                if exc.errno != errno.EINVAL:
-                    raise
-                self._no_direct()  # the filesystem took the open but not the write: buffered from now on
-                whole = 0
-        else:
-            whole = 0
-        if whole < len(data):
-            _pwrite_all(self.fd, data[whole:], offset + whole)
-
-    def read_into(self, into: memoryview, offset: int) -> None:
-        got = 0
-        while got < len(into):
-            n = os.preadv(self.fd, [into[got:]], offset + got)
-            if n <= 0:
-                raise NetworkError(f"the partial file ended {len(into) - got} bytes early")
-            got += n
-
-    def _no_direct(self) -> None:
-        with self._lock:
-            if self.direct is not None:
-                os.close(self.direct)
-                self.direct = None
-
-    def close(self) -> None:
-        self._no_direct()
-        os.close(self.fd)
-
-
-def _pwrite_all(fd: int, data: memoryview, offset: int) -> None:
-    while len(data):
-        n = os.pwrite(fd, data, offset)
-        data, offset = data[n:], offset + n
-
-
 class PartialBlob:
     """A blob being written at ``path``: its parts, how far each got on disk, and the hash of the parts in order."""
 
-    def __init__(self, path: Path, size: int, part_size: int) -> None:
+    def __init__(self, path: Path, size: int, part_size: int, copy_to: Path | None = None) -> None:
         self.path, self.size, self.part_size = path, size, part_size
         self.state_path = path.with_name(path.name + ".parts.json")
         self.parts = plan_parts(size, part_size)
@@ -146,7 +91,13 @@ class PartialBlob:
         self._lock = threading.Lock()
         self._since_save = 0
         self._resume(part_size)
-        self.file = _PartialFile(path, size)
+        self.file = BlobFile(path, size)
+        self.copy_to = copy_to
+        try:
+            self.copy = BlobFile(copy_to, size, new=True) if copy_to is not None else None
+        except BaseException:
+            self.file.close()
+            raise
         self._ready: dict[int, tuple[mmap.mmap, int]] = {}
         self._next = 0
         self._hashing = False
@@ -185,6 +136,12 @@ class PartialBlob:
         if save:
             self.save()
 
+    def copied(self, index: int, view: memoryview) -> None:
+        """Write the whole part ``index`` (in ``view``, the buffer the hash will take) into DEST's file."""
+        if self.copy is not None:
+            start, end = self.parts[index]
+            self.copy.write(view[:end - start], start)
+
     def completed(self, index: int, buffer: mmap.mmap, buffers: Buffers) -> None:
         """Part ``index`` is whole in ``buffer``: hash every part now in order; their buffers go back to the pool."""
         with self._lock:
@@ -217,8 +174,14 @@ class PartialBlob:
         for buffer, _ in waiting:
             buffers.give(buffer)
 
-    def close(self) -> None:
+    def close(self, *, keep_copy: bool = False) -> None:
+        """Close the files; DEST's copy is removed unless ``keep_copy`` (the digest matched)."""
         self.file.close()
+        if self.copy is not None:
+            self.copy.close()
+            if not keep_copy:
+                assert self.copy_to is not None
+                self.copy_to.unlink(missing_ok=True)
 
     def discard(self) -> None:
         self.path.unlink(missing_ok=True)
@@ -254,6 +217,7 @@ def _stream_part(api: RegistryApi, url: str, blob: PartialBlob, index: int, buff
                     raise
                 time.sleep(0.2 * 2 ** attempt)
         blob.written(index, view, length)
+        blob.copied(index, view)
     except BaseException:
         blob.failed = True
         if got > on_disk:
@@ -268,28 +232,34 @@ def _stream_part(api: RegistryApi, url: str, blob: PartialBlob, index: int, buff
 
 def download_blob(api: RegistryApi, url: str, path: Path, *, digest: str, size: int, pool: Executor,
                   part_size: int = DEFAULT_PART_SIZE, buffers: Buffers | None = None,
-                  progress: Callable[[int], None] = lambda n: None) -> int:
+                  progress: Callable[[int], None] = lambda n: None, copy_to: Path | None = None) -> int:
     """Download a blob into ``path`` with its parts on ``pool``; return the bytes resumed from before.
 
     ``buffers`` (of at least ``part_size`` bytes each) bounds the memory of every download sharing it;
     without one the download gets two buffers of its own. The file at ``path`` holds exactly the blob on
-    return.
+    return. With ``copy_to`` (a path that must not exist), that new file gets every part too, written
+    from the buffer the hash takes it from: on return it holds exactly the hashed blob; on any error it
+    is removed.
 
     Raises:
         DigestMismatchError: the bytes hash to another digest (the partial file is deleted).
         SizeMismatchError: the server holds a blob of another size.
         NetworkError: a part failed after its retries (the partial is kept to resume).
+        FileExistsError: ``copy_to`` exists.
     """
     if size == 0:
         if digest != EMPTY_SHA256:
             raise DigestMismatchError(path.name, expected=digest, actual=EMPTY_SHA256)
         path.write_bytes(b"")
+        if copy_to is not None:
+            with open(copy_to, "xb"):
+                pass
         return 0
     if buffers is None:
         buffers = Buffers(2, part_size)
     if buffers.size < part_size:
         raise ValueError(f"buffers of {buffers.size} bytes cannot hold parts of {part_size}")
-    blob = PartialBlob(path, size, part_size)
+    blob = PartialBlob(path, size, part_size, copy_to)
     resumed = blob.resumed_bytes
     progress(resumed)
     futures: list[Future[None]] = []
@@ -318,7 +288,7 @@ def download_blob(api: RegistryApi, url: str, path: Path, *, digest: str, size: 
         if isinstance(exc, SizeMismatchError):
             blob.discard()
         raise
-    blob.close()
+    blob.close(keep_copy=actual == digest)
     if actual != digest:
         blob.discard()
         raise DigestMismatchError(path.name, expected=digest, actual=actual)

@@ -37,7 +37,7 @@ from registry.client.assemble import (
     destination_is_release,
     verify_destination,
 )
-from registry.client.cache import NodeCache, copy_file
+from registry.client.cache import NodeCache, copy_verified
 from registry.client.download import DEFAULT_PART_SIZE, MAX_PART_SIZE, SPARE_BUFFERS, Buffers, download_blob
 from registry.client.errors import BadManifestError, DestinationInCacheError
 from registry.client.progress import Reporter
@@ -110,10 +110,11 @@ def ensure_cached(release: Release, transport: Mapping[str, str], *, tenant: str
     """Each file of ``release`` in the cache (downloaded when missing) and, given ``into``, copied under it.
 
     Call inside ``cache.in_use()``. One blob per digest: files with the same bytes share it. Every byte
-    written under ``into`` was hashed: a cached blob's copy there is hashed (a blob that fails is removed
-    and downloaded), a downloaded one as it arrived into its partial file, which only this process holds
-    (the digest's lock) until it is copied there and then enters the cache. Without ``into`` (``cache warm``), a cached blob is re-hashed only on
-    the cache's ``recheck_after`` schedule.
+    written under ``into`` was hashed by this fetch: a cached blob's copy there is hashed (a blob that
+    fails is removed and downloaded); a downloaded one is written there part by part from the buffers the
+    hash takes (never read back from the partial file, which then enters the cache); a second file with
+    the same bytes is copied from the first and hashed. Without ``into`` (``cache warm``), a cached blob is
+    re-hashed only on the cache's ``recheck_after`` schedule.
 
     Raises:
         BadManifestError: a file the cache lacks has no transport URL.
@@ -158,18 +159,18 @@ def ensure_cached(release: Release, transport: Mapping[str, str], *, tenant: str
                                                path=f.path)
                     partial = cache.partial_path(tenant, f.sha256)
                     reporter.expect(f.size)
+                    # DEST's file gets each part from the buffer the hash takes it from, not from the
+                    # partial (which any root process on the node could change once written).
                     resumed = download_blob(api, url, partial, digest=f.sha256, size=f.size, pool=parts,
-                                            part_size=part_size, buffers=buffers, progress=reporter.advance)
-                    if first is not None:
-                        # The partial was hashed as it was written and only this process holds it (the lock).
-                        copy_file(partial, first)
+                                            part_size=part_size, buffers=buffers, progress=reporter.advance,
+                                            copy_to=first)
                     cache.commit(tenant, f.sha256, f.size, partial)
                     count(downloaded_files=1, downloaded_bytes=f.size - resumed, resumed_bytes=resumed)
             if first is not None:
                 first.chmod(0o444)
                 for g in files[1:]:
                     (into / g.path).parent.mkdir(parents=True, exist_ok=True)
-                    copy_file(first, into / g.path)
+                    copy_verified(first, into / g.path, digest=g.sha256, size=g.size)
                     (into / g.path).chmod(0o444)
                 count(copies=len(files))
 

@@ -111,6 +111,17 @@ def node(container, tmp_path, signing_key_pem):
         yield Node(container, tmp_path, standin, signing_key_pem)
 
 
+@pytest.fixture
+def twin_node(container, tmp_path, signing_key_pem):
+    """A version two of whose files hold the same bytes (one blob, two files in DEST)."""
+    admin = make_admin(container, "acme")
+    files = {**tiny_model_files(1), "big.txt": BIG, "copy/big-again.txt": BIG}
+    awaiting_version(container, admin, tmp_path / "src", "acme", "tiny", files=files)
+    approve_standin(container, "acme", "tiny", 1)
+    with serve_in_thread(create_app(container)) as url, Standin(url) as standin:
+        yield Node(container, tmp_path, standin, signing_key_pem)
+
+
 def _summary(result: subprocess.CompletedProcess) -> dict:
     lines = [json.loads(line) for line in result.stdout.splitlines() if line.startswith("{")]
     return next(line for line in reversed(lines) if line["event"] == "summary")
@@ -422,6 +433,41 @@ def test_dest_shares_no_inode_with_the_cache_so_a_pod_writing_its_dest_changes_n
     assert (node.tmp / "pod-b" / "big.txt").read_bytes() == BIG and len(node.standin.blob_gets) == gets
 
 
+def test_a_partial_changed_after_its_bytes_were_hashed_never_reaches_dest_nor_a_later_dest(node):
+    """Another root process on the node rewrites a part of the cache's partial file once it is on disk.
+
+    The cold fetch's DEST must hold the bytes the fetch hashed, not what the partial holds by the time the
+    download ends (a fetch that copies or reads back the partial into DEST hands that change out unhashed);
+    the tampered blob that enters the cache is caught by the next fetch's copy and downloaded again.
+    """
+    node.release()
+    big = _big(node)
+    partial = node.cache / "tenants" / "acme" / "partial" / big["sha256"]
+    tampered: list[str] = []
+
+    def tamper(path: str, wanted: str | None) -> None:
+        # One stream (--parallel 1): part 0 is on disk before part 1 is asked for.
+        if path.endswith(big["sha256"]) and wanted == f"bytes={1 << 20}-{(2 << 20) - 1}":
+            _flip(partial, 4321)
+            tampered.append(wanted)
+
+    node.standin.before_blob = tamper
+    dest = node.tmp / "pod-a"
+    ok = node.cli("fetch", "acme/tiny@prod", str(dest), "--trust-root", str(node.root_file), "--part-size", PART,
+                  "--parallel", "1", "--json")
+    assert ok.returncode == 0, ok.stderr
+    assert tampered and _summary(ok)["downloaded_files"] == len({f["sha256"] for f in node.files})
+    assert (dest / "big.txt").read_bytes() == BIG
+    assert node.cli("verify", str(dest), "--trust-root", str(node.root_file)).returncode == 0
+    # What the cache took in is the partial as changed: never handed out, downloaded again.
+    assert _cached_blob(node, big["sha256"]).read_bytes() != BIG
+    node.standin.before_blob = None
+    again = node.fetch(node.tmp / "pod-b")
+    assert again.returncode == 0, again.stderr
+    assert (node.tmp / "pod-b" / "big.txt").read_bytes() == BIG
+    assert (_summary(again)["rejected_cached_files"], _summary(again)["downloaded_files"]) == (1, 1)
+
+
 def _alter_file(node, target: Path) -> None:
     _flip(target / "big.txt", 99)
 
@@ -540,3 +586,16 @@ def test_a_progress_bar_on_a_terminal_and_none_with_json(node):
     quiet, terminal = _on_a_terminal(node, "fetch", "acme/tiny@prod", str(node.tmp / "b"), "--trust-root",
                                      str(node.root_file), "--json")
     assert quiet.returncode == 0 and terminal == ""
+
+
+def test_two_files_with_the_same_bytes_come_from_one_download_and_each_is_hashed_cold_and_warm(twin_node):
+    node = twin_node
+    node.release()
+    for dest in (node.tmp / "cold", node.tmp / "warm"):
+        ok = node.fetch(dest)
+        assert ok.returncode == 0, ok.stderr
+        assert (dest / "big.txt").read_bytes() == (dest / "copy" / "big-again.txt").read_bytes() == BIG
+        assert (dest / "big.txt").stat().st_ino != (dest / "copy" / "big-again.txt").stat().st_ino
+        assert _summary(ok)["copies"] == len(node.files)
+    sizes = {f["sha256"]: f["size"] for f in node.files}
+    assert _bytes_requested(node.standin.blob_gets, sizes)[_big(node)["sha256"]] == len(BIG)

@@ -4,7 +4,8 @@ real registry: a real HTTP server on loopback that
 - answers ``GET /v1/trust-root[/{n}]`` and ``GET /v1/models/{tenant}/{name}/manifest?ref=`` by the contract
   (ETag and If-None-Match, 304, RFC 9457 problems), from what the test set in ``roots`` and ``manifests``;
 - proxies ``GET /v1/blobs/...`` (the real presigned URLs, Range included) to the real registry, logging each
-  request (``blob_gets``) and optionally cutting a response short to simulate an interrupted download.
+  request (``blob_gets``), optionally cutting a response short to simulate an interrupted download, and
+  optionally calling the test back before each one (``before_blob``).
 
 Releases are signed by the test with ``registry.signing.release.sign_release``; the bytes are the registry's.
 When the real endpoint lands, tests point the client at the registry itself instead.
@@ -15,6 +16,7 @@ from __future__ import annotations
 import hashlib
 import json
 import threading
+from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
@@ -32,6 +34,9 @@ class Standin:
         self.manifest_gets: list[dict[str, Any]] = []
         self.cut_after: int | None = None
         """When set, every blob response stops after this many bytes (the connection is closed)."""
+        self.before_blob: Callable[[str, str | None], None] | None = None
+        """When set, called with each blob GET's path and Range before it is answered (another process on
+        the node acting between two parts of a download)."""
         self.lock = threading.Lock()
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
         self.server.daemon_threads = True
@@ -111,6 +116,8 @@ class Standin:
                 with standin.lock:
                     standin.blob_gets.append({"path": self.path.split("?")[0], "range": headers.get("Range"),
                                               "auth": self.headers.get("Authorization")})
+                if standin.before_blob is not None:
+                    standin.before_blob(self.path.split("?")[0], headers.get("Range"))
                 with httpx.stream("GET", standin.upstream + self.path, headers=headers, timeout=60) as upstream:
                     self.send_response(upstream.status_code)
                     for name in ("Content-Type", "Content-Length", "Content-Range", "Accept-Ranges", "ETag"):

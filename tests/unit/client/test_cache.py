@@ -9,6 +9,9 @@ import sys
 from datetime import timedelta
 from pathlib import Path
 
+import pytest
+
+from registry.client.blobfile import COPY_CHUNK
 from registry.client.cache import NodeCache
 
 
@@ -98,6 +101,9 @@ def test_verify_removes_and_reports_corrupted_blobs(tmp_path):
 LOCKER = """
 import sys, time
 from pathlib import Path
+import pytest
+
+from registry.client.blobfile import COPY_CHUNK
 from registry.client.cache import NodeCache
 cache = NodeCache(Path(sys.argv[1]))
 with cache.digest_lock("acme", "a" * 64):
@@ -156,3 +162,16 @@ def test_copy_out_hashes_every_byte_it_copies_and_removes_a_blob_that_fails(tmp_
         cache.blob_path("acme", digest).chmod(0o644)
         cache.blob_path("acme", digest).write_bytes(changed)
         assert cache.copy_out("acme", digest, len(data), dest / "d") == "rejected" and not (dest / "d").exists()
+
+
+@pytest.mark.parametrize("direct", [True, False])
+@pytest.mark.parametrize("size", [0, 1, 4097, 2 * COPY_CHUNK + 5])
+def test_copy_out_of_any_size_gives_the_blob_past_the_page_cache_or_through_it(tmp_path, monkeypatch, size, direct):
+    if not direct:
+        monkeypatch.delattr(os, "O_DIRECT", raising=False)
+    cache = NodeCache(tmp_path / "cache")
+    data = bytes((i * 131 + 7) % 256 for i in range(size))
+    digest = _put(cache, "acme", data)
+    assert cache.copy_out("acme", digest, size, tmp_path / "dest-file") == "copied"
+    assert (tmp_path / "dest-file").read_bytes() == data
+    assert (tmp_path / "dest-file").stat().st_ino != cache.blob_path("acme", digest).stat().st_ino

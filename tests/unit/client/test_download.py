@@ -1,10 +1,11 @@
-"""The blob download against a real HTTP server, on both reading paths (``http.client`` into the buffer, and
+"""The blob download (into the cache's partial file and DEST's copy) against a real HTTP server, on both reading paths (``http.client`` into the buffer, and
 httpx where a transport is injected), with aligned and unaligned parts, direct and buffered writes."""
 
 from __future__ import annotations
 
 import hashlib
 import threading
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -12,9 +13,9 @@ from pathlib import Path
 import httpx
 import pytest
 
-from registry.client import download
+from registry.client import blobfile
 from registry.client.api import RegistryApi
-from registry.client.errors import TransportError
+from registry.client.errors import NetworkError, TransportError
 from registry.client.download import Buffers, download_blob
 from registry.domain.errors import DigestMismatchError, SizeMismatchError
 
@@ -27,6 +28,7 @@ class _Server:
     def __init__(self) -> None:
         self.mode = "ok"
         self.ranges: list[str | None] = []
+        self.before: Callable[[str | None], None] | None = None
         server = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -40,10 +42,15 @@ class _Server:
                 data = BLOBS[self.path.lstrip("/").split("?")[0]]
                 wanted = self.headers.get("Range")
                 server.ranges.append(wanted)
+                if server.before is not None:
+                    server.before(wanted)
                 if server.mode == "ignore-range" or wanted is None:
                     self._send(200, data, {})
                     return
                 first, last = (int(x) for x in wanted.removeprefix("bytes=").split("-"))
+                if server.mode == "fail-after-first" and first > 0:
+                    self._send(404, b"gone", {})
+                    return
                 total = len(data) + (1 if server.mode == "other-size" else 0)
                 self._send(206, data[first:last + 1], {"Content-Range": f"bytes {first}-{last}/{total}"})
 
@@ -80,11 +87,12 @@ def api(request, server):
 
 
 def _fetch(api: RegistryApi, server: _Server, name: str, target: Path, *, part_size: int,
-           buffers: Buffers | None = None, digest: str | None = None) -> int:
+           buffers: Buffers | None = None, digest: str | None = None, copy_to: Path | None = None,
+           streams: int = 4) -> int:
     data = BLOBS[name]
-    with ThreadPoolExecutor(4) as pool:
+    with ThreadPoolExecutor(streams) as pool:
         return download_blob(api, f"{server.url}/{name}", target, digest=digest or hashlib.sha256(data).hexdigest(),
-                             size=len(data), pool=pool, part_size=part_size, buffers=buffers)
+                             size=len(data), pool=pool, part_size=part_size, buffers=buffers, copy_to=copy_to)
 
 
 @pytest.mark.parametrize("part_size", [4096, 5000, 256 << 10])
@@ -106,7 +114,7 @@ def test_two_buffers_carry_a_blob_of_many_parts_and_the_parts_ask_exactly_their_
 
 
 def test_buffered_writes_give_the_same_file_when_the_filesystem_refuses_o_direct(api, server, tmp_path, monkeypatch):
-    monkeypatch.delattr(download.os, "O_DIRECT", raising=False)
+    monkeypatch.delattr(blobfile.os, "O_DIRECT", raising=False)
     target = tmp_path / "blob"
     _fetch(api, server, "b12295", target, part_size=4096)
     assert target.read_bytes() == BLOBS["b12295"]
@@ -134,3 +142,76 @@ def test_a_server_ignoring_ranges_serves_a_one_part_blob_but_not_a_split_one(api
     assert whole.read_bytes() == BLOBS["b4095"]
     with pytest.raises(TransportError):
         _fetch(api, server, "b4095", tmp_path / "split", part_size=1024)
+
+
+@pytest.mark.parametrize("part_size", [4096, 5000])
+@pytest.mark.parametrize("name", ["b1", "b4096", "b65659"])
+def test_dest_s_copy_holds_the_blob_and_only_the_partial_is_left_to_the_cache(api, server, tmp_path, name,
+                                                                               part_size):
+    target, copy = tmp_path / "partial", tmp_path / "dest-file"
+    _fetch(api, server, name, target, part_size=part_size, copy_to=copy)
+    assert copy.read_bytes() == target.read_bytes() == BLOBS[name]
+    assert copy.stat().st_ino != target.stat().st_ino and copy.stat().st_nlink == 1
+
+
+def test_an_empty_blob_gets_an_empty_copy(api, server, tmp_path):
+    BLOBS["b0"] = b""
+    try:
+        _fetch(api, server, "b0", tmp_path / "partial", part_size=4096, copy_to=tmp_path / "dest-file")
+    finally:
+        del BLOBS["b0"]
+    assert (tmp_path / "dest-file").read_bytes() == b""
+
+
+def test_the_copy_holds_the_hashed_bytes_not_the_partial_as_changed_after_they_were_written(api, server, tmp_path):
+    """A process that rewrites the partial between two parts changes the cache's file, never DEST's copy."""
+    target, copy = tmp_path / "partial", tmp_path / "dest-file"
+
+    def tamper(wanted: str | None) -> None:
+        if wanted == "bytes=4096-8191":  # one stream: part 0 is written before part 1 is asked for
+            with open(target, "r+b") as f:
+                f.write(b"X")
+
+    server.before = tamper
+    _fetch(api, server, "b65659", target, part_size=4096, copy_to=copy, streams=1)
+    assert copy.read_bytes() == BLOBS["b65659"]
+    assert target.read_bytes()[:1] == b"X"  # the cache re-hashes what it copies out: test_cache.py
+
+
+def test_a_resumed_part_reaches_the_copy_from_the_buffer_it_was_read_back_into_and_is_hashed_there(
+        api, server, tmp_path):
+    name = "b65659"
+    for tampered in (False, True):
+        target, copy = tmp_path / f"partial-{tampered}", tmp_path / f"dest-file-{tampered}"
+        server.mode = "fail-after-first"
+        with pytest.raises(NetworkError):
+            _fetch(api, server, name, target, part_size=4096, copy_to=copy, streams=1)
+        assert not copy.exists() and target.exists()
+        server.mode = "ok"
+        if not tampered:
+            assert _fetch(api, server, name, target, part_size=4096, copy_to=copy) == 4096
+            assert copy.read_bytes() == BLOBS[name]
+            continue
+        # Changed in the partial, a resumed part is refused by the hash (its size is right).
+        with open(target, "r+b") as f:
+            f.write(b"X")
+        with pytest.raises(DigestMismatchError):
+            _fetch(api, server, name, target, part_size=4096, copy_to=copy)
+        assert not copy.exists() and not target.exists()
+
+
+def test_a_wrong_digest_or_a_failed_part_leaves_no_copy_and_an_existing_one_is_never_overwritten(api, server,
+                                                                                                 tmp_path):
+    copy = tmp_path / "dest-file"
+    with pytest.raises(DigestMismatchError):
+        _fetch(api, server, "b12295", tmp_path / "p1", part_size=4096, digest="0" * 64, copy_to=copy)
+    assert not copy.exists()
+    server.mode = "other-size"
+    with pytest.raises(SizeMismatchError):
+        _fetch(api, server, "b12295", tmp_path / "p2", part_size=4096, copy_to=copy)
+    assert not copy.exists()
+    server.mode = "ok"
+    copy.write_bytes(b"someone else's")
+    with pytest.raises(FileExistsError):
+        _fetch(api, server, "b12295", tmp_path / "p3", part_size=4096, copy_to=copy)
+    assert copy.read_bytes() == b"someone else's"
