@@ -24,7 +24,7 @@ import pytest
 
 from api.app import create_app
 from registry.db.models import Version, VersionFile
-from registry.services import versions as version_service
+from registry.services import loaders as version_service
 from registry.signing.keys import SigningKey
 from registry.signing.release import release_payload, sign_release
 from registry.signing.trust_root import root_document, sign_root
