@@ -66,7 +66,8 @@ class Container:
             return None
         from registry.workload_identity import WorkloadVerifier
 
-        return WorkloadVerifier(self.settings.workload_issuers)
+        return WorkloadVerifier(self.settings.workload_issuers,
+                                refresh_interval=self.settings.workload_jwks_refresh_seconds)
 
     @cached_property
     def signing_key(self) -> "SigningKey":

@@ -64,6 +64,9 @@ class Settings(BaseSettings):
     workload_issuers: list[WorkloadIssuer] = Field(
         default_factory=list, description="Trusted issuers of Kubernetes projected service-account tokens "
                                           "(JSON: [{issuer, audience, jwks_url?, ca_file?}]); none: nodes use tokens.")
+    workload_jwks_refresh_seconds: float = Field(
+        30.0, ge=0.05, le=3600, description="An issuer's keys are fetched again (on a token of an unknown kid) at "
+                                            "most this often: a flood of made-up kids costs one fetch.")
 
     hf_endpoint: str = "https://huggingface.co"
     hf_token: SecretStr | None = None

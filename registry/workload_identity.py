@@ -43,8 +43,9 @@ MAX_TOKEN_LENGTH = 16 * 1024
 MAX_JWKS_BYTES = 256 * 1024
 MAX_KEYS_PER_ISSUER = 16
 FETCH_TIMEOUT_SECONDS = 5.0
-# Three base64url parts: the compact JWS form. Registry tokens start with mr_ and contain no dot.
-_JWT_RE = re.compile(r"\A[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+\Z")
+# Three base64url parts: the compact JWS form (the third may be empty: an alg none token, refused by name).
+# Registry tokens start with mr_ and contain no dot.
+_JWT_RE = re.compile(r"\A[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+\.[A-Za-z0-9_-]*\Z")
 _DNS_LABEL_RE = re.compile(r"\A[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?\Z")
 _DNS_SUBDOMAIN_RE = re.compile(r"\A[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?\Z")
 SERVICE_ACCOUNT_PREFIX = "system:serviceaccount:"
