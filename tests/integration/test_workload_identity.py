@@ -74,7 +74,7 @@ def manifest(client, token):
 
 
 def refused(response, reason):
-    assert response.status_code == 401, response.text
+    assert response.status_code == 401, response.text[:300]
     body = response.json()
     assert body["type"] == REJECTED, body
     assert body["reason"] == reason, body
