@@ -92,6 +92,14 @@ def principal_name(issuer: str, namespace: str, service_account: str) -> str:
     return f"sa:{namespace}/{service_account}@{issuer_host(issuer)}"
 
 
+_PRINCIPAL_NAME_RE = re.compile(r"\Asa:[a-z0-9-]{1,63}/[a-z0-9.-]{1,253}@[a-z0-9.:\[\]-]{1,255}\Z")
+
+
+def is_node_principal_name(name: str) -> bool:
+    """Whether ``name`` has the form of a bound service account's principal (``sa:NS/SA@host``)."""
+    return isinstance(name, str) and len(name) <= PRINCIPAL_NAME_MAX and _PRINCIPAL_NAME_RE.match(name) is not None
+
+
 def validate_subject(issuer: str, namespace: str, service_account: str) -> None:
     """Raise InvalidInputError unless the namespace is a DNS label, the service account a DNS subdomain,
     and the principal name they make fits."""

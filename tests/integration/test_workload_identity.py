@@ -107,6 +107,14 @@ def test_provenance_nodes_names_the_node_by_its_service_account(world, issuer):
     assert doc.status_code == 200, doc.text
     names = [n["principal"] for n in doc.json()["nodes"]]
     assert names == [f"sa:serving/fetcher@{issuer.url.split('://', 1)[1]}"]
+    # The console's question "what did this node receive" takes the service account's name too.
+    from registry.auth import load_principal
+    from registry.services import provenance
+
+    with world[1].session_factory() as session:
+        auditor = load_principal(session.query(Principal).filter_by(is_admin=True).one())
+        received = provenance.fetched_by(session, auditor, T, names[0])
+    assert received["node"] == names[0] and [v["version"] for v in received["versions"]] == [1]
 
 
 def test_an_es256_issuer_key_is_accepted(world, issuer):
