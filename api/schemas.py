@@ -423,3 +423,56 @@ class TokenPublic(BaseModel):
     created_at: dt.datetime
     expires_at: dt.datetime | None
     revoked_at: dt.datetime | None
+
+
+class WebhookCreate(Strict):
+    tenant: TenantName
+    url: str = Field(min_length=1, max_length=2048, description="http(s) URL the events are POSTed to; it passes "
+                                                               "the egress guard (docs/webhooks.md)")
+    types: list[Annotated[str, Field(min_length=1, max_length=128)]] = Field(
+        min_length=1, max_length=64, description="event types (`version.approved`, or `*` for every type)")
+    model_glob: str | None = Field(None, max_length=256, description="only events about models matching it")
+
+
+class WebhookPublic(BaseModel):
+    id: int
+    tenant: str
+    url: str
+    types: list[str]
+    model_glob: str | None
+    state: Literal["active", "paused"]
+    paused_reason: str | None
+    paused_at: dt.datetime | None
+    cursor: int = Field(description="the last audit id whose events are delivered")
+    failing_since: dt.datetime | None
+    failed_attempts: int
+    next_attempt_at: dt.datetime | None
+    last_error: str | None
+    previous_secret_valid_until: dt.datetime | None
+    created_by: str
+    created_at: dt.datetime
+
+
+class WebhookCreated(WebhookPublic):
+    secret: str = Field(description="the signing secret (whsec_...), shown this once")
+
+
+class WebhookDeliveryPublic(BaseModel):
+    id: int
+    event_id: str
+    event_type: str
+    attempt: int = Field(description="the attempt at this event (1 for the first)")
+    status_code: int | None
+    error: str | None
+    duration_ms: int
+    at: dt.datetime
+
+
+class WebhookRedeliver(Strict):
+    from_event: str | None = Field(None, max_length=128, description="send this event and all after it again; "
+                                                                    "none: resume where the webhook stopped")
+
+
+class WebhookRotate(Strict):
+    keep_previous_seconds: float = Field(86400.0, ge=0, le=30 * 86400,
+                                         description="how long the current secret keeps signing too")

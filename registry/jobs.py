@@ -84,6 +84,7 @@ class JobKind(str, enum.Enum):
     SEAL_VERSION = "seal_version"
     SCAN_BLOB = "scan_blob"
     RUN_EVAL = "run_eval"
+    DELIVER_WEBHOOK = "deliver_webhook"
 
 
 def enqueue_job(session: Session, kind: JobKind, payload: dict[str, Any], *key_parts: object,

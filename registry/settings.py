@@ -105,6 +105,24 @@ class Settings(BaseSettings):
     eval_read_only_paths: list[Path] = Field(
         default_factory=list, description="More paths every eval runner sees, read-only (a tool's install, a cache).")
 
+    egress_allow: list[str] = Field(
+        default_factory=list,
+        description="Hosts, addresses or CIDR networks that webhook URLs may name although they are private, "
+                    "loopback or link-local (registry/net/egress.py); JSON list, e.g. [\"10.1.2.0/24\"].")
+    webhook_retry_for_seconds: float = Field(
+        86400.0, gt=0, description="How long a webhook retries one failing event before it is paused.")
+    webhook_backoff_base_seconds: float = Field(
+        5.0, gt=0, description="First retry delay of a failing webhook; it doubles per attempt, with jitter.")
+    webhook_backoff_max_seconds: float = Field(1800.0, gt=0, description="The longest delay between two retries.")
+    webhook_connect_timeout_seconds: float = Field(5.0, gt=0, le=60)
+    webhook_timeout_seconds: float = Field(
+        10.0, gt=0, le=120, description="The longest one delivery may take, connect to last byte read.")
+    webhook_max_response_bytes: int = Field(65536, ge=0, le=1 << 20, description="Bytes of an answer read.")
+    webhook_poll_seconds: float = Field(
+        1.0, gt=0, le=60, description="How often workers look for webhooks with events to deliver.")
+    webhook_delivery_threads: int = Field(
+        4, ge=1, le=64, description="Threads per worker process that deliver webhooks (only webhooks).")
+
     job_lease_seconds: float = 60.0
     job_max_attempts: int = Field(5, ge=1, description="Attempts of a job before it is dead.")
     job_backoff_base_seconds: float = 2.0

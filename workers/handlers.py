@@ -76,4 +76,16 @@ def build_handlers() -> HandlerRegistry:
         Handler(JobKind.SEAL_VERSION.value, _seal_version, _seal_version_dead),
         Handler(JobKind.SCAN_BLOB.value, _scan_blob, _scan_blob_dead),
         Handler(JobKind.RUN_EVAL.value, _run_eval, _run_eval_dead),
+        WEBHOOK_HANDLER,
     ])
+
+
+# Webhook deliveries (registry/services/webhooks.py); the job re-checks everything it reads.
+def _deliver_webhook(c: Container, payload: Payload) -> None:
+    from registry.services import webhooks
+
+    webhooks.deliver(c.session_factory, int(payload["subscription_id"]),
+                     config=webhooks.DeliveryConfig.from_settings(c.settings), clock=c.clock)
+
+
+WEBHOOK_HANDLER = Handler(JobKind.DELIVER_WEBHOOK.value, _deliver_webhook)

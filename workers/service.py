@@ -12,6 +12,7 @@ from workers.handlers import build_handlers
 from workers.loop import run_worker_process as _run_process
 from workers.loop import run_workers
 from workers.rejudging import start_rejudging
+from workers.webhooks import pipeline_handlers, start_webhooks
 
 log = logging.getLogger(__name__)
 
@@ -22,6 +23,8 @@ def start_workers(container: Container, count: int, stop: threading.Event) -> li
         _sweep_eval_copies()
         start_checkpoints(container, stop)
         start_rejudging(container, stop)
+        start_webhooks(container, stop)
+        return run_workers(container, pipeline_handlers(), count, stop)
     return run_workers(container, build_handlers(), count, stop)
 
 
@@ -32,7 +35,8 @@ def run_worker_process(container: Container, concurrency: int) -> int:
     _sweep_eval_copies()
     start_checkpoints(container, stop)
     start_rejudging(container, stop)
-    return _run_process(container, build_handlers(), threads=concurrency, stop=stop)
+    start_webhooks(container, stop)
+    return _run_process(container, pipeline_handlers(), threads=concurrency, stop=stop)
 
 
 def _sweep_eval_copies() -> None:

@@ -1,7 +1,7 @@
 """node_bindings: Kubernetes service accounts of trusted issuers bound to a tenant's node role
 
 Revision ID: 0019
-Revises: 0017 (0018 is another branch's; re-chain when merging)
+Revises: 0018
 Create Date: 2026-12-02 01:40:00
 """
 from typing import Sequence, Union
@@ -10,7 +10,7 @@ from alembic import op
 import sqlalchemy as sa
 
 revision: str = "0019"
-down_revision: Union[str, None] = "0017"
+down_revision: Union[str, None] = "0018"
 branch_labels: Union[str, Sequence[str], None] = None
 depends_on: Union[str, Sequence[str], None] = None
 

@@ -8,7 +8,7 @@ readable line to stderr and exits non-zero (1 for errors, 2 for usage).
 
 One module per area registers its commands on the one ``app`` (``_base``): ``identity``, ``versions``,
 ``releases``, ``approvals``, ``evals``, ``operations``, ``quotas`` (quotas, retention, usage), ``fetch``
-(serving nodes), ``provenance`` and ``provenance_export`` (auditors).
+(serving nodes), ``provenance`` and ``provenance_export`` (auditors), ``webhooks`` (tenant admins).
 """
 
 from __future__ import annotations
@@ -19,7 +19,8 @@ import typer
 from typer.exceptions import TyperException
 
 from registry.cli import (  # noqa: F401 (commands)
-    approvals, evals, fetch, identity, operations, provenance, provenance_export, quotas, releases, versions)
+    approvals, evals, fetch, identity, operations, provenance, provenance_export, quotas, releases, versions,
+    webhooks)
 from registry.cli._base import _say, app
 from registry.domain.errors import RegistryError
 

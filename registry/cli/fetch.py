@@ -175,6 +175,16 @@ def _write_fetch_metrics(path: Path, ref_text: str, timings: dict[str, float], e
         _say(f"warning: cannot write the metrics textfile {path}: {err.strerror or err}", err=True)
 
 
+def _write_cache_metrics(path: Path, cache, cursor: int) -> None:
+    """``cache warm``'s textfile; a path that cannot be written is told on stderr (the warmer runs on)."""
+    from registry.client.textfile import cache_samples, write_textfile
+
+    try:
+        write_textfile(path, cache_samples(cache.revocation_totals(), cursor))
+    except OSError as err:
+        _say(f"warning: cannot write the metrics textfile {path}: {err.strerror or err}", err=True)
+
+
 @app.command(epilog=EXIT_HELP)
 def verify(
     directory: Path = typer.Argument(..., help="A directory `modelreg fetch` filled"),
@@ -246,18 +256,28 @@ def cache_warm(
     refs: list[str] = typer.Argument(..., help="tenant/name@alias ... to keep cached"),
     trust_root: Path = TrustRootOpt, cache: Optional[Path] = CacheOpt, parallel: int = ParallelOpt,
     wait: int = typer.Option(300, "--wait", min=1, max=3600, help="Seconds of each long poll on the manifest."),
-    once: bool = typer.Option(False, "--once", help="Bring each REF's current release into the cache, then exit."),
+    once: bool = typer.Option(False, "--once", help="Apply the revocations not yet applied and bring each REF's "
+                                                    "current release into the cache, then exit."),
     cache_high: Optional[str] = HighOpt, cache_low: Optional[str] = LowOpt, recheck_hours: float = RecheckOpt,
+    metrics_textfile: Optional[Path] = typer.Option(
+        None, "--metrics-textfile", envvar="MODELREG_CACHE_METRICS_TEXTFILE",
+        help="Write the revocation counters here for the node exporter's textfile collector (a *.prom file; "
+             "rewritten atomically when they change)."),
     url: str = UrlOpt, token: str = TokenOpt, token_file: Optional[str] = TokenFileOpt,
     as_json: bool = JsonOpt,
 ) -> None:
-    """Keep the node cache ahead of alias moves: download a new release before any pod asks for it.
+    """Keep the node cache ahead of alias moves, and revoked versions out of it.
 
     Long-polls each REF's manifest (``wait=``); on a change, verifies the release and caches its files.
-    Run as a DaemonSet. With --once, a failure exits with its code; otherwise it is printed and retried.
+    One more thread reads ``version.revoked`` from the event stream (cursor kept in the cache): a revoked
+    version the cache holds is removed from it (blobs another live version lists stay) and reported
+    (``{"event": "revoked"}`` with --json). Run as a DaemonSet. With --once, a failure to warm exits
+    with its code (an event stream that fails is told on stderr, and the warm goes on); otherwise every
+    failure is printed and retried.
     """
     from registry.client.fetch import warm_once
     from registry.client.progress import Reporter
+    from registry.client.revocations import RevocationFollower
     from registry.domain.errors import RegistryError
     from registry.domain.refs import parse_ref
 
@@ -266,7 +286,29 @@ def cache_warm(
         node_cache = _cache(cache, cache_high, cache_low, recheck_hours)
         reporter = Reporter("json" if as_json else "human")
         with _api(url, token, token_file) as api:
+            def metrics(cursor: int | None = None) -> None:
+                if metrics_textfile is not None:
+                    _write_cache_metrics(metrics_textfile, node_cache,
+                                         follower.cursor if cursor is None else cursor)
+
+            def revoked(report) -> None:
+                reporter.event("revoked", **report.as_dict())
+                kept = f", kept {len(report.kept)} shared with live versions" if report.kept else ""
+                reporter.line(f"revoked {report.tenant}/{report.model}@{report.version}: removed "
+                              f"{len(report.removed)} blob(s) ({report.removed_bytes / 2**20:.1f} MiB) from the "
+                              f"cache{kept}")
+                metrics()
+
+            follower = RevocationFollower(api, node_cache, on_revoked=revoked, on_cursor=metrics,
+                                          on_problem=lambda line: _say(f"error: revocations: {line}", err=True))
+            metrics()
             if once:
+                try:
+                    follower.catch_up()
+                except (RegistryError, OSError) as exc:
+                    # The releases are still warmed: the manifest endpoint itself refuses revoked versions.
+                    _say(f"error: revocations: the event stream failed, none applied: {' '.join(str(exc).split())}",
+                         err=True)
                 for ref in parsed:
                     _, result = warm_once(ref, api=api, trust_root_file=trust_root, cache=node_cache, etag=None,
                                           wait=None, parallel=parallel, reporter=reporter)
@@ -279,6 +321,7 @@ def cache_warm(
 
             def poll(ref) -> None:
                 etag: str | None = None
+                said = ""
                 while not stop.is_set():
                     try:
                         etag, result = warm_once(ref, api=api, trust_root_file=trust_root, cache=node_cache,
@@ -286,14 +329,19 @@ def cache_warm(
                     except RegistryError as exc:
                         from registry.client.errors import exit_code
 
-                        prefix = _error_prefix(exit_code(exc)[1])
-                        _say(f"{prefix}{ref}: {' '.join(str(exc).split())}", err=True)
+                        line = f"{_error_prefix(exit_code(exc)[1])}{ref}: {' '.join(str(exc).split())}"
+                        # A refusal that lasts (an alias on a revoked version) is told once, not every retry.
+                        if line != said:
+                            _say(line, err=True)
+                            said = line
                         stop.wait(10)
                         continue
+                    said = ""
                     if result is not None:
                         _summary(result.as_dict(), as_json, f"{ref} -> {result.version} cached")
 
             threads = [threading.Thread(target=poll, args=(r,), daemon=True) for r in parsed]
+            threads.append(threading.Thread(target=follower.run, args=(stop,), daemon=True, name="revocations"))
             for t in threads:
                 t.start()
             try:

@@ -62,6 +62,23 @@ class ManifestResponse:
                    version if type(version) is int else None, etag)
 
 
+@dataclasses.dataclass(frozen=True)
+class EventPage:
+    """What ``GET /v1/events`` answers: CloudEvents (JSON objects, unchecked) and the cursor to read on from."""
+
+    events: list[dict[str, Any]]
+    cursor: int
+
+    @classmethod
+    def from_json(cls, body: Any, after: int) -> "EventPage":
+        if not isinstance(body, dict) or not isinstance(body.get("events"), list) \
+                or type(body.get("cursor")) is not int:
+            raise RegistryError("the event stream's answer has no events list and integer cursor")
+        if body["cursor"] < after:
+            raise RegistryError(f"the event stream's cursor went back, from {after} to {body['cursor']}")
+        return cls([e for e in body["events"] if isinstance(e, dict)], body["cursor"])
+
+
 def _model(tenant: str, name: str) -> str:
     return f"/v1/models/{_seg(tenant)}/{_seg(name)}"
 
@@ -307,7 +324,52 @@ class RegistryApi:
         return self.client.get_bytes(f"/v1/provenance/{_seg(tenant)}/{_seg(name)}/versions/{int(number)}/export",
                                      params={"format": fmt})
 
+    # --- webhooks ---------------------------------------------------------------------------------
+
+    def add_webhook(self, body: dict[str, Any]) -> dict[str, Any]:
+        return self.client.post("/v1/webhooks", json=body)
+
+    def webhooks(self, tenant: str | None = None) -> list[dict[str, Any]]:
+        return self.client.get("/v1/webhooks", params={"tenant": tenant} if tenant else None)
+
+    def webhook(self, webhook_id: int) -> dict[str, Any]:
+        return self.client.get(f"/v1/webhooks/{int(webhook_id)}")
+
+    def remove_webhook(self, webhook_id: int) -> None:
+        self.client.delete(f"/v1/webhooks/{int(webhook_id)}")
+
+    def webhook_deliveries(self, webhook_id: int, limit: int = 100) -> list[dict[str, Any]]:
+        return self.client.get(f"/v1/webhooks/{int(webhook_id)}/deliveries", params={"limit": limit})
+
+    def redeliver_webhook(self, webhook_id: int, from_event: str | None = None) -> dict[str, Any]:
+        return self.client.post(f"/v1/webhooks/{int(webhook_id)}/redeliver", json={"from_event": from_event})
+
+    def test_webhook(self, webhook_id: int) -> dict[str, Any]:
+        return self.client.post(f"/v1/webhooks/{int(webhook_id)}/test")
+
+    def rotate_webhook_secret(self, webhook_id: int, keep_previous_seconds: float) -> dict[str, Any]:
+        return self.client.post(f"/v1/webhooks/{int(webhook_id)}/rotate-secret",
+                                json={"keep_previous_seconds": keep_previous_seconds})
+
     # --- serving nodes ---------------------------------------------------------------------------
+
+    def events(self, after: int, *, types: tuple[str, ...] = (), limit: int = 100,
+               wait: float | None = None) -> EventPage:
+        """Catalogue events after the cursor ``after`` (``GET /v1/events``), oldest first.
+
+        Args:
+            wait: Seconds the server may hold the request until an event arrives (long poll; a server
+                that does not know ``wait`` answers at once).
+
+        Raises:
+            RemoteError: the registry refused (``status`` 401, 410...); NetworkError: unreachable.
+        """
+        params: dict[str, Any] = {"after": int(after), "limit": int(limit), "type": list(types)}
+        if wait is not None:
+            params["wait"] = int(wait)
+        timeout = self.client.http.timeout.read or 60.0
+        return EventPage.from_json(self.client.get("/v1/events", params=params, timeout=(wait or 0) + timeout),
+                                   int(after))
 
     @staticmethod
     def manifest_path(tenant: str, name: str) -> str:

@@ -5,7 +5,9 @@ Layout under the cache directory::
     tenants/<tenant>/blobs/sha256/<2 hex>/<64 hex>   verified blobs, read-only (mode 0444)
     tenants/<tenant>/partial/<64 hex>[.parts.json]   downloads in progress, kept to resume
     tenants/<tenant>/locks/<64 hex>.lock             one flock per digest: one process downloads a blob
-    index.sqlite3                                    last use and last verification of each blob
+    index.sqlite3                                    last use and last verification of each blob; the
+                                                     versions held (their digests), revoked ones, and state
+                                                     (the event stream's cursor, revocation counters)
     fetch.lock                                       shared by fetches in flight, exclusive for eviction
     trust/                                           roots walked and serials accepted (registry.client.trust)
 
@@ -30,6 +32,15 @@ writes into its own DEST reaches neither the cache nor another pod. (fs-verity w
 refuse the change instead; ext4 here has it off, so the copy is the one mechanism.) Blobs that only
 sit in the cache (``cache warm``) are re-hashed when their last check is older than ``recheck_after``,
 and ``modelreg cache verify`` re-hashes them all on demand.
+
+Revocation. The index records which versions the cache holds (:meth:`NodeCache.hold`: tenant, model,
+version, and each file's digest) when a fetch or ``cache warm`` brings a release in. When a version is
+revoked (``cache warm`` reads ``version.revoked`` from the event stream), :meth:`NodeCache.remove_revoked`
+marks it revoked, so a stale manifest can never bring it back, and removes its blobs except those another
+live (not revoked) version held in the same tenant still lists. Each blob is removed under its digest's
+lock, so the removal never races a fetch copying or downloading that blob; it does not wait on
+``fetch.lock`` (which eviction takes exclusively), since a long fetch in flight would hold the
+revocation back for as long as it runs.
 
 Example:
     >>> import hashlib, tempfile, pathlib
@@ -144,6 +155,35 @@ class VerifyReport:
 
 
 @dataclasses.dataclass
+class RevocationReport:
+    """What :meth:`NodeCache.remove_revoked` did for one revoked version.
+
+    Attributes:
+        held: The cache held the version (a fetch or ``cache warm`` recorded it).
+        newly_revoked: The version was not recorded as revoked before this call.
+        removed: The digests of the blobs removed; ``kept``: of those kept for another live version.
+    """
+
+    tenant: str
+    model: str
+    version: int
+    held: bool = False
+    newly_revoked: bool = False
+    removed: list[str] = dataclasses.field(default_factory=list)
+    removed_bytes: int = 0
+    kept: list[str] = dataclasses.field(default_factory=list)
+
+    def as_dict(self) -> dict[str, object]:
+        return {"tenant": self.tenant, "model": f"{self.tenant}/{self.model}", "version": self.version,
+                "blobs_removed": len(self.removed), "bytes_removed": self.removed_bytes,
+                "blobs_kept": len(self.kept)}
+
+
+REVOCATION_COUNTERS = ("revoked_versions", "revoked_blobs_removed", "revoked_bytes_removed")
+"""The revocation totals the index keeps (state keys), across restarts: what the metrics count."""
+
+
+@dataclasses.dataclass
 class EvictReport:
     ran: bool
     before: int = 0
@@ -180,6 +220,15 @@ class NodeCache:
             self._db.execute("CREATE TABLE IF NOT EXISTS blobs (tenant TEXT NOT NULL, digest TEXT NOT NULL, "
                              "size INTEGER NOT NULL, last_used REAL NOT NULL, verified_at REAL NOT NULL, "
                              "PRIMARY KEY (tenant, digest))")
+            # A version a fetch or warm brought in (revoked = 1 once revoked, held or not), and its digests.
+            self._db.execute("CREATE TABLE IF NOT EXISTS versions (tenant TEXT NOT NULL, model TEXT NOT NULL, "
+                             "version INTEGER NOT NULL, revoked INTEGER NOT NULL DEFAULT 0, "
+                             "recorded_at REAL NOT NULL, PRIMARY KEY (tenant, model, version))")
+            self._db.execute("CREATE TABLE IF NOT EXISTS version_blobs (tenant TEXT NOT NULL, model TEXT NOT NULL, "
+                             "version INTEGER NOT NULL, digest TEXT NOT NULL, size INTEGER NOT NULL, "
+                             "PRIMARY KEY (tenant, model, version, digest))")
+            self._db.execute("CREATE INDEX IF NOT EXISTS version_blobs_by_digest ON version_blobs (tenant, digest)")
+            self._db.execute("CREATE TABLE IF NOT EXISTS state (key TEXT PRIMARY KEY, value TEXT NOT NULL)")
 
     def close(self) -> None:
         self._db.close()
@@ -251,9 +300,124 @@ class NodeCache:
                                    (tenant, digest)).fetchone()
         return row[0] if row else 0.0
 
+    @contextmanager
+    def _transaction(self) -> Iterator[sqlite3.Connection]:
+        """One write transaction on the index (BEGIN IMMEDIATE: other processes wait, none interleaves)."""
+        with self._db_lock:
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                yield self._db
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                raise
+            self._db.execute("COMMIT")
+
+    def state(self, key: str) -> str | None:
+        """A value the cache keeps for its clients (the event stream's cursor), or None."""
+        with self._db_lock:
+            row = self._db.execute("SELECT value FROM state WHERE key = ?", (key,)).fetchone()
+        return row[0] if row else None
+
+    def set_state(self, key: str, value: str) -> None:
+        with self._db_lock:
+            self._db.execute("INSERT INTO state VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+                             (key, value))
+
+    def revocation_totals(self) -> dict[str, int]:
+        """The revoked versions removed and their blobs and bytes, since the cache was made."""
+        with self._db_lock:
+            rows = dict(self._db.execute(f"SELECT key, value FROM state WHERE key IN "
+                                         f"({', '.join('?' * len(REVOCATION_COUNTERS))})", REVOCATION_COUNTERS))
+        return {key: int(rows.get(key, 0)) for key in REVOCATION_COUNTERS}
+
     def _last_used(self) -> dict[tuple[str, str], float]:
         with self._db_lock:
             return {(t, d): u for t, d, u in self._db.execute("SELECT tenant, digest, last_used FROM blobs")}
+
+    # --- versions held, and revocation ------------------------------------------------------
+
+    def hold(self, tenant: str, model: str, version: int, blobs: dict[str, int]) -> bool:
+        """Record that the cache holds (or is about to hold) ``tenant/model@version``: its digests and sizes.
+
+        Call before bringing its blobs in: a revocation applied meanwhile then knows them.
+
+        Returns:
+            False when the version is recorded as revoked: bring none of it in (:meth:`remove_revoked`).
+        """
+        self.tenant_dir(tenant)
+        if not all(is_sha256(d) for d in blobs):
+            raise InvalidInputError("a held version's blobs are named by sha256 digests")
+        with self._transaction() as db:
+            db.execute("INSERT INTO versions VALUES (?, ?, ?, 0, ?) ON CONFLICT DO NOTHING",
+                       (tenant, model, int(version), self.clock()))
+            db.executemany("INSERT INTO version_blobs VALUES (?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
+                           [(tenant, model, int(version), d, int(n)) for d, n in sorted(blobs.items())])
+            (revoked,) = db.execute("SELECT revoked FROM versions WHERE tenant = ? AND model = ? AND version = ?",
+                                    (tenant, model, int(version))).fetchone()
+        return not revoked
+
+    def is_revoked(self, tenant: str, model: str, version: int) -> bool:
+        with self._db_lock:
+            row = self._db.execute("SELECT revoked FROM versions WHERE tenant = ? AND model = ? AND version = ?",
+                                   (tenant, model, int(version))).fetchone()
+        return bool(row and row[0])
+
+    def held_versions(self) -> list[tuple[str, str, int, bool]]:
+        """Every version recorded: ``(tenant, model, version, revoked)``."""
+        with self._db_lock:
+            return [(t, m, v, bool(r)) for t, m, v, r in self._db.execute(
+                "SELECT tenant, model, version, revoked FROM versions ORDER BY tenant, model, version")]
+
+    def _live_holders(self, tenant: str, digest: str) -> int:
+        """How many live (not revoked) versions of ``tenant`` list the blob."""
+        with self._db_lock:
+            (n,) = self._db.execute(
+                "SELECT count(*) FROM version_blobs b JOIN versions v USING (tenant, model, version) "
+                "WHERE b.tenant = ? AND b.digest = ? AND v.revoked = 0", (tenant, digest)).fetchone()
+        return n
+
+    def remove_revoked(self, tenant: str, model: str, version: int) -> RevocationReport:
+        """Record ``tenant/model@version`` as revoked and remove its blobs no live version held still lists.
+
+        Idempotent: applied again (a redelivered event), it removes what is left and counts nothing twice.
+
+        Raises:
+            InvalidInputError: ``tenant`` is not a tenant name.
+        """
+        self.tenant_dir(tenant)
+        report = RevocationReport(tenant, model, int(version))
+        # Revoked first: a warm of this version that records it from now on is refused (hold() is False).
+        with self._transaction() as db:
+            row = db.execute("SELECT revoked FROM versions WHERE tenant = ? AND model = ? AND version = ?",
+                             (tenant, model, int(version))).fetchone()
+            report.newly_revoked = not (row and row[0])
+            db.execute("INSERT INTO versions VALUES (?, ?, ?, 1, ?) ON CONFLICT (tenant, model, version) "
+                       "DO UPDATE SET revoked = 1", (tenant, model, int(version), self.clock()))
+            blobs = db.execute("SELECT digest, size FROM version_blobs WHERE tenant = ? AND model = ? "
+                               "AND version = ? ORDER BY digest", (tenant, model, int(version))).fetchall()
+        report.held = bool(blobs)
+        for digest, size in blobs:
+            with self.digest_lock(tenant, digest):
+                # Asked under the lock: a live version recorded while we waited keeps the blob.
+                if self._live_holders(tenant, digest):
+                    report.kept.append(digest)
+                    continue
+                path = self.blob_path(tenant, digest)
+                if path.exists():
+                    self._remove(tenant, digest)
+                    report.removed.append(digest)
+                    report.removed_bytes += size
+        if report.held and (report.newly_revoked or report.removed):
+            self._count({"revoked_versions": 1 if report.newly_revoked else 0,
+                         "revoked_blobs_removed": len(report.removed),
+                         "revoked_bytes_removed": report.removed_bytes})
+        return report
+
+    def _count(self, increments: dict[str, int]) -> None:
+        with self._transaction() as db:
+            for key, n in increments.items():
+                db.execute("INSERT INTO state VALUES (?, ?) ON CONFLICT (key) DO UPDATE "
+                           "SET value = CAST(value AS INTEGER) + CAST(excluded.value AS INTEGER)", (key, str(n)))
 
     # --- blobs -----------------------------------------------------------------------------
 

@@ -42,7 +42,7 @@ from registry.client.download import DEFAULT_PART_SIZE, MAX_PART_SIZE, SPARE_BUF
 from registry.client.errors import BadManifestError, DestinationInCacheError
 from registry.client.progress import Reporter
 from registry.client.trust import NodeTrust
-from registry.domain.errors import InvalidInputError, InvalidRefError
+from registry.domain.errors import InvalidInputError, InvalidRefError, RevokedError
 from registry.domain.refs import ModelRef, parse_ref
 from registry.signing.release import Release, ReleaseFile, verify_release
 
@@ -189,6 +189,31 @@ def ensure_cached(release: Release, transport: Mapping[str, str], *, tenant: str
                 raise errors[0]
 
 
+def hold_release(release: Release, *, tenant: str, name: str, cache: NodeCache) -> None:
+    """Record in the cache's index that it holds ``release``'s version, before any of its blobs come in.
+
+    Raises:
+        RevokedError: the cache recorded the version as revoked (a stale manifest): none of it is cached.
+    """
+    if not cache.hold(tenant, name, release.version, {f.sha256: f.size for f in release.files}):
+        raise RevokedError.from_wire(
+            f"{tenant}/{name}@{release.version} was revoked (the node cache applied the revocation): it is not "
+            "cached again", model=f"{tenant}/{name}", version=release.version)
+
+
+def drop_if_revoked(release: Release, *, tenant: str, name: str, cache: NodeCache) -> None:
+    """After the blobs came in: a revocation applied meanwhile removes what this warm brought back.
+
+    Raises:
+        RevokedError: the version was revoked while its blobs were cached (they are removed again).
+    """
+    if cache.is_revoked(tenant, name, release.version):
+        cache.remove_revoked(tenant, name, release.version)
+        raise RevokedError.from_wire(
+            f"{tenant}/{name}@{release.version} was revoked while it was cached: removed again",
+            model=f"{tenant}/{name}", version=release.version)
+
+
 def check_outside_cache(dest: Path, cache: NodeCache) -> None:
     """DEST may be neither inside the node cache nor hold it: a pod's DEST must never be the cache's storage.
 
@@ -216,6 +241,7 @@ def fetch_release(envelope: Mapping[str, Any], transport: Mapping[str, str], bun
         release = verify_manifest(envelope, bundle, ref=ref, trust=trust, now=now or _utcnow())
     result = FetchResult(release.model, release.ref, release.version, release.serial, str(dest),
                          files=len(release.files), bytes=release.total_size)
+    hold_release(release, tenant=ref.tenant, name=ref.name, cache=cache)
     with cache.in_use():
         # Before any download: a DEST holding something else is refused now, not after the bytes came.
         if destination_is_release(Path(dest), release):
@@ -277,6 +303,10 @@ def warm_once(ref: ModelRef, *, api: RegistryApi, trust_root_file: Path, cache: 
 
     Returns:
         The ETag to poll with next, and what was fetched (None when the manifest did not change).
+
+    Raises:
+        RevokedError: the registry refused the manifest, or the cache recorded the version as
+            revoked (a stale manifest, or a revocation applied while its blobs came in).
     """
     reporter = reporter or Reporter()
     response = api.manifest(ref.tenant, ref.name, ref_selector(ref), etag=etag, wait=wait)
@@ -288,9 +318,11 @@ def warm_once(ref: ModelRef, *, api: RegistryApi, trust_root_file: Path, cache: 
     release = verify_manifest(response.envelope, response.signature_bundle, ref=ref, trust=trust, now=now)
     result = FetchResult(release.model, release.ref, release.version, release.serial, None,
                          files=len(release.files), bytes=release.total_size)
+    hold_release(release, tenant=ref.tenant, name=ref.name, cache=cache)
     with cache.in_use():
         ensure_cached(release, response.transport, tenant=ref.tenant, cache=cache, api=api, parallel=parallel,
                       reporter=reporter, result=result)
+    drop_if_revoked(release, tenant=ref.tenant, name=ref.name, cache=cache)
     trust.accept(release.model, release.ref, release.serial)
     trust.commit()
     cache.evict()

@@ -13,6 +13,11 @@ Series (labels ``model="tenant/name"`` and ``ref``, the alias or version asked f
 - on success, ``modelreg_fetch_version``, ``modelreg_fetch_serial``, ``modelreg_fetch_release_bytes``,
   ``modelreg_fetch_downloaded_bytes`` and ``modelreg_fetch_files{source}`` (``downloaded``, ``cached``).
 
+``modelreg cache warm --metrics-textfile`` writes the node cache's revocation counters (no labels; totals
+kept in the cache's index, so they survive a restart): ``modelreg_cache_revoked_versions_total``,
+``modelreg_cache_revoked_blobs_removed_total``, ``modelreg_cache_revoked_bytes_removed_total``, and
+``modelreg_cache_events_cursor`` (how far the event stream was applied).
+
 Written by hand, in the text exposition format: the fetch client needs no metrics library.
 """
 
@@ -34,7 +39,17 @@ _HELP = {
     "modelreg_fetch_release_bytes": ("gauge", "Bytes of the release the last modelreg fetch installed"),
     "modelreg_fetch_downloaded_bytes": ("gauge", "Bytes the last modelreg fetch downloaded (not from the cache)"),
     "modelreg_fetch_files": ("gauge", "Files of the last modelreg fetch, by where they came from"),
+    "modelreg_cache_revoked_versions_total": ("counter", "Revoked versions removed from the node cache"),
+    "modelreg_cache_revoked_blobs_removed_total": ("counter", "Blobs removed from the node cache for revocations"),
+    "modelreg_cache_revoked_bytes_removed_total": ("counter", "Bytes removed from the node cache for revocations"),
+    "modelreg_cache_events_cursor": ("gauge", "The event stream cursor the node cache has applied up to"),
 }
+
+
+def cache_samples(totals: Mapping[str, int], cursor: int) -> list[tuple[str, dict, float]]:
+    """The samples of ``cache warm``: ``NodeCache.revocation_totals()`` and the applied cursor."""
+    return [(f"modelreg_cache_{key}_total", {}, float(value)) for key, value in totals.items()] + [
+        ("modelreg_cache_events_cursor", {}, float(cursor))]
 
 
 def fetch_samples(model: str, ref: str, outcome: str, timings: Mapping[str, float],
@@ -75,7 +90,7 @@ def render(samples: list[tuple[str, dict, float]]) -> str:
             lines += [f"# HELP {name} {help_text}", f"# TYPE {name} {kind}"]
             seen.add(name)
         inner = ",".join(f'{k}="{_escape(str(v))}"' for k, v in labels.items())
-        lines.append(f"{name}{{{inner}}} {value!r}")
+        lines.append(f"{name}{{{inner}}} {value!r}" if inner else f"{name} {value!r}")
     return "\n".join(lines) + "\n"
 
 

@@ -692,6 +692,59 @@ class HfDownload(Base):
     last_at: Mapped[dt.datetime]
 
 
+class WebhookSubscription(Base):
+    """A tenant's webhook: catalogue events of ``types`` (about models matching ``model_glob``) POSTed to
+    ``url`` in order, from ``cursor`` on (``registry/services/webhooks.py``, ``docs/webhooks.md``).
+
+    ``cursor`` is the last audit id whose events are all delivered; ``cursor_part`` how many events of the
+    next matching audit event (one may mean two) are delivered already. ``secret`` signs every delivery;
+    ``previous_secret`` too, until ``previous_secret_expires_at``, while receivers move to the new one.
+    """
+
+    __tablename__ = "webhook_subscriptions"
+    __table_args__ = (Index("ix_webhook_subscriptions_tenant", "tenant"),
+                      Index("ix_webhook_subscriptions_status", "status"))
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True)
+    tenant: Mapped[str] = mapped_column(String(64))
+    url: Mapped[str] = mapped_column(String(2048))
+    types: Mapped[list[Any]] = mapped_column(default=list)
+    model_glob: Mapped[str | None] = mapped_column(String(256))
+    secret: Mapped[str] = mapped_column(String(128))
+    previous_secret: Mapped[str | None] = mapped_column(String(128))
+    previous_secret_expires_at: Mapped[dt.datetime | None]
+    cursor: Mapped[int] = mapped_column(BigInteger, default=0)
+    cursor_part: Mapped[int] = mapped_column(Integer, default=0)
+    status: Mapped[str] = mapped_column(String(16), default="active")
+    """``active`` or ``paused`` (named apart from a version's ``state``, which only the lifecycle moves)."""
+    paused_reason: Mapped[str | None] = mapped_column(String(1024))
+    paused_at: Mapped[dt.datetime | None]
+    failing_since: Mapped[dt.datetime | None]
+    failed_attempts: Mapped[int] = mapped_column(Integer, default=0)
+    next_attempt_at: Mapped[dt.datetime | None]
+    last_error: Mapped[str | None] = mapped_column(String(1024))
+    created_by: Mapped[str] = mapped_column(String(128))
+    created_at: Mapped[dt.datetime]
+
+
+class WebhookDelivery(Base):
+    """One attempt to deliver one event (or a test ping) to a subscription, and what came of it."""
+
+    __tablename__ = "webhook_deliveries"
+    __table_args__ = (Index("ix_webhook_deliveries_subscription", "subscription_id", "id"),)
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True)
+    subscription_id: Mapped[int] = mapped_column(
+        BigId, ForeignKey("webhook_subscriptions.id", ondelete="CASCADE"))
+    event_id: Mapped[str] = mapped_column(String(128))
+    event_type: Mapped[str] = mapped_column(String(128))
+    attempt: Mapped[int] = mapped_column(Integer)
+    status_code: Mapped[int | None] = mapped_column(Integer)
+    error: Mapped[str | None] = mapped_column(String(1024))
+    duration_ms: Mapped[int] = mapped_column(Integer)
+    at: Mapped[dt.datetime]
+
+
 class NodeBinding(Base):
     """An administrator's word that a Kubernetes service account of a trusted issuer is a serving node of a
     tenant: a projected token of ``(issuer, namespace, service_account)`` authenticates as ``principal``

@@ -553,3 +553,20 @@ class NoApprovalToAmendError(ConflictError):
     """File reviews added to an approval the principal never made (no decision of theirs, or a reject)."""
 
     code = "no-approval-to-amend"
+
+
+class EgressRefusedError(InvalidInputError):
+    """A URL the registry would call is refused by the egress guard (``registry/net/egress.py``): not
+    http(s), carrying credentials, unresolvable, or resolving to an address the operator has not allowed;
+    ``details['reason']`` says which."""
+
+    code = "egress-refused"
+
+
+class WebhookNotFoundError(NotFoundError):
+    """No webhook subscription with this id that the caller may see."""
+
+    code = "webhook-not-found"
+
+    def __init__(self, subscription_id: int) -> None:
+        super().__init__(f"no webhook {subscription_id}", subscription_id=subscription_id)

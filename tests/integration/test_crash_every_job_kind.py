@@ -188,4 +188,5 @@ def test_an_unsafe_model_fails_once_after_a_worker_is_killed_mid_scan(container,
 
 
 def test_every_job_kind_is_crashed_here():
-    assert set(ORDER) == set(JobKind)
+    # deliver_webhook is killed mid-delivery in tests/e2e/test_webhooks_worker.py.
+    assert set(ORDER) | {JobKind.DELIVER_WEBHOOK} == set(JobKind)

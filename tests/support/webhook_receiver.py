@@ -1,0 +1,87 @@
+"""A real HTTP webhook receiver on 127.0.0.1, in a thread: it records every request and answers as told.
+
+Example:
+    >>> with Receiver() as hook:  # doctest: +SKIP
+    ...     hook.status = 503      # down (answers 503), or hook.stop() to refuse connections
+    ...     hook.requests[0].body
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+
+@dataclass
+class Received:
+    headers: dict[str, str]
+    body: bytes
+    path: str
+    host: str
+    answered: int
+
+
+class Receiver:
+    """Records POSTs; ``status`` is what it answers, ``delay`` how long it waits first, ``location`` a
+    redirect target (with a 3xx status)."""
+
+    def __init__(self, port: int = 0) -> None:
+        self.status = 204
+        self.delay = 0.0
+        self.location: str | None = None
+        self.requests: list[Received] = []
+        self._lock = threading.Lock()
+        self._server: ThreadingHTTPServer | None = None
+        self.port = port
+        self.start()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/hook"
+
+    def start(self) -> None:
+        receiver = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:  # noqa: N802
+                body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
+                with receiver._lock:
+                    receiver.requests.append(Received({k.lower(): v for k, v in self.headers.items()}, body,
+                                                      self.path, self.headers.get("Host", ""),
+                                                      receiver.status))
+                if receiver.delay:
+                    time.sleep(receiver.delay)
+                self.send_response(receiver.status)
+                if receiver.location:
+                    self.send_header("Location", receiver.location)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        ThreadingHTTPServer.allow_reuse_address = True
+        self._server = ThreadingHTTPServer(("127.0.0.1", self.port), Handler)
+        self._server.daemon_threads = True
+        self.port = self._server.server_address[1]
+        threading.Thread(target=self._server.serve_forever, daemon=True).start()
+
+    def stop(self) -> None:
+        """Refuse connections from now on (the port stays this receiver's for ``start``)."""
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+            self._server = None
+
+    def ids(self, *, accepted: bool = False) -> list[str]:
+        """The ``webhook-id`` of every request (only those answered 2xx, with ``accepted``), in arrival order."""
+        with self._lock:
+            return [r.headers["webhook-id"] for r in self.requests if not accepted or 200 <= r.answered < 300]
+
+    def __enter__(self) -> Receiver:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
