@@ -304,3 +304,23 @@ def test_cli_reads_the_token_from_modelreg_token_file(world, issuer, tmp_path, c
         path.unlink()
         assert cli_main(["whoami", "--url", url]) == 1
         assert "cannot read the token file" in capsys.readouterr().err
+
+
+def test_modelreg_fetch_and_cache_warm_with_the_projected_token_file(world, issuer, tmp_path, capsys):
+    """The node's whole path: `modelreg fetch` and `cache warm --once` with --token-file, no registry token."""
+    client, _, admin = world
+    bind(client, admin, issuer)
+    token_file = tmp_path / "token"
+    token_file.write_text(issuer.mint() + "\n")
+    root = tmp_path / "root.json"
+    root.write_text(client.get("/v1/trust-root").text)
+    with serve_in_thread(client.app) as url:
+        common = ["--url", url, "--token-file", str(token_file), "--trust-root", str(root),
+                  "--cache", str(tmp_path / "cache")]
+        assert cli_main(["fetch", f"modelreg://{T}/{M}@prod", str(tmp_path / "models"), *common]) == 0, \
+            capsys.readouterr().err
+        assert (tmp_path / "models" / "config.json").exists()
+        assert cli_main(["cache", "warm", "--once", f"{T}/{M}@prod", *common]) == 0, capsys.readouterr().err
+        token_file.write_text(issuer.mint(audience=["elsewhere"]))  # rotated to a token for someone else
+        assert cli_main(["fetch", f"modelreg://{T}/{M}@prod", str(tmp_path / "again"), *common]) != 0
+        assert "not for audience" in capsys.readouterr().err
