@@ -30,7 +30,8 @@ SessionDep = Annotated[Session, Depends(get_session)]
 
 # Declared as a security scheme so that the OpenAPI document says which routes need a token; a
 # missing or non-bearer header is left to get_principal, which answers with a problem.
-_bearer = HTTPBearer(auto_error=False, scheme_name="token", description="A modelreg token (`mr_...`), or a Kubernetes projected service-account token of a trusted issuer")
+_bearer = HTTPBearer(auto_error=False, scheme_name="token",
+                     description="A modelreg token (`mr_...`), or a pod's projected service-account token")
 
 
 async def get_bearer_token(credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]) -> str:
