@@ -10,7 +10,7 @@ from fastapi import FastAPI
 from api import problems
 from api.metrics import ApiMetrics, MetricsMiddleware
 from api.middleware import BoundBodyMiddleware, ConsoleHeadersMiddleware, RefuseNulMiddleware, RequestIdMiddleware
-from api.routers import admin, audit, health, metrics
+from api.routers import admin, audit, health, metrics, node_bindings
 from registry.bootstrap import Container
 from registry.watch import EventWatcher
 
@@ -47,6 +47,7 @@ def create_app(container: Container) -> FastAPI:
     app.include_router(metrics.router)
     app.include_router(admin.router)
     app.include_router(audit.router)
+    app.include_router(node_bindings.router)
     for router in _optional_routers():
         app.include_router(router)
     from api.routers import ui

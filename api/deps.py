@@ -38,7 +38,8 @@ SessionDep = Annotated[Session, Depends(get_session)]
 
 # Declared as a security scheme so that the OpenAPI document says which routes need a token; a
 # missing or non-bearer header is left to get_principal, which answers with a problem.
-_bearer = HTTPBearer(auto_error=False, scheme_name="token", description="A modelreg token: `mr_...`")
+_bearer = HTTPBearer(auto_error=False, scheme_name="token",
+                     description="A modelreg token (`mr_...`), or a pod's projected service-account token")
 
 
 async def get_bearer_token(credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]) -> str:
@@ -51,8 +52,8 @@ async def get_bearer_token(credentials: Annotated[HTTPAuthorizationCredentials |
 BearerTokenDep = Annotated[str, Depends(get_bearer_token)]
 
 
-def get_principal(session: SessionDep, token: BearerTokenDep) -> AuthenticatedPrincipal:
-    principal = authenticate(session, token)
+def get_principal(session: SessionDep, token: BearerTokenDep, container: ContainerDep) -> AuthenticatedPrincipal:
+    principal = authenticate(session, token, workload=container.workload_verifier)
     # Reads after authentication start a fresh transaction, not one opened by the lookup.
     session.rollback()
     return principal

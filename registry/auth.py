@@ -18,6 +18,7 @@ import enum
 import hashlib
 import secrets
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session, joinedload
@@ -25,6 +26,9 @@ from sqlalchemy.orm import Session, joinedload
 from registry.db.models import ApiToken, Principal, RoleBinding, Tenant, utcnow
 from registry.domain.errors import AuthenticationError, InvalidInputError, PermissionDeniedError
 from registry.domain.refs import NAME_RE
+
+if TYPE_CHECKING:
+    from registry.workload_identity import WorkloadVerifier
 
 TOKEN_PREFIX = "mr_"
 
@@ -137,14 +141,22 @@ def issue_token(
     return IssuedToken(token=secret, id=row.id, prefix=row.prefix, expires_at=expires_at)
 
 
-def authenticate(session: Session, token: str | None) -> AuthenticatedPrincipal:
-    """Resolve a bearer token to its principal and roles.
+def authenticate(session: Session, token: str | None, *, workload: "WorkloadVerifier | None" = None
+                 ) -> AuthenticatedPrincipal:
+    """Resolve a bearer token to its principal and roles: a registry token (``mr_...``), or a Kubernetes
+    projected service-account token (a JWT), verified by ``workload`` and mapped through the node bindings.
 
     Raises:
-        AuthenticationError: no token, an unknown, expired or revoked token, or a disabled principal.
+        AuthenticationError: no token, an unknown, expired or revoked token, or a disabled principal
+            (WorkloadTokenRejectedError for a service-account token that fails a check).
     """
     if not token:
         raise AuthenticationError("missing bearer token")
+    if not token.startswith(TOKEN_PREFIX):
+        from registry.workload_identity import authenticate_workload, looks_like_jwt
+
+        if looks_like_jwt(token):
+            return authenticate_workload(session, workload, token)
     return _check_token(_token_row(session, ApiToken.token_hash == hash_token(token)))
 
 

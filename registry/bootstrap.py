@@ -32,6 +32,7 @@ if TYPE_CHECKING:
     from registry.policy import PolicyEngine
     from registry.services.manifests import ReleaseCache
     from registry.signing.keyring import KeyRing
+    from registry.workload_identity import WorkloadVerifier
     from registry.signing.keys import SigningKey
     from registry.storage.base import BlobStore
 
@@ -58,6 +59,16 @@ class Container:
         from registry.storage import open_blob_store
 
         return open_blob_store(self.settings.resolved_blob_store_url(), self.settings)
+
+    @cached_property
+    def workload_verifier(self) -> "WorkloadVerifier | None":
+        """The verifier of Kubernetes projected service-account tokens (None: no issuer is trusted)."""
+        if not self.settings.workload_issuers:
+            return None
+        from registry.workload_identity import WorkloadVerifier
+
+        return WorkloadVerifier(self.settings.workload_issuers,
+                                refresh_interval=self.settings.workload_jwks_refresh_seconds)
 
     @cached_property
     def signing_key(self) -> "SigningKey":

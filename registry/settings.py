@@ -8,8 +8,20 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, SecretStr
+from pydantic import BaseModel, Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class WorkloadIssuer(BaseModel):
+    """A trusted issuer of Kubernetes projected service-account tokens (a cluster's kube-apiserver).
+
+    Keys come from ``jwks_url``, else from the ``jwks_uri`` of ``<issuer>/.well-known/openid-configuration``.
+    """
+
+    issuer: str = Field(description="The tokens' `iss`, exactly (e.g. https://kubernetes.default.svc.cluster.local).")
+    audience: str = Field("modelreg", description="The `aud` a token must carry for this registry.")
+    jwks_url: str | None = Field(None, description="The issuer's JWKS; default: OIDC discovery under the issuer.")
+    ca_file: Path | None = Field(None, description="CA bundle for the JWKS/discovery endpoints (a cluster's CA).")
 
 
 class Settings(BaseSettings):
@@ -54,6 +66,13 @@ class Settings(BaseSettings):
         5.0, gt=0, le=300, description=(
             "PostgreSQL: how often each API process reads the audit log beside LISTEN/NOTIFY, in case a "
             "notification is lost."))
+
+    workload_issuers: list[WorkloadIssuer] = Field(
+        default_factory=list, description="Trusted issuers of Kubernetes projected service-account tokens "
+                                          "(JSON: [{issuer, audience, jwks_url?, ca_file?}]); none: nodes use tokens.")
+    workload_jwks_refresh_seconds: float = Field(
+        30.0, ge=0.05, le=3600, description="An issuer's keys are fetched again (on a token of an unknown kid) at "
+                                            "most this often: a flood of made-up kids costs one fetch.")
 
     hf_endpoint: str = "https://huggingface.co"
     hf_token: SecretStr | None = None

@@ -29,7 +29,7 @@ def _issue(container: Container, token: str, principal: AuthenticatedPrincipal |
     Nothing is held after it returns: the session closes and its connection goes back to the pool.
     """
     with container.session_factory() as session:
-        principal = principal or authenticate(session, token)
+        principal = principal or authenticate(session, token, workload=container.workload_verifier)
         return principal, manifests.issue(session, principal, **kwargs)
 
 

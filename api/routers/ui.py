@@ -441,7 +441,7 @@ def audit_page(opened: ConsoleDep, session: SessionDep, tenant: str = Query("", 
 
 @router.get("/provenance", response_class=HTMLResponse)
 def provenance_page(opened: ConsoleDep, session: SessionDep, digest: str = Query("", max_length=80),
-                    tenant: str = Query("", max_length=63), node: str = Query("", max_length=63),
+                    tenant: str = Query("", max_length=63), node: str = Query("", max_length=128),
                     model: str = Query("", max_length=63), alias: str = Query("", max_length=63),
                     at: str = Query("", max_length=40)) -> Response:
     asked = {"digest": digest, "tenant": tenant, "node": node, "model": model, "alias": alias, "at": at}

@@ -1,6 +1,7 @@
 """The ``modelreg`` command: the app, its sub-commands' groups, shared options and output helpers.
 
-Client commands talk to a registry over HTTP (``--url``/``MODELREG_URL``, ``--token``/``MODELREG_TOKEN``);
+Client commands talk to a registry over HTTP (``--url``/``MODELREG_URL``, ``--token``/``MODELREG_TOKEN``, or
+``--token-file``/``MODELREG_TOKEN_FILE`` for a rotated token file);
 operator commands (``audit verify``, ``migrate``, ``scan``) work locally. ``serve`` and ``worker``
 load the API app factory and the worker runner through the ``modelreg.components`` entry points,
 so this package never imports ``api`` or ``workers``. Every command takes ``--json``; a failure prints one
@@ -27,6 +28,7 @@ app = typer.Typer(
 )
 tenant_app = typer.Typer(help="Tenants (administrators).", no_args_is_help=True)
 principal_app = typer.Typer(help="Principals, roles and tokens (administrators).", no_args_is_help=True)
+node_app = typer.Typer(help="Serving nodes by Kubernetes service account (administrators).", no_args_is_help=True)
 audit_app = typer.Typer(help="The audit log.", no_args_is_help=True)
 version_app = typer.Typer(help="Model versions.", no_args_is_help=True)
 keys_app = typer.Typer(help="Signing keys.", no_args_is_help=True)
@@ -35,6 +37,7 @@ alias_app = typer.Typer(help="Aliases of a model (prod, canary...).", no_args_is
 evalset_app = typer.Typer(help="Eval sets: JSONL cases that suites score models on.", no_args_is_help=True)
 app.add_typer(tenant_app, name="tenant")
 app.add_typer(principal_app, name="principal")
+app.add_typer(node_app, name="node")
 app.add_typer(audit_app, name="audit")
 app.add_typer(version_app, name="version")
 app.add_typer(keys_app, name="keys")
@@ -46,6 +49,10 @@ app.add_typer(approval_app, name="approval")
 
 UrlOpt = typer.Option(None, "--url", envvar="MODELREG_URL", help="Registry URL.")
 TokenOpt = typer.Option(None, "--token", envvar="MODELREG_TOKEN", help="API token.")
+TokenFileOpt = typer.Option(
+    None, "--token-file", envvar="MODELREG_TOKEN_FILE",
+    help="Read the token from this file on each request (a pod's projected service-account token, rotated "
+         "by the kubelet); wins over --token.")
 JsonOpt = typer.Option(False, "--json", help="Print JSON.")
 
 
@@ -53,12 +60,13 @@ class CliError(RegistryError):
     code = "cli"
 
 
-def _client(url: Optional[str], token: Optional[str]):
+def _client(url: Optional[str], token: Optional[str], token_file: Optional[str] = None):
     from registry.client.api import RegistryApi
+    from registry.client.token_file import token_source
 
     if not url:
         raise CliError("no registry URL: pass --url or set MODELREG_URL (e.g. http://127.0.0.1:8080)")
-    return RegistryApi(url, token)
+    return RegistryApi(url, token_source(token, token_file))
 
 
 def _say(*lines: str, err: bool = False) -> None:

@@ -11,7 +11,8 @@ progress bar there; with ``--json``, JSON lines on stdout instead (``{"event": "
 ``{"event": "progress"}``, and last ``{"event": "summary"}`` with the seconds of each phase: manifest,
 verify, download, assemble).
 
-Environment: ``MODELREG_URL`` and ``MODELREG_TOKEN`` (the node's token), ``MODELREG_CACHE`` (the cache
+Environment: ``MODELREG_URL`` and ``MODELREG_TOKEN`` (the node's token) or ``MODELREG_TOKEN_FILE`` (the
+pod's projected service-account token, read again as the kubelet rotates it), ``MODELREG_CACHE`` (the cache
 directory, default ``~/.cache/modelreg``), ``MODELREG_CACHE_HIGH``/``MODELREG_CACHE_LOW`` (watermarks,
 e.g. ``50G``), ``MODELREG_CACHE_RECHECK_HOURS`` (``cache warm`` re-hashes a cached blob not verified for
 that long; ``fetch`` accepts it and needs none: it hashes every blob it copies into DEST).
@@ -29,7 +30,7 @@ from typing import Any, Optional
 
 import typer
 
-from registry.cli._base import CliError, JsonOpt, TokenOpt, UrlOpt, _say, app, parse_size
+from registry.cli._base import CliError, JsonOpt, TokenFileOpt, TokenOpt, UrlOpt, _say, app, parse_size
 
 EXIT_HELP = ("Exit codes: 0 ok, 1 error, 2 usage (or DEST inside --cache), 10 signature, 11 expired, "
              "12 rollback, 13 digest, 14 revoked, 15 not-approved, 16 network, 17 destination (DEST holds something else), 18 manifest (bad path or "
@@ -60,12 +61,13 @@ def _cache(path: Optional[Path], high: Optional[str] = None, low: Optional[str] 
                      recheck_after=timedelta(hours=recheck_hours))
 
 
-def _api(url: Optional[str], token: Optional[str]):
+def _api(url: Optional[str], token: Optional[str], token_file: Optional[str] = None):
     from registry.client.api import RegistryApi
+    from registry.client.token_file import token_source
 
     if not url:
         raise CliError("no registry URL: pass --url or set MODELREG_URL")
-    return RegistryApi(url, token)
+    return RegistryApi(url, token_source(token, token_file))
 
 
 def _fail(exc: BaseException) -> typer.Exit:
@@ -112,7 +114,8 @@ def fetch(
         None, "--metrics-textfile", envvar="MODELREG_METRICS_TEXTFILE",
         help="Write the phase timings and outcome here for the node exporter's textfile collector "
              "(a *.prom file in its directory; written atomically, also when the fetch fails)."),
-    url: str = UrlOpt, token: str = TokenOpt, as_json: bool = JsonOpt,
+    url: str = UrlOpt, token: str = TokenOpt, token_file: Optional[str] = TokenFileOpt,
+    as_json: bool = JsonOpt,
 ) -> None:
     """Fetch the approved release REF into DEST, verified against the pinned trust root."""
     from registry.client.fetch import fetch as fetch_ref
@@ -122,7 +125,7 @@ def fetch(
 
     def body() -> None:
         node_cache = _cache(cache, cache_high, cache_low, recheck_hours)
-        with _api(url, token) as api:
+        with _api(url, token, token_file) as api:
             try:
                 result = fetch_ref(ref, dest, api=api, trust_root_file=trust_root, cache=node_cache,
                                    parallel=parallel, part_size=parse_size(part_size) or 1, reporter=reporter)
@@ -260,7 +263,8 @@ def cache_warm(
         None, "--metrics-textfile", envvar="MODELREG_CACHE_METRICS_TEXTFILE",
         help="Write the revocation counters here for the node exporter's textfile collector (a *.prom file; "
              "rewritten atomically when they change)."),
-    url: str = UrlOpt, token: str = TokenOpt, as_json: bool = JsonOpt,
+    url: str = UrlOpt, token: str = TokenOpt, token_file: Optional[str] = TokenFileOpt,
+    as_json: bool = JsonOpt,
 ) -> None:
     """Keep the node cache ahead of alias moves, and revoked versions out of it.
 
@@ -281,7 +285,7 @@ def cache_warm(
         parsed = [parse_ref(r) for r in refs]
         node_cache = _cache(cache, cache_high, cache_low, recheck_hours)
         reporter = Reporter("json" if as_json else "human")
-        with _api(url, token) as api:
+        with _api(url, token, token_file) as api:
             def metrics(cursor: int | None = None) -> None:
                 if metrics_textfile is not None:
                     _write_cache_metrics(metrics_textfile, node_cache,

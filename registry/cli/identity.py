@@ -1,4 +1,4 @@
-"""The ``modelreg`` command: whoami, tenants, principals, roles and tokens."""
+"""The ``modelreg`` command: whoami, tenants, principals, roles, tokens and node bindings."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from typing import Optional
 
 import typer
 
-from registry.cli._base import JsonOpt, TokenOpt, UrlOpt, _client, _emit, app, principal_app, tenant_app
+from registry.cli._base import JsonOpt, TokenOpt, UrlOpt, _client, _emit, app, node_app, principal_app, tenant_app
 
 
 @app.command()
@@ -123,3 +123,42 @@ def principal_enable(name: str, url: str = UrlOpt, token: str = TokenOpt, as_jso
     with _client(url, token) as client:
         result = client.set_disabled(name, False)
     _emit(result, as_json, f"enabled principal {name}")
+
+
+# --- serving nodes by Kubernetes service account ------------------------------------------------------
+
+_IssuerOpt = typer.Option(..., "--issuer", help="the trusted issuer's URL (the tokens' iss)")
+_NamespaceOpt = typer.Option(..., "--namespace", help="the service account's namespace")
+_AccountOpt = typer.Option(..., "--service-account", help="the service account's name")
+
+
+@node_app.command("bind")
+def node_bind(issuer: str = _IssuerOpt, namespace: str = _NamespaceOpt, service_account: str = _AccountOpt,
+              tenant: str = typer.Option(..., "--tenant"), url: str = UrlOpt, token: str = TokenOpt,
+              as_json: bool = JsonOpt) -> None:
+    """Let pods of NAMESPACE/SERVICE-ACCOUNT fetch TENANT's releases with their projected token."""
+    with _client(url, token) as client:
+        bound = client.bind_node(issuer=issuer, namespace=namespace, service_account=service_account, tenant=tenant)
+    _emit(bound, as_json, f"bound {namespace}/{service_account} of {issuer} to tenant {tenant} "
+                          f"as {bound['principal']}")
+
+
+@node_app.command("unbind")
+def node_unbind(issuer: str = _IssuerOpt, namespace: str = _NamespaceOpt, service_account: str = _AccountOpt,
+                tenant: str = typer.Option(..., "--tenant"), url: str = UrlOpt, token: str = TokenOpt,
+                as_json: bool = JsonOpt) -> None:
+    """Remove a binding: the service account's tokens are refused in TENANT from the next request on."""
+    with _client(url, token) as client:
+        client.unbind_node(issuer=issuer, namespace=namespace, service_account=service_account, tenant=tenant)
+    _emit({"issuer": issuer, "namespace": namespace, "service_account": service_account, "tenant": tenant,
+           "unbound": True}, as_json, f"unbound {namespace}/{service_account} of {issuer} from tenant {tenant}")
+
+
+@node_app.command("bindings")
+def node_bindings(tenant: Optional[str] = typer.Option(None, "--tenant", help="only this tenant's"),
+                  url: str = UrlOpt, token: str = TokenOpt, as_json: bool = JsonOpt) -> None:
+    """List the service accounts bound as serving nodes."""
+    with _client(url, token) as client:
+        bindings = client.node_bindings(tenant)
+    _emit(bindings, as_json, [f"{b['tenant']} {b['namespace']}/{b['service_account']} {b['issuer']} "
+                              f"({b['principal']})" for b in bindings] or ["no node bindings"])

@@ -25,6 +25,7 @@ import httpx
 
 from registry.client.errors import NetworkError, TransportError, from_problem
 from registry.client.http import RegistryClient, RemoteError
+from registry.client.token_file import TokenFile
 from registry.client.transfer import USER_AGENT, RangeReader, check_range_answer, redact
 from registry.domain.errors import RegistryError, SizeMismatchError
 from registry.signing.release import MAX_RELEASE_BYTES
@@ -94,7 +95,7 @@ class RegistryApi:
     failures raise :class:`registry.client.http.RemoteError` with the problem's type and detail.
     """
 
-    def __init__(self, url: str, token: str | None, *, timeout: float = 60.0,
+    def __init__(self, url: str, token: "str | TokenFile | None", *, timeout: float = 60.0,
                  transport: httpx.BaseTransport | None = None) -> None:
         self.client = RegistryClient(url, token, timeout=timeout, transport=transport)
         # No Authorization header, no base URL: transport URLs are absolute and carry their own credentials.
@@ -133,6 +134,17 @@ class RegistryApi:
 
     def revoke_token(self, token_id: int) -> None:
         self.client.delete(f"/v1/tokens/{int(token_id)}")
+
+    def bind_node(self, *, issuer: str, namespace: str, service_account: str, tenant: str) -> dict[str, Any]:
+        return self.client.post("/v1/node-bindings", json={
+            "issuer": issuer, "namespace": namespace, "service_account": service_account, "tenant": tenant})
+
+    def unbind_node(self, *, issuer: str, namespace: str, service_account: str, tenant: str) -> None:
+        self.client.delete("/v1/node-bindings", params={
+            "issuer": issuer, "namespace": namespace, "service_account": service_account, "tenant": tenant})
+
+    def node_bindings(self, tenant: str | None = None) -> list[dict[str, Any]]:
+        return self.client.get("/v1/node-bindings", params={"tenant": tenant} if tenant else None)
 
     def set_disabled(self, principal: str, disabled: bool) -> dict[str, Any]:
         return self.client.post(f"/v1/principals/{_seg(principal)}/{'disable' if disabled else 'enable'}")

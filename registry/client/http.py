@@ -10,6 +10,7 @@ from typing import Any
 import httpx
 
 from registry.client.errors import NetworkError
+from registry.client.token_file import TokenFile
 from registry.domain.errors import RegistryError
 
 
@@ -44,12 +45,15 @@ class UnexpectedResponseError(RegistryError):
 class RegistryClient:
     """Calls ``{url}/v1/...`` with a bearer token; problems become :class:`RemoteError`."""
 
-    def __init__(self, url: str, token: str | None, *, timeout: float = 60.0,
+    def __init__(self, url: str, token: "str | TokenFile | None", *, timeout: float = 60.0,
                  transport: httpx.BaseTransport | None = None) -> None:
-        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        # A TokenFile (a pod's projected token) is read on each request, as the kubelet rotates it.
+        auth = token if isinstance(token, TokenFile) else None
+        headers = {"Authorization": f"Bearer {token}"} if token and auth is None else {}
         headers["User-Agent"] = "modelreg-client/0.1"
         self.url = url.rstrip("/")
-        self.http = httpx.Client(base_url=self.url, headers=headers, timeout=timeout, transport=transport)
+        self.http = httpx.Client(base_url=self.url, headers=headers, timeout=timeout, transport=transport,
+                                 auth=auth)
 
     def request(self, method: str, path: str, **kwargs: Any) -> Any:
         try:

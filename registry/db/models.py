@@ -743,3 +743,28 @@ class WebhookDelivery(Base):
     error: Mapped[str | None] = mapped_column(String(1024))
     duration_ms: Mapped[int] = mapped_column(Integer)
     at: Mapped[dt.datetime]
+
+
+class NodeBinding(Base):
+    """An administrator's word that a Kubernetes service account of a trusted issuer is a serving node of a
+    tenant: a projected token of ``(issuer, namespace, service_account)`` authenticates as ``principal``
+    (named ``sa:<namespace>/<service account>@<issuer host>``) holding only the ``node`` role in ``tenant``.
+    See ``registry/workload_identity.py``."""
+
+    __tablename__ = "node_bindings"
+    __table_args__ = (
+        UniqueConstraint("issuer", "namespace", "service_account", "tenant_id"),
+        Index("ix_node_bindings_subject", "issuer", "namespace", "service_account"),
+    )
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True)
+    issuer: Mapped[str] = mapped_column(String(512))
+    namespace: Mapped[str] = mapped_column(String(63))
+    service_account: Mapped[str] = mapped_column(String(253))
+    tenant_id: Mapped[int] = mapped_column(ForeignKey("tenants.id", ondelete="CASCADE"), index=True)
+    principal_id: Mapped[int] = mapped_column(ForeignKey("principals.id", ondelete="CASCADE"), index=True)
+    created_by: Mapped[str] = mapped_column(String(128))
+    created_at: Mapped[dt.datetime] = mapped_column(default=utcnow)
+
+    tenant: Mapped[Tenant] = relationship()
+    principal: Mapped[Principal] = relationship()

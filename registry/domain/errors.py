@@ -67,6 +67,17 @@ class AuthenticationError(RegistryError):
     code = "unauthenticated"
 
 
+class WorkloadTokenRejectedError(AuthenticationError):
+    """A Kubernetes service-account token refused; ``reason`` says which check (``audience``, ``expired``,
+    ``not-yet-valid``, ``unknown-key``, ``algorithm``, ``signature``, ``issuer``, ``unbound``, ``malformed``...)."""
+
+    code = "workload-token-rejected"
+
+    def __init__(self, message: str, *, reason: str, **details: Any) -> None:
+        super().__init__(message, reason=reason, **details)
+        self.reason = reason
+
+
 class PermissionDeniedError(RegistryError):
     code = "permission-denied"
 

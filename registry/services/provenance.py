@@ -64,6 +64,7 @@ from registry.services import evals, loaders, scans, trust_roots
 from registry.services.manifests import VERSION_REF_RE, statement_digest
 from registry.signing.keys import VerifyingKey
 from registry.signing.trust_root import ALGORITHM
+from registry.workload_identity import is_node_principal_name
 
 MAX_PAGE = 1000
 """Most rows of one page."""
@@ -420,7 +421,8 @@ def fetched_by(session: Session, principal: AuthenticatedPrincipal, tenant: str,
     """
     _check_page(limit)
     require(principal, tenant, Permission.AUDIT)
-    validate_name("principal", node)
+    if not is_node_principal_name(node):  # a bound service account's (sa:NS/SA@host), or a named principal
+        validate_name("principal", node)
     rows = session.execute(
         select(ReleaseIssuance.model, ReleaseIssuance.version, func.min(ReleaseIssuance.at),
                func.max(ReleaseIssuance.at), func.count(ReleaseIssuance.id))

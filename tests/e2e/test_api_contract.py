@@ -147,7 +147,12 @@ def test_path_and_query_parameters_state_their_constraints(spec):
     after = _parameter(spec, "GET /v1/audit/events", "after")
     assert (after["minimum"], after["maximum"]) == (0, INT64_MAX)
     assert spec["components"]["securitySchemes"]["token"] == {
-        "type": "http", "scheme": "bearer", "description": "A modelreg token: `mr_...`"}
+        "type": "http", "scheme": "bearer",
+        "description": "A modelreg token (`mr_...`), or a pod's projected service-account token"}
+    unbind = {name: _parameter(spec, "DELETE /v1/node-bindings", name)
+              for name in ("issuer", "namespace", "service_account", "tenant")}
+    assert [unbind[n]["maxLength"] for n in ("issuer", "namespace", "service_account")] == [512, 63, 253]
+    assert unbind["tenant"]["pattern"] == "^[a-z0-9][a-z0-9._-]{0,62}$"
 
 
 # --- statuses ----------------------------------------------------------------------------------

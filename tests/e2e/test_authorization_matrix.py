@@ -37,7 +37,8 @@ from sqlalchemy import select
 from registry.db.models import EvalResult, Model, Principal, Version
 from registry.domain.aliases import make_target
 from registry.domain.files import FileEntry
-from registry.services import aliases, approvals, evals, identity, versions
+from registry.services import aliases, approvals, evals, identity, node_bindings, versions
+from registry.settings import WorkloadIssuer
 from tests.support.registry import drain
 from tests.support.releases import approve_standin
 
@@ -69,6 +70,7 @@ ROLE_MAY: dict[str, frozenset[str]] = {
     "none": frozenset(),
 }
 OWN, OTHER = "a", "b"
+MATRIX_ISSUER = "https://kubernetes.default.svc.cluster.local"
 EVALSET = (b'{"id": "c1", "category": "factual", "language": "en", '
            b'"messages": [{"role": "user", "content": "2+2?"}], "expect": {"exact": "4"}}\n')
 
@@ -132,6 +134,10 @@ RULES: dict[tuple[str, str], Rule] = {
     ("GET", "/v1/principals/{name}/tokens"): Rule(ADMIN, 200, path={"name": "target"}),
     ("POST", "/v1/principals/{name}/disable"): Rule(ADMIN, 200, path={"name": "target"}),
     ("POST", "/v1/principals/{name}/enable"): Rule(ADMIN, 200, path={"name": "target"}),
+    ("POST", "/v1/node-bindings"): Rule(ADMIN, 201, lambda w, t: {"json": {
+        "issuer": MATRIX_ISSUER, "namespace": "serving", "service_account": w.fresh("sa"), "tenant": t}}),
+    ("GET", "/v1/node-bindings"): Rule(ADMIN, 200),
+    ("DELETE", "/v1/node-bindings"): Rule(ADMIN, 204, lambda w, t: w.bound_node(t)),
     ("GET", "/v1/audit/events"): Rule("audit", 200, tenant_query),
     # Any role in the tenant reads its event stream (registry.services.events.visible_tenants).
     ("GET", "/v1/events"): Rule("read|fetch", 200, tenant_query),
@@ -401,6 +407,14 @@ class World:
         return {"source": "upload:matrix",
                 "files": [{"path": "config.json", "size": len(data), "sha256": self.digest[tenant]}]}
 
+    def bound_node(self, tenant: str) -> dict[str, Any]:
+        """A binding of a fresh service account in ``tenant``: what ``DELETE /v1/node-bindings`` names."""
+        subject = {"issuer": MATRIX_ISSUER, "namespace": "serving", "service_account": self.fresh("sa"),
+                   "tenant": tenant}
+        with self.container.session_factory() as session:
+            node_bindings.bind(session, self.root, **subject, trusted=self.container.settings.workload_issuers)
+        return {"params": subject}
+
     def granted_role(self, tenant: str) -> dict[str, Any]:
         with self.container.session_factory() as session:
             identity.grant_role(session, self.root, "target", tenant, "auditor")
@@ -408,6 +422,8 @@ class World:
 
 
 def build_world(container) -> World:
+    # Binding a service account names a trusted issuer; nothing here fetches its keys.
+    container.settings.workload_issuers = [WorkloadIssuer(issuer=MATRIX_ISSUER)]
     with container.session_factory() as session:
         root_row = Principal(name="root", is_admin=True)
         session.add(root_row)

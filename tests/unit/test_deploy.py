@@ -92,12 +92,56 @@ def test_each_fetch_container_runs_a_real_command_with_real_options(where, conta
             parse_ref(arg)
     env = {e["name"] for e in container.get("env", [])}
     read = {p.envvar for p in command.params if getattr(p, "envvar", None)}
-    assert {"MODELREG_URL", "MODELREG_TOKEN", "MODELREG_TRUST_ROOT", "MODELREG_CACHE"} <= env, where
+    assert {"MODELREG_URL", "MODELREG_TRUST_ROOT", "MODELREG_CACHE"} <= env, where
+    assert {"MODELREG_TOKEN", "MODELREG_TOKEN_FILE"} & env, f"{where}: no token"
     assert env - {"MODELREG_URL", "MODELREG_TOKEN"} <= read, f"{where}: {command.name} reads none of {env - read}"
     # The required options a container does not pass must come from its environment.
     for p in command.params:
         if _is_option(p) and p.required and not set(p.opts) & set(rest):
             assert p.envvar in env, f"{where}: {p.opts[0]} is required and not set"
+
+
+def _projected_token_volumes(pod: dict) -> dict[str, dict]:
+    """The pod's projected service-account token volumes, by name: their serviceAccountToken source."""
+    found = {}
+    for volume in pod.get("volumes", []):
+        for source in volume.get("projected", {}).get("sources", []):
+            if "serviceAccountToken" in source:
+                found[volume["name"]] = source["serviceAccountToken"]
+    return found
+
+
+def _token_file_is_projected(container: dict, volumes: dict[str, dict], where: str) -> None:
+    env = {e["name"]: e.get("value") for e in container.get("env", [])}
+    path = Path(env["MODELREG_TOKEN_FILE"])
+    (mount,) = [m for m in container.get("volumeMounts", []) if path.parent == Path(m["mountPath"])]
+    token = volumes[mount["name"]]
+    assert token == {"audience": "modelreg", "expirationSeconds": 3600, "path": path.name}, where
+    assert mount.get("readOnly") is True, where
+
+
+def test_nodes_use_projected_service_account_tokens_and_the_static_token_stays_the_fallback():
+    """Every fetch container reads MODELREG_TOKEN_FILE from a projected token (audience modelreg, an hour)
+    of its pod, but KServe's LocalModelCache download Job, which keeps the Secret; each file says how to
+    fall back to the Secret."""
+    uses_file = set()
+    for path, doc in _documents():
+        if doc["kind"] in ("Pod", "DaemonSet"):
+            pod = doc["spec"].get("template", {}).get("spec", doc["spec"])
+            assert pod.get("serviceAccountName"), path
+            for c in [*pod.get("initContainers", []), *pod.get("containers", [])]:
+                if c.get("image", "").split(":")[0] == FETCH_IMAGE:
+                    _token_file_is_projected(c, _projected_token_volumes(pod), f"{path}:{c['name']}")
+                    uses_file.add(path.name)
+        elif doc["kind"] == "ClusterStorageContainer" and doc["spec"]["workloadType"] == "initContainer":
+            (isvc,) = [d for _, d in _documents() if d["kind"] == "InferenceService"]
+            predictor = isvc["spec"]["predictor"]
+            assert predictor.get("serviceAccountName")
+            _token_file_is_projected(doc["spec"]["container"], _projected_token_volumes(predictor), str(path))
+            uses_file.add(path.name)
+        if doc["kind"] in ("Pod", "DaemonSet", "ClusterStorageContainer"):
+            assert "secretKeyRef: {name: modelreg-node-token" in path.read_text(), f"{path}: no fallback"
+    assert uses_file == {"cache-warm-daemonset.yaml", "pod-init-container.yaml", "cluster-storage-container.yaml"}
 
 
 def test_kserve_selects_the_modelreg_storage_container_by_uri_prefix():
@@ -159,7 +203,7 @@ def test_kubernetes_has_every_object_the_registry_needs():
     assert _deployment("api")["spec"]["replicas"] >= 2
 
 
-def test_every_registry_container_runs_a_real_command_reading_real_settings():
+def test_every_registry_container_runs_a_real_command_reading_real_settings(monkeypatch):
     from registry.settings import Settings
 
     settings_env = {f"MODELREG_{name.upper()}" for name in Settings.model_fields}
@@ -176,7 +220,10 @@ def test_every_registry_container_runs_a_real_command_reading_real_settings():
     secret_names = {"MODELREG_DATABASE_URL", "MODELREG_S3_SECRET_ACCESS_KEY", "MODELREG_SIGNING_KEY_PEM",
                     "MODELREG_PRESIGN_SECRET", "MODELREG_CONSOLE_KEY"}
     assert secret_names <= set(secret["stringData"]) and not secret_names & set(config["data"])
-    Settings(**{k.removeprefix("MODELREG_").lower(): v for k, v in provided.items()})  # every value parses
+    for name, value in provided.items():  # every value parses, read from the environment as a pod reads it
+        monkeypatch.setenv(name, value)
+    settings = Settings()
+    assert [i.audience for i in settings.workload_issuers] == ["modelreg"]
 
     workloads = [*_kube("Deployment"), *_kube("Job")]
     commands = {}
