@@ -31,6 +31,9 @@ def create_app(container: Container) -> FastAPI:
     app.include_router(metrics.router)
     app.include_router(admin.router)
     app.include_router(audit.router)
+    from api.routers import oidc_login
+
+    app.include_router(oidc_login.router)
     for router in _optional_routers():
         app.include_router(router)
     from api.routers import ui

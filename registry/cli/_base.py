@@ -58,6 +58,10 @@ def _client(url: Optional[str], token: Optional[str]):
 
     if not url:
         raise CliError("no registry URL: pass --url or set MODELREG_URL (e.g. http://127.0.0.1:8080)")
+    if not token:
+        from registry.cli.login import stored_token
+
+        token = stored_token(url)  # what `modelreg login` kept for this registry, while it lasts
     return RegistryApi(url, token)
 
 
