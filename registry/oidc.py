@@ -68,7 +68,7 @@ class SignInRefusedError(AuthenticationError):
 
 
 @dataclass(frozen=True)
-class RoleGrant:
+class MappedRole:
     tenant: str
     role: str
     capacity: str = ""
@@ -87,7 +87,7 @@ class OidcConfig:
     groups_claim: str = "groups"
     username_claim: str = "preferred_username"
     principal_prefix: str = ""
-    group_roles: dict[str, tuple[RoleGrant, ...]] = field(default_factory=dict)
+    group_roles: dict[str, tuple[MappedRole, ...]] = field(default_factory=dict)
     adopt_existing_principals: bool = False
     leeway_seconds: int = 60
     cli_token_minutes: int = 60
@@ -101,7 +101,7 @@ def config_from_settings(settings: Any) -> OidcConfig | None:
     """
     if not settings.oidc_issuer or not settings.oidc_client_id:
         return None
-    mapping: dict[str, tuple[RoleGrant, ...]] = {}
+    mapping: dict[str, tuple[MappedRole, ...]] = {}
     for group, grants in settings.oidc_group_roles.items():
         grants = [grants] if isinstance(grants, dict) else grants
         parsed = []
@@ -112,7 +112,7 @@ def config_from_settings(settings: Any) -> OidcConfig | None:
             if role is None or role in (Role.ADMIN, Role.NODE):
                 raise InvalidInputError(f"oidc_group_roles[{group!r}]: role {grant['role']!r} cannot be mapped "
                                         "(submitter, approver or auditor)")
-            parsed.append(RoleGrant(grant["tenant"], role.value, grant.get("capacity", "") or ""))
+            parsed.append(MappedRole(grant["tenant"], role.value, grant.get("capacity", "") or ""))
         mapping[group] = tuple(parsed)
     secret = settings.oidc_client_secret.get_secret_value() if settings.oidc_client_secret else None
     return OidcConfig(
@@ -306,7 +306,7 @@ def verify_id_token(config: OidcConfig, id_token: str, *, client_id: str, nonce:
 # --- the principal -------------------------------------------------------------------------------------
 
 
-def mapped_grants(config: OidcConfig, claims: dict[str, Any]) -> set[RoleGrant]:
+def mapped_grants(config: OidcConfig, claims: dict[str, Any]) -> set[MappedRole]:
     """The roles the claims' groups map to (an empty set: a user in no mapped group)."""
     groups = claims.get(config.groups_claim, [])
     if isinstance(groups, str):

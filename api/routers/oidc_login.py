@@ -16,11 +16,12 @@ from fastapi import APIRouter
 from pydantic import BaseModel, Field
 
 from api.deps import ContainerDep, SessionDep
+from api.problems import responses
 from registry import oidc
 from registry.db.session import begin_write
-from registry.domain.errors import InvalidInputError, NotFoundError
+from registry.domain.errors import AuthenticationError, InvalidInputError, NotFoundError
 
-router = APIRouter(prefix="/v1/auth/oidc", tags=["auth"])
+router = APIRouter(prefix="/v1/auth/oidc", tags=["identity"], responses=responses(NotFoundError))
 
 LOOPBACK_REDIRECT = re.compile(r"\Ahttp://127\.0\.0\.1:[0-9]{1,5}/callback\Z")
 
@@ -59,7 +60,8 @@ def login_info(container: ContainerDep) -> OidcLoginInfo:
                          provider_name=config.provider_name)
 
 
-@router.post("/token")
+@router.post("/token", responses=responses(NotFoundError, AuthenticationError, oidc.SignInRefusedError,
+                                                InvalidInputError))
 def exchange(body: OidcCodeExchange, session: SessionDep, container: ContainerDep) -> OidcTokenPublic:
     config = _cli_config(container)
     if not LOOPBACK_REDIRECT.match(body.redirect_uri):

@@ -1,9 +1,9 @@
 """``modelreg login``: sign in with the registry's identity provider and keep a short-lived registry token.
 
-The CLI asks the registry which provider and public client to use (``GET /v1/auth/oidc``), listens on
+The CLI asks the registry which provider and public client to use (``GET /auth/oidc`` under the API), listens on
 ``127.0.0.1:<random port>/callback``, and sends the person's browser to the provider with PKCE (S256), a
 ``state`` and a ``nonce``. The provider's redirect brings the code back to the loopback listener, which checks
-``state``; the registry then redeems the code itself and answers a registry token (``POST /v1/auth/oidc/token``).
+``state``; the registry then redeems the code itself and answers a registry token (its ``auth/oidc/token``).
 The token is kept in ``<config dir>/logins.json`` (``$MODELREG_CONFIG_DIR``, else ``$XDG_CONFIG_HOME/modelreg``,
 else ``~/.config/modelreg``), mode 0600, written atomically, keyed by registry URL: later commands use it when
 no ``--token`` (nor ``MODELREG_TOKEN``) is given, until it expires.
@@ -122,7 +122,7 @@ def login(url: str = UrlOpt, no_browser: bool = typer.Option(False, "--no-browse
     import httpx
 
     with _client(url, None) as api:
-        info = api.client.get("/v1/auth/oidc")
+        info = api.oidc_login_info()
     try:
         metadata = httpx.get(f"{info['issuer']}/.well-known/openid-configuration", timeout=10).json()
     except (httpx.HTTPError, ValueError) as exc:
@@ -152,8 +152,7 @@ def login(url: str = UrlOpt, no_browser: bool = typer.Option(False, "--no-browse
     if "code" not in result:
         raise CliError(f"the identity provider did not sign you in ({result.get('error', 'no code')})")
     with _client(url, None) as api:
-        issued = api.client.post("/v1/auth/oidc/token", json={"code": result["code"], "code_verifier": verifier,
-                                                              "redirect_uri": redirect_uri, "nonce": nonce})
+        issued = api.oidc_token(code=result["code"], code_verifier=verifier, redirect_uri=redirect_uri, nonce=nonce)
     path = _store(url, issued["token"], issued["principal"], issued["expires_at"])
     _emit({"principal": issued["principal"], "expires_at": issued["expires_at"], "stored_in": str(path)}, as_json,
           f"signed in as {issued['principal']} until {issued['expires_at']} (token kept in {path})")
