@@ -76,8 +76,9 @@ def test_alice_signs_in_through_the_provider_approves_as_security_and_signs_out(
         page.get_by_role("button", name="Approve").click()
         assert "Your approval is recorded." in page.get_by_role("status").first.inner_text()
         page.screenshot(path=shots / "sso-approved.png", full_page=True)
-        approvals = server.api.client.get(f"/v1/models/{TENANT}/{MODEL}/versions/{server.number}/approvals")
-        assert [(a["principal"], a["capacity"]) for a in approvals] == [("alice", "security")], approvals
+        approvals = server.api.approval_status(TENANT, MODEL, server.number)["approvals"]
+        assert [(a["principal"], a["capacity"], a["decision"]) for a in approvals] == [
+            ("alice", "security", "approve")], approvals
         page.get_by_role("button", name="Sign out").click()
         page.wait_for_url("**/ui/sign-in**")
         page.goto("/ui/approvals")
