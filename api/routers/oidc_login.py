@@ -78,6 +78,8 @@ def exchange(body: OidcCodeExchange, session: SessionDep, container: ContainerDe
             description="modelreg login (single sign-on)")
         session.commit()
     except oidc.SignInRefusedError as err:
-        oidc.record_refusal(session, err, via="cli")
+        # Audited once the provider has redeemed the code: before that, anyone can post a made-up one.
+        if err.reason not in ("code", "provider"):
+            oidc.record_refusal(session, err, via="cli")
         raise
     return OidcTokenPublic(token=issued.token, principal=principal.name, expires_at=issued.expires_at)

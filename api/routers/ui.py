@@ -243,6 +243,7 @@ def sso_callback(request: Request, session: SessionDep, container: ContainerDep,
     try:
         config = _sso_config(container)
         if error:
+            oidc.open_flow(container.console_key, request.cookies.get(OIDC_FLOW_COOKIE), now=now)  # ours, or no-flow
             raise oidc.SignInRefusedError(f"the identity provider did not sign you in ({error})", reason="provider")
         claims, next_path = oidc.finish_sign_in(config, container.console_key, request.cookies.get(OIDC_FLOW_COOKIE),
                                                 code=code, state=state, redirect_uri=_callback_uri(request), now=now)

@@ -117,9 +117,8 @@ def login(url: str = UrlOpt, no_browser: bool = typer.Option(False, "--no-browse
           wait: float = typer.Option(300.0, "--timeout", min=1, max=3600, help="Seconds to wait for the browser."),
           as_json: bool = JsonOpt) -> None:
     """Sign in with the registry's identity provider; keep a short-lived token for later commands."""
-    from authlib.integrations.httpx_client import OAuth2Client
-
     import httpx
+    from authlib.integrations.httpx_client import OAuth2Client
 
     with _client(url, None) as api:
         info = api.oidc_login_info()
@@ -127,7 +126,8 @@ def login(url: str = UrlOpt, no_browser: bool = typer.Option(False, "--no-browse
         metadata = httpx.get(f"{info['issuer']}/.well-known/openid-configuration", timeout=10).json()
     except (httpx.HTTPError, ValueError) as exc:
         raise CliError(f"cannot read the identity provider's discovery document: {exc}") from None
-    if not isinstance(metadata, dict) or metadata.get("issuer") != info["issuer"] or not isinstance(metadata.get("authorization_endpoint"), str):
+    if (not isinstance(metadata, dict) or metadata.get("issuer") != info["issuer"]
+            or not isinstance(metadata.get("authorization_endpoint"), str)):
         raise CliError("the identity provider's discovery document does not match the registry's issuer")
     state, nonce, verifier = secrets.token_urlsafe(24), secrets.token_urlsafe(24), secrets.token_urlsafe(48)
     server = _CallbackServer(state)

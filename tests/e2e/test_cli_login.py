@@ -91,3 +91,21 @@ def test_login_of_a_user_in_no_mapped_group_is_refused_in_one_line(container, tm
     assert done.returncode != 0
     assert "in no group this registry maps to a role" in done.stderr
     assert not (tmp_path / "cfg" / "logins.json").exists()
+
+
+def test_a_made_up_code_is_refused_as_a_problem_and_not_audited(container):
+    from fastapi.testclient import TestClient
+    from sqlalchemy import select
+
+    from registry.db.models import AuditEvent
+
+    with TestClient(create_app(container)) as client:
+        r = client.post("/v1/auth/oidc/token", json={"code": "made-up", "code_verifier": "v" * 43,
+                                                     "redirect_uri": "http://127.0.0.1:9/callback", "nonce": "n" * 16})
+        assert r.status_code == 401 and r.json()["type"].endswith("sign-in-refused"), r.text
+        assert "refused the authorization code" in r.json()["detail"]
+        r = client.post("/v1/auth/oidc/token", json={"code": "c", "code_verifier": "v" * 43,
+                                                     "redirect_uri": "http://evil.example/callback", "nonce": "n" * 16})
+        assert r.status_code == 422, r.text
+    with container.session_factory() as session:
+        assert session.scalars(select(AuditEvent).where(AuditEvent.action == "auth.oidc_refused")).all() == []
