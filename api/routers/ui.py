@@ -198,11 +198,13 @@ def sign_in_submit(request: Request, session: SessionDep, container: ContainerDe
     return response
 
 
-def _sso_config(container: Any) -> oidc.OidcConfig:
-    config = oidc.config_from_settings(container.settings)
-    if config is None:
-        raise NotFoundError("single sign-on is not configured on this registry")
-    return config
+def _sso_config(container: Any) -> oidc.OidcConfig | None:
+    return oidc.config_from_settings(container.settings)
+
+
+def _no_sso() -> HTMLResponse:
+    return _render("error.html", None, 404, title="Not found", back="/ui/sign-in",
+                   error="Single sign-on is not configured on this registry: sign in with your API token.")
 
 
 def _callback_uri(request: Request) -> str:
@@ -222,8 +224,10 @@ def _session_response(request: Request, container: Any, cookie: str, expires: dt
 @router.get("/sign-in/oidc")
 def sso_start(request: Request, container: ContainerDep, next: str = Query("/ui", max_length=2048)) -> Response:
     """Single sign-on: send the browser to the identity provider, the flow sealed in a short-lived cookie."""
+    if (config := _sso_config(container)) is None:
+        return _no_sso()
     try:
-        started = oidc.begin_sign_in(_sso_config(container), container.console_key, redirect_uri=_callback_uri(request),
+        started = oidc.begin_sign_in(config, container.console_key, redirect_uri=_callback_uri(request),
                                      next_path=_safe_next(next), now=container.clock.now())
     except RegistryError as err:
         return _sign_in_page(request, container, next_path=next, error=err.message, status=status_for(err))
@@ -240,8 +244,9 @@ def sso_callback(request: Request, session: SessionDep, container: ContainerDep,
                  error: str = Query("", max_length=200)) -> Response:
     """Single sign-on's return: check state, exchange the code, verify the ID token, map groups, open a session."""
     now = container.clock.now()
+    if (config := _sso_config(container)) is None:
+        return _no_sso()
     try:
-        config = _sso_config(container)
         if error:
             oidc.open_flow(container.console_key, request.cookies.get(OIDC_FLOW_COOKIE), now=now)  # ours, or no-flow
             raise oidc.SignInRefusedError(f"the identity provider did not sign you in ({error})", reason="provider")

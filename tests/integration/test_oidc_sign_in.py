@@ -204,3 +204,16 @@ def test_a_provider_user_cannot_take_over_a_principal_an_administrator_made(clie
         alice = authenticate(session, token)
         assert alice.roles["acme"] == frozenset({(Role.SUBMITTER, "")})
     assert [r["reason"] for r in refusals(container)] == ["name-taken"]
+
+
+def test_a_callback_without_our_flow_cookie_or_with_a_forged_one_is_refused_unaudited(client, container):
+    callback = provider_login(start(client), "alice")
+    sealed = client.cookies.get(ui.OIDC_FLOW_COOKIE)
+    client.cookies.clear()
+    answer = back(client, callback)
+    assert answer.status_code == 401 and "no sign-in was started in this browser" in answer.text
+    flipped = sealed[:-2] + ("A" if sealed[-2] != "A" else "B") + sealed[-1]
+    client.cookies.set(ui.OIDC_FLOW_COOKIE, flipped, domain="testserver.local", path="/ui/sign-in/oidc")
+    answer = back(client, callback)
+    assert answer.status_code == 401 and "not one this registry sealed" in answer.text
+    assert client.cookies.get(ui.SESSION_COOKIE) is None and refusals(container) == []
