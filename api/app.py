@@ -48,6 +48,9 @@ def create_app(container: Container) -> FastAPI:
     app.include_router(admin.router)
     app.include_router(audit.router)
     app.include_router(node_bindings.router)
+    from api.routers import oidc_login
+
+    app.include_router(oidc_login.router)
     for router in _optional_routers():
         app.include_router(router)
     from api.routers import ui

@@ -8,7 +8,7 @@ Where to start:
 - ``registry/bootstrap.py``: builds settings, database, blob store, signer and job queue once.
 - Adapters: ``db/`` (SQLAlchemy), ``storage/`` (blob stores), ``sources/`` (upstreams), ``signing/``,
   ``scanning/``, ``evals/``, ``facts/``, ``licenses/``; ``jobs.py`` (the database job queue),
-  ``audit.py`` (the hash-chained audit log), ``auth.py``, ``policy.py`` (Rego).
+  ``audit.py`` (the hash-chained audit log), ``auth.py``, ``oidc.py`` (single sign-on), ``policy.py`` (Rego).
 - ``registry/client/`` and ``registry/cli/``: the typed API client, the fetch client and the command.
 
 ``docs/architecture.md`` has the map; nothing here imports ``api/`` or ``workers/``.

@@ -6,7 +6,7 @@ Nothing here is built at import time: ``Settings()`` is called once, by bootstra
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -41,6 +41,25 @@ class Settings(BaseSettings):
     console_key: SecretStr | None = Field(
         None, description="HMAC key of web console sessions (hex, 32+ bytes); default <data_dir>/console-key. "
                           "Set the same on every API replica.")
+
+    oidc_issuer: str | None = Field(
+        None, description="OpenID provider's issuer URL; with oidc_client_id, the console offers single sign-on.")
+    oidc_client_id: str | None = Field(None, description="The console's client id at the provider.")
+    oidc_client_secret: SecretStr | None = Field(None, description="The console's client secret (none: a public client).")
+    oidc_cli_client_id: str | None = Field(
+        None, description="The public client `modelreg login` uses (loopback redirect, PKCE); none: no CLI login.")
+    oidc_provider_name: str = Field("your identity provider", description="Shown on the sign-in button.")
+    oidc_scopes: list[str] = Field(default_factory=lambda: ["openid", "profile", "groups"])
+    oidc_groups_claim: str = Field("groups", description="The ID token claim listing the user's groups.")
+    oidc_username_claim: str = Field("preferred_username", description="The claim naming the principal.")
+    oidc_principal_prefix: str = Field("", description="Put before the claim's value to make the principal's name.")
+    oidc_group_roles: dict[str, Any] = Field(
+        default_factory=dict, description='Group -> grant(s), e.g. {"security-approvers": {"tenant": "acme", '
+                                          '"role": "approver", "capacity": "security"}}.')
+    oidc_adopt_existing_principals: bool = Field(
+        False, description="Let a provider user take over a principal of the same name made with a token.")
+    oidc_leeway_seconds: int = Field(60, ge=0, le=600, description="Clock skew allowed on an ID token's exp and iat.")
+    oidc_cli_token_minutes: int = Field(60, ge=5, le=24 * 60, description="Lifetime of a `modelreg login` token.")
 
     host: str = "127.0.0.1"
     port: int = 8080

@@ -35,7 +35,11 @@ from registry.console.sessions import (
     new_sign_in_nonce,
     open_session,
     sign_in,
+    start_session,
 )
+from registry import oidc
+from registry.auth import load_principal
+from registry.db.session import begin_write
 from registry.domain.aliases import make_target
 from registry.domain.errors import (
     AuthenticationError,
@@ -51,6 +55,7 @@ router = APIRouter(prefix="/ui", include_in_schema=False)
 
 SESSION_COOKIE = "mr_session"
 SIGN_IN_COOKIE = "mr_sign_in"
+OIDC_FLOW_COOKIE = "mr_oidc_flow"
 HERE = Path(__file__).resolve().parent.parent
 STATIC = {"console.css": "text/css; charset=utf-8", "console.js": "text/javascript; charset=utf-8"}
 NOTICES = {"approve": "Your approval is recorded.", "reject": "Your rejection is recorded.",
@@ -159,8 +164,10 @@ def _sign_in_page(request: Request, container: Any, *, next_path: str, error: st
     nonce = request.cookies.get(SIGN_IN_COOKIE, "")
     if not re.fullmatch(r"[0-9a-f]{32}", nonce):
         nonce = new_sign_in_nonce()
+    sso = oidc.config_from_settings(container.settings)
     response = _render("sign_in.html", None, status, next=_safe_next(next_path), error=error, title="Sign in",
-                       sign_in_csrf=container.console_key.mac("signin", nonce))
+                       sign_in_csrf=container.console_key.mac("signin", nonce),
+                       sso_name=sso.provider_name if sso else None)
     response.set_cookie(SIGN_IN_COOKIE, nonce, max_age=3600, path="/ui", httponly=True, samesite="strict",
                         secure=_secure(request))
     return response
@@ -189,6 +196,78 @@ def sign_in_submit(request: Request, session: SessionDep, container: ContainerDe
                         samesite="strict", secure=_secure(request))
     response.delete_cookie(SIGN_IN_COOKIE, path="/ui")
     return response
+
+
+def _sso_config(container: Any) -> oidc.OidcConfig | None:
+    return oidc.config_from_settings(container.settings)
+
+
+def _no_sso() -> HTMLResponse:
+    return _render("error.html", None, 404, title="Not found", back="/ui/sign-in",
+                   error="Single sign-on is not configured on this registry: sign in with your API token.")
+
+
+def _callback_uri(request: Request) -> str:
+    return str(request.url_for("sso_callback"))
+
+
+def _session_response(request: Request, container: Any, cookie: str, expires: dt.datetime, to: str) -> Response:
+    response = RedirectResponse(_safe_next(to), status_code=303)
+    lifetime = int(min(SESSION_LIFETIME, expires - container.clock.now()).total_seconds())
+    response.set_cookie(SESSION_COOKIE, cookie, max_age=lifetime, expires=expires, path="/ui", httponly=True,
+                        samesite="strict", secure=_secure(request))
+    response.delete_cookie(SIGN_IN_COOKIE, path="/ui")
+    response.delete_cookie(OIDC_FLOW_COOKIE, path="/ui/sign-in/oidc")
+    return response
+
+
+@router.get("/sign-in/oidc")
+def sso_start(request: Request, container: ContainerDep, next: str = Query("/ui", max_length=2048)) -> Response:
+    """Single sign-on: send the browser to the identity provider, the flow sealed in a short-lived cookie."""
+    if (config := _sso_config(container)) is None:
+        return _no_sso()
+    try:
+        started = oidc.begin_sign_in(config, container.console_key, redirect_uri=_callback_uri(request),
+                                     next_path=_safe_next(next), now=container.clock.now())
+    except RegistryError as err:
+        return _sign_in_page(request, container, next_path=next, error=err.message, status=status_for(err))
+    response = RedirectResponse(started.url, status_code=303)
+    # Lax, not strict: the provider's redirect back is a cross-site navigation that must carry it.
+    response.set_cookie(OIDC_FLOW_COOKIE, started.cookie, max_age=int(oidc.FLOW_LIFETIME.total_seconds()),
+                        path="/ui/sign-in/oidc", httponly=True, samesite="lax", secure=_secure(request))
+    return response
+
+
+@router.get("/sign-in/oidc/callback", name="sso_callback")
+def sso_callback(request: Request, session: SessionDep, container: ContainerDep,
+                 code: str = Query("", max_length=2048), state: str = Query("", max_length=512),
+                 error: str = Query("", max_length=200)) -> Response:
+    """Single sign-on's return: check state, exchange the code, verify the ID token, map groups, open a session."""
+    now = container.clock.now()
+    if (config := _sso_config(container)) is None:
+        return _no_sso()
+    try:
+        if error:
+            oidc.open_flow(container.console_key, request.cookies.get(OIDC_FLOW_COOKIE), now=now)  # ours, or no-flow
+            raise oidc.SignInRefusedError(f"the identity provider did not sign you in ({error})", reason="provider")
+        claims, next_path = oidc.finish_sign_in(config, container.console_key, request.cookies.get(OIDC_FLOW_COOKIE),
+                                                code=code, state=state, redirect_uri=_callback_uri(request), now=now)
+        begin_write(session)
+        principal, issued = oidc.token_for_identity(session, config, claims, lifetime=SESSION_LIFETIME,
+                                                    description="console single sign-on")
+        cookie, expires = start_session(session, container.console_key, load_principal(principal), issued.id,
+                                        now + SESSION_LIFETIME, now=now, method="oidc")
+    except oidc.SignInRefusedError as err:
+        if err.reason not in ("no-flow", "flow-expired"):  # no flow of ours: nothing to audit but noise
+            oidc.record_refusal(session, err, via="console")
+        response = _sign_in_page(request, container, next_path="/ui", error=err.message, status=status_for(err))
+        response.delete_cookie(OIDC_FLOW_COOKIE, path="/ui/sign-in/oidc")
+        return response
+    except RegistryError as err:
+        return _sign_in_page(request, container, next_path="/ui", error=err.message, status=status_for(err))
+    finally:
+        session.rollback()
+    return _session_response(request, container, cookie, expires, next_path)
 
 
 @router.post("/sign-out")

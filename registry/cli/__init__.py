@@ -19,8 +19,8 @@ import typer
 from typer.exceptions import TyperException
 
 from registry.cli import (  # noqa: F401 (commands)
-    approvals, evals, fetch, identity, operations, provenance, provenance_export, quotas, releases, versions,
-    webhooks)
+    approvals, evals, fetch, identity, login, operations, provenance, provenance_export, quotas, releases,
+    versions, webhooks)
 from registry.cli._base import _say, app
 from registry.domain.errors import RegistryError
 

@@ -109,6 +109,15 @@ class RegistryApi:
     def whoami(self) -> dict[str, Any]:
         return self.client.get("/v1/whoami")
 
+    def oidc_login_info(self) -> dict[str, Any]:
+        """The identity provider and public client ``modelreg login`` signs in with."""
+        return self.client.get("/v1/auth/oidc")
+
+    def oidc_token(self, *, code: str, code_verifier: str, redirect_uri: str, nonce: str) -> dict[str, Any]:
+        """Trade an authorization code (from the loopback redirect) for a short-lived registry token."""
+        return self.client.post("/v1/auth/oidc/token", json={"code": code, "code_verifier": code_verifier,
+                                                              "redirect_uri": redirect_uri, "nonce": nonce})
+
     def create_tenant(self, name: str) -> dict[str, Any]:
         return self.client.post("/v1/tenants", json={"name": name})
 

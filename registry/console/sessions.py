@@ -109,6 +109,13 @@ def sign_in(session: Session, key: SessionKey, token: str, *, now: dt.datetime) 
     if token_expires is not None:
         expires = min(expires, token_expires.replace(tzinfo=dt.timezone.utc)
                       if token_expires.tzinfo is None else token_expires)
+    return start_session(session, key, principal, token_id, expires, now=now, method="token")
+
+
+def start_session(session: Session, key: SessionKey, principal: AuthenticatedPrincipal, token_id: int,
+                  expires: dt.datetime, *, now: dt.datetime, method: str) -> tuple[str, dt.datetime]:
+    """Record and audit a new session of ``principal`` opened with token ``token_id``, commit, return its cookie
+    value and expiry. ``method`` says how the person proved who they are (``token``, ``oidc``)."""
     prune(session, now=now)
     secret = secrets.token_hex(16)
     row = ConsoleSession(token_id=token_id, principal_id=principal.id, secret_hash=_digest(secret), created_at=now,
@@ -116,7 +123,8 @@ def sign_in(session: Session, key: SessionKey, token: str, *, now: dt.datetime) 
     session.add(row)
     session.flush()
     audit.append(session, actor=principal.name, action="console.signed_in", subject=f"principal/{principal.name}",
-                 details={"session_id": row.id, "token_id": token_id, "expires_at": expires.isoformat()})
+                 details={"session_id": row.id, "token_id": token_id, "expires_at": expires.isoformat(),
+                          "method": method})
     session.commit()
     body = f"{row.id}.{int(expires.timestamp())}.{secret}"
     return f"{body}.{key.mac('session', body)}", expires

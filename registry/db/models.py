@@ -88,6 +88,8 @@ class Principal(Base):
     is_admin: Mapped[bool] = mapped_column(Boolean, default=False)
     disabled: Mapped[bool] = mapped_column(Boolean, default=False)
     created_at: Mapped[dt.datetime] = mapped_column(default=utcnow)
+    # "<issuer> <sub>" of a principal made by single sign-on (registry.oidc); NULL for one made by an admin.
+    oidc_identity: Mapped[str | None] = mapped_column(String(512), unique=True)
 
     roles: Mapped[list["RoleBinding"]] = relationship(back_populates="principal", cascade="all, delete-orphan")
 

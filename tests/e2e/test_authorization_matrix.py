@@ -206,6 +206,12 @@ RULES: dict[tuple[str, str], Rule] = {
     ("POST", "/v1/provenance/audit-log"): Rule(AUDITS_ANY_TENANT, 200, lambda w, t: {"json": {"checkpoints": []}}),
     ("GET", "/ui/sign-in"): Rule(PUBLIC, 200, console=True),
     ("POST", "/ui/sign-in"): Rule(SIGNS_IN, 303, console=True),
+    # Single sign-on is not configured in this world: its routes say so to every caller (test_oidc_sign_in.py).
+    ("GET", "/ui/sign-in/oidc"): Rule(PUBLIC, 404, console=True),
+    ("GET", "/ui/sign-in/oidc/callback"): Rule(PUBLIC, 404, console=True),
+    ("GET", "/v1/auth/oidc"): Rule(PUBLIC, 404),
+    ("POST", "/v1/auth/oidc/token"): Rule(PUBLIC, 404, lambda w, t: {"json": {
+        "code": "c", "code_verifier": "v" * 43, "redirect_uri": "http://127.0.0.1:1/callback", "nonce": "n" * 16}}),
     ("POST", "/ui/sign-out"): Rule(PUBLIC, 303, console=True),
     ("GET", "/ui/static/{name}"): Rule(PUBLIC, 200, path={"name": lambda w, t: "console.css"}, console=True),
     ("GET", "/ui"): Rule(SIGNED_IN, 200, console=True),

@@ -55,8 +55,9 @@ class Server:
                 self.process.wait()
 
 
-def start_server(data_dir: Path, extra_env: dict[str, str] | None = None, workers: int = 2) -> Server:
-    port = free_port()
+def start_server(data_dir: Path, extra_env: dict[str, str] | None = None, workers: int = 2,
+                 port: int | None = None) -> Server:
+    port = port or free_port()
     log = data_dir.parent / f"serve-{port}.log"
     env = {k: v for k, v in os.environ.items() if not k.startswith("MODELREG_")}
     env.update(extra_env or {})
