@@ -16,21 +16,34 @@ from __future__ import annotations
 import datetime as dt
 import enum
 import hashlib
+import re
 import secrets
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session, joinedload
 
 from registry.db.models import ApiToken, Principal, RoleBinding, Tenant, utcnow
-from registry.domain.errors import AuthenticationError, InvalidInputError, PermissionDeniedError
+from registry.domain.errors import (AuthenticationError, InvalidInputError, PermissionDeniedError,
+                                    WorkloadTokenRejectedError)
 from registry.domain.refs import NAME_RE
 
-if TYPE_CHECKING:
-    from registry.workload_identity import WorkloadVerifier
-
 TOKEN_PREFIX = "mr_"
+MAX_JWT_LENGTH = 16 * 1024
+_JWT_RE = re.compile(r"\A[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+\.[A-Za-z0-9_-]*\Z")
+
+
+def looks_like_jwt(token: str) -> bool:
+    """Whether a bearer token has the compact JWT form (and so is no ``mr_`` registry token)."""
+    return len(token) <= MAX_JWT_LENGTH and _JWT_RE.match(token) is not None
+
+
+class WorkloadAuthenticator(Protocol):
+    """What verifies a projected service-account token and maps it to its node principal
+    (:class:`registry.workload_identity.WorkloadVerifier`)."""
+
+    def authenticate(self, session: Session, token: str) -> "AuthenticatedPrincipal": ...
 
 
 class Role(str, enum.Enum):
@@ -141,7 +154,7 @@ def issue_token(
     return IssuedToken(token=secret, id=row.id, prefix=row.prefix, expires_at=expires_at)
 
 
-def authenticate(session: Session, token: str | None, *, workload: "WorkloadVerifier | None" = None
+def authenticate(session: Session, token: str | None, *, workload: WorkloadAuthenticator | None = None
                  ) -> AuthenticatedPrincipal:
     """Resolve a bearer token to its principal and roles: a registry token (``mr_...``), or a Kubernetes
     projected service-account token (a JWT), verified by ``workload`` and mapped through the node bindings.
@@ -152,11 +165,11 @@ def authenticate(session: Session, token: str | None, *, workload: "WorkloadVeri
     """
     if not token:
         raise AuthenticationError("missing bearer token")
-    if not token.startswith(TOKEN_PREFIX):
-        from registry.workload_identity import authenticate_workload, looks_like_jwt
-
-        if looks_like_jwt(token):
-            return authenticate_workload(session, workload, token)
+    if not token.startswith(TOKEN_PREFIX) and looks_like_jwt(token):
+        if workload is None:
+            raise WorkloadTokenRejectedError("service-account token refused: this registry trusts no "
+                                             "service-account token issuer", reason="issuer")
+        return workload.authenticate(session, token)
     return _check_token(_token_row(session, ApiToken.token_hash == hash_token(token)))
 
 

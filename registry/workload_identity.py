@@ -33,28 +33,21 @@ import jwt
 from sqlalchemy import select
 from sqlalchemy.orm import Session, joinedload
 
-from registry.auth import AuthenticatedPrincipal, Role
+from registry.auth import AuthenticatedPrincipal, Role, looks_like_jwt
 from registry.db.models import NodeBinding
 from registry.domain.errors import InvalidInputError, ServiceUnavailableError, WorkloadTokenRejectedError
 from registry.settings import WorkloadIssuer
 
 ALLOWED_ALGORITHMS = ("RS256", "ES256")  # asymmetric only: never none, never HS* (a public key is no secret)
-MAX_TOKEN_LENGTH = 16 * 1024
 MAX_JWKS_BYTES = 256 * 1024
 MAX_KEYS_PER_ISSUER = 16
 FETCH_TIMEOUT_SECONDS = 5.0
 # Three base64url parts: the compact JWS form (the third may be empty: an alg none token, refused by name).
 # Registry tokens start with mr_ and contain no dot.
-_JWT_RE = re.compile(r"\A[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+\.[A-Za-z0-9_-]*\Z")
 _DNS_LABEL_RE = re.compile(r"\A[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?\Z")
 _DNS_SUBDOMAIN_RE = re.compile(r"\A[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?\Z")
 SERVICE_ACCOUNT_PREFIX = "system:serviceaccount:"
 PRINCIPAL_NAME_MAX = 128
-
-
-def looks_like_jwt(token: str) -> bool:
-    """Whether a bearer token has the compact JWT form (and so is no ``mr_`` registry token)."""
-    return len(token) <= MAX_TOKEN_LENGTH and _JWT_RE.match(token) is not None
 
 
 def check_fetch_url(url: str, *, what: str) -> str:
@@ -228,6 +221,10 @@ class WorkloadVerifier:
                 check_fetch_url(issuer.jwks_url, what="JWKS URL")
         self.caches = {i.issuer: JwksCache(i, refresh_interval=refresh_interval) for i in issuers}
         self.leeway = leeway_seconds
+
+    def authenticate(self, session: Session, token: str) -> AuthenticatedPrincipal:
+        """The node principal ``token`` stands for (:func:`authenticate_workload`)."""
+        return authenticate_workload(session, self, token)
 
     def verify(self, token: str) -> WorkloadIdentity:
         """The identity a token names, once every check passed.

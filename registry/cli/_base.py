@@ -68,7 +68,7 @@ def _client(url: Optional[str], token: Optional[str], token_file: Optional[str] 
     if not url:
         raise CliError("no registry URL: pass --url or set MODELREG_URL (e.g. http://127.0.0.1:8080)")
     if not token and not token_file and not os.environ.get("MODELREG_TOKEN_FILE"):
-        from registry.cli.login import stored_token
+        from registry.client.logins import stored_token
 
         token = stored_token(url)  # what `modelreg login` kept for this registry, while it lasts
     return RegistryApi(url, token_source(token, token_file))
