@@ -34,10 +34,12 @@ from api.app import create_app
 from registry.auth import authenticate, issue_token, load_principal
 from sqlalchemy import select
 
-from registry.db.models import EvalResult, Model, Principal, Version
+from registry.db.models import EvalResult, Model, Principal, Version, WebhookSubscription
 from registry.domain.aliases import make_target
 from registry.domain.files import FileEntry
+from registry.net.egress import EgressPolicy
 from registry.services import aliases, approvals, evals, identity, node_bindings, versions
+from registry.services import webhooks as webhook_service
 from registry.settings import WorkloadIssuer
 from tests.support.registry import drain
 from tests.support.releases import approve_standin
@@ -54,6 +56,8 @@ READS_ANY_TENANT = "reads-any-tenant"  # readers of any tenant (the request name
 # Approvers in the capacity the request names (security), in the tenant: no other role, administrators included.
 APPROVER_IN_CAPACITY = "approver-in-capacity"
 TENANT_ADMIN = "tenant-admin"  # the tenant role "admin" in the tenant the request names (and sysadmins)
+# A tenant's webhook, named by id: its admins manage it; to anyone else it does not exist (404).
+TENANT_ADMIN_ELSE_NOT_FOUND = "tenant-admin-else-not-found"
 # The console's sign-in form: any valid token of a principal holding a role besides `node` (administrators too).
 SIGNS_IN = "signs-in"
 # The console's pages for any signed-in principal (each shows only what it may see).
@@ -70,6 +74,9 @@ ROLE_MAY: dict[str, frozenset[str]] = {
     "none": frozenset(),
 }
 OWN, OTHER = "a", "b"
+# Nothing listens on the discard port: a webhook's test ping there is a recorded failure, at once.
+WEBHOOK_URL = "http://127.0.0.1:9/matrix"
+ABSENT_WEBHOOK = str(10**9)
 MATRIX_ISSUER = "https://kubernetes.default.svc.cluster.local"
 EVALSET = (b'{"id": "c1", "category": "factual", "language": "en", '
            b'"messages": [{"role": "user", "content": "2+2?"}], "expect": {"exact": "4"}}\n')
@@ -141,6 +148,17 @@ RULES: dict[tuple[str, str], Rule] = {
     ("GET", "/v1/audit/events"): Rule("audit", 200, tenant_query),
     # Any role in the tenant reads its event stream (registry.services.events.visible_tenants).
     ("GET", "/v1/events"): Rule("read|fetch", 200, tenant_query),
+    ("POST", "/v1/webhooks"): Rule(TENANT_ADMIN, 201, lambda w, t: {"json": {
+        "tenant": t, "url": WEBHOOK_URL, "types": ["version.approved"]}}),
+    ("GET", "/v1/webhooks"): Rule(TENANT_ADMIN, 200, tenant_query),
+    ("GET", "/v1/webhooks/{webhook_id}"): Rule(TENANT_ADMIN_ELSE_NOT_FOUND, 200),
+    ("DELETE", "/v1/webhooks/{webhook_id}"): Rule(TENANT_ADMIN_ELSE_NOT_FOUND, 204),
+    ("GET", "/v1/webhooks/{webhook_id}/deliveries"): Rule(TENANT_ADMIN_ELSE_NOT_FOUND, 200),
+    ("POST", "/v1/webhooks/{webhook_id}/redeliver"): Rule(TENANT_ADMIN_ELSE_NOT_FOUND, 200,
+                                                          lambda w, t: {"json": {}}),
+    ("POST", "/v1/webhooks/{webhook_id}/rotate-secret"): Rule(TENANT_ADMIN_ELSE_NOT_FOUND, 200,
+                                                              lambda w, t: {"json": {}}),
+    ("POST", "/v1/webhooks/{webhook_id}/test"): Rule(TENANT_ADMIN_ELSE_NOT_FOUND, 200),
     ("GET", "/v1/audit/verify"): Rule(ADMIN, 200),
     ("GET", "/v1/audit/checkpoints"): Rule(AUDITS_ANY_TENANT, 200),
     ("POST", "/v1/scans/rescan"): Rule(ADMIN, 202),
@@ -290,6 +308,7 @@ class World:
     amendable_versions: dict[str, int] = field(default_factory=dict)
     console_sessions: dict[str, tuple[str, str] | None] = field(default_factory=dict)
     counter: itertools.count = field(default_factory=itertools.count)
+    webhooks: dict[str, int] = field(default_factory=dict)
 
     def fresh(self, kind: str) -> str:
         return f"{kind}-{next(self.counter)}"
@@ -298,7 +317,7 @@ class World:
         return {"tenant": tenant, "name": self.model[tenant], "number": "1", "digest": self.digest[tenant],
                 "token_id": str(self.throwaway_token_id), "target": "target", "alias": "prod",
                 "evalset": "matrix-set", "suite": "matrix", "revision": "prod", "path": "config.json",
-                "folder": "sub"}
+                "folder": "sub", "webhook_id": self.webhook(tenant)}
 
     def version(self, tenant: str, approved: bool) -> int:
         """A new version of the tenant's model, through the pipeline (approved by the stand-in if asked)."""
@@ -421,6 +440,19 @@ class World:
             node_bindings.bind(session, self.root, **subject, trusted=self.container.settings.workload_issuers)
         return {"params": subject}
 
+    def webhook(self, tenant: str) -> str:
+        """The id of the tenant's standing webhook, made again if a call removed it."""
+        with self.container.session_factory() as session:
+            standing = self.webhooks.get(tenant)
+            if standing is None or session.get(WebhookSubscription, standing) is None:
+                sub, _ = webhook_service.create(session, self.root, tenant=tenant, url=WEBHOOK_URL,
+                                                types=["version.approved"],
+                                                egress_policy=EgressPolicy.from_entries(
+                                                    self.container.settings.egress_allow),
+                                                clock=self.container.clock)
+                self.webhooks[tenant] = sub.id
+        return str(self.webhooks[tenant])
+
     def granted_role(self, tenant: str) -> dict[str, Any]:
         with self.container.session_factory() as session:
             identity.grant_role(session, self.root, "target", tenant, "auditor")
@@ -430,6 +462,7 @@ class World:
 def build_world(container) -> World:
     # Binding a service account names a trusted issuer; nothing here fetches its keys.
     container.settings.workload_issuers = [WorkloadIssuer(issuer=MATRIX_ISSUER)]
+    container.settings.egress_allow = ["127.0.0.1/32"]  # the webhooks' (unlistened) loopback target
     with container.session_factory() as session:
         root_row = Principal(name="root", is_admin=True)
         session.add(root_row)
@@ -507,6 +540,8 @@ def expected_status(rule: Rule, caller: str, tenant: str) -> int:
         return rule.ok
     if rule.who == TENANT_ADMIN:
         return rule.ok if tenant == OWN and "admin" in ROLE_MAY[caller] else 403
+    if rule.who == TENANT_ADMIN_ELSE_NOT_FOUND:
+        return rule.ok if tenant == OWN and "admin" in ROLE_MAY[caller] else 404
     if rule.who == ADMIN:
         return 403
     if rule.who == AUDITS_ANY_TENANT:
@@ -587,8 +622,10 @@ def test_authorization_matrix(container):
                     # and it reads the same whether the resource exists or not.
                     found = [s for s in secrets if s in r.text]
                     absent = call(client, world, key, rule, caller, tenant, name="no-such-model", number="99",
-                                  digest="f" * 64)
-                    if found or (absent.status_code, absent.content) != (r.status_code, r.content):
+                                  digest="f" * 64, webhook_id=ABSENT_WEBHOOK)
+                    # A webhook id is the caller's own word, echoed back: the same answer names either id.
+                    told = absent.content.replace(ABSENT_WEBHOOK.encode(), str(world.webhooks[tenant]).encode())
+                    if found or (absent.status_code, told) != (r.status_code, r.content):
                         leaks.append(f"{key[0]} {key[1]} as {caller}: {r.status_code} {r.text[:160]!r} vs "
                                      f"absent {absent.status_code} {absent.text[:160]!r}, names {found}")
     assert not wrong, f"{len(wrong)} unexpected statuses:\n" + "\n".join(wrong)
