@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Header, Query
+from fastapi import APIRouter, Header, Query, Request
 from fastapi.responses import JSONResponse, Response
 from starlette.concurrency import run_in_threadpool
 
@@ -15,7 +16,7 @@ from api.problems import AUTHENTICATED, responses
 from api.schemas import ReleasePublic
 from registry.auth import AuthenticatedPrincipal, authenticate
 from registry.bootstrap import Container
-from registry.domain.errors import ConflictError, NotFoundError, ServiceUnavailableError
+from registry.domain.errors import ConflictError, NotFoundError, RegistryError, ServiceUnavailableError
 from registry import watch
 from registry.services import manifests
 
@@ -33,6 +34,89 @@ def _issue(container: Container, token: str, principal: AuthenticatedPrincipal |
         return principal, manifests.issue(session, principal, **kwargs)
 
 
+REISSUE_GATHER_SECONDS = 0.005
+"""How long the first woken waiter of a release waits for the others woken with it before they re-issue."""
+MAX_REISSUE_BATCH = 500
+"""The most waiters one re-issue serves (one transaction records an issuance for each)."""
+
+
+def _issue_batch(container: Container, tokens: list[str], kwargs: dict[str, Any]) -> list[Any]:
+    """Re-issue one release for many woken waiters in one session: each token authenticated and
+    authorized (once per distinct token), one issuance for all who may (``manifests.issue_to``).
+
+    Returns, per token, ``(principal, issued)`` or the error that waiter gets.
+    """
+    with container.session_factory() as session:
+        known: dict[str, Any] = {}
+        for token in dict.fromkeys(tokens):
+            try:
+                principal = authenticate(session, token, workload=container.workload_verifier)
+                manifests.authorize(principal, kwargs["tenant"])
+                known[token] = principal
+            except RegistryError as exc:
+                known[token] = exc
+        allowed = [known[t] for t in tokens if not isinstance(known[t], RegistryError)]
+        issued: Any = None
+        if allowed:
+            try:
+                issued = manifests.issue_to(session, allowed, **kwargs)
+            except RegistryError as exc:
+                issued = exc
+    return [known[t] if isinstance(known[t], RegistryError) else
+            issued if isinstance(issued, RegistryError) else (known[t], issued) for t in tokens]
+
+
+class ReissueBatches:
+    """Waiters woken by one event re-issue their release together: one thread hop, one signature, one
+    transaction per release and ``If-None-Match``, instead of one each (2,000 nodes on one alias)."""
+
+    def __init__(self) -> None:
+        self._open: dict[tuple, list[tuple[str, asyncio.Future]]] = {}
+
+    async def issue(self, container: Container, token: str, kwargs: dict[str, Any]
+                    ) -> tuple[AuthenticatedPrincipal, manifests.Issued]:
+        key = tuple(kwargs[k] for k in ("tenant", "name", "ref", "for_tenant", "if_none_match"))
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future = loop.create_future()
+        batch = self._open.get(key)
+        if batch is None:
+            batch = self._open[key] = []
+            loop.call_later(REISSUE_GATHER_SECONDS,
+                            lambda: asyncio.ensure_future(self._run(container, key, kwargs)))
+        batch.append((token, future))
+        if len(batch) >= MAX_REISSUE_BATCH:
+            del self._open[key]  # full: the timer finds a new batch, or none
+            asyncio.ensure_future(self._run(container, key, kwargs, batch))
+        result = await future
+        if isinstance(result, RegistryError):
+            raise result
+        return result
+
+    async def _run(self, container: Container, key: tuple, kwargs: dict[str, Any],
+                   batch: list[tuple[str, asyncio.Future]] | None = None) -> None:
+        batch = batch if batch is not None else self._open.pop(key, None)
+        if not batch:
+            return
+        try:
+            results = await run_in_threadpool(_issue_batch, container, [t for t, _ in batch], kwargs)
+        except BaseException as exc:  # noqa: BLE001 - every waiter gets the failure, none hangs
+            results = [exc] * len(batch)
+        for (_, future), result in zip(batch, results):
+            if future.done():
+                continue
+            if isinstance(result, BaseException) and not isinstance(result, RegistryError):
+                future.set_exception(result)
+            else:
+                future.set_result(result)
+
+
+def _batches(request: Request) -> ReissueBatches:
+    """The app's re-issue batches (one set per process, made on first use)."""
+    if not hasattr(request.app.state, "reissue_batches"):
+        request.app.state.reissue_batches = ReissueBatches()
+    return request.app.state.reissue_batches
+
+
 def _answer(issued: manifests.Issued) -> Response:
     headers = {"ETag": issued.etag, "Cache-Control": "no-cache"}
     if issued.body is None:
@@ -44,7 +128,7 @@ def _answer(issued: manifests.Issued) -> Response:
     304: {"description": "Not Modified: the ETag in If-None-Match is current (after `wait` seconds, with wait)"},
     **responses(*AUTHENTICATED, NotFoundError, ConflictError, ServiceUnavailableError)})
 async def get_manifest(
-    tenant: TenantName, name: ModelName, token: BearerTokenDep, container: ContainerDep,
+    request: Request, tenant: TenantName, name: ModelName, token: BearerTokenDep, container: ContainerDep,
     watcher: EventWatcherDep,
     ref: Annotated[str, Query(pattern=REF_PATTERN, description="an alias (prod, canary...) or a version number")],
     for_tenant: Annotated[TenantName | None, Query(
@@ -79,8 +163,9 @@ async def get_manifest(
         if outcome != "news":
             break
         since = watcher.head
-        # Authenticated again: a token revoked while it waited gets nothing new.
-        principal, issued = await run_in_threadpool(_issue, container, token, None, **kwargs)
+        # Authenticated again: a token revoked while it waited gets nothing new. Woken together with
+        # the other waiters on this release, re-issued with them.
+        principal, issued = await _batches(request).issue(container, token, kwargs)
     return _answer(issued)
 
 

@@ -42,6 +42,7 @@ import datetime as dt
 import hashlib
 import re
 from dataclasses import dataclass
+from collections.abc import Sequence
 from typing import Any
 
 from sqlalchemy import func, select, text, update
@@ -153,6 +154,26 @@ def issue(session: Session, principal: AuthenticatedPrincipal, tenant: str, name
     """The signed release of ``tenant/name@ref`` for ``for_tenant`` (default ``tenant``), recorded; or,
     when ``if_none_match`` holds its current ETag, nothing (no record, no signature).
 
+    Readers and serving nodes (``fetch``) of the tenant may ask; raises as :func:`issue_to`.
+    """
+    return issue_to(session, [principal], tenant, name, ref, for_tenant, if_none_match=if_none_match,
+                    keyring=keyring, blob_store=blob_store, clock=clock, config=config, cache=cache)
+
+
+def authorize(principal: AuthenticatedPrincipal, tenant: str) -> None:
+    """Raise PermissionDeniedError unless ``principal`` may be issued ``tenant``'s releases."""
+    _authorize(principal, tenant)
+
+
+def issue_to(session: Session, principals: Sequence[AuthenticatedPrincipal], tenant: str, name: str, ref: str,
+             for_tenant: str | None = None, *, if_none_match: str | None = None, keyring: KeyRing,
+             blob_store: BlobStore, clock: Clock, config: ReleaseConfig, cache: ReleaseCache | None = None
+             ) -> Issued:
+    """:func:`issue` for several callers asking the same at once (long-poll waiters woken by one event):
+    one resolution, one signature and one transaction, with an issuance recorded for each of them.
+
+    The release names no caller, so one body serves them all; each is authorized and each is recorded.
+
     Readers and serving nodes (``fetch``) of the tenant may ask.
 
     Raises:
@@ -164,7 +185,11 @@ def issue(session: Session, principal: AuthenticatedPrincipal, tenant: str, name
         NotApprovedError: it is not approved.
         NoSigningKeyError: the registry holds no key of the newest trust root.
     """
-    _authorize(principal, tenant)
+    if not principals:
+        raise ValueError("issue to at least one caller")
+    for principal in principals:
+        _authorize(principal, tenant)
+    principal = principals[0]
     cache = cache or ReleaseCache()
     for_tenant = for_tenant or tenant
     model_ref = f"{tenant}/{name}"
@@ -195,8 +220,9 @@ def issue(session: Session, principal: AuthenticatedPrincipal, tenant: str, name
         # Only the issuance row is written: it need not wait for the WAL flush (a crash may lose the last
         # few rows, never a serial; a bumped serial commits durably, so a serial never names two contents).
         session.execute(text("SET LOCAL synchronous_commit = off"))
-    session.add(ReleaseIssuance(principal=principal.name, model=model_ref, ref=ref, for_tenant=for_tenant,
-                                version=found.number, serial=serial, key_id=key.key_id, at=now))
+    session.add_all([ReleaseIssuance(principal=p.name, model=model_ref, ref=ref, for_tenant=for_tenant,
+                                     version=found.number, serial=serial, key_id=key.key_id, at=now)
+                     for p in principals])
     session.commit()
     ttl = config.alias_ttl if found.is_alias else config.version_ttl
     payload = release_payload(model=model_ref, ref=ref, tenant=for_tenant, version=found.number, serial=serial,

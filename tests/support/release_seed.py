@@ -39,7 +39,7 @@ def seed_release(data_dir: Path, clients: int, database_url: str | None = None) 
                                          blob_store=container.blob_store)
                     entries.append(FileEntry(path, len(data), digest))
                 versions.submit_uploaded(session, admin, TENANT, MODEL, entries, label=f"v{number}",
-                                         limits=container.limits(), clock=container.clock)
+                                         limits=container.limits(), ports=container.ports)
             drain(container)
             approve_standin(container, TENANT, MODEL, number)
         with container.session_factory() as session:
