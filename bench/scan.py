@@ -202,7 +202,7 @@ def many_files(tmp: Path, sizes: list[int], rounds: int, cases: list[str]) -> No
     from tests.support.registry import make_admin
     from workers.handlers import build_handlers
     from workers.loop import Worker
-    from workers.registry import HandlerRegistry
+    from workers.handler_registry import HandlerRegistry
 
     handlers = build_handlers()
     scanning = HandlerRegistry([handlers.get(JobKind.SCAN_BLOB.value)])

@@ -9,7 +9,7 @@ from registry.domain.errors import RegistryError, UnstorableDataError, UpstreamE
 from registry.evals.sandbox import Isolation
 from registry.jobs import JobKind
 from registry.services import evals, lifecycle, mirroring, scans
-from workers.registry import Handler, HandlerRegistry, Payload
+from workers.handler_registry import Handler, HandlerRegistry, Payload
 
 
 def _mirror_file(c: Container, payload: Payload) -> None:

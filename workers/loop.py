@@ -41,7 +41,7 @@ from sqlalchemy.exc import DataError, DBAPIError
 from registry.bootstrap import Container
 from registry.domain.errors import RegistryError, ServiceUnavailableError, UnstorableDataError, UpstreamError
 from registry.jobs import DEAD, LOST, ClaimedJob, JobQueue
-from workers.registry import Handler, HandlerRegistry
+from workers.handler_registry import Handler, HandlerRegistry
 
 log = logging.getLogger(__name__)
 

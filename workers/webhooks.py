@@ -19,7 +19,7 @@ from registry.bootstrap import Container
 from registry.services import webhooks
 from workers.handlers import WEBHOOK_HANDLER, build_handlers
 from workers.loop import Worker, default_worker_id
-from workers.registry import HandlerRegistry
+from workers.handler_registry import HandlerRegistry
 
 log = logging.getLogger(__name__)
 

@@ -36,7 +36,7 @@ from tests.support.tiny_model import tiny_model_files
 from tests.support.worker_process import Deployment, kill_worker, start_worker, stop_worker, wait_for
 from workers.handlers import build_handlers
 from workers.loop import Worker
-from workers.registry import HandlerRegistry
+from workers.handler_registry import HandlerRegistry
 
 pytestmark = pytest.mark.postgres
 

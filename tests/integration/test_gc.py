@@ -20,7 +20,7 @@ from registry.services import gc, versions
 from registry.services.versions import SubmitRequest
 from workers.handlers import build_handlers
 from workers.loop import Worker
-from workers.registry import HandlerRegistry
+from workers.handler_registry import HandlerRegistry
 
 SHARED = b"shared weights " * 4096
 

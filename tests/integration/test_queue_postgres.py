@@ -37,7 +37,7 @@ from registry.jobs import DEAD, QUEUED, RUNNING, SUCCEEDED, JobKind, JobQueue, e
 from registry.settings import Settings
 from tests.support import db as dbsupport
 from workers.loop import Worker, is_retryable
-from workers.registry import Handler, HandlerRegistry
+from workers.handler_registry import Handler, HandlerRegistry
 
 REPO = Path(__file__).resolve().parents[2]
 

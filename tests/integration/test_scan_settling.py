@@ -15,7 +15,7 @@ from tests.support import scan_samples
 from tests.support.registry import drain
 from workers.handlers import build_handlers
 from workers.loop import Worker
-from workers.registry import HandlerRegistry
+from workers.handler_registry import HandlerRegistry
 
 SCAN_BLOB = JobKind.SCAN_BLOB.value
 

@@ -21,7 +21,7 @@ from sqlalchemy import text
 
 from registry.bootstrap import Container, bootstrap, load_settings
 from workers.loop import run_worker_process
-from workers.registry import Handler, HandlerRegistry
+from workers.handler_registry import Handler, HandlerRegistry
 
 
 def append_line(path: str, line: str) -> None:

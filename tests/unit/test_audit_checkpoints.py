@@ -211,7 +211,7 @@ def test_concurrent_checkpoints_of_one_head_write_one(container, session, key):
 
 
 def test_worker_processes_write_checkpoints_at_the_interval(container, session, key):
-    from workers.service import start_workers
+    from workers.entrypoints import start_workers
 
     container.settings.audit_checkpoint_every_events = 2
     container.settings.audit_checkpoint_every_seconds = 0.1
