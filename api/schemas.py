@@ -427,11 +427,11 @@ class TokenPublic(BaseModel):
 
 class WebhookCreate(Strict):
     tenant: TenantName
-    url: str = Field(min_length=1, max_length=2048, description="http(s) URL the events are POSTed to; it passes "
+    url: FreeText(2048) = Field(min_length=1, description="http(s) URL the events are POSTed to; it passes "
                                                                "the egress guard (docs/webhooks.md)")
-    types: list[Annotated[str, Field(min_length=1, max_length=128)]] = Field(
+    types: list[Annotated[FreeText(128), Field(min_length=1)]] = Field(
         min_length=1, max_length=64, description="event types (`version.approved`, or `*` for every type)")
-    model_glob: str | None = Field(None, max_length=256, description="only events about models matching it")
+    model_glob: FreeText(256) | None = Field(None, description="only events about models matching it")
 
 
 class WebhookPublic(BaseModel):
@@ -469,7 +469,7 @@ class WebhookDeliveryPublic(BaseModel):
 
 
 class WebhookRedeliver(Strict):
-    from_event: str | None = Field(None, max_length=128, description="send this event and all after it again; "
+    from_event: FreeText(128) | None = Field(None, description="send this event and all after it again; "
                                                                     "none: resume where the webhook stopped")
 
 

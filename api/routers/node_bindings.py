@@ -12,23 +12,24 @@ from pydantic import BaseModel, ConfigDict, Field
 from api.deps import ContainerDep, PrincipalDep, SessionDep
 from api.params import TenantName
 from api.problems import AUTHENTICATED, responses
+from registry.domain.text import FreeText
 from registry.db.models import NodeBinding
 from registry.domain.errors import InvalidInputError, NotFoundError
 from registry.services import node_bindings
 
 router = APIRouter(prefix="/v1/node-bindings", tags=["identity"])
 
-_ISSUER = Field(min_length=1, max_length=512, description="the issuer URL, as configured (the tokens' iss)")
-_NAMESPACE = Field(min_length=1, max_length=63, description="the service account's namespace")
-_ACCOUNT = Field(min_length=1, max_length=253, description="the service account's name")
+_ISSUER = Field(min_length=1, description="the issuer URL, as configured (the tokens' iss)")
+_NAMESPACE = Field(min_length=1, description="the service account's namespace")
+_ACCOUNT = Field(min_length=1, description="the service account's name")
 
 
 class NodeBindingCreate(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    issuer: str = _ISSUER
-    namespace: str = _NAMESPACE
-    service_account: str = _ACCOUNT
+    issuer: FreeText(512) = _ISSUER
+    namespace: FreeText(63) = _NAMESPACE
+    service_account: FreeText(253) = _ACCOUNT
     tenant: TenantName
 
 

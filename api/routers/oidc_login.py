@@ -17,6 +17,7 @@ from pydantic import BaseModel, Field
 
 from api.deps import ContainerDep, SessionDep
 from api.problems import responses
+from registry.domain.text import FreeText
 from registry import oidc
 from registry.db.session import begin_write
 from registry.domain.errors import AuthenticationError, InvalidInputError, NotFoundError
@@ -34,10 +35,10 @@ class OidcLoginInfo(BaseModel):
 
 
 class OidcCodeExchange(BaseModel):
-    code: str = Field(min_length=1, max_length=2048)
-    code_verifier: str = Field(min_length=43, max_length=128)
-    redirect_uri: str = Field(max_length=64)
-    nonce: str = Field(min_length=16, max_length=256)
+    code: FreeText(2048) = Field(min_length=1)
+    code_verifier: FreeText(128) = Field(min_length=43)
+    redirect_uri: FreeText(64)
+    nonce: FreeText(256) = Field(min_length=16)
 
 
 class OidcTokenPublic(BaseModel):
