@@ -9,6 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictBool
 
 from api.params import NAME_PATTERN, ByteCount, PrincipalName, TenantName, VersionNumber
 from registry.auth import Role
+from registry.domain.events import NAMES as EVENT_TYPE_NAMES
 
 from registry.domain.files import MAX_PATH_LENGTH
 from registry.domain.licenses import MAX_LICENSE_LENGTH
@@ -425,12 +426,16 @@ class TokenPublic(BaseModel):
     revoked_at: dt.datetime | None
 
 
+MAX_WEBHOOK_TYPES = 2 * len(EVENT_TYPE_NAMES)
+"""The most event types one subscription names (each may be named in both forms)."""
+
+
 class WebhookCreate(Strict):
     tenant: TenantName
     url: FreeText(2048) = Field(min_length=1, description="http(s) URL the events are POSTed to; it passes "
                                                                "the egress guard (docs/webhooks.md)")
     types: list[Annotated[FreeText(128), Field(min_length=1)]] = Field(
-        min_length=1, max_length=64, description="event types (`version.approved`, or `*` for every type)")
+        min_length=1, max_length=MAX_WEBHOOK_TYPES, description="event types (`version.approved`, or `*` for every type)")
     model_glob: FreeText(256) | None = Field(None, description="only events about models matching it")
 
 
