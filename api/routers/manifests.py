@@ -41,8 +41,8 @@ MAX_REISSUE_BATCH = 500
 
 
 def _issue_batch(container: Container, tokens: list[str], kwargs: dict[str, Any]) -> list[Any]:
-    """Re-issue one release for many woken waiters in one session: each token authenticated and
-    authorized (once per distinct token), one issuance for all who may (``manifests.issue_to``).
+    """Re-issue one release for many woken waiters in one session: each token authenticated again (once
+    per distinct token), then ``manifests.issue_to_each`` (each authorized, one issuance for all).
 
     Returns, per token, ``(principal, issued)`` or the error that waiter gets.
     """
@@ -50,20 +50,13 @@ def _issue_batch(container: Container, tokens: list[str], kwargs: dict[str, Any]
         known: dict[str, Any] = {}
         for token in dict.fromkeys(tokens):
             try:
-                principal = authenticate(session, token, workload=container.workload_verifier)
-                manifests.authorize(principal, kwargs["tenant"])
-                known[token] = principal
+                known[token] = authenticate(session, token, workload=container.workload_verifier)
             except RegistryError as exc:
                 known[token] = exc
-        allowed = [known[t] for t in tokens if not isinstance(known[t], RegistryError)]
-        issued: Any = None
-        if allowed:
-            try:
-                issued = manifests.issue_to(session, allowed, **kwargs)
-            except RegistryError as exc:
-                issued = exc
+        ok = [t for t in tokens if not isinstance(known[t], RegistryError)]
+        issued = dict(zip(ok, manifests.issue_to_each(session, [known[t] for t in ok], **kwargs))) if ok else {}
     return [known[t] if isinstance(known[t], RegistryError) else
-            issued if isinstance(issued, RegistryError) else (known[t], issued) for t in tokens]
+            issued[t] if isinstance(issued[t], RegistryError) else (known[t], issued[t]) for t in tokens]
 
 
 class ReissueBatches:

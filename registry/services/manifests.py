@@ -70,6 +70,7 @@ from registry.domain.errors import (
     InvalidStateError,
     NotApprovedError,
     PermissionDeniedError,
+    RegistryError,
     RevokedError,
     TenantNotFoundError,
     VersionDeletedError,
@@ -160,9 +161,24 @@ def issue(session: Session, principal: AuthenticatedPrincipal, tenant: str, name
                     keyring=keyring, blob_store=blob_store, clock=clock, config=config, cache=cache)
 
 
-def authorize(principal: AuthenticatedPrincipal, tenant: str) -> None:
-    """Raise PermissionDeniedError unless ``principal`` may be issued ``tenant``'s releases."""
-    _authorize(principal, tenant)
+def issue_to_each(session: Session, principals: Sequence[AuthenticatedPrincipal], tenant: str, name: str,
+                  ref: str, for_tenant: str | None = None, **kwargs: Any) -> list[Issued | RegistryError]:
+    """:func:`issue_to` for callers each authorized on their own: per caller, the release (one for all who
+    may ask) or the error that caller gets (its refusal, or the release's own error)."""
+    refused: dict[int, RegistryError] = {}
+    for index, principal in enumerate(principals):
+        try:
+            _authorize(principal, tenant)
+        except RegistryError as exc:
+            refused[index] = exc
+    allowed = [p for i, p in enumerate(principals) if i not in refused]
+    shared: Issued | RegistryError | None = None
+    if allowed:
+        try:
+            shared = issue_to(session, allowed, tenant, name, ref, for_tenant, **kwargs)
+        except RegistryError as exc:
+            shared = exc
+    return [refused[i] if i in refused else shared for i in range(len(principals))]  # type: ignore[misc]
 
 
 def issue_to(session: Session, principals: Sequence[AuthenticatedPrincipal], tenant: str, name: str, ref: str,
