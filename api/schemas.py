@@ -427,7 +427,7 @@ class TokenPublic(BaseModel):
 
 
 MAX_WEBHOOK_TYPES = 2 * len(EVENT_TYPE_NAMES)
-"""The most event types one subscription names (each may be named in both forms)."""
+"""The most event types one subscription names (each may be named in both forms; ``parse_types``' bound)."""
 
 
 class WebhookCreate(Strict):

@@ -166,8 +166,10 @@ def parse_types(names: list[str] | tuple[str, ...]) -> frozenset[str]:
     """Event type names a consumer asked for (short or CloudEvents form), checked against the catalogue.
 
     Raises:
-        ValueError: naming the first unknown type.
+        ValueError: naming the first unknown type, or more names than each type in both forms.
     """
+    if len(names) > 2 * len(NAMES):
+        raise ValueError(f"{len(names)} event types named; at most {2 * len(NAMES)}")
     chosen: set[str] = set()
     for name in names:
         short = name.removeprefix(TYPE_PREFIX)

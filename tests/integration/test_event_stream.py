@@ -113,6 +113,9 @@ def test_types_narrow_the_stream_and_unknown_types_are_refused(stream):
     r = client.get("/v1/events", headers={"Authorization": f"Bearer {tokens['node']}"},
                    params={"type": "version.exploded"})
     assert r.status_code == 422 and "version.exploded" in r.json()["detail"]
+    many = client.get("/v1/events", headers={"Authorization": f"Bearer {tokens['node']}"},
+                      params={"type": ["version.revoked"] * (2 * len(catalogue.NAMES) + 1)})
+    assert many.status_code == 422 and "at most" in many.json()["detail"]
 
 
 def test_data_carries_only_the_catalogue_s_keys(stream, container):
