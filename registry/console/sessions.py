@@ -24,10 +24,11 @@ import hmac
 import secrets
 from dataclasses import dataclass
 
-from sqlalchemy import delete, or_, update
+from sqlalchemy import delete, or_
 from sqlalchemy.orm import Session
 
 from registry import audit
+from registry.services.identity import end_sessions
 from registry.auth import (
     AuthenticatedPrincipal,
     Permission,
@@ -162,26 +163,6 @@ def close_session(session: Session, opened: OpenedSession, *, now: dt.datetime) 
         audit.append(session, actor=opened.principal.name, action="console.signed_out",
                      subject=f"principal/{opened.principal.name}", details={"session_id": opened.session_id})
     session.commit()
-
-
-def end_sessions(session: Session, *, why: str, now: dt.datetime, session_id: int | None = None,
-                 token_id: int | None = None, principal_id: int | None = None) -> int:
-    """End the live sessions opened with ``token_id``, or of ``principal_id`` (or the one ``session_id``), in the
-    caller's transaction; return how many ended.
-
-    Args:
-        why: what ended them, kept on each row (``signed-out``, ``token-revoked``, ``principal-disabled``).
-    """
-    query = update(ConsoleSession).where(ConsoleSession.ended_at.is_(None))
-    if session_id is not None:
-        query = query.where(ConsoleSession.id == session_id)
-    elif token_id is not None:
-        query = query.where(ConsoleSession.token_id == token_id)
-    elif principal_id is not None:
-        query = query.where(ConsoleSession.principal_id == principal_id)
-    else:
-        raise ValueError("name the sessions to end")
-    return session.execute(query.values(ended_at=now, ended_why=why)).rowcount
 
 
 KEPT_AFTER_END = dt.timedelta(days=1)

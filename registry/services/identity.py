@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import datetime as dt
 
-from sqlalchemy import select
+from sqlalchemy import select, update
 from sqlalchemy.exc import IntegrityError as SAIntegrityError
 from sqlalchemy.orm import Session
 
@@ -23,8 +23,7 @@ from registry.auth import (
     validate_name,
 )
 from registry.clock import Clock
-from registry.console.sessions import end_sessions
-from registry.db.models import ApiToken, Principal, RoleBinding, Tenant
+from registry.db.models import ApiToken, ConsoleSession, Principal, RoleBinding, Tenant
 from registry.db.session import begin_write
 from registry.domain.errors import AlreadyExistsError, InvalidInputError, NotFoundError, ReservedNameError
 from registry.domain.text import MAX_DESCRIPTION_LENGTH, validate_text
@@ -238,3 +237,23 @@ def set_disabled(session: Session, actor: AuthenticatedPrincipal, principal_name
                      subject=f"principal/{principal_name}", details=details)
     session.commit()
     return principal
+
+
+def end_sessions(session: Session, *, why: str, now: dt.datetime, session_id: int | None = None,
+                 token_id: int | None = None, principal_id: int | None = None) -> int:
+    """End the live sessions opened with ``token_id``, or of ``principal_id`` (or the one ``session_id``), in the
+    caller's transaction; return how many ended.
+
+    Args:
+        why: what ended them, kept on each row (``signed-out``, ``token-revoked``, ``principal-disabled``).
+    """
+    query = update(ConsoleSession).where(ConsoleSession.ended_at.is_(None))
+    if session_id is not None:
+        query = query.where(ConsoleSession.id == session_id)
+    elif token_id is not None:
+        query = query.where(ConsoleSession.token_id == token_id)
+    elif principal_id is not None:
+        query = query.where(ConsoleSession.principal_id == principal_id)
+    else:
+        raise ValueError("name the sessions to end")
+    return session.execute(query.values(ended_at=now, ended_why=why)).rowcount
