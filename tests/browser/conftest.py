@@ -42,8 +42,10 @@ def chromium_path() -> str:
     return path
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def browser(chromium_path):
+    # Package-scoped, not session-scoped: while Playwright's sync API is entered, its event loop counts
+    # as running in this thread, and every later test's ``asyncio.run`` would fail. Its end is here.
     try:
         from playwright.sync_api import sync_playwright
     except ImportError:
