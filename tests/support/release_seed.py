@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+from contextlib import contextmanager
 from pathlib import Path
 
 TENANT, MODEL = "acme", "llm"
@@ -62,11 +63,28 @@ def seed_release(data_dir: Path, clients: int, database_url: str | None = None) 
 
 def promote(data_dir: Path, number: int, database_url: str | None = None) -> None:
     """Move ``prod`` to ``number`` as the tenant's admin would (a new container: another process's view)."""
-    from registry.bootstrap import bootstrap, load_settings, prepare_embedded
     from registry.domain.aliases import make_target
-    from registry.auth import load_principal
-    from registry.db.models import Principal
     from registry.services import aliases
+
+    with _as_admin(data_dir, database_url) as (container, session, admin):
+        aliases.promote(session, admin, TENANT, MODEL, "prod", make_target(number), policy=container.policy,
+                        clock=container.clock)
+
+
+def revoke(data_dir: Path, number: int, reason: str = "bad weights", database_url: str | None = None) -> None:
+    """Revoke version ``number`` as the tenant's admin would (a new container: another process's view)."""
+    from registry.services import revocations
+
+    with _as_admin(data_dir, database_url) as (container, session, admin):
+        revocations.revoke(session, admin, TENANT, MODEL, number, reason, clock=container.clock)
+
+
+@contextmanager
+def _as_admin(data_dir: Path, database_url: str | None):
+    """A new container on ``data_dir``'s database, a session, and the tenant's admin; disposed after."""
+    from registry.auth import load_principal
+    from registry.bootstrap import bootstrap, load_settings, prepare_embedded
+    from registry.db.models import Principal
 
     overrides = {"database_url": database_url} if database_url else {}
     settings = load_settings(data_dir=data_dir, **overrides)
@@ -75,7 +93,6 @@ def promote(data_dir: Path, number: int, database_url: str | None = None) -> Non
     try:
         with container.session_factory() as session:
             admin = load_principal(session.query(Principal).filter_by(name=f"admin-{TENANT}").one())
-            aliases.promote(session, admin, TENANT, MODEL, "prod", make_target(number), policy=container.policy,
-                            clock=container.clock)
+            yield container, session, admin
     finally:
         container.dispose()
