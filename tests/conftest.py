@@ -5,6 +5,8 @@
 - ``admin``: an administrator of the ``container``, with tenant ``acme``.
 - ``hub``: a fresh Hugging Face-compatible upstream per test (modules wanting repositories made once
   define their own, module-scoped).
+- ``no_event_loop_left_running`` (every test outside tests/browser): no asyncio loop left running by an
+  earlier test.
 - ``repository_state_untouched`` (every test): no test, nor a process it starts, writes the
   repository's own ``.modelreg``; everything lives in the test's temporary directories.
 """
@@ -152,3 +154,22 @@ def repository_state_untouched():
     assert after == before, (
         f"this test (or a process it started) wrote {REPOSITORY_STATE}: "
         "give it a data dir (and cwd) under tmp_path")
+
+
+@pytest.fixture(autouse=True)
+def no_event_loop_left_running(request):
+    """Fail the first test after one that left an asyncio loop marked running in this thread.
+
+    Playwright's sync API marks its loop running while it is entered (tests/browser keeps it to that
+    package); one left entered makes every later ``asyncio.run`` fail far from its cause.
+    """
+    import asyncio
+
+    if BROWSER_TESTS not in Path(str(request.node.path)).parents:
+        assert asyncio._get_running_loop() is None, (
+            "an earlier test left an asyncio event loop running in this thread (a Playwright sync "
+            "fixture wider than tests/browser?)")
+    yield
+
+
+BROWSER_TESTS = Path(__file__).resolve().parent / "browser"
