@@ -570,3 +570,73 @@ class WebhookNotFoundError(NotFoundError):
 
     def __init__(self, subscription_id: int) -> None:
         super().__init__(f"no webhook {subscription_id}", subscription_id=subscription_id)
+
+
+# --- the verifiable log (registry/tlog) -----------------------------------------------------
+
+
+class LogProofError(IntegrityError):
+    """A Merkle inclusion or consistency proof does not prove what it claims; ``details['reason']`` says
+    which check failed (``index``, ``sizes``, ``length``, ``root``, ``old-root``, ``hash``...)."""
+
+    code = "log-proof-invalid"
+
+    def __init__(self, reason: str, message: str, **details: Any) -> None:
+        super().__init__(message, reason=reason, **details)
+        self.reason = reason
+
+
+class MalformedNoteError(IntegrityError):
+    """Bytes that are not a well-formed C2SP signed note (or cosignature); ``details['reason']`` says why."""
+
+    code = "note-malformed"
+
+    def __init__(self, reason: str, **details: Any) -> None:
+        super().__init__(f"malformed note: {reason}", reason=reason, **details)
+        self.reason = reason
+
+
+class NoteSignatureError(SignatureError):
+    """A signature line from a known key (name and key ID match) does not verify over the note text."""
+
+    code = "note-signature-invalid"
+
+    def __init__(self, name: str, key_id: int) -> None:
+        super().__init__(f"invalid signature for key {name}+{key_id:08x}", name=name, key_id=f"{key_id:08x}")
+
+
+class UnverifiedNoteError(SignatureError):
+    """A note lacks a verified signature it must carry: none from a known key, or not from each required
+    one (``details['missing']``), or fewer cosignatures than a quorum asks (``details['needed']``)."""
+
+    code = "note-unverified"
+
+
+class MalformedCheckpointError(IntegrityError):
+    """A note text that is not a C2SP tlog-checkpoint body, or the checkpoint of another log."""
+
+    code = "checkpoint-malformed"
+
+    def __init__(self, reason: str, **details: Any) -> None:
+        super().__init__(f"malformed checkpoint: {reason}", reason=reason, **details)
+        self.reason = reason
+
+
+class InvalidVerifierKeyError(InvalidInputError):
+    """A signed-note verifier or signer key string that cannot be used; ``details['reason']`` says why."""
+
+    code = "verifier-key-invalid"
+
+    def __init__(self, reason: str, **details: Any) -> None:
+        super().__init__(f"invalid note key: {reason}", reason=reason, **details)
+        self.reason = reason
+
+
+class InvalidTileError(InvalidInputError):
+    """A tlog-tiles path, tile or entry bundle that is not well formed (or not one a tree of that size has)."""
+
+    code = "tile-invalid"
+
+    def __init__(self, reason: str, **details: Any) -> None:
+        super().__init__(f"invalid tile: {reason}", reason=reason, **details)
+        self.reason = reason
