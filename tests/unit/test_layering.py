@@ -33,6 +33,7 @@ def _imports(package: str) -> dict[str, set[str]]:
     ("registry/scanning", {"sqlalchemy", "fastapi"}),
     ("registry/evals", {"sqlalchemy", "fastapi", "boto3"}),
     ("registry/client", {"sqlalchemy", "fastapi", "boto3", "api", "workers"}),
+    ("registry/tlog", {"sqlalchemy", "fastapi", "boto3", "httpx", "pydantic", "api", "workers"}),
 ])
 def test_package_does_not_import(package, forbidden):
     offenders = {path: names & forbidden for path, names in _imports(package).items() if names & forbidden}
@@ -181,3 +182,15 @@ def test_the_circle_check_sees_a_circle_closed_inside_a_function(tmp_path):
     assert any("(in a function)" in line for line in _describe(graph, import_circles(graph)[0]))
     (package / "services" / "c.py").write_text("def g():\n    pass\n")
     assert import_circles(import_graph(tmp_path)) == []
+
+
+def test_the_log_core_loads_only_the_standard_library_cryptography_and_the_error_hierarchy():
+    """registry/tlog is shared by the log worker, the API, fetch and the witness: nothing else comes with it."""
+    code = ("import sys; before = set(sys.modules); import registry.tlog.merkle, registry.tlog.note, "
+            "registry.tlog.checkpoint, registry.tlog.tiles; "
+            "new = {m.split('.')[0] for m in set(sys.modules) - before} - set(sys.stdlib_module_names)"
+            " - {'_cffi_backend', '_openssl'}; "
+            "reg = sorted(m for m in sys.modules if m.startswith('registry.') and not m.startswith('registry.tlog')); "
+            "print(sorted(new), reg)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True)
+    assert out.stdout.strip() == "['cryptography', 'registry'] ['registry.domain', 'registry.domain.errors']"
