@@ -59,6 +59,13 @@ def test_a_proof_of_the_wrong_length_is_refused(size):
             verify_consistency(old, size, root_hash(old, TREE), root, cproof[:-1])
 
 
+def test_a_smaller_trees_proof_and_root_do_not_pass_for_a_larger_tree():
+    """Without the final length check, a proof in the tree of 256 leads to its root, an interior node of 300's."""
+    with pytest.raises(LogProofError) as e:
+        verify_inclusion(LEAVES[3], 3, 300, inclusion_proof(3, 256, TREE), root_hash(256, TREE))
+    assert _reason(e) == "length"
+
+
 def test_a_leaf_outside_the_tree_and_bad_hashes_are_refused():
     root = root_hash(10, TREE)
     with pytest.raises(LogProofError) as e:
