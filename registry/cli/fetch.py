@@ -150,7 +150,8 @@ def fetch(
         with _api(url, token, token_file) as api:
             try:
                 result = fetch_ref(ref, dest, api=api, trust_root_file=trust_root,
-                                   trust_root_sha256=trust_root_sha256, cache=node_cache, parallel=parallel, part_size=parse_size(part_size) or 1, reporter=reporter)
+                                   trust_root_sha256=trust_root_sha256, cache=node_cache, parallel=parallel,
+                                   part_size=parse_size(part_size) or 1, reporter=reporter)
             except BaseException as exc:
                 if metrics_textfile is not None:
                     _write_fetch_metrics(metrics_textfile, ref, reporter.timings, exc, None)

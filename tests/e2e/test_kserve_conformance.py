@@ -139,7 +139,8 @@ def manifests() -> tuple[dict, dict]:
 def cluster(manifests, tmp_path_factory):
     """A live registry holding the InferenceService's model, trusting an issuer that binds its service account."""
     _, isvc = manifests
-    tenant, model = isvc["spec"]["predictor"]["model"]["storageUri"].removeprefix("modelreg://").split("@")[0].split("/")
+    uri = isvc["spec"]["predictor"]["model"]["storageUri"]
+    tenant, model = uri.removeprefix("modelreg://").split("@")[0].split("/")
     assert tenant == TENANT
     work = tmp_path_factory.mktemp("kserve")
     data_dir = work / "data"
@@ -153,7 +154,8 @@ def cluster(manifests, tmp_path_factory):
             service_account = isvc["spec"]["predictor"]["serviceAccountName"]
             server.cli("node", "bind", "--issuer", issuer.url, "--namespace", namespace, "--service-account",
                        service_account, "--tenant", tenant, token=admin, check=True)
-            yield {"server": server, "admin": admin, "issuer": issuer, "namespace": namespace, "service_account": service_account,
+            yield {"server": server, "admin": admin, "issuer": issuer, "namespace": namespace,
+                   "service_account": service_account,
                    "work": work, "model": model}
         finally:
             server.stop()
@@ -201,7 +203,8 @@ def test_the_readme_kserve_manifests_become_the_init_container_kserve_injects(ma
     env = {e["name"]: e.get("value") for e in container["env"]}
     assert container["args"] == ["modelreg://acme/tiny-llm@prod", MODEL_MOUNT] and "command" not in container
     assert {m["mountPath"] for m in container["volumeMounts"]} == {MODEL_MOUNT, "/var/run/secrets/modelreg"}
-    assert {"MODELREG_URL", "MODELREG_TOKEN_FILE", "MODELREG_TRUST_ROOT_SHA256", "HF_HUB_ENABLE_HF_TRANSFER"} <= set(env)
+    assert {"MODELREG_URL", "MODELREG_TOKEN_FILE", "MODELREG_TRUST_ROOT_SHA256",
+            "HF_HUB_ENABLE_HF_TRANSFER"} <= set(env)
     # Nothing of ours that a ClusterStorageContainer cannot bring: no cache directory, no trust root file.
     assert not {"MODELREG_CACHE", "MODELREG_TRUST_ROOT"} & set(env)
     assert container["resources"] == {"limits": {"cpu": "1", "memory": "1Gi"},

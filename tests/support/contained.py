@@ -34,7 +34,8 @@ REPO = Path(__file__).resolve().parents[2]
 
 def run_contained(argv: list[str], env: dict[str, str], *, uid: int, root: Path,
                   mounts: list[tuple[Path, str, bool]], timeout: float = 120) -> subprocess.CompletedProcess:
-    """Run ``argv`` contained; ``mounts``: (host path, container path, writable); ``root`` a path to make the new root's directory at."""
+    """Run ``argv`` contained; ``mounts``: (host path, container path, writable); ``root``: where to make
+    the new root's directory."""
     root.mkdir()
     spec = root.with_suffix(".json")
     spec.write_text(json.dumps({"argv": argv, "env": env, "uid": uid, "root": str(root),

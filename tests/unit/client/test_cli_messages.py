@@ -45,7 +45,8 @@ def test_a_trust_root_error_is_one_line_without_a_doubled_prefix(tmp_path, root,
     assert "error: error:" not in result.stderr and not dest.joinpath("config.json").exists()
 
 
-@pytest.mark.parametrize("command", [["fetch", "acme/tiny@prod"], ["verify"], ["cache", "warm", "acme/tiny@prod", "--once"]])
+@pytest.mark.parametrize("command", [["fetch", "acme/tiny@prod"], ["verify"],
+                                     ["cache", "warm", "acme/tiny@prod", "--once"]])
 @pytest.mark.parametrize("pin,line", [
     (None, "error: no trust root: pass --trust-root FILE or --trust-root-sha256 HEX (MODELREG_TRUST_ROOT, "
            "MODELREG_TRUST_ROOT_SHA256)"),
