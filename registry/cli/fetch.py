@@ -3,8 +3,14 @@
 Exit codes (the same table as :mod:`registry.client.errors`; a failure prints one line on stderr,
 ``error: <kind>: <what>``, or ``error: <what>`` for a plain error):
 
-    0 ok; 1 error; 2 usage; 10 signature; 11 expired; 12 rollback; 13 digest; 14 revoked;
-    15 not-approved; 16 network; 17 destination; 18 manifest.
+    0 ok; 1 error; 2 usage; 10 signature (also a trust root that is not the pinned one); 11 expired;
+    12 rollback; 13 digest; 14 revoked; 15 not-approved; 16 network; 17 destination; 18 manifest.
+
+Trust root: ``--trust-root FILE`` (``MODELREG_TRUST_ROOT``), or ``--trust-root-sha256 HEX``
+(``MODELREG_TRUST_ROOT_SHA256``): the sha256 of trust root 1 as the registry serves it (``curl -fsS
+$MODELREG_URL/v1/trust-root/1 | sha256sum``), fetched and trusted only if exactly the bytes received hash
+to it, then walked forward to the current root. One of the two is required; with both, the file must
+hash to the pin.
 
 Output: readable lines on stdout (one per phase, then the summary) and, when stderr is a terminal, a
 progress bar there; with ``--json``, JSON lines on stdout instead (``{"event": "phase"}``,
@@ -13,7 +19,8 @@ verify, download, assemble).
 
 Environment: ``MODELREG_URL`` and ``MODELREG_TOKEN`` (the node's token) or ``MODELREG_TOKEN_FILE`` (the
 pod's projected service-account token, read again as the kubelet rotates it), ``MODELREG_CACHE`` (the cache
-directory, default ``~/.cache/modelreg``), ``MODELREG_CACHE_HIGH``/``MODELREG_CACHE_LOW`` (watermarks,
+directory; ``fetch`` uses none without it and writes nothing outside DEST, ``cache`` commands default to
+``~/.cache/modelreg``), ``MODELREG_CACHE_HIGH``/``MODELREG_CACHE_LOW`` (watermarks,
 e.g. ``50G``), ``MODELREG_CACHE_RECHECK_HOURS`` (``cache warm`` re-hashes a cached blob not verified for
 that long; ``fetch`` accepts it and needs none: it hashes every blob it copies into DEST).
 """
@@ -32,7 +39,8 @@ import typer
 
 from registry.cli._base import CliError, JsonOpt, TokenFileOpt, TokenOpt, UrlOpt, _say, app, parse_size
 
-EXIT_HELP = ("Exit codes: 0 ok, 1 error, 2 usage (or DEST inside --cache), 10 signature, 11 expired, "
+EXIT_HELP = ("Exit codes: 0 ok, 1 error, 2 usage (or DEST inside --cache), 10 signature (or a trust root "
+             "that does not hash to --trust-root-sha256), 11 expired, "
              "12 rollback, 13 digest, 14 revoked, 15 not-approved, 16 network, 17 destination (DEST holds something else), 18 manifest (bad path or "
              "bundle).")
 
@@ -41,8 +49,15 @@ app.add_typer(cache_app, name="cache")
 
 CacheOpt = typer.Option(None, "--cache", envvar="MODELREG_CACHE",
                         help="Node cache directory (default ~/.cache/modelreg).")
-TrustRootOpt = typer.Option(..., "--trust-root", envvar="MODELREG_TRUST_ROOT",
+FetchCacheOpt = typer.Option(None, "--cache", envvar="MODELREG_CACHE",
+                             help="Node cache directory shared by the node's fetches (default: none; the "
+                                  "fetch then writes nothing outside DEST and keeps nothing).")
+TrustRootOpt = typer.Option(None, "--trust-root", envvar="MODELREG_TRUST_ROOT",
                             help="The node's pinned trust root (a DSSE JSON file).")
+TrustPinOpt = typer.Option(None, "--trust-root-sha256", envvar="MODELREG_TRUST_ROOT_SHA256",
+                           help="The sha256 of trust root 1 as the registry serves it (GET /v1/trust-root/1), "
+                                "instead of a file: fetched and trusted only if it hashes to this. With "
+                                "--trust-root, the file must hash to it.")
 ParallelOpt = typer.Option(8, "--parallel", min=1, max=64, help="Parallel download streams (and hash threads).")
 HighOpt = typer.Option(None, "--cache-high", envvar="MODELREG_CACHE_HIGH",
                        help="Evict least recently used blobs above this size (e.g. 50G).")
@@ -106,7 +121,8 @@ def _run(body):
 def fetch(
     ref: str = typer.Argument(..., help="tenant/name@alias|version, or modelreg://tenant/name@alias"),
     dest: Path = typer.Argument(..., help="Directory to fill: absent, or empty (/mnt/models), or this release"),
-    trust_root: Path = TrustRootOpt, cache: Optional[Path] = CacheOpt, parallel: int = ParallelOpt,
+    trust_root: Optional[Path] = TrustRootOpt, trust_root_sha256: Optional[str] = TrustPinOpt,
+    cache: Optional[Path] = FetchCacheOpt, parallel: int = ParallelOpt,
     cache_high: Optional[str] = HighOpt, cache_low: Optional[str] = LowOpt, recheck_hours: float = RecheckOpt,
     part_size: str = typer.Option("8M", "--part-size", help="Range size a big file is split into (at most 64M; "
                                  "the fetch holds --parallel + 4 of them in memory)."),
@@ -117,18 +133,25 @@ def fetch(
     url: str = UrlOpt, token: str = TokenOpt, token_file: Optional[str] = TokenFileOpt,
     as_json: bool = JsonOpt,
 ) -> None:
-    """Fetch the approved release REF into DEST, verified against the pinned trust root."""
+    """Fetch the approved release REF into DEST, verified against the pinned trust root.
+
+    With --cache, through the node cache; without, straight into a staging directory inside DEST
+    (every byte still hashed before DEST shows it), writing nothing outside DEST.
+    """
     from registry.client.fetch import fetch as fetch_ref
     from registry.client.progress import Reporter
 
     reporter = Reporter("json" if as_json else "human")
 
     def body() -> None:
-        node_cache = _cache(cache, cache_high, cache_low, recheck_hours)
+        if cache is None and (cache_high or cache_low):
+            raise CliError("--cache-high and --cache-low need --cache (MODELREG_CACHE)")
+        node_cache = _cache(cache, cache_high, cache_low, recheck_hours) if cache is not None else None
         with _api(url, token, token_file) as api:
             try:
-                result = fetch_ref(ref, dest, api=api, trust_root_file=trust_root, cache=node_cache,
-                                   parallel=parallel, part_size=parse_size(part_size) or 1, reporter=reporter)
+                result = fetch_ref(ref, dest, api=api, trust_root_file=trust_root,
+                                   trust_root_sha256=trust_root_sha256, cache=node_cache, parallel=parallel,
+                                   part_size=parse_size(part_size) or 1, reporter=reporter)
             except BaseException as exc:
                 if metrics_textfile is not None:
                     _write_fetch_metrics(metrics_textfile, ref, reporter.timings, exc, None)
@@ -188,17 +211,20 @@ def _write_cache_metrics(path: Path, cache, cursor: int) -> None:
 @app.command(epilog=EXIT_HELP)
 def verify(
     directory: Path = typer.Argument(..., help="A directory `modelreg fetch` filled"),
-    trust_root: Path = TrustRootOpt, cache: Optional[Path] = CacheOpt, parallel: int = ParallelOpt,
+    trust_root: Optional[Path] = TrustRootOpt, trust_root_sha256: Optional[str] = TrustPinOpt,
+    cache: Optional[Path] = CacheOpt, parallel: int = ParallelOpt,
+    url: str = UrlOpt, token: str = TokenOpt, token_file: Optional[str] = TokenFileOpt,
     as_json: bool = JsonOpt,
 ) -> None:
     """Re-hash a fetched directory against its signed release (in parallel); report every difference.
 
     The release's signature is checked against the pinned root (walked through the roots the cache
     accepted, when --cache is given); its expiry is not: it was checked at fetch, and DIR is checked for
-    what it holds. model.sig must be the bundle the release names.
+    what it holds. model.sig must be the bundle the release names. With --trust-root-sha256 and no
+    file, root 1 comes from the registry (--url) and is walked forward there.
     """
     from registry.client.assemble import check_bundle_matches, read_release_file, verify_directory
-    from registry.client.trust import NodeTrust, load_pinned_root
+    from registry.client.trust import NodeTrust, pinned_root
     from registry.signing.release import verify_release
     from registry.signing.trust_root import RootError
 
@@ -215,7 +241,14 @@ def verify(
             model, ref = str(claimed["model"]), str(claimed["ref"])
         except (KeyError, TypeError, ValueError):
             raise RootError("the release file is not a release envelope", reason="malformed") from None
-        root = NodeTrust.load(trust_root, cache).root if cache else load_pinned_root(trust_root)
+        if trust_root is None and trust_root_sha256:
+            with _api(url, token, token_file) as api:
+                trust = NodeTrust.load(pinned_root(None, trust_root_sha256, api.trust_root_bytes), cache)
+                # Walked at the release's own issue time: an expired root is not the question here.
+                root = trust.refresh(api.trust_root, now=issued)
+        else:
+            pinned = pinned_root(trust_root, trust_root_sha256)
+            root = NodeTrust.load(pinned, cache).root if cache else pinned
         # The clock is the release's own issue time: its signature is checked, its expiry deliberately not.
         release = verify_release(envelope, root, now=issued, model=model, ref=ref)
         try:
@@ -254,7 +287,8 @@ def cache_verify(cache: Optional[Path] = CacheOpt, parallel: int = ParallelOpt, 
 @cache_app.command("warm", epilog=EXIT_HELP)
 def cache_warm(
     refs: list[str] = typer.Argument(..., help="tenant/name@alias ... to keep cached"),
-    trust_root: Path = TrustRootOpt, cache: Optional[Path] = CacheOpt, parallel: int = ParallelOpt,
+    trust_root: Optional[Path] = TrustRootOpt, trust_root_sha256: Optional[str] = TrustPinOpt,
+    cache: Optional[Path] = CacheOpt, parallel: int = ParallelOpt,
     wait: int = typer.Option(300, "--wait", min=1, max=3600, help="Seconds of each long poll on the manifest."),
     once: bool = typer.Option(False, "--once", help="Apply the revocations not yet applied and bring each REF's "
                                                     "current release into the cache, then exit."),
@@ -278,10 +312,12 @@ def cache_warm(
     from registry.client.fetch import warm_once
     from registry.client.progress import Reporter
     from registry.client.revocations import RevocationFollower
+    from registry.client.trust import check_trust_options
     from registry.domain.errors import RegistryError
     from registry.domain.refs import parse_ref
 
     def body() -> None:
+        check_trust_options(trust_root, trust_root_sha256)
         parsed = [parse_ref(r) for r in refs]
         node_cache = _cache(cache, cache_high, cache_low, recheck_hours)
         reporter = Reporter("json" if as_json else "human")
@@ -310,7 +346,8 @@ def cache_warm(
                     _say(f"error: revocations: the event stream failed, none applied: {' '.join(str(exc).split())}",
                          err=True)
                 for ref in parsed:
-                    _, result = warm_once(ref, api=api, trust_root_file=trust_root, cache=node_cache, etag=None,
+                    _, result = warm_once(ref, api=api, trust_root_file=trust_root,
+                                          trust_root_sha256=trust_root_sha256, cache=node_cache, etag=None,
                                           wait=None, parallel=parallel, reporter=reporter)
                     if result is not None:
                         _summary(result.as_dict(), as_json,
@@ -324,7 +361,8 @@ def cache_warm(
                 said = ""
                 while not stop.is_set():
                     try:
-                        etag, result = warm_once(ref, api=api, trust_root_file=trust_root, cache=node_cache,
+                        etag, result = warm_once(ref, api=api, trust_root_file=trust_root,
+                                                 trust_root_sha256=trust_root_sha256, cache=node_cache,
                                                  etag=etag, wait=wait, parallel=parallel, reporter=reporter)
                     except RegistryError as exc:
                         from registry.client.errors import exit_code

@@ -386,14 +386,14 @@ class RegistryApi:
 
     # --- trust roots -----------------------------------------------------------------------
 
-    def trust_root(self, version: int | None = None) -> dict[str, Any] | None:
-        """Root envelope ``version`` (the newest when None), or None when the registry has none (404).
+    def trust_root_bytes(self, version: int | None = None) -> bytes | None:
+        """The body of root ``version`` (the newest when None) exactly as received, or None on a 404.
 
         At most :data:`MAX_ROOT_BYTES` are read: a server cannot make a node read without end.
         """
         path = "/v1/trust-root" if version is None else f"/v1/trust-root/{int(version)}"
         try:
-            raw = self.client.get_bytes(path, limit=MAX_ROOT_BYTES)
+            return self.client.get_bytes(path, limit=MAX_ROOT_BYTES)
         except RemoteError as exc:
             if exc.status == 404:
                 return None
@@ -402,6 +402,12 @@ class RegistryApi:
             if isinstance(exc, NetworkError):
                 raise
             raise NetworkError(str(exc)) from None  # over the size cap: the server misbehaves
+
+    def trust_root(self, version: int | None = None) -> dict[str, Any] | None:
+        """Root envelope ``version`` (the newest when None), or None when the registry has none (404)."""
+        raw = self.trust_root_bytes(version)
+        if raw is None:
+            return None
         try:
             envelope = json.loads(raw)
         except ValueError:

@@ -1,4 +1,4 @@
-"""The fetch client: a verified release of a model into DEST, through the node cache.
+"""The fetch client: a verified release of a model into DEST, through the node cache (or without one).
 
 Two layers. :func:`fetch_release` is the core: given the signed release envelope, its transport URLs and
 the version's model-signing bundle (whatever carried them), it verifies, downloads what the cache lacks
@@ -14,6 +14,12 @@ as it is copied out of the cache into DEST (a cached blob that fails is removed 
 then DEST appears. A DEST that already holds the release is re-hashed, not trusted on its file sizes.
 The root walked and the serial are persisted only after DEST holds the release.
 
+Without a node cache (``modelreg fetch`` with no ``--cache``: KServe's storage initializer, whose only
+writable paths are DEST and /tmp) the same path runs with no cache: each blob is downloaded straight
+into its file in DEST's staging directory (written from the buffers the hash takes, as with a cache),
+so nothing is written outside DEST; nothing is kept for the next fetch (no cached blob, no walked root,
+no serial).
+
 Example:
     >>> ref_selector(parse_ref("modelreg://acme/tiny@prod")), ref_selector(parse_ref("acme/tiny@3"))
     ('prod', '3')
@@ -21,6 +27,7 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import datetime as dt
 import threading
@@ -41,7 +48,7 @@ from registry.client.cache import NodeCache, copy_verified
 from registry.client.download import DEFAULT_PART_SIZE, MAX_PART_SIZE, SPARE_BUFFERS, Buffers, download_blob
 from registry.client.errors import BadManifestError, DestinationInCacheError
 from registry.client.progress import Reporter
-from registry.client.trust import NodeTrust
+from registry.client.trust import NodeTrust, pinned_root
 from registry.domain.errors import InvalidInputError, InvalidRefError, RevokedError
 from registry.domain.refs import ModelRef, parse_ref
 from registry.signing.release import Release, ReleaseFile, verify_release
@@ -103,7 +110,7 @@ def verify_manifest(envelope: Mapping[str, Any], bundle: Mapping[str, Any], *, r
     return release
 
 
-def ensure_cached(release: Release, transport: Mapping[str, str], *, tenant: str, cache: NodeCache,
+def ensure_cached(release: Release, transport: Mapping[str, str], *, tenant: str, cache: NodeCache | None,
                   api: RegistryApi, into: Path | None = None, parallel: int = DEFAULT_PARALLEL,
                   part_size: int = DEFAULT_PART_SIZE, reporter: Reporter | None = None,
                   result: FetchResult | None = None) -> None:
@@ -114,7 +121,8 @@ def ensure_cached(release: Release, transport: Mapping[str, str], *, tenant: str
     fails is removed and downloaded); a downloaded one is written there part by part from the buffers the
     hash takes (never read back from the partial file, which then enters the cache); a second file with
     the same bytes is copied from the first and hashed. Without ``into`` (``cache warm``), a cached blob is
-    re-hashed only on the cache's ``recheck_after`` schedule.
+    re-hashed only on the cache's ``recheck_after`` schedule. Without a cache (``cache`` None, ``into``
+    required) each blob is downloaded straight into its file under ``into``.
 
     Raises:
         BadManifestError: a file the cache lacks has no transport URL.
@@ -132,6 +140,8 @@ def ensure_cached(release: Release, transport: Mapping[str, str], *, tenant: str
                 for name, n in increments.items():
                     setattr(result, name, getattr(result, name) + n)
 
+    if cache is None and into is None:
+        raise ValueError("a fetch without a cache must have a directory to fetch into")
     if not 0 < part_size <= MAX_PART_SIZE:
         raise InvalidInputError(f"part size {part_size} is not between 1 byte and {MAX_PART_SIZE >> 20} MiB")
     # The memory of every download of this fetch: one buffer per stream and a few for parts awaiting the hash.
@@ -140,9 +150,12 @@ def ensure_cached(release: Release, transport: Mapping[str, str], *, tenant: str
         def one(files: list[ReleaseFile]) -> None:
             f = files[0]
             first = into / f.path if into is not None else None
-            with cache.digest_lock(tenant, f.sha256):
+            with cache.digest_lock(tenant, f.sha256) if cache is not None else contextlib.nullcontext():
                 if first is not None:
                     first.parent.mkdir(parents=True, exist_ok=True)
+                if cache is None:
+                    found = False
+                elif first is not None:
                     outcome = cache.copy_out(tenant, f.sha256, f.size, first)
                     if outcome == "rejected":
                         count(rejected_cached_files=1)
@@ -157,14 +170,20 @@ def ensure_cached(release: Release, transport: Mapping[str, str], *, tenant: str
                     if url is None:
                         raise BadManifestError(f"{f.path} is not cached and the manifest gives no URL for it",
                                                path=f.path)
-                    partial = cache.partial_path(tenant, f.sha256)
                     reporter.expect(f.size)
-                    # DEST's file gets each part from the buffer the hash takes it from, not from the
-                    # partial (which any root process on the node could change once written).
-                    resumed = download_blob(api, url, partial, digest=f.sha256, size=f.size, pool=parts,
-                                            part_size=part_size, buffers=buffers, progress=reporter.advance,
-                                            copy_to=first)
-                    cache.commit(tenant, f.sha256, f.size, partial)
+                    if cache is None:
+                        # DEST's own file is the download's: it holds exactly the bytes the hash took.
+                        resumed = download_blob(api, url, first, digest=f.sha256, size=f.size, pool=parts,
+                                                part_size=part_size, buffers=buffers,
+                                                progress=reporter.advance)
+                    else:
+                        partial = cache.partial_path(tenant, f.sha256)
+                        # DEST's file gets each part from the buffer the hash takes it from, not from the
+                        # partial (which any root process on the node could change once written).
+                        resumed = download_blob(api, url, partial, digest=f.sha256, size=f.size, pool=parts,
+                                                part_size=part_size, buffers=buffers, progress=reporter.advance,
+                                                copy_to=first)
+                        cache.commit(tenant, f.sha256, f.size, partial)
                     count(downloaded_files=1, downloaded_bytes=f.size - resumed, resumed_bytes=resumed)
             if first is not None:
                 first.chmod(0o444)
@@ -228,22 +247,24 @@ def check_outside_cache(dest: Path, cache: NodeCache) -> None:
 
 
 def fetch_release(envelope: Mapping[str, Any], transport: Mapping[str, str], bundle: Mapping[str, Any], *,
-                  ref: ModelRef, dest: Path, trust: NodeTrust, cache: NodeCache, api: RegistryApi,
+                  ref: ModelRef, dest: Path, trust: NodeTrust, cache: NodeCache | None, api: RegistryApi,
                   parallel: int = DEFAULT_PARALLEL, part_size: int = DEFAULT_PART_SIZE,
                   reporter: Reporter | None = None, now: dt.datetime | None = None) -> FetchResult:
     """Verify a release, bring its files into the cache and DEST; commit the trust state only on success.
 
     ``trust.root`` must already be walked forward (:meth:`NodeTrust.refresh`). On any failure DEST is as it
-    was and neither a root nor a serial is written.
+    was and neither a root nor a serial is written. ``cache`` None: no node cache (see the module docstring).
     """
     reporter = reporter or Reporter()
-    check_outside_cache(dest, cache)
+    if cache is not None:
+        check_outside_cache(dest, cache)
     with reporter.phase("verify"):
         release = verify_manifest(envelope, bundle, ref=ref, trust=trust, now=now or _utcnow())
     result = FetchResult(release.model, release.ref, release.version, release.serial, str(dest),
                          files=len(release.files), bytes=release.total_size)
-    hold_release(release, tenant=ref.tenant, name=ref.name, cache=cache)
-    with cache.in_use():
+    if cache is not None:
+        hold_release(release, tenant=ref.tenant, name=ref.name, cache=cache)
+    with cache.in_use() if cache is not None else contextlib.nullcontext():
         # Before any download: a DEST holding something else is refused now, not after the bytes came.
         if destination_is_release(Path(dest), release):
             with reporter.phase("verify"):
@@ -261,7 +282,8 @@ def fetch_release(envelope: Mapping[str, Any], transport: Mapping[str, str], bun
                 assemble(Path(dest), release, place, bundle, envelope)
     trust.accept(release.model, release.ref, release.serial)
     trust.commit()
-    cache.evict()
+    if cache is not None:
+        cache.evict()
     result.timings = dict(reporter.timings)
     return result
 
@@ -273,20 +295,30 @@ def _walk_root(api: RegistryApi, trust: NodeTrust, response: ManifestResponse | 
     trust.refresh(fetch, now=now)
 
 
-def fetch(ref_text: str, dest: Path, *, api: RegistryApi, trust_root_file: Path, cache: NodeCache,
+def node_trust(api: RegistryApi, trust_root_file: Path | None, trust_root_sha256: str | None,
+               cache: NodeCache | None) -> NodeTrust:
+    """The node's trust: the pinned root (a file, or root 1 by its sha256: :func:`pinned_root`) walked
+    through the roots the cache accepted before."""
+    root = pinned_root(trust_root_file, trust_root_sha256, api.trust_root_bytes)
+    return NodeTrust.load(root, cache.root if cache is not None else None)
+
+
+def fetch(ref_text: str, dest: Path, *, api: RegistryApi, trust_root_file: Path | None = None,
+          trust_root_sha256: str | None = None, cache: NodeCache | None = None,
           parallel: int = DEFAULT_PARALLEL, part_size: int = DEFAULT_PART_SIZE,
           reporter: Reporter | None = None) -> FetchResult:
     """``modelreg fetch``: the manifest from the registry, then :func:`fetch_release`.
 
     Raises:
         InvalidRefError: REF names no alias or version.
+        InvalidInputError, RootError: no trust root given, or one that is not the pinned one.
         RevokedError, NotApprovedError, ReleaseNotFoundError, NetworkError: from the registry.
         Anything :func:`fetch_release` raises.
     """
     reporter = reporter or Reporter()
     ref = parse_ref(ref_text)
     selector = ref_selector(ref)
-    trust = NodeTrust.load(trust_root_file, cache.root)
+    trust = node_trust(api, trust_root_file, trust_root_sha256, cache)
     with reporter.phase("manifest"):
         response = api.manifest(ref.tenant, ref.name, selector)
         assert response is not None  # no ETag was sent, so no 304
@@ -297,9 +329,9 @@ def fetch(ref_text: str, dest: Path, *, api: RegistryApi, trust_root_file: Path,
                          reporter=reporter)
 
 
-def warm_once(ref: ModelRef, *, api: RegistryApi, trust_root_file: Path, cache: NodeCache, etag: str | None,
-              wait: float | None, parallel: int = DEFAULT_PARALLEL, reporter: Reporter | None = None
-              ) -> tuple[str | None, FetchResult | None]:
+def warm_once(ref: ModelRef, *, api: RegistryApi, trust_root_file: Path | None, cache: NodeCache, etag: str | None,
+              wait: float | None, parallel: int = DEFAULT_PARALLEL, reporter: Reporter | None = None,
+              trust_root_sha256: str | None = None) -> tuple[str | None, FetchResult | None]:
     """One long poll for ``ref``: when the release changed, verify it and bring its files into the cache.
 
     Returns:
@@ -313,7 +345,7 @@ def warm_once(ref: ModelRef, *, api: RegistryApi, trust_root_file: Path, cache: 
     response = api.manifest(ref.tenant, ref.name, ref_selector(ref), etag=etag, wait=wait)
     if response is None:
         return etag, None
-    trust = NodeTrust.load(trust_root_file, cache.root)
+    trust = node_trust(api, trust_root_file, trust_root_sha256, cache)
     now = _utcnow()
     _walk_root(api, trust, response, now)
     release = verify_manifest(response.envelope, response.signature_bundle, ref=ref, trust=trust, now=now)

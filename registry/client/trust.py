@@ -1,11 +1,15 @@
 """A node's trust: the pinned root, the rotations it has walked, and the serials it has accepted.
 
-The pinned root (``--trust-root FILE``) is never written: it is the operator's, often a read-only
-ConfigMap. Each root accepted since is kept in the cache directory as ``trust/roots/<n>.json`` and,
-at every start, walked again from the pinned file (a few signature checks), so a file planted in the
-cache cannot add trust the pin does not chain to. New roots and serials are written by
-:meth:`NodeTrust.commit`, which the fetch calls only after DEST holds the release: a root or a serial is
-never persisted for a fetch that failed (tough's CVE-2025-2888 cached one before its rollback check).
+The pinned root is the operator's and never written: a file (``--trust-root FILE``, often a read-only
+ConfigMap), or the sha256 of root 1 (``--trust-root-sha256 HEX``; for a container that can mount no
+file, such as KServe's storage initializer): root 1 is then fetched from the registry and trusted only
+when exactly the bytes received hash to the pin (:func:`pinned_root`). Each root accepted since is kept
+in the cache directory as ``trust/roots/<n>.json`` and, at every start, walked again from the pin (a
+few signature checks), so a file planted in the cache cannot add trust the pin does not chain to. New
+roots and serials are written by :meth:`NodeTrust.commit`, which the fetch calls only after DEST holds
+the release: a root or a serial is never persisted for a fetch that failed (tough's CVE-2025-2888
+cached one before its rollback check). Without a cache directory nothing is kept: every start walks
+from the pin, and the serial check has no earlier serial to compare with.
 
 Example:
     >>> import datetime as dt, json, tempfile, pathlib
@@ -22,7 +26,9 @@ Example:
 from __future__ import annotations
 
 import datetime as dt
+import hashlib
 import json
+import re
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -32,7 +38,11 @@ from registry.domain.errors import InvalidInputError
 from registry.signing.trust_root import MAX_ROOT_BYTES, RootError, TrustRoot, parse_root, walk
 
 
-def read_json_file(path: Path, limit: int, what: str) -> Any:
+PINNED_ROOT_VERSION = 1
+"""The root a ``--trust-root-sha256`` pin names: the first the registry published."""
+
+
+def read_file_bytes(path: Path, limit: int, what: str) -> bytes:
     try:
         with open(path, "rb") as f:
             data = f.read(limit + 1)
@@ -40,10 +50,25 @@ def read_json_file(path: Path, limit: int, what: str) -> Any:
         raise InvalidInputError(f"cannot read {what} {path}: {exc.strerror}", path=str(path)) from None
     if len(data) > limit:
         raise InvalidInputError(f"{what} {path} is over {limit} bytes", path=str(path))
+    return data
+
+
+def read_json_file(path: Path, limit: int, what: str) -> Any:
+    data = read_file_bytes(path, limit, what)
     try:
         return json.loads(data)
     except ValueError:
         raise InvalidInputError(f"{what} {path} is not JSON", path=str(path)) from None
+
+
+def _parse_pinned(data: bytes, what: str) -> TrustRoot:
+    try:
+        envelope = json.loads(data)
+    except ValueError:
+        raise RootError(f"{what} is not JSON", reason="malformed") from None
+    if not isinstance(envelope, dict):
+        raise RootError(f"{what} is not a DSSE envelope", reason="malformed")
+    return parse_root(envelope)
 
 
 def load_pinned_root(path: Path) -> TrustRoot:
@@ -59,13 +84,64 @@ def load_pinned_root(path: Path) -> TrustRoot:
     return parse_root(envelope)
 
 
+def check_trust_options(file: Path | None, sha256: str | None) -> str | None:
+    """The pin in lower case (None without one), once the options name a trust root at all.
+
+    Raises:
+        InvalidInputError: neither a file nor a pin, or a pin that is not 64 hex digits.
+    """
+    if file is None and not sha256:
+        raise InvalidInputError("no trust root: pass --trust-root FILE or --trust-root-sha256 HEX "
+                                "(MODELREG_TRUST_ROOT, MODELREG_TRUST_ROOT_SHA256)")
+    if not sha256:
+        return None
+    if not re.fullmatch(r"[0-9a-fA-F]{64}", sha256):
+        raise InvalidInputError(f"--trust-root-sha256 {sha256!r} is not a sha256 (64 hex digits)")
+    return sha256.lower()
+
+
+def pinned_root(file: Path | None, sha256: str | None,
+                fetch_bytes: Callable[[int], bytes | None] | None = None) -> TrustRoot:
+    """The node's pinned root: the ``--trust-root`` file, or root 1 from the registry by its sha256.
+
+    With only ``sha256``: ``fetch_bytes(1)`` (the registry's ``GET /v1/trust-root/1`` body) must hash to
+    it, byte for byte, before it is parsed. With both: the file must hash to it. With only the file:
+    the file, as before.
+
+    Raises:
+        InvalidInputError: neither given, a pin that is not 64 hex digits, an unreadable file, or only a
+            pin and no registry to fetch from.
+        RootError: ``reason`` ``pin-mismatch`` (the bytes are not the pinned ones), ``not-found`` (the
+            registry has no root 1), or a root not signed by a threshold of its own keys.
+    """
+    pin = check_trust_options(file, sha256)
+    if pin is None:
+        return load_pinned_root(Path(file))
+    if file is not None:
+        data, what = read_file_bytes(Path(file), MAX_ROOT_BYTES, "trust root file"), f"trust root file {file}"
+    else:
+        if fetch_bytes is None:
+            raise InvalidInputError("--trust-root-sha256 without --trust-root needs the registry (--url) to "
+                                    "fetch trust root 1 from")
+        fetched = fetch_bytes(PINNED_ROOT_VERSION)
+        if fetched is None:
+            raise RootError(f"the registry has no trust root {PINNED_ROOT_VERSION} to check against "
+                            "--trust-root-sha256", reason="not-found")
+        data, what = fetched, f"the registry's trust root {PINNED_ROOT_VERSION}"
+    actual = hashlib.sha256(data).hexdigest()
+    if actual != pin:
+        raise RootError(f"{what} hashes to sha256 {actual}, not the pinned {pin} (--trust-root-sha256): "
+                        "refusing to trust it", reason="pin-mismatch", expected=pin, actual=actual)
+    return _parse_pinned(data, what)
+
+
 class NodeTrust:
     """The trusted root and accepted serials of one node cache directory.
 
     Nothing here is written until :meth:`commit`.
     """
 
-    def __init__(self, root: TrustRoot, state_dir: Path, serials: dict[str, int]) -> None:
+    def __init__(self, root: TrustRoot, state_dir: Path | None, serials: dict[str, int]) -> None:
         self.root = root
         self.state_dir = state_dir
         self._serials = serials
@@ -73,13 +149,17 @@ class NodeTrust:
         self._new_roots: dict[int, dict[str, Any]] = {}
 
     @classmethod
-    def load(cls, pinned: Path, cache_dir: Path, *, now: dt.datetime | None = None) -> "NodeTrust":
-        """The pinned root, walked forward through the roots accepted before (kept in the cache).
+    def load(cls, pinned: Path | TrustRoot, cache_dir: Path | None, *,
+             now: dt.datetime | None = None) -> "NodeTrust":
+        """The pinned root (a file, or a root :func:`pinned_root` gave), walked forward through the roots
+        accepted before (kept in the cache; none without ``cache_dir``: then nothing is ever written).
 
         The stored chain is not checked for expiry here (the walk against the registry does that on
         the final root); a stored root that does not chain is ignored, with everything after it.
         """
-        root = load_pinned_root(pinned)
+        root = pinned if isinstance(pinned, TrustRoot) else load_pinned_root(pinned)
+        if cache_dir is None:
+            return cls(root, None, {})
         state_dir = Path(cache_dir) / "trust"
         stored = state_dir / "roots"
 
@@ -132,6 +212,9 @@ class NodeTrust:
 
     def commit(self) -> None:
         """Persist the roots walked and the serials accepted (call only after the fetch succeeded)."""
+        if self.state_dir is None:
+            self._new_roots, self._accepted = {}, {}
+            return
         stored = self.state_dir / "roots"
         for version, envelope in sorted(self._new_roots.items()):
             statefile.write_atomic(stored / f"{version}.json", json.dumps(envelope).encode(), make_parents=True)

@@ -54,6 +54,7 @@ class Node:
         self.root_file.write_text(json.dumps(sign_root(root_document(1, [self.key.public_key], 1, LATER), [self.key])))
         standin.roots[1] = json.loads(self.root_file.read_text())
         self.cache = tmp_path / "node-cache"
+        self.use_cache = True  # False: MODELREG_CACHE unset, as KServe's storage initializer runs it
         with container.session_factory() as session:
             model = version_service.load_model_unchecked(session, "acme", "tiny")
             version = version_service.load_version_unchecked(session, model, 1)
@@ -85,8 +86,14 @@ class Node:
         return body
 
     def env(self) -> dict[str, str]:
-        return {**os.environ, "PYTHONPATH": str(WORKTREE), "MODELREG_URL": self.standin.url,
-                "MODELREG_TOKEN": "node-token", "MODELREG_CACHE": str(self.cache)}
+        env = {k: v for k, v in os.environ.items() if k != "MODELREG_CACHE"}
+        env.update(PYTHONPATH=str(WORKTREE), MODELREG_URL=self.standin.url, MODELREG_TOKEN="node-token")
+        if self.use_cache:
+            env["MODELREG_CACHE"] = str(self.cache)
+        else:
+            # The default cache of old would land here: it must stay empty.
+            env.update(HOME=str(self.tmp / "home"), XDG_CACHE_HOME=str(self.tmp / "home" / ".cache"))
+        return env
 
     def cli(self, *args: str, timeout: float = 120) -> subprocess.CompletedProcess:
         return subprocess.run([MODELREG, *args], capture_output=True, text=True, timeout=timeout, env=self.env())
@@ -259,10 +266,12 @@ def _network(node) -> None:
     (_rotation_not_signed_by_previous, 10, "signature"), (_network, 16, "network"),
 ])
 @pytest.mark.parametrize("dest_kind", ["absent", "empty"])
-def test_each_refusal_leaves_dest_as_it_was(node, attack, code, kind, dest_kind):
+@pytest.mark.parametrize("cache", ["cache", "no-cache"])
+def test_each_refusal_leaves_dest_as_it_was(node, attack, code, kind, dest_kind, cache):
     dest = node.tmp / "mnt-models"
     if dest_kind == "empty":
         dest.mkdir()
+    node.use_cache = cache == "cache"
     attack(node)
     _refused(node.fetch(dest), code, kind)
     assert _tree(dest) == (None if dest_kind == "absent" else {})
@@ -599,3 +608,93 @@ def test_two_files_with_the_same_bytes_come_from_one_download_and_each_is_hashed
         assert _summary(ok)["copies"] == len(node.files)
     sizes = {f["sha256"]: f["size"] for f in node.files}
     assert _bytes_requested(node.standin.blob_gets, sizes)[_big(node)["sha256"]] == len(BIG)
+
+
+def _outside_dest(node) -> dict[str, bytes] | None:
+    """What a fetch without a cache may not write: the old default cache under HOME, and --cache's directory."""
+    return {"home": _tree(node.tmp / "home"), "cache": _tree(node.cache)}
+
+
+@pytest.mark.parametrize("dest_kind", ["absent", "empty"])
+def test_without_a_cache_fetch_writes_only_inside_dest_and_every_byte_is_hashed(node, dest_kind):
+    node.release()
+    node.use_cache = False
+    (node.tmp / "home").mkdir()
+    dest = node.tmp / "mnt-models"
+    if dest_kind == "empty":
+        dest.mkdir()  # KServe's emptyDir: a mount point, filled from inside
+    ok = node.fetch(dest)
+    assert ok.returncode == 0, ok.stderr
+    summary = _summary(ok)
+    assert summary["downloaded_files"] == len(node.files) and summary["cached_files"] == 0
+    for f in node.files:
+        assert hashlib.sha256((dest / f["path"]).read_bytes()).hexdigest() == f["sha256"]
+    assert json.loads((dest / "model.sig").read_text()) == node.bundle
+    assert sorted(p.name for p in dest.iterdir()) == sorted({".git", "model.sig", *(f["path"].split("/")[0]
+                                                                                  for f in node.files)})
+    assert _outside_dest(node) == {"home": {}, "cache": None}
+    # Again: the DEST that holds the release is re-hashed, still with nothing written elsewhere.
+    again = node.fetch(dest)
+    assert again.returncode == 0 and _summary(again)["noop"], again.stderr
+    assert _outside_dest(node) == {"home": {}, "cache": None}
+    assert node.cli("verify", str(dest), "--trust-root", str(node.root_file)).returncode == 0
+
+
+def _served_root_sha256(node, version: int = 1) -> str:
+    import httpx
+
+    return hashlib.sha256(httpx.get(f"{node.standin.url}/v1/trust-root/{version}").content).hexdigest()
+
+
+def test_a_trust_root_pinned_by_sha256_is_fetched_from_the_registry_and_walked_forward(node):
+    node.use_cache = False
+    pin = _served_root_sha256(node)
+    # A rotation signed by root 1 and the new key: the fetch walks from the pinned root 1 to it.
+    new = SigningKey.generate()
+    node.standin.roots[2] = sign_root(root_document(2, [new.public_key], 1, LATER), [node.key, new])
+    node.release(keys=[new], root_version=2)
+    dest = node.tmp / "dest"
+    ok = node.cli("fetch", "acme/tiny@prod", str(dest), "--trust-root-sha256", pin, "--json")
+    assert ok.returncode == 0, ok.stderr
+    assert (dest / "big.txt").read_bytes() == BIG
+    verified = node.cli("verify", str(dest), "--trust-root-sha256", pin.upper())
+    assert verified.returncode == 0, verified.stderr
+    # The file and the pin together: the file must be the pinned bytes.
+    both = node.cli("fetch", "acme/tiny@prod", str(node.tmp / "dest-2"), "--trust-root", str(node.root_file),
+                    "--trust-root-sha256", hashlib.sha256(node.root_file.read_bytes()).hexdigest())
+    assert both.returncode == 0, both.stderr
+
+
+def test_a_wrong_pin_is_refused_before_the_manifest_and_dest_stays_absent(node):
+    node.use_cache = False
+    node.release()
+    wrong = hashlib.sha256(b"another root").hexdigest()
+    dest = node.tmp / "dest"
+    refused = node.cli("fetch", "acme/tiny@prod", str(dest), "--trust-root-sha256", wrong)
+    _refused(refused, 10, "signature")
+    assert "the registry's trust root 1 hashes to sha256" in refused.stderr and wrong in refused.stderr
+    assert not dest.exists() and node.standin.manifest_gets == []
+    # The file given too, and not the pinned one: refused the same way.
+    refused = node.cli("fetch", "acme/tiny@prod", str(dest), "--trust-root", str(node.root_file),
+                       "--trust-root-sha256", wrong)
+    _refused(refused, 10, "signature")
+    assert not dest.exists()
+
+
+def test_a_registry_serving_another_root_1_than_the_pinned_one_is_refused(node):
+    node.use_cache = False
+    pin = _served_root_sha256(node)
+    # The attacker's registry: its own root 1 (self-signed, valid on its own) and releases it signs.
+    attacker = SigningKey.generate()
+    node.standin.roots = {1: sign_root(root_document(1, [attacker.public_key], 1, LATER), [attacker])}
+    node.release(keys=[attacker])
+    dest = node.tmp / "mnt-models"
+    dest.mkdir()
+    _refused(node.cli("fetch", "acme/tiny@prod", str(dest), "--trust-root-sha256", pin), 10, "signature")
+    assert list(dest.iterdir()) == []
+    # The same root 1 re-serialized (other whitespace) is other bytes: refused too, the pin is of bytes.
+    node.standin.roots = {}
+    original = json.loads(node.root_file.read_text())
+    node.standin.raw_roots = {1: json.dumps(original, indent=1).encode()}
+    _refused(node.cli("fetch", "acme/tiny@prod", str(dest), "--trust-root-sha256", pin), 10, "signature")
+    assert list(dest.iterdir()) == []

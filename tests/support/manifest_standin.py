@@ -28,6 +28,8 @@ class Standin:
     def __init__(self, upstream: str) -> None:
         self.upstream = upstream.rstrip("/")
         self.roots: dict[int, dict[str, Any]] = {}
+        self.raw_roots: dict[int, bytes] = {}
+        """Roots served byte for byte as given (another serialization of a root is other bytes)."""
         self.manifests: dict[tuple[str, str, str], dict[str, Any]] = {}
         self.problems: dict[tuple[str, str, str], tuple[int, dict[str, Any]]] = {}
         self.blob_gets: list[dict[str, Any]] = []
@@ -87,6 +89,14 @@ class Standin:
                 if parts[:2] == ["v1", "trust-root"]:
                     version = max(standin.roots) if len(parts) == 2 and standin.roots else (
                         int(parts[2]) if len(parts) == 3 and parts[2].isdigit() else None)
+                    if version in standin.raw_roots:
+                        data = standin.raw_roots[version]
+                        self.send_response(200)
+                        self.send_header("Content-Type", "application/json")
+                        self.send_header("Content-Length", str(len(data)))
+                        self.end_headers()
+                        self.wfile.write(data)
+                        return None
                     if version not in standin.roots:
                         return self._problem(404, "not-found", "no such trust root")
                     return self._json(200, standin.roots[version])

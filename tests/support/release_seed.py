@@ -12,8 +12,16 @@ from pathlib import Path
 TENANT, MODEL = "acme", "llm"
 
 
-def seed_release(data_dir: Path, clients: int, database_url: str | None = None) -> list[str]:
-    """Seed the database of ``data_dir`` (SQLite there, unless ``database_url``); return the node tokens."""
+def seed_files(number: int) -> dict[str, bytes]:
+    """The files of version ``number`` as seeded."""
+    return {"config.json": json.dumps({"model_type": "llama", "hidden_size": 8 * number}).encode(),
+            "model.safetensors": b"\x08\x00\x00\x00\x00\x00\x00\x00{}      "}
+
+
+def seed_release(data_dir: Path, clients: int, database_url: str | None = None, model: str = MODEL) -> list[str]:
+    """Seed the database of ``data_dir`` (SQLite there, unless ``database_url``); return the node tokens.
+
+    ``model`` names the model (``acme/<model>``) when a test's manifests name another than ``llm``."""
     from registry.auth import issue_token
     from registry.bootstrap import bootstrap, load_settings, prepare_embedded
     from registry.db.models import Principal, RoleBinding, Tenant
@@ -30,8 +38,7 @@ def seed_release(data_dir: Path, clients: int, database_url: str | None = None) 
     try:
         admin = make_admin(container, TENANT)
         for number in (1, 2):
-            files = {"config.json": json.dumps({"model_type": "llama", "hidden_size": 8 * number}).encode(),
-                     "model.safetensors": b"\x08\x00\x00\x00\x00\x00\x00\x00{}      "}
+            files = seed_files(number)
             entries = []
             with container.session_factory() as session:
                 for path, data in files.items():
@@ -39,12 +46,12 @@ def seed_release(data_dir: Path, clients: int, database_url: str | None = None) 
                     versions.upload_blob(session, admin, TENANT, digest, io.BytesIO(data), len(data),
                                          blob_store=container.blob_store)
                     entries.append(FileEntry(path, len(data), digest))
-                versions.submit_uploaded(session, admin, TENANT, MODEL, entries, label=f"v{number}",
+                versions.submit_uploaded(session, admin, TENANT, model, entries, label=f"v{number}",
                                          limits=container.limits(), ports=container.ports)
             drain(container)
-            approve_standin(container, TENANT, MODEL, number)
+            approve_standin(container, TENANT, model, number)
         with container.session_factory() as session:
-            aliases.promote(session, admin, TENANT, MODEL, "prod", make_target(1), policy=container.policy,
+            aliases.promote(session, admin, TENANT, model, "prod", make_target(1), policy=container.policy,
                             clock=container.clock)
         tokens = []
         with container.session_factory() as session:
@@ -94,5 +101,24 @@ def _as_admin(data_dir: Path, database_url: str | None):
         with container.session_factory() as session:
             admin = load_principal(session.query(Principal).filter_by(name=f"admin-{TENANT}").one())
             yield container, session, admin
+    finally:
+        container.dispose()
+
+
+def admin_token(data_dir: Path, database_url: str | None = None) -> str:
+    """A new token of the tenant's admin (seeded before any first-start admin, so no ``admin-token`` file)."""
+    from registry.auth import issue_token
+    from registry.bootstrap import bootstrap, load_settings, prepare_embedded
+    from registry.db.models import Principal
+
+    overrides = {"database_url": database_url} if database_url else {}
+    settings = load_settings(data_dir=data_dir, **overrides)
+    prepare_embedded(settings)
+    container = bootstrap(settings)
+    try:
+        with container.session_factory() as session:
+            token = issue_token(session, session.query(Principal).filter_by(name=f"admin-{TENANT}").one()).token
+            session.commit()
+            return token
     finally:
         container.dispose()
