@@ -11,7 +11,6 @@ fresh process, as in the init container (``HF_ENDPOINT`` is read when ``huggingf
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import subprocess
 import sys
@@ -20,7 +19,7 @@ from pathlib import Path
 import kserve_storage  # noqa: F401  (KServe's storage code; in the test extras, never skipped)
 import pytest
 
-from tests.support.release_seed import MODEL, TENANT, promote, revoke, seed_release
+from tests.support.release_seed import MODEL, TENANT, promote, revoke, seed_files, seed_release
 from tests.support.server import start_server
 
 INITIALIZER = (
@@ -32,9 +31,7 @@ INITIALIZER = (
 
 def _version_files(number: int) -> dict[str, str]:
     """The sha256 of each file release_seed approved as ``number``."""
-    files = {"config.json": json.dumps({"model_type": "llama", "hidden_size": 8 * number}).encode(),
-             "model.safetensors": b"\x08\x00\x00\x00\x00\x00\x00\x00{}      "}
-    return {path: hashlib.sha256(data).hexdigest() for path, data in files.items()}
+    return {path: hashlib.sha256(data).hexdigest() for path, data in seed_files(number).items()}
 
 
 def _downloaded(dest: Path) -> dict[str, str]:
