@@ -45,6 +45,7 @@ from registry.client.assemble import (
     verify_directory,
 )
 from registry.client.cache import NodeCache
+from registry.client.errors import classify
 from registry.client.trust import NodeTrust
 from registry.domain.errors import RegistryError, SignatureError
 from registry.domain.refs import NAME_RE
@@ -245,7 +246,8 @@ class Sweeper:
 
 
 def _reason(exc: RegistryError) -> str:
-    text = " ".join(str(exc).split())
+    """``<kind>: <what>`` (the kind as in exit codes: signature, digest, manifest), with the files it names."""
+    text = f"{classify(exc)}: {' '.join(str(exc).split())}"
     details = getattr(exc, "details", {}) or {}
     changed = [m["path"] for m in details.get("mismatched", []) if isinstance(m, dict)]
     for key, label in (("missing", "missing"), ("extra", "extra"), ("not_regular", "not regular")):
