@@ -70,7 +70,7 @@ def _is_option(param: Any) -> bool:
 def test_there_is_something_to_check():
     kinds = {doc["kind"] for _, doc in _documents()}
     assert {"Pod", "DaemonSet", "ClusterStorageContainer", "InferenceService"} <= kinds
-    assert len(_fetch_containers()) == 4
+    assert len(_fetch_containers()) == 5
 
 
 @pytest.mark.parametrize("where,container", _fetch_containers(), ids=lambda v: v if isinstance(v, str) else "")
@@ -141,7 +141,8 @@ def test_nodes_use_projected_service_account_tokens_and_the_static_token_stays_t
             uses_file.add(path.name)
         if doc["kind"] in ("Pod", "DaemonSet", "ClusterStorageContainer"):
             assert "secretKeyRef: {name: modelreg-node-token" in path.read_text(), f"{path}: no fallback"
-    assert uses_file == {"cache-warm-daemonset.yaml", "pod-init-container.yaml", "cluster-storage-container.yaml"}
+    assert uses_file == {"cache-warm-daemonset.yaml", "pod-init-container.yaml", "cluster-storage-container.yaml",
+                         "local-model-cache-sweeper.yaml"}
 
 
 def test_kserve_selects_the_modelreg_storage_container_by_uri_prefix():
