@@ -104,7 +104,7 @@ def read_claim(folder: Path) -> Claim | None | str:
     except (KeyError, TypeError, ValueError):
         return "the release record is not a release envelope"
     parts = model.split("/") if isinstance(model, str) else []
-    if len(parts) != 2 or not all(NAME_RE.match(p) for p in parts) or not isinstance(ref, str) \
+    if issued.tzinfo is None or len(parts) != 2 or not all(NAME_RE.match(p) for p in parts) or not isinstance(ref, str) \
             or type(version) is not int or version < 1:
         return "the release record names no model version"
     return Claim(dict(envelope), model, ref, version, issued)
