@@ -9,7 +9,8 @@ Exit codes (the same table as :mod:`registry.client.errors`; a failure prints on
 Output: readable lines on stdout (one per phase, then the summary) and, when stderr is a terminal, a
 progress bar there; with ``--json``, JSON lines on stdout instead (``{"event": "phase"}``,
 ``{"event": "progress"}``, and last ``{"event": "summary"}`` with the seconds of each phase: manifest,
-verify, download, assemble; ``resolved_from``: the alias a version was resolved from, also told on stderr).
+verify, download, assemble; ``resolved_from``: the ``model@alias`` the version was resolved from, null
+for a version; before the summary, a readable ``resolved ...`` line or ``{"event": "resolved"}``).
 
 Environment: ``MODELREG_URL`` and ``MODELREG_TOKEN`` (the node's token) or ``MODELREG_TOKEN_FILE`` (the
 pod's projected service-account token, read again as the kubelet rotates it), ``MODELREG_CACHE`` (the cache
@@ -142,7 +143,7 @@ def fetch(
         if result.rejected_cached_files:
             what += (f" ({result.rejected_cached_files} cached blob(s) did not match their digest: "
                      "downloaded again)")
-        resolved_from = _say_resolved(ref, result)
+        resolved_from = _say_resolved(ref, result, as_json)
         _summary({**result.as_dict(), "resolved_from": resolved_from}, as_json,
                  f"{result.model}@{result.version} (serial {result.serial}) in {dest}: {result.files} files, "
                  f"{what}; {times}")
@@ -150,16 +151,20 @@ def fetch(
     _run(body)
 
 
-def _say_resolved(ref_text: str, result) -> str | None:
-    """An alias fetched: say on stderr which version it resolved to (a LocalModelCache keeps that one)."""
+def _say_resolved(ref_text: str, result, as_json: bool) -> str | None:
+    """An alias fetched: say which version it resolved to (a LocalModelCache keeps it); ``model@alias``."""
     from registry.domain.refs import parse_ref
 
     alias = parse_ref(ref_text).alias
     if alias is None:
         return None
     resolved_from = f"{result.model}@{alias}"
-    _say(f"resolved {resolved_from} to version {result.version}; a LocalModelCache keeps this version — pin it "
-         f"(modelreg://{result.model}@{result.version})", err=True)
+    if as_json:
+        typer.echo(json.dumps({"event": "resolved", "resolved_from": resolved_from, "version": result.version},
+                              sort_keys=True))
+    else:
+        _say(f"resolved {resolved_from} to version {result.version}; a LocalModelCache keeps this version — pin "
+             f"it (modelreg://{result.model}@{result.version})")
     return resolved_from
 
 

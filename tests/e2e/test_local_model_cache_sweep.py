@@ -92,14 +92,19 @@ def _revoke(server, version: int) -> None:
 
 def test_fetch_of_an_alias_says_the_version_it_resolved_to_and_a_pinned_one_says_nothing(node):
     prod = node.fetch(PROD)
+    [resolved] = _events(prod.stdout, "resolved")
     [summary] = _events(prod.stdout, "summary")
+    assert resolved == {"event": "resolved", "resolved_from": f"{TENANT}/{MODEL}@prod", "version": 1}
     assert summary["version"] == 1 and summary["resolved_from"] == f"{TENANT}/{MODEL}@prod"
-    assert (f"resolved {TENANT}/{MODEL}@prod to version 1; a LocalModelCache keeps this version — pin it "
-            f"(modelreg://{TENANT}/{MODEL}@1)") in prod.stderr
     pinned = node.fetch(PINNED)
     [summary] = _events(pinned.stdout, "summary")
-    assert summary["version"] == 2 and summary["resolved_from"] is None
-    assert "resolved" not in pinned.stderr
+    assert summary["version"] == 2 and summary["resolved_from"] is None and not _events(pinned.stdout, "resolved")
+    # A person reads it as a line before the summary.
+    human = subprocess.run([MODELREG, "fetch", PROD, str(node.tmp / "elsewhere")], capture_output=True, text=True,
+                           timeout=120, env={**node.env, "MODELREG_CACHE": str(node.tmp / "job-cache")})
+    assert human.returncode == 0, human.stderr
+    assert (f"resolved {TENANT}/{MODEL}@prod to version 1; a LocalModelCache keeps this version — pin it "
+            f"(modelreg://{TENANT}/{MODEL}@1)") in human.stdout.splitlines()[-2]
     # What the sweeper re-checks later is in the folder: the signed envelope, byte for byte as served.
     record = json.loads((node.folder(PROD) / ".git" / "modelreg-release.json").read_text())
     assert json.loads(base64.b64decode(record["envelope"]["payload"]))["version"] == 1
