@@ -1,4 +1,4 @@
-"""The ``modelreg`` command on serving nodes: ``fetch``, ``verify``, ``cache verify`` and ``cache warm``.
+"""The ``modelreg`` command on serving nodes: ``fetch``, ``verify``, ``cache verify``, ``cache warm``, ``cache sweep``.
 
 Exit codes (the same table as :mod:`registry.client.errors`; a failure prints one line on stderr,
 ``error: <kind>: <what>``, or ``error: <what>`` for a plain error):
@@ -15,7 +15,8 @@ hash to the pin.
 Output: readable lines on stdout (one per phase, then the summary) and, when stderr is a terminal, a
 progress bar there; with ``--json``, JSON lines on stdout instead (``{"event": "phase"}``,
 ``{"event": "progress"}``, and last ``{"event": "summary"}`` with the seconds of each phase: manifest,
-verify, download, assemble).
+verify, download, assemble; ``resolved_from``: the ``model@alias`` the version was resolved from, null
+for a version; before the summary, a readable ``resolved ...`` line or ``{"event": "resolved"}``).
 
 Environment: ``MODELREG_URL`` and ``MODELREG_TOKEN`` (the node's token) or ``MODELREG_TOKEN_FILE`` (the
 pod's projected service-account token, read again as the kubelet rotates it), ``MODELREG_CACHE`` (the cache
@@ -165,11 +166,29 @@ def fetch(
         if result.rejected_cached_files:
             what += (f" ({result.rejected_cached_files} cached blob(s) did not match their digest: "
                      "downloaded again)")
-        _summary(result.as_dict(), as_json,
+        resolved_from = _say_resolved(ref, result, as_json)
+        _summary({**result.as_dict(), "resolved_from": resolved_from}, as_json,
                  f"{result.model}@{result.version} (serial {result.serial}) in {dest}: {result.files} files, "
                  f"{what}; {times}")
 
     _run(body)
+
+
+def _say_resolved(ref_text: str, result, as_json: bool) -> str | None:
+    """An alias fetched: say which version it resolved to (a LocalModelCache keeps it); ``model@alias``."""
+    from registry.domain.refs import parse_ref
+
+    alias = parse_ref(ref_text).alias
+    if alias is None:
+        return None
+    resolved_from = f"{result.model}@{alias}"
+    if as_json:
+        typer.echo(json.dumps({"event": "resolved", "resolved_from": resolved_from, "version": result.version},
+                              sort_keys=True))
+    else:
+        _say(f"resolved {resolved_from} to version {result.version}; a LocalModelCache keeps this version — pin "
+             f"it (modelreg://{result.model}@{result.version})")
+    return resolved_from
 
 
 def _write_fetch_metrics(path: Path, ref_text: str, timings: dict[str, float], exc: BaseException | None,
@@ -390,3 +409,124 @@ def cache_warm(
                 raise
 
     _run(body)
+
+
+@cache_app.command("sweep", epilog=EXIT_HELP)
+def cache_sweep(
+    root: Path = typer.Argument(..., help="The LocalModelNodeGroup's volume on this node: KServe keeps each "
+                                         "LocalModelCache in ROOT/models/<key>"),
+    trust_root: Path = TrustRootOpt,
+    cache: Optional[Path] = typer.Option(None, "--cache", envvar="MODELREG_CACHE",
+                                         help="The sweeper's state directory: its event cursor, the revoked "
+                                              "versions, the trust roots walked (default ~/.cache/modelreg)."),
+    parallel: int = ParallelOpt,
+    once: bool = typer.Option(False, "--once", help="Apply the revocations not yet applied, sweep once, exit."),
+    interval: float = typer.Option(300.0, "--interval", min=1.0, help="Seconds between two full sweeps (every "
+                                   "file re-hashed); revocations are acted on as they arrive in between."),
+    remove_unattributed: bool = typer.Option(
+        False, "--remove-unattributed", help="Also remove folders with no release record (never one being "
+                                             "downloaded): only where the node group caches modelreg:// alone."),
+    url: str = UrlOpt, token: str = TokenOpt, token_file: Optional[str] = TokenFileOpt,
+    as_json: bool = JsonOpt,
+) -> None:
+    """Remove revoked or altered KServe LocalModelCache folders from this node (a DaemonSet).
+
+    For each ROOT/models/<key>: the release `modelreg fetch` recorded there is verified against the trust
+    root (walked through the registry's rotations), model.sig against it, every file re-hashed; a version
+    the registry revoked (its event stream) or any difference removes the folder (renamed aside, then
+    deleted) and is reported (``{"event": "revoked"}``, ``{"event": "altered"}`` with --json). A folder with
+    no release record is reported (``unattributed``) and left. With --once: exit 13 when a folder was altered,
+    else 14 when one was revoked, else 16 when the event stream or the trust root walk failed, else 0.
+    """
+    from registry.client.revocations import RevocationFollower
+    from registry.client.errors import NetworkError
+    from registry.client.sweep import Sweeper
+    from registry.domain.errors import IntegrityError, RegistryError, RevokedError
+
+    def body() -> None:
+        import time
+
+        if not root.is_dir():
+            raise CliError(f"{root} is not a directory: pass the node group's volume (KServe's folders are "
+                           "ROOT/models/<key>)")
+        state = _cache(cache)
+        models = (root / "models").resolve()
+        if state.root.resolve() == models or models in state.root.resolve().parents:
+            raise CliError(f"the state directory {state.root} is inside {root}/models: choose --cache elsewhere")
+        problems: list[str] = []
+
+        def problem(line: str) -> None:
+            problems.append(line)
+            _say(f"error: sweep: {line}", err=True)
+
+        with _api(url, token, token_file) as api:
+            sweeper = Sweeper(root, state=state, trust_root_file=trust_root, fetch_root=api.trust_root,
+                              parallel=parallel, remove_unattributed=remove_unattributed, on_problem=problem)
+
+            def sweep(full: bool) -> list:
+                findings = sweeper.sweep(full=full)
+                for f in findings:
+                    if f.event != "ok":
+                        _report(f, as_json)
+                if full:
+                    counts = {kind: sum(f.event == kind for f in findings)
+                              for kind in ("ok", "revoked", "altered", "unattributed", "unverified")}
+                    _summary({"folders": len(findings), **counts}, as_json,
+                             f"swept {len(findings)} folder(s) under {root}/models: {counts['ok']} verified, "
+                             f"{counts['revoked']} revoked and {counts['altered']} altered (removed), "
+                             f"{counts['unattributed']} unattributed, {counts['unverified']} unverified")
+                return findings
+
+            def events_failed(line: str) -> None:
+                problem(f"revocations: {line}")
+
+            wake = threading.Event()
+            follower = RevocationFollower(api, state, on_revoked=lambda report: None, on_problem=events_failed,
+                                          on_cursor=lambda cursor: wake.set())
+            if once:
+                try:
+                    follower.catch_up()
+                except (RegistryError, OSError) as exc:
+                    problem(f"revocations: the event stream failed, none applied: {' '.join(str(exc).split())}")
+                findings = sweep(True)
+                kinds = {f.event for f in findings}
+                if "altered" in kinds:
+                    raise IntegrityError(f"{sum(f.event == 'altered' for f in findings)} altered folder(s) removed")
+                if "revoked" in kinds:
+                    raise RevokedError.from_wire(f"{sum(f.event == 'revoked' for f in findings)} revoked folder(s) "
+                                                 "removed")
+                if problems:
+                    raise NetworkError(f"the sweep could not ask the registry: {problems[0]}")
+                return
+            stop = threading.Event()
+            threading.Thread(target=follower.run, args=(stop,), daemon=True, name="revocations").start()
+            next_full = 0.0
+            try:
+                while True:
+                    try:
+                        if time.monotonic() >= next_full:
+                            wake.clear()
+                            sweep(True)
+                            next_full = time.monotonic() + interval
+                        elif wake.is_set():
+                            wake.clear()
+                            sweep(False)
+                    except (RegistryError, OSError) as exc:
+                        problem(f"the sweep failed, retrying at the next: {' '.join(str(exc).split())}")
+                        next_full = time.monotonic() + min(interval, 30.0)
+                    wake.wait(max(0.0, next_full - time.monotonic()))
+            except KeyboardInterrupt:
+                stop.set()
+                raise
+
+    _run(body)
+
+
+def _report(finding, as_json: bool) -> None:
+    if as_json:
+        typer.echo(json.dumps({"event": finding.event, **{k: v for k, v in finding.as_dict().items()
+                                                          if k != "event"}}, sort_keys=True))
+        return
+    what = f"{finding.model}@{finding.version} in {finding.folder}" if finding.model else finding.folder
+    action = "removed" if finding.removed else "left alone"
+    _say(f"{finding.event} {what}: {finding.reason or 'ok'} ({action})")

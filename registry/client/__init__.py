@@ -6,5 +6,6 @@ and ``registry.domain``. Start with ``fetch.py`` (``modelreg fetch``: manifest, 
 verification, placement); ``api.py`` is the one client of the HTTP API the CLI uses too, over ``http.py``;
 ``trust.py`` keeps the pinned root and the serials a node accepted; ``download.py`` and ``transfer.py``
 move bytes; ``cache.py`` is the shared node cache; ``assemble.py`` builds and verifies the destination;
-``errors.py`` maps every refusal to its exit code. The formats are in ``docs/signing.md``.
+``errors.py`` maps every refusal to its exit code; ``sweep.py`` re-checks KServe LocalModelCache folders on a
+node (``cache sweep``). The formats are in ``docs/signing.md``.
 """

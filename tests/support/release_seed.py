@@ -122,3 +122,22 @@ def admin_token(data_dir: Path, database_url: str | None = None) -> str:
             return token
     finally:
         container.dispose()
+
+
+def admin_token(data_dir: Path, database_url: str | None = None) -> str:
+    """A new token of the seeded tenant admin (``admin-acme``), for what a test does over HTTP (a revoke)."""
+    from registry.auth import issue_token
+    from registry.bootstrap import bootstrap, load_settings, prepare_embedded
+    from registry.db.models import Principal
+
+    overrides = {"database_url": database_url} if database_url else {}
+    settings = load_settings(data_dir=data_dir, **overrides)
+    prepare_embedded(settings)
+    container = bootstrap(settings)
+    try:
+        with container.session_factory() as session:
+            token = issue_token(session, session.query(Principal).filter_by(name=f"admin-{TENANT}").one()).token
+            session.commit()
+            return token
+    finally:
+        container.dispose()

@@ -70,7 +70,7 @@ def _is_option(param: Any) -> bool:
 def test_there_is_something_to_check():
     kinds = {doc["kind"] for _, doc in _documents()}
     assert {"Pod", "DaemonSet", "ClusterStorageContainer", "InferenceService"} <= kinds
-    assert len(_fetch_containers()) == 4
+    assert len(_fetch_containers()) == 5
 
 
 @pytest.mark.parametrize("where,container", _fetch_containers(), ids=lambda v: v if isinstance(v, str) else "")
@@ -93,8 +93,9 @@ def test_each_fetch_container_runs_a_real_command_with_real_options(where, conta
     env = {e["name"] for e in container.get("env", [])}
     read = {p.envvar for p in command.params if getattr(p, "envvar", None)}
     assert "MODELREG_URL" in env and {"MODELREG_TRUST_ROOT", "MODELREG_TRUST_ROOT_SHA256"} & env, where
-    if container.get("name") == "storage-initializer" and "cluster-storage-container.yaml" in where:
-        # KServe's init container gets no volume of ours but the token: no cache, no trust root file.
+    if container.get("name") == "storage-initializer":
+        # KServe's storage containers (the init container, the LocalModelCache download Job) get no volume
+        # of ours (the init container: but the token): no cache, no trust root file.
         assert not {"MODELREG_CACHE", "MODELREG_TRUST_ROOT"} & env, where
     else:
         assert "MODELREG_CACHE" in env, where
@@ -146,7 +147,8 @@ def test_nodes_use_projected_service_account_tokens_and_the_static_token_stays_t
             uses_file.add(path.name)
         if doc["kind"] in ("Pod", "DaemonSet", "ClusterStorageContainer"):
             assert "secretKeyRef: {name: modelreg-node-token" in path.read_text(), f"{path}: no fallback"
-    assert uses_file == {"cache-warm-daemonset.yaml", "pod-init-container.yaml", "cluster-storage-container.yaml"}
+    assert uses_file == {"cache-warm-daemonset.yaml", "pod-init-container.yaml", "cluster-storage-container.yaml",
+                         "local-model-cache-sweeper.yaml"}
 
 
 def test_kserve_selects_the_modelreg_storage_container_by_uri_prefix():
