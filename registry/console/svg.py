@@ -135,4 +135,6 @@ def _node_traffic(node: dict) -> str:
     said = [f"{node['count']} manifests"] if node.get("count") else []
     if node.get("hf_downloads"):
         said.append(f"{node['hf_downloads']} /hf downloads")
+    if node.get("oci_pulls"):
+        said.append(f"{node['oci_pulls']} OCI pulls")
     return ", ".join(said) or "0 fetches"
