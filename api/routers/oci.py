@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import datetime as dt
 import re
 from collections.abc import Callable, Coroutine
 from typing import Annotated, Any
@@ -172,7 +173,7 @@ def token(request: Request, session: SessionDep, container: ContainerDep,
     issued = oci.issue_pull_token(principal, token_id, request.query_params.getlist("scope"),
                                   service=service or request.url.netloc, key=container.oci_token_key,
                                   clock=container.clock, ttl_seconds=container.settings.oci_token_seconds)
-    at = issued.issued_at.astimezone().isoformat()
+    at = issued.issued_at.astimezone(dt.timezone.utc).isoformat().replace("+00:00", "Z")
     return JSONResponse({"token": issued.token, "access_token": issued.token, "expires_in": issued.expires_in,
                          "issued_at": at}, headers={"Cache-Control": "no-store"})
 

@@ -41,6 +41,7 @@ from registry.clock import Clock
 from registry.db.models import Alias, Model, Principal, Tenant, Version, VersionFacts, VersionFile
 from registry.domain import modelpack
 from registry.domain.errors import (
+    AuthenticationError,
     InvalidInputError,
     OciBlobUnknownError,
     OciManifestUnknownError,
@@ -212,8 +213,9 @@ def _principal_behind(session: Session, claims: dict[str, Any]) -> Authenticated
             principal = load_principal(row)
     except PullTokenRejectedError:
         raise
-    except Exception as e:  # AuthenticationError: the token it stands for is revoked, expired, or disabled
-        raise PullTokenRejectedError(f"pull token refused: {e}") from None
+    except AuthenticationError as e:
+        # The modelreg token it was exchanged for is revoked or expired, or its principal disabled.
+        raise PullTokenRejectedError(f"pull token refused: {e.message}") from None
     if principal.id != claims["pid"]:
         raise PullTokenRejectedError("pull token refused: principal mismatch")
     return principal
