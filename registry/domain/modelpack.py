@@ -185,7 +185,9 @@ def model_config(facts: dict[str, Any] | None) -> dict[str, str]:
     ...                           "dtypes": {"value": {"BF16": 10}}},
     ...               "architecture": {"architectures": {"value": ["LlamaForCausalLM"]}},
     ...               "quantization": {"method": {"value": "awq"}}})
-    {'architecture': 'LlamaForCausalLM', 'format': 'safetensors', 'paramSize': '1.1b', 'precision': 'bf16', 'quantization': 'awq'}
+    ... # doctest: +NORMALIZE_WHITESPACE
+    {'architecture': 'LlamaForCausalLM', 'format': 'safetensors', 'paramSize': '1.1b', 'precision': 'bf16',
+     'quantization': 'awq'}
     """
     out: dict[str, str] = {}
     architectures = _fact(facts, "architecture", "architectures")

@@ -146,22 +146,22 @@ def issue_pull_token(principal: AuthenticatedPrincipal, token_id: int | None, sc
     Raises:
         InvalidInputError: a malformed scope, or too many.
     """
-    if len(scopes) > MAX_SCOPES:
+    # A client may send several scope parameters, or several scopes in one, separated by spaces.
+    parts = [part for scope in scopes for part in scope.split(" ")[:MAX_SCOPES + 1]]
+    if len(parts) > MAX_SCOPES:
         raise InvalidInputError(f"at most {MAX_SCOPES} scopes a token", field="scope")
     granted: set[str] = set()
     catalog = False
-    for scope in scopes:
-        for part in scope.split(" "):
-            if part == CATALOG_SCOPE:
-                catalog = True
-                continue
-            m = SCOPE_RE.match(part)
-            if m is None:
-                raise InvalidInputError(f"scope {part[:200]!r} is not repository:<tenant>/<name>:pull",
-                                        field="scope")
-            tenant = m[1].split("/")[0]
-            if "pull" in m[2].split(",") and {Permission.READ, Permission.FETCH} & principal.permissions(tenant):
-                granted.add(m[1])
+    for part in parts:
+        if part == CATALOG_SCOPE:
+            catalog = True
+            continue
+        m = SCOPE_RE.match(part)
+        if m is None:
+            raise InvalidInputError(f"scope {part[:200]!r} is not repository:<tenant>/<name>:pull", field="scope")
+        tenant = m[1].split("/")[0]
+        if "pull" in m[2].split(",") and {Permission.READ, Permission.FETCH} & principal.permissions(tenant):
+            granted.add(m[1])
     now = clock.now()
     claims = {"iss": TOKEN_ISSUER, "aud": service, "sub": principal.name, "pid": principal.id, "tid": token_id,
               "access": [{"type": "repository", "name": r, "actions": ["pull"]} for r in sorted(granted)],
@@ -203,19 +203,19 @@ def caller_of_pull_token(session: Session, token: str, *, key: bytes, clock: Clo
 
 
 def _principal_behind(session: Session, claims: dict[str, Any]) -> AuthenticatedPrincipal:
-    try:
-        if isinstance(claims.get("tid"), int):
+    """The principal a pull token was issued to, as it stands now."""
+    if isinstance(claims.get("tid"), int):
+        try:
             principal = authenticate_token_id(session, claims["tid"])
-        else:
-            row = session.get(Principal, claims["pid"])
-            if row is None or row.disabled:
-                raise PullTokenRejectedError("pull token refused: its principal is disabled or gone")
-            principal = load_principal(row)
-    except PullTokenRejectedError:
-        raise
-    except AuthenticationError as e:
-        # The modelreg token it was exchanged for is revoked or expired, or its principal disabled.
-        raise PullTokenRejectedError(f"pull token refused: {e.message}") from None
+        except AuthenticationError as e:
+            # The modelreg token it was exchanged for is revoked or expired, or its principal disabled.
+            raise PullTokenRejectedError(f"pull token refused: {e.message}") from None
+    else:
+        # Exchanged for a service-account token: the principal it maps to is checked again.
+        row = session.get(Principal, claims["pid"]) if isinstance(claims["pid"], int) else None
+        if row is None or row.disabled:
+            raise PullTokenRejectedError("pull token refused: its principal is disabled or gone")
+        principal = load_principal(row)
     if principal.id != claims["pid"]:
         raise PullTokenRejectedError("pull token refused: principal mismatch")
     return principal
@@ -287,7 +287,8 @@ def _released(session: Session, model: Model):
 def _facts_of(session: Session, version_ids: list[int]) -> dict[int, tuple[Any, Any]]:
     out: dict[int, tuple[Any, Any]] = {}
     for start in range(0, len(version_ids), 500):
-        for row in session.scalars(select(VersionFacts).where(VersionFacts.version_id.in_(version_ids[start:start + 500]))):
+        chunk = version_ids[start:start + 500]
+        for row in session.scalars(select(VersionFacts).where(VersionFacts.version_id.in_(chunk))):
             out[row.version_id] = (row.recorded_at, row.facts)
     return out
 

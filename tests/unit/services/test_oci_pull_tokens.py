@@ -51,3 +51,12 @@ def test_require_pull_checks_the_tokens_scope_and_the_principals_roles():
     # A token naming a repository its principal can no longer read grants nothing.
     with pytest.raises(PermissionDeniedError):
         oci.require_pull(OciCaller(NODE, frozenset({"other/secret"})), "other", "secret")
+
+
+def test_the_scopes_of_one_request_are_bounded():
+    many = [f"repository:acme/m{i}:pull" for i in range(oci.MAX_SCOPES)]
+    assert len(_issue(*many).repositories) == oci.MAX_SCOPES
+    with pytest.raises(InvalidInputError):
+        _issue(*many, "repository:acme/one-more:pull")
+    with pytest.raises(InvalidInputError):
+        _issue(" ".join(many + ["repository:acme/one-more:pull"]))
