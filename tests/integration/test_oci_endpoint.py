@@ -23,6 +23,7 @@ from api.app import create_app
 from registry.auth import AuthenticatedPrincipal, token_id_of
 from registry.bootstrap import Container
 from registry.clock import ManualClock
+from registry.db.models import Principal, RoleBinding, Tenant
 from registry.domain.aliases import make_target
 from registry.services import aliases, identity, provenance, revocations
 from tests.support.live_app import serve_in_thread
@@ -179,6 +180,29 @@ def test_accept_without_the_oci_manifest_type_is_manifest_unknown(world):
                      headers={"Accept": "application/vnd.docker.distribution.manifest.v2+json"})
         assert r.status_code == 404 and r.json()["errors"][0]["code"] == "MANIFEST_UNKNOWN"
         assert http.get(f"/v2/{REPO}/manifests/1", headers={"Accept": "*/*"}).status_code == 200
+
+
+def test_an_alias_with_a_canary_gives_a_canary_tenants_node_the_canary_version(world, tmp_path):
+    w = world
+    approve_standin(w.container, TENANT, NAME, 3)
+    with w.container.session_factory() as session:
+        aliases.promote(session, w.admin, TENANT, NAME, "prod", make_target(1, 3, ["beta"]),
+                        policy=w.container.policy, clock=w.container.clock)
+    beta_node = role_token(w.container, "beta-node", "beta", "node")
+    with w.container.session_factory() as session:
+        principal = session.query(Principal).filter_by(name="beta-node").one()
+        acme = session.query(Tenant).filter_by(name=TENANT).one()
+        session.add(RoleBinding(principal_id=principal.id, tenant_id=acme.id, role="node", capacity=""))
+        session.commit()
+    digests = {}
+    for token in (w.node, beta_node):
+        with w.http(w.pull_token(token, f"repository:{REPO}:pull")) as http:
+            digests[token] = {ref: http.head(f"/v2/{REPO}/manifests/{ref}").headers["docker-content-digest"]
+                              for ref in ("prod", "1", "3")}
+    assert digests[w.node]["prod"] == digests[w.node]["1"] != digests[w.node]["3"]
+    assert digests[beta_node]["prod"] == digests[beta_node]["3"]
+    _oras(w, beta_node).pull(target=f"{w.host}/{REPO}:prod", outdir=str(tmp_path / "canary"))
+    assert (tmp_path / "canary" / "README.md").read_bytes() == b"v3\n"
 
 
 # --- refusals ---------------------------------------------------------------------------------------
