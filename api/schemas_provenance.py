@@ -185,7 +185,8 @@ class NodeRow(BaseModel):
     count: int = Field(description="release manifests received")
     refs: list[str]
     for_tenants: list[str]
-    hf_downloads: int = Field(0, description="files downloaded through /hf (first_at and last_at span both)")
+    hf_downloads: int = Field(0, description="files downloaded through /hf (first_at and last_at span all)")
+    oci_pulls: int = Field(0, description="manifests pulled through the OCI endpoint /v2")
 
 
 class NodesPublic(VersionHead):

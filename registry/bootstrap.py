@@ -114,6 +114,12 @@ class Container:
             return SessionKey(bytes.fromhex(self.settings.console_key.get_secret_value().strip()))
         return SessionKey(bytes.fromhex(_secret_once(ensure_data_dir(self.settings) / "console-key")))
 
+    @cached_property
+    def oci_token_key(self) -> bytes:
+        """The HMAC key of OCI pull tokens (``registry/services/oci.py``): derived from the console key, so
+        every replica that shares that key accepts the tokens any of them issued."""
+        return bytes.fromhex(self.console_key.mac("oci-pull-token", "signing key"))
+
     def open_source(self, uri: str, hf_endpoint: str | None, include: tuple[str, ...] = (),
                     exclude: tuple[str, ...] = ()):
         """Build an upstream source, with the hub endpoint and credentials from settings.

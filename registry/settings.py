@@ -97,6 +97,8 @@ class Settings(BaseSettings):
     hf_token: SecretStr | None = None
     hf_allowed_endpoints: list[str] = Field(
         default_factory=list, description="Hub endpoints a submission may name besides hf_endpoint.")
+    oci_token_seconds: int = Field(
+        300, ge=10, le=3600, description="How long an OCI pull token from /v2/token is valid (seconds).")
     hf_tree_page_size: int = Field(
         1000, ge=1, le=10_000, description="Entries per page of the /hf tree listing (the Hub uses 1000).")
     local_source_roots: list[Path] = Field(

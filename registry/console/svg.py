@@ -131,8 +131,10 @@ def metrics_chart(rows: Iterable[dict[str, Any]], baseline_alias: str | None) ->
 
 
 def _node_traffic(node: dict) -> str:
-    """What a principal took: manifests (``count``) and downloads through ``/hf``, each only if any."""
+    """What a principal took: manifests (``count``), downloads through ``/hf`` and OCI pulls, each only if any."""
     said = [f"{node['count']} manifests"] if node.get("count") else []
     if node.get("hf_downloads"):
         said.append(f"{node['hf_downloads']} /hf downloads")
+    if node.get("oci_pulls"):
+        said.append(f"{node['oci_pulls']} OCI pulls")
     return ", ".join(said) or "0 fetches"

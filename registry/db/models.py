@@ -678,9 +678,10 @@ class ConsoleSession(Base):
 
 
 class HfDownload(Base):
-    """A principal's file downloads of a version through ``/hf`` on one day (UTC): one row, counted.
+    """A principal's downloads of a version on one day (UTC) through one channel: one row, counted.
 
-    A provenance record beside ``release_issuances``; one row per (version, principal, day) however many
+    ``channel`` is ``hf`` (files through ``/hf``) or ``oci`` (manifests through ``/v2``). A provenance
+    record beside ``release_issuances``; one row per (version, principal, day, channel) however many
     requests a client makes, so the table grows with who downloads, not with traffic.
     """
 
@@ -689,6 +690,7 @@ class HfDownload(Base):
     version_id: Mapped[int] = mapped_column(BigId, ForeignKey("versions.id", ondelete="CASCADE"), primary_key=True)
     principal: Mapped[str] = mapped_column(String(128), primary_key=True)
     day: Mapped[dt.date] = mapped_column(Date, primary_key=True)
+    channel: Mapped[str] = mapped_column(String(8), primary_key=True, server_default="hf")
     count: Mapped[int] = mapped_column(BigInteger)
     first_at: Mapped[dt.datetime]
     last_at: Mapped[dt.datetime]

@@ -640,3 +640,38 @@ class InvalidTileError(InvalidInputError):
     def __init__(self, reason: str, **details: Any) -> None:
         super().__init__(f"invalid tile: {reason}", reason=reason, **details)
         self.reason = reason
+
+class OciBlobUnknownError(NotFoundError):
+    """A digest that no approved, unrevoked version of the repository references (the OCI ``BLOB_UNKNOWN``):
+    the same answer whether or not the registry stores those bytes for someone else."""
+
+    code = "oci-blob-unknown"
+
+    def __init__(self, repository: str, digest: str) -> None:
+        super().__init__(f"{repository} has no blob {digest}", repository=repository, digest=digest)
+
+
+class OciManifestUnknownError(NotFoundError):
+    """A reference (tag or digest) that names no manifest of the repository (the OCI ``MANIFEST_UNKNOWN``)."""
+
+    code = "oci-manifest-unknown"
+
+    def __init__(self, repository: str, reference: str, reason: str) -> None:
+        super().__init__(f"{repository}:{reference} names no manifest: {reason}", repository=repository,
+                         reference=reference, reason=reason)
+
+
+class PullTokenRejectedError(AuthenticationError):
+    """An OCI pull token that is malformed, not signed by this registry, expired, or whose principal or
+    modelreg token is no longer valid."""
+
+    code = "pull-token-rejected"
+
+
+class PullScopeDeniedError(PermissionDeniedError):
+    """A pull token presented for a repository its scope does not name (the client asks for a new token)."""
+
+    code = "pull-scope-denied"
+
+    def __init__(self, repository: str) -> None:
+        super().__init__(f"the pull token does not grant pull of {repository}", repository=repository)

@@ -187,7 +187,7 @@ def resolve(session: Session, principal: AuthenticatedPrincipal, tenant: str, na
                                     principal=principal.name, tenant=tenant, permission="fetch")
     model = loaders.load_model_unchecked(session, tenant, name)
     repo_id = f"{tenant}/{name}"
-    version = _version_named(session, principal, model, repo_id, revision)
+    version = version_named(session, principal, model, repo_id, revision)
     if version.state == VersionState.REVOKED.value:
         raise ReleaseNotFoundError(repo_id, revision,
                                    f"version {version.number} is revoked: {version.revoke_reason or 'revoked'}")
@@ -215,9 +215,16 @@ def is_lfs(path: str, size: int) -> bool:
     return size >= LFS_THRESHOLD or path.lower().endswith(LFS_SUFFIXES)
 
 
-def _version_named(session: Session, principal: AuthenticatedPrincipal, model: Model, repo_id: str,
-                   revision: str) -> Version:
-    if COMMIT_RE.match(revision):
+def version_named(session: Session, principal: AuthenticatedPrincipal, model: Model, repo_id: str,
+                  revision: str, *, hub_names: bool = True) -> Version:
+    """The version ``revision`` names, whatever its state: a version number, or an alias as it resolves for
+    ``principal`` (its canary where the principal holds a role in a canary tenant); with ``hub_names``, also a
+    commit, and ``main`` for ``prod`` (the ``/v2`` endpoint has neither). The caller checked authorization.
+
+    Raises:
+        ReleaseNotFoundError: no such version or alias, or the alias's version (for this caller) is revoked.
+    """
+    if hub_names and COMMIT_RE.match(revision):
         # A version number has at most 10 digits, so a 40-hex revision is always a commit.
         version = session.scalar(select(Version).where(Version.model_id == model.id,
                                                        Version.manifest_digest.startswith(revision)))
@@ -229,7 +236,7 @@ def _version_named(session: Session, principal: AuthenticatedPrincipal, model: M
             return loaders.load_version_unchecked(session, model, int(revision))
         except VersionNotFoundError:
             raise ReleaseNotFoundError(repo_id, revision, f"no version {revision}") from None
-    alias = DEFAULT_ALIAS if revision == DEFAULT_BRANCH else revision
+    alias = DEFAULT_ALIAS if hub_names and revision == DEFAULT_BRANCH else revision
     if not ALIAS_RE.match(alias):
         raise ReleaseNotFoundError(repo_id, revision, "not an alias, a version number or a commit")
     canary_tenants = session.scalar(select(Alias.canary_tenants).where(Alias.model_id == model.id,
@@ -254,13 +261,21 @@ def record_download(session: Session, principal: AuthenticatedPrincipal, release
 
     One row per (version, principal, UTC day), upserted: a client's thousand range requests are one row.
     """
+    assert release.version_id is not None
+    count_download(session, principal, release.version_id, channel="hf", clock=clock)
+
+
+def count_download(session: Session, principal: AuthenticatedPrincipal, version_id: int, *, channel: str,
+                   clock: Clock) -> None:
+    """Count one download of version ``version_id`` by ``principal`` through ``channel`` (``hf``, ``oci``),
+    and commit: one row per (version, principal, UTC day, channel), upserted."""
     now = clock.now()
     insert = postgresql_insert if is_postgres(session) else sqlite_insert
     begin_write(session)
-    row = insert(HfDownload).values(version_id=release.version_id, principal=principal.name,
+    row = insert(HfDownload).values(version_id=version_id, principal=principal.name, channel=channel,
                                     day=now.astimezone(timezone.utc).date(), count=1, first_at=now, last_at=now)
     session.execute(row.on_conflict_do_update(
-        index_elements=[HfDownload.version_id, HfDownload.principal, HfDownload.day],
+        index_elements=[HfDownload.version_id, HfDownload.principal, HfDownload.day, HfDownload.channel],
         set_={"count": HfDownload.count + 1, "last_at": row.excluded.last_at}))
     if is_postgres(session):
         # A count lost in a crash is worth less than a WAL flush per download (as with release issuances).

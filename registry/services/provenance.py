@@ -367,8 +367,9 @@ def _int_cursor(cursor: str | None) -> int:
 def nodes(session: Session, principal: AuthenticatedPrincipal, tenant: str, name: str, ref: str, *,
           limit: int = 1000, cursor: str | None = None) -> dict[str, Any]:
     """Question 8a: who received the version, by principal: release manifests (through any ref: an alias, a
-    canary, its number; ``count``, with the refs and the tenants they were served for) and files downloaded
-    through ``/hf`` (``hf_downloads``), first and last time of either. A page of principals at a time, by name."""
+    canary, its number; ``count``, with the refs and the tenants they were served for), files downloaded
+    through ``/hf`` (``hf_downloads``) and manifests pulled through ``/v2`` (``oci_pulls``), first and last
+    time of any. A page of principals at a time, by name."""
     _check_page(limit)
     version, named = _version_of(session, principal, tenant, name, ref)
     model = f"{tenant}/{name}"
@@ -383,12 +384,13 @@ def nodes(session: Session, principal: AuthenticatedPrincipal, tenant: str, name
                func.count(ReleaseIssuance.id))
         .where(*issued_where).group_by(ReleaseIssuance.principal).order_by(ReleaseIssuance.principal)
         .limit(limit + 1))}
-    downloaded = {who: (first, last, int(n)) for who, first, last, n in session.execute(
+    downloaded, pulled = ({who: (first, last, int(n)) for who, first, last, n in session.execute(
         select(HfDownload.principal, func.min(HfDownload.first_at), func.max(HfDownload.last_at),
                func.sum(HfDownload.count))
-        .where(*hf_where).group_by(HfDownload.principal).order_by(HfDownload.principal).limit(limit + 1))}
-    # Each source holds its first limit + 1 names, so the first limit + 1 of both are among them.
-    names = sorted(issued.keys() | downloaded.keys())[:limit + 1]
+        .where(*hf_where, HfDownload.channel == channel).group_by(HfDownload.principal)
+        .order_by(HfDownload.principal).limit(limit + 1))} for channel in ("hf", "oci"))
+    # Each source holds its first limit + 1 names, so the first limit + 1 of all are among them.
+    names = sorted(issued.keys() | downloaded.keys() | pulled.keys())[:limit + 1]
     page = names[:limit]
     refs: dict[str, set[tuple[str, str]]] = {}
     if page:
@@ -399,12 +401,13 @@ def nodes(session: Session, principal: AuthenticatedPrincipal, tenant: str, name
             refs.setdefault(who, set()).add((r, served))
 
     def row(who: str) -> dict[str, Any]:
-        spans = [s for s in (issued.get(who), downloaded.get(who)) if s is not None]
+        spans = [s for s in (issued.get(who), downloaded.get(who), pulled.get(who)) if s is not None]
         return {"principal": who, "first_at": _iso(min(s[0] for s in spans)),
                 "last_at": _iso(max(s[1] for s in spans)), "count": issued.get(who, (None, None, 0))[2],
                 "refs": sorted({r for r, _ in refs.get(who, ())}),
                 "for_tenants": sorted({t for _, t in refs.get(who, ())}),
-                "hf_downloads": downloaded.get(who, (None, None, 0))[2]}
+                "hf_downloads": downloaded.get(who, (None, None, 0))[2],
+                "oci_pulls": pulled.get(who, (None, None, 0))[2]}
 
     return {**_head(version, named), "nodes": [row(who) for who in page],
             "next_cursor": encode_cursor(page[-1]) if len(names) > limit else None}

@@ -115,6 +115,9 @@ def version_ref() -> dict[str, Any]:
     return {"params": {"ref": "1"}}
 
 
+NOTES_DIGEST = "sha256:" + hashlib.sha256(b"notes\n").hexdigest()
+"""The blob of ``sub/notes.txt``, a file of every version the world makes (in both tenants)."""
+
 RULES: dict[tuple[str, str], Rule] = {
     ("GET", "/healthz"): Rule(PUBLIC, 200),
     ("GET", "/readyz"): Rule(PUBLIC, 200),
@@ -211,6 +214,23 @@ RULES: dict[tuple[str, str], Rule] = {
                                                                         lambda w, t: w.released(t)),
     ("GET", "/hf/{tenant}/{name}/resolve/{revision}/{path:path}"): Rule("read|fetch", 200,
                                                                        lambda w, t: w.released(t)),
+    # The OCI endpoint (docs/oci.md): pulls need read or fetch in the tenant; writes are refused to all.
+    ("GET", "/v2/"): Rule(AUTHENTICATED, 200),
+    ("GET", "/v2/token"): Rule(AUTHENTICATED, 200, lambda w, t: {"params": {"scope": f"repository:{t}/x:pull"}}),
+    ("GET", "/v2/_catalog"): Rule(AUTHENTICATED, 200),
+    ("GET", "/v2/{tenant}/{name}/tags/list"): Rule("read|fetch", 200, lambda w, t: w.released(t)),
+    ("GET", "/v2/{tenant}/{name}/manifests/{reference}"): Rule("read|fetch", 200, lambda w, t: w.released(t),
+                                                              path={"reference": lambda w, t: "prod"}),
+    ("HEAD", "/v2/{tenant}/{name}/manifests/{reference}"): Rule("read|fetch", 200, lambda w, t: w.released(t),
+                                                               path={"reference": lambda w, t: "prod"}),
+    ("GET", "/v2/{tenant}/{name}/blobs/{digest}"): Rule("read|fetch", 200, lambda w, t: w.released(t),
+                                                        path={"digest": lambda w, t: NOTES_DIGEST}),
+    ("HEAD", "/v2/{tenant}/{name}/blobs/{digest}"): Rule("read|fetch", 200, lambda w, t: w.released(t),
+                                                         path={"digest": lambda w, t: NOTES_DIGEST}),
+    ("GET", "/v2/{rest:path}"): Rule(PUBLIC, 404, path={"rest": lambda w, t: f"{t}/a/b/manifests/1"}),
+    ("HEAD", "/v2/{rest:path}"): Rule(PUBLIC, 404, path={"rest": lambda w, t: f"{t}/a/b/manifests/1"}),
+    **{(method, path): Rule(PUBLIC, 405, path={"rest": lambda w, t: f"{t}/model-{t}/manifests/1"})
+       for method in ("POST", "PUT", "PATCH", "DELETE") for path in ("/v2/", "/v2/{rest:path}")},
     ("GET", "/v1/provenance/{tenant}/{name}/origin"): Rule("audit", 200, lambda w, t: version_ref()),
     ("GET", "/v1/provenance/{tenant}/{name}/files"): Rule("audit", 200, lambda w, t: version_ref()),
     ("GET", "/v1/provenance/{tenant}/{name}/scans"): Rule("audit", 200, lambda w, t: version_ref()),
@@ -614,7 +634,9 @@ def test_authorization_matrix(container):
                                  f" {r.text[:120]}")
                     continue
                 if want in (401, 403) and key[0] != "HEAD":
-                    media = "text/html; charset=utf-8" if rule.console else "application/problem+json"
+                    # The OCI endpoint answers with the distribution spec's error JSON (docs/oci.md).
+                    media = ("text/html; charset=utf-8" if rule.console else
+                             "application/json" if key[1].startswith("/v2/") else "application/problem+json")
                     assert r.headers["content-type"] == media, (key, caller)
                 # (The sign-in form names no tenant; each of its answers carries a fresh CSRF token.)
                 if tenant == OTHER and want in (401, 403, 404) and rule.who != SIGNS_IN:

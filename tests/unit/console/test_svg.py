@@ -48,3 +48,12 @@ def test_the_provenance_graph_counts_hf_downloads_beside_manifests():
     texts = "".join(ElementTree.fromstring(str(svg.provenance_graph(version, [], [], [], [], nodes))).itertext())
     assert "4 /hf downloads" in texts and "2 manifests, 1 /hf downloads" in texts and "3 manifests" in texts
     assert "0 fetches" not in texts
+
+
+def test_the_provenance_graph_counts_oci_pulls_too():
+    version = SimpleNamespace(source_kind="hf", source_repo="org/m", resolved_revision="a" * 64, number=1,
+                              state="approved", id=1)
+    nodes = [{"principal": "puller", "count": 0, "hf_downloads": 0, "oci_pulls": 2},
+             {"principal": "mixed", "count": 1, "hf_downloads": 1, "oci_pulls": 1}]
+    texts = "".join(ElementTree.fromstring(str(svg.provenance_graph(version, [], [], [], [], nodes))).itertext())
+    assert "2 OCI pulls" in texts and "1 manifests, 1 /hf downloads, 1 OCI pulls" in texts

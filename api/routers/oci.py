@@ -1,0 +1,272 @@
+"""The read-only OCI distribution endpoint (``/v2``): released versions as CNCF ModelPack artifacts.
+
+Thin: the wire shapes of the OCI distribution spec (pull category), the Docker token dance and the spec's
+error JSON (``{"errors": [{"code", "message", "detail"}]}``, not problem+json: OCI clients parse these).
+What is served and who may pull it is decided in ``registry/services/oci.py``; ``docs/oci.md`` describes it.
+The routes are left out of the OpenAPI document: OCI is its own spec, with its own error shapes.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import datetime as dt
+import re
+from collections.abc import Callable, Coroutine
+from typing import Annotated, Any
+from urllib.parse import urlencode
+
+from fastapi import APIRouter, Depends, Header, Query, Request, Response
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, StreamingResponse
+from fastapi.routing import APIRoute
+
+from api.deps import ContainerDep, SessionDep
+from api.params import ModelName, TenantName
+from api.problems import status_for
+from api.ranges import byte_range, content_range
+from registry.auth import authenticate, token_id_of
+from registry.domain import errors
+from registry.domain.errors import AuthenticationError, RegistryError
+from registry.domain.modelpack import OCI_MANIFEST
+from registry.services import oci
+from registry.services.oci import OciCaller
+
+API_VERSION = {"Docker-Distribution-API-Version": "registry/2.0"}
+ACCEPTABLE = {OCI_MANIFEST, "*/*", "application/*"}
+REPOSITORY_PATH = re.compile(r"\A/v2/([^/]+/[^/]+)/(?:manifests|blobs|tags)/")
+
+# The OCI error code of each error the service raises (the first matching class decides).
+OCI_CODES: list[tuple[type[RegistryError], str]] = [
+    (errors.PullScopeDeniedError, "DENIED"),
+    (errors.AuthenticationError, "UNAUTHORIZED"),
+    (errors.PermissionDeniedError, "DENIED"),
+    (errors.TenantNotFoundError, "NAME_UNKNOWN"),
+    (errors.ModelNotFoundError, "NAME_UNKNOWN"),
+    (errors.OciManifestUnknownError, "MANIFEST_UNKNOWN"),
+    (errors.OciBlobUnknownError, "BLOB_UNKNOWN"),
+    (errors.BlobNotFoundError, "BLOB_UNKNOWN"),
+]
+
+
+def oci_error(status: int, code: str, message: str, headers: dict[str, str] | None = None,
+              detail: Any = None) -> JSONResponse:
+    """An error answer as the distribution spec shapes it."""
+    body = {"errors": [{"code": code, "message": message, "detail": detail if detail is not None else {}}]}
+    return JSONResponse(body, status_code=status, headers={**API_VERSION, **(headers or {})})
+
+
+def challenge(request: Request, error: str | None = None) -> str:
+    """The ``WWW-Authenticate`` that sends a client to ``/v2/token`` for the scope of this request."""
+    base = str(request.base_url).rstrip("/")
+    value = f'Bearer realm="{base}/v2/token",service="{request.url.netloc}"'
+    m = REPOSITORY_PATH.match(request.url.path)
+    if m is not None:
+        value += f',scope="repository:{m[1]}:pull"'
+    elif request.url.path.rstrip("/") == "/v2/_catalog":
+        value += f',scope="{oci.CATALOG_SCOPE}"'
+    if error is not None:
+        value += f',error="{error}"'
+    return value
+
+
+def error_response(request: Request, exc: RegistryError) -> JSONResponse:
+    code = next((c for cls, c in OCI_CODES if isinstance(exc, cls)), None)
+    if isinstance(exc, errors.PullScopeDeniedError):
+        # 401, not 403: the client asks the token endpoint again, for this repository's scope.
+        return oci_error(401, "DENIED", exc.message,
+                         {"WWW-Authenticate": challenge(request, "insufficient_scope")})
+    if isinstance(exc, AuthenticationError):
+        return oci_error(401, "UNAUTHORIZED", exc.message, {"WWW-Authenticate": challenge(request)})
+    if isinstance(exc, errors.RangeNotSatisfiableError):
+        size = exc.details.get("size")
+        return oci_error(416, "UNSUPPORTED", exc.message,
+                         {"Content-Range": f"bytes */{size}"} if isinstance(size, int) else None)
+    if isinstance(exc, errors.InvalidInputError):
+        return oci_error(400, "DIGEST_INVALID" if exc.details.get("field") == "digest" else "UNSUPPORTED",
+                         exc.message)
+    status = status_for(exc)
+    return oci_error(status, code or "UNSUPPORTED", exc.message)
+
+
+class OciRoute(APIRoute):
+    """A route whose every answer names the API version and whose errors are the spec's error JSON."""
+
+    def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
+        handler = super().get_route_handler()
+
+        async def route(request: Request) -> Response:
+            try:
+                response = await handler(request)
+            except RegistryError as exc:
+                return error_response(request, exc)
+            except RequestValidationError as exc:
+                names = any(loc in (("path", "tenant"), ("path", "name")) for loc in
+                            (tuple(e.get("loc", ()))[:2] for e in exc.errors()))
+                return oci_error(400, "NAME_INVALID" if names else "UNSUPPORTED",
+                                 "; ".join(f"{'.'.join(map(str, e.get('loc', ())))}: {e.get('msg', '')}"
+                                           for e in exc.errors()[:5]))
+            response.headers.update(API_VERSION)
+            return response
+
+        return route
+
+
+router = APIRouter(prefix="/v2", tags=["oci"], route_class=OciRoute, include_in_schema=False)
+
+
+# --- credentials ---------------------------------------------------------------------------------
+
+
+def _credentials(request: Request) -> tuple[str, str] | None:
+    """The scheme (``bearer``, ``basic``) and the secret of the Authorization header (Basic: the password)."""
+    header = request.headers.get("authorization", "")
+    scheme, _, value = header.strip().partition(" ")
+    value = value.strip()
+    if scheme.lower() == "bearer" and value:
+        return "bearer", value
+    if scheme.lower() == "basic" and value:
+        try:
+            _user, sep, password = base64.b64decode(value, validate=True).decode().partition(":")
+        except (binascii.Error, UnicodeDecodeError):
+            raise AuthenticationError("malformed Basic credentials") from None
+        if sep and password:
+            return "basic", password
+        raise AuthenticationError("Basic credentials without a password (the password is a modelreg token)")
+    return None
+
+
+def get_oci_caller(request: Request, session: SessionDep, container: ContainerDep) -> OciCaller:
+    """The caller: a pull token from ``/v2/token``, or a modelreg token (Bearer, or Basic's password)."""
+    credentials = _credentials(request)
+    if credentials is None:
+        raise AuthenticationError("authentication required: get a pull token from /v2/token")
+    scheme, secret = credentials
+    if scheme == "bearer" and oci.is_pull_token(secret):
+        return oci.caller_of_pull_token(session, secret, key=container.oci_token_key, clock=container.clock)
+    principal = authenticate(session, secret, workload=container.workload_verifier)
+    session.rollback()
+    return OciCaller(principal)
+
+
+CallerDep = Annotated[OciCaller, Depends(get_oci_caller)]
+Last = Annotated[str | None, Query(max_length=300, description="the last item of the previous page")]
+PageSize = Annotated[int | None, Query(ge=0, le=oci.MAX_PAGE, description="items per page")]
+
+
+@router.get("/token")
+def token(request: Request, session: SessionDep, container: ContainerDep,
+          service: Annotated[str | None, Query(max_length=300)] = None) -> JSONResponse:
+    """A short-lived pull token for the scopes asked (Docker's token protocol), for a modelreg token given as
+    Basic's password (any user name) or as a Bearer token."""
+    credentials = _credentials(request)
+    if credentials is None:
+        return oci_error(401, "UNAUTHORIZED", "a modelreg token is needed (Basic password or Bearer)",
+                         {"WWW-Authenticate": 'Basic realm="modelreg"'})
+    secret = credentials[1]
+    try:
+        principal = authenticate(session, secret, workload=container.workload_verifier)
+    except AuthenticationError as exc:
+        return oci_error(401, "UNAUTHORIZED", exc.message, {"WWW-Authenticate": 'Basic realm="modelreg"'})
+    token_id = token_id_of(session, secret)
+    session.rollback()
+    issued = oci.issue_pull_token(principal, token_id, request.query_params.getlist("scope"),
+                                  service=service or request.url.netloc, key=container.oci_token_key,
+                                  clock=container.clock, ttl_seconds=container.settings.oci_token_seconds)
+    at = issued.issued_at.astimezone(dt.timezone.utc).isoformat().replace("+00:00", "Z")
+    return JSONResponse({"token": issued.token, "access_token": issued.token, "expires_in": issued.expires_in,
+                         "issued_at": at}, headers={"Cache-Control": "no-store"})
+
+
+@router.get("/")
+def base(caller: CallerDep) -> JSONResponse:
+    """The version check: 200 to a caller with credentials, 401 with the token challenge to one without."""
+    return JSONResponse({})
+
+
+@router.get("/_catalog")
+def catalog(request: Request, session: SessionDep, caller: CallerDep, n: PageSize = None,
+            last: Last = None) -> JSONResponse:
+    page = oci.catalog(session, caller, n=n, last=last)
+    return JSONResponse({"repositories": page.items}, headers=_next_link(request, page, n))
+
+
+@router.get("/{tenant}/{name}/tags/list")
+def tags_list(tenant: TenantName, name: ModelName, request: Request, session: SessionDep, caller: CallerDep,
+              n: PageSize = None, last: Last = None) -> JSONResponse:
+    page = oci.tags(session, caller, tenant, name, n=n, last=last)
+    return JSONResponse({"name": f"{tenant}/{name}", "tags": page.items}, headers=_next_link(request, page, n))
+
+
+def _next_link(request: Request, page: oci.Page, n: int | None) -> dict[str, str]:
+    if not page.more:
+        return {}
+    query = urlencode({**({"n": n} if n is not None else {}), "last": page.items[-1]})
+    return {"Link": f'<{request.url.path}?{query}>; rel="next"'}
+
+
+@router.api_route("/{tenant}/{name}/manifests/{reference}", methods=["GET", "HEAD"])
+def get_manifest(tenant: TenantName, name: ModelName, reference: str, request: Request, session: SessionDep,
+                 caller: CallerDep, container: ContainerDep,
+                 accept: Annotated[str | None, Header(max_length=4096)] = None) -> Response:
+    """A version's manifest by tag (version number, alias) or digest: the exact bytes its digest names."""
+    pulled = oci.manifest(session, caller, tenant, name, reference)
+    if not _accepts_oci_manifest(accept):
+        raise errors.OciManifestUnknownError(
+            f"{tenant}/{name}", reference[:80], f"the manifest is {OCI_MANIFEST}, which Accept does not name")
+    art = pulled.artifact
+    headers = {"Docker-Content-Digest": art.manifest_digest, "ETag": f'"{art.manifest_digest}"',
+               "Content-Length": str(len(art.manifest_bytes))}
+    if request.method == "HEAD":
+        return Response(status_code=200, headers=headers, media_type=OCI_MANIFEST)
+    oci.record_pull(session, caller, pulled, clock=container.clock)
+    return Response(art.manifest_bytes, status_code=200, headers=headers, media_type=OCI_MANIFEST)
+
+
+def _accepts_oci_manifest(accept: str | None) -> bool:
+    if not accept:
+        return True
+    return any(part.split(";")[0].strip().lower() in ACCEPTABLE for part in accept.split(","))
+
+
+@router.api_route("/{tenant}/{name}/blobs/{digest}", methods=["GET", "HEAD"])
+def get_blob(tenant: TenantName, name: ModelName, digest: str, request: Request, session: SessionDep,
+             caller: CallerDep, container: ContainerDep,
+             range_header: Annotated[str | None, Header(alias="Range", max_length=200)] = None) -> Response:
+    """A blob a released version of this repository references: a file's bytes from the store, or the config."""
+    found = oci.blob(session, caller, tenant, name, digest)
+    requested = byte_range(range_header, found.size) if request.method == "GET" else None
+    start, end = requested or (0, found.size)
+    headers = {"Docker-Content-Digest": found.digest, "Content-Length": str(end - start), "Accept-Ranges": "bytes",
+               "ETag": f'"{found.digest}"'}
+    if requested is not None:
+        headers["Content-Range"] = content_range(start, end, found.size)
+    status = 206 if requested else 200
+    if request.method == "HEAD":
+        return Response(status_code=200, headers=headers, media_type="application/octet-stream")
+    if found.data is not None:
+        return Response(found.data[start:end], status_code=status, headers=headers,
+                        media_type="application/octet-stream")
+    # The bytes are read only now: the database session is done with.
+    session.close()
+    return StreamingResponse(container.blob_store.open_range(found.sha256, start, end), status_code=status,
+                             headers=headers, media_type="application/octet-stream")
+
+
+# --- everything else -------------------------------------------------------------------------------
+
+WRITES = ["POST", "PUT", "PATCH", "DELETE"]
+
+
+@router.api_route("/", methods=WRITES)
+@router.api_route("/{rest:path}", methods=WRITES)
+def write(rest: str = "") -> JSONResponse:
+    """Every write of the spec (push, mount, tag, delete): this registry's versions come from its pipeline."""
+    return oci_error(405, "UNSUPPORTED", "this registry is read-only through /v2: versions are submitted, "
+                                         "scanned and approved through modelreg", {"Allow": "GET, HEAD"})
+
+
+@router.api_route("/{rest:path}", methods=["GET", "HEAD"])
+def unknown(rest: str) -> JSONResponse:
+    """Any other path: a repository name of other than two parts (``tenant/model``) names nothing here."""
+    return oci_error(404, "NAME_UNKNOWN", f"/v2/{rest[:200]} names no repository (names are <tenant>/<model>)")

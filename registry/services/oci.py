@@ -1,0 +1,434 @@
+"""The OCI view of released versions: what the read-only ``/v2`` endpoint serves, decided here.
+
+A repository is a model (``tenant/name``); each approved, unrevoked, not deleted version is a CNCF ModelPack
+artifact (``registry/domain/modelpack.py``) whose tags are its number and the aliases that give it to the
+caller. Its layers are the version's files, served from the blob store as stored. Readers and serving nodes
+of the tenant (``read`` or ``fetch``) may pull, as through ``/hf``. Anything else is the same answer
+whether it exists or not: no tag, manifest or blob answers for a repository the caller may not read, and a
+blob answers only in a repository one of whose released versions references it.
+
+Callers come in two kinds (:class:`OciCaller`): a modelreg token presented directly (any repository its
+principal may read), and a pull token from :func:`issue_pull_token`, which also names the repositories it
+was issued for. A pull token is a JWT (HS256) under a key derived from the registry's console key, short
+lived (``settings.oci_token_seconds``), carrying the principal's id and the id of the modelreg token it was
+exchanged for; each use checks that token again (revoked, expired, disabled principal) and the principal's
+current roles, so the pull token never outlives the rights it was issued under.
+
+Usage (a sketch, not run as a doctest)::
+
+    caller = OciCaller(principal, repositories=None)
+    pulled = manifest(session, caller, "acme", "llm", "prod")
+    pulled.artifact.manifest_digest
+    # -> 'sha256:...'
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import re
+import secrets
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import Any
+
+import jwt
+from sqlalchemy import literal, select
+from sqlalchemy.orm import Session, selectinload
+
+from registry.auth import AuthenticatedPrincipal, Permission, authenticate_token_id, load_principal
+from registry.clock import Clock
+from registry.db.models import Alias, Model, Principal, Tenant, Version, VersionFacts, VersionFile
+from registry.domain import modelpack
+from registry.domain.errors import (
+    AuthenticationError,
+    InvalidInputError,
+    OciBlobUnknownError,
+    OciManifestUnknownError,
+    PermissionDeniedError,
+    PullScopeDeniedError,
+    PullTokenRejectedError,
+    ReleaseNotFoundError,
+)
+from registry.domain.modelpack import Artifact, PackFile, PackInput
+from registry.db.session import is_postgres
+from registry.domain.states import VersionState
+from registry.services import hf, loaders
+
+MAX_PAGE = 1000
+"""The most tags or repositories one listing answers (``n`` above it is refused)."""
+DIGEST_RE = re.compile(r"\Asha256:[0-9a-f]{64}\Z")
+TAG_RE = re.compile(r"\A[a-zA-Z0-9_][a-zA-Z0-9._-]{0,127}\Z")
+SCOPE_RE = re.compile(r"\Arepository:([a-z0-9._-]+/[a-z0-9._-]+):([a-z*,]+)\Z")
+CATALOG_SCOPE = "registry:catalog:*"
+MAX_SCOPES = 32
+TOKEN_KID = "modelreg-oci-pull"
+TOKEN_ISSUER = "modelreg"
+HF_SOURCE_KIND = "hf"
+CACHE_SIZE = 4096
+
+
+@dataclass(frozen=True, slots=True)
+class OciCaller:
+    """Who pulls, and which repositories their credential covers (None: any their principal may read)."""
+
+    principal: AuthenticatedPrincipal
+    repositories: frozenset[str] | None = None
+    catalog: bool = True
+    """Whether the credential may list the catalog (a pull token only with the ``registry:catalog:*`` scope)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Pulled:
+    """A released version as an artifact."""
+
+    repository: str
+    version_id: int
+    number: int
+    artifact: Artifact
+
+
+@dataclass(frozen=True, slots=True)
+class BlobRef:
+    """A blob a repository references: a file (read from the store by ``sha256``) or the config (``data``)."""
+
+    digest: str
+    size: int
+    sha256: str
+    data: bytes | None = None
+    """The generated config blob's bytes; None for a file, whose bytes are the store's."""
+
+
+@dataclass(frozen=True, slots=True)
+class Page:
+    items: list[str]
+    more: bool
+    """Whether items follow the last one (the next page starts after it)."""
+
+
+@dataclass(frozen=True, slots=True)
+class PullToken:
+    token: str
+    issued_at: dt.datetime
+    expires_in: int
+    repositories: tuple[str, ...]
+    """The repositories granted: those of the scope the caller may read."""
+
+
+# --- who -------------------------------------------------------------------------------------------
+
+
+def require_pull(caller: OciCaller, tenant: str, name: str) -> None:
+    """Raise unless ``caller`` may pull ``tenant/name`` (checked before anything is looked up).
+
+    Raises:
+        PullScopeDeniedError: a pull token whose scope does not name the repository.
+        PermissionDeniedError: neither ``read`` nor ``fetch`` in ``tenant``.
+    """
+    if caller.repositories is not None and f"{tenant}/{name}" not in caller.repositories:
+        raise PullScopeDeniedError(f"{tenant}/{name}")
+    if not {Permission.READ, Permission.FETCH} & caller.principal.permissions(tenant):
+        raise PermissionDeniedError(f"{caller.principal.name!r} may neither read nor fetch in tenant {tenant!r}",
+                                    principal=caller.principal.name, tenant=tenant, permission="fetch")
+
+
+def issue_pull_token(principal: AuthenticatedPrincipal, token_id: int | None, scopes: list[str], *, service: str,
+                     key: bytes, clock: Clock, ttl_seconds: int) -> PullToken:
+    """A pull token for the repositories of ``scopes`` that ``principal`` may read (or fetch); others are
+    left out, as the Docker token protocol does, so a refused repository answers ``DENIED`` on use.
+
+    Args:
+        token_id: The modelreg token the caller presented (checked again on every use); None for a
+            service-account token, whose principal is checked again instead.
+        scopes: ``repository:<tenant>/<name>:pull`` (actions comma-separated: only ``pull`` is granted)
+            or ``registry:catalog:*``.
+
+    Raises:
+        InvalidInputError: a malformed scope, or too many.
+    """
+    # A client may send several scope parameters, or several scopes in one, separated by spaces.
+    parts = [part for scope in scopes for part in scope.split(" ")[:MAX_SCOPES + 1]]
+    if len(parts) > MAX_SCOPES:
+        raise InvalidInputError(f"at most {MAX_SCOPES} scopes a token", field="scope")
+    granted: set[str] = set()
+    catalog = False
+    for part in parts:
+        if part == CATALOG_SCOPE:
+            catalog = True
+            continue
+        m = SCOPE_RE.match(part)
+        if m is None:
+            raise InvalidInputError(f"scope {part[:200]!r} is not repository:<tenant>/<name>:pull", field="scope")
+        tenant = m[1].split("/")[0]
+        if "pull" in m[2].split(",") and {Permission.READ, Permission.FETCH} & principal.permissions(tenant):
+            granted.add(m[1])
+    now = clock.now()
+    claims = {"iss": TOKEN_ISSUER, "aud": service, "sub": principal.name, "pid": principal.id, "tid": token_id,
+              "access": [{"type": "repository", "name": r, "actions": ["pull"]} for r in sorted(granted)],
+              "catalog": catalog, "iat": int(now.timestamp()), "exp": int(now.timestamp()) + ttl_seconds,
+              "jti": secrets.token_hex(8)}
+    token = jwt.encode(claims, key, algorithm="HS256", headers={"kid": TOKEN_KID})
+    return PullToken(token, now, ttl_seconds, tuple(sorted(granted)))
+
+
+def is_pull_token(token: str) -> bool:
+    """Whether a bearer token is one of this registry's pull tokens (else: a modelreg or workload token)."""
+    try:
+        return jwt.get_unverified_header(token).get("kid") == TOKEN_KID
+    except jwt.PyJWTError:
+        return False
+
+
+def caller_of_pull_token(session: Session, token: str, *, key: bytes, clock: Clock) -> OciCaller:
+    """The caller a pull token stands for, with its principal's current roles.
+
+    Raises:
+        PullTokenRejectedError: not signed by this registry, malformed or expired; or the modelreg token it
+            was issued for is revoked or expired, or its principal disabled.
+    """
+    try:
+        claims = jwt.decode(token, key, algorithms=["HS256"], issuer=TOKEN_ISSUER,
+                            options={"verify_exp": False, "verify_aud": False, "verify_iat": False,
+                                     "require": ["exp", "pid", "access"]})
+    except jwt.PyJWTError as e:
+        raise PullTokenRejectedError(f"pull token refused: {e}") from None
+    if not isinstance(claims.get("exp"), int) or claims["exp"] <= clock.now().timestamp():
+        raise PullTokenRejectedError("pull token expired: ask /v2/token for a new one")
+    access = claims["access"]
+    if not isinstance(access, list) or not all(isinstance(a, dict) and isinstance(a.get("name"), str) for a in access):
+        raise PullTokenRejectedError("pull token refused: malformed access")
+    principal = _principal_behind(session, claims)
+    session.rollback()
+    return OciCaller(principal, frozenset(a["name"] for a in access), catalog=claims.get("catalog") is True)
+
+
+def _principal_behind(session: Session, claims: dict[str, Any]) -> AuthenticatedPrincipal:
+    """The principal a pull token was issued to, as it stands now."""
+    if isinstance(claims.get("tid"), int):
+        try:
+            principal = authenticate_token_id(session, claims["tid"])
+        except AuthenticationError as e:
+            # The modelreg token it was exchanged for is revoked or expired, or its principal disabled.
+            raise PullTokenRejectedError(f"pull token refused: {e.message}") from None
+    else:
+        # Exchanged for a service-account token: the principal it maps to is checked again.
+        row = session.get(Principal, claims["pid"]) if isinstance(claims["pid"], int) else None
+        if row is None or row.disabled:
+            raise PullTokenRejectedError("pull token refused: its principal is disabled or gone")
+        principal = load_principal(row)
+    if principal.id != claims["pid"]:
+        raise PullTokenRejectedError("pull token refused: principal mismatch")
+    return principal
+
+
+# --- manifests -------------------------------------------------------------------------------------
+
+
+def manifest(session: Session, caller: OciCaller, tenant: str, name: str, reference: str) -> Pulled:
+    """The artifact ``reference`` names in ``tenant/name``: a version number, an alias (as it resolves for
+    the caller, canary included) or the ``sha256:`` digest of a manifest.
+
+    Raises:
+        PullScopeDeniedError, PermissionDeniedError: see :func:`require_pull`.
+        TenantNotFoundError, ModelNotFoundError: no such repository.
+        OciManifestUnknownError: the reference names no approved, unrevoked, not deleted version.
+    """
+    require_pull(caller, tenant, name)
+    model = loaders.load_model_unchecked(session, tenant, name)
+    repository = f"{tenant}/{name}"
+    if reference.startswith("sha256:"):
+        if not DIGEST_RE.match(reference):
+            raise OciManifestUnknownError(repository, reference[:80], "not a sha256 digest")
+        for pulled in _released(session, model):
+            if pulled.artifact.manifest_digest == reference:
+                return pulled
+        raise OciManifestUnknownError(repository, reference, "no released version has this manifest")
+    if not TAG_RE.match(reference):
+        raise OciManifestUnknownError(repository, reference[:80], "not a tag or a digest")
+    try:
+        version = hf.version_named(session, caller.principal, model, repository, reference, hub_names=False)
+    except ReleaseNotFoundError as e:
+        raise OciManifestUnknownError(repository, reference, e.details["reason"]) from None
+    reason = _unreleased_reason(version)
+    if reason is not None:
+        raise OciManifestUnknownError(repository, reference, reason)
+    return _pulled(session, model, version)
+
+
+def record_pull(session: Session, caller: OciCaller, pulled: Pulled, *, clock: Clock) -> None:
+    """Count one manifest pull by the caller (provenance: ``modelreg provenance nodes``), and commit."""
+    hf.count_download(session, caller.principal, pulled.version_id, channel="oci", clock=clock)
+
+
+def _unreleased_reason(version: Version) -> str | None:
+    if version.state == VersionState.REVOKED.value:
+        return f"version {version.number} is revoked"
+    if version.deleted_at is not None:
+        return f"version {version.number} is deleted"
+    if version.state != VersionState.APPROVED.value or version.manifest_digest is None:
+        return f"version {version.number} is {version.state}, not approved"
+    return None
+
+
+def _released_query(model: Model):
+    return select(Version).where(Version.model_id == model.id, Version.state == VersionState.APPROVED.value,
+                                 Version.deleted_at.is_(None), Version.manifest_digest.is_not(None))
+
+
+def _released(session: Session, model: Model):
+    """Every released version of ``model`` as an artifact, newest first (built once per process each)."""
+    rows = session.scalars(_released_query(model).order_by(Version.number.desc())
+                           .options(selectinload(Version.files), selectinload(Version.model))).all()
+    facts = _facts_of(session, [v.id for v in rows])
+    for version in rows:
+        yield _pulled(session, model, version, facts.get(version.id, (None, None)))
+
+
+def _facts_of(session: Session, version_ids: list[int]) -> dict[int, tuple[Any, Any]]:
+    out: dict[int, tuple[Any, Any]] = {}
+    for start in range(0, len(version_ids), 500):
+        chunk = version_ids[start:start + 500]
+        for row in session.scalars(select(VersionFacts).where(VersionFacts.version_id.in_(chunk))):
+            out[row.version_id] = (row.recorded_at, row.facts)
+    return out
+
+
+def _pulled(session: Session, model: Model, version: Version, facts: tuple[Any, Any] | None = None) -> Pulled:
+    if facts is None:
+        row = session.get(VersionFacts, version.id)
+        facts = (row.recorded_at, row.facts) if row is not None else (None, None)
+    repository = f"{model.tenant.name}/{model.name}"
+    # A version's files and seal never change; its facts are rewritten only by a reader upgrade.
+    key = (version.id, facts[0])
+    artifact = _ARTIFACTS.get(key)
+    if artifact is None:
+        artifact = modelpack.build(PackInput(
+            repository=repository, version=version.number, revision=version.resolved_revision,
+            license=version.license, source_url=_source_url(version), created_at=version.sealed_at,
+            files=tuple(PackFile(f.path, f.size, f.sha256) for f in version.files if f.sha256 is not None),
+            facts=facts[1]))
+        _ARTIFACTS.put(key, artifact)
+    return Pulled(repository, version.id, version.number, artifact)
+
+
+def _source_url(version: Version) -> str | None:
+    if version.source_kind == HF_SOURCE_KIND:
+        return f"{(version.source_endpoint or 'https://huggingface.co').rstrip('/')}/{version.source_repo}"
+    if version.source_kind == "s3":
+        return f"s3://{version.source_repo}"
+    # A directory on the registry's machine, or an upload: no address anyone else could use.
+    return None
+
+
+class _ArtifactCache:
+    """Artifacts per (version id, facts recorded at), least recently used dropped first."""
+
+    def __init__(self, maxsize: int) -> None:
+        self._maxsize, self._items, self._lock = maxsize, OrderedDict(), threading.Lock()
+
+    def get(self, key) -> Artifact | None:
+        with self._lock:
+            if key in self._items:
+                self._items.move_to_end(key)
+                return self._items[key]
+        return None
+
+    def put(self, key, artifact: Artifact) -> None:
+        with self._lock:
+            self._items[key] = artifact
+            while len(self._items) > self._maxsize:
+                self._items.popitem(last=False)
+
+
+_ARTIFACTS = _ArtifactCache(CACHE_SIZE)
+
+
+# --- blobs -----------------------------------------------------------------------------------------
+
+
+def blob(session: Session, caller: OciCaller, tenant: str, name: str, digest: str) -> BlobRef:
+    """The blob ``digest`` of ``tenant/name``: a file of one of its released versions, or one's config.
+
+    Raises:
+        PullScopeDeniedError, PermissionDeniedError: see :func:`require_pull`.
+        TenantNotFoundError, ModelNotFoundError: no such repository.
+        InvalidInputError: not a ``sha256:`` digest.
+        OciBlobUnknownError: no released version of this repository references it (whoever else does).
+    """
+    require_pull(caller, tenant, name)
+    model = loaders.load_model_unchecked(session, tenant, name)
+    repository = f"{tenant}/{name}"
+    if not DIGEST_RE.match(digest):
+        raise InvalidInputError(f"{digest[:80]!r} is not a sha256:<64 hex> digest", field="digest")
+    sha256 = digest.removeprefix("sha256:")
+    size = session.scalar(
+        select(VersionFile.size).join(Version, VersionFile.version_id == Version.id)
+        .where(VersionFile.sha256 == sha256, Version.id.in_(_released_query(model).with_only_columns(Version.id)))
+        .limit(1))
+    if size is not None:
+        return BlobRef(digest, size, sha256)
+    for pulled in _released(session, model):
+        if pulled.artifact.config_digest == digest:
+            data = pulled.artifact.config_bytes
+            return BlobRef(digest, len(data), sha256, data)
+    raise OciBlobUnknownError(repository, digest)
+
+
+# --- listings --------------------------------------------------------------------------------------
+
+
+def tags(session: Session, caller: OciCaller, tenant: str, name: str, *, n: int | None, last: str | None) -> Page:
+    """The tags of ``tenant/name`` in ASCII order after ``last``, at most ``n`` (:data:`MAX_PAGE`): the
+    numbers of its released versions and the aliases that give the caller one of them.
+
+    Raises:
+        PullScopeDeniedError, PermissionDeniedError, TenantNotFoundError, ModelNotFoundError.
+        InvalidInputError: ``n`` out of range.
+    """
+    limit = _limit(n)
+    require_pull(caller, tenant, name)
+    model = loaders.load_model_unchecked(session, tenant, name)
+    names = {str(number) for number in session.scalars(_released_query(model).with_only_columns(Version.number))}
+    for alias in session.scalars(select(Alias.name).where(Alias.model_id == model.id)):
+        try:
+            version = hf.version_named(session, caller.principal, model, f"{tenant}/{name}", alias, hub_names=False)
+        except ReleaseNotFoundError:
+            continue
+        if _unreleased_reason(version) is None and TAG_RE.match(alias):
+            names.add(alias)
+    ordered = sorted(t for t in names if last is None or t > last)
+    return Page(ordered[:limit], bool(limit) and len(ordered) > limit)
+
+
+def catalog(session: Session, caller: OciCaller, *, n: int | None, last: str | None) -> Page:
+    """The repositories (``tenant/name``) the caller may pull, in ASCII order after ``last``, at most ``n``
+    (a pull token's too, when it holds the catalog scope: the catalog is no repository of its scope).
+
+    Raises:
+        PermissionDeniedError: a pull token issued without the ``registry:catalog:*`` scope.
+        InvalidInputError: ``n`` out of range.
+    """
+    limit = _limit(n)
+    if not caller.catalog:
+        raise PullScopeDeniedError("registry:catalog:*")
+    principal = caller.principal
+    repository = Tenant.name + literal("/") + Model.name
+    if is_postgres(session):
+        # ASCIIbetical, as the spec orders names (a database's locale may ignore punctuation).
+        repository = repository.collate("C")
+    query = select(repository).join(Model.tenant).order_by(repository).limit(limit + 1)
+    if not principal.is_admin:
+        readable = [t for t in principal.roles if {Permission.READ, Permission.FETCH} & principal.permissions(t)]
+        query = query.where(Tenant.name.in_(readable))
+    if last is not None:
+        query = query.where(repository > last)
+    rows = list(session.scalars(query)) if limit else []
+    return Page(rows[:limit], len(rows) > limit)
+
+
+def _limit(n: int | None) -> int:
+    if n is None:
+        return MAX_PAGE
+    if not 0 <= n <= MAX_PAGE:
+        raise InvalidInputError(f"n must be between 0 and {MAX_PAGE}", field="n", value=n)
+    return n

@@ -1,0 +1,363 @@
+"""The read-only OCI endpoint (``/v2``), driven by oras-py and plain HTTP against a live modelreg.
+
+Tenant ``acme`` holds ``llm``: version 1 approved and promoted to ``prod``, version 2 approved and then
+revoked, version 3 awaiting approval. Tenant ``other`` holds ``secret``, approved. uvicorn serves the app
+on loopback; oras-py pulls through the 401 -> ``/v2/token`` -> Bearer dance, with a modelreg token as the
+Basic password. Everything runs on SQLite and PostgreSQL; the pulls also on the local store and S3.
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime as dt
+import hashlib
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import oras.client
+import pytest
+
+from api.app import create_app
+from registry.auth import AuthenticatedPrincipal, token_id_of
+from registry.bootstrap import Container
+from registry.clock import ManualClock
+from registry.db.models import Principal, RoleBinding, Tenant
+from registry.domain.aliases import make_target
+from registry.services import aliases, identity, provenance, revocations
+from tests.support.live_app import serve_in_thread
+from tests.support.registry import make_admin, role_token
+from tests.support.releases import approve_standin, awaiting_version
+from tests.support.tiny_model import tiny_model_files
+
+TENANT, NAME = "acme", "llm"
+REPO = f"{TENANT}/{NAME}"
+EXTRA = {"README.md": b"# tiny\n", "modeling_tiny.py": b"print('tiny')\n", "extra/deep/notes.txt": b"notes\n"}
+OCI_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
+
+
+@dataclass
+class World:
+    container: Container
+    admin: AuthenticatedPrincipal
+    url: str
+    node: str
+    """A token of ``node-1``, a serving node of acme."""
+    outsider: str
+    """A token of ``outsider``, a serving node of other only."""
+    files: dict[str, bytes]
+    other_files: dict[str, bytes]
+
+    @property
+    def host(self) -> str:
+        return self.url.removeprefix("http://")
+
+    def http(self, token: str | None = None) -> httpx.Client:
+        return httpx.Client(base_url=self.url, headers={"Authorization": f"Bearer {token}"} if token else {},
+                            timeout=30)
+
+    def pull_token(self, token: str, *scopes: str) -> str:
+        r = httpx.get(f"{self.url}/v2/token", params=[("service", self.host), *(("scope", s) for s in scopes)],
+                      auth=("anyone", token))
+        assert r.status_code == 200, r.text
+        return r.json()["token"]
+
+
+def _world(container: Container, tmp_path: Path):
+    admin = make_admin(container, TENANT)
+    files = {**tiny_model_files(1), **EXTRA}
+    for number, seed in ((1, 1), (2, 2), (3, 3)):
+        got = awaiting_version(container, admin, tmp_path / f"src{number}", TENANT, NAME,
+                               files=files if number == 1 else {**tiny_model_files(seed), "README.md": b"v%d\n" % seed})
+        assert got == number
+    approve_standin(container, TENANT, NAME, 1)
+    approve_standin(container, TENANT, NAME, 2)
+    with container.session_factory() as session:
+        aliases.promote(session, admin, TENANT, NAME, "prod", make_target(1), policy=container.policy,
+                        clock=container.clock)
+        aliases.promote(session, admin, TENANT, NAME, "next", make_target(2), policy=container.policy,
+                        clock=container.clock)
+        revocations.revoke(session, admin, TENANT, NAME, 2, "a bad batch", clock=container.clock)
+    other_admin = make_admin(container, "other")
+    other_files = {**tiny_model_files(9), "SECRET.md": b"other tenant's\n"}
+    awaiting_version(container, other_admin, tmp_path / "other", "other", "secret", files=other_files)
+    approve_standin(container, "other", "secret", 1)
+    node = role_token(container, "node-1", TENANT, "node")
+    outsider = role_token(container, "outsider", "other", "node")
+    return admin, node, outsider, files, other_files
+
+
+@pytest.fixture
+def world(container, tmp_path):
+    admin, node, outsider, files, other_files = _world(container, tmp_path)
+    with serve_in_thread(create_app(container)) as url:
+        yield World(container, admin, url, node, outsider, files, other_files)
+
+
+@pytest.fixture
+def store_world(store_container, tmp_path):
+    admin, node, outsider, files, other_files = _world(store_container, tmp_path)
+    with serve_in_thread(create_app(store_container)) as url:
+        yield World(store_container, admin, url, node, outsider, files, other_files)
+
+
+def _oras(world: World, token: str) -> oras.client.OrasClient:
+    client = oras.client.OrasClient(hostname=world.host, insecure=True)
+    client.auth.set_basic_auth("anyone", token)
+    return client
+
+
+def _pulled(root: Path) -> dict[str, bytes]:
+    return {p.relative_to(root).as_posix(): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def _sha256(data: bytes) -> str:
+    return "sha256:" + hashlib.sha256(data).hexdigest()
+
+
+# --- pulls with a real client -----------------------------------------------------------------------
+
+
+def test_oras_pulls_by_tag_and_by_digest_every_file_with_its_name_and_bytes(store_world, tmp_path):
+    w = store_world
+    client = _oras(w, w.node)
+    client.pull(target=f"{w.host}/{REPO}:prod", outdir=str(tmp_path / "by-alias"))
+    assert _pulled(tmp_path / "by-alias") == w.files
+    manifest = client.get_manifest(f"{w.host}/{REPO}:1")
+    with w.http(w.node) as http:
+        digest = http.head(f"/v2/{REPO}/manifests/1").headers["docker-content-digest"]
+    client.pull(target=f"{w.host}/{REPO}@{digest}", outdir=str(tmp_path / "by-digest"))
+    assert _pulled(tmp_path / "by-digest") == w.files
+    assert {layer["annotations"]["org.opencontainers.image.title"]: layer["digest"] for layer in manifest["layers"]} \
+        == {path: _sha256(data) for path, data in w.files.items()}
+    # The config blob is served by the digest the manifest names, as the bytes that digest is of.
+    with w.http(w.pull_token(w.node, f"repository:{REPO}:pull")) as http:
+        config = http.get(f"/v2/{REPO}/blobs/{manifest['config']['digest']}")
+        assert config.status_code == 200 and _sha256(config.content) == manifest["config"]["digest"]
+        assert json.loads(config.content)["descriptor"]["name"] == REPO
+        # A range of a file's bytes, straight from the store.
+        weights = next(p for p in w.files if p.endswith(".safetensors"))
+        ranged = http.get(f"/v2/{REPO}/blobs/{_sha256(w.files[weights])}", headers={"Range": "bytes=8-15"})
+        assert ranged.status_code == 206 and ranged.content == w.files[weights][8:16]
+        assert ranged.headers["content-range"] == f"bytes 8-15/{len(w.files[weights])}"
+        assert ranged.headers["docker-content-digest"] == _sha256(w.files[weights])
+
+
+def test_the_dance_401_then_token_then_manifest_with_exact_bytes_and_headers(world):
+    w = world
+    with w.http() as anonymous:
+        r = anonymous.get(f"/v2/{REPO}/manifests/prod")
+        assert r.status_code == 401 and r.json()["errors"][0]["code"] == "UNAUTHORIZED"
+        assert r.headers["www-authenticate"] == (f'Bearer realm="{w.url}/v2/token",service="{w.host}",'
+                                                 f'scope="repository:{REPO}:pull"')
+        assert r.headers["docker-distribution-api-version"] == "registry/2.0"
+        assert anonymous.get("/v2/").status_code == 401
+    token = httpx.get(f"{w.url}/v2/token", params={"service": w.host, "scope": f"repository:{REPO}:pull"},
+                      auth=("x", w.node)).json()
+    assert token["token"] == token["access_token"] and token["expires_in"] == 300 and token["issued_at"]
+    with w.http(token["token"]) as http:
+        assert http.get("/v2/").status_code == 200
+        got = http.get(f"/v2/{REPO}/manifests/prod", headers={"Accept": OCI_MANIFEST})
+        head = http.head(f"/v2/{REPO}/manifests/1")
+    assert got.status_code == 200 and got.headers["content-type"] == OCI_MANIFEST
+    assert got.headers["docker-content-digest"] == _sha256(got.content)
+    assert got.headers["content-length"] == str(len(got.content))
+    assert (head.status_code, head.headers["docker-content-digest"], head.headers["content-length"], head.content) \
+        == (200, _sha256(got.content), str(len(got.content)), b"")
+    manifest = json.loads(got.content)
+    assert manifest["artifactType"] == "application/vnd.cncf.model.manifest.v1+json"
+    # A bearer modelreg token works as well, and gives the same bytes.
+    with w.http(w.node) as direct:
+        assert direct.get(f"/v2/{REPO}/manifests/1").content == got.content
+        # Bearer and Basic on the token endpoint alike.
+        assert direct.get("/v2/token", params={"scope": f"repository:{REPO}:pull"}).status_code == 200
+
+
+def test_accept_without_the_oci_manifest_type_is_manifest_unknown(world):
+    with world.http(world.node) as http:
+        r = http.get(f"/v2/{REPO}/manifests/1",
+                     headers={"Accept": "application/vnd.docker.distribution.manifest.v2+json"})
+        assert r.status_code == 404 and r.json()["errors"][0]["code"] == "MANIFEST_UNKNOWN"
+        assert http.get(f"/v2/{REPO}/manifests/1", headers={"Accept": "*/*"}).status_code == 200
+
+
+def test_an_alias_with_a_canary_gives_a_canary_tenants_node_the_canary_version(world, tmp_path):
+    w = world
+    approve_standin(w.container, TENANT, NAME, 3)
+    with w.container.session_factory() as session:
+        aliases.promote(session, w.admin, TENANT, NAME, "prod", make_target(1, 3, ["beta"]),
+                        policy=w.container.policy, clock=w.container.clock)
+    beta_node = role_token(w.container, "beta-node", "beta", "node")
+    with w.container.session_factory() as session:
+        principal = session.query(Principal).filter_by(name="beta-node").one()
+        acme = session.query(Tenant).filter_by(name=TENANT).one()
+        session.add(RoleBinding(principal_id=principal.id, tenant_id=acme.id, role="node", capacity=""))
+        session.commit()
+    digests = {}
+    for token in (w.node, beta_node):
+        with w.http(w.pull_token(token, f"repository:{REPO}:pull")) as http:
+            digests[token] = {ref: http.head(f"/v2/{REPO}/manifests/{ref}").headers["docker-content-digest"]
+                              for ref in ("prod", "1", "3")}
+    assert digests[w.node]["prod"] == digests[w.node]["1"] != digests[w.node]["3"]
+    assert digests[beta_node]["prod"] == digests[beta_node]["3"]
+    _oras(w, beta_node).pull(target=f"{w.host}/{REPO}:prod", outdir=str(tmp_path / "canary"))
+    assert (tmp_path / "canary" / "README.md").read_bytes() == b"v3\n"
+
+
+# --- refusals ---------------------------------------------------------------------------------------
+
+
+def test_another_tenants_repository_is_denied_and_says_nothing_of_what_exists(world, tmp_path):
+    w = world
+    with w.http(w.node) as http:
+        for path in ("/v2/other/secret/manifests/1", "/v2/other/nothing/manifests/1", "/v2/other/secret/tags/list"):
+            r = http.get(path)
+            assert (r.status_code, r.json()["errors"][0]["code"]) == (403, "DENIED"), path
+    # Through the dance: the token is issued without that repository, and the client is told DENIED.
+    token = w.pull_token(w.node, "repository:other/secret:pull")
+    with w.http(token) as http:
+        r = http.get("/v2/other/secret/manifests/1")
+        assert (r.status_code, r.json()["errors"][0]["code"]) == (401, "DENIED")
+        assert 'error="insufficient_scope"' in r.headers["www-authenticate"]
+    with pytest.raises(ValueError, match="/v2/other/secret/manifests/1"):
+        _oras(w, w.node).pull(target=f"{w.host}/other/secret:1", outdir=str(tmp_path / "refused"))
+    assert not (tmp_path / "refused").exists()
+
+
+def test_revoked_and_unapproved_versions_have_no_manifest_and_no_tag(world):
+    with world.http(world.node) as http:
+        for ref in ("2", "3", "next", "4", "nope"):
+            r = http.get(f"/v2/{REPO}/manifests/{ref}")
+            assert (r.status_code, r.json()["errors"][0]["code"]) == (404, "MANIFEST_UNKNOWN"), ref
+        assert http.get(f"/v2/{REPO}/tags/list").json() == {"name": REPO, "tags": ["1", "prod"]}
+        r = http.get("/v2/acme/nothing/tags/list")
+        assert (r.status_code, r.json()["errors"][0]["code"]) == (404, "NAME_UNKNOWN")
+
+
+def test_a_blob_not_in_this_repository_is_unknown_even_when_another_tenant_has_it(world):
+    w = world
+    revoked_only = _sha256(b"v2\n")  # the README of the revoked version 2 only
+    unapproved_only = _sha256(b"v3\n")
+    others = _sha256(w.other_files["SECRET.md"])
+    with w.http(w.pull_token(w.node, f"repository:{REPO}:pull")) as http:
+        for digest in (revoked_only, unapproved_only, others, _sha256(b"never stored")):
+            for method in ("GET", "HEAD"):
+                r = http.request(method, f"/v2/{REPO}/blobs/{digest}")
+                assert r.status_code == 404, (digest, method)
+                if method == "GET":
+                    assert r.json()["errors"][0]["code"] == "BLOB_UNKNOWN"
+        r = http.get(f"/v2/{REPO}/blobs/sha256:abc")
+        assert (r.status_code, r.json()["errors"][0]["code"]) == (400, "DIGEST_INVALID")
+    # The other tenant's own reader gets it from its own repository only.
+    with w.http(w.outsider) as http:
+        assert http.get(f"/v2/other/secret/blobs/{others}").content == w.other_files["SECRET.md"]
+        assert http.get(f"/v2/other/secret/blobs/{_sha256(w.files['README.md'])}").status_code == 404
+
+
+def test_a_pull_token_is_good_for_its_repositories_only_and_not_after_it_expires(world):
+    w = world
+    token = w.pull_token(w.outsider, "repository:other/secret:pull")
+    with w.http(token) as http:
+        assert http.get("/v2/other/secret/manifests/1").status_code == 200
+    # Issued for acme/llm (which its principal may read): good there, refused on other/secret.
+    acme = w.pull_token(w.node, f"repository:{REPO}:pull")
+    with w.http(acme) as http:
+        assert http.get(f"/v2/{REPO}/manifests/1").status_code == 200
+        r = http.get(f"/v2/{REPO}/blobs/{_sha256(w.files['README.md'])}")
+        assert r.status_code == 200 and r.content == w.files["README.md"]
+    with w.http(token) as http:
+        r = http.get(f"/v2/{REPO}/manifests/1")
+        assert (r.status_code, r.json()["errors"][0]["code"]) == (401, "DENIED")
+    # The router reads the container's clock on each request: five minutes and a second later.
+    w.container.clock = ManualClock(dt.datetime.now(dt.timezone.utc) + dt.timedelta(seconds=301))
+    with w.http(acme) as http:
+        r = http.get(f"/v2/{REPO}/manifests/1")
+        assert (r.status_code, r.json()["errors"][0]["code"]) == (401, "UNAUTHORIZED")
+        assert "expired" in r.json()["errors"][0]["message"]
+
+
+def test_a_pull_token_dies_with_the_modelreg_token_it_was_issued_for(world):
+    w = world
+    node = role_token(w.container, "node-2", TENANT, "node")
+    pull = w.pull_token(node, f"repository:{REPO}:pull")
+    with w.http(pull) as http:
+        assert http.get(f"/v2/{REPO}/manifests/1").status_code == 200
+    with w.container.session_factory() as session:
+        identity.revoke_token(session, w.admin, token_id_of(session, node), clock=w.container.clock)
+        session.commit()
+    with w.http(pull) as http:
+        r = http.get(f"/v2/{REPO}/manifests/1")
+        assert (r.status_code, r.json()["errors"][0]["code"]) == (401, "UNAUTHORIZED")
+        assert "revoked" in r.json()["errors"][0]["message"]
+
+
+def test_bad_credentials_are_unauthorized(world):
+    w = world
+    acme = w.pull_token(w.node, f"repository:{REPO}:pull")
+    header, payload, signature = acme.split(".")
+    claims = json.loads(base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4)))
+    claims["access"].append({"type": "repository", "name": "other/secret", "actions": ["pull"]})
+    forged = ".".join([header, base64.urlsafe_b64encode(json.dumps(claims).encode()).decode().rstrip("="), signature])
+    for bad in ("mr_not-a-token", forged, acme[:-4] + "AAAA"):
+        with w.http(bad) as http:
+            r = http.get(f"/v2/{REPO}/manifests/1")
+            assert (r.status_code, r.json()["errors"][0]["code"]) == (401, "UNAUTHORIZED"), bad
+    r = httpx.get(f"{w.url}/v2/token", params={"scope": f"repository:{REPO}:pull"}, auth=("x", "mr_wrong"))
+    assert r.status_code == 401 and r.json()["errors"][0]["code"] == "UNAUTHORIZED"
+    assert httpx.get(f"{w.url}/v2/token").status_code == 401
+
+
+def test_every_write_method_is_unsupported(world):
+    w = world
+    with w.http(w.node) as http:
+        for method, path in (("POST", f"/v2/{REPO}/blobs/uploads/"), ("PUT", f"/v2/{REPO}/manifests/9"),
+                             ("PATCH", f"/v2/{REPO}/blobs/uploads/x"), ("DELETE", f"/v2/{REPO}/manifests/1"),
+                             ("DELETE", f"/v2/{REPO}/blobs/{_sha256(w.files['README.md'])}"),
+                             ("PUT", f"/v2/{REPO}/blobs/uploads/x?digest=sha256:00"), ("POST", "/v2/")):
+            r = http.request(method, path, content=b"{}")
+            assert r.status_code == 405, (method, path)
+            assert r.json()["errors"][0]["code"] == "UNSUPPORTED"
+    with pytest.raises(ValueError, match="UNSUPPORTED"):
+        _oras(w, w.node).push(target=f"{w.host}/{REPO}:pushed", files=[])
+    with w.http(w.node) as http:
+        assert http.get(f"/v2/{REPO}/manifests/1").status_code == 200
+
+
+# --- listings ---------------------------------------------------------------------------------------
+
+
+def test_tags_and_catalog_are_paged_with_link(world):
+    w = world
+    with w.http(w.node) as http:
+        first = http.get(f"/v2/{REPO}/tags/list", params={"n": 1})
+        assert first.json()["tags"] == ["1"]
+        assert first.headers["link"] == f'</v2/{REPO}/tags/list?n=1&last=1>; rel="next"'
+        second = http.get(f"/v2/{REPO}/tags/list", params={"n": 1, "last": "1"})
+        assert second.json()["tags"] == ["prod"] and "link" not in second.headers
+        assert http.get(f"/v2/{REPO}/tags/list", params={"n": 0}).json()["tags"] == []
+        assert http.get(f"/v2/{REPO}/tags/list", params={"n": 1001}).status_code == 400
+        assert http.get("/v2/_catalog").json() == {"repositories": [REPO]}
+    with w.http(role_token(w.container, "root", "acme", "admin")) as http:
+        # An admin of acme only: other's repository is not listed.
+        assert http.get("/v2/_catalog").json() == {"repositories": [REPO]}
+    with w.http(w.pull_token(w.node, f"repository:{REPO}:pull")) as http:
+        r = http.get("/v2/_catalog")
+        assert (r.status_code, r.json()["errors"][0]["code"]) == (401, "DENIED")
+    with w.http(w.pull_token(w.node, "registry:catalog:*")) as http:
+        assert http.get("/v2/_catalog", params={"n": 1}).json() == {"repositories": [REPO]}
+
+
+# --- provenance -------------------------------------------------------------------------------------
+
+
+def test_manifest_pulls_are_recorded_and_provenance_names_the_puller(world, tmp_path):
+    w = world
+    _oras(w, w.node).pull(target=f"{w.host}/{REPO}:prod", outdir=str(tmp_path / "pulled"))
+    with w.http(w.node) as http:
+        http.head(f"/v2/{REPO}/manifests/1")  # a HEAD is no pull
+        http.get(f"/v2/{REPO}/manifests/1")
+    with w.container.session_factory() as session:
+        doc = provenance.nodes(session, w.admin, TENANT, NAME, "1")
+    (row,) = [n for n in doc["nodes"] if n["principal"] == "node-1"]
+    assert (row["oci_pulls"], row["hf_downloads"], row["count"]) == (2, 0, 0)

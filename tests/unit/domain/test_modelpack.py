@@ -1,0 +1,112 @@
+"""The ModelPack builder: media types per kind, annotations, config facts, and one digest per version."""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import json
+
+from registry.domain import modelpack
+from registry.domain.modelpack import PackFile, PackInput, build
+
+FILES = {
+    "model.safetensors": b"weights" * 10,
+    "config.json": b'{"model_type": "llama"}',
+    "tokenizer.json": b"{}",
+    "tokenizer.model": b"sp",
+    "chat_template.jinja": b"{{ x }}",
+    "generation_config.json": b"{}",
+    "README.md": b"# hi\n",
+    "LICENSE": b"MIT\n",
+    "modeling_x.py": b"print(1)\n",
+    "extra/deep/table.csv": b"a,b\n",
+}
+FACTS = {
+    "weights": {"formats": {"value": ["safetensors"]}, "parameters": {"value": 8_030_261_248},
+                "dtypes": {"value": {"BF16": 100}}},
+    "architecture": {"model_type": {"value": "llama"}, "architectures": {"value": ["LlamaForCausalLM"]}},
+    "quantization": {"method": {"value": None, "unknown": "no quantization_config"}},
+}
+SEALED = dt.datetime(2026, 1, 2, 3, 4, 5, 600000, tzinfo=dt.timezone.utc)
+
+
+def _pack(files=FILES, **kwargs) -> PackInput:
+    fields = dict(repository="acme/llm", version=3, revision="a" * 40, license="Apache-2.0",
+                  source_url="https://huggingface.co/org/llm", created_at=SEALED,
+                  files=tuple(PackFile(p, len(b), hashlib.sha256(b).hexdigest()) for p, b in files.items()),
+                  facts=FACTS)
+    return PackInput(**{**fields, **kwargs})
+
+
+def test_manifest_is_an_oci_image_manifest_of_the_modelpack_artifact_type():
+    art = build(_pack())
+    m = json.loads(art.manifest_bytes)
+    assert m["schemaVersion"] == 2 and m["mediaType"] == "application/vnd.oci.image.manifest.v1+json"
+    assert m["artifactType"] == "application/vnd.cncf.model.manifest.v1+json"
+    assert m["config"] == {"mediaType": "application/vnd.cncf.model.config.v1+json", "digest": art.config_digest,
+                           "size": len(art.config_bytes)}
+    assert art.config_digest == "sha256:" + hashlib.sha256(art.config_bytes).hexdigest()
+    assert art.manifest_digest == "sha256:" + hashlib.sha256(art.manifest_bytes).hexdigest()
+    assert m["annotations"] == {"org.opencontainers.image.created": "2026-01-02T03:04:05.6Z"}
+
+
+def test_one_raw_layer_per_file_digest_and_size_of_the_file_in_path_order():
+    m = build(_pack()).manifest
+    assert [layer["annotations"]["org.cncf.model.filepath"] for layer in m["layers"]] == sorted(FILES)
+    for layer in m["layers"]:
+        path = layer["annotations"]["org.cncf.model.filepath"]
+        assert layer["digest"] == "sha256:" + hashlib.sha256(FILES[path]).hexdigest()
+        assert layer["size"] == len(FILES[path])
+        assert layer["annotations"]["org.opencontainers.image.title"] == path
+        meta = json.loads(layer["annotations"]["org.cncf.model.file.metadata+json"])
+        assert meta == {"name": path.rsplit("/", 1)[-1], "mode": 0o644, "uid": 0, "gid": 0, "size": len(FILES[path]),
+                        "mtime": "2026-01-02T03:04:05.6Z", "typeflag": ord("0")}
+
+
+def test_media_type_per_kind():
+    kinds = {layer["annotations"]["org.cncf.model.filepath"]: layer["mediaType"].split(".")[3:-1]
+             for layer in build(_pack()).manifest["layers"]}
+    assert kinds == {
+        "model.safetensors": ["weight", "v1"], "config.json": ["weight", "config", "v1"],
+        "tokenizer.json": ["weight", "config", "v1"], "tokenizer.model": ["weight", "config", "v1"],
+        "chat_template.jinja": ["weight", "config", "v1"], "generation_config.json": ["weight", "config", "v1"],
+        "README.md": ["doc", "v1"], "LICENSE": ["doc", "v1"], "modeling_x.py": ["code", "v1"],
+        "extra/deep/table.csv": ["weight", "config", "v1"]}
+    untested = [layer["annotations"]["org.cncf.model.filepath"] for layer in build(_pack()).manifest["layers"]
+                if layer["annotations"].get("org.cncf.model.file.mediatype.untested") == "true"]
+    assert untested == ["extra/deep/table.csv"]
+    assert all(layer["mediaType"].endswith(".v1.raw") for layer in build(_pack()).manifest["layers"])
+
+
+def test_config_names_the_version_and_what_the_facts_know():
+    art = build(_pack())
+    config = json.loads(art.config_bytes)
+    assert config["descriptor"] == {
+        "name": "acme/llm", "version": "3", "revision": "a" * 40, "licenses": ["Apache-2.0"],
+        "sourceURL": "https://huggingface.co/org/llm", "createdAt": "2026-01-02T03:04:05.6Z", "family": "llama"}
+    assert config["config"] == {"architecture": "LlamaForCausalLM", "format": "safetensors", "paramSize": "8b",
+                                "precision": "bf16"}
+    assert config["modelfs"] == {"type": "layers",
+                                 "diffIds": [layer["digest"] for layer in art.manifest["layers"]]}
+
+
+def test_unknown_facts_and_other_licenses_are_left_out():
+    config = json.loads(build(_pack(facts=None, license="other:custom", revision=None, source_url=None,
+                                    created_at=None)).config_bytes)
+    assert config["descriptor"] == {"name": "acme/llm", "version": "3"}
+    assert config["config"] == {}
+    several = {"weights": {"formats": {"value": ["gguf", "safetensors"]}, "dtypes": {"value": {"F32": 1, "BF16": 2}}},
+               "quantization": {"method": {"value": None}, "gguf_file_type": {"value": "Q4_K_M"}}}
+    assert modelpack.model_config(several) == {"precision": "mixed", "quantization": "q4_k_m"}
+
+
+def test_the_same_version_gives_the_same_digest_whatever_order_the_files_come_in():
+    a = build(_pack())
+    b = build(_pack(files=dict(reversed(list(FILES.items())))))
+    assert a.manifest_bytes == b.manifest_bytes and a.manifest_digest == b.manifest_digest
+    # A naive time (as SQLite returns it) is the same instant in UTC.
+    c = build(_pack(created_at=SEALED.replace(tzinfo=None)))
+    assert c.manifest_digest == a.manifest_digest
+    assert build(_pack(version=4)).manifest_digest != a.manifest_digest
+    changed = {**FILES, "README.md": b"# changed\n"}
+    assert build(_pack(files=changed)).manifest_digest != a.manifest_digest
