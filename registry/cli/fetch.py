@@ -7,8 +7,8 @@ Exit codes (the same table as :mod:`registry.client.errors`; a failure prints on
     12 rollback; 13 digest; 14 revoked; 15 not-approved; 16 network; 17 destination; 18 manifest.
 
 Trust root: ``--trust-root FILE`` (``MODELREG_TRUST_ROOT``), or ``--trust-root-sha256 HEX``
-(``MODELREG_TRUST_ROOT_SHA256``): the sha256 of trust root 1 as the registry serves it (``curl -fsS
-$MODELREG_URL/v1/trust-root/1 | sha256sum``), fetched and trusted only if exactly the bytes received hash
+(``MODELREG_TRUST_ROOT_SHA256``): the sha256 of trust root 1 as the registry serves it (its trust-root
+route, version 1, piped to ``sha256sum``: the README's KServe section), fetched and trusted only if exactly the bytes received hash
 to it, then walked forward to the current root. One of the two is required; with both, the file must
 hash to the pin.
 
@@ -56,7 +56,7 @@ FetchCacheOpt = typer.Option(None, "--cache", envvar="MODELREG_CACHE",
 TrustRootOpt = typer.Option(None, "--trust-root", envvar="MODELREG_TRUST_ROOT",
                             help="The node's pinned trust root (a DSSE JSON file).")
 TrustPinOpt = typer.Option(None, "--trust-root-sha256", envvar="MODELREG_TRUST_ROOT_SHA256",
-                           help="The sha256 of trust root 1 as the registry serves it (GET /v1/trust-root/1), "
+                           help="The sha256 of trust root 1 as the registry serves it (README: KServe), "
                                 "instead of a file: fetched and trusted only if it hashes to this. With "
                                 "--trust-root, the file must hash to it.")
 ParallelOpt = typer.Option(8, "--parallel", min=1, max=64, help="Parallel download streams (and hash threads).")

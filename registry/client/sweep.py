@@ -61,7 +61,7 @@ NO_RECORD = "no release record"
 
 
 @dataclasses.dataclass
-class Finding:
+class SweepFinding:
     """What the sweep found in one folder: ``ok``, ``revoked``, ``altered``, ``unattributed`` or ``unverified``."""
 
     event: str
@@ -186,7 +186,7 @@ class Sweeper:
         trust.commit()
         return trust.root, True
 
-    def sweep(self, *, full: bool = True) -> list[Finding]:
+    def sweep(self, *, full: bool = True) -> list[SweepFinding]:
         """Check every folder (``full``) or only whether its version was revoked; remove what fails."""
         root, current = self.trust() if full else (None, False)
         findings = []
@@ -206,23 +206,23 @@ class Sweeper:
             findings.append(finding)
         return findings
 
-    def check_revoked(self, folder: Path) -> Finding | None:
+    def check_revoked(self, folder: Path) -> SweepFinding | None:
         """``revoked`` when the version the folder's record names was revoked; None otherwise (no hashing)."""
         claim = read_claim(folder)
         if isinstance(claim, Claim) and self.state.is_revoked(*claim.owner_and_name, claim.version):
-            return Finding("revoked", str(folder), claim.model, claim.version, "the registry revoked this version")
+            return SweepFinding("revoked", str(folder), claim.model, claim.version, "the registry revoked this version")
         return None
 
-    def check(self, folder: Path, root: TrustRoot, trust_current: bool) -> Finding:
+    def check(self, folder: Path, root: TrustRoot, trust_current: bool) -> SweepFinding:
         """Everything about one folder: its record, revocation, signature, model.sig and every file's hash."""
         claim = read_claim(folder)
         if claim is None:
             names = os.listdir(folder)
             busy = any(name.startswith(STAGING_PREFIX) for name in names)
             reason = NO_RECORD + (": a download in progress" if busy else "" if names else ": empty")
-            return Finding("unattributed", str(folder), reason=reason)
+            return SweepFinding("unattributed", str(folder), reason=reason)
         if isinstance(claim, str):
-            return Finding("altered", str(folder), reason=claim)
+            return SweepFinding("altered", str(folder), reason=claim)
         revoked = self.check_revoked(folder)
         if revoked is not None:
             return revoked
@@ -238,11 +238,11 @@ class Sweeper:
             verify_directory(folder, release, parallel=self.parallel)
         except SignatureError as exc:
             if not trust_current:
-                return Finding("unverified", str(folder), claim.model, claim.version, _reason(exc))
-            return Finding("altered", str(folder), claim.model, claim.version, _reason(exc))
+                return SweepFinding("unverified", str(folder), claim.model, claim.version, _reason(exc))
+            return SweepFinding("altered", str(folder), claim.model, claim.version, _reason(exc))
         except RegistryError as exc:
-            return Finding("altered", str(folder), claim.model, claim.version, _reason(exc))
-        return Finding("ok", str(folder), claim.model, claim.version)
+            return SweepFinding("altered", str(folder), claim.model, claim.version, _reason(exc))
+        return SweepFinding("ok", str(folder), claim.model, claim.version)
 
 
 def _reason(exc: RegistryError) -> str:

@@ -641,6 +641,10 @@ class InvalidTileError(InvalidInputError):
         super().__init__(f"invalid tile: {reason}", reason=reason, **details)
         self.reason = reason
 
+
+# --- the OCI distribution endpoint (/v2) ------------------------------------------------------
+
+
 class OciBlobUnknownError(NotFoundError):
     """A digest that no approved, unrevoked version of the repository references (the OCI ``BLOB_UNKNOWN``):
     the same answer whether or not the registry stores those bytes for someone else."""
