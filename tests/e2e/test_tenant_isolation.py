@@ -36,7 +36,7 @@ from tests.support.releases import approve_standin, awaiting_version
 from tests.support.tiny_model import tiny_model_files
 
 A, B, M = "acme", "globex", "llm"
-NAMING = frozenset({"revision", "ref", "commit", "digest", "sha256", "for_tenant"})
+NAMING = frozenset({"revision", "ref", "reference", "commit", "digest", "sha256", "for_tenant"})
 """Parameters that pick bytes or the tenant they are served for: a route taking one needs a probe."""
 NEVER = hashlib.sha256(b"bytes nobody holds").hexdigest()
 
@@ -208,6 +208,54 @@ def blob_get_probe(w: World) -> None:
     _problem(w.client.get(other, params=params), 403, "bad-presigned-url")
 
 
+OCI_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
+
+
+def _oci_error(r, status: int, code: str) -> None:
+    assert r.status_code == status, (r.status_code, r.text[:300])
+    if r.request.method != "HEAD":
+        assert [e["code"] for e in r.json()["errors"]] == [code], r.text[:300]
+
+
+def oci_manifest_probe(method: str) -> Callable[[World], None]:
+    """globex's node pulls acme's manifest (by tag and digest) and acme's digest under its own repository:
+    each the answer of a repository or digest nobody holds."""
+    def probe(w: World) -> None:
+        def ask(who: str, tenant: str, name: str, ref: str):
+            return w.client.request(method, f"/v2/{tenant}/{name}/manifests/{ref}",
+                                    headers={**w.auth(who), "Accept": OCI_MANIFEST})
+
+        own = ask(f"{A}-node", A, M, "prod")
+        assert own.status_code == 200, own.text[:300]
+        digest = own.headers["Docker-Content-Digest"]
+        for ref in ("prod", digest):
+            held, nobody = ask(f"{B}-node", A, M, ref), ask(f"{B}-node", A, "nobody-has-this", ref)
+            _oci_error(held, 403, "DENIED")
+            assert (held.status_code, held.content) == (nobody.status_code, nobody.content)
+        held = ask(f"{B}-node", B, M, digest)
+        never = ask(f"{B}-node", B, M, f"sha256:{NEVER}")
+        _oci_error(held, 404, "MANIFEST_UNKNOWN")
+        assert held.content.replace(digest.encode(), b"<d>") == never.content.replace(f"sha256:{NEVER}".encode(), b"<d>")
+
+    return probe
+
+
+def oci_blob_probe(method: str) -> Callable[[World], None]:
+    """A blob only acme's versions hold, asked through globex's repository: the answer of bytes nobody holds."""
+    def probe(w: World) -> None:
+        acme_only = w.only(A)
+        path = "/v2/{}/{}/blobs/sha256:{}"
+        assert w.client.request(method, path.format(A, M, acme_only), headers=w.auth(f"{A}-node")).status_code == 200
+        held = w.client.request(method, path.format(B, M, acme_only), headers=w.auth(f"{B}-node"))
+        never = w.client.request(method, path.format(B, M, NEVER), headers=w.auth(f"{B}-node"))
+        _oci_error(held, 404, "BLOB_UNKNOWN")
+        assert held.content.replace(acme_only.encode(), b"<d>") == never.content.replace(NEVER.encode(), b"<d>")
+        _oci_error(w.client.request(method, path.format(A, M, acme_only), headers=w.auth(f"{B}-node")), 403,
+                   "DENIED")
+
+    return probe
+
+
 CROSS_TENANT: dict[tuple[str, str], Callable[[World], None]] = {
     ("GET", "/v1/blobs/sha256/{digest}"): blob_get_probe,
     ("HEAD", "/v1/blobs/sha256/{digest}"): blob_head_probe,
@@ -226,6 +274,8 @@ CROSS_TENANT: dict[tuple[str, str], Callable[[World], None]] = {
        for q in ("origin", "files", "scans", "evals", "license", "approvals", "nodes")},
     ("GET", "/v1/provenance/blobs/sha256:{digest}"): provenance_blob_probe,
     ("GET", "/ui/provenance"): console_provenance_probe,
+    **{(method, "/v2/{tenant}/{name}/manifests/{reference}"): oci_manifest_probe(method) for method in ("GET", "HEAD")},
+    **{(method, "/v2/{tenant}/{name}/blobs/{digest}"): oci_blob_probe(method) for method in ("GET", "HEAD")},
 }
 
 
