@@ -23,7 +23,6 @@ def seed_release(data_dir: Path, clients: int, database_url: str | None = None, 
 
     ``model`` names the model (``acme/<model>``) when a test's manifests name another than ``llm``."""
     from registry.auth import issue_token
-    from registry.bootstrap import bootstrap, load_settings, prepare_embedded
     from registry.db.models import Principal, RoleBinding, Tenant
     from registry.domain.aliases import make_target
     from registry.domain.files import FileEntry
@@ -31,11 +30,7 @@ def seed_release(data_dir: Path, clients: int, database_url: str | None = None, 
     from tests.support.registry import drain, make_admin
     from tests.support.releases import approve_standin
 
-    overrides = {"database_url": database_url} if database_url else {}
-    settings = load_settings(data_dir=data_dir, **overrides)
-    prepare_embedded(settings)
-    container = bootstrap(settings, migrate=True)
-    try:
+    with _opened(data_dir, database_url, migrate=True) as container:
         admin = make_admin(container, TENANT)
         for number in (1, 2):
             files = seed_files(number)
@@ -64,8 +59,6 @@ def seed_release(data_dir: Path, clients: int, database_url: str | None = None, 
                 tokens.append(issue_token(session, node).token)
             session.commit()
         return tokens
-    finally:
-        container.dispose()
 
 
 def promote(data_dir: Path, number: int, database_url: str | None = None) -> None:
@@ -86,58 +79,39 @@ def revoke(data_dir: Path, number: int, reason: str = "bad weights", database_ur
         revocations.revoke(session, admin, TENANT, MODEL, number, reason, clock=container.clock)
 
 
+def admin_token(data_dir: Path, database_url: str | None = None) -> str:
+    """A new token of the seeded tenant admin (``admin-acme``; seeded before any first-start admin, so there
+    is no ``admin-token`` file), for what a test does over HTTP."""
+    from registry.auth import issue_token
+    from registry.db.models import Principal
+
+    with _as_admin(data_dir, database_url) as (_, session, admin):
+        token = issue_token(session, session.get(Principal, admin.id)).token
+        session.commit()
+        return token
+
+
+@contextmanager
+def _opened(data_dir: Path, database_url: str | None, *, migrate: bool = False):
+    """A new container on ``data_dir``'s database (SQLite there, unless ``database_url``); disposed after."""
+    from registry.bootstrap import bootstrap, load_settings, prepare_embedded
+
+    overrides = {"database_url": database_url} if database_url else {}
+    settings = load_settings(data_dir=data_dir, **overrides)
+    prepare_embedded(settings)
+    container = bootstrap(settings, migrate=migrate)
+    try:
+        yield container
+    finally:
+        container.dispose()
+
+
 @contextmanager
 def _as_admin(data_dir: Path, database_url: str | None):
     """A new container on ``data_dir``'s database, a session, and the tenant's admin; disposed after."""
     from registry.auth import load_principal
-    from registry.bootstrap import bootstrap, load_settings, prepare_embedded
     from registry.db.models import Principal
 
-    overrides = {"database_url": database_url} if database_url else {}
-    settings = load_settings(data_dir=data_dir, **overrides)
-    prepare_embedded(settings)
-    container = bootstrap(settings)
-    try:
-        with container.session_factory() as session:
-            admin = load_principal(session.query(Principal).filter_by(name=f"admin-{TENANT}").one())
-            yield container, session, admin
-    finally:
-        container.dispose()
-
-
-def admin_token(data_dir: Path, database_url: str | None = None) -> str:
-    """A new token of the tenant's admin (seeded before any first-start admin, so no ``admin-token`` file)."""
-    from registry.auth import issue_token
-    from registry.bootstrap import bootstrap, load_settings, prepare_embedded
-    from registry.db.models import Principal
-
-    overrides = {"database_url": database_url} if database_url else {}
-    settings = load_settings(data_dir=data_dir, **overrides)
-    prepare_embedded(settings)
-    container = bootstrap(settings)
-    try:
-        with container.session_factory() as session:
-            token = issue_token(session, session.query(Principal).filter_by(name=f"admin-{TENANT}").one()).token
-            session.commit()
-            return token
-    finally:
-        container.dispose()
-
-
-def admin_token(data_dir: Path, database_url: str | None = None) -> str:
-    """A new token of the seeded tenant admin (``admin-acme``), for what a test does over HTTP (a revoke)."""
-    from registry.auth import issue_token
-    from registry.bootstrap import bootstrap, load_settings, prepare_embedded
-    from registry.db.models import Principal
-
-    overrides = {"database_url": database_url} if database_url else {}
-    settings = load_settings(data_dir=data_dir, **overrides)
-    prepare_embedded(settings)
-    container = bootstrap(settings)
-    try:
-        with container.session_factory() as session:
-            token = issue_token(session, session.query(Principal).filter_by(name=f"admin-{TENANT}").one()).token
-            session.commit()
-            return token
-    finally:
-        container.dispose()
+    with _opened(data_dir, database_url) as container, container.session_factory() as session:
+        admin = load_principal(session.query(Principal).filter_by(name=f"admin-{TENANT}").one())
+        yield container, session, admin
