@@ -119,20 +119,22 @@ def _call(status: int, libc: ctypes.CDLL, what: str) -> None:
         raise IsolationError(f"{what}: {os.strerror(errno)}")
 
 
-def _bind(libc: ctypes.CDLL, path: str, root: str, *, read_only: bool) -> None:
-    target = root + path
+def _bind(libc: ctypes.CDLL, path: str, root: str, *, read_only: bool, at: str | None = None) -> None:
+    """Show host ``path`` under ``root`` at ``at`` (the same path unless given)."""
+    at = at or path
+    target = root + at
     if os.path.isdir(path):
         os.makedirs(target, exist_ok=True)
     else:
         os.makedirs(os.path.dirname(target), exist_ok=True)
         if not os.path.exists(target):
             open(target, "x").close()
-    _call(libc.mount(path.encode(), target.encode(), None, MS_BIND | MS_REC, None), libc, f"showing {path}")
+    _call(libc.mount(path.encode(), target.encode(), None, MS_BIND | MS_REC, None), libc, f"showing {path} at {at}")
     if read_only:
         # A remount in a user namespace must keep the flags the outer mount locked.
         kept = os.statvfs(path).f_flag & (MS_NOSUID | MS_NODEV | MS_NOEXEC)
         _call(libc.mount(None, target.encode(), None, MS_BIND | MS_REMOUNT | MS_RDONLY | kept, None), libc,
-              f"showing {path} read-only")
+              f"showing {at} read-only")
 
 
 def _pivot(libc: ctypes.CDLL, root: str) -> None:

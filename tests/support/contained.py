@@ -25,8 +25,7 @@ import sys
 from pathlib import Path
 
 from registry.evals import isolation
-from registry.evals.isolation import MS_BIND, MS_NODEV, MS_NOEXEC, MS_NOSUID, MS_PRIVATE, MS_RDONLY, MS_REC, \
-    MS_REMOUNT, _call
+from registry.evals.isolation import MS_NODEV, MS_NOSUID, MS_PRIVATE, MS_RDONLY, MS_REC, MS_REMOUNT, _call
 
 CLONE_NEWUSER, CLONE_NEWNS = isolation.CLONE_NEWUSER, isolation.CLONE_NEWNS
 REPO = Path(__file__).resolve().parents[2]
@@ -43,21 +42,6 @@ def run_contained(argv: list[str], env: dict[str, str], *, uid: int, root: Path,
     return subprocess.run([sys.executable, "-m", "tests.support.contained", str(spec)], cwd=REPO,
                           env={"PATH": os.environ.get("PATH", "/usr/bin:/bin")}, capture_output=True, text=True,
                           timeout=timeout)
-
-
-def _bind(libc: ctypes.CDLL, source: str, root: str, target: str, *, writable: bool) -> None:
-    at = root + target
-    if os.path.isdir(source):
-        os.makedirs(at, exist_ok=True)
-    else:
-        os.makedirs(os.path.dirname(at), exist_ok=True)
-        if not os.path.exists(at):
-            open(at, "x").close()
-    _call(libc.mount(source.encode(), at.encode(), None, MS_BIND | MS_REC, None), libc, f"showing {source} at {target}")
-    if not writable:
-        kept = os.statvfs(source).f_flag & (MS_NOSUID | MS_NODEV | MS_NOEXEC)
-        _call(libc.mount(None, at.encode(), None, MS_BIND | MS_REMOUNT | MS_RDONLY | kept, None), libc,
-              f"showing {target} read-only")
 
 
 def main(spec_file: str) -> None:
@@ -89,7 +73,7 @@ def main(spec_file: str) -> None:
         if os.path.islink(top):
             os.symlink(os.readlink(top), root + top)
     for source, target, writable in sorted(shown, key=lambda item: item[1].count("/")):
-        _bind(libc, source, root, target, writable=writable)
+        isolation._bind(libc, source, root, read_only=not writable, at=target)
     _call(libc.mount(None, root.encode(), None, MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV, None), libc,
           "the new root read-only")
     isolation._pivot(libc, root)
