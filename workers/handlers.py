@@ -8,7 +8,7 @@ from registry.bootstrap import Container
 from registry.domain.errors import RegistryError, UnstorableDataError, UpstreamError
 from registry.evals.sandbox import Isolation
 from registry.jobs import JobKind
-from registry.services import evals, lifecycle, mirroring, scans
+from registry.services import evals, lifecycle, mirroring, oci, scans
 from workers.handler_registry import Handler, HandlerRegistry, Payload
 
 
@@ -58,6 +58,10 @@ def _run_eval_dead(c: Container, payload: Payload, error: str, _cause: BaseExcep
     evals.fail_eval(c.session_factory, int(payload["result_id"]), _last_line(error), ports=c.ports)
 
 
+def _build_oci_artifacts(c: Container, payload: Payload) -> None:
+    oci.build_artifacts(c.session_factory, int(payload["version_id"]), blob_store=c.blob_store, clock=c.clock)
+
+
 def _version_failure(cause: BaseException | None, otherwise: RegistryError) -> RegistryError:
     """Why the version of a dead job fails: a value the database refused says so itself."""
     return cause if isinstance(cause, UnstorableDataError) else otherwise
@@ -75,6 +79,8 @@ def build_handlers() -> HandlerRegistry:
         Handler(JobKind.SEAL_VERSION.value, _seal_version, _seal_version_dead),
         Handler(JobKind.SCAN_BLOB.value, _scan_blob, _scan_blob_dead),
         Handler(JobKind.RUN_EVAL.value, _run_eval, _run_eval_dead),
+        # A dead build leaves the version approved: its image tag says why it is not served.
+        Handler(JobKind.BUILD_OCI_ARTIFACTS.value, _build_oci_artifacts),
         WEBHOOK_HANDLER,
     ])
 

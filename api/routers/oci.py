@@ -218,9 +218,9 @@ def get_manifest(tenant: TenantName, name: ModelName, reference: str, request: R
     headers = {"Docker-Content-Digest": art.manifest_digest, "ETag": f'"{art.manifest_digest}"',
                "Content-Length": str(len(art.manifest_bytes))}
     if request.method == "HEAD":
-        return Response(status_code=200, headers=headers, media_type=OCI_MANIFEST)
+        return Response(status_code=200, headers=headers, media_type=art.media_type)
     oci.record_pull(session, caller, pulled, clock=container.clock)
-    return Response(art.manifest_bytes, status_code=200, headers=headers, media_type=OCI_MANIFEST)
+    return Response(art.manifest_bytes, status_code=200, headers=headers, media_type=art.media_type)
 
 
 def _accepts_oci_manifest(accept: str | None) -> bool:
@@ -233,7 +233,8 @@ def _accepts_oci_manifest(accept: str | None) -> bool:
 def get_blob(tenant: TenantName, name: ModelName, digest: str, request: Request, session: SessionDep,
              caller: CallerDep, container: ContainerDep,
              range_header: Annotated[str | None, Header(alias="Range", max_length=200)] = None) -> Response:
-    """A blob a released version of this repository references: a file's bytes from the store, or the config."""
+    """A blob a released version of this repository references: a file's bytes from the store, a stored config,
+    or a tar layer generated around files' bytes."""
     found = oci.blob(session, caller, tenant, name, digest)
     requested = byte_range(range_header, found.size) if request.method == "GET" else None
     start, end = requested or (0, found.size)
@@ -249,6 +250,9 @@ def get_blob(tenant: TenantName, name: ModelName, digest: str, request: Request,
                         media_type="application/octet-stream")
     # The bytes are read only now: the database session is done with.
     session.close()
+    if found.tar is not None:
+        return StreamingResponse(oci.tar_range(container.blob_store, found.tar, start, end), status_code=status,
+                                 headers=headers, media_type="application/octet-stream")
     return StreamingResponse(container.blob_store.open_range(found.sha256, start, end), status_code=status,
                              headers=headers, media_type="application/octet-stream")
 

@@ -17,6 +17,7 @@ from sqlalchemy import (
     ForeignKey,
     Index,
     Integer,
+    LargeBinary,
     MetaData,
     String,
     Text,
@@ -772,3 +773,44 @@ class NodeBinding(Base):
 
     tenant: Mapped[Tenant] = relationship()
     principal: Mapped[Principal] = relationship()
+
+
+class OciArtifact(Base):
+    """One shape (``raw`` ModelPack, ``image``) of a released version as served through ``/v2``, built
+    once: the exact manifest and config bytes, so a digest never changes once served and a lookup by
+    manifest or config digest is one indexed query (``registry/services/oci.py``)."""
+
+    __tablename__ = "oci_artifacts"
+    __table_args__ = (
+        UniqueConstraint("version_id", "shape"),
+        UniqueConstraint("model_id", "manifest_digest"),
+        Index("ix_oci_artifacts_model_config", "model_id", "config_digest"),
+    )
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True)
+    version_id: Mapped[int] = mapped_column(ForeignKey("versions.id", ondelete="CASCADE"))
+    model_id: Mapped[int] = mapped_column(ForeignKey("models.id", ondelete="CASCADE"))
+    shape: Mapped[str] = mapped_column(String(8))
+    media_type: Mapped[str] = mapped_column(String(128))
+    manifest_digest: Mapped[str] = mapped_column(String(71))
+    manifest: Mapped[bytes] = mapped_column(LargeBinary)
+    config_digest: Mapped[str] = mapped_column(String(71))
+    config: Mapped[bytes] = mapped_column(LargeBinary)
+    created_at: Mapped[dt.datetime]
+
+
+class OciTarLayer(Base):
+    """A tar layer an artifact references (each image layer; the packed small files of a version of many):
+    never stored as bytes, generated when served from ``paths`` (the version's files, in tar order)."""
+
+    __tablename__ = "oci_tar_layers"
+    __table_args__ = (Index("ix_oci_tar_layers_model_digest", "model_id", "digest"),)
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True)
+    artifact_id: Mapped[int] = mapped_column(ForeignKey("oci_artifacts.id", ondelete="CASCADE"), index=True)
+    model_id: Mapped[int] = mapped_column(ForeignKey("models.id", ondelete="CASCADE"))
+    root: Mapped[str] = mapped_column(String(16))
+    """The directory the members sit under in the tar (``models``; empty for the raw shape's pack)."""
+    digest: Mapped[str] = mapped_column(String(71))
+    size: Mapped[int] = mapped_column(BigInteger)
+    paths: Mapped[list[str]] = mapped_column(JSON)

@@ -665,6 +665,17 @@ class OciManifestUnknownError(NotFoundError):
                          reference=reference, reason=reason)
 
 
+class OciManifestTooLargeError(InvalidInputError):
+    """A version whose OCI manifest would pass the clients' 4 MiB even with its small files packed (too many
+    large files): its artifact is not built, and its tags answer ``MANIFEST_UNKNOWN`` saying so."""
+
+    code = "oci-manifest-too-large"
+
+    def __init__(self, version: str, size: int, limit: int) -> None:
+        super().__init__(f"{version}: its OCI manifest would be {size} bytes, over the clients' {limit}",
+                         version=version, size=size, limit=limit)
+
+
 class PullTokenRejectedError(AuthenticationError):
     """An OCI pull token that is malformed, not signed by this registry, expired, or whose principal or
     modelreg token is no longer valid."""

@@ -1,10 +1,21 @@
-"""A released version as a CNCF ModelPack artifact (raw layers): the OCI manifest and the model config.
+"""A released version as OCI artifacts: the CNCF ModelPack artifact (raw layers) and the image-shaped one.
 
 Pure: it takes what the registry recorded of a version (:class:`PackInput`) and returns the exact bytes
 of the config blob and of the manifest, and their digests. Every file is one ``.raw`` layer whose digest
 is the file's sha256 and whose size is its size, so the layers are the blob store's bytes as they are. The
 JSON is canonical (sorted keys, no whitespace) and layers follow the files' path order, so one version
 always gives the same manifest digest. Media types are the ModelPack ones of ``specs-go/v1/mediatype.go``.
+
+The **image shape** (:func:`build_image`) is a plain OCI image for runtimes that read only tar layers
+(containerd image volumes, KServe ``oci+fetch://``): an image config with ``rootfs.diff_ids`` and one
+uncompressed tar layer per file at ``models/<path>``. A tar layer (:class:`TarLayer`) is never stored: it
+is its headers, the file's stored bytes and padding, so its size is known without reading, and its
+digest is computed once by reading the files (the caller does the reads: :meth:`TarLayer.segments`).
+The headers are written here byte by byte (ustar, with a PAX record where a field does not fit), not by
+``tarfile``, so a served layer stays the bytes its stored digest names whatever the Python version.
+
+A version of more than :data:`MAX_FILE_LAYERS` files has its small non-weight files packed into one
+tar layer in both shapes (:func:`layer_groups`), so manifests stay well under the clients' 4 MiB.
 
 Decisions (see ``docs/oci.md``):
 
@@ -31,6 +42,7 @@ import datetime as dt
 import hashlib
 import json
 import posixpath
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -41,6 +53,27 @@ WEIGHT = "application/vnd.cncf.model.weight.v1.raw"
 WEIGHT_CONFIG = "application/vnd.cncf.model.weight.config.v1.raw"
 DOC = "application/vnd.cncf.model.doc.v1.raw"
 CODE = "application/vnd.cncf.model.code.v1.raw"
+PACKED = "application/vnd.cncf.model.weight.config.v1.tar"
+"""The raw shape's one tar layer of small non-weight files (ModelPack's tar media type for configuration)."""
+IMAGE_CONFIG = "application/vnd.oci.image.config.v1+json"
+IMAGE_LAYER = "application/vnd.oci.image.layer.v1.tar"
+IMAGE_ROOT = "models"
+"""Where the image shape puts a version's files (KServe and image volumes read the model from there)."""
+IMAGE_PLATFORM = {"architecture": "amd64", "os": "linux"}
+"""An image config must name a platform; a model's files run anywhere, and containerd matches this one."""
+RAW, IMAGE = "raw", "image"
+"""The two shapes of a version (``oci_artifacts.shape``)."""
+
+MAX_FILE_LAYERS = 1000
+"""Above this many files, the small non-weight files share one tar layer (a raw layer's descriptor is
+about 600 bytes, so a thousand of them is 0.6 MiB of manifest)."""
+SMALL_FILE = 1024 * 1024
+"""The largest file packed into the shared tar layer."""
+MAX_MANIFEST = 4 * 1024 * 1024
+"""The manifest size OCI clients accept at most (containerd, the distribution registry)."""
+BLOCK = 512
+PACKED_TITLE = "modelreg-small-files.tar"
+"""The raw shape's packed layer's name: a tar of the small files at their paths (extract it where it lands)."""
 
 ANNOTATION_FILEPATH = "org.cncf.model.filepath"
 ANNOTATION_FILE_METADATA = "org.cncf.model.file.metadata+json"
@@ -96,6 +129,126 @@ class Artifact:
     """``sha256:<hex>`` of :attr:`manifest_bytes`."""
     config_bytes: bytes
     config_digest: str
+    media_type: str = OCI_MANIFEST
+    tar_layers: tuple[TarLayer, ...] = ()
+    """The manifest's tar layers with their digests: generated when served, never stored."""
+
+
+class ManifestTooLargeError(ValueError):
+    """A version whose manifest would pass :data:`MAX_MANIFEST` even with its small files packed."""
+
+    def __init__(self, size: int) -> None:
+        super().__init__(f"the manifest would be {size} bytes, over the clients' {MAX_MANIFEST}")
+        self.size = size
+
+
+@dataclass(frozen=True, slots=True)
+class TarLayer:
+    """An uncompressed tar of ``members`` (each at ``root/<path>``, mode 0644, owner 0, fixed ``mtime``).
+
+    >>> layer = TarLayer("models", (PackFile("config.json", 2, "a" * 64),), 0)
+    >>> layer.size, [len(s) if isinstance(s, bytes) else s.path for s in layer.segments()]
+    (2048, [512, 'config.json', 510, 1024])
+    """
+
+    root: str
+    members: tuple[PackFile, ...]
+    mtime: int
+    """Seconds since the epoch: the version's sealing time."""
+    digest: str | None = None
+    """``sha256:<hex>`` of the whole tar, once computed (:meth:`digest_with`)."""
+
+    @property
+    def size(self) -> int:
+        return sum(len(tar_header(self._name(f), f.size, self.mtime)) + f.size + tar_padding(f.size)
+                   for f in self.members) + 2 * BLOCK
+
+    def segments(self) -> Iterator[bytes | PackFile]:
+        """The tar in order: generated bytes, and each member's stored bytes (a :class:`PackFile` to read)."""
+        for f in self.members:
+            yield tar_header(self._name(f), f.size, self.mtime)
+            yield f
+            if tar_padding(f.size):
+                yield bytes(tar_padding(f.size))
+        yield bytes(2 * BLOCK)
+
+    def digest_with(self, read: Callable[[PackFile], Iterator[bytes]]) -> TarLayer:
+        """This layer with its digest, the members' bytes read in chunks by ``read`` (streamed, never whole).
+
+        Raises:
+            ValueError: a member's bytes are not its recorded size.
+        """
+        h = hashlib.sha256()
+        for segment in self.segments():
+            if isinstance(segment, bytes):
+                h.update(segment)
+                continue
+            seen = 0
+            for chunk in read(segment):
+                seen += len(chunk)
+                h.update(chunk)
+            if seen != segment.size:
+                raise ValueError(f"{segment.path}: read {seen} bytes, recorded {segment.size}")
+        return TarLayer(self.root, self.members, self.mtime, "sha256:" + h.hexdigest())
+
+    def _name(self, f: PackFile) -> str:
+        return f"{self.root}/{f.path}" if self.root else f.path
+
+
+def tar_padding(size: int) -> int:
+    """The zero bytes that fill a member's data up to a 512-byte block."""
+    return -size % BLOCK
+
+
+def tar_header(name: str, size: int, mtime: int) -> bytes:
+    """The header blocks of a regular file: ustar, preceded by a PAX header where the name does not fit
+    ustar's 100 + 155 bytes (or is not ASCII) or the size does not fit 11 octal digits.
+
+    >>> len(tar_header("models/config.json", 2, 0)), len(tar_header("models/" + "d/" * 200 + "f", 2, 0))
+    (512, 1536)
+    """
+    raw = name.encode()
+    pax: dict[str, bytes] = {}
+    split = _ustar_split(raw) if name.isascii() else None
+    if split is None:
+        pax["path"] = raw
+        split = (b"", raw[-100:].lstrip(b"/")[:100] if name.isascii() else b"pax-path")
+    if size >= 8 ** 11:
+        pax["size"] = str(size).encode()
+    out = b""
+    if pax:
+        records = b"".join(_pax_record(k, v) for k, v in sorted(pax.items()))
+        out = _ustar(b"././@PaxHeader", b"", len(records), mtime, b"x") + records + bytes(tar_padding(len(records)))
+    return out + _ustar(split[1], split[0], 0 if "size" in pax else size, mtime, b"0")
+
+
+def _ustar_split(name: bytes) -> tuple[bytes, bytes] | None:
+    """(prefix, name) as ustar holds a path, or None where it cannot."""
+    if len(name) <= 100:
+        return b"", name
+    for i in range(len(name) - 1, 0, -1):
+        if name[i:i + 1] == b"/" and i <= 155 and len(name) - i - 1 <= 100:
+            return name[:i], name[i + 1:]
+    return None
+
+
+def _ustar(name: bytes, prefix: bytes, size: int, mtime: int, typeflag: bytes) -> bytes:
+    header = b"".join([
+        name.ljust(100, b"\0"), b"%07o\0" % FILE_MODE, b"%07o\0" % 0, b"%07o\0" % 0, b"%011o\0" % size,
+        b"%011o\0" % mtime, b" " * 8, typeflag, bytes(100), b"ustar\x0000", bytes(32), bytes(32),
+        b"%07o\0" % 0, b"%07o\0" % 0, prefix.ljust(155, b"\0"), bytes(12),
+    ])
+    # The checksum is of the header with its own field as spaces: six octal digits, NUL, space.
+    return header[:148] + b"%06o\0 " % sum(header) + header[156:]
+
+
+def _pax_record(key: str, value: bytes) -> bytes:
+    """``"<length> key=value\\n"``, the length counting its own digits."""
+    body = b" " + key.encode() + b"=" + value + b"\n"
+    length = len(body) + 1
+    while len(str(length)) + len(body) != length:
+        length = len(str(length)) + len(body)
+    return str(length).encode() + body
 
 
 def canonical_json(doc: Any) -> bytes:
@@ -131,23 +284,119 @@ def media_type_of(path: str) -> tuple[str, bool]:
     return WEIGHT_CONFIG, True
 
 
-def build(pack: PackInput) -> Artifact:
-    """The config blob and the manifest of ``pack``, as bytes with their digests."""
+Read = Callable[[PackFile], Iterator[bytes]]
+"""Reads a file's stored bytes in chunks (the caller's blob store): what a tar layer's digest needs."""
+
+
+def layer_groups(files: list[PackFile]) -> tuple[list[PackFile], tuple[PackFile, ...]]:
+    """The files with a layer of their own, and those packed into one tar layer (none up to
+    :data:`MAX_FILE_LAYERS` files; above, every non-weight file of at most :data:`SMALL_FILE` bytes).
+
+    >>> few = [PackFile(f"{i}.json", 1, "a" * 64) for i in range(3)]
+    >>> layer_groups(few)[1]
+    ()
+    >>> many = [*few * 400, PackFile("w.safetensors", 1, "b" * 64)]
+    >>> own, packed = layer_groups(many)
+    >>> [f.path for f in own], len(packed)
+    (['w.safetensors'], 1200)
+    """
+    if len(files) <= MAX_FILE_LAYERS:
+        return files, ()
+    packed = tuple(f for f in files if f.size <= SMALL_FILE and media_type_of(f.path)[0] != WEIGHT)
+    chosen = {id(f) for f in packed}
+    return [f for f in files if id(f) not in chosen], packed
+
+
+def raw_needs_reads(pack: PackInput) -> bool:
+    """Whether the raw shape has a tar layer (many files), whose digest needs the files read."""
+    return bool(layer_groups(sorted(pack.files, key=lambda f: f.path))[1])
+
+
+def build(pack: PackInput, read: Read | None = None) -> Artifact:
+    """The ModelPack artifact of ``pack`` (raw layers): config blob and manifest as bytes with digests.
+
+    Args:
+        read: reads a file's bytes; needed only where :func:`raw_needs_reads`.
+
+    Raises:
+        ValueError: a packed layer to digest and no ``read``.
+        ManifestTooLargeError: over :data:`MAX_MANIFEST`.
+    """
     files = sorted(pack.files, key=lambda f: f.path)
+    own, packed = layer_groups(files)
     created = _rfc3339(pack.created_at) if pack.created_at is not None else None
-    config_bytes = canonical_json(_config(pack, files, created))
+    layers = [_layer(f, created) for f in own]
+    diff_ids = ["sha256:" + f.sha256 for f in own]
+    tars: tuple[TarLayer, ...] = ()
+    if packed:
+        if read is None:
+            raise ValueError("the raw shape of a version of many files needs its small files read")
+        tar = TarLayer("", packed, mtime_of(pack.created_at)).digest_with(read)
+        tars = (tar,)
+        layers.append({"mediaType": PACKED, "digest": tar.digest, "size": tar.size,
+                       "annotations": {ANNOTATION_FILEPATH: PACKED_TITLE, ANNOTATION_TITLE: PACKED_TITLE,
+                                       ANNOTATION_UNTESTED: "true"}})
+        diff_ids.append(tar.digest)
+    config_bytes = canonical_json(_config(pack, diff_ids, created))
     config_digest = digest_of(config_bytes)
     manifest: dict[str, Any] = {
         "schemaVersion": 2,
         "mediaType": OCI_MANIFEST,
         "artifactType": ARTIFACT_TYPE,
         "config": {"mediaType": CONFIG, "digest": config_digest, "size": len(config_bytes)},
-        "layers": [_layer(f, created) for f in files],
+        "layers": layers,
     }
     if created is not None:
         manifest["annotations"] = {ANNOTATION_CREATED: created}
+    return _artifact(manifest, config_bytes, config_digest, tars)
+
+
+def build_image(pack: PackInput, read: Read) -> Artifact:
+    """The image shape of ``pack``: an OCI image config (``rootfs.diff_ids``) and one uncompressed tar
+    layer per file at ``models/<path>`` (the small files in one where there are many), digests by ``read``.
+
+    Raises:
+        ValueError: a file's bytes are not its recorded size.
+        ManifestTooLargeError: over :data:`MAX_MANIFEST`.
+    """
+    files = sorted(pack.files, key=lambda f: f.path)
+    own, packed = layer_groups(files)
+    mtime = mtime_of(pack.created_at)
+    groups = [(f,) for f in own] + ([packed] if packed else [])
+    tars = tuple(TarLayer(IMAGE_ROOT, group, mtime).digest_with(read) for group in groups)
+    config: dict[str, Any] = {**IMAGE_PLATFORM, "rootfs": {"type": "layers", "diff_ids": [t.digest for t in tars]},
+                              "config": {"Labels": {"org.opencontainers.image.ref.name": pack.repository,
+                                                    "org.opencontainers.image.version": str(pack.version)}}}
+    if pack.created_at is not None:
+        config["created"] = _rfc3339(pack.created_at)
+    config_bytes = canonical_json(config)
+    config_digest = digest_of(config_bytes)
+    manifest: dict[str, Any] = {
+        "schemaVersion": 2,
+        "mediaType": OCI_MANIFEST,
+        "config": {"mediaType": IMAGE_CONFIG, "digest": config_digest, "size": len(config_bytes)},
+        "layers": [{"mediaType": IMAGE_LAYER, "digest": t.digest, "size": t.size} for t in tars],
+    }
+    if pack.created_at is not None:
+        manifest["annotations"] = {ANNOTATION_CREATED: _rfc3339(pack.created_at)}
+    return _artifact(manifest, config_bytes, config_digest, tars)
+
+
+def _artifact(manifest: dict[str, Any], config_bytes: bytes, config_digest: str,
+              tars: tuple[TarLayer, ...]) -> Artifact:
     manifest_bytes = canonical_json(manifest)
-    return Artifact(manifest, manifest_bytes, digest_of(manifest_bytes), config_bytes, config_digest)
+    if len(manifest_bytes) > MAX_MANIFEST:
+        raise ManifestTooLargeError(len(manifest_bytes))
+    return Artifact(manifest, manifest_bytes, digest_of(manifest_bytes), config_bytes, config_digest,
+                    OCI_MANIFEST, tars)
+
+
+def mtime_of(sealed_at: dt.datetime | None) -> int:
+    """The mtime of every tar member: the sealing time in whole seconds (the epoch where unknown)."""
+    at = sealed_at or EPOCH
+    # A naive time is UTC (SQLite hands stored times back without their zone).
+    at = at.replace(tzinfo=dt.timezone.utc) if at.tzinfo is None else at
+    return max(0, int(at.timestamp()))
 
 
 def _layer(f: PackFile, created: str | None) -> dict[str, Any]:
@@ -161,7 +410,7 @@ def _layer(f: PackFile, created: str | None) -> dict[str, Any]:
     return {"mediaType": media_type, "digest": "sha256:" + f.sha256, "size": f.size, "annotations": annotations}
 
 
-def _config(pack: PackInput, files: list[PackFile], created: str | None) -> dict[str, Any]:
+def _config(pack: PackInput, diff_ids: list[str], created: str | None) -> dict[str, Any]:
     descriptor: dict[str, Any] = {"name": pack.repository, "version": str(pack.version)}
     if pack.revision:
         descriptor["revision"] = pack.revision
@@ -175,7 +424,7 @@ def _config(pack: PackInput, files: list[PackFile], created: str | None) -> dict
     if isinstance(family, str):
         descriptor["family"] = family
     return {"descriptor": descriptor, "config": model_config(pack.facts),
-            "modelfs": {"type": "layers", "diffIds": ["sha256:" + f.sha256 for f in files]}}
+            "modelfs": {"type": "layers", "diffIds": diff_ids}}
 
 
 def model_config(facts: dict[str, Any] | None) -> dict[str, str]:

@@ -32,6 +32,7 @@ from registry.domain.errors import InvalidStateError, RegistryError
 from registry.domain.outcomes import Failed, Outcome, Passed, Pending
 from registry.domain.stages import FAILABLE, Work, next_stage, stage_of
 from registry.domain.states import VersionState, event_for
+from registry.services import oci
 from registry.services.loaders import lock_version_unchecked, version_ref
 from registry.services.ports import Ports
 from registry.services.stages import approval, evaluating, mirroring, scanning, sealed
@@ -62,6 +63,9 @@ def _move(session: Session, version: Version, target: VersionState, actor: str, 
     """
     action = event_for(VersionState(version.state), target)
     version.state = target.value
+    if target == S.APPROVED:
+        # Its OCI artifacts are stored once, now (the raw shape) and by a job queued in this transaction.
+        oci.on_approved(session, version)
     tenant = version.model.tenant.name
     # The state entered is part of every move's event: the event stream tells "scanned, now awaiting
     # approval" from "scanned, now evaluating" by it (registry.domain.events).

@@ -2,7 +2,11 @@
 
 A repository is a model (``tenant/name``); each approved, unrevoked, not deleted version is a CNCF ModelPack
 artifact (``registry/domain/modelpack.py``) whose tags are its number and the aliases that give it to the
-caller. Its layers are the version's files, served from the blob store as stored. Readers and serving nodes
+caller, and an image-shaped artifact under the same tags with ``-image``. Both are built once, when the
+version is approved, and stored (``oci_artifacts``): the raw shape at once (its layer digests are the
+files' sha256), the image shape by the ``build_oci_artifacts`` job, which reads every file once to digest
+its tar layers. Serving returns the stored bytes. Its layers are the version's files, served from the blob
+store as stored, or tar layers generated around them (:func:`tar_range`). Readers and serving nodes
 of the tenant (``read`` or ``fetch``) may pull, as through ``/hf``. Anything else is the same answer
 whether it exists or not: no tag, manifest or blob answers for a repository the caller may not read, and a
 blob answers only in a repository one of whose released versions references it.
@@ -27,31 +31,47 @@ from __future__ import annotations
 import datetime as dt
 import re
 import secrets
-import threading
-from collections import OrderedDict
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
 import jwt
 from sqlalchemy import literal, select
-from sqlalchemy.orm import Session, selectinload
+from sqlalchemy.exc import IntegrityError as SAIntegrityError
+from sqlalchemy.orm import Session, sessionmaker
 
 from registry.auth import AuthenticatedPrincipal, Permission, authenticate_token_id, load_principal
 from registry.clock import Clock
-from registry.db.models import Alias, Model, Principal, Tenant, Version, VersionFacts, VersionFile
+from registry.db.models import (
+    Alias,
+    Job,
+    Model,
+    OciArtifact,
+    OciTarLayer,
+    Principal,
+    Tenant,
+    Version,
+    VersionFacts,
+    VersionFile,
+    utcnow,
+)
 from registry.domain import modelpack
 from registry.domain.errors import (
     AuthenticationError,
     InvalidInputError,
     OciBlobUnknownError,
+    OciManifestTooLargeError,
     OciManifestUnknownError,
     PermissionDeniedError,
     PullScopeDeniedError,
     PullTokenRejectedError,
     ReleaseNotFoundError,
+    SizeMismatchError,
 )
-from registry.domain.modelpack import Artifact, PackFile, PackInput
-from registry.db.session import is_postgres
+from registry.domain.modelpack import Artifact, PackFile, PackInput, TarLayer
+from registry.db.session import begin_write, is_postgres
+from registry.jobs import DEAD, JobKind, enqueue_job
+from registry.storage.base import BlobStore
 from registry.domain.states import VersionState
 from registry.services import hf, loaders
 
@@ -65,7 +85,8 @@ MAX_SCOPES = 32
 TOKEN_KID = "modelreg-oci-pull"
 TOKEN_ISSUER = "modelreg"
 HF_SOURCE_KIND = "hf"
-CACHE_SIZE = 4096
+IMAGE_SUFFIX = "-image"
+"""A tag ending so names the image shape of what the rest names (``3-image``, ``prod-image``): ADR 0012."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,13 +100,24 @@ class OciCaller:
 
 
 @dataclass(frozen=True, slots=True)
+class StoredArtifact:
+    """One shape of a released version as stored when it was approved: the bytes served, as they are."""
+
+    shape: str
+    media_type: str
+    manifest_bytes: bytes
+    manifest_digest: str
+    config_digest: str
+
+
+@dataclass(frozen=True, slots=True)
 class Pulled:
     """A released version as an artifact."""
 
     repository: str
     version_id: int
     number: int
-    artifact: Artifact
+    artifact: StoredArtifact
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,7 +128,9 @@ class BlobRef:
     size: int
     sha256: str
     data: bytes | None = None
-    """The generated config blob's bytes; None for a file, whose bytes are the store's."""
+    """The stored config blob's bytes; None for a file, whose bytes are the store's."""
+    tar: TarLayer | None = None
+    """A tar layer, generated when read (:func:`tar_range`); None for a file or a config."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -225,13 +259,15 @@ def _principal_behind(session: Session, claims: dict[str, Any]) -> Authenticated
 
 
 def manifest(session: Session, caller: OciCaller, tenant: str, name: str, reference: str) -> Pulled:
-    """The artifact ``reference`` names in ``tenant/name``: a version number, an alias (as it resolves for
-    the caller, canary included) or the ``sha256:`` digest of a manifest.
+    """The artifact ``reference`` names in ``tenant/name``: a version number or an alias (as it resolves for
+    the caller, canary included), either with ``-image`` for the image shape, or the ``sha256:`` digest of a
+    stored manifest (one indexed query).
 
     Raises:
         PullScopeDeniedError, PermissionDeniedError: see :func:`require_pull`.
         TenantNotFoundError, ModelNotFoundError: no such repository.
-        OciManifestUnknownError: the reference names no approved, unrevoked, not deleted version.
+        OciManifestUnknownError: the reference names no approved, unrevoked, not deleted version, or its
+            image shape is not built yet (the reason says which).
     """
     require_pull(caller, tenant, name)
     model = loaders.load_model_unchecked(session, tenant, name)
@@ -239,20 +275,25 @@ def manifest(session: Session, caller: OciCaller, tenant: str, name: str, refere
     if reference.startswith("sha256:"):
         if not DIGEST_RE.match(reference):
             raise OciManifestUnknownError(repository, reference[:80], "not a sha256 digest")
-        for pulled in _released(session, model):
-            if pulled.artifact.manifest_digest == reference:
-                return pulled
-        raise OciManifestUnknownError(repository, reference, "no released version has this manifest")
+        row = session.execute(
+            select(OciArtifact, Version.number).join(Version, OciArtifact.version_id == Version.id)
+            .where(OciArtifact.model_id == model.id, OciArtifact.manifest_digest == reference,
+                   Version.id.in_(_released_ids(model)))).first()
+        if row is None:
+            raise OciManifestUnknownError(repository, reference, "no released version has this manifest")
+        return _as_pulled(repository, row[0], row[1])
     if not TAG_RE.match(reference):
         raise OciManifestUnknownError(repository, reference[:80], "not a tag or a digest")
+    tag, shape = (reference.removesuffix(IMAGE_SUFFIX), modelpack.IMAGE) if reference.endswith(IMAGE_SUFFIX) \
+        else (reference, modelpack.RAW)
     try:
-        version = hf.version_named(session, caller.principal, model, repository, reference, hub_names=False)
+        version = hf.version_named(session, caller.principal, model, repository, tag, hub_names=False)
     except ReleaseNotFoundError as e:
         raise OciManifestUnknownError(repository, reference, e.details["reason"]) from None
     reason = _unreleased_reason(version)
     if reason is not None:
         raise OciManifestUnknownError(repository, reference, reason)
-    return _pulled(session, model, version)
+    return _pulled(session, model, version, shape, reference)
 
 
 def record_pull(session: Session, caller: OciCaller, pulled: Pulled, *, clock: Clock) -> None:
@@ -275,40 +316,65 @@ def _released_query(model: Model):
                                  Version.deleted_at.is_(None), Version.manifest_digest.is_not(None))
 
 
-def _released(session: Session, model: Model):
-    """Every released version of ``model`` as an artifact, newest first (built once per process each)."""
-    rows = session.scalars(_released_query(model).order_by(Version.number.desc())
-                           .options(selectinload(Version.files), selectinload(Version.model))).all()
-    facts = _facts_of(session, [v.id for v in rows])
-    for version in rows:
-        yield _pulled(session, model, version, facts.get(version.id, (None, None)))
+def _released_ids(model: Model):
+    return _released_query(model).with_only_columns(Version.id)
 
 
-def _facts_of(session: Session, version_ids: list[int]) -> dict[int, tuple[Any, Any]]:
-    out: dict[int, tuple[Any, Any]] = {}
-    for start in range(0, len(version_ids), 500):
-        chunk = version_ids[start:start + 500]
-        for row in session.scalars(select(VersionFacts).where(VersionFacts.version_id.in_(chunk))):
-            out[row.version_id] = (row.recorded_at, row.facts)
-    return out
-
-
-def _pulled(session: Session, model: Model, version: Version, facts: tuple[Any, Any] | None = None) -> Pulled:
-    if facts is None:
-        row = session.get(VersionFacts, version.id)
-        facts = (row.recorded_at, row.facts) if row is not None else (None, None)
+def _pulled(session: Session, model: Model, version: Version, shape: str, reference: str) -> Pulled:
+    """The stored ``shape`` of a released version. A raw shape that needs no reads and is not stored yet
+    (a version approved before artifacts were stored) is built and stored now; anything else missing is
+    left to the build job (enqueued again here, idempotently) and answers unknown with the job's state."""
     repository = f"{model.tenant.name}/{model.name}"
-    # A version's files and seal never change; its facts are rewritten only by a reader upgrade.
-    key = (version.id, facts[0])
-    artifact = _ARTIFACTS.get(key)
-    if artifact is None:
-        artifact = modelpack.build(PackInput(
-            repository=repository, version=version.number, revision=version.resolved_revision,
-            license=version.license, source_url=_source_url(version), created_at=version.sealed_at,
-            files=tuple(PackFile(f.path, f.size, f.sha256) for f in version.files if f.sha256 is not None),
-            facts=facts[1]))
-        _ARTIFACTS.put(key, artifact)
-    return Pulled(repository, version.id, version.number, artifact)
+    row = _stored(session, version.id, shape)
+    if row is None and shape == modelpack.RAW:
+        pack = pack_input(session, version)
+        if not modelpack.raw_needs_reads(pack):
+            row = _store(session, version, shape, _build(version, pack, shape, None), clock=None)
+            session.commit()
+    if row is None:
+        raise OciManifestUnknownError(repository, reference, _pending_reason(session, version, shape))
+    return _as_pulled(repository, row, version.number)
+
+
+def _as_pulled(repository: str, row: OciArtifact, number: int) -> Pulled:
+    return Pulled(repository, row.version_id, number,
+                  StoredArtifact(row.shape, row.media_type, row.manifest, row.manifest_digest, row.config_digest))
+
+
+def _stored(session: Session, version_id: int, shape: str) -> OciArtifact | None:
+    return session.scalar(select(OciArtifact).where(OciArtifact.version_id == version_id,
+                                                    OciArtifact.shape == shape))
+
+
+def _pending_reason(session: Session, version: Version, shape: str) -> str:
+    """Why a released version's shape is not served yet: its build job's state (a dead job's error)."""
+    job = enqueue_build(session, version)
+    state, error = job.state, job.last_error
+    session.commit()
+    what = "the image-shaped manifest" if shape == modelpack.IMAGE else "the manifest (many files: packed)"
+    if state == DEAD:
+        return f"{what} of version {version.number} could not be built: {(error or '').strip()[-300:]}"
+    return f"{what} of version {version.number} is still being built (a worker job); try again shortly"
+
+
+def enqueue_build(session: Session, version: Version) -> Job:
+    """Queue the job that builds and stores ``version``'s artifacts (:func:`build_artifacts`), at most once,
+    in the caller's transaction (approval's, or a pull's that found them missing)."""
+    # Due at once: the seal's time is by the pipeline's clock, so no clock a worker claims by is before it.
+    return enqueue_job(session, JobKind.BUILD_OCI_ARTIFACTS, {"version_id": version.id}, version.id,
+                       tenant=version.model.tenant.name, run_after=version.sealed_at or utcnow())
+
+
+def pack_input(session: Session, version: Version) -> PackInput:
+    """What the artifacts of ``version`` are built from: its files, seal, source and recorded facts."""
+    facts = session.get(VersionFacts, version.id)
+    files = session.execute(select(VersionFile.path, VersionFile.size, VersionFile.sha256)
+                            .where(VersionFile.version_id == version.id, VersionFile.sha256.is_not(None)))
+    return PackInput(
+        repository=f"{version.model.tenant.name}/{version.model.name}", version=version.number,
+        revision=version.resolved_revision, license=version.license, source_url=_source_url(version),
+        created_at=version.sealed_at, files=tuple(PackFile(*f) for f in files),
+        facts=facts.facts if facts is not None else None)
 
 
 def _source_url(version: Version) -> str | None:
@@ -320,34 +386,94 @@ def _source_url(version: Version) -> str | None:
     return None
 
 
-class _ArtifactCache:
-    """Artifacts per (version id, facts recorded at), least recently used dropped first."""
-
-    def __init__(self, maxsize: int) -> None:
-        self._maxsize, self._items, self._lock = maxsize, OrderedDict(), threading.Lock()
-
-    def get(self, key) -> Artifact | None:
-        with self._lock:
-            if key in self._items:
-                self._items.move_to_end(key)
-                return self._items[key]
-        return None
-
-    def put(self, key, artifact: Artifact) -> None:
-        with self._lock:
-            self._items[key] = artifact
-            while len(self._items) > self._maxsize:
-                self._items.popitem(last=False)
+# --- building and storing (the build job) ----------------------------------------------------------
 
 
-_ARTIFACTS = _ArtifactCache(CACHE_SIZE)
+def build_artifacts(session_factory: sessionmaker[Session], version_id: int, *, blob_store: BlobStore,
+                    clock: Clock) -> None:
+    """Build and store both shapes of a released version not stored yet (the ``build_oci_artifacts`` job).
+
+    Idempotent: a shape already stored is kept as it is (its digest was served), so a second run, or one
+    after a crash (each run stores in one transaction), changes nothing. The files are read once each,
+    streamed from the store, outside any transaction. A version no longer released is left alone.
+
+    Raises:
+        OciManifestTooLargeError: a manifest over 4 MiB even with the small files packed (not retried).
+        BlobNotFoundError: a file's bytes are gone from the store.
+    """
+    with session_factory() as session:
+        version = session.get(Version, version_id)
+        if version is None or _unreleased_reason(version) is not None:
+            return
+        missing = [shape for shape in (modelpack.RAW, modelpack.IMAGE) if _stored(session, version_id, shape) is None]
+        pack = pack_input(session, version)
+        ref = f"{pack.repository}:{version.number}"
+    if not missing:
+        return
+
+    def read(f: PackFile) -> Iterator[bytes]:
+        return blob_store.open_range(f.sha256, 0, f.size)
+
+    built = {shape: _build(version, pack, shape, read, ref=ref) for shape in missing}
+    with session_factory() as session:
+        begin_write(session)
+        version = session.get(Version, version_id)
+        if version is None or _unreleased_reason(version) is not None:
+            return
+        for shape, artifact in built.items():
+            _store(session, version, shape, artifact, clock=clock)
+        session.commit()
+
+
+def _build(version: Version, pack: PackInput, shape: str, read: modelpack.Read | None, *, ref: str = "") -> Artifact:
+    try:
+        if shape == modelpack.IMAGE:
+            assert read is not None
+            return modelpack.build_image(pack, read)
+        return modelpack.build(pack, read)
+    except modelpack.ManifestTooLargeError as e:
+        raise OciManifestTooLargeError(ref or f"{pack.repository}:{pack.version}", e.size,
+                                       modelpack.MAX_MANIFEST) from None
+
+
+def _store(session: Session, version: Version, shape: str, artifact: Artifact, *, clock: Clock | None) -> OciArtifact:
+    """Insert one shape's row and its tar layers, unless one is stored already (then that one is kept)."""
+    existing = _stored(session, version.id, shape)
+    if existing is not None:
+        return existing
+    row = OciArtifact(version_id=version.id, model_id=version.model_id, shape=shape, media_type=artifact.media_type,
+                      manifest_digest=artifact.manifest_digest, manifest=artifact.manifest_bytes,
+                      config_digest=artifact.config_digest, config=artifact.config_bytes,
+                      created_at=clock.now() if clock is not None else utcnow())
+    try:
+        # Two pulls (or a pull and the job) may store the same shape at once: the loser keeps the winner's.
+        with session.begin_nested():
+            session.add(row)
+            session.flush()
+            session.add_all(OciTarLayer(artifact_id=row.id, model_id=version.model_id, root=t.root, digest=t.digest,
+                                        size=t.size, paths=[f.path for f in t.members])
+                            for t in artifact.tar_layers)
+    except SAIntegrityError:
+        return session.scalars(select(OciArtifact).where(OciArtifact.version_id == version.id,
+                                                         OciArtifact.shape == shape)).one()
+    return row
+
+
+def on_approved(session: Session, version: Version) -> None:
+    """A version became approved (``registry.services.lifecycle``): store its raw shape now where that
+    needs no reads, and queue the build of the rest, in the approving transaction."""
+    pack = pack_input(session, version)
+    if not modelpack.raw_needs_reads(pack):
+        _store(session, version, modelpack.RAW, _build(version, pack, modelpack.RAW, None), clock=None)
+    enqueue_build(session, version)
 
 
 # --- blobs -----------------------------------------------------------------------------------------
 
 
 def blob(session: Session, caller: OciCaller, tenant: str, name: str, digest: str) -> BlobRef:
-    """The blob ``digest`` of ``tenant/name``: a file of one of its released versions, or one's config.
+    """The blob ``digest`` of ``tenant/name``: a file of one of its released versions, a stored config, or
+    a tar layer of a stored artifact (generated from the files when read).
 
     Raises:
         PullScopeDeniedError, PermissionDeniedError: see :func:`require_pull`.
@@ -361,17 +487,57 @@ def blob(session: Session, caller: OciCaller, tenant: str, name: str, digest: st
     if not DIGEST_RE.match(digest):
         raise InvalidInputError(f"{digest[:80]!r} is not a sha256:<64 hex> digest", field="digest")
     sha256 = digest.removeprefix("sha256:")
+    released = _released_ids(model)
     size = session.scalar(
-        select(VersionFile.size).join(Version, VersionFile.version_id == Version.id)
-        .where(VersionFile.sha256 == sha256, Version.id.in_(_released_query(model).with_only_columns(Version.id)))
-        .limit(1))
+        select(VersionFile.size).where(VersionFile.sha256 == sha256, VersionFile.version_id.in_(released)).limit(1))
     if size is not None:
         return BlobRef(digest, size, sha256)
-    for pulled in _released(session, model):
-        if pulled.artifact.config_digest == digest:
-            data = pulled.artifact.config_bytes
-            return BlobRef(digest, len(data), sha256, data)
+    config = session.scalar(select(OciArtifact.config).where(
+        OciArtifact.model_id == model.id, OciArtifact.config_digest == digest,
+        OciArtifact.version_id.in_(released)).limit(1))
+    if config is not None:
+        return BlobRef(digest, len(config), sha256, config)
+    layer = session.execute(
+        select(OciTarLayer, OciArtifact.version_id).join(OciArtifact, OciTarLayer.artifact_id == OciArtifact.id)
+        .where(OciTarLayer.model_id == model.id, OciTarLayer.digest == digest,
+               OciArtifact.version_id.in_(released)).limit(1)).first()
+    if layer is not None:
+        tar = _tar_layer(session, layer[0], layer[1])
+        return BlobRef(digest, tar.size, sha256, tar=tar)
     raise OciBlobUnknownError(repository, digest)
+
+
+def _tar_layer(session: Session, row: OciTarLayer, version_id: int) -> TarLayer:
+    """A stored tar layer as it is generated: its members' sizes and digests, from the version's files."""
+    by_path = {}
+    for start in range(0, len(row.paths), 500):
+        chunk = row.paths[start:start + 500]
+        for path, size, sha in session.execute(select(VersionFile.path, VersionFile.size, VersionFile.sha256).where(
+                VersionFile.version_id == version_id, VersionFile.path.in_(chunk))):
+            by_path[path] = PackFile(path, size, sha)
+    sealed_at = session.scalar(select(Version.sealed_at).where(Version.id == version_id))
+    tar = TarLayer(row.root, tuple(by_path[p] for p in row.paths if p in by_path),
+                   modelpack.mtime_of(sealed_at), row.digest)
+    if len(tar.members) != len(row.paths) or tar.size != row.size:
+        # The bytes would not be the ones the digest names: refuse rather than serve them.
+        raise SizeMismatchError(row.digest, expected=row.size, actual=tar.size)
+    return tar
+
+
+def tar_range(blob_store: BlobStore, tar: TarLayer, start: int, end: int) -> Iterator[bytes]:
+    """The bytes ``[start, end)`` of a tar layer: generated headers and padding, members from the store."""
+    offset = 0
+    for segment in tar.segments():
+        size = len(segment) if isinstance(segment, bytes) else segment.size
+        lo, hi = max(start, offset), min(end, offset + size)
+        if lo < hi:
+            if isinstance(segment, bytes):
+                yield segment[lo - offset:hi - offset]
+            else:
+                yield from blob_store.open_range(segment.sha256, lo - offset, hi - offset)
+        offset += size
+        if offset >= end:
+            return
 
 
 # --- listings --------------------------------------------------------------------------------------
@@ -388,7 +554,11 @@ def tags(session: Session, caller: OciCaller, tenant: str, name: str, *, n: int 
     limit = _limit(n)
     require_pull(caller, tenant, name)
     model = loaders.load_model_unchecked(session, tenant, name)
-    names = {str(number) for number in session.scalars(_released_query(model).with_only_columns(Version.number))}
+    released = dict(session.execute(_released_query(model).with_only_columns(Version.id, Version.number)).tuples())
+    imaged = set(session.scalars(select(OciArtifact.version_id).where(
+        OciArtifact.model_id == model.id, OciArtifact.shape == modelpack.IMAGE)))
+    names = {str(number) for number in released.values()}
+    names |= {f"{number}{IMAGE_SUFFIX}" for version_id, number in released.items() if version_id in imaged}
     for alias in session.scalars(select(Alias.name).where(Alias.model_id == model.id)):
         try:
             version = hf.version_named(session, caller.principal, model, f"{tenant}/{name}", alias, hub_names=False)
@@ -396,6 +566,8 @@ def tags(session: Session, caller: OciCaller, tenant: str, name: str, *, n: int 
             continue
         if _unreleased_reason(version) is None and TAG_RE.match(alias):
             names.add(alias)
+            if version.id in imaged and TAG_RE.match(alias + IMAGE_SUFFIX):
+                names.add(alias + IMAGE_SUFFIX)
     ordered = sorted(t for t in names if last is None or t > last)
     return Page(ordered[:limit], bool(limit) and len(ordered) > limit)
 
