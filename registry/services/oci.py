@@ -554,7 +554,8 @@ def tags(session: Session, caller: OciCaller, tenant: str, name: str, *, n: int 
     limit = _limit(n)
     require_pull(caller, tenant, name)
     model = loaders.load_model_unchecked(session, tenant, name)
-    released = dict(session.execute(_released_query(model).with_only_columns(Version.id, Version.number)).tuples())
+    released = {row.id: row.number for row in session.execute(
+        _released_query(model).with_only_columns(Version.id, Version.number))}
     imaged = set(session.scalars(select(OciArtifact.version_id).where(
         OciArtifact.model_id == model.id, OciArtifact.shape == modelpack.IMAGE)))
     names = {str(number) for number in released.values()}

@@ -230,7 +230,9 @@ def test_revoked_and_unapproved_versions_have_no_manifest_and_no_tag(world):
         for ref in ("2", "3", "next", "4", "nope"):
             r = http.get(f"/v2/{REPO}/manifests/{ref}")
             assert (r.status_code, r.json()["errors"][0]["code"]) == (404, "MANIFEST_UNKNOWN"), ref
-        assert http.get(f"/v2/{REPO}/tags/list").json() == {"name": REPO, "tags": ["1", "prod"]}
+        # The image shape of each released tag is listed too, once its build job has run (as here).
+        assert http.get(f"/v2/{REPO}/tags/list").json() == {"name": REPO,
+                                                             "tags": ["1", "1-image", "prod", "prod-image"]}
         r = http.get("/v2/acme/nothing/tags/list")
         assert (r.status_code, r.json()["errors"][0]["code"]) == (404, "NAME_UNKNOWN")
 
@@ -334,7 +336,9 @@ def test_tags_and_catalog_are_paged_with_link(world):
         assert first.json()["tags"] == ["1"]
         assert first.headers["link"] == f'</v2/{REPO}/tags/list?n=1&last=1>; rel="next"'
         second = http.get(f"/v2/{REPO}/tags/list", params={"n": 1, "last": "1"})
-        assert second.json()["tags"] == ["prod"] and "link" not in second.headers
+        assert second.json()["tags"] == ["1-image"] and "last=1-image" in second.headers["link"]
+        third = http.get(f"/v2/{REPO}/tags/list", params={"n": 2, "last": "1-image"})
+        assert third.json()["tags"] == ["prod", "prod-image"] and "link" not in third.headers
         assert http.get(f"/v2/{REPO}/tags/list", params={"n": 0}).json()["tags"] == []
         assert http.get(f"/v2/{REPO}/tags/list", params={"n": 1001}).status_code == 400
         assert http.get("/v2/_catalog").json() == {"repositories": [REPO]}
