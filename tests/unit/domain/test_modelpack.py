@@ -110,3 +110,75 @@ def test_the_same_version_gives_the_same_digest_whatever_order_the_files_come_in
     assert build(_pack(version=4)).manifest_digest != a.manifest_digest
     changed = {**FILES, "README.md": b"# changed\n"}
     assert build(_pack(files=changed)).manifest_digest != a.manifest_digest
+
+
+# --- the image shape and tar layers ------------------------------------------------------------------
+
+
+def _reader(files):
+    by_sha = {hashlib.sha256(b).hexdigest(): b for b in files.values()}
+    return lambda f: iter([by_sha[f.sha256][:3], by_sha[f.sha256][3:]])
+
+
+def _bytes_of(layer, files) -> bytes:
+    by_sha = {hashlib.sha256(b).hexdigest(): b for b in files.values()}
+    return b"".join(s if isinstance(s, bytes) else by_sha[s.sha256] for s in layer.segments())
+
+
+def test_image_shape_one_tar_per_file_at_models_with_fixed_metadata_and_diff_ids():
+    import io
+    import tarfile
+
+    art = modelpack.build_image(_pack(), _reader(FILES))
+    m = json.loads(art.manifest_bytes)
+    config = json.loads(art.config_bytes)
+    assert "artifactType" not in m and m["config"]["mediaType"] == "application/vnd.oci.image.config.v1+json"
+    assert config["rootfs"] == {"type": "layers", "diff_ids": [layer["digest"] for layer in m["layers"]]}
+    assert (config["os"], config["architecture"]) == ("linux", "amd64")
+    for layer, tar in zip(m["layers"], art.tar_layers):
+        data = _bytes_of(tar, FILES)
+        assert layer["mediaType"] == "application/vnd.oci.image.layer.v1.tar"
+        assert (len(data), "sha256:" + hashlib.sha256(data).hexdigest()) == (layer["size"], layer["digest"])
+        assert len(data) % 512 == 0 and data.endswith(bytes(1024))
+        with tarfile.open(fileobj=io.BytesIO(data)) as t:
+            (member,) = t.getmembers()
+            assert (member.mode, member.uid, member.gid, member.uname, member.mtime) == \
+                (0o644, 0, 0, "", int(SEALED.timestamp()))
+            assert t.extractfile(member).read() == FILES[member.name.removeprefix("models/")]
+    # One version, one digest: built again, the same bytes.
+    assert modelpack.build_image(_pack(), _reader(FILES)).manifest_bytes == art.manifest_bytes
+
+
+def test_tar_header_is_exact_ustar_and_pax_where_ustar_cannot_hold_the_path_or_size():
+    header = modelpack.tar_header("models/config.json", 2, 0)
+    assert header[:18] == b"models/config.json" and header[257:265] == b"ustar\x0000"
+    # The checksum: the sum of the header's bytes with the checksum field as spaces.
+    assert int(header[148:154], 8) == sum(header[:148]) + 8 * 32 + sum(header[156:])
+    long = "models/" + "d/" * 200 + "f.json"
+    pax = modelpack.tar_header(long, 2, 0)
+    assert pax[156:157] == b"x" and f"path={long}\n".encode() in pax
+    record = pax[512:pax.index(b"\n", 512) + 1]
+    assert int(record.split(b" ")[0]) == len(record)
+    assert b"size=9663676416\n" in modelpack.tar_header("models/big.gguf", 9 * 2**30, 0)
+    assert modelpack.tar_padding(512) == 0 and modelpack.tar_padding(513) == 511
+
+
+def test_many_files_pack_the_small_non_weight_ones_into_one_tar_in_both_shapes():
+    many = {f"shard/{i:05d}.json": b"%d" % i for i in range(2500)}
+    many["model.safetensors"] = b"w" * 100
+    pack = _pack(files=many)
+    assert modelpack.raw_needs_reads(pack) and not modelpack.raw_needs_reads(_pack())
+    try:
+        build(pack)
+    except ValueError as e:
+        assert "read" in str(e)
+    else:
+        raise AssertionError("a packed layer needs its files read")
+    raw = build(pack, _reader(many))
+    layers = raw.manifest["layers"]
+    assert [layer["mediaType"] for layer in layers] == ["application/vnd.cncf.model.weight.v1.raw",
+                                                        "application/vnd.cncf.model.weight.config.v1.tar"]
+    assert json.loads(raw.config_bytes)["modelfs"]["diffIds"] == [layer["digest"] for layer in layers]
+    image = modelpack.build_image(pack, _reader(many))
+    assert len(image.manifest["layers"]) == 2 and len(image.tar_layers[1].members) == 2500
+    assert len(raw.manifest_bytes) < 4096 and len(image.manifest_bytes) < 4096
