@@ -327,10 +327,8 @@ def _pulled(session: Session, model: Model, version: Version, shape: str, refere
     repository = f"{model.tenant.name}/{model.name}"
     row = _stored(session, version.id, shape)
     if row is None and shape == modelpack.RAW:
-        pack = pack_input(session, version)
-        if not modelpack.raw_needs_reads(pack):
-            row = _store(session, version, shape, _build(version, pack, shape, None), clock=None)
-            session.commit()
+        row = _store_raw_if_cheap(session, version)
+        session.commit()
     if row is None:
         raise OciManifestUnknownError(repository, reference, _pending_reason(session, version, shape))
     return _as_pulled(repository, row, version.number)
@@ -462,10 +460,21 @@ def _store(session: Session, version: Version, shape: str, artifact: Artifact, *
 def on_approved(session: Session, version: Version) -> None:
     """A version became approved (``registry.services.lifecycle``): store its raw shape now where that
     needs no reads, and queue the build of the rest, in the approving transaction."""
-    pack = pack_input(session, version)
-    if not modelpack.raw_needs_reads(pack):
-        _store(session, version, modelpack.RAW, _build(version, pack, modelpack.RAW, None), clock=None)
+    _store_raw_if_cheap(session, version)
     enqueue_build(session, version)
+
+
+def _store_raw_if_cheap(session: Session, version: Version) -> OciArtifact | None:
+    """Store the raw shape where it needs no reads; None where it needs them, or is over 4 MiB (the job
+    then fails saying so, and the tag answers with that reason: approval itself never fails for it)."""
+    pack = pack_input(session, version)
+    if modelpack.raw_needs_reads(pack):
+        return None
+    try:
+        artifact = _build(version, pack, modelpack.RAW, None)
+    except OciManifestTooLargeError:
+        return None
+    return _store(session, version, modelpack.RAW, artifact, clock=None)
 
 
 # --- blobs -----------------------------------------------------------------------------------------

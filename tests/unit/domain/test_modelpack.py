@@ -182,3 +182,14 @@ def test_many_files_pack_the_small_non_weight_ones_into_one_tar_in_both_shapes()
     image = modelpack.build_image(pack, _reader(many))
     assert len(image.manifest["layers"]) == 2 and len(image.tar_layers[1].members) == 2500
     assert len(raw.manifest_bytes) < 4096 and len(image.manifest_bytes) < 4096
+
+
+def test_a_manifest_over_4_mib_is_refused_not_built():
+    # Weights are never packed: 2,000 of them with long paths give a manifest of about 8 MiB.
+    heavy = {f"{'w' * 900}/{i:05d}.safetensors": b"w" for i in range(2000)}
+    try:
+        build(_pack(files=heavy), _reader(heavy))
+    except modelpack.ManifestTooLargeError as e:
+        assert e.size > modelpack.MAX_MANIFEST
+    else:
+        raise AssertionError("a manifest over 4 MiB was built")
