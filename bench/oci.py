@@ -161,7 +161,8 @@ def start_server(data_dir: Path, log: Path) -> tuple[subprocess.Popen, str]:
     process = subprocess.Popen(
         [str(Path(sys.executable).parent / "modelreg"), "serve", "--data-dir", str(data_dir), "--host", "127.0.0.1",
          "--port", str(port), "--workers", "0"], stdout=open(log, "wb"), stderr=subprocess.STDOUT, env=env, cwd=REPO)
-    deadline = time.monotonic() + 60
+    # Generous: on a busy machine the serve process's imports alone take tens of seconds.
+    deadline = time.monotonic() + 300
     while time.monotonic() < deadline:
         if process.poll() is not None:
             raise RuntimeError(f"modelreg serve exited {process.returncode}: {log.read_text()[-2000:]}")
@@ -172,7 +173,7 @@ def start_server(data_dir: Path, log: Path) -> tuple[subprocess.Popen, str]:
             pass
         time.sleep(0.1)
     process.kill()
-    raise RuntimeError("modelreg serve did not start")
+    raise RuntimeError(f"modelreg serve did not start: {log.read_text()[-2000:]}")
 
 
 def rss_of(pid: int) -> int:
