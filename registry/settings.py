@@ -99,6 +99,12 @@ class Settings(BaseSettings):
         default_factory=list, description="Hub endpoints a submission may name besides hf_endpoint.")
     oci_token_seconds: int = Field(
         300, ge=10, le=3600, description="How long an OCI pull token from /v2/token is valid (seconds).")
+    oci_blob_redirect: bool = Field(
+        False, description="With an S3 blob store, answer a /v2 blob GET with a 307 to a presigned URL of the object "
+                           "(after the same authorization) instead of streaming it through the API; HEAD and the "
+                           "generated config blob are still answered by the API. Ignored with a local store.")
+    oci_blob_redirect_seconds: int = Field(
+        300, ge=10, le=3600, description="Lifetime of the presigned URL a /v2 blob redirect sends the client to.")
     hf_tree_page_size: int = Field(
         1000, ge=1, le=10_000, description="Entries per page of the /hf tree listing (the Hub uses 1000).")
     local_source_roots: list[Path] = Field(

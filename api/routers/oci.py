@@ -31,6 +31,7 @@ from registry.domain.errors import AuthenticationError, RegistryError
 from registry.domain.modelpack import OCI_MANIFEST
 from registry.services import oci
 from registry.services.oci import OciCaller
+from registry.storage import LocalBlobStore
 
 API_VERSION = {"Docker-Distribution-API-Version": "registry/2.0"}
 ACCEPTABLE = {OCI_MANIFEST, "*/*", "application/*"}
@@ -251,10 +252,23 @@ def get_blob(tenant: TenantName, name: ModelName, digest: str, request: Request,
     # The bytes are read only now: the database session is done with.
     session.close()
     if found.tar is not None:
+        # A tar layer is generated here from the stored file: there is no object to redirect to.
         return StreamingResponse(oci.tar_range(container.blob_store, found.tar, start, end), status_code=status,
                                  headers=headers, media_type="application/octet-stream")
+    if _redirects_blobs(container):
+        # Only after oci.blob has authorized this caller for this blob in this repository: a presigned URL is
+        # the bytes themselves. The /v2 URL stays the stable name (P2P caches key on it); the client sends its
+        # Range again to the object store.
+        ttl = dt.timedelta(seconds=container.settings.oci_blob_redirect_seconds)
+        return Response(status_code=307, headers={"Location": container.blob_store.presign_get(found.sha256, ttl),
+                                                  "Docker-Content-Digest": found.digest, "Cache-Control": "no-store"})
     return StreamingResponse(container.blob_store.open_range(found.sha256, start, end), status_code=status,
                              headers=headers, media_type="application/octet-stream")
+
+
+def _redirects_blobs(container: ContainerDep) -> bool:
+    # A local store's presigned URLs point back at this API (/v1/blobs): streaming here is the shorter way.
+    return container.settings.oci_blob_redirect and not isinstance(container.blob_store, LocalBlobStore)
 
 
 # --- everything else -------------------------------------------------------------------------------
