@@ -51,7 +51,7 @@ class World:
 
     def pull_token(self, token: str, *scopes: str) -> str:
         r = httpx.get(f"{self.url}/v2/token", params=[("service", self.host), *(("scope", s) for s in scopes)],
-                      auth=("anyone", token))
+                      auth=("anyone", token), timeout=30)
         assert r.status_code == 200, r.text
         return r.json()["token"]
 
