@@ -82,6 +82,7 @@ class JobKind(str, enum.Enum):
     SCAN_BLOB = "scan_blob"
     RUN_EVAL = "run_eval"
     DELIVER_WEBHOOK = "deliver_webhook"
+    RECORD_CHUNKS = "record_chunks"
 
 
 def enqueue_job(session: Session, kind: JobKind, payload: dict[str, Any], *key_parts: object,

@@ -8,7 +8,7 @@ from registry.bootstrap import Container
 from registry.domain.errors import RegistryError, UnstorableDataError, UpstreamError
 from registry.evals.sandbox import Isolation
 from registry.jobs import JobKind
-from registry.services import evals, lifecycle, mirroring, scans
+from registry.services import chunks, evals, lifecycle, mirroring, scans
 from workers.handler_registry import Handler, HandlerRegistry, Payload
 
 
@@ -58,6 +58,10 @@ def _run_eval_dead(c: Container, payload: Payload, error: str, _cause: BaseExcep
     evals.fail_eval(c.session_factory, int(payload["result_id"]), _last_line(error), ports=c.ports)
 
 
+def _record_chunks(c: Container, payload: Payload) -> None:
+    chunks.record_blob_chunks(c.session_factory, payload["digest"], ports=c.ports)
+
+
 def _version_failure(cause: BaseException | None, otherwise: RegistryError) -> RegistryError:
     """Why the version of a dead job fails: a value the database refused says so itself."""
     return cause if isinstance(cause, UnstorableDataError) else otherwise
@@ -75,6 +79,7 @@ def build_handlers() -> HandlerRegistry:
         Handler(JobKind.SEAL_VERSION.value, _seal_version, _seal_version_dead),
         Handler(JobKind.SCAN_BLOB.value, _scan_blob, _scan_blob_dead),
         Handler(JobKind.RUN_EVAL.value, _run_eval, _run_eval_dead),
+        Handler(JobKind.RECORD_CHUNKS.value, _record_chunks),
         WEBHOOK_HANDLER,
     ])
 

@@ -17,6 +17,7 @@ from sqlalchemy import (
     ForeignKey,
     Index,
     Integer,
+    LargeBinary,
     MetaData,
     String,
     Text,
@@ -257,6 +258,20 @@ class BlobOwner(Base):
     via: Mapped[str] = mapped_column(String(16))
     """``upload`` or ``mirror``; ``migration``: the tenant's versions used it before owners were kept."""
     granted_at: Mapped[dt.datetime] = mapped_column(default=utcnow)
+
+
+class BlobChunks(Base):
+    """The chunk digests of a blob (``registry/domain/chunks.py``): ``digests`` is the concatenated 32-byte
+    SHA-256 of each aligned ``chunk_size`` chunk. They depend on the bytes alone, so they are kept per blob,
+    recorded in the pass that stored the bytes (or by a ``record_chunks`` job for older blobs)."""
+
+    __tablename__ = "blob_chunks"
+
+    digest: Mapped[str] = mapped_column(String(64), ForeignKey("blobs.digest", ondelete="CASCADE"),
+                                        primary_key=True)
+    chunk_size: Mapped[int] = mapped_column(Integer)
+    digests: Mapped[bytes] = mapped_column(LargeBinary)
+    recorded_at: Mapped[dt.datetime] = mapped_column(default=utcnow)
 
 
 class Job(Base):
