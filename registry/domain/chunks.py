@@ -10,11 +10,11 @@ checks a fetched list against the root, then each chunk against the list (docs/a
 computes the file's own digest) and gives the list at the end.
 
 Example:
-    >>> hasher = ChunkHasher(chunk_size=4)
-    >>> hasher.update(b"weig"); hasher.update(b"hts!!")
+    >>> hasher = ChunkHasher(chunk_size=1024)
+    >>> hasher.update(b"w" * 1000); hasher.update(b"x" * 1049)
     >>> chunks = hasher.finish()
-    >>> chunks.count, chunks.span(2), chunks.digest(2) == hashlib.sha256(b"!").digest()
-    (3, (8, 9), True)
+    >>> chunks.count, chunks.span(2), chunks.digest(2) == hashlib.sha256(b"x").digest()
+    (3, (2048, 2049), True)
     >>> chunks.root == hashlib.sha256(chunks.digests).hexdigest()
     True
 """
