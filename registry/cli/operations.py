@@ -191,24 +191,15 @@ def chunks_backfill(data_dir: Optional[Path] = typer.Option(None, "--data-dir"),
     """Queue a `record_chunks` job for every blob of a sealed version that has no chunk digests yet
     (versions sealed before they were recorded); the workers read each blob once. Running it again
     queues only what is still missing."""
+    from registry.bootstrap import bootstrap
     from registry.services import chunks
 
-    container = _local_container(data_dir)
+    container = bootstrap(_local_settings(data_dir))
     try:
         queued = chunks.queue_backfill(container.session_factory, container.ports)
     finally:
         container.dispose()
     _emit({"queued": queued}, as_json, f"queued {queued} blob(s) for chunk digests (record_chunks jobs)")
-
-
-def _local_container(data_dir: Optional[Path]) -> Any:
-    """The container of the registry whose database this command opens itself (the embedded one migrated)."""
-    from registry.bootstrap import bootstrap, load_settings, prepare_embedded
-
-    settings = load_settings(**({"data_dir": data_dir} if data_dir else {}))
-    if settings.database_url is None:
-        prepare_embedded(settings)
-    return bootstrap(settings, migrate=settings.database_url is None)
 
 
 # --- processes -------------------------------------------------------------------------------
