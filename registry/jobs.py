@@ -83,6 +83,7 @@ class JobKind(str, enum.Enum):
     RUN_EVAL = "run_eval"
     DELIVER_WEBHOOK = "deliver_webhook"
     BUILD_OCI_ARTIFACTS = "build_oci_artifacts"
+    RECORD_CHUNKS = "record_chunks"
 
 
 def enqueue_job(session: Session, kind: JobKind, payload: dict[str, Any], *key_parts: object,

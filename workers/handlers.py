@@ -8,7 +8,7 @@ from registry.bootstrap import Container
 from registry.domain.errors import RegistryError, UnstorableDataError, UpstreamError
 from registry.evals.sandbox import Isolation
 from registry.jobs import JobKind
-from registry.services import evals, lifecycle, mirroring, oci, scans
+from registry.services import chunks, evals, lifecycle, mirroring, oci, scans
 from workers.handler_registry import Handler, HandlerRegistry, Payload
 
 
@@ -60,6 +60,8 @@ def _run_eval_dead(c: Container, payload: Payload, error: str, _cause: BaseExcep
 
 def _build_oci_artifacts(c: Container, payload: Payload) -> None:
     oci.build_artifacts(c.session_factory, int(payload["version_id"]), blob_store=c.blob_store, clock=c.clock)
+def _record_chunks(c: Container, payload: Payload) -> None:
+    chunks.record_blob_chunks(c.session_factory, payload["digest"], ports=c.ports)
 
 
 def _version_failure(cause: BaseException | None, otherwise: RegistryError) -> RegistryError:
@@ -81,6 +83,7 @@ def build_handlers() -> HandlerRegistry:
         Handler(JobKind.RUN_EVAL.value, _run_eval, _run_eval_dead),
         # A dead build leaves the version approved: its image tag says why it is not served.
         Handler(JobKind.BUILD_OCI_ARTIFACTS.value, _build_oci_artifacts),
+        Handler(JobKind.RECORD_CHUNKS.value, _record_chunks),
         WEBHOOK_HANDLER,
     ])
 

@@ -7,14 +7,14 @@ from typing import Any
 from fastapi import APIRouter, Response, status
 
 from api.deps import ContainerDep, PrincipalDep, SessionDep
-from api.params import ModelName, TenantName, VersionNumber
+from api.params import ModelName, Sha256Hex, TenantName, VersionNumber
 from api.problems import AUTHENTICATED, responses
 from api.schemas import FilePublic, RevocationPublic, VersionCreate, VersionDetail, VersionPublic
 from registry.db.models import Version
-from registry.domain.errors import InvalidInputError, InvalidStateError, LimitExceededError, NotFoundError
+from registry.domain.errors import ConflictError, InvalidInputError, InvalidStateError, LimitExceededError, NotFoundError
 from registry.domain.files import FileEntry
 from registry.domain.states import shown_state
-from registry.services import facts, versions
+from registry.services import chunks, facts, versions
 
 router = APIRouter(prefix="/v1/models", tags=["models"],
                    responses=responses(*AUTHENTICATED, NotFoundError))
@@ -108,6 +108,23 @@ def get_signature(tenant: TenantName, name: ModelName, number: VersionNumber, se
                   principal: PrincipalDep) -> dict[str, Any]:
     """The version's OpenSSF model-signing bundle (save it as ``model.sig``); 409 until it is sealed."""
     return versions.read_signature(session, principal, tenant, name, number)
+
+
+@router.get("/{tenant}/{name}/versions/{number}/chunks/{digest}", response_class=Response, responses={
+    200: {"description": "the file's chunk list: the 32-byte sha256 of each aligned chunk, concatenated",
+          "content": {"application/octet-stream": {"schema": {"type": "string", "format": "binary"}}}},
+    **responses(ConflictError)})
+def get_chunk_list(tenant: TenantName, name: ModelName, number: VersionNumber, digest: Sha256Hex,
+                   session: SessionDep, principal: PrincipalDep) -> Response:
+    """The chunk digests of the released file with ``digest`` (role ``node``, or ``read`` in the tenant).
+
+    A node checks the list against the chunk root its signed release names (docs/adr/0013-chunk-digests.md);
+    ``X-Chunk-Size`` says the chunk size. 404 ``chunks-not-recorded`` until the list is recorded.
+    """
+    found = chunks.read_chunk_list(session, principal, tenant, name, number, digest)
+    return Response(found.digests, media_type="application/octet-stream",
+                    headers={"X-Chunk-Size": str(found.chunk_size), "ETag": f'"{found.root}"',
+                             "Cache-Control": "private, no-cache"})
 
 
 @router.get("/{tenant}/{name}/versions/{number}/scans")

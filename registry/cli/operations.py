@@ -1,6 +1,6 @@
 """The ``modelreg`` command: the audit log, the database, the store and the processes.
 
-``audit``, ``migrate``, ``gc`` (``registry/services/gc.py``), ``serve``, ``worker``.
+``audit``, ``migrate``, ``gc`` (``registry/services/gc.py``), ``chunks backfill``, ``serve``, ``worker``.
 """
 
 from __future__ import annotations
@@ -179,6 +179,27 @@ def gc(
            f"and {report.kept_young} within the grace period"
            + (f"; {report.errors} could not be deleted (see the log)" if report.errors else ""),
            f"removed {eval_dirs} eval work directory(ies) left by killed workers"])
+
+
+chunks_app = typer.Typer(help="Chunk digests of stored blobs, which releases sign for streaming loaders.",
+                         no_args_is_help=True)
+app.add_typer(chunks_app, name="chunks")
+
+
+@chunks_app.command("backfill")
+def chunks_backfill(data_dir: Optional[Path] = typer.Option(None, "--data-dir"), as_json: bool = JsonOpt) -> None:
+    """Queue a `record_chunks` job for every blob of a sealed version that has no chunk digests yet
+    (versions sealed before they were recorded); the workers read each blob once. Running it again
+    queues only what is still missing."""
+    from registry.bootstrap import bootstrap
+    from registry.services import chunks
+
+    container = bootstrap(_local_settings(data_dir))
+    try:
+        queued = chunks.queue_backfill(container.session_factory, container.ports)
+    finally:
+        container.dispose()
+    _emit({"queued": queued}, as_json, f"queued {queued} blob(s) for chunk digests (record_chunks jobs)")
 
 
 # --- processes -------------------------------------------------------------------------------

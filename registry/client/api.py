@@ -27,7 +27,7 @@ from registry.client.errors import NetworkError, TransportError, from_problem
 from registry.client.http import RegistryClient, RemoteError
 from registry.client.token_file import TokenFile
 from registry.client.transfer import USER_AGENT, RangeReader, check_range_answer, redact
-from registry.domain.errors import RegistryError, SizeMismatchError
+from registry.domain.errors import ChunksNotRecordedError, RegistryError, SizeMismatchError
 from registry.signing.release import MAX_RELEASE_BYTES
 from registry.signing.trust_root import MAX_ROOT_BYTES
 
@@ -450,6 +450,27 @@ class RegistryApi:
                 return ManifestResponse.from_json(data, response.headers.get("etag"))
         except httpx.HTTPError as exc:
             raise NetworkError(f"cannot reach the registry at {self.client.url}: {exc}") from exc
+
+    def chunk_list(self, tenant: str, name: str, number: int, sha256: str, *, limit: int) -> bytes:
+        """The chunk list of the file with ``sha256`` of ``tenant/name@number``, unchecked: at most ``limit``
+        bytes (what the signed release says the file has) are read. Check it with
+        :func:`registry.client.chunks.load_chunk_list`.
+
+        Raises:
+            ChunksNotRecordedError and the other refusals as :func:`registry.client.errors.from_problem`
+            builds them; NetworkError: unreachable, a 5xx, or more than ``limit`` bytes.
+        """
+        path = f"/v1/models/{_seg(tenant)}/{_seg(name)}/versions/{int(number)}/chunks/{_seg(sha256)}"
+        try:
+            return self.client.get_bytes(path, limit=limit)
+        except RemoteError as exc:
+            if exc.problem_code == ChunksNotRecordedError.code:
+                raise ChunksNotRecordedError.from_wire(exc.message, digest=sha256) from None
+            raise from_problem(exc.status, exc.problem_code, exc.message, {}) from None
+        except RegistryError as exc:
+            if isinstance(exc, NetworkError):
+                raise
+            raise NetworkError(str(exc)) from None  # over the cap: the server misbehaves
 
     # --- blob bytes ------------------------------------------------------------------------
 

@@ -260,6 +260,20 @@ class BlobOwner(Base):
     granted_at: Mapped[dt.datetime] = mapped_column(default=utcnow)
 
 
+class BlobChunks(Base):
+    """The chunk digests of a blob (``registry/domain/chunks.py``): ``digests`` is the concatenated 32-byte
+    SHA-256 of each aligned ``chunk_size`` chunk. They depend on the bytes alone, so they are kept per blob,
+    recorded in the pass that stored the bytes (or by a ``record_chunks`` job for older blobs)."""
+
+    __tablename__ = "blob_chunks"
+
+    digest: Mapped[str] = mapped_column(String(64), ForeignKey("blobs.digest", ondelete="CASCADE"),
+                                        primary_key=True)
+    chunk_size: Mapped[int] = mapped_column(Integer)
+    digests: Mapped[bytes] = mapped_column(LargeBinary)
+    recorded_at: Mapped[dt.datetime] = mapped_column(default=utcnow)
+
+
 class Job(Base):
     __tablename__ = "jobs"
     __table_args__ = (

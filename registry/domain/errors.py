@@ -236,6 +236,26 @@ class SizeMismatchError(IntegrityError):
         )
 
 
+class ChunkMismatchError(IntegrityError):
+    """A chunk of a file, or a file's chunk list, that is not what the signed release says."""
+
+    code = "chunk-mismatch"
+
+    def __init__(self, path: str, *, chunk: int | None, expected: str, actual: str) -> None:
+        what = "chunk list" if chunk is None else f"chunk {chunk}"
+        super().__init__(f"{path}: {what}: expected {expected}, got {actual}", path=path, chunk=chunk,
+                         expected=expected, actual=actual)
+
+
+class ChunksNotRecordedError(NotFoundError):
+    """The chunk digests of a file are not recorded (yet): a node fetches the whole file instead."""
+
+    code = "chunks-not-recorded"
+
+    def __init__(self, path: str, digest: str) -> None:
+        super().__init__(f"{path}: no chunk digests are recorded for sha256:{digest}", path=path, digest=digest)
+
+
 class BlobsNotUploadedError(InvalidInputError):
     """Files of an upload whose blobs the tenant has not uploaded (or mirrored) itself.
 

@@ -77,6 +77,7 @@ from registry.domain.errors import (
 )
 from registry.domain.states import VersionState
 from registry.services import aliases, loaders
+from registry.services import chunks as chunk_lists
 from registry.services.trust_roots import release_signer
 from registry.signing.canonical import canonical_json
 from registry.signing.keyring import KeyRing
@@ -141,7 +142,8 @@ class ReleaseCache:
 
     def version_release(self, session: Session, version_id: int) -> _VersionRelease:
         found = self.versions.get(version_id)
-        if found is None:
+        # Until every file's chunk list is recorded (a backfill job), read again: the next release has them.
+        if found is None or not found.chunked:
             found = _version_release(session, session.get(Version, version_id))
             if len(self.versions) >= self.MAX_VERSIONS:
                 self.versions.clear()
@@ -399,19 +401,23 @@ class _VersionRelease:
 
     fields: dict[str, Any]
     bundle: dict[str, Any] | None
+    chunked: bool = True
+    """Whether ``fields`` holds every file's chunk root (``chunks``); a release omits them until then."""
 
 
 def _version_release(session: Session, version: Version) -> _VersionRelease:
     files = [{"path": f.path, "size": f.size, "sha256": f.sha256} for f in version.files]
     facts_row = session.get(VersionFacts, version.id)
     facts = None if facts_row is None else {**facts_row.facts, "reader_version": facts_row.reader_version}
+    chunks = chunk_lists.release_chunks(session, [(f["path"], f["sha256"]) for f in files])
     return _VersionRelease(
         fields={"source": {"kind": version.source_kind, "repo": version.source_repo,
                            "revision": version.resolved_revision},
                 "files": files, "license": version.license, "facts": facts,
                 "statement_digest": statement_digest(version.manifest_bundle),
-                "approval_digest": hashlib.sha256(canonical_json(approval_record(session, version))).hexdigest()},
-        bundle=version.manifest_bundle)
+                "approval_digest": hashlib.sha256(canonical_json(approval_record(session, version))).hexdigest(),
+                **({"chunks": chunks} if chunks is not None else {})},
+        bundle=version.manifest_bundle, chunked=chunks is not None)
 
 
 def statement_digest(bundle: dict[str, Any] | None) -> str:

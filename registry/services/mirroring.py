@@ -20,6 +20,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from registry import jobs
 from registry.db.models import Job, Version, VersionFile
 from registry.db.session import begin_write
+from registry.domain.chunks import ChunkHasher, ChunkList
 from registry.domain.errors import (
     BlobVanishedError,
     IntegrityError,
@@ -31,7 +32,7 @@ from registry.domain.errors import (
 from registry.domain.files import FileEntry, validate_file_list
 from registry.domain.outcomes import Passed
 from registry.domain.states import VersionState
-from registry.services import facts, licenses, lifecycle, quotas
+from registry.services import chunks, facts, licenses, lifecycle, quotas
 from registry.services.blobs import grant_blob, owned_blobs
 from registry.services.lifecycle import fail_version
 from registry.services.loaders import lock_version_unchecked
@@ -129,16 +130,19 @@ def mirror_file(
                 # opens its connection only when iterated. Bytes stored for another tenant are read from
                 # the upstream in full: a published digest proves nothing, served bytes do.
                 put = blob_store.put if owned else blob_store.put_proving_possession
-                result = put(source.open(revision, upstream), expected_sha256=upstream.sha256,
+                # Each chunk is hashed beside the whole file, in the same read of the upstream.
+                hasher = ChunkHasher()
+                result = put(chunks.tap(source.open(revision, upstream), hasher), expected_sha256=upstream.sha256,
                              expected_size=upstream.size)
                 digest, size = result.digest, result.size
+                found = chunks.chunks_of_put(hasher, result)
             except IntegrityError as exc:
                 fail_version(session_factory, version_id, _with_path(exc, upstream.path))
                 return
         else:
-            digest, size = already, upstream.size
+            digest, size, found = already, upstream.size, None
         try:
-            _record_mirrored(session_factory, version_id, file_id, tenant_id, digest, size, ports=ports)
+            _record_mirrored(session_factory, version_id, file_id, tenant_id, digest, size, found, ports=ports)
             return
         except QuotaExceededError as exc:
             fail_version(session_factory, version_id, _with_path(exc, upstream.path))
@@ -155,8 +159,9 @@ PUTS = 3
 
 
 def _record_mirrored(session_factory: sessionmaker[Session], version_id: int, file_id: int, tenant_id: int,
-                     digest: str, size: int, *, ports: Ports) -> None:
-    """Set the file's digest, grant the tenant the blob, and queue sealing after the last file.
+                     digest: str, size: int, found: ChunkList | None, *, ports: Ports) -> None:
+    """Set the file's digest, grant the tenant the blob (with its chunk list, when the put read the
+    bytes), and queue sealing after the last file.
 
     Raises:
         BlobVanishedError: the bytes are no longer stored (nothing is recorded).
@@ -170,6 +175,8 @@ def _record_mirrored(session_factory: sessionmaker[Session], version_id: int, fi
         if row.sha256 is None:
             row.sha256, row.mirrored_at = digest, ports.clock.now()
         grant_blob(session, tenant_id, digest, size, via="mirror", blob_store=ports.blob_store)
+        if found is not None:
+            chunks.record_chunks(session, digest, found)
         session.flush()
         remaining = session.scalar(
             select(func.count()).select_from(VersionFile).where(
@@ -258,6 +265,8 @@ def seal_version(session_factory: sessionmaker[Session], version_id: int, *, por
         if any(f.sha256 is None for f in files):
             raise NotFoundError(f"version {version_id} still has files to mirror")
         facts.store_facts(session, version, found, clock=clock)
+        # Blobs this mirror found stored (put read nothing) that have no chunk list yet get one by a job.
+        chunks.queue_missing(session, {f.sha256 for f in files}, ports)
         # A few bounded reads (README front matter, LICENSE files) of files now known to be stored.
         licenses.record_licenses(session, version, blob_store)
         entries = validate_file_list(FileEntry(f.path, f.size, f.sha256) for f in files)

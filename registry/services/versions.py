@@ -26,6 +26,7 @@ from registry.services import licenses
 from registry.auth import AuthenticatedPrincipal, Permission, get_tenant, require, validate_name
 from registry.db.models import BlobOwner, Model, Tenant, Version, VersionFile
 from registry.db.session import begin_write, is_postgres
+from registry.domain.chunks import ChunkHasher
 from registry.domain.errors import (
     BlobNotFoundError,
     BlobVanishedError,
@@ -50,7 +51,7 @@ from registry.domain.text import (
     validate_text,
 )
 from registry.sources import parse_source_uri
-from registry.services import gc, lifecycle, quotas
+from registry.services import chunks, gc, lifecycle, quotas
 from registry.services.blobs import grant_blob, owned_blobs
 from registry.services.loaders import find_version_unchecked, load_model_unchecked
 from registry.services.ports import Ports
@@ -359,13 +360,18 @@ def upload_blob(session: Session, principal: AuthenticatedPrincipal, tenant: str
     # No transaction stays open while the bytes stream.
     session.rollback()
     put = blob_store.put if owned else blob_store.put_proving_possession
-    result = put(source, expected_sha256=digest, expected_size=size)
+    # Each chunk is hashed beside the whole blob, in the same read of the body.
+    hasher = ChunkHasher()
+    result = put(chunks.tap(source, hasher), expected_sha256=digest, expected_size=size)
+    found = chunks.chunks_of_put(hasher, result)
     begin_write(session)
     try:
         grant_blob(session, tenant_id, digest, result.size, via="upload", blob_store=blob_store)
     except (BlobVanishedError, QuotaExceededError):
         session.rollback()  # the write lock goes before the answer does
         raise
+    if found is not None:
+        chunks.record_chunks(session, digest, found)
     session.commit()
     return True
 

@@ -11,6 +11,13 @@ A release is a DSSE envelope (payload type ``application/vnd.modelreg.release+js
      "approval_digest": "<sha256 of the canonical approval record>",
      "serial": 7, "issued_at": "...", "expires_at": "..."}
 
+and, once the chunk digests of every file are recorded (docs/adr/0013-chunk-digests.md)::
+
+     "chunks": {"model.safetensors": {"chunk_size": 8388608, "root": "<sha256 of the chunk list>"}, ...}
+
+which a node streaming ranges checks each chunk list against (``registry/client/chunks.py``). Beside
+``files``, not in it: a directory fetched before the lists were recorded still holds the same ``files``.
+
 ``tenant`` is the tenant the release was resolved for (a canary tenant gets the canary version). The
 ``serial`` only grows per model and ref; a node refuses a lower one than it accepted before (rollback), an
 expired release (freeze), any path that is not clean and relative, and a file list with a path twice.
@@ -40,7 +47,8 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from registry.domain.errors import IntegrityError, InvalidPathError, SignatureError
+from registry.domain.chunks import check_chunk_size
+from registry.domain.errors import IntegrityError, InvalidInputError, InvalidPathError, SignatureError
 from registry.domain.files import SHA256_RE, validate_path
 from registry.signing.canonical import canonical_json
 from registry.signing.dsse import sign_envelope, verify_envelope
@@ -82,6 +90,10 @@ class ReleaseFile:
     path: str
     size: int
     sha256: str
+    chunk_size: int | None = None
+    """The size of the file's aligned chunks, when the release signs their digests (else None)."""
+    chunk_root: str | None = None
+    """The sha256 of the file's chunk list (its chunks' 32-byte digests, concatenated), or None."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -104,9 +116,10 @@ class Release:
 def release_payload(*, model: str, ref: str, tenant: str, version: int, source: Mapping[str, Any],
                     files: Sequence[Mapping[str, Any]], license: str | None, facts: Mapping[str, Any] | None,
                     statement_digest: str, approval_digest: str, serial: int, issued_at: dt.datetime,
-                    expires_at: dt.datetime) -> dict[str, Any]:
-    """The payload of a release (files sorted by path)."""
-    return {"_type": RELEASE_TYPE, "model": model, "ref": ref, "tenant": tenant, "version": version,
+                    expires_at: dt.datetime, chunks: Mapping[str, Mapping[str, Any]] | None = None) -> dict[str, Any]:
+    """The payload of a release (files sorted by path); ``chunks`` (per path: chunk size and root) only
+    when given."""
+    payload = {"_type": RELEASE_TYPE, "model": model, "ref": ref, "tenant": tenant, "version": version,
             "source": dict(source),
             "files": [{"path": f["path"], "size": f["size"], "sha256": f["sha256"]}
                       for f in sorted(files, key=lambda f: f["path"])],
@@ -114,6 +127,10 @@ def release_payload(*, model: str, ref: str, tenant: str, version: int, source: 
             "statement_digest": statement_digest, "approval_digest": approval_digest, "serial": serial,
             "issued_at": issued_at.astimezone(dt.timezone.utc).isoformat(),
             "expires_at": expires_at.astimezone(dt.timezone.utc).isoformat()}
+    if chunks is not None:
+        payload["chunks"] = {path: {"chunk_size": c["chunk_size"], "root": c["root"]}
+                             for path, c in sorted(chunks.items())}
+    return payload
 
 
 def sign_release(payload: Mapping[str, Any], keys: Sequence[SigningKey]) -> dict[str, Any]:
@@ -148,6 +165,31 @@ def _files(doc: Mapping[str, Any]) -> tuple[ReleaseFile, ...]:
         if type(size) is not int or size < 0 or not isinstance(digest, str) or not SHA256_RE.match(digest):
             raise SignatureError(f"release file {path!r} has no valid size and sha256", reason="malformed")
         out.append(ReleaseFile(path, size, digest))
+    return _with_chunks(doc, out)
+
+
+def _with_chunks(doc: Mapping[str, Any], files: list[ReleaseFile]) -> tuple[ReleaseFile, ...]:
+    """The files with the chunk size and root ``chunks`` signs for each (a release without it: as they are)."""
+    chunks = doc.get("chunks")
+    if chunks is None:
+        return tuple(files)
+    listed = {f.path for f in files}
+    if not isinstance(chunks, dict) or not set(chunks) <= listed:
+        raise SignatureError("the release's chunks map listed paths to chunk sizes and roots", reason="malformed")
+    out = []
+    for f in files:
+        entry = chunks.get(f.path)
+        if entry is None:
+            out.append(f)
+            continue
+        size, root = (entry.get("chunk_size"), entry.get("root")) if isinstance(entry, dict) else (None, None)
+        try:
+            check_chunk_size(size)
+        except InvalidInputError:
+            raise SignatureError(f"release file {f.path!r} has no valid chunk size", reason="malformed") from None
+        if not isinstance(root, str) or not SHA256_RE.match(root):
+            raise SignatureError(f"release file {f.path!r} has no valid chunk root", reason="malformed")
+        out.append(dataclasses.replace(f, chunk_size=size, chunk_root=root))
     return tuple(out)
 
 

@@ -34,7 +34,7 @@ def api(container):
 
 
 VERSION_ROUTES = ["/v1/models/acme/m/versions/{}", "/v1/models/acme/m/versions/{}/signature",
-                  "/v1/models/acme/m/versions/{}/scans"]
+                  "/v1/models/acme/m/versions/{}/scans", "/v1/models/acme/m/versions/{}/chunks/" + "ab" * 32]
 
 
 @pytest.mark.parametrize("route", VERSION_ROUTES)
@@ -114,6 +114,7 @@ def test_every_error_status_is_a_problem(spec):
     ("GET /readyz", {"503"}),
     ("GET /v1/audit/verify", {"401", "403", "422"}),
     ("GET /v1/whoami", {"401"}),
+    ("GET /v1/models/{tenant}/{name}/versions/{number}/chunks/{digest}", {"401", "403", "404", "409", "422"}),
 ])
 def test_routes_state_the_statuses_their_errors_map_to(spec, label, statuses):
     operation = dict(_operations(spec))[label]
@@ -125,6 +126,8 @@ def test_blob_bytes_are_documented_as_bytes(spec):
     get = operations["GET /v1/blobs/sha256/{digest}"]["responses"]
     assert set(get["200"]["content"]) == set(get["206"]["content"]) == {"application/octet-stream"}
     assert "content" not in operations["HEAD /v1/blobs/sha256/{digest}"]["responses"]["200"]
+    chunk_list = operations["GET /v1/models/{tenant}/{name}/versions/{number}/chunks/{digest}"]["responses"]
+    assert set(chunk_list["200"]["content"]) == {"application/octet-stream"}
 
 
 def _parameter(spec, label: str, name: str) -> dict:

@@ -170,6 +170,10 @@ RULES: dict[tuple[str, str], Rule] = {
     ("GET", "/v1/models/{tenant}/{name}/versions/{number}"): Rule("read", 200),
     ("GET", "/v1/models/{tenant}/{name}/versions/{number}/signature"): Rule("read", 200),
     ("GET", "/v1/models/{tenant}/{name}/versions/{number}/scans"): Rule("read", 200),
+    # Chunk lists are served as the release's blob URLs are: of an approved version, to readers and nodes.
+    ("GET", "/v1/models/{tenant}/{name}/versions/{number}/chunks/{digest}"): Rule(
+        "read|fetch", 200, path={"number": lambda w, t: str(w.approved(t)[0]),
+                                 "digest": lambda w, t: NOTES_DIGEST.removeprefix("sha256:")}),
     ("POST", "/v1/models/{tenant}/{name}/versions/{number}/approvals"): Rule(
         APPROVER_IN_CAPACITY, 201, lambda w, t: {"json": {"decision": "approve", "capacity": "security"}}),
     ("GET", "/v1/models/{tenant}/{name}/versions/{number}/approvals"): Rule("read", 200),

@@ -208,6 +208,19 @@ def blob_get_probe(w: World) -> None:
     _problem(w.client.get(other, params=params), 403, "bad-presigned-url")
 
 
+def chunk_list_probe(w: World) -> None:
+    """globex's node asks for the chunk list of a file only acme holds: through acme's model it is refused;
+    through its own version it gets the answer of a digest nobody holds."""
+    acme_only = w.only(A)
+    path = "/v1/models/{}/{}/versions/1/chunks/{}"
+    own = w.get(f"{A}-node", path.format(A, M, acme_only))
+    assert own.status_code == 200 and len(own.content) % 32 == 0 and own.content, own.text[:300]
+    _problem(w.get(f"{B}-node", path.format(A, M, acme_only)), 403, "permission-denied")
+    held, never = w.get(f"{B}-node", path.format(B, M, acme_only)), w.get(f"{B}-node", path.format(B, M, NEVER))
+    _problem(held, 404, "blob-not-found")
+    assert held.text.replace(acme_only, "<d>") == never.text.replace(NEVER, "<d>")
+
+
 OCI_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
 
 
@@ -262,6 +275,7 @@ CROSS_TENANT: dict[tuple[str, str], Callable[[World], None]] = {
     ("PUT", "/v1/blobs/sha256/{digest}"): blob_put_probe,
     ("GET", "/v1/models/{tenant}/{name}/aliases/{alias}/resolve"): resolve_probe,
     ("GET", "/v1/models/{tenant}/{name}/manifest"): manifest_probe,
+    ("GET", "/v1/models/{tenant}/{name}/versions/{number}/chunks/{digest}"): chunk_list_probe,
     **{(method, path): hf_probe(method, path) for method, path in (
         ("GET", "/hf/api/models/{tenant}/{name}/revision/{revision}"),
         ("GET", "/hf/api/models/{tenant}/{name}/tree/{revision}"),

@@ -3,7 +3,7 @@
 A version is driven through every state before a decision: ``submitted`` (its upstream was unreachable
 at submission), ``mirroring``, ``sealed``, ``scanning``, ``evaluating``, ``awaiting_approval``, and, for a model holding an
 unsafe file, ``failed``. For each job kind (``resolve_version``, ``mirror_file``, ``seal_version``,
-``scan_blob``, ``run_eval``) the jobs before it run in this process; then a ``modelreg worker`` process claims a job of
+``scan_blob``, ``run_eval``; ``record_chunks`` after them) the jobs before it run in this process; then a ``modelreg worker`` process claims a job of
 that kind while the test holds the version's row lock, so the worker does the job's work and stops at
 the transaction that would record it. The test kills it there (SIGKILL: no handler runs, nothing
 commits), lets go of the lock and starts another worker: the version still completes, and every step
@@ -20,13 +20,14 @@ from pathlib import Path
 
 import pytest
 from pydantic import SecretStr
-from sqlalchemy import select, text
+from sqlalchemy import delete, select, text
 
 from registry.bootstrap import bootstrap
-from registry.db.models import AuditEvent, Job, Version
+from registry.db.models import AuditEvent, BlobChunks, Job, Version
+from registry.domain.chunks import ChunkHasher
 from registry.db.session import make_engine
 from registry.jobs import SUCCEEDED, JobKind
-from registry.services import versions
+from registry.services import chunks, versions
 from registry.services.versions import SubmitRequest
 from registry.settings import Settings
 from tests.support import db as dbsupport
@@ -187,8 +188,54 @@ def test_an_unsafe_model_fails_once_after_a_worker_is_killed_mid_scan(container,
     assert _trail(container, version_id) == FAILED_TRAIL
 
 
+def test_a_worker_killed_mid_record_chunks_and_the_list_is_recorded_once(container, deployment, hub, tmp_path):
+    """A backfill job stopped at its write (the test holds the blob row, which the list's foreign key
+    needs), killed, then run by another worker: the list is recorded once, and it is the blob's."""
+    version_id = _submit_while_upstream_is_down(container, hub, tiny_model_files(5))
+    _run_in_process(container, ORDER)
+    with container.session_factory() as session:
+        digest = next(f.sha256 for f in session.get(Version, version_id).files if f.path.endswith(".safetensors"))
+        session.execute(delete(BlobChunks).where(BlobChunks.digest == digest))
+        session.commit()
+    assert chunks.queue_backfill(container.session_factory, container.ports) == 1
+    log = tmp_path / "workers.log"
+    holder = make_engine(deployment.settings.database_url)
+    try:
+        with holder.connect() as conn:
+            conn.execute(text("SELECT digest FROM blobs WHERE digest = :d FOR UPDATE"), {"d": digest})
+            first = start_worker(deployment, log)
+            try:
+                wait_for(lambda: _running(container, JobKind.RECORD_CHUNKS) and _waiting_on_a_lock(container),
+                         "a worker mid-way through record_chunks", first, log)
+            finally:
+                kill_worker(first)
+            conn.rollback()
+    finally:
+        holder.dispose()
+    second = start_worker(deployment, log)
+    try:
+        def recorded() -> bytes | None:
+            with container.session_factory() as session:
+                busy = session.scalar(select(Job.id).where(Job.state != SUCCEEDED).limit(1))
+                row = session.get(BlobChunks, digest)
+                return row.digests if row is not None and busy is None else None
+
+        digests = wait_for(recorded, "the list to be recorded and every job to finish", second, log)
+    finally:
+        stop_worker(second)
+    data = b"".join(container.blob_store.open_range(digest))
+    assert digests == chunk_list_of(data)
+    assert max(_killed_attempts(container, JobKind.RECORD_CHUNKS)) >= 2
+
+
+def chunk_list_of(data: bytes) -> bytes:
+    hasher = ChunkHasher()
+    hasher.update(data)
+    return hasher.finish().digests
+
+
 def test_every_job_kind_is_crashed_here():
     # deliver_webhook is killed mid-delivery in tests/e2e/test_webhooks_worker.py; build_oci_artifacts runs
     # after the decision (no state of the version moves) and stores in one transaction, run twice and after a
-    # failure in tests/integration/test_oci_store.py.
-    assert set(ORDER) | {JobKind.DELIVER_WEBHOOK, JobKind.BUILD_OCI_ARTIFACTS} == set(JobKind)
+    # failure in tests/integration/test_oci_store.py; record_chunks is killed mid-job above.
+    assert set(ORDER) | {JobKind.DELIVER_WEBHOOK, JobKind.BUILD_OCI_ARTIFACTS, JobKind.RECORD_CHUNKS} == set(JobKind)
