@@ -82,6 +82,7 @@ class JobKind(str, enum.Enum):
     SCAN_BLOB = "scan_blob"
     RUN_EVAL = "run_eval"
     DELIVER_WEBHOOK = "deliver_webhook"
+    INTEGRATE_AUDIT_LOG = "integrate_audit_log"
 
 
 def enqueue_job(session: Session, kind: JobKind, payload: dict[str, Any], *key_parts: object,

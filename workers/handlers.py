@@ -76,6 +76,7 @@ def build_handlers() -> HandlerRegistry:
         Handler(JobKind.SCAN_BLOB.value, _scan_blob, _scan_blob_dead),
         Handler(JobKind.RUN_EVAL.value, _run_eval, _run_eval_dead),
         WEBHOOK_HANDLER,
+        Handler(JobKind.INTEGRATE_AUDIT_LOG.value, _integrate_audit_log),
     ])
 
 
@@ -88,3 +89,12 @@ def _deliver_webhook(c: Container, payload: Payload) -> None:
 
 
 WEBHOOK_HANDLER = Handler(JobKind.DELIVER_WEBHOOK.value, _deliver_webhook)
+
+
+# The verifiable audit log (registry/services/tlog.py): integrate what committed, then sign when due.
+def _integrate_audit_log(c: Container, _payload: Payload) -> None:
+    from registry.services import tlog
+
+    tlog.integrate_audit_log(c.session_factory)
+    tlog.sign_checkpoint_if_due(c.session_factory, c.log_key, interval=c.settings.log_checkpoint_interval,
+                                now=c.clock.now())
