@@ -18,7 +18,7 @@ from fastapi.responses import Response
 from api.deps import SessionDep
 from api.problems import responses
 from api.schemas import ConsistencyProofPublic, InclusionProofPublic
-from registry.domain.errors import LogCheckpointNotFoundError, LogProofRequestError, LogTileNotFoundError, \
+from registry.domain.errors import InvalidInputError, LogCheckpointNotFoundError, LogProofRequestError, LogTileNotFoundError, \
     LogTreeNotFoundError
 from registry.services import tlog
 from registry.tlog.merkle import MAX_TREE_SIZE
@@ -43,7 +43,7 @@ def checkpoint(session: SessionDep) -> Response:
 
 
 @router.get("/tile/{path:path}", response_class=Response, responses={
-    **responses(LogTileNotFoundError), 200: {"content": {"application/octet-stream": {}}}})
+    **responses(LogTileNotFoundError, InvalidInputError), 200: {"content": {"application/octet-stream": {}}}})
 def tile(path: str, session: SessionDep) -> Response:
     """A tile (``<L>/<N>[.p/<W>]``) or entry bundle (``entries/<N>[.p/<W>]``), in tlog-tiles' canonical
     spelling only; 404 for any other path or a tile the log has not reached."""
