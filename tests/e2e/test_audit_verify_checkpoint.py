@@ -10,6 +10,8 @@ and a proof endpoint that lies beside honest tiles.
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from api.app import create_app
@@ -152,3 +154,44 @@ def test_a_lying_proof_endpoint_is_refused_beside_honest_tiles(hostile, capsys):
     standin, saved = hostile
     standin.proof_hashes = merkle.consistency_proof(300, 600, tree(HONEST[:10] + [b"x"] + HONEST[11:]))
     refused(capsys, saved, standin, "consistency proof")
+
+
+def test_a_served_registry_integrates_signs_and_exports_its_log_key(tmp_path):
+    """`modelreg serve` with workers: the worker's tick queues integrate_audit_log, the job signs a checkpoint
+    that verifies with the key `modelreg keys export --log-output` writes, and a later one extends it."""
+    import time
+
+    import httpx
+
+    from registry.tlog.checkpoint import open_checkpoint
+    from registry.tlog.note import parse_verifier_key
+    from tests.support.server import start_server
+
+    def checkpoint_after(size: int) -> bytes:
+        deadline = time.monotonic() + 90
+        while time.monotonic() < deadline:
+            r = httpx.get(s.url + "/log/checkpoint")
+            if r.status_code == 200 and int(r.content.split(b"\n")[1]) > size:
+                return r.content
+            time.sleep(0.5)
+        raise AssertionError(f"no checkpoint past size {size}: {s.log.read_text()[-2000:]}")
+
+    s = start_server(tmp_path / "data", {"MODELREG_LOG_CHECKPOINT_INTERVAL": "1",
+                                         "MODELREG_AUDIT_CHECKPOINT_EVERY_SECONDS": "1",
+                                         "MODELREG_LOG_ORIGIN": "models.example/log"}, workers=1)
+    try:
+        s.cli("tenant", "create", "t1", check=True)
+        first = checkpoint_after(0)
+        exported = s.cli("keys", "export", "-o", str(tmp_path / "registry.pub"), "--log-output",
+                         str(tmp_path / "log.vkey"), check=True)
+        vkey = (tmp_path / "log.vkey").read_text().strip()
+        assert f"log key {vkey}" in exported.stdout
+        opened = open_checkpoint(first, "models.example/log", parse_verifier_key(vkey)).checkpoint
+        (tmp_path / "saved").write_bytes(first)
+        s.cli("tenant", "create", "t2", check=True)
+        checkpoint_after(opened.size)
+        proven = s.cli("audit", "verify", "--checkpoint", str(tmp_path / "saved"), "--log-key", vkey, "--json")
+        assert proven.returncode == 0, proven.stderr
+        assert json.loads(proven.stdout)["new_size"] > opened.size
+    finally:
+        s.stop()
