@@ -174,6 +174,8 @@ class Container:
             forbidden_buckets.append(store.netloc)
         if settings.signing_key_file is not None:
             forbidden_paths.append(settings.signing_key_file)
+        if settings.log_key_file is not None:
+            forbidden_paths.append(settings.log_key_file)
         return SourcePolicy(
             hf_endpoints=(settings.hf_endpoint, *settings.hf_allowed_endpoints),
             local_roots=tuple(settings.local_source_roots),
