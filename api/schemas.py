@@ -313,8 +313,37 @@ class KeyPublic(BaseModel):
     public_key_pem: str
 
 
+class LogKeyPublic(BaseModel):
+    """The verifiable audit log's key: its checkpoint origin and signed-note verifier key
+    (``<origin>+<hex key ID>+<base64(0x01 || Ed25519 key)>``)."""
+
+    origin: str
+    verifier_key: str
+
+
 class KeysPublic(BaseModel):
     keys: list[KeyPublic]
+    log: LogKeyPublic | None = None
+
+
+class InclusionProofPublic(BaseModel):
+    """An RFC 9162 inclusion proof from ``/log/proof/inclusion``; hashes are base64 of 32 bytes."""
+
+    index: int
+    size: int
+    leaf_hash: str
+    root: str
+    hashes: list[str]
+
+
+class ConsistencyProofPublic(BaseModel):
+    """An RFC 9162 consistency proof from ``/log/proof/consistency``; hashes are base64 of 32 bytes."""
+
+    first: int
+    second: int
+    first_root: str
+    second_root: str
+    hashes: list[str]
 
 
 # --- quotas, retention, usage ----------------------------------------------------------------

@@ -74,8 +74,26 @@ def event_hash(
         "details": details,
         "prev_hash": prev_hash,
     }
-    encoded = json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
-    return hashlib.sha256(encoded).hexdigest()
+    return hashlib.sha256(_encode(body)).hexdigest()
+
+
+def event_commitment(event: Any) -> bytes:
+    """What the verifiable log holds for an event (its leaf is ``merkle.leaf_hash`` of it, ADR 0011): the
+    SHA-256 of the canonical JSON of the fields :func:`event_hash` covers plus that chain hash.
+
+    Args:
+        event: an :class:`AuditEvent` or a row with the same attributes.
+    """
+    body = {
+        "id": event.id, "at": _format_time(event.at), "actor": event.actor, "action": event.action,
+        "subject": event.subject, "tenant": event.tenant, "details": event.details,
+        "prev_hash": event.prev_hash, "hash": event.hash,
+    }
+    return hashlib.sha256(_encode(body)).digest()
+
+
+def _encode(body: dict[str, Any]) -> bytes:
+    return json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
 
 
 def append(

@@ -35,6 +35,7 @@ if TYPE_CHECKING:
     from registry.workload_identity import WorkloadVerifier
     from registry.signing.keys import SigningKey
     from registry.storage.base import BlobStore
+    from registry.tlog.note import Ed25519Signer
 
 
 def load_settings(**overrides: object) -> Settings:
@@ -76,6 +77,21 @@ class Container:
 
         pem = self.settings.signing_key_pem.get_secret_value() if self.settings.signing_key_pem else None
         return load_signing_key(self.settings.signing_key_file, pem)
+
+    @cached_property
+    def log_key(self) -> "Ed25519Signer":
+        """The verifiable audit log's signed-note key (ADR 0011): ``settings.log_key_file``, else
+        ``<data_dir>/keys/log-key``, made once for the origin ``settings.log_origin`` (or one from
+        ``public_url``). Its name is the log's origin."""
+        from registry.statefile import create_once
+        from registry.tlog.note import Ed25519Signer, parse_signer_key
+
+        path = self.settings.log_key_file
+        if path is None:
+            path = ensure_data_dir(self.settings) / "keys" / "log-key"
+            path.parent.mkdir(mode=0o700, exist_ok=True)
+        fresh = Ed25519Signer.generate(self.settings.log_origin or default_log_origin(self.settings.public_url))
+        return parse_signer_key(create_once(path, (fresh.skey + "\n").encode()).decode().strip())
 
     @cached_property
     def keyring(self) -> "KeyRing":
@@ -158,6 +174,8 @@ class Container:
             forbidden_buckets.append(store.netloc)
         if settings.signing_key_file is not None:
             forbidden_paths.append(settings.signing_key_file)
+        if settings.log_key_file is not None:
+            forbidden_paths.append(settings.log_key_file)
         return SourcePolicy(
             hf_endpoints=(settings.hf_endpoint, *settings.hf_allowed_endpoints),
             local_roots=tuple(settings.local_source_roots),
@@ -281,6 +299,22 @@ def ensure_trust_root(container: Container) -> int:
         root = ensure_root(session, container.keyring.primary, clock=container.clock,
                            expires_in=dt.timedelta(days=container.settings.trust_root_expiry_days))
     return root.version
+
+
+def default_log_origin(public_url: str | None) -> str:
+    """``<host>[/path]/log`` of the public URL (tlog-tiles: the log's prefix without its scheme), else
+    ``modelreg.local/log``.
+
+    Example:
+        >>> default_log_origin("https://models.example.com/"), default_log_origin(None)
+        ('models.example.com/log', 'modelreg.local/log')
+    """
+    from urllib.parse import urlsplit
+
+    if not public_url:
+        return "modelreg.local/log"
+    parts = urlsplit(public_url)
+    return f"{parts.netloc}{parts.path.rstrip('/')}/log"
 
 
 def _secret_once(path: Path) -> str:

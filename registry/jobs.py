@@ -84,6 +84,7 @@ class JobKind(str, enum.Enum):
     DELIVER_WEBHOOK = "deliver_webhook"
     BUILD_OCI_ARTIFACTS = "build_oci_artifacts"
     RECORD_CHUNKS = "record_chunks"
+    INTEGRATE_AUDIT_LOG = "integrate_audit_log"
 
 
 def enqueue_job(session: Session, kind: JobKind, payload: dict[str, Any], *key_parts: object,

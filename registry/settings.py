@@ -121,6 +121,16 @@ class Settings(BaseSettings):
     audit_checkpoint_every_seconds: float = Field(
         3600.0, gt=0, description="...or this long after the last checkpoint, when there are new events.")
 
+    log_checkpoint_interval: float = Field(
+        10.0, gt=0, description="Workers sign a checkpoint of the verifiable audit log (/log/checkpoint) at most "
+                                "this often (seconds), when it grew.")
+    log_key_file: Path | None = Field(
+        None, description="The verifiable log's Ed25519 key (one line, Go's PRIVATE+KEY+<origin>+<id>+<base64>); "
+                          "default <data_dir>/keys/log-key, made on first use.")
+    log_origin: str | None = Field(
+        None, description="The checkpoint origin a new log key is made for; default <public_url host/path>/log, "
+                          "else modelreg.local/log. The log keeps the origin of its first checkpoint.")
+
     policy_dir: Path | None = Field(
         None, description="Directory of *.rego policies and data.json; default the policies shipped with modelreg.")
 

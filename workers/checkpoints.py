@@ -6,6 +6,9 @@ seconds whether a checkpoint is due (``audit_checkpoint_every_events`` new event
 not ``audit.append``: they hold the signing key already (they sign version manifests), a timer
 needs a process that runs when nobody appends, and the service transactions that append stay
 short and key-free. Several processes may race for the same head; the checkpoint is written once.
+
+The same tick queues the verifiable log's ``integrate_audit_log`` job when the chain has events the
+log has not integrated or a log checkpoint may be due (``registry.services.tlog.arm_integration``).
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ import logging
 import threading
 
 from registry import audit
+from registry.services import tlog
 from registry.bootstrap import Container
 
 log = logging.getLogger(__name__)
@@ -36,6 +40,11 @@ def run_checkpoints(container: Container, stop: threading.Event) -> None:
         except Exception:
             # A database blip or a broken chain: say so and try again at the next tick.
             log.warning("audit checkpoint failed", exc_info=True)
+        try:
+            with container.session_factory() as session:
+                tlog.arm_integration(session, now=container.clock.now())
+        except Exception:
+            log.warning("queueing the audit log's integration failed", exc_info=True)
 
 
 def start_checkpoints(container: Container, stop: threading.Event) -> threading.Thread:

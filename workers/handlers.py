@@ -85,6 +85,7 @@ def build_handlers() -> HandlerRegistry:
         Handler(JobKind.BUILD_OCI_ARTIFACTS.value, _build_oci_artifacts),
         Handler(JobKind.RECORD_CHUNKS.value, _record_chunks),
         WEBHOOK_HANDLER,
+        Handler(JobKind.INTEGRATE_AUDIT_LOG.value, _integrate_audit_log),
     ])
 
 
@@ -97,3 +98,12 @@ def _deliver_webhook(c: Container, payload: Payload) -> None:
 
 
 WEBHOOK_HANDLER = Handler(JobKind.DELIVER_WEBHOOK.value, _deliver_webhook)
+
+
+# The verifiable audit log (registry/services/tlog.py): integrate what committed, then sign when due.
+def _integrate_audit_log(c: Container, _payload: Payload) -> None:
+    from registry.services import tlog
+
+    tlog.integrate_audit_log(c.session_factory)
+    tlog.sign_checkpoint_if_due(c.session_factory, c.log_key, interval=c.settings.log_checkpoint_interval,
+                                now=c.clock.now())

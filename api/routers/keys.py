@@ -28,10 +28,13 @@ def _newest(session: SessionDep, container: ContainerDep) -> TrustRoot:
 
 @router.get("/keys", response_model=KeysPublic)
 def list_keys(session: SessionDep, container: ContainerDep) -> KeysPublic:
-    """Every key of the newest trust root (PEM), by key id. Public: verifiers need no token."""
+    """Every key of the newest trust root (PEM), by key id, and the audit log's verifier key. Public:
+    verifiers need no token."""
     root = _newest(session, container)
+    log_key = container.log_key
     return KeysPublic(keys=[{"key_id": key_id, "algorithm": ALGORITHM, "public_key_pem": key.public_pem().decode()}
-                            for key_id, key in sorted(root.keys.items())])
+                            for key_id, key in sorted(root.keys.items())],
+                      log={"origin": log_key.name, "verifier_key": log_key.verifier().vkey})
 
 
 @router.get("/trust-root", response_model=EnvelopePublic)

@@ -1,7 +1,7 @@
 """blob_chunks: the SHA-256 of each aligned chunk of a blob (per blob digest), which releases sign a root of
 
 Revision ID: 0025
-Revises: 0022
+Revises: 0024
 Create Date: 2026-12-02 16:00:00
 """
 from typing import Sequence, Union
@@ -10,7 +10,7 @@ from alembic import op
 import sqlalchemy as sa
 
 revision: str = "0025"
-down_revision: Union[str, None] = "0022"
+down_revision: Union[str, None] = "0024"
 branch_labels: Union[str, Sequence[str], None] = None
 depends_on: Union[str, Sequence[str], None] = None
 

@@ -23,13 +23,26 @@ def audit_verify(
     public_keys: list[Path] = typer.Option(
         [], "--public-key", help="registry public key PEM the checkpoints must be signed with (repeatable; "
                                  "default: the registry's own signing key)"),
+    log_checkpoint: Optional[Path] = typer.Option(
+        None, "--checkpoint", help="a log checkpoint saved earlier (the bytes of /log/checkpoint): prove the "
+                                   "registry at --url extends it, from tiles and proofs, without the database"),
+    log_key: Optional[str] = typer.Option(
+        None, "--log-key", help="with --checkpoint: the log's verifier key (`modelreg keys export`); default the "
+                                "one the registry serves, which must have signed the saved checkpoint"),
+    save: Optional[Path] = typer.Option(None, "--save", help="with --checkpoint: keep the log's current "
+                                                             "checkpoint here once it is proven"),
+    url: Optional[str] = typer.Option(None, "--url", envvar="MODELREG_URL", help="with --checkpoint: the registry"),
     as_json: bool = JsonOpt,
 ) -> None:
     """Recompute the audit chain in the database; name the first altered, removed or reordered event.
 
     With --checkpoints, also check each checkpoint's signature and that the chain still reaches every
-    checkpointed event with the signed hash: a cut or recomputed chain fails.
+    checkpointed event with the signed hash: a cut or recomputed chain fails. With --checkpoint, prove
+    instead that the registry's verifiable log today extends a log checkpoint saved earlier.
     """
+    if log_checkpoint is not None:
+        _verify_log_checkpoint(log_checkpoint, log_key, save, url, as_json)
+        return
     from registry import audit
     from registry.bootstrap import bootstrap
 
@@ -46,6 +59,24 @@ def audit_verify(
     _emit({"ok": True, "events": report.events, "head_hash": report.head_hash,
            "checkpoints": report.checkpoints},
           as_json, f"audit log intact: {report.events} events, head {report.head_hash}{held}")
+
+
+def _verify_log_checkpoint(path: Path, log_key: Optional[str], save: Optional[Path], url: Optional[str],
+                           as_json: bool) -> None:
+    from registry import statefile
+    from registry.client.api import RegistryApi
+    from registry.client.log_audit import verify_log_extends
+
+    if not url:
+        raise CliError("no registry URL: pass --url or set MODELREG_URL (e.g. http://127.0.0.1:8080)")
+    if log_key is not None and Path(log_key).is_file():
+        log_key = Path(log_key).read_text().strip()
+    with RegistryApi(url, None) as api:
+        proven = verify_log_extends(api, path.read_bytes(), log_key)
+    if save is not None:
+        statefile.write_atomic(save, proven.checkpoint, mode=0o644)
+    _emit({"ok": True, "origin": proven.origin, "old_size": proven.old_size, "new_size": proven.new_size},
+          as_json, f"log {proven.origin} extends the saved checkpoint: size {proven.old_size} -> {proven.new_size}")
 
 
 def _local_settings(data_dir: Optional[Path]) -> Any:

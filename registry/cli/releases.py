@@ -109,12 +109,20 @@ def keys_list(url: str = UrlOpt, token: str = TokenOpt, as_json: bool = JsonOpt)
 
 @keys_app.command("export")
 def keys_export(output: Path = typer.Option(Path("registry.pub"), "--output", "-o"),
+                log_output: Optional[Path] = typer.Option(
+                    None, "--log-output", help="also write the audit log's verifier key (one line) here"),
                 url: str = UrlOpt, token: str = TokenOpt, as_json: bool = JsonOpt) -> None:
-    """Write the registry's public key PEM (for `model_signing verify key --public_key`)."""
+    """Write the registry's public key PEM (for `model_signing verify key --public_key`), and print the
+    audit log's signed-note verifier key (`<origin>+<hex id>+<base64>`, for `audit verify --checkpoint`)."""
     with _client(url, token) as client:
         keys = client.keys()
     statefile.write_atomic(output, keys["keys"][0]["public_key_pem"].encode(), mode=0o644)
-    _emit({"written": str(output), "key_id": keys["keys"][0]["key_id"]}, as_json, f"wrote {output}")
+    log = keys.get("log") or {}
+    if log_output is not None and log:
+        statefile.write_atomic(log_output, (log["verifier_key"] + "\n").encode(), mode=0o644)
+    lines = [f"wrote {output}", *([f"log key {log['verifier_key']}"] if log else [])]
+    _emit({"written": str(output), "key_id": keys["keys"][0]["key_id"],
+           "log_origin": log.get("origin"), "log_verifier_key": log.get("verifier_key")}, as_json, lines)
 
 
 @keys_app.command("rotate")

@@ -278,6 +278,20 @@ class RegistryApi:
     def keys(self) -> dict[str, Any]:
         return self.client.get("/v1/keys")
 
+    def log_checkpoint(self) -> bytes:
+        """The verifiable audit log's newest signed checkpoint (a C2SP signed note)."""
+        return self.client.get_bytes("/log/checkpoint", limit=1 << 20)
+
+    def log_tile(self, tile: Any) -> bytes:
+        """A tile (a ``registry.tlog.tiles.Tile``) of the verifiable audit log: at most 256 hashes."""
+        return self.client.get_bytes(f"/log/{tile.path}", limit=256 * 32)
+
+    def log_consistency(self, first: int, second: int) -> dict[str, Any]:
+        return self.client.get("/log/proof/consistency", params={"first": first, "second": second})
+
+    def log_inclusion(self, index: int, size: int) -> dict[str, Any]:
+        return self.client.get("/log/proof/inclusion", params={"index": index, "size": size})
+
     def audit_checkpoints(self, after: int, limit: int) -> list[dict[str, Any]]:
         return self.client.get("/v1/audit/checkpoints", params={"after": after, "limit": limit})
 

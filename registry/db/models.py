@@ -19,6 +19,7 @@ from sqlalchemy import (
     Integer,
     LargeBinary,
     MetaData,
+    SmallInteger,
     String,
     Text,
     TypeDecorator,
@@ -368,6 +369,40 @@ class AuditCheckpoint(Base):
         """The served form; only ``envelope`` is signed, the other fields repeat it for reading."""
         return {"id": self.id, "event_id": self.event_id, "event_hash": self.event_hash,
                 "at": self.at.isoformat(), "key_id": self.key_id, "envelope": self.envelope}
+
+
+class LogTile(Base):
+    """One C2SP tlog-tiles tile of the verifiable audit log (ADR 0011), at its widest width so far.
+
+    ``level`` is the tile level (0: leaf hashes); level -1 holds the entries of level-0 tile ``index``: the
+    32-byte commitments (``registry.audit.event_commitment``). ``data`` is ``width`` concatenated 32-byte
+    values; a partial tile only ever grows, so every narrower partial tile of the same index is its prefix.
+    """
+
+    __tablename__ = "log_tiles"
+
+    level: Mapped[int] = mapped_column(SmallInteger, primary_key=True, autoincrement=False)
+    index: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=False)
+    width: Mapped[int] = mapped_column(SmallInteger)
+    data: Mapped[bytes] = mapped_column(LargeBinary)
+
+
+class LogHead(Base):
+    """The verifiable audit log's head (one row): the integrated size, its root and right edge, and the
+    newest signed checkpoint. Its lock serializes integration (``registry.services.tlog``)."""
+
+    __tablename__ = "log_head"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=False)
+    # The checkpoint origin, fixed at the first checkpoint: it names the log, whatever the host is later.
+    origin: Mapped[str | None] = mapped_column(String(255))
+    size: Mapped[int] = mapped_column(BigInteger)
+    root: Mapped[bytes] = mapped_column(LargeBinary)
+    # The roots of the perfect subtrees covering the tree (merkle.CompactRange), concatenated.
+    edge: Mapped[bytes] = mapped_column(LargeBinary)
+    checkpoint: Mapped[str | None] = mapped_column(Text)
+    checkpoint_size: Mapped[int] = mapped_column(BigInteger)
+    checkpoint_at: Mapped[dt.datetime | None]
 
 
 class ScanResult(Base):

@@ -662,6 +662,38 @@ class InvalidTileError(InvalidInputError):
         self.reason = reason
 
 
+class LogTileNotFoundError(NotFoundError):
+    """No such tile or entry bundle in the log: a path that is not a tlog-tiles path (``details['reason']``),
+    or a tile of a tree larger than the log has integrated."""
+
+    code = "log-tile-not-found"
+
+    def __init__(self, path: str, reason: str = "the log has no such tile yet") -> None:
+        super().__init__(f"no tile {path!r}: {reason}", path=path, reason=reason)
+
+
+class LogCheckpointNotFoundError(NotFoundError):
+    """The log has signed no checkpoint yet."""
+
+    code = "log-checkpoint-not-found"
+
+
+class LogTreeNotFoundError(NotFoundError):
+    """A proof asked of a tree larger than the log has integrated (``details['size']``, ``details['log_size']``)."""
+
+    code = "log-tree-not-found"
+
+    def __init__(self, size: int, log_size: int) -> None:
+        super().__init__(f"the log has no tree of size {size} (it has {log_size} leaves)", size=size,
+                         log_size=log_size)
+
+
+class LogProofRequestError(InvalidInputError):
+    """A proof request that names no proof: a leaf outside the tree, sizes backwards or negative."""
+
+    code = "log-proof-request-invalid"
+
+
 # --- the OCI distribution endpoint (/v2) ------------------------------------------------------
 
 

@@ -251,6 +251,10 @@ class CompactRange:
         self.size += 1
         return completed
 
+    def hashes(self) -> list[bytes]:
+        """The edge itself: the hashes of ``perfect_subtrees(0, size)``, left to right (what to store)."""
+        return list(self._edge)
+
     def root(self) -> bytes:
         """MTH(D[0:size])."""
         return _fold(self._edge) if self._edge else EMPTY_ROOT

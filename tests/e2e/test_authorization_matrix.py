@@ -129,6 +129,11 @@ RULES: dict[tuple[str, str], Rule] = {
     ("GET", "/v1/keys"): Rule(PUBLIC, 200),
     ("GET", "/v1/trust-root"): Rule(PUBLIC, 200),
     ("GET", "/v1/trust-root/{version}"): Rule(PUBLIC, 200, path={"version": lambda w, t: "1"}),
+    # The verifiable audit log: commitments only, public. The matrix's world has not integrated its log yet.
+    ("GET", "/log/checkpoint"): Rule(PUBLIC, 404),
+    ("GET", "/log/tile/{path:path}"): Rule(PUBLIC, 404, path={"path": lambda w, t: "0/000"}),
+    ("GET", "/log/proof/inclusion"): Rule(PUBLIC, 404, lambda w, t: {"params": {"index": 0, "size": 1}}),
+    ("GET", "/log/proof/consistency"): Rule(PUBLIC, 200, lambda w, t: {"params": {"first": 0, "second": 0}}),
     ("GET", "/v1/blobs/sha256/{digest}"): Rule(PUBLIC, 200, lambda w, t: {"params": w.presigned(t)}),
     ("GET", "/v1/whoami"): Rule(AUTHENTICATED, 200),
     ("POST", "/v1/tenants"): Rule(ADMIN, 201, lambda w, t: {"json": {"name": w.fresh("tenant")}}),

@@ -25,6 +25,10 @@ SMOKE: dict[str, tuple[list[str], list[str]]] = {
                    r"round 1: time to all [\d.]+x"]),
     "fetch.py": (["--size-gb", "0.02", "--shards", "2", "--parallel", "2", "--rounds", "1", "--verify-runs", "1"],
                  [r"round 1: raw [\d.]+ s before", r"cold/raw [\d.]+", r"ratio of medians [\d.]+"]),
+    "log.py": (["--events", "600", "--appends", "40", "--rounds", "1", "--requests", "5"],
+               [r"baseline audit.append: \d+ events/s one event per transaction",
+                r"round 1: integrated 600 events in [\d.]+ s: \d+ events/s, [\d.]+x audit.append; inclusion p50 "
+                r"[\d.]+ ms p99 [\d.]+ ms; consistency p50 [\d.]+ ms p99 [\d.]+ ms; tiles [\d.]+ B/event"]),
     "manifest.py": (["--clients", "4", "--requests", "2", "--interval", "0.05", "--rounds", "1"],
                     [r"round 1: 8 requests in [\d.]+ s .*p99 [\d.]+ ms.* errors 0"]),
     "mirror.py": (["--size-gb", "0.02", "--shards", "2", "--rounds", "1", "--seal-repetitions", "2",
