@@ -1,0 +1,26 @@
+"""tenants.oci_anonymous_pull: an administrator may let callers without credentials pull a tenant's
+released versions through /v2 (off unless turned on)
+
+Revision ID: 0023
+Revises: 0021
+Create Date: 2026-12-02 16:00:00
+"""
+from typing import Sequence, Union
+
+from alembic import op
+import sqlalchemy as sa
+
+revision: str = "0023"
+down_revision: Union[str, None] = "0021"
+branch_labels: Union[str, Sequence[str], None] = None
+depends_on: Union[str, Sequence[str], None] = None
+
+
+def upgrade() -> None:
+    with op.batch_alter_table("tenants") as batch:
+        batch.add_column(sa.Column("oci_anonymous_pull", sa.Boolean(), nullable=False, server_default=sa.text("false")))
+
+
+def downgrade() -> None:
+    with op.batch_alter_table("tenants") as batch:
+        batch.drop_column("oci_anonymous_pull")
