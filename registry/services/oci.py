@@ -480,7 +480,8 @@ def referrers(session: Session, caller: OciCaller, tenant: str, name: str, diges
     return []
 
 
-def _every_referrer(session: Session, model: Model, blob_store: BlobStore) -> Iterator[tuple[Pulled, oci_referrers.Referrer]]:
+def _every_referrer(session: Session, model: Model,
+                    blob_store: BlobStore) -> Iterator[tuple[Pulled, oci_referrers.Referrer]]:
     """The referrers of every released version of ``model``, newest version first, built as they are asked."""
     for pulled in _released(session, model):
         for referrer in referrers_of(session, session.get(Version, pulled.version_id), _subject(pulled),
