@@ -192,7 +192,8 @@ def test_a_referrer_pull_is_no_model_pull(world):
 
 
 def _anonymous_refusal(r: httpx.Response, repository: str | None) -> None:
-    assert (r.status_code, r.json()["errors"][0]["code"]) == (401, "UNAUTHORIZED"), r.text
+    assert r.status_code == 401, (r.request.url, r.status_code, r.text[:200])
+    assert r.json()["errors"][0]["code"] == "UNAUTHORIZED", r.text
     if repository is not None:
         assert r.headers["www-authenticate"].endswith(f',scope="repository:{repository}:pull"')
 
