@@ -17,8 +17,9 @@ depends_on: Union[str, Sequence[str], None] = None
 
 
 def upgrade() -> None:
-    with op.batch_alter_table("tenants") as batch:
-        batch.add_column(sa.Column("oci_anonymous_pull", sa.Boolean(), nullable=False, server_default=sa.text("false")))
+    # A plain ADD COLUMN: a batch copy of tenants would drop a table every other table refers to (SQLite).
+    op.add_column("tenants", sa.Column("oci_anonymous_pull", sa.Boolean(), nullable=False,
+                                       server_default=sa.text("false")))
 
 
 def downgrade() -> None:
