@@ -45,6 +45,12 @@ class TenantCreate(Strict):
 class TenantPublic(BaseModel):
     name: str
     created_at: dt.datetime
+    oci_anonymous_pull: bool = False
+    """Whether callers without credentials may pull its released versions through ``/v2`` (docs/oci.md)."""
+
+
+class TenantAnonymousPullUpdate(Strict):
+    enabled: StrictBool
 
 
 class PrincipalCreate(Strict):

@@ -5,13 +5,14 @@ from __future__ import annotations
 from fastapi import APIRouter, status
 
 from api.deps import ContainerDep, PrincipalDep, SessionDep
-from api.params import PrincipalName, RowId
+from api.params import PrincipalName, RowId, TenantName
 from api.problems import AUTHENTICATED, responses
 from api.schemas import (
     PrincipalCreate,
     PrincipalPublic,
     RoleBindingPublic,
     RoleGrant,
+    TenantAnonymousPullUpdate,
     TenantCreate,
     TenantPublic,
     TokenCreate,
@@ -19,7 +20,7 @@ from api.schemas import (
     TokenPublic,
     WhoAmI,
 )
-from registry.db.models import Principal
+from registry.db.models import Principal, Tenant
 from registry.domain.errors import AlreadyExistsError, AuthenticationError, InvalidInputError, NotFoundError
 from registry.services import identity
 
@@ -44,13 +45,24 @@ def whoami(principal: PrincipalDep) -> WhoAmI:
 @router.post("/tenants", response_model=TenantPublic, status_code=status.HTTP_201_CREATED,
              responses=responses(*AUTHENTICATED, AlreadyExistsError))
 def create_tenant(body: TenantCreate, session: SessionDep, principal: PrincipalDep) -> TenantPublic:
-    tenant = identity.create_tenant(session, principal, body.name)
-    return TenantPublic(name=tenant.name, created_at=tenant.created_at)
+    return _tenant_public(identity.create_tenant(session, principal, body.name))
 
 
 @router.get("/tenants", response_model=list[TenantPublic], responses=responses(*AUTHENTICATED))
 def list_tenants(session: SessionDep, principal: PrincipalDep) -> list[TenantPublic]:
-    return [TenantPublic(name=t.name, created_at=t.created_at) for t in identity.list_tenants(session, principal)]
+    return [_tenant_public(t) for t in identity.list_tenants(session, principal)]
+
+
+@router.put("/tenants/{tenant}/oci-anonymous-pull", response_model=TenantPublic,
+            responses=responses(*AUTHENTICATED, NotFoundError))
+def put_oci_anonymous_pull(tenant: TenantName, body: TenantAnonymousPullUpdate, session: SessionDep,
+                           principal: PrincipalDep) -> TenantPublic:
+    """Let callers without credentials pull the tenant's released versions through ``/v2`` (administrators)."""
+    return _tenant_public(identity.set_oci_anonymous_pull(session, principal, tenant, body.enabled))
+
+
+def _tenant_public(t: Tenant) -> TenantPublic:
+    return TenantPublic(name=t.name, created_at=t.created_at, oci_anonymous_pull=t.oci_anonymous_pull)
 
 
 @router.post("/principals", response_model=PrincipalPublic, status_code=status.HTTP_201_CREATED,

@@ -29,13 +29,14 @@ from registry.auth import authenticate, token_id_of
 from registry.domain import errors
 from registry.domain.errors import AuthenticationError, RegistryError
 from registry.domain.modelpack import OCI_MANIFEST
+from registry.domain.oci_referrers import OCI_INDEX, index
 from registry.services import oci
 from registry.services.oci import OciCaller
 from registry.storage import LocalBlobStore
 
 API_VERSION = {"Docker-Distribution-API-Version": "registry/2.0"}
 ACCEPTABLE = {OCI_MANIFEST, "*/*", "application/*"}
-REPOSITORY_PATH = re.compile(r"\A/v2/([^/]+/[^/]+)/(?:manifests|blobs|tags)/")
+REPOSITORY_PATH = re.compile(r"\A/v2/([^/]+/[^/]+)/(?:manifests|blobs|tags|referrers)/")
 
 # The OCI error code of each error the service raises (the first matching class decides).
 OCI_CODES: list[tuple[type[RegistryError], str]] = [
@@ -141,7 +142,7 @@ def get_oci_caller(request: Request, session: SessionDep, container: ContainerDe
     """The caller: a pull token from ``/v2/token``, or a modelreg token (Bearer, or Basic's password)."""
     credentials = _credentials(request)
     if credentials is None:
-        raise AuthenticationError("authentication required: get a pull token from /v2/token")
+        return oci.anonymous_caller(session, request.path_params.get("tenant"))
     scheme, secret = credentials
     if scheme == "bearer" and oci.is_pull_token(secret):
         return oci.caller_of_pull_token(session, secret, key=container.oci_token_key, clock=container.clock)
@@ -162,8 +163,7 @@ def token(request: Request, session: SessionDep, container: ContainerDep,
     Basic's password (any user name) or as a Bearer token."""
     credentials = _credentials(request)
     if credentials is None:
-        return oci_error(401, "UNAUTHORIZED", "a modelreg token is needed (Basic password or Bearer)",
-                         {"WWW-Authenticate": 'Basic realm="modelreg"'})
+        return _anonymous_token(request, session, container, service)
     secret = credentials[1]
     try:
         principal = authenticate(session, secret, workload=container.workload_verifier)
@@ -174,6 +174,22 @@ def token(request: Request, session: SessionDep, container: ContainerDep,
     issued = oci.issue_pull_token(principal, token_id, request.query_params.getlist("scope"),
                                   service=service or request.url.netloc, key=container.oci_token_key,
                                   clock=container.clock, ttl_seconds=container.settings.oci_token_seconds)
+    return _token_answer(issued)
+
+
+def _anonymous_token(request: Request, session: SessionDep, container: ContainerDep,
+                     service: str | None) -> JSONResponse:
+    """A token without credentials: for the scopes' repositories of tenants open to anonymous pulls, else 401."""
+    issued = oci.issue_anonymous_pull_token(session, request.query_params.getlist("scope"),
+                                            service=service or request.url.netloc, key=container.oci_token_key,
+                                            clock=container.clock, ttl_seconds=container.settings.oci_token_seconds)
+    if issued is None:
+        return oci_error(401, "UNAUTHORIZED", "a modelreg token is needed (Basic password or Bearer)",
+                         {"WWW-Authenticate": 'Basic realm="modelreg"'})
+    return _token_answer(issued)
+
+
+def _token_answer(issued: oci.PullToken) -> JSONResponse:
     at = issued.issued_at.astimezone(dt.timezone.utc).isoformat().replace("+00:00", "Z")
     return JSONResponse({"token": issued.token, "access_token": issued.token, "expires_in": issued.expires_in,
                          "issued_at": at}, headers={"Cache-Control": "no-store"})
@@ -211,7 +227,7 @@ def get_manifest(tenant: TenantName, name: ModelName, reference: str, request: R
                  caller: CallerDep, container: ContainerDep,
                  accept: Annotated[str | None, Header(max_length=4096)] = None) -> Response:
     """A version's manifest by tag (version number, alias) or digest: the exact bytes its digest names."""
-    pulled = oci.manifest(session, caller, tenant, name, reference)
+    pulled = oci.manifest(session, caller, tenant, name, reference, blob_store=container.blob_store)
     if not _accepts_oci_manifest(accept):
         raise errors.OciManifestUnknownError(
             f"{tenant}/{name}", reference[:80], f"the manifest is {OCI_MANIFEST}, which Accept does not name")
@@ -235,8 +251,8 @@ def get_blob(tenant: TenantName, name: ModelName, digest: str, request: Request,
              caller: CallerDep, container: ContainerDep,
              range_header: Annotated[str | None, Header(alias="Range", max_length=200)] = None) -> Response:
     """A blob a released version of this repository references: a file's bytes from the store, a stored config,
-    or a tar layer generated around files' bytes."""
-    found = oci.blob(session, caller, tenant, name, digest)
+    a tar layer generated around files' bytes, or a referrer's document."""
+    found = oci.blob(session, caller, tenant, name, digest, blob_store=container.blob_store)
     requested = byte_range(range_header, found.size) if request.method == "GET" else None
     start, end = requested or (0, found.size)
     headers = {"Docker-Content-Digest": found.digest, "Content-Length": str(end - start), "Accept-Ranges": "bytes",
@@ -269,6 +285,19 @@ def get_blob(tenant: TenantName, name: ModelName, digest: str, request: Request,
 def _redirects_blobs(container: ContainerDep) -> bool:
     # A local store's presigned URLs point back at this API (/v1/blobs): streaming here is the shorter way.
     return container.settings.oci_blob_redirect and not isinstance(container.blob_store, LocalBlobStore)
+
+
+@router.get("/{tenant}/{name}/referrers/{digest}")
+def get_referrers(tenant: TenantName, name: ModelName, digest: str, session: SessionDep, caller: CallerDep,
+                  container: ContainerDep,
+                  artifact_type: Annotated[str | None, Query(alias="artifactType", max_length=255)] = None) -> Response:
+    """The referrers of a version's model manifest (its signature, ML-BOM, provenance, scan and eval reports):
+    an image index, filtered by ``artifactType`` when asked (and then saying so in ``OCI-Filters-Applied``)."""
+    found = oci.referrers(session, caller, tenant, name, digest, blob_store=container.blob_store)
+    artifact_type = artifact_type or None
+    headers = {"OCI-Filters-Applied": "artifactType"} if artifact_type is not None else {}
+    return Response(index(found, artifact_type=artifact_type), status_code=200, headers=headers,
+                    media_type=OCI_INDEX)
 
 
 # --- everything else -------------------------------------------------------------------------------

@@ -5,7 +5,7 @@ it runs in bounded batches that each commit (a migration would hold one transact
 block the deploy), and it is the one code path that builds the tree.
 
 Revision ID: 0024
-Revises: 0022
+Revises: 0023
 Create Date: 2026-12-02 16:00:00
 """
 from typing import Sequence, Union
@@ -14,7 +14,7 @@ from alembic import op
 import sqlalchemy as sa
 
 revision: str = "0024"
-down_revision: Union[str, None] = "0022"
+down_revision: Union[str, None] = "0023"
 branch_labels: Union[str, Sequence[str], None] = None
 depends_on: Union[str, Sequence[str], None] = None
 

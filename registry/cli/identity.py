@@ -6,7 +6,8 @@ from typing import Optional
 
 import typer
 
-from registry.cli._base import JsonOpt, TokenOpt, UrlOpt, _client, _emit, app, node_app, principal_app, tenant_app
+from registry.cli._base import (
+    CliError, JsonOpt, TokenOpt, UrlOpt, _client, _emit, app, node_app, principal_app, tenant_app)
 
 
 @app.command()
@@ -24,6 +25,21 @@ def tenant_create(name: str, url: str = UrlOpt, token: str = TokenOpt, as_json: 
     with _client(url, token) as client:
         created = client.create_tenant(name)
     _emit(created, as_json, f"created tenant {created['name']}")
+
+
+@tenant_app.command("anonymous-pull")
+def tenant_anonymous_pull(
+    name: str = typer.Argument(..., metavar="TENANT"),
+    setting: str = typer.Argument(..., metavar="on|off"),
+    url: str = UrlOpt, token: str = TokenOpt, as_json: bool = JsonOpt,
+) -> None:
+    """Let callers without credentials pull TENANT's released versions through /v2 (on), or stop them (off)."""
+    if setting not in ("on", "off"):
+        raise CliError(f"anonymous-pull is on or off, not {setting!r}")
+    with _client(url, token) as client:
+        tenant = client.set_oci_anonymous_pull(name, setting == "on")
+    _emit(tenant, as_json, f"anonymous pull through /v2 is {'on' if tenant['oci_anonymous_pull'] else 'off'} "
+                           f"for tenant {tenant['name']}")
 
 
 @tenant_app.command("list")

@@ -124,6 +124,9 @@ class RegistryApi:
     def tenants(self) -> list[dict[str, Any]]:
         return self.client.get("/v1/tenants")
 
+    def set_oci_anonymous_pull(self, tenant: str, enabled: bool) -> dict[str, Any]:
+        return self.client.put(f"/v1/tenants/{_seg(tenant)}/oci-anonymous-pull", json={"enabled": enabled})
+
     def create_principal(self, name: str, *, admin: bool = False) -> dict[str, Any]:
         return self.client.post("/v1/principals", json={"name": name, "is_admin": admin})
 

@@ -78,6 +78,9 @@ class Tenant(Base):
     id: Mapped[int] = mapped_column(BigId, primary_key=True)
     name: Mapped[str] = mapped_column(String(64), unique=True)
     created_at: Mapped[dt.datetime] = mapped_column(default=utcnow)
+    oci_anonymous_pull: Mapped[bool] = mapped_column(Boolean, default=False, server_default=text("false"))
+    """Whether callers without credentials may pull the tenant's released versions through ``/v2``
+    (an administrator turns it on: ``modelreg tenant anonymous-pull``; ``docs/oci.md``)."""
 
 
 class Principal(Base):

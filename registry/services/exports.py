@@ -35,6 +35,7 @@ import functools
 import hashlib
 import json
 import re
+import uuid
 from dataclasses import dataclass
 from importlib import metadata
 from typing import Any
@@ -138,7 +139,7 @@ def export(session: Session, principal: AuthenticatedPrincipal, tenant: str, nam
                                 "nothing to export", state=version.state)
     stem = f"{tenant}-{name}-{number}"
     if fmt == CYCLONEDX:
-        content = cyclonedx_bom(session, principal, version, blob_store=blob_store, clock=clock)
+        content = cyclonedx_bom(session, version, blob_store=blob_store, clock=clock)
         return Export(fmt, f"{CYCLONEDX_MEDIA_TYPE}; version=1.6", content, f"{stem}.cdx.json")
     statement = slsa_statement(session, version)
     _root, key = release_signer(session, keyring, expires_in=root_expiry, clock=clock)
@@ -150,9 +151,13 @@ def export(session: Session, principal: AuthenticatedPrincipal, tenant: str, nam
 # --- CycloneDX -------------------------------------------------------------------------------------
 
 
-def cyclonedx_bom(session: Session, principal: AuthenticatedPrincipal, version: Version, *, blob_store: BlobStore,
-                  clock: Clock) -> bytes:
+def cyclonedx_bom(session: Session, version: Version, *, blob_store: BlobStore, clock: Clock,
+                  serial_number: uuid.UUID | None = None) -> bytes:
     """The version's CycloneDX 1.6 ML-BOM, validated, as JSON bytes (the caller checked the principal).
+
+    Args:
+        serial_number: The BOM's serial number; None for a random one. With one given (and a clock that
+            stands still) the same rows give the same bytes, as an OCI referrer needs.
 
     Raises:
         BomSchemaError: the document fails the strict 1.6 schema.
@@ -162,8 +167,8 @@ def cyclonedx_bom(session: Session, principal: AuthenticatedPrincipal, version: 
     readme = licenses.read_readme(version, blob_store)
     front = licenses.front_matter(readme) if readme is not None else None
     card = front if isinstance(front, dict) else {}
-    _, eval_docs = evals.version_evals(session, principal, tenant, name, version.number)
-    scan_docs = {s["path"]: s for s in scans.version_scans(session, principal, version)}
+    eval_docs = [evals.result_doc(r) for r in evals.results_of(session, version)]
+    scan_docs = {s["path"]: s for s in scans.file_scans(session, version.files)}
 
     files = [Component(type=ComponentType.FILE, name=f.path, bom_ref=f"file:{f.path}",
                        hashes=[_sha256(f.sha256)], properties=_file_properties(f.size, scan_docs.get(f.path)))
@@ -174,7 +179,8 @@ def cyclonedx_bom(session: Session, principal: AuthenticatedPrincipal, version: 
         external_references=_upstream_refs(version), components=files,
         properties=_model_properties(session, version, facts, card, eval_docs))
     tool = Component(type=ComponentType.APPLICATION, name="modelreg", version=_modelreg_version())
-    bom = Bom(components=[model], metadata=BomMetaData(timestamp=clock.now(), tools=ToolRepository(components=[tool])))
+    bom = Bom(components=[model], metadata=BomMetaData(timestamp=clock.now(), tools=ToolRepository(components=[tool])),
+              **({"serial_number": serial_number} if serial_number is not None else {}))
     document = json.loads(JsonV1Dot6(bom).output_as_string())
     document["components"][0]["modelCard"] = model_card(facts, card, _body(readme), eval_docs)
     content = json.dumps(document, indent=2).encode()

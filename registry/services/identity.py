@@ -61,6 +61,24 @@ def list_tenants(session: Session, actor: AuthenticatedPrincipal) -> list[Tenant
     return list(session.scalars(select(Tenant).order_by(Tenant.name)))
 
 
+def set_oci_anonymous_pull(session: Session, actor: AuthenticatedPrincipal, name: str, enabled: bool) -> Tenant:
+    """Let callers without credentials pull the tenant's released versions through ``/v2`` (or stop them);
+    audited as ``tenant.oci_anonymous_pull``.
+
+    Raises:
+        PermissionDeniedError: only administrators change it.
+        TenantNotFoundError: no such tenant.
+    """
+    require_admin(actor)
+    begin_write(session)
+    tenant = get_tenant(session, name)
+    previous, tenant.oci_anonymous_pull = tenant.oci_anonymous_pull, bool(enabled)
+    audit.append(session, actor=actor.name, action="tenant.oci_anonymous_pull", subject=f"tenant/{name}",
+                 tenant=name, details={"enabled": bool(enabled), "previous": previous})
+    session.commit()
+    return tenant
+
+
 def create_principal(
     session: Session, actor: AuthenticatedPrincipal, name: str, *, is_admin: bool = False
 ) -> Principal:

@@ -21,7 +21,7 @@ current roles, so the pull token never outlives the rights it was issued under.
 Usage (a sketch, not run as a doctest)::
 
     caller = OciCaller(principal, repositories=None)
-    pulled = manifest(session, caller, "acme", "llm", "prod")
+    pulled = manifest(session, caller, "acme", "llm", "prod", blob_store=container.blob_store)
     pulled.artifact.manifest_digest
     # -> 'sha256:...'
 """
@@ -40,7 +40,7 @@ from sqlalchemy import literal, select
 from sqlalchemy.exc import IntegrityError as SAIntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 
-from registry.auth import AuthenticatedPrincipal, Permission, authenticate_token_id, load_principal
+from registry.auth import AuthenticatedPrincipal, Permission, Role, authenticate_token_id, load_principal
 from registry.clock import Clock
 from registry.db.models import (
     Alias,
@@ -55,7 +55,7 @@ from registry.db.models import (
     VersionFile,
     utcnow,
 )
-from registry.domain import modelpack
+from registry.domain import modelpack, oci_referrers
 from registry.domain.errors import (
     AuthenticationError,
     InvalidInputError,
@@ -74,6 +74,7 @@ from registry.jobs import DEAD, JobKind, enqueue_job
 from registry.storage.base import BlobStore
 from registry.domain.states import VersionState
 from registry.services import hf, loaders
+from registry.services.oci_referrers import referrers_of
 
 MAX_PAGE = 1000
 """The most tags or repositories one listing answers (``n`` above it is refused)."""
@@ -85,8 +86,14 @@ MAX_SCOPES = 32
 TOKEN_KID = "modelreg-oci-pull"
 TOKEN_ISSUER = "modelreg"
 HF_SOURCE_KIND = "hf"
+REFERRER_SHAPE = "referrer"
+"""The shape a referrer's manifest is served as (never stored: built from the documents as they are now)."""
 IMAGE_SUFFIX = "-image"
 """A tag ending so names the image shape of what the rest names (``3-image``, ``prod-image``): ADR 0012."""
+ANONYMOUS = "(anonymous)"
+"""Who a caller without credentials is, where a tenant lets one pull (no principal's name can be this)."""
+ANONYMOUS_ID = 0
+"""The principal id of an anonymous pull token (no principal row has it: ids start at 1)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,6 +125,8 @@ class Pulled:
     version_id: int
     number: int
     artifact: StoredArtifact
+    referrer: bool = False
+    """A referrer of the version's model manifest (a document of it), not the model itself: no pull is counted."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -231,6 +240,8 @@ def caller_of_pull_token(session: Session, token: str, *, key: bytes, clock: Clo
     access = claims["access"]
     if not isinstance(access, list) or not all(isinstance(a, dict) and isinstance(a.get("name"), str) for a in access):
         raise PullTokenRejectedError("pull token refused: malformed access")
+    if claims["pid"] == ANONYMOUS_ID and claims.get("sub") == ANONYMOUS:
+        return _anonymous_caller_of(session, [a["name"] for a in access])
     principal = _principal_behind(session, claims)
     session.rollback()
     return OciCaller(principal, frozenset(a["name"] for a in access), catalog=claims.get("catalog") is True)
@@ -258,10 +269,11 @@ def _principal_behind(session: Session, claims: dict[str, Any]) -> Authenticated
 # --- manifests -------------------------------------------------------------------------------------
 
 
-def manifest(session: Session, caller: OciCaller, tenant: str, name: str, reference: str) -> Pulled:
+def manifest(session: Session, caller: OciCaller, tenant: str, name: str, reference: str, *,
+             blob_store: BlobStore) -> Pulled:
     """The artifact ``reference`` names in ``tenant/name``: a version number or an alias (as it resolves for
     the caller, canary included), either with ``-image`` for the image shape, or the ``sha256:`` digest of a
-    stored manifest (one indexed query).
+    stored manifest (one indexed query) or of a referrer of one.
 
     Raises:
         PullScopeDeniedError, PermissionDeniedError: see :func:`require_pull`.
@@ -279,9 +291,12 @@ def manifest(session: Session, caller: OciCaller, tenant: str, name: str, refere
             select(OciArtifact, Version.number).join(Version, OciArtifact.version_id == Version.id)
             .where(OciArtifact.model_id == model.id, OciArtifact.manifest_digest == reference,
                    Version.id.in_(_released_ids(model)))).first()
-        if row is None:
-            raise OciManifestUnknownError(repository, reference, "no released version has this manifest")
-        return _as_pulled(repository, row[0], row[1])
+        if row is not None:
+            return _as_pulled(repository, row[0], row[1])
+        referrer = _referrer_manifest(session, model, reference, blob_store)
+        if referrer is not None:
+            return referrer
+        raise OciManifestUnknownError(repository, reference, "no released version has this manifest")
     if not TAG_RE.match(reference):
         raise OciManifestUnknownError(repository, reference[:80], "not a tag or a digest")
     tag, shape = (reference.removesuffix(IMAGE_SUFFIX), modelpack.IMAGE) if reference.endswith(IMAGE_SUFFIX) \
@@ -298,6 +313,8 @@ def manifest(session: Session, caller: OciCaller, tenant: str, name: str, refere
 
 def record_pull(session: Session, caller: OciCaller, pulled: Pulled, *, clock: Clock) -> None:
     """Count one manifest pull by the caller (provenance: ``modelreg provenance nodes``), and commit."""
+    if pulled.referrer:
+        return
     hf.count_download(session, caller.principal, pulled.version_id, channel="oci", clock=clock)
 
 
@@ -480,9 +497,11 @@ def _store_raw_if_cheap(session: Session, version: Version) -> OciArtifact | Non
 # --- blobs -----------------------------------------------------------------------------------------
 
 
-def blob(session: Session, caller: OciCaller, tenant: str, name: str, digest: str) -> BlobRef:
-    """The blob ``digest`` of ``tenant/name``: a file of one of its released versions, a stored config, or
-    a tar layer of a stored artifact (generated from the files when read).
+def blob(session: Session, caller: OciCaller, tenant: str, name: str, digest: str, *,
+         blob_store: BlobStore) -> BlobRef:
+    """The blob ``digest`` of ``tenant/name``: a file of one of its released versions, a stored config, a
+    tar layer of a stored artifact (generated from the files when read), or a document (or the empty config)
+    of one of their referrers.
 
     Raises:
         PullScopeDeniedError, PermissionDeniedError: see :func:`require_pull`.
@@ -513,6 +532,9 @@ def blob(session: Session, caller: OciCaller, tenant: str, name: str, digest: st
     if layer is not None:
         tar = _tar_layer(session, layer[0], layer[1])
         return BlobRef(digest, tar.size, sha256, tar=tar)
+    found = _referrer_blob(session, model, digest, blob_store)
+    if found is not None:
+        return found
     raise OciBlobUnknownError(repository, digest)
 
 
@@ -614,3 +636,129 @@ def _limit(n: int | None) -> int:
     if not 0 <= n <= MAX_PAGE:
         raise InvalidInputError(f"n must be between 0 and {MAX_PAGE}", field="n", value=n)
     return n
+
+
+# --- referrers -------------------------------------------------------------------------------------
+
+
+def referrers(session: Session, caller: OciCaller, tenant: str, name: str, digest: str, *,
+              blob_store: BlobStore) -> list[oci_referrers.Referrer]:
+    """The referrers of the model manifest ``digest`` in ``tenant/name`` (its documents as artifacts); none
+    when no released version of the repository has that manifest (the spec answers an empty list, not 404).
+
+    Raises:
+        PullScopeDeniedError, PermissionDeniedError: see :func:`require_pull`.
+        TenantNotFoundError, ModelNotFoundError: no such repository.
+        InvalidInputError: not a ``sha256:`` digest.
+    """
+    require_pull(caller, tenant, name)
+    model = loaders.load_model_unchecked(session, tenant, name)
+    if not DIGEST_RE.match(digest):
+        raise InvalidInputError(f"{digest[:80]!r} is not a sha256:<64 hex> digest", field="digest")
+    for pulled in _released_raw(session, model, manifest_digest=digest):
+        return list(referrers_of(session, session.get(Version, pulled.version_id), _subject(pulled),
+                                 blob_store=blob_store))
+    return []
+
+
+def _released_raw(session: Session, model: Model, *, manifest_digest: str | None = None) -> Iterator[Pulled]:
+    """The stored raw shapes of ``model``'s released versions (the referrers' subjects), newest first."""
+    query = (select(OciArtifact, Version.number).join(Version, OciArtifact.version_id == Version.id)
+             .where(OciArtifact.model_id == model.id, OciArtifact.shape == modelpack.RAW,
+                    Version.id.in_(_released_ids(model))).order_by(Version.number.desc()))
+    if manifest_digest is not None:
+        query = query.where(OciArtifact.manifest_digest == manifest_digest)
+    repository = f"{model.tenant.name}/{model.name}"
+    for row, number in session.execute(query).all():
+        yield _as_pulled(repository, row, number)
+
+
+def _every_referrer(session: Session, model: Model,
+                    blob_store: BlobStore) -> Iterator[tuple[Pulled, oci_referrers.Referrer]]:
+    """The referrers of every released version of ``model``, newest version first, built as they are asked."""
+    for pulled in _released_raw(session, model):
+        for referrer in referrers_of(session, session.get(Version, pulled.version_id), _subject(pulled),
+                                     blob_store=blob_store):
+            yield pulled, referrer
+
+
+def _subject(pulled: Pulled) -> oci_referrers.Subject:
+    return oci_referrers.Subject(pulled.artifact.manifest_digest, len(pulled.artifact.manifest_bytes))
+
+
+def _referrer_manifest(session: Session, model: Model, digest: str, blob_store: BlobStore) -> Pulled | None:
+    for pulled, referrer in _every_referrer(session, model, blob_store):
+        if referrer.manifest_digest == digest:
+            artifact = StoredArtifact(REFERRER_SHAPE, modelpack.OCI_MANIFEST, referrer.manifest_bytes,
+                                      referrer.manifest_digest, oci_referrers.EMPTY_DIGEST)
+            return Pulled(pulled.repository, pulled.version_id, pulled.number, artifact, referrer=True)
+    return None
+
+
+def _referrer_blob(session: Session, model: Model, digest: str, blob_store: BlobStore) -> BlobRef | None:
+    for _pulled, referrer in _every_referrer(session, model, blob_store):
+        # Every referrer's config is the empty descriptor: any released version makes it this repository's.
+        for data, found in ((oci_referrers.EMPTY_BYTES, oci_referrers.EMPTY_DIGEST),
+                            (referrer.layer_bytes, referrer.layer_digest)):
+            if found == digest:
+                return BlobRef(digest, len(data), digest.removeprefix("sha256:"), data)
+    return None
+
+
+# --- anonymous pull --------------------------------------------------------------------------------
+
+
+def anonymous_caller(session: Session, tenant: str | None) -> OciCaller:
+    """A caller without credentials on a request naming ``tenant``: a serving node of that tenant alone,
+    where an administrator turned anonymous pull on for it (``tenants.oci_anonymous_pull``); never the
+    catalog, and nothing of any other tenant.
+
+    Raises:
+        AuthenticationError: the request names no repository, or its tenant (if it exists) keeps pulls to
+            callers with credentials: the answer that sends a client to ``/v2/token``.
+    """
+    opened = _anonymous_tenants(session, [tenant] if tenant is not None else [])
+    session.rollback()
+    if not opened:
+        raise AuthenticationError("authentication required: get a pull token from /v2/token")
+    return OciCaller(_anonymous_principal(opened), catalog=False)
+
+
+def issue_anonymous_pull_token(session: Session, scopes: list[str], *, service: str, key: bytes, clock: Clock,
+                               ttl_seconds: int) -> PullToken | None:
+    """A pull token without credentials, for the repositories of ``scopes`` whose tenant lets anyone pull;
+    None when none of them does (the caller answers 401). Each use checks the tenants again.
+
+    Raises:
+        InvalidInputError: a malformed scope, or too many.
+    """
+    parts = [part for scope in scopes for part in scope.split(" ")[:MAX_SCOPES + 1]][:MAX_SCOPES + 1]
+    named = [m[1].split("/")[0] for m in map(SCOPE_RE.match, parts) if m is not None]
+    opened = _anonymous_tenants(session, named)
+    session.rollback()
+    if not opened:
+        return None
+    return issue_pull_token(_anonymous_principal(opened), None, scopes, service=service, key=key, clock=clock,
+                            ttl_seconds=ttl_seconds)
+
+
+def _anonymous_caller_of(session: Session, repositories: list[str]) -> OciCaller:
+    """The caller an anonymous pull token stands for now: its repositories whose tenant is still open."""
+    opened = _anonymous_tenants(session, [r.split("/")[0] for r in repositories])
+    session.rollback()
+    granted = frozenset(r for r in repositories if r.split("/")[0] in opened)
+    return OciCaller(_anonymous_principal(opened), granted, catalog=False)
+
+
+def _anonymous_tenants(session: Session, tenants: list[str]) -> frozenset[str]:
+    """Those of ``tenants`` whose administrator turned anonymous pull on."""
+    names = sorted(set(tenants))[:MAX_SCOPES]
+    if not names:
+        return frozenset()
+    return frozenset(session.scalars(select(Tenant.name).where(Tenant.name.in_(names),
+                                                               Tenant.oci_anonymous_pull.is_(True))))
+
+
+def _anonymous_principal(tenants: frozenset[str]) -> AuthenticatedPrincipal:
+    # A node (fetch) in each open tenant and no other: every check of a pull then holds as for a node.
+    return AuthenticatedPrincipal(ANONYMOUS_ID, ANONYMOUS, False, {t: frozenset({(Role.NODE, "")}) for t in tenants})

@@ -138,6 +138,8 @@ RULES: dict[tuple[str, str], Rule] = {
     ("GET", "/v1/whoami"): Rule(AUTHENTICATED, 200),
     ("POST", "/v1/tenants"): Rule(ADMIN, 201, lambda w, t: {"json": {"name": w.fresh("tenant")}}),
     ("GET", "/v1/tenants"): Rule(ADMIN, 200),
+    # Off, so that the matrix's anonymous callers stay refused on /v2 (tests/integration/test_oci_referrers.py: on).
+    ("PUT", "/v1/tenants/{tenant}/oci-anonymous-pull"): Rule(ADMIN, 200, lambda w, t: {"json": {"enabled": False}}),
     ("POST", "/v1/principals"): Rule(ADMIN, 201, lambda w, t: {"json": {"name": w.fresh("principal")}}),
     ("GET", "/v1/principals/{name}"): Rule(ADMIN, 200, path={"name": "target"}),
     ("POST", "/v1/principals/{name}/roles"): Rule(ADMIN, 201, lambda w, t: {"json": {"tenant": t, "role": "auditor"}},
@@ -236,6 +238,9 @@ RULES: dict[tuple[str, str], Rule] = {
                                                         path={"digest": lambda w, t: NOTES_DIGEST}),
     ("HEAD", "/v2/{tenant}/{name}/blobs/{digest}"): Rule("read|fetch", 200, lambda w, t: w.released(t),
                                                          path={"digest": lambda w, t: NOTES_DIGEST}),
+    # Referrers of a digest no released version has: an empty index (the spec's 200, never a 404).
+    ("GET", "/v2/{tenant}/{name}/referrers/{digest}"): Rule("read|fetch", 200, lambda w, t: w.released(t),
+                                                            path={"digest": lambda w, t: NOTES_DIGEST}),
     ("GET", "/v2/{rest:path}"): Rule(PUBLIC, 404, path={"rest": lambda w, t: f"{t}/a/b/manifests/1"}),
     ("HEAD", "/v2/{rest:path}"): Rule(PUBLIC, 404, path={"rest": lambda w, t: f"{t}/a/b/manifests/1"}),
     **{(method, path): Rule(PUBLIC, 405, path={"rest": lambda w, t: f"{t}/model-{t}/manifests/1"})

@@ -269,6 +269,26 @@ def oci_blob_probe(method: str) -> Callable[[World], None]:
     return probe
 
 
+def oci_referrers_probe(w: World) -> None:
+    """globex's node asks for the referrers of acme's manifest, under acme's repository and under its own:
+    denied as for a repository nobody has, and an empty index as for a digest nobody has."""
+    def ask(tenant: str, name: str, digest: str):
+        return w.client.get(f"/v2/{tenant}/{name}/referrers/{digest}", headers=w.auth(f"{B}-node"))
+
+    digest = w.client.head(f"/v2/{A}/{M}/manifests/prod", headers=w.auth(f"{A}-node")).headers["Docker-Content-Digest"]
+    own = w.client.get(f"/v2/{A}/{M}/referrers/{digest}", headers=w.auth(f"{A}-node"))
+    assert own.status_code == 200 and own.json()["manifests"], own.text[:300]
+    held, nobody = ask(A, M, digest), ask(A, "nobody-has-this", digest)
+    _oci_error(held, 403, "DENIED")
+    assert (held.status_code, held.content) == (nobody.status_code, nobody.content)
+    held, never = ask(B, M, digest), ask(B, M, f"sha256:{NEVER}")
+    assert held.status_code == 200 and held.content == never.content and held.json()["manifests"] == []
+    # Nor is one of acme's referrers a manifest of globex's repository.
+    referrer = own.json()["manifests"][0]["digest"]
+    r = w.client.get(f"/v2/{B}/{M}/manifests/{referrer}", headers=w.auth(f"{B}-node"))
+    _oci_error(r, 404, "MANIFEST_UNKNOWN")
+
+
 CROSS_TENANT: dict[tuple[str, str], Callable[[World], None]] = {
     ("GET", "/v1/blobs/sha256/{digest}"): blob_get_probe,
     ("HEAD", "/v1/blobs/sha256/{digest}"): blob_head_probe,
@@ -290,6 +310,7 @@ CROSS_TENANT: dict[tuple[str, str], Callable[[World], None]] = {
     ("GET", "/ui/provenance"): console_provenance_probe,
     **{(method, "/v2/{tenant}/{name}/manifests/{reference}"): oci_manifest_probe(method) for method in ("GET", "HEAD")},
     **{(method, "/v2/{tenant}/{name}/blobs/{digest}"): oci_blob_probe(method) for method in ("GET", "HEAD")},
+    ("GET", "/v2/{tenant}/{name}/referrers/{digest}"): oci_referrers_probe,
 }
 
 

@@ -249,7 +249,9 @@ def test_every_write_method_is_unsupported(world):
             r = http.request(method, path, content=b"{}")
             assert r.status_code == 405, (method, path)
             assert r.json()["errors"][0]["code"] == "UNSUPPORTED"
-    with pytest.raises(ValueError, match="UNSUPPORTED"):
+    # oras finds the empty config blob present (the referrers' config, docs/oci.md), skips its upload and
+    # is refused at the manifest's PUT, whose 405 it reports by its reason phrase.
+    with pytest.raises(ValueError, match="UNSUPPORTED|Method Not Allowed"):
         _oras(w, w.node).push(target=f"{w.host}/{REPO}:pushed", files=[])
     with w.http(w.node) as http:
         assert http.get(f"/v2/{REPO}/manifests/1").status_code == 200
