@@ -30,7 +30,7 @@ from registry.domain import errors
 from registry.domain.errors import AuthenticationError, RegistryError
 from registry.domain.modelpack import OCI_MANIFEST
 from registry.domain.oci_referrers import OCI_INDEX, index
-from registry.services import oci
+from registry.services import oci, oci_referrers
 from registry.services.oci import OciCaller
 from registry.storage import LocalBlobStore
 
@@ -227,7 +227,8 @@ def get_manifest(tenant: TenantName, name: ModelName, reference: str, request: R
                  caller: CallerDep, container: ContainerDep,
                  accept: Annotated[str | None, Header(max_length=4096)] = None) -> Response:
     """A version's manifest by tag (version number, alias) or digest: the exact bytes its digest names."""
-    pulled = oci.manifest(session, caller, tenant, name, reference, blob_store=container.blob_store)
+    pulled = oci_referrers.manifest_or_referrer(session, caller, tenant, name, reference,
+                                                blob_store=container.blob_store)
     if not _accepts_oci_manifest(accept):
         raise errors.OciManifestUnknownError(
             f"{tenant}/{name}", reference[:80], f"the manifest is {OCI_MANIFEST}, which Accept does not name")
@@ -252,7 +253,7 @@ def get_blob(tenant: TenantName, name: ModelName, digest: str, request: Request,
              range_header: Annotated[str | None, Header(alias="Range", max_length=200)] = None) -> Response:
     """A blob a released version of this repository references: a file's bytes from the store, a stored config,
     a tar layer generated around files' bytes, or a referrer's document."""
-    found = oci.blob(session, caller, tenant, name, digest, blob_store=container.blob_store)
+    found = oci_referrers.blob_or_referrer(session, caller, tenant, name, digest, blob_store=container.blob_store)
     requested = byte_range(range_header, found.size) if request.method == "GET" else None
     start, end = requested or (0, found.size)
     headers = {"Docker-Content-Digest": found.digest, "Content-Length": str(end - start), "Accept-Ranges": "bytes",
@@ -293,7 +294,7 @@ def get_referrers(tenant: TenantName, name: ModelName, digest: str, session: Ses
                   artifact_type: Annotated[str | None, Query(alias="artifactType", max_length=255)] = None) -> Response:
     """The referrers of a version's model manifest (its signature, ML-BOM, provenance, scan and eval reports):
     an image index, filtered by ``artifactType`` when asked (and then saying so in ``OCI-Filters-Applied``)."""
-    found = oci.referrers(session, caller, tenant, name, digest, blob_store=container.blob_store)
+    found = oci_referrers.referrers(session, caller, tenant, name, digest, blob_store=container.blob_store)
     artifact_type = artifact_type or None
     headers = {"OCI-Filters-Applied": "artifactType"} if artifact_type is not None else {}
     return Response(index(found, artifact_type=artifact_type), status_code=200, headers=headers,

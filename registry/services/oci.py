@@ -21,7 +21,7 @@ current roles, so the pull token never outlives the rights it was issued under.
 Usage (a sketch, not run as a doctest)::
 
     caller = OciCaller(principal, repositories=None)
-    pulled = manifest(session, caller, "acme", "llm", "prod", blob_store=container.blob_store)
+    pulled = manifest(session, caller, "acme", "llm", "prod")
     pulled.artifact.manifest_digest
     # -> 'sha256:...'
 """
@@ -55,7 +55,7 @@ from registry.db.models import (
     VersionFile,
     utcnow,
 )
-from registry.domain import modelpack, oci_referrers
+from registry.domain import modelpack
 from registry.domain.errors import (
     AuthenticationError,
     InvalidInputError,
@@ -74,7 +74,6 @@ from registry.jobs import DEAD, JobKind, enqueue_job
 from registry.storage.base import BlobStore
 from registry.domain.states import VersionState
 from registry.services import hf, loaders
-from registry.services.oci_referrers import referrers_of
 
 MAX_PAGE = 1000
 """The most tags or repositories one listing answers (``n`` above it is refused)."""
@@ -269,11 +268,10 @@ def _principal_behind(session: Session, claims: dict[str, Any]) -> Authenticated
 # --- manifests -------------------------------------------------------------------------------------
 
 
-def manifest(session: Session, caller: OciCaller, tenant: str, name: str, reference: str, *,
-             blob_store: BlobStore) -> Pulled:
+def manifest(session: Session, caller: OciCaller, tenant: str, name: str, reference: str) -> Pulled:
     """The artifact ``reference`` names in ``tenant/name``: a version number or an alias (as it resolves for
     the caller, canary included), either with ``-image`` for the image shape, or the ``sha256:`` digest of a
-    stored manifest (one indexed query) or of a referrer of one.
+    stored manifest (one indexed query). Referrers: ``registry/services/oci_referrers.py``.
 
     Raises:
         PullScopeDeniedError, PermissionDeniedError: see :func:`require_pull`.
@@ -291,12 +289,9 @@ def manifest(session: Session, caller: OciCaller, tenant: str, name: str, refere
             select(OciArtifact, Version.number).join(Version, OciArtifact.version_id == Version.id)
             .where(OciArtifact.model_id == model.id, OciArtifact.manifest_digest == reference,
                    Version.id.in_(_released_ids(model)))).first()
-        if row is not None:
-            return _as_pulled(repository, row[0], row[1])
-        referrer = _referrer_manifest(session, model, reference, blob_store)
-        if referrer is not None:
-            return referrer
-        raise OciManifestUnknownError(repository, reference, "no released version has this manifest")
+        if row is None:
+            raise OciManifestUnknownError(repository, reference, "no released version has this manifest")
+        return _as_pulled(repository, row[0], row[1])
     if not TAG_RE.match(reference):
         raise OciManifestUnknownError(repository, reference[:80], "not a tag or a digest")
     tag, shape = (reference.removesuffix(IMAGE_SUFFIX), modelpack.IMAGE) if reference.endswith(IMAGE_SUFFIX) \
@@ -497,11 +492,10 @@ def _store_raw_if_cheap(session: Session, version: Version) -> OciArtifact | Non
 # --- blobs -----------------------------------------------------------------------------------------
 
 
-def blob(session: Session, caller: OciCaller, tenant: str, name: str, digest: str, *,
-         blob_store: BlobStore) -> BlobRef:
-    """The blob ``digest`` of ``tenant/name``: a file of one of its released versions, a stored config, a
-    tar layer of a stored artifact (generated from the files when read), or a document (or the empty config)
-    of one of their referrers.
+def blob(session: Session, caller: OciCaller, tenant: str, name: str, digest: str) -> BlobRef:
+    """The blob ``digest`` of ``tenant/name``: a file of one of its released versions, a stored config, or
+    a tar layer of a stored artifact (generated from the files when read). Referrers' documents:
+    ``registry/services/oci_referrers.py``.
 
     Raises:
         PullScopeDeniedError, PermissionDeniedError: see :func:`require_pull`.
@@ -532,9 +526,6 @@ def blob(session: Session, caller: OciCaller, tenant: str, name: str, digest: st
     if layer is not None:
         tar = _tar_layer(session, layer[0], layer[1])
         return BlobRef(digest, tar.size, sha256, tar=tar)
-    found = _referrer_blob(session, model, digest, blob_store)
-    if found is not None:
-        return found
     raise OciBlobUnknownError(repository, digest)
 
 
@@ -638,31 +629,12 @@ def _limit(n: int | None) -> int:
     return n
 
 
-# --- referrers -------------------------------------------------------------------------------------
+# --- what referrers are of ----------------------------------------------------------------------------
 
 
-def referrers(session: Session, caller: OciCaller, tenant: str, name: str, digest: str, *,
-              blob_store: BlobStore) -> list[oci_referrers.Referrer]:
-    """The referrers of the model manifest ``digest`` in ``tenant/name`` (its documents as artifacts); none
-    when no released version of the repository has that manifest (the spec answers an empty list, not 404).
-
-    Raises:
-        PullScopeDeniedError, PermissionDeniedError: see :func:`require_pull`.
-        TenantNotFoundError, ModelNotFoundError: no such repository.
-        InvalidInputError: not a ``sha256:`` digest.
-    """
-    require_pull(caller, tenant, name)
-    model = loaders.load_model_unchecked(session, tenant, name)
-    if not DIGEST_RE.match(digest):
-        raise InvalidInputError(f"{digest[:80]!r} is not a sha256:<64 hex> digest", field="digest")
-    for pulled in _released_raw(session, model, manifest_digest=digest):
-        return list(referrers_of(session, session.get(Version, pulled.version_id), _subject(pulled),
-                                 blob_store=blob_store))
-    return []
-
-
-def _released_raw(session: Session, model: Model, *, manifest_digest: str | None = None) -> Iterator[Pulled]:
-    """The stored raw shapes of ``model``'s released versions (the referrers' subjects), newest first."""
+def released_raw(session: Session, model: Model, *, manifest_digest: str | None = None) -> Iterator[Pulled]:
+    """The stored raw shapes of ``model``'s released versions (the referrers' subjects), newest first; only
+    the one of ``manifest_digest`` when given. The caller checked the pull (:func:`require_pull`)."""
     query = (select(OciArtifact, Version.number).join(Version, OciArtifact.version_id == Version.id)
              .where(OciArtifact.model_id == model.id, OciArtifact.shape == modelpack.RAW,
                     Version.id.in_(_released_ids(model))).order_by(Version.number.desc()))
@@ -671,38 +643,6 @@ def _released_raw(session: Session, model: Model, *, manifest_digest: str | None
     repository = f"{model.tenant.name}/{model.name}"
     for row, number in session.execute(query).all():
         yield _as_pulled(repository, row, number)
-
-
-def _every_referrer(session: Session, model: Model,
-                    blob_store: BlobStore) -> Iterator[tuple[Pulled, oci_referrers.Referrer]]:
-    """The referrers of every released version of ``model``, newest version first, built as they are asked."""
-    for pulled in _released_raw(session, model):
-        for referrer in referrers_of(session, session.get(Version, pulled.version_id), _subject(pulled),
-                                     blob_store=blob_store):
-            yield pulled, referrer
-
-
-def _subject(pulled: Pulled) -> oci_referrers.Subject:
-    return oci_referrers.Subject(pulled.artifact.manifest_digest, len(pulled.artifact.manifest_bytes))
-
-
-def _referrer_manifest(session: Session, model: Model, digest: str, blob_store: BlobStore) -> Pulled | None:
-    for pulled, referrer in _every_referrer(session, model, blob_store):
-        if referrer.manifest_digest == digest:
-            artifact = StoredArtifact(REFERRER_SHAPE, modelpack.OCI_MANIFEST, referrer.manifest_bytes,
-                                      referrer.manifest_digest, oci_referrers.EMPTY_DIGEST)
-            return Pulled(pulled.repository, pulled.version_id, pulled.number, artifact, referrer=True)
-    return None
-
-
-def _referrer_blob(session: Session, model: Model, digest: str, blob_store: BlobStore) -> BlobRef | None:
-    for _pulled, referrer in _every_referrer(session, model, blob_store):
-        # Every referrer's config is the empty descriptor: any released version makes it this repository's.
-        for data, found in ((oci_referrers.EMPTY_BYTES, oci_referrers.EMPTY_DIGEST),
-                            (referrer.layer_bytes, referrer.layer_digest)):
-            if found == digest:
-                return BlobRef(digest, len(data), digest.removeprefix("sha256:"), data)
-    return None
 
 
 # --- anonymous pull --------------------------------------------------------------------------------

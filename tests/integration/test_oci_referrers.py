@@ -225,7 +225,7 @@ def test_anonymous_pull_is_off_until_an_administrator_turns_it_on_for_one_tenant
         for ref in ("2", "3", "next"):
             r = anonymous.get(f"/v2/{REPO}/manifests/{ref}")
             assert (r.status_code, r.json()["errors"][0]["code"]) == (404, "MANIFEST_UNKNOWN"), ref
-        assert anonymous.get(f"/v2/{REPO}/tags/list").json()["tags"] == ["1", "prod"]
+        assert anonymous.get(f"/v2/{REPO}/tags/list").json()["tags"] == ["1", "1-image", "prod", "prod-image"]
         _anonymous_refusal(anonymous.get("/v2/other/secret/manifests/1"), "other/secret")
         _anonymous_refusal(anonymous.get("/v2/_catalog"), None)
         _anonymous_refusal(anonymous.get("/v2/"), None)
