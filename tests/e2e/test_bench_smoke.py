@@ -19,6 +19,9 @@ BENCH = REPO / "bench"
 
 SMOKE: dict[str, tuple[list[str], list[str]]] = {
     # script: (tiny arguments, patterns its output must hold: the figures it exists to print)
+    "chunks.py": (["--mib", "8", "--rounds", "1"],
+                  [r"round 1: 8 MiB  plain [\d.]+ s wall [\d.]+ s cpu  \|  tap [\d.]+ s wall [\d.]+ s cpu  \|  "
+                   r"ratio wall [\d.]+x, cpu [\d.]+x"]),
     "fanout.py": (["--n", "8", "--rounds", "1", "--settle", "1", "--window", "1", "--tokens", "2"],
                   [r"round 1 stream  N=8: all new manifests in [\d.]+ s .*8 answered, 0 missed",
                    r"round 1 polling N=8: all new manifests in [\d.]+ s .*8 answered, 0 missed",
