@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | sha256sum | cut -c1-12)
 TEST_STAMP := $(VENV)/.installed-test-$(shell cat pyproject.toml | sha256sum | cut -c1-12)
 
-.PHONY: run test install install-test oci-peers bench clean
+.PHONY: run test install install-test test-peers oci-peers bench clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -26,17 +26,21 @@ install-test: $(TEST_STAMP)
 run: install
 	$(BIN)/modelreg serve --data-dir .modelreg --host 127.0.0.1 --port 8080
 
-## Run the whole suite (SQLite, PostgreSQL at 127.0.0.1:5432, SeaweedFS S3 started by the tests).
-test: install-test oci-peers
-	HF_HUB_DISABLE_TELEMETRY=1 $(BIN)/python -m pytest -q -p no:cacheprovider
+## Run the whole suite (SQLite, PostgreSQL at 127.0.0.1:5432, SeaweedFS S3 started by the tests), in one
+## worker per core (TEST_WORKERS=1 for one process); each test module runs whole in one worker.
+TEST_WORKERS ?= auto
+test: install-test test-peers
+	HF_HUB_DISABLE_TELEMETRY=1 $(BIN)/python -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --dist loadfile
 
-## Debian's skopeo and docker-registry, the real OCI peers of tests/integration/test_oci_skopeo.py: installed with
-## apt when missing and we are root; a tool still missing fails those tests under CI=true (never a silent skip).
-oci-peers:
-	@command -v skopeo >/dev/null && command -v docker-registry >/dev/null || \
+## The real peers the suite drives that come from Debian: skopeo and docker-registry (tests/integration/
+## test_oci_skopeo.py) and chromium (tests/browser). Installed with apt when missing and we are root, before
+## the workers start (so they never run apt at once); a tool still missing fails its tests under CI=true.
+test-peers:
+	@command -v skopeo >/dev/null && command -v docker-registry >/dev/null && command -v chromium >/dev/null || \
 	  { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null && \
-	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq skopeo docker-registry; } || \
-	  echo "skopeo or docker-registry is missing and could not be installed (not root, or no apt-get)"
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq skopeo docker-registry chromium; } || \
+	  echo "skopeo, docker-registry or chromium is missing and could not be installed (not root, or no apt-get)"
+oci-peers: test-peers
 
 bench: install-test
 	$(BIN)/python bench/queue.py

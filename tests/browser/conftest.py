@@ -16,6 +16,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.interprocess import exclusive
+
 
 def _missing(reason: str) -> None:
     if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
@@ -25,13 +27,14 @@ def _missing(reason: str) -> None:
 
 def _ensure_chromium() -> str | None:
     """Debian's chromium on PATH, installed with apt (once) when missing."""
-    found = shutil.which("chromium")
-    if found:
-        return found
-    if shutil.which("apt-get") and os.geteuid() == 0:
-        subprocess.run("apt-get update && apt-get install -y chromium", shell=True, check=False,
-                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=900)
-    return shutil.which("chromium")
+    with exclusive(Path(tempfile.gettempdir()) / "modelreg-tests-apt.lock"):
+        found = shutil.which("chromium")
+        if found:
+            return found
+        if shutil.which("apt-get") and os.geteuid() == 0:
+            subprocess.run("apt-get update && apt-get install -y chromium", shell=True, check=False,
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=900)
+        return shutil.which("chromium")
 
 
 @pytest.fixture(scope="session")

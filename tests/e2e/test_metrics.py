@@ -12,7 +12,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from api.app import create_app
 from api.metrics import MANIFEST_ROUTE
-from tests.support.registry import make_admin, role_token
+from tests.support.registry import drain, make_admin, role_token
 from tests.support.releases import approve_standin, awaiting_version
 
 T, M = "acme", "llm"
@@ -52,6 +52,7 @@ def test_series_move_after_a_mirror_a_scan_an_eval_and_manifest_requests(contain
     number = awaiting_version(container, admin, tmp_path / "v1", T, M, seed=1)
     awaiting = awaiting_version(container, admin, tmp_path / "v2", T, M, seed=2)
     approve_standin(container, T, M, number)
+    drain(container)  # the approval queued the OCI image build
     node = {"Authorization": f"Bearer {role_token(container, 'node-1', T, 'node')}"}
     manifest = f"/v1/models/{T}/{M}/manifest"
 

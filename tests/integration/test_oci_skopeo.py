@@ -117,7 +117,7 @@ def test_skopeo_inspects_a_version_by_tag_and_by_digest(world, skopeo_bin):
         == json.loads(served)["config"]["digest"]
     assert config["descriptor"]["name"] == REPO
     tags = json.loads(sk.ok("list-tags", "--tls-verify=false", "--creds", sk.creds(), f"docker://{w.host}/{REPO}"))
-    assert tags == {"Repository": f"{w.host}/{REPO}", "Tags": ["1", "prod"]}
+    assert tags == {"Repository": f"{w.host}/{REPO}", "Tags": ["1", "1-image", "prod", "prod-image"]}
 
 
 def test_skopeo_inspect_parsed_refuses_any_model_artifact_as_not_an_image_here_and_at_a_plain_registry(

@@ -26,10 +26,10 @@ from urllib.parse import urljoin
 import httpx
 import pytest
 
+from tests.support.interprocess import exclusive
 from tests.support.server import free_port
 
 HERE = Path(__file__).resolve().parent / "oidc_provider"
-_install_lock = threading.Lock()
 
 CONSOLE_CLIENT = {"client_id": "modelreg", "client_secret": "modelreg-console-secret-for-tests",
                   "redirect_uris": ["http://testserver/ui/sign-in/oidc/callback"],
@@ -44,7 +44,7 @@ CLI_CLIENT = {"client_id": "modelreg-cli", "token_endpoint_auth_method": "none",
 
 def ensure_installed() -> None:
     """``npm ci`` the provider once (the lockfile pins every package)."""
-    with _install_lock:
+    with exclusive(HERE / "node_modules.lock"):
         if (HERE / "node_modules" / "oidc-provider" / "package.json").exists():
             return
         for tool in ("node", "npm"):
