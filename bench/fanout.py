@@ -53,7 +53,7 @@ from sqlalchemy.engine import make_url  # noqa: E402
 
 from tests.support import db as dbsupport  # noqa: E402
 from tests.support.release_seed import MODEL, TENANT, promote, seed_release  # noqa: E402
-from tests.support.server import free_port  # noqa: E402
+from tests.support.server import free_port, wait_until_up  # noqa: E402
 
 PATH = f"/v1/models/{TENANT}/{MODEL}/manifest"
 
@@ -75,18 +75,12 @@ def start_server(code: Path, database_url: str, data_dir: Path, log: Path) -> tu
         # The server inherits the raised file limit.
     )
     url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise RuntimeError(f"modelreg serve exited {process.returncode}: {log.read_text()[-2000:]}")
-        try:
-            if httpx.get(f"{url}/healthz", timeout=1).status_code == 200:
-                return process, url
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.1)
-    process.kill()
-    raise RuntimeError("modelreg serve did not start")
+    try:
+        wait_until_up(process, url, log, timeout=60)
+    except RuntimeError:
+        process.kill()
+        raise
+    return process, url
 
 
 def stop_server(process: subprocess.Popen) -> None:

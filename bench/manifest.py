@@ -49,7 +49,7 @@ from collections.abc import Callable  # noqa: E402
 import httpx  # noqa: E402
 
 from tests.support import db as dbsupport  # noqa: E402
-from tests.support.server import free_port  # noqa: E402
+from tests.support.server import free_port, wait_until_up  # noqa: E402
 
 TENANT, MODEL = "acme", "llm"
 PATH = f"/v1/models/{TENANT}/{MODEL}/manifest"
@@ -111,18 +111,12 @@ def start_server(database_url: str, data_dir: Path, log: Path) -> tuple[subproce
         [str(Path(sys.executable).parent / "modelreg"), "serve", "--data-dir", str(data_dir), "--host", "127.0.0.1",
          "--port", str(port), "--workers", "0"], stdout=open(log, "wb"), stderr=subprocess.STDOUT, env=env, cwd=REPO)
     url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise RuntimeError(f"modelreg serve exited {process.returncode}: {log.read_text()[-2000:]}")
-        try:
-            if httpx.get(f"{url}/healthz", timeout=1).status_code == 200:
-                return process, url
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.1)
-    process.kill()
-    raise RuntimeError("modelreg serve did not start")
+    try:
+        wait_until_up(process, url, log, timeout=60)
+    except RuntimeError:
+        process.kill()
+        raise
+    return process, url
 
 
 async def client_loop(url: str, token: str, requests: int, interval: float, start: asyncio.Event,

@@ -52,7 +52,7 @@ from typing import Callable  # noqa: E402
 import httpx  # noqa: E402
 
 from tests.support.distribution_registry import distribution_registry  # noqa: E402
-from tests.support.server import free_port  # noqa: E402
+from tests.support.server import free_port, wait_until_up  # noqa: E402
 
 TENANT, MODEL = "acme", "llm"
 MIB = 1024 * 1024
@@ -162,18 +162,12 @@ def start_server(data_dir: Path, log: Path) -> tuple[subprocess.Popen, str]:
         [str(Path(sys.executable).parent / "modelreg"), "serve", "--data-dir", str(data_dir), "--host", "127.0.0.1",
          "--port", str(port), "--workers", "0"], stdout=open(log, "wb"), stderr=subprocess.STDOUT, env=env, cwd=REPO)
     # Generous: on a busy machine the serve process's imports alone take tens of seconds.
-    deadline = time.monotonic() + 300
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise RuntimeError(f"modelreg serve exited {process.returncode}: {log.read_text()[-2000:]}")
-        try:
-            if httpx.get(f"{url}/healthz", timeout=1).status_code == 200:
-                return process, url
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.1)
-    process.kill()
-    raise RuntimeError(f"modelreg serve did not start: {log.read_text()[-2000:]}")
+    try:
+        wait_until_up(process, url, log, timeout=300)
+    except RuntimeError:
+        process.kill()
+        raise
+    return process, url
 
 
 def rss_of(pid: int) -> int:

@@ -15,17 +15,14 @@ import json
 import httpx
 import pytest
 
-from api.app import create_app
 from registry.auth import token_id_of
 from registry.clock import ManualClock
 from registry.db.models import Principal, RoleBinding, Tenant
 from registry.domain.aliases import make_target
 from registry.services import aliases, identity, provenance
-from tests.support.live_app import serve_in_thread
 from tests.support.registry import role_token
 from tests.support.releases import approve_standin
-from tests.support.oci_world import NAME, OCI_MANIFEST, REPO, TENANT, World
-from tests.support.oci_world import build_world as _world
+from tests.support.oci_world import NAME, OCI_MANIFEST, REPO, TENANT, served_world
 from tests.support.oci_world import oras_client as _oras
 from tests.support.oci_world import pulled_files as _pulled
 from tests.support.oci_world import sha256_of as _sha256
@@ -33,16 +30,14 @@ from tests.support.oci_world import sha256_of as _sha256
 
 @pytest.fixture
 def world(container, tmp_path):
-    admin, node, outsider, files, other_files = _world(container, tmp_path)
-    with serve_in_thread(create_app(container)) as url:
-        yield World(container, admin, url, node, outsider, files, other_files)
+    with served_world(container, tmp_path) as w:
+        yield w
 
 
 @pytest.fixture
 def store_world(store_container, tmp_path):
-    admin, node, outsider, files, other_files = _world(store_container, tmp_path)
-    with serve_in_thread(create_app(store_container)) as url:
-        yield World(store_container, admin, url, node, outsider, files, other_files)
+    with served_world(store_container, tmp_path) as w:
+        yield w
 
 
 # --- pulls with a real client -----------------------------------------------------------------------

@@ -18,14 +18,12 @@ import httpx
 import oras.client
 import pytest
 
-from api.app import create_app
 from registry.auth import issue_token
 from registry.cli import main
 from registry.db.models import AuditEvent, Principal
 from registry.domain.oci_referrers import CYCLONEDX, EMPTY_DIGEST, IN_TOTO, OCI_INDEX, SCAN_REPORT, SIGNATURE
 from registry.services import exports, provenance, revocations
-from tests.integration.test_oci_endpoint import REPO, World, _world
-from tests.support.live_app import serve_in_thread
+from tests.support.oci_world import REPO, World, served_world
 
 OCI_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
 SKOPEO = "/usr/bin/skopeo"
@@ -33,16 +31,14 @@ SKOPEO = "/usr/bin/skopeo"
 
 @pytest.fixture
 def world(container, tmp_path):
-    admin, node, outsider, files, other_files = _world(container, tmp_path)
-    with serve_in_thread(create_app(container)) as url:
-        yield World(container, admin, url, node, outsider, files, other_files)
+    with served_world(container, tmp_path) as w:
+        yield w
 
 
 @pytest.fixture
 def store_world(store_container, tmp_path):
-    admin, node, outsider, files, other_files = _world(store_container, tmp_path)
-    with serve_in_thread(create_app(store_container)) as url:
-        yield World(store_container, admin, url, node, outsider, files, other_files)
+    with served_world(store_container, tmp_path) as w:
+        yield w
 
 
 def _sha256(data: bytes) -> str:

@@ -20,10 +20,8 @@ import httpx
 import oras.client
 import pytest
 
-from api.app import create_app
 from tests.support.distribution_registry import distribution_registry, require
-from tests.support.live_app import serve_in_thread
-from tests.support.oci_world import REPO, World, build_world, oras_client, pulled_files, sha256_of
+from tests.support.oci_world import REPO, World, oras_client, pulled_files, served_world, sha256_of
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 
@@ -41,9 +39,8 @@ def reference(tmp_path):
 
 
 def _serve(container, tmp_path):
-    admin, node, outsider, files, other_files = build_world(container, tmp_path)
-    with serve_in_thread(create_app(container)) as url:
-        yield World(container, admin, url, node, outsider, files, other_files)
+    with served_world(container, tmp_path) as w:
+        yield w
 
 
 @pytest.fixture
@@ -124,7 +121,7 @@ def test_skopeo_inspect_parsed_refuses_any_model_artifact_as_not_an_image_here_a
         world, skopeo_bin, reference):
     """skopeo 1.9's parsed ``inspect`` reads an image config, which a ModelPack artifact has not: it refuses
     the artifact alike from modelreg and from docker-registry holding the same bytes (the client's limit)."""
-    w, sk = world, Skopeo(skopeo_bin, world)
+    sk = Skopeo(skopeo_bin, world)
     sk.ok("copy", "--src-tls-verify=false", "--dest-tls-verify=false", "--src-creds", sk.creds(), sk.source(":1"),
           f"docker://{reference.host}/acme/llm:1")
     for creds, source in ((["--creds", sk.creds()], sk.source(":1")), ([], f"docker://{reference.host}/acme/llm:1")):

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import signal
 import socket
 import subprocess
 import time
@@ -26,6 +25,8 @@ from pathlib import Path
 from typing import Iterator
 
 import httpx
+
+from tests.support.server import stop_process
 
 CONFIG = """\
 version: 0.1
@@ -83,13 +84,7 @@ class DistributionRegistry:
         return self.url.removeprefix("http://")
 
     def stop(self) -> None:
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(timeout=3)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait(timeout=10)
+        stop_process(self.process)
 
 
 def start_distribution_registry(directory: Path, binary: str = "docker-registry",

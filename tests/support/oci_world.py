@@ -9,16 +9,20 @@ serving node of acme, ``outsider`` one of other's. Shared by ``tests/integration
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
 import oras.client
 
+from api.app import create_app
 from registry.auth import AuthenticatedPrincipal
 from registry.bootstrap import Container
 from registry.domain.aliases import make_target
 from registry.services import aliases, revocations
+from tests.support.live_app import serve_in_thread
 from tests.support.registry import make_admin, role_token
 from tests.support.releases import approve_standin, awaiting_version
 from tests.support.tiny_model import tiny_model_files
@@ -78,6 +82,14 @@ def build_world(container: Container, tmp_path: Path):
     node = role_token(container, "node-1", TENANT, "node")
     outsider = role_token(container, "outsider", "other", "node")
     return admin, node, outsider, files, other_files
+
+
+@contextmanager
+def served_world(container: Container, tmp_path: Path) -> Iterator[World]:
+    """:func:`build_world` in ``container``, served by uvicorn on loopback while the block runs."""
+    admin, node, outsider, files, other_files = build_world(container, tmp_path)
+    with serve_in_thread(create_app(container)) as url:
+        yield World(container, admin, url, node, outsider, files, other_files)
 
 
 def oras_client(world: World, token: str) -> oras.client.OrasClient:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import signal
 import socket
 import subprocess
 import time
@@ -13,6 +12,8 @@ from pathlib import Path
 
 import boto3
 from botocore.config import Config
+
+from tests.support.server import stop_process
 
 
 def _port_pair_free(port: int) -> bool:
@@ -62,13 +63,7 @@ class SeaweedS3:
         )
 
     def stop(self) -> None:
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(timeout=3)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait(timeout=10)
+        stop_process(self.process)
 
 
 def start_seaweed(directory: Path, timeout: float = 60.0) -> SeaweedS3:

@@ -46,13 +46,18 @@ class Server:
         return result
 
     def stop(self) -> None:
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGINT)
-            try:
-                self.process.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
+        stop_process(self.process, signal.SIGINT, grace=15)
+
+
+def stop_process(process: subprocess.Popen, sig: int = signal.SIGTERM, *, grace: float = 3) -> None:
+    """Send ``sig``, wait ``grace`` seconds, then kill: a test's server never outlives it."""
+    if process.poll() is None:
+        process.send_signal(sig)
+        try:
+            process.wait(timeout=grace)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(timeout=10)
 
 
 def start_server(data_dir: Path, extra_env: dict[str, str] | None = None, workers: int = 2,
@@ -68,15 +73,25 @@ def start_server(data_dir: Path, extra_env: dict[str, str] | None = None, worker
         stdout=open(log, "wb"), stderr=subprocess.STDOUT, env=env,
     )
     server = Server(f"http://127.0.0.1:{port}", data_dir, process, log)
-    deadline = time.monotonic() + 60
+    try:
+        wait_until_up(process, server.url, log, path="/readyz", timeout=60)
+    except RuntimeError:
+        server.stop()
+        raise
+    return server
+
+
+def wait_until_up(process: subprocess.Popen, url: str, log: Path, *, path: str = "/healthz",
+                  timeout: float = 60) -> None:
+    """Poll ``url + path`` until it answers 200; a process that exits or a timeout raises with the log's tail."""
+    deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if process.poll() is not None:
             raise RuntimeError(f"modelreg serve exited {process.returncode}: {log.read_text()[-2000:]}")
         try:
-            if httpx.get(server.url + "/readyz", timeout=2).status_code == 200:
-                return server
+            if httpx.get(url + path, timeout=2).status_code == 200:
+                return
         except httpx.HTTPError:
             pass
-        time.sleep(0.2)
-    server.stop()
-    raise RuntimeError(f"modelreg serve did not become ready: {log.read_text()[-2000:]}")
+        time.sleep(0.1)
+    raise RuntimeError(f"modelreg serve did not come up in {timeout:.0f} s: {log.read_text()[-2000:]}")
