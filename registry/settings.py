@@ -24,6 +24,15 @@ class WorkloadIssuer(BaseModel):
     ca_file: Path | None = Field(None, description="CA bundle for the JWKS/discovery endpoints (a cluster's CA).")
 
 
+class LogWitness(BaseModel):
+    """A witness of the verifiable log (C2SP tlog-witness): its cosignature verifier key and, when the
+    registry submits checkpoints to it, the base URL of its ``add-checkpoint`` endpoint."""
+
+    verifier_key: str = Field(description="The witness's verifier key, <name>+<hex id>+<base64(0x04 || key)>.")
+    url: str | None = Field(None, description="Base URL the registry POSTs <url>/add-checkpoint to; none: "
+                                                "the witness pulls and its cosignatures arrive another way.")
+
+
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="MODELREG_", extra="ignore")
 
@@ -130,6 +139,13 @@ class Settings(BaseSettings):
     log_origin: str | None = Field(
         None, description="The checkpoint origin a new log key is made for; default <public_url host/path>/log, "
                           "else modelreg.local/log. The log keeps the origin of its first checkpoint.")
+
+    log_witnesses: list[LogWitness] = Field(
+        default_factory=list, description="The log's witnesses (JSON list of {verifier_key, url}); they are "
+                                          "named in the trust root, and new checkpoints are submitted to them.")
+    log_witness_quorum: int = Field(
+        0, ge=0, description="How many of log_witnesses must cosign a checkpoint for nodes to accept it "
+                             "(named in the trust root); 0: none required.")
 
     policy_dir: Path | None = Field(
         None, description="Directory of *.rego policies and data.json; default the policies shipped with modelreg.")

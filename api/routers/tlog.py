@@ -35,7 +35,7 @@ TILE_CACHE = "public, max-age=31536000, immutable"
     **responses(LogCheckpointNotFoundError), 200: {"content": {"text/plain": {}}}})
 def checkpoint(session: SessionDep) -> Response:
     """The newest C2SP checkpoint, a signed note by the log key (``modelreg keys export`` has its verifier key)."""
-    signed = tlog.latest_checkpoint(session)
+    signed = tlog.served_checkpoint(session)
     if signed is None:
         raise LogCheckpointNotFoundError("the log has no checkpoint yet")
     return Response(signed.encode(), media_type="text/plain; charset=utf-8",

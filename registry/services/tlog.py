@@ -237,6 +237,12 @@ def latest_checkpoint(session: Session) -> str | None:
     return session.scalar(select(LogHead.checkpoint).where(LogHead.id == LOG_HEAD_ID))
 
 
+def served_checkpoint(session: Session) -> str | None:
+    """The newest signed checkpoint with the witness cosignatures collected for it (note text), or None
+    before the first. (Until witnesses are collected, the log's signature alone.)"""
+    return latest_checkpoint(session)
+
+
 def log_size(session: Session) -> int:
     """How many events the log has integrated."""
     return session.scalar(select(LogHead.size).where(LogHead.id == LOG_HEAD_ID)) or 0
