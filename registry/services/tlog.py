@@ -23,7 +23,9 @@ Usage (a sketch, not run as a doctest)::
 
 from __future__ import annotations
 
+import base64
 import datetime as dt
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -31,7 +33,7 @@ from sqlalchemy import select, update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.orm import Session, sessionmaker
 
-from registry.audit import event_commitment
+from registry.audit import event_body, event_commitment
 from registry.db.models import AuditEvent, AuditHead, Job, LogHead, LogTile
 from registry.db.session import begin_write, is_postgres
 from registry.jobs import DEAD, QUEUED, SUCCEEDED, JobKind, enqueue_job, job_key
@@ -208,28 +210,79 @@ def sign_checkpoint_if_due(session_factory: sessionmaker[Session], key: Ed25519S
         LogProofError: the stored tree does not extend the last checkpoint (nothing is signed).
     """
     with session_factory() as session:
-        head = _lock_head(session)
-        if head.origin is not None and head.origin != key.name:
-            raise MalformedCheckpointError(f"the log key names origin {key.name!r}, the log is {head.origin!r}",
-                                           origin=head.origin)
-        due = head.size > head.checkpoint_size
-        if due and not on_demand and head.checkpoint_at is not None:
-            due = (now - head.checkpoint_at).total_seconds() >= interval
-        if not due:
-            session.rollback()
-            return None
-        source = TileHashes(head.size, lambda tile: read_tile(session, tile, head.size))
-        if merkle.root_hash(head.size, source) != head.root:
-            raise MalformedCheckpointError("the stored tiles do not hash to the log head's root")
-        if head.checkpoint is not None:
-            last = parse_checkpoint(parse_note(head.checkpoint.encode()).text)
-            merkle.verify_consistency(last.size, head.size, last.root_hash, head.root,
-                                      merkle.consistency_proof(last.size, head.size, source))
-        signed = sign_checkpoint(Checkpoint(key.name, head.size, head.root), key).decode()
-        head.origin = key.name
-        head.checkpoint, head.checkpoint_size, head.checkpoint_at = signed, head.size, now
-        session.commit()
-        return signed
+        return _sign_if_due(session, key, interval=interval, now=now, on_demand=on_demand)
+
+
+def _sign_if_due(session: Session, key: Ed25519Signer, *, interval: float, now: dt.datetime,
+                 on_demand: bool) -> str | None:
+    head = _lock_head(session)
+    if head.origin is not None and head.origin != key.name:
+        raise MalformedCheckpointError(f"the log key names origin {key.name!r}, the log is {head.origin!r}",
+                                       origin=head.origin)
+    due = head.size > head.checkpoint_size
+    if due and not on_demand and head.checkpoint_at is not None:
+        due = (now - head.checkpoint_at).total_seconds() >= interval
+    if not due:
+        session.rollback()
+        return None
+    source = TileHashes(head.size, lambda tile: read_tile(session, tile, head.size))
+    if merkle.root_hash(head.size, source) != head.root:
+        raise MalformedCheckpointError("the stored tiles do not hash to the log head's root")
+    if head.checkpoint is not None:
+        last = parse_checkpoint(parse_note(head.checkpoint.encode()).text)
+        merkle.verify_consistency(last.size, head.size, last.root_hash, head.root,
+                                  merkle.consistency_proof(last.size, head.size, source))
+    signed = sign_checkpoint(Checkpoint(key.name, head.size, head.root), key).decode()
+    head.origin = key.name
+    head.checkpoint, head.checkpoint_size, head.checkpoint_at = signed, head.size, now
+    session.commit()
+    return signed
+
+
+def log_through(session: Session, key: Ed25519Signer, event_id: int, *, now: dt.datetime,
+                max_behind: int = DEFAULT_BATCH) -> bool:
+    """Make sure a signed checkpoint covers audit event ``event_id``: when the newest does not, integrate
+    up to it and sign one at once (a release is issued against a checkpoint holding its own events, with
+    no wait for the worker's interval). Bounded: when the log is more than ``max_behind`` events behind
+    (a tree still being built after an upgrade), nothing is done here.
+
+    Returns:
+        Whether the newest checkpoint covers ``event_id`` now.
+    """
+    signed = session.scalar(select(LogHead.checkpoint_size).where(LogHead.id == LOG_HEAD_ID)) or 0
+    session.rollback()
+    if event_id <= signed:
+        return True
+    if event_id - log_size(session) > max_behind:
+        session.rollback()
+        return False
+    while (size := log_size(session)) < event_id:
+        session.rollback()
+        old, new, _root = _integrate_batch(session, event_id - size)
+        if new == old:
+            return False  # an earlier event's transaction is still open: the worker integrates it later
+    session.rollback()
+    _sign_if_due(session, key, interval=0, now=now, on_demand=True)
+    covered = (session.scalar(select(LogHead.checkpoint_size).where(LogHead.id == LOG_HEAD_ID)) or 0) >= event_id
+    session.rollback()
+    return covered
+
+
+def release_proof(session: Session, events: Sequence[AuditEvent]) -> dict[str, Any] | None:
+    """The served checkpoint and, for each of ``events``, its body and inclusion proof in that checkpoint's
+    tree (what a release carries, ADR 0011); None when the checkpoint does not cover them all yet."""
+    served = served_checkpoint(session)
+    if served is None or not events:
+        return None
+    size = parse_checkpoint(parse_note(served.encode()).text).size
+    if max(e.id for e in events) > size:
+        return None
+    source = _source(session, size)
+    return {"checkpoint": served,
+            "entries": [{"index": e.id - 1, "event": event_body(e),
+                         "inclusion_proof": [base64.b64encode(h).decode()
+                                             for h in merkle.inclusion_proof(e.id - 1, size, source)]}
+                        for e in events]}
 
 
 def latest_checkpoint(session: Session) -> str | None:
