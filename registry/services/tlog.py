@@ -239,8 +239,10 @@ def latest_checkpoint(session: Session) -> str | None:
 
 def served_checkpoint(session: Session) -> str | None:
     """The newest signed checkpoint with the witness cosignatures collected for it (note text), or None
-    before the first. (Until witnesses are collected, the log's signature alone.)"""
-    return latest_checkpoint(session)
+    before the first (``registry.services.witnesses``)."""
+    from registry.services.witnesses import cosigned_checkpoint
+
+    return cosigned_checkpoint(session)
 
 
 def log_size(session: Session) -> int:
