@@ -6,7 +6,8 @@ the signed checkpoint note. The witness checks the log's signature, that ``old``
 the consistency proof from its held checkpoint to the new one; only then does it persist the new checkpoint
 (``statefile.write_atomic``: fsync, rename) and answer 200 with its tlog-cosignature/v1 line. Otherwise:
 400 malformed, 404 unknown origin, 403 no valid log signature, 409 (``text/x.tlog.size``, the size it holds)
-a wrong old size, 422 a bad proof (a fork). One request is handled at a time, so two cannot both advance.
+a wrong old size or another root at the held size, 422 a bad proof (a fork). One request is handled at a
+time, so checking the old size and persisting the new checkpoint are atomic (two cannot both advance).
 
 Example:
     >>> import tempfile, pathlib
@@ -158,6 +159,8 @@ class Witness:
         held_size, held_root = (held.size, held.root_hash) if held else (0, merkle.EMPTY_ROOT)
         if request.old_size != held_size:
             raise _Refusal(409, str(held_size), SIZE_CONTENT_TYPE)
+        if new.size == held_size and new.root_hash != held_root:
+            raise _Refusal(409, str(held_size), SIZE_CONTENT_TYPE)  # two roots at one size (the spec's 409)
         try:
             merkle.verify_consistency(held_size, new.size, held_root, new.root_hash, request.proof)
         except LogProofError as err:

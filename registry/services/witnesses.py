@@ -8,8 +8,8 @@ answer is hostile input: it is read up to a bound, and a line is stored only whe
 valid cosignature over this exact checkpoint's text. A witness that is down, slow or refusing costs at most
 ``timeout`` seconds a request and is logged; it never fails the caller (integration has committed already).
 
-:func:`cosigned_checkpoint` is the newest checkpoint with the cosignature lines collected for it, as served
-at ``/log/checkpoint``.
+:func:`registry.services.tlog.served_checkpoint` serves the newest checkpoint with the cosignature lines
+collected for it at ``/log/checkpoint``.
 """
 
 from __future__ import annotations
@@ -34,19 +34,6 @@ log = logging.getLogger(__name__)
 #: The most bytes read from a witness's answer (a few cosignature lines).
 MAX_ANSWER_BYTES = 8 * 1024
 DEFAULT_TIMEOUT = 5.0
-
-
-def cosigned_checkpoint(session: Session) -> str | None:
-    """The newest signed checkpoint followed by the cosignature lines collected for that exact checkpoint."""
-    note = tlog.latest_checkpoint(session)
-    if note is None:
-        return None
-    checkpoint = parse_checkpoint(parse_note(note.encode()).text)
-    lines = session.scalars(select(LogCosignature.line)
-                            .where(LogCosignature.checkpoint_size == checkpoint.size,
-                                   LogCosignature.root == checkpoint.root_hash)
-                            .order_by(LogCosignature.witness_key)).all()
-    return note + "".join(lines)
 
 
 def submit_checkpoint(session_factory: sessionmaker[Session], witnesses: list[LogWitness], *,
@@ -80,7 +67,7 @@ def collect_cosignatures(session_factory: sessionmaker[Session], settings: Setti
     submit_checkpoint(session_factory, settings.log_witnesses, timeout=timeout,
                       now=now or dt.datetime.now(dt.timezone.utc))
     with session_factory() as session:
-        return cosigned_checkpoint(session)
+        return tlog.served_checkpoint(session)
 
 
 def _submit_to(session_factory: sessionmaker[Session], client: httpx.Client, witness: LogWitness, note: str,
