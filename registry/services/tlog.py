@@ -34,7 +34,7 @@ from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.orm import Session, sessionmaker
 
 from registry.audit import event_body, event_commitment
-from registry.db.models import AuditEvent, AuditHead, Job, LogHead, LogTile
+from registry.db.models import AuditEvent, AuditHead, Job, LogCosignature, LogHead, LogTile
 from registry.db.session import begin_write, is_postgres
 from registry.jobs import DEAD, QUEUED, SUCCEEDED, JobKind, enqueue_job, job_key
 from registry.domain.errors import (
@@ -291,9 +291,17 @@ def latest_checkpoint(session: Session) -> str | None:
 
 
 def served_checkpoint(session: Session) -> str | None:
-    """The newest signed checkpoint with the witness cosignatures collected for it (note text), or None
-    before the first. (Until witnesses are collected, the log's signature alone.)"""
-    return latest_checkpoint(session)
+    """The newest signed checkpoint followed by the witness cosignature lines collected for that exact
+    checkpoint (``registry.services.witnesses`` verified each before storing it), or None before the first."""
+    note = latest_checkpoint(session)
+    if note is None:
+        return None
+    checkpoint = parse_checkpoint(parse_note(note.encode()).text)
+    lines = session.scalars(select(LogCosignature.line)
+                            .where(LogCosignature.checkpoint_size == checkpoint.size,
+                                   LogCosignature.root == checkpoint.root_hash)
+                            .order_by(LogCosignature.witness_key)).all()
+    return note + "".join(lines)
 
 
 def log_size(session: Session) -> int:
