@@ -108,6 +108,13 @@ class Container:
                        tuple(w.verifier_key for w in self.settings.log_witnesses), self.settings.log_witness_quorum)
         return log_trust(log.as_dict())
 
+    def collect_cosignatures(self) -> str | None:
+        """Ask the log's witnesses to cosign its newest checkpoint now (a short timeout each); the checkpoint
+        as served afterwards."""
+        from registry.services.witnesses import collect_cosignatures
+
+        return collect_cosignatures(self.session_factory, self.settings, timeout=2.0)
+
     @cached_property
     def keyring(self) -> "KeyRing":
         """The configured signing key and the keys rotations wrote to ``data_dir/keys/`` (see

@@ -42,7 +42,7 @@ import datetime as dt
 import hashlib
 import re
 from dataclasses import dataclass
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from sqlalchemy import func, select, text, update
@@ -102,13 +102,17 @@ class ReleaseConfig:
     root_expiry: dt.timedelta
     log_key: Ed25519Signer | None = None
     """The verifiable log's key: a release whose events no checkpoint covers yet gets one signed at once."""
+    cosign: Callable[[], Any] | None = None
+    """Asks the log's witnesses to cosign the newest checkpoint (after one was signed for a release)."""
 
     @classmethod
-    def from_settings(cls, settings: Any, log_key: Ed25519Signer | None = None) -> ReleaseConfig:
+    def from_settings(cls, settings: Any, log_key: Ed25519Signer | None = None,
+                      cosign: Callable[[], Any] | None = None) -> ReleaseConfig:
         return cls(alias_ttl=dt.timedelta(seconds=settings.release_alias_ttl_seconds),
                    version_ttl=dt.timedelta(seconds=settings.release_version_ttl_seconds),
                    url_ttl=dt.timedelta(seconds=settings.release_url_ttl_seconds),
-                   root_expiry=dt.timedelta(days=settings.trust_root_expiry_days), log_key=log_key)
+                   root_expiry=dt.timedelta(days=settings.trust_root_expiry_days), log_key=log_key,
+                   cosign=cosign)
 
 
 @dataclass(frozen=True)
@@ -419,7 +423,9 @@ def _log_proof(session: Session, tenant: str, name: str, ref: str, found: _Found
             return None
         events.append(event)
     if config.log_key is not None:
-        tlog.log_through(session, config.log_key, max(e.id for e in events), now=now)
+        logged = tlog.log_through(session, config.log_key, max(e.id for e in events), now=now)
+        if logged == "signed" and config.cosign is not None:
+            config.cosign()  # bounded: each witness has a short timeout; a node missing its quorum refuses
     return tlog.release_proof(session, events)
 
 

@@ -27,7 +27,7 @@ import base64
 import datetime as dt
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 from sqlalchemy import select, update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
@@ -240,32 +240,33 @@ def _sign_if_due(session: Session, key: Ed25519Signer, *, interval: float, now: 
 
 
 def log_through(session: Session, key: Ed25519Signer, event_id: int, *, now: dt.datetime,
-                max_behind: int = DEFAULT_BATCH) -> bool:
+                max_behind: int = DEFAULT_BATCH) -> Literal["covered", "signed", "behind"]:
     """Make sure a signed checkpoint covers audit event ``event_id``: when the newest does not, integrate
     up to it and sign one at once (a release is issued against a checkpoint holding its own events, with
     no wait for the worker's interval). Bounded: when the log is more than ``max_behind`` events behind
     (a tree still being built after an upgrade), nothing is done here.
 
     Returns:
-        Whether the newest checkpoint covers ``event_id`` now.
+        ``covered`` (the newest checkpoint did already), ``signed`` (one covering it was signed now), or
+        ``behind`` (none covers it: the log is too far behind, or an earlier event is still uncommitted).
     """
     signed = session.scalar(select(LogHead.checkpoint_size).where(LogHead.id == LOG_HEAD_ID)) or 0
     session.rollback()
     if event_id <= signed:
-        return True
+        return "covered"
     if event_id - log_size(session) > max_behind:
         session.rollback()
-        return False
+        return "behind"
     while (size := log_size(session)) < event_id:
         session.rollback()
         old, new, _root = _integrate_batch(session, event_id - size)
         if new == old:
-            return False  # an earlier event's transaction is still open: the worker integrates it later
+            return "behind"  # an earlier event's transaction is still open: the worker integrates it later
     session.rollback()
     _sign_if_due(session, key, interval=0, now=now, on_demand=True)
     covered = (session.scalar(select(LogHead.checkpoint_size).where(LogHead.id == LOG_HEAD_ID)) or 0) >= event_id
     session.rollback()
-    return covered
+    return "signed" if covered else "behind"
 
 
 def release_proof(session: Session, events: Sequence[AuditEvent]) -> dict[str, Any] | None:
