@@ -504,18 +504,22 @@ def _time(value: str, field: str) -> dt.datetime | None:
 
 
 @router.get("/audit", response_class=HTMLResponse)
-def audit_page(opened: ConsoleDep, session: SessionDep, tenant: str = Query("", max_length=63),
+def audit_page(opened: ConsoleDep, session: SessionDep, container: ContainerDep, tenant: str = Query("", max_length=63),
                actor: str = Query("", max_length=128), action: str = Query("", max_length=64),
                since: str = Query("", max_length=40), until: str = Query("", max_length=40),
-               after: int = Query(0, ge=0, le=2**63 - 1)) -> Response:
+               after: int = Query(0, ge=0, le=2**63 - 1),
+               event: int | None = Query(None, ge=1, le=2**63 - 1, description="check this event's inclusion")
+               ) -> Response:
     tenants = views.audited_tenants(session, opened.principal)
     if not tenant and not opened.principal.is_admin and tenants:
         tenant = tenants[0]  # an auditor reads one tenant's events at a time
     filters = {"tenant": tenant, "actor": actor, "action": action, "since": since, "until": until}
     return _page(opened, "audit.html", lambda: views.audit_page(
         session, opened.principal, tenant=tenant or None, actor=actor or None, action=action or None,
-        since=_time(since, "since"), until=_time(until, "until"), after=after),
-        title="Audit", filters=filters, tenants=tenants)
+        since=_time(since, "since"), until=_time(until, "until"), after=after,
+        log_key=container.log_key.verifier().vkey,
+        witnesses=[w.verifier_key for w in container.settings.log_witnesses], inclusion_of=event),
+        title="Audit", filters=filters, tenants=tenants, asked_event=event or "")
 
 
 @router.get("/provenance", response_class=HTMLResponse)

@@ -160,8 +160,10 @@ def model_page(session: Session, principal: AuthenticatedPrincipal, tenant: str,
 
 def audit_page(session: Session, principal: AuthenticatedPrincipal, *, tenant: str | None, actor: str | None,
                action: str | None, since: dt.datetime | None, until: dt.datetime | None, after: int,
-               limit: int = 100) -> dict[str, Any]:
-    """A page of events (filtered), the chain's status and the checkpoints."""
+               limit: int = 100, log_key: str | None = None, witnesses: list[str] | None = None,
+               inclusion_of: int | None = None) -> dict[str, Any]:
+    """A page of events (filtered), the chain's status and the checkpoints; the verifiable log's newest
+    checkpoint and its cosigners (with ``log_key``), and an event's checked inclusion (``inclusion_of``)."""
     events = audit_service.list_events(session, principal, tenant=tenant, after=after, limit=limit, by=actor,
                                        action=action, since=since, until=until)
     checkpoints = audit_service.list_checkpoints(session, principal, after=0, limit=1000)
@@ -171,8 +173,11 @@ def audit_page(session: Session, principal: AuthenticatedPrincipal, *, tenant: s
         chain = {"intact": False, "broken": {"detail": err.message}, "checkpoints": len(checkpoints)}
     links = {e.id: "/ui/models/{}/{}/versions/{}".format(*m.groups())
              for e in events if (m := VERSION_SUBJECT.match(e.subject))}
+    log = audit_service.log_status(session, principal, log_key=log_key, witnesses=witnesses or []) \
+        if log_key else None
+    inclusion = audit_service.log_inclusion(session, principal, inclusion_of) if inclusion_of else None
     return {"events": events, "links": links, "checkpoints": checkpoints[-20:], "chain": chain,
-            "next_after": events[-1].id if len(events) == limit else None}
+            "next_after": events[-1].id if len(events) == limit else None, "log": log, "inclusion": inclusion}
 
 
 def audited_tenants(session: Session, principal: AuthenticatedPrincipal) -> list[str]:

@@ -276,6 +276,30 @@ def test_audit_page_filters_events_and_shows_the_chain(client, world):
     assert bad.status_code == 422 and "since" in bad.text
 
 
+def test_audit_page_shows_the_log_checkpoint_and_checks_an_events_inclusion(client, world, container):
+    from sqlalchemy import select
+
+    from registry.db.models import AuditEvent
+    from registry.services import tlog
+
+    sign_in(client, world["tokens"]["aud"])
+    assert "No checkpoint yet." in client.get("/ui/audit", params={"tenant": "acme"}).text
+    with container.session_factory() as session:
+        ours = session.scalars(select(AuditEvent.id).where(AuditEvent.tenant == "acme")).first()
+        theirs = session.scalars(select(AuditEvent.id).where(AuditEvent.tenant == "other")).first()
+    tlog.integrate_audit_log(container.session_factory)
+    tlog.sign_checkpoint_if_due(container.session_factory, container.log_key, interval=0,
+                                now=container.clock.now(), on_demand=True)
+    page = client.get("/ui/audit", params={"tenant": "acme", "event": ours}).text
+    assert f"Checkpoint of <span class=\"mono\">{container.log_key.name}</span>" in page
+    assert "signed by the log key" in page and "no witness" in page
+    assert re.search(rf'id="inclusion-result">Event {ours} \(.*\) is leaf {ours - 1} of .*verifies', page), page
+    # Another tenant's event is refused like one that does not exist: the page is no oracle.
+    for event in (theirs, 10**9):
+        refused = client.get("/ui/audit", params={"tenant": "acme", "event": event})
+        assert refused.status_code == 403 and f"may not read audit event {event}" in refused.text
+
+
 def test_provenance_by_node_and_by_alias_at_a_time_link_to_the_version(client, world, container):
     number, tokens = world["number"], world["tokens"]
     for who, capacity in (("sec", "security"), ("mia", "ml")):
