@@ -15,8 +15,8 @@ It creates a fresh, migrated PostgreSQL database beside ``MODELREG_TEST_PG_URL``
   the ratio to the baseline), then asks a real uvicorn server (``modelreg``'s app) ``--requests``
   inclusion proofs and as many consistency proofs at random leaves and sizes of that tree, one at a
   time, and prints p50/p99 of each, beside ``GET /healthz`` (the HTTP floor) and ``tlog.inclusion``
-  called in-process (the proof without HTTP); and the tile storage: bytes of tile data and of the table (with its
-  index and TOAST) per event.
+  called in-process (the proof without HTTP); and the tile storage: bytes of tile data and of the table
+  (with its index and TOAST) per event.
 """
 
 from __future__ import annotations

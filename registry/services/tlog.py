@@ -337,8 +337,8 @@ def inclusion(session: Session, *, index: int, size: int) -> dict[str, Any]:
     """
     if not 0 <= index < size <= merkle.MAX_TREE_SIZE:
         raise LogProofRequestError(f"leaf {index} is not in a tree of size {size}", index=index, size=size)
-    (leaf, hashes), root = _compute(session, size, lambda source: (source(0, index),
-                                                                    merkle.inclusion_proof(index, size, source)))
+    (leaf, hashes), root = _compute(
+        session, size, lambda source: (source(0, index), merkle.inclusion_proof(index, size, source)))
     return {"index": index, "size": size, "leaf_hash": leaf, "root": root, "hashes": hashes}
 
 

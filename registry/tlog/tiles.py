@@ -242,11 +242,13 @@ def tiles_read(size: int, compute: Callable[[StoredHashes], object]) -> set[Tile
 class TileHashes:
     """A stored-hash source for the tree of ``size`` reading tiles through ``read_tile(tile) -> bytes``.
 
-    Each tile is read once, and none of those given as ``read`` (see :func:`tiles_read`). Hashes between tile levels (Merkle levels not a multiple of 8) are computed
+    Each tile is read once, and none of those given as ``read`` (see :func:`tiles_read`). Hashes between
+    tile levels (Merkle levels not a multiple of 8) are computed
     from the tile below. ``read_tile`` may raise ``LookupError`` for a tile it lacks.
     """
 
-    def __init__(self, size: int, read_tile: Callable[[Tile], bytes], *, read: Mapping[Tile, bytes] = {}) -> None:
+    def __init__(self, size: int, read_tile: Callable[[Tile], bytes], *,
+                 read: Mapping[Tile, bytes] = {}) -> None:
         self.size = size
         self._read = read_tile
         self._tiles: dict[Tile, list[bytes]] = {tile: tile_hashes(tile, data) for tile, data in read.items()}
