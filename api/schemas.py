@@ -300,6 +300,18 @@ class EnvelopePublic(BaseModel):
     signatures: list[EnvelopeSignaturePublic]
 
 
+class LogEntryProofPublic(BaseModel):
+    index: int = Field(description="the event's leaf index (its id - 1)")
+    event: dict[str, Any] = Field(description="the audit event's body, whose canonical JSON's SHA-256 is the leaf")
+    inclusion_proof: list[str] = Field(description="RFC 9162 inclusion proof in the checkpoint's tree (base64)")
+
+
+class ReleaseLogProofPublic(BaseModel):
+    checkpoint: str = Field(description="a C2SP signed checkpoint (with the witness cosignatures collected)")
+    entries: list[LogEntryProofPublic] = Field(description="the version's approval, and the alias move when "
+                                                           "the ref is an alias")
+
+
 class ReleasePublic(BaseModel):
     """A release manifest as served: the signed envelope, and beside it what is not signed."""
 
@@ -311,6 +323,9 @@ class ReleasePublic(BaseModel):
     signature_bundle: dict[str, Any] | None = Field(
         description="the version's OpenSSF model-signing bundle, for DEST/model.sig")
     trust_root_version: int = Field(description="the trust root whose key signed the envelope")
+    log: ReleaseLogProofPublic | None = Field(
+        None, description="when the trust root names a verifiable log: the checkpoint this release was issued "
+                          "against and the inclusion proofs of the events that made it (ADR 0011)")
 
 
 class KeyPublic(BaseModel):

@@ -41,6 +41,7 @@ from registry.domain.errors import AuditChainError, AuditCheckpointError, Signat
 from registry.signing.canonical import canonical_json
 from registry.signing.dsse import sign_envelope, verify_envelope
 from registry.signing.keys import SigningKey, VerifyingKey
+from registry.tlog import events as log_events
 
 GENESIS = "0" * 64
 NOTIFY_CHANNEL = "modelreg_events"
@@ -77,23 +78,28 @@ def event_hash(
     return hashlib.sha256(_encode(body)).hexdigest()
 
 
-def event_commitment(event: Any) -> bytes:
-    """What the verifiable log holds for an event (its leaf is ``merkle.leaf_hash`` of it, ADR 0011): the
-    SHA-256 of the canonical JSON of the fields :func:`event_hash` covers plus that chain hash.
+def event_body(event: Any) -> dict[str, Any]:
+    """The body the verifiable log commits to (:mod:`registry.tlog.events`): the fields :func:`event_hash`
+    covers plus that chain hash.
 
     Args:
         event: an :class:`AuditEvent` or a row with the same attributes.
     """
-    body = {
+    return {
         "id": event.id, "at": _format_time(event.at), "actor": event.actor, "action": event.action,
         "subject": event.subject, "tenant": event.tenant, "details": event.details,
         "prev_hash": event.prev_hash, "hash": event.hash,
     }
-    return hashlib.sha256(_encode(body)).digest()
+
+
+def event_commitment(event: Any) -> bytes:
+    """What the verifiable log holds for an event (its leaf is ``merkle.leaf_hash`` of it, ADR 0011): the
+    SHA-256 of the canonical JSON of :func:`event_body`."""
+    return log_events.commitment(event_body(event))
 
 
 def _encode(body: dict[str, Any]) -> bytes:
-    return json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
+    return log_events.encode_body(body)
 
 
 def append(

@@ -34,6 +34,7 @@ if TYPE_CHECKING:
     from registry.signing.keyring import KeyRing
     from registry.workload_identity import WorkloadVerifier
     from registry.signing.keys import SigningKey
+    from registry.signing.trust_root import LogTrust
     from registry.storage.base import BlobStore
     from registry.tlog.note import Ed25519Signer
 
@@ -92,6 +93,27 @@ class Container:
             path.parent.mkdir(mode=0o700, exist_ok=True)
         fresh = Ed25519Signer.generate(self.settings.log_origin or default_log_origin(self.settings.public_url))
         return parse_signer_key(create_once(path, (fresh.skey + "\n").encode()).decode().strip())
+
+    @cached_property
+    def log_trust(self) -> "LogTrust":
+        """What the trust root says of the verifiable log: the log key's verifier key (its name is the
+        origin), the witnesses of ``settings.log_witnesses`` and the quorum ``settings.log_witness_quorum``.
+
+        Raises:
+            RootError: a witness key that is not a cosignature verifier key, a quorum above their number.
+        """
+        from registry.signing.trust_root import LogTrust, log_trust
+
+        log = LogTrust(self.log_key.name, self.log_key.verifier().vkey,
+                       tuple(w.verifier_key for w in self.settings.log_witnesses), self.settings.log_witness_quorum)
+        return log_trust(log.as_dict())
+
+    def collect_cosignatures(self) -> str | None:
+        """Ask the log's witnesses to cosign its newest checkpoint now (a short timeout each); the checkpoint
+        as served afterwards."""
+        from registry.services.witnesses import collect_cosignatures
+
+        return collect_cosignatures(self.session_factory, self.settings, timeout=2.0)
 
     @cached_property
     def keyring(self) -> "KeyRing":
@@ -292,12 +314,17 @@ def ensure_initial_admin(container: Container) -> FirstStart:
 
 
 def ensure_trust_root(container: Container) -> int:
-    """Publish trust root 1 from the signing key if there is no root yet; return the newest root's version."""
-    from registry.services.trust_roots import ensure_root
+    """Publish trust root 1 from the signing key if there is no root yet, and a next root when the newest
+    does not name the verifiable log as configured (its key, witnesses, quorum); return the newest version.
+    A replica that loses the race to publish reads the winner's."""
+    from registry.services.trust_roots import RotationConflictError, newest, publish_log
 
     with container.session_factory() as session:
-        root = ensure_root(session, container.keyring.primary, clock=container.clock,
-                           expires_in=dt.timedelta(days=container.settings.trust_root_expiry_days))
+        try:
+            root = publish_log(session, container.keyring, container.log_trust, clock=container.clock,
+                               expires_in=dt.timedelta(days=container.settings.trust_root_expiry_days))
+        except RotationConflictError:
+            root = newest(session)
     return root.version
 
 

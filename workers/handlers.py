@@ -100,10 +100,13 @@ def _deliver_webhook(c: Container, payload: Payload) -> None:
 WEBHOOK_HANDLER = Handler(JobKind.DELIVER_WEBHOOK.value, _deliver_webhook)
 
 
-# The verifiable audit log (registry/services/tlog.py): integrate what committed, then sign when due.
+# The verifiable audit log (registry/services/tlog.py): integrate what committed, sign when due, then
+# submit the newest checkpoint to the witnesses that have not cosigned it (bounded; never fails the job).
 def _integrate_audit_log(c: Container, _payload: Payload) -> None:
-    from registry.services import tlog
+    from registry.services import tlog, witnesses
 
     tlog.integrate_audit_log(c.session_factory)
     tlog.sign_checkpoint_if_due(c.session_factory, c.log_key, interval=c.settings.log_checkpoint_interval,
                                 now=c.clock.now())
+    if c.settings.log_witnesses:
+        witnesses.submit_checkpoint(c.session_factory, c.settings.log_witnesses, now=c.clock.now())

@@ -139,7 +139,10 @@ async def get_manifest(
     settings = container.settings
     kwargs = dict(tenant=tenant, name=name, ref=ref, for_tenant=for_tenant,
                   if_none_match=if_none_match, keyring=container.keyring, blob_store=container.blob_store,
-                  clock=container.clock, config=manifests.ReleaseConfig.from_settings(settings),
+                  clock=container.clock,
+                  config=manifests.ReleaseConfig.from_settings(
+                      settings, log_key=container.log_key,
+                      cosign=container.collect_cosignatures if settings.log_witnesses else None),
                   cache=container.release_cache)
     if wait == 0:
         principal, issued = await run_in_threadpool(_issue, container, token, None, **kwargs)

@@ -8,7 +8,8 @@ readable line to stderr and exits non-zero (1 for errors, 2 for usage).
 
 One module per area registers its commands on the one ``app`` (``_base``): ``identity``, ``versions``,
 ``releases``, ``approvals``, ``evals``, ``operations``, ``quotas`` (quotas, retention, usage), ``fetch``
-(serving nodes), ``provenance`` and ``provenance_export`` (auditors), ``webhooks`` (tenant admins).
+(serving nodes), ``provenance`` and ``provenance_export`` (auditors), ``webhooks`` (tenant admins), ``witness``
+(a log witness an auditor runs).
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from typer.exceptions import TyperException
 
 from registry.cli import (  # noqa: F401 (commands)
     approvals, evals, fetch, identity, login, operations, provenance, provenance_export, quotas, releases,
-    versions, webhooks)
+    versions, webhooks, witness)
 from registry.cli._base import _say, app
 from registry.domain.errors import RegistryError
 

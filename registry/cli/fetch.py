@@ -42,8 +42,8 @@ from registry.cli._base import CliError, JsonOpt, TokenFileOpt, TokenOpt, UrlOpt
 
 EXIT_HELP = ("Exit codes: 0 ok, 1 error, 2 usage (or DEST inside --cache), 10 signature (or a trust root "
              "that does not hash to --trust-root-sha256), 11 expired, "
-             "12 rollback, 13 digest, 14 revoked, 15 not-approved, 16 network, 17 destination (DEST holds something else), 18 manifest (bad path or "
-             "bundle).")
+             "12 rollback, 13 digest, 14 revoked, 15 not-approved, 16 network, 17 destination (DEST holds "
+             "something else), 18 manifest (bad path or bundle), 19 log (not proven in the verifiable log).")
 
 cache_app = typer.Typer(help="The node cache of fetched blobs.", no_args_is_help=True)
 app.add_typer(cache_app, name="cache")
@@ -59,6 +59,12 @@ TrustPinOpt = typer.Option(None, "--trust-root-sha256", envvar="MODELREG_TRUST_R
                            help="The sha256 of trust root 1 as the registry serves it (README: KServe), "
                                 "instead of a file: fetched and trusted only if it hashes to this. With "
                                 "--trust-root, the file must hash to it.")
+WitnessOpt = typer.Option(None, "--witness", envvar="MODELREG_WITNESSES",
+                          help="A witness's cosignature verifier key (<name>+<id>+<base64>) this node requires, "
+                               "beside its trust root's; repeat for each (the variable: space-separated).")
+WitnessQuorumOpt = typer.Option(None, "--witness-quorum", envvar="MODELREG_WITNESS_QUORUM", min=0,
+                                help="How many of the --witness keys must have cosigned the release's log "
+                                     "checkpoint (default: all of them).")
 ParallelOpt = typer.Option(8, "--parallel", min=1, max=64, help="Parallel download streams (and hash threads).")
 HighOpt = typer.Option(None, "--cache-high", envvar="MODELREG_CACHE_HIGH",
                        help="Evict least recently used blobs above this size (e.g. 50G).")
@@ -125,6 +131,7 @@ def fetch(
     trust_root: Optional[Path] = TrustRootOpt, trust_root_sha256: Optional[str] = TrustPinOpt,
     cache: Optional[Path] = FetchCacheOpt, parallel: int = ParallelOpt,
     cache_high: Optional[str] = HighOpt, cache_low: Optional[str] = LowOpt, recheck_hours: float = RecheckOpt,
+    witness: Optional[list[str]] = WitnessOpt, witness_quorum: Optional[int] = WitnessQuorumOpt,
     part_size: str = typer.Option("8M", "--part-size", help="Range size a big file is split into (at most 64M; "
                                  "the fetch holds --parallel + 4 of them in memory)."),
     metrics_textfile: Optional[Path] = typer.Option(
@@ -152,7 +159,8 @@ def fetch(
             try:
                 result = fetch_ref(ref, dest, api=api, trust_root_file=trust_root,
                                    trust_root_sha256=trust_root_sha256, cache=node_cache, parallel=parallel,
-                                   part_size=parse_size(part_size) or 1, reporter=reporter)
+                                   part_size=parse_size(part_size) or 1, reporter=reporter,
+                                   witness_policy=_witness_policy(witness, witness_quorum))
             except BaseException as exc:
                 if metrics_textfile is not None:
                     _write_fetch_metrics(metrics_textfile, ref, reporter.timings, exc, None)
@@ -172,6 +180,26 @@ def fetch(
                  f"{what}; {times}")
 
     _run(body)
+
+
+def _witness_policy(keys: Optional[list[str]], quorum: Optional[int]):
+    """The witnesses the node requires (``--witness``, ``--witness-quorum``), or None when it names none."""
+    from registry.client.log_proofs import WitnessPolicy
+    from registry.tlog.checkpoint import CosignatureVerifier
+    from registry.tlog.note import parse_verifier_key
+
+    keys = [k for entry in keys or () for k in entry.split()]
+    if not keys:
+        if quorum:
+            raise CliError("--witness-quorum needs --witness keys")
+        return None
+    verifiers = tuple(parse_verifier_key(k, CosignatureVerifier) for k in keys)  # InvalidVerifierKeyError
+    if len({(v.name, v.key_id) for v in verifiers}) != len(verifiers):
+        raise CliError("a --witness key is given twice")
+    quorum = len(verifiers) if quorum is None else quorum
+    if quorum > len(verifiers):
+        raise CliError(f"--witness-quorum {quorum} is more than the {len(verifiers)} --witness keys")
+    return WitnessPolicy(verifiers, quorum)
 
 
 def _say_resolved(ref_text: str, result, as_json: bool) -> str | None:
@@ -312,6 +340,7 @@ def cache_warm(
     once: bool = typer.Option(False, "--once", help="Apply the revocations not yet applied and bring each REF's "
                                                     "current release into the cache, then exit."),
     cache_high: Optional[str] = HighOpt, cache_low: Optional[str] = LowOpt, recheck_hours: float = RecheckOpt,
+    witness: Optional[list[str]] = WitnessOpt, witness_quorum: Optional[int] = WitnessQuorumOpt,
     metrics_textfile: Optional[Path] = typer.Option(
         None, "--metrics-textfile", envvar="MODELREG_CACHE_METRICS_TEXTFILE",
         help="Write the revocation counters here for the node exporter's textfile collector (a *.prom file; "
@@ -337,6 +366,7 @@ def cache_warm(
 
     def body() -> None:
         check_trust_options(trust_root, trust_root_sha256)
+        witnesses = _witness_policy(witness, witness_quorum)
         parsed = [parse_ref(r) for r in refs]
         node_cache = _cache(cache, cache_high, cache_low, recheck_hours)
         reporter = Reporter("json" if as_json else "human")
@@ -367,7 +397,8 @@ def cache_warm(
                 for ref in parsed:
                     _, result = warm_once(ref, api=api, trust_root_file=trust_root,
                                           trust_root_sha256=trust_root_sha256, cache=node_cache, etag=None,
-                                          wait=None, parallel=parallel, reporter=reporter)
+                                          wait=None, parallel=parallel, reporter=reporter,
+                                          witness_policy=witnesses)
                     if result is not None:
                         _summary(result.as_dict(), as_json,
                                  f"{result.model}@{result.ref} -> {result.version}: {result.downloaded_files} "
@@ -382,7 +413,8 @@ def cache_warm(
                     try:
                         etag, result = warm_once(ref, api=api, trust_root_file=trust_root,
                                                  trust_root_sha256=trust_root_sha256, cache=node_cache,
-                                                 etag=etag, wait=wait, parallel=parallel, reporter=reporter)
+                                                 etag=etag, wait=wait, parallel=parallel, reporter=reporter,
+                                                 witness_policy=witnesses)
                     except RegistryError as exc:
                         from registry.client.errors import exit_code
 

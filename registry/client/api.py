@@ -48,6 +48,8 @@ class ManifestResponse:
     signature_bundle: dict[str, Any]
     trust_root_version: int | None
     etag: str | None
+    log: Any = None
+    """The checkpoint and inclusion proofs of the release's events (unsigned; checked by ``log_proofs``)."""
 
     @classmethod
     def from_json(cls, body: Any, etag: str | None) -> "ManifestResponse":
@@ -59,7 +61,7 @@ class ManifestResponse:
             raise RegistryError("the manifest's transport maps paths to URL strings")
         version = body.get("trust_root_version")
         return cls(body["envelope"], dict(transport), body["signature_bundle"],
-                   version if type(version) is int else None, etag)
+                   version if type(version) is int else None, etag, body.get("log"))
 
 
 @dataclasses.dataclass(frozen=True)

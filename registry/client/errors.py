@@ -20,6 +20,9 @@ code  kind            meaning
 17    destination     DEST holds something other than this release; it was left as it was
 18    manifest        the release is signed but unusable: a path that is not clean, a reserved name,
                       or a signature bundle that does not match its files
+19    log             the release is not proven in the verifiable log the trust root names: no proof,
+                      a proof that does not verify, a checkpoint not signed or cosigned as required,
+                      or one that does not extend the checkpoint this node accepted before
 ====  ==============  =======================================================================
 
 Example:
@@ -39,18 +42,24 @@ from registry.domain.errors import (
     IntegrityError,
     InvalidInputError,
     InvalidPathError,
+    LogProofError,
+    MalformedCheckpointError,
+    MalformedNoteError,
     ManifestMismatchError,
+    NoteSignatureError,
     NotApprovedError,
     RegistryError,
     ReleaseNotFoundError,
     RevokedError,
     SignatureError,
+    UnverifiedNoteError,
     UpstreamError,
 )
 
 EXIT_CODES: dict[str, int] = {
     "ok": 0, "error": 1, "usage": 2, "signature": 10, "expired": 11, "rollback": 12, "digest": 13,
     "revoked": 14, "not-approved": 15, "network": 16, "destination": 17, "manifest": 18,
+    "log": 19,
 }
 
 
@@ -129,6 +138,9 @@ def classify(exc: BaseException) -> str:
         return "usage"
     if isinstance(exc, InvalidPathError | BadManifestError | ReleaseMismatchError):
         return "manifest"
+    if isinstance(exc, LogProofError | MalformedNoteError | NoteSignatureError | UnverifiedNoteError
+                  | MalformedCheckpointError):
+        return "log"
     if isinstance(exc, SignatureError):
         return "signature"
     if isinstance(exc, ManifestMismatchError | IntegrityError):

@@ -9,10 +9,12 @@ the manifest to keep a node cache ahead of alias moves.
 Order of checks, each before any byte is written anywhere but the cache's partial files:
 signature by the trust root (walked from the pinned file), expiry, serial not lower than the last
 accepted for the model and ref, model and ref as asked, clean and unreserved paths, the bundle is the
-one the release names; DEST outside the cache; then each file's size and sha256 as it is downloaded, or
+one the release names; when the trust root names a verifiable log, the release's events proven in a
+checkpoint signed and cosigned as required that extends the one this node kept (:mod:`log_proofs`); DEST
+outside the cache; then each file's size and sha256 as it is downloaded, or
 as it is copied out of the cache into DEST (a cached blob that fails is removed and downloaded again);
 then DEST appears. A DEST that already holds the release is re-hashed, not trusted on its file sizes.
-The root walked and the serial are persisted only after DEST holds the release.
+The root walked, the serial and the log checkpoint are persisted only after DEST holds the release.
 
 Without a node cache (``modelreg fetch`` with no ``--cache``: KServe's storage initializer, whose only
 writable paths are DEST and /tmp) the same path runs with no cache: each blob is downloaded straight
@@ -31,7 +33,7 @@ import contextlib
 import dataclasses
 import datetime as dt
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -47,9 +49,10 @@ from registry.client.assemble import (
 from registry.client.cache import NodeCache, copy_verified
 from registry.client.download import DEFAULT_PART_SIZE, MAX_PART_SIZE, SPARE_BUFFERS, Buffers, download_blob
 from registry.client.errors import BadManifestError, DestinationInCacheError
+from registry.client.log_proofs import WitnessPolicy, verify_release_log
 from registry.client.progress import Reporter
 from registry.client.trust import NodeTrust, pinned_root
-from registry.domain.errors import InvalidInputError, InvalidRefError, RevokedError
+from registry.domain.errors import InvalidInputError, InvalidRefError, LogProofError, RevokedError
 from registry.domain.refs import ModelRef, parse_ref
 from registry.signing.release import Release, ReleaseFile, verify_release
 
@@ -95,19 +98,41 @@ class FetchResult:
 
 
 def verify_manifest(envelope: Mapping[str, Any], bundle: Mapping[str, Any], *, ref: ModelRef, trust: NodeTrust,
-                    now: dt.datetime) -> Release:
-    """Every check a release passes before a byte is downloaded (see the module docstring).
+                    now: dt.datetime, log: Any = None,
+                    consistency: Callable[[int, int], Any] | None = None) -> Release:
+    """Every check a release passes before a byte is downloaded (see the module docstring); when the trust
+    root names a verifiable log, ``log`` (the answer's proof) must prove the release in it
+    (:func:`registry.client.log_proofs.verify_release_log`, with the registry's ``consistency`` proofs).
 
     Raises:
         SignatureError, ReleaseExpiredError, ReleaseRollbackError, ReleaseMismatchError, InvalidPathError,
         BadManifestError: as named.
+        LogProofError, MalformedNoteError, UnverifiedNoteError...: the release is not proven in the log.
     """
     selector = ref_selector(ref)
     release = verify_release(envelope, trust.root, now=now, model=ref.model, ref=selector,
                              min_serial=trust.serial(ref.model, selector))
     check_reserved(release.files)
     check_bundle_matches(bundle, release)
+    _verify_logged(release, log, trust, consistency)
     return release
+
+
+def _verify_logged(release: Release, log: Any, trust: NodeTrust,
+                   consistency: Callable[[int, int], Any] | None) -> None:
+    if trust.root.log is None:
+        if trust.witness_policy is not None:
+            raise LogProofError("missing", f"this node requires witnesses, but trust root {trust.root.version} "
+                                           "names no verifiable log")
+        return
+
+    def no_proofs(first: int, second: int) -> Any:
+        raise LogProofError("missing", "no registry to ask for a consistency proof")
+
+    origin = trust.root.log.origin
+    keep = verify_release_log(release, log, trust.root.log, kept=trust.log_checkpoint(origin),
+                              consistency=consistency or no_proofs, node=trust.witness_policy)
+    trust.accept_checkpoint(origin, keep)
 
 
 def ensure_cached(release: Release, transport: Mapping[str, str], *, tenant: str, cache: NodeCache | None,
@@ -249,7 +274,7 @@ def check_outside_cache(dest: Path, cache: NodeCache) -> None:
 def fetch_release(envelope: Mapping[str, Any], transport: Mapping[str, str], bundle: Mapping[str, Any], *,
                   ref: ModelRef, dest: Path, trust: NodeTrust, cache: NodeCache | None, api: RegistryApi,
                   parallel: int = DEFAULT_PARALLEL, part_size: int = DEFAULT_PART_SIZE,
-                  reporter: Reporter | None = None, now: dt.datetime | None = None) -> FetchResult:
+                  reporter: Reporter | None = None, now: dt.datetime | None = None, log: Any = None) -> FetchResult:
     """Verify a release, bring its files into the cache and DEST; commit the trust state only on success.
 
     ``trust.root`` must already be walked forward (:meth:`NodeTrust.refresh`). On any failure DEST is as it
@@ -259,7 +284,8 @@ def fetch_release(envelope: Mapping[str, Any], transport: Mapping[str, str], bun
     if cache is not None:
         check_outside_cache(dest, cache)
     with reporter.phase("verify"):
-        release = verify_manifest(envelope, bundle, ref=ref, trust=trust, now=now or _utcnow())
+        release = verify_manifest(envelope, bundle, ref=ref, trust=trust, now=now or _utcnow(), log=log,
+                                  consistency=api.log_consistency)
     result = FetchResult(release.model, release.ref, release.version, release.serial, str(dest),
                          files=len(release.files), bytes=release.total_size)
     if cache is not None:
@@ -306,8 +332,9 @@ def node_trust(api: RegistryApi, trust_root_file: Path | None, trust_root_sha256
 def fetch(ref_text: str, dest: Path, *, api: RegistryApi, trust_root_file: Path | None = None,
           trust_root_sha256: str | None = None, cache: NodeCache | None = None,
           parallel: int = DEFAULT_PARALLEL, part_size: int = DEFAULT_PART_SIZE,
-          reporter: Reporter | None = None) -> FetchResult:
-    """``modelreg fetch``: the manifest from the registry, then :func:`fetch_release`.
+          reporter: Reporter | None = None, witness_policy: WitnessPolicy | None = None) -> FetchResult:
+    """``modelreg fetch``: the manifest from the registry, then :func:`fetch_release`; ``witness_policy``:
+    the witnesses this node requires to have cosigned the release's checkpoint (beside its root's).
 
     Raises:
         InvalidRefError: REF names no alias or version.
@@ -319,6 +346,7 @@ def fetch(ref_text: str, dest: Path, *, api: RegistryApi, trust_root_file: Path 
     ref = parse_ref(ref_text)
     selector = ref_selector(ref)
     trust = node_trust(api, trust_root_file, trust_root_sha256, cache)
+    trust.witness_policy = witness_policy
     with reporter.phase("manifest"):
         response = api.manifest(ref.tenant, ref.name, selector)
         assert response is not None  # no ETag was sent, so no 304
@@ -326,12 +354,13 @@ def fetch(ref_text: str, dest: Path, *, api: RegistryApi, trust_root_file: Path 
         _walk_root(api, trust, response, _utcnow())
     return fetch_release(response.envelope, response.transport, response.signature_bundle, ref=ref, dest=dest,
                          trust=trust, cache=cache, api=api, parallel=parallel, part_size=part_size,
-                         reporter=reporter)
+                         reporter=reporter, log=response.log)
 
 
 def warm_once(ref: ModelRef, *, api: RegistryApi, trust_root_file: Path | None, cache: NodeCache, etag: str | None,
               wait: float | None, parallel: int = DEFAULT_PARALLEL, reporter: Reporter | None = None,
-              trust_root_sha256: str | None = None) -> tuple[str | None, FetchResult | None]:
+              trust_root_sha256: str | None = None, witness_policy: WitnessPolicy | None = None
+              ) -> tuple[str | None, FetchResult | None]:
     """One long poll for ``ref``: when the release changed, verify it and bring its files into the cache.
 
     Returns:
@@ -346,9 +375,11 @@ def warm_once(ref: ModelRef, *, api: RegistryApi, trust_root_file: Path | None, 
     if response is None:
         return etag, None
     trust = node_trust(api, trust_root_file, trust_root_sha256, cache)
+    trust.witness_policy = witness_policy
     now = _utcnow()
     _walk_root(api, trust, response, now)
-    release = verify_manifest(response.envelope, response.signature_bundle, ref=ref, trust=trust, now=now)
+    release = verify_manifest(response.envelope, response.signature_bundle, ref=ref, trust=trust, now=now,
+                              log=response.log, consistency=api.log_consistency)
     result = FetchResult(release.model, release.ref, release.version, release.serial, None,
                          files=len(release.files), bytes=release.total_size)
     hold_release(release, tenant=ref.tenant, name=ref.name, cache=cache)

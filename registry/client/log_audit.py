@@ -16,11 +16,10 @@ Usage (a sketch, not run as a doctest)::
 
 from __future__ import annotations
 
-import base64
-import binascii
 from dataclasses import dataclass
 from typing import Any
 
+from registry.client.log_proofs import decode_hashes
 from registry.domain.errors import LogProofError
 from registry.tlog import merkle
 from registry.tlog.checkpoint import Checkpoint, open_checkpoint, parse_checkpoint
@@ -85,13 +84,4 @@ def _served_log_key(api: Any) -> str:
 
 def _hashes(answer: Any) -> list[bytes]:
     """The ``hashes`` of a proof answer, each base64 of 32 bytes."""
-    hashes = answer.get("hashes") if isinstance(answer, dict) else None
-    if not isinstance(hashes, list) or not all(isinstance(h, str) for h in hashes):
-        raise LogProofError("hash", "the registry's proof answer holds no list of hashes")
-    try:
-        decoded = [base64.b64decode(h, validate=True) for h in hashes]
-    except (binascii.Error, ValueError):
-        raise LogProofError("hash", "a proof hash is not base64") from None
-    if any(len(h) != merkle.HASH_SIZE for h in decoded):
-        raise LogProofError("hash", "a proof hash is not 32 bytes")
-    return decoded
+    return decode_hashes(answer.get("hashes") if isinstance(answer, dict) else None)

@@ -1,4 +1,4 @@
-"""A node's trust: the pinned root, the rotations it has walked, and the serials it has accepted.
+"""A node's trust: the pinned root, the rotations it has walked, the serials and log checkpoints it accepted.
 
 The pinned root is the operator's and never written: a file (``--trust-root FILE``, often a read-only
 ConfigMap), or the sha256 of root 1 (``--trust-root-sha256 HEX``; for a container that can mount no
@@ -8,8 +8,10 @@ in the cache directory as ``trust/roots/<n>.json`` and, at every start, walked a
 few signature checks), so a file planted in the cache cannot add trust the pin does not chain to. New
 roots and serials are written by :meth:`NodeTrust.commit`, which the fetch calls only after DEST holds
 the release: a root or a serial is never persisted for a fetch that failed (tough's CVE-2025-2888
-cached one before its rollback check). Without a cache directory nothing is kept: every start walks
-from the pin, and the serial check has no earlier serial to compare with.
+cached one before its rollback check). The newest checkpoint of the verifiable log accepted with a
+release (ADR 0011) is kept the same way, as ``trust/log/<origin hash>.checkpoint``: the next release's
+checkpoint must extend it. Without a cache directory nothing is kept: every start walks from the pin, and
+the serial and log checks have nothing earlier to compare with.
 
 Example:
     >>> import datetime as dt, json, tempfile, pathlib
@@ -34,12 +36,23 @@ from pathlib import Path
 from typing import Any
 
 from registry import statefile
-from registry.domain.errors import InvalidInputError
+from registry.client.log_proofs import WitnessPolicy
+from registry.domain.errors import InvalidInputError, RegistryError
 from registry.signing.trust_root import MAX_ROOT_BYTES, RootError, TrustRoot, parse_root, walk
+from registry.tlog.checkpoint import parse_checkpoint
+from registry.tlog.note import MAX_NOTE_BYTES, parse_note
 
 
 PINNED_ROOT_VERSION = 1
 """The root a ``--trust-root-sha256`` pin names: the first the registry published."""
+
+
+def _tree_size(signed: bytes) -> int:
+    """The tree size of a kept checkpoint (-1 for one that does not parse: replaced by any)."""
+    try:
+        return parse_checkpoint(parse_note(signed).text).size
+    except RegistryError:
+        return -1
 
 
 def read_file_bytes(path: Path, limit: int, what: str) -> bytes:
@@ -147,6 +160,9 @@ class NodeTrust:
         self._serials = serials
         self._accepted: dict[str, int] = {}
         self._new_roots: dict[int, dict[str, Any]] = {}
+        self._checkpoints: dict[str, bytes] = {}
+        self.witness_policy: WitnessPolicy | None = None
+        """The witnesses this node requires on its own (``--witness``), beside its trust root's."""
 
     @classmethod
     def load(cls, pinned: Path | TrustRoot, cache_dir: Path | None, *,
@@ -210,10 +226,25 @@ class NodeTrust:
         """Remember ``serial`` for ``model@ref``; written by :meth:`commit`."""
         self._accepted[f"{model}@{ref}"] = serial
 
-    def commit(self) -> None:
-        """Persist the roots walked and the serials accepted (call only after the fetch succeeded)."""
+    def log_checkpoint(self, origin: str) -> bytes | None:
+        """The newest checkpoint of the log ``origin`` this node accepted (kept beside the serials), or None."""
         if self.state_dir is None:
-            self._new_roots, self._accepted = {}, {}
+            return None
+        path = self._checkpoint_path(origin)
+        return read_file_bytes(path, MAX_NOTE_BYTES, "kept log checkpoint") if path.is_file() else None
+
+    def accept_checkpoint(self, origin: str, signed: bytes) -> None:
+        """Remember ``signed`` as the newest checkpoint of ``origin``; written by :meth:`commit`."""
+        self._checkpoints[origin] = signed
+
+    def _checkpoint_path(self, origin: str) -> Path:
+        assert self.state_dir is not None
+        return self.state_dir / "log" / f"{hashlib.sha256(origin.encode()).hexdigest()[:32]}.checkpoint"
+
+    def commit(self) -> None:
+        """Persist the roots walked, the serials and log checkpoints accepted (only after the fetch succeeded)."""
+        if self.state_dir is None:
+            self._new_roots, self._accepted, self._checkpoints = {}, {}, {}
             return
         stored = self.state_dir / "roots"
         for version, envelope in sorted(self._new_roots.items()):
@@ -236,5 +267,21 @@ class NodeTrust:
                         current[key] = serial
                 statefile.write_atomic(path, json.dumps(current, sort_keys=True).encode(), make_parents=True)
             self._serials.update(current)
-        self._new_roots, self._accepted = {}, {}
+        if self._checkpoints:
+            self._commit_checkpoints()
+        self._new_roots, self._accepted, self._checkpoints = {}, {}, {}
+
+    def _commit_checkpoints(self) -> None:
+        import fcntl
+
+        assert self.state_dir is not None
+        self.state_dir.mkdir(parents=True, exist_ok=True)
+        with open(self.state_dir / "serials.lock", "a+b") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            for origin, signed in self._checkpoints.items():
+                # Never smaller: another fetch may have kept a larger tree (each was proven to extend the
+                # one kept before it; the next fetch proves this one against whichever stays).
+                stored = self.log_checkpoint(origin)
+                if stored is None or _tree_size(stored) <= _tree_size(signed):
+                    statefile.write_atomic(self._checkpoint_path(origin), signed, make_parents=True)
 

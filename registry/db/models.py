@@ -408,6 +408,21 @@ class LogHead(Base):
     checkpoint_at: Mapped[dt.datetime | None]
 
 
+class LogCosignature(Base):
+    """A witness's cosignature line (C2SP tlog-cosignature) on one checkpoint of the log, verified with that
+    witness's key before it was stored; ``served_checkpoint`` appends those of the newest checkpoint."""
+
+    __tablename__ = "log_cosignatures"
+    __table_args__ = (Index("ix_log_cosignatures_witness_key", "witness_key", "checkpoint_size"),)
+
+    checkpoint_size: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=False)
+    root: Mapped[bytes] = mapped_column(LargeBinary, primary_key=True)
+    # The witness's verifier key string (name, key ID and key): a rotated key is another witness.
+    witness_key: Mapped[str] = mapped_column(String(512), primary_key=True)
+    line: Mapped[str] = mapped_column(Text)
+    collected_at: Mapped[dt.datetime]
+
+
 class ScanResult(Base):
     """One scanner's verdict on one blob, seen under one path.
 

@@ -76,6 +76,11 @@ def _failed_for_quota(details: Mapping[str, Any]) -> bool:
     return details.get("reason") == "quota_exceeded"
 
 
+APPROVED_ACTION = "version.approved"
+"""The audit action of a version entering ``approved``: the event a release is proven by (ADR 0011)."""
+ALIAS_MOVE_ACTIONS = ("alias.promoted", "alias.rolled_back")
+"""The audit actions of an alias move: a release of an alias is proven by the newest of them too."""
+
 CATALOGUE: tuple[EventType, ...] = (
     EventType("version.submitted", "version.submitted", ("source", "requested_revision", "declared_license")),
     EventType("version.sealed", "version.sealed", ("state", "manifest_digest", "files", "bytes")),

@@ -42,7 +42,7 @@ import datetime as dt
 import hashlib
 import re
 from dataclasses import dataclass
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from sqlalchemy import func, select, text, update
@@ -55,6 +55,7 @@ from registry.clock import Clock
 from registry.db.models import (
     Alias,
     Approval,
+    AuditEvent,
     PolicyDecision,
     ReleaseIssuance,
     ReleaseSerial,
@@ -75,14 +76,16 @@ from registry.domain.errors import (
     TenantNotFoundError,
     VersionDeletedError,
 )
+from registry.domain.events import ALIAS_MOVE_ACTIONS, APPROVED_ACTION
 from registry.domain.states import VersionState
-from registry.services import aliases, loaders
+from registry.services import aliases, loaders, tlog
 from registry.services import chunks as chunk_lists
 from registry.services.trust_roots import release_signer
 from registry.signing.canonical import canonical_json
 from registry.signing.keyring import KeyRing
 from registry.signing.release import release_payload, sign_release
 from registry.storage.base import BlobStore
+from registry.tlog.note import Ed25519Signer
 
 VERSION_REF_RE = re.compile(r"\A[1-9][0-9]{0,8}\Z")
 """A version number as a ref (nine digits at most: an ``Integer`` column holds it)."""
@@ -97,13 +100,19 @@ class ReleaseConfig:
     version_ttl: dt.timedelta
     url_ttl: dt.timedelta
     root_expiry: dt.timedelta
+    log_key: Ed25519Signer | None = None
+    """The verifiable log's key: a release whose events no checkpoint covers yet gets one signed at once."""
+    cosign: Callable[[], Any] | None = None
+    """Asks the log's witnesses to cosign the newest checkpoint (after one was signed for a release)."""
 
     @classmethod
-    def from_settings(cls, settings: Any) -> ReleaseConfig:
+    def from_settings(cls, settings: Any, log_key: Ed25519Signer | None = None,
+                      cosign: Callable[[], Any] | None = None) -> ReleaseConfig:
         return cls(alias_ttl=dt.timedelta(seconds=settings.release_alias_ttl_seconds),
                    version_ttl=dt.timedelta(seconds=settings.release_version_ttl_seconds),
                    url_ttl=dt.timedelta(seconds=settings.release_url_ttl_seconds),
-                   root_expiry=dt.timedelta(days=settings.trust_root_expiry_days))
+                   root_expiry=dt.timedelta(days=settings.trust_root_expiry_days), log_key=log_key,
+                   cosign=cosign)
 
 
 @dataclass(frozen=True)
@@ -250,6 +259,9 @@ def issue_to(session: Session, principals: Sequence[AuthenticatedPrincipal], ten
                           for f in parts.fields["files"]},
             "signature_bundle": parts.bundle,
             "trust_root_version": root.version}
+    if root.log is not None:
+        # Nodes of a root that names the log accept only a release proven in it (ADR 0011).
+        body["log"] = _log_proof(session, tenant, name, ref, found, config, now)
     return Issued(release_etag(serial, found.number, for_tenant, key.key_id), serial, found.number, body, watch)
 
 
@@ -393,6 +405,28 @@ def _serial(session: Session, found: _Found, ref: str, now: dt.datetime) -> int:
     session.execute(update(ReleaseSerial).where(*key, ReleaseSerial.target_digest != found.target_digest)
                     .values(serial=ReleaseSerial.serial + 1, target_digest=found.target_digest, updated_at=now))
     return session.scalar(select(ReleaseSerial.serial).where(*key))
+
+
+def _log_proof(session: Session, tenant: str, name: str, ref: str, found: _Found, config: ReleaseConfig,
+               now: dt.datetime) -> dict[str, Any] | None:
+    """The checkpoint and inclusion proofs of the events that made this release: the version's approval
+    and, for an alias, its newest move; None when they are not logged yet (a node then refuses it)."""
+    subjects = [(f"{tenant}/{name}@{found.number}", (APPROVED_ACTION,))]
+    if found.is_alias:
+        subjects.append((f"{tenant}/{name}@{ref}", ALIAS_MOVE_ACTIONS))
+    events = []
+    for subject, actions in subjects:
+        event = session.scalars(select(AuditEvent).where(AuditEvent.subject == subject,
+                                                         AuditEvent.action.in_(actions))
+                                .order_by(AuditEvent.id.desc()).limit(1)).first()
+        if event is None:
+            return None
+        events.append(event)
+    if config.log_key is not None:
+        logged = tlog.log_through(session, config.log_key, max(e.id for e in events), now=now)
+        if logged == "signed" and config.cosign is not None:
+            config.cosign()  # bounded: each witness has a short timeout; a node missing its quorum refuses
+    return tlog.release_proof(session, events)
 
 
 @dataclass(frozen=True)

@@ -23,17 +23,18 @@ Usage (a sketch, not run as a doctest)::
 
 from __future__ import annotations
 
+import base64
 import datetime as dt
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 from sqlalchemy import and_, or_, select, update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.orm import Session, sessionmaker
 
-from registry.audit import event_commitment
-from registry.db.models import AuditEvent, AuditHead, Job, LogHead, LogTile
+from registry.audit import event_body, event_commitment
+from registry.db.models import AuditEvent, AuditHead, Job, LogCosignature, LogHead, LogTile
 from registry.db.session import begin_write, is_postgres
 from registry.jobs import DEAD, QUEUED, SUCCEEDED, JobKind, enqueue_job, job_key
 from registry.domain.errors import (
@@ -211,28 +212,80 @@ def sign_checkpoint_if_due(session_factory: sessionmaker[Session], key: Ed25519S
         LogProofError: the stored tree does not extend the last checkpoint (nothing is signed).
     """
     with session_factory() as session:
-        head = _lock_head(session)
-        if head.origin is not None and head.origin != key.name:
-            raise MalformedCheckpointError(f"the log key names origin {key.name!r}, the log is {head.origin!r}",
-                                           origin=head.origin)
-        due = head.size > head.checkpoint_size
-        if due and not on_demand and head.checkpoint_at is not None:
-            due = (now - head.checkpoint_at).total_seconds() >= interval
-        if not due:
-            session.rollback()
-            return None
-        source = TileHashes(head.size, lambda tile: read_tile(session, tile, head.size))
-        if merkle.root_hash(head.size, source) != head.root:
-            raise MalformedCheckpointError("the stored tiles do not hash to the log head's root")
-        if head.checkpoint is not None:
-            last = parse_checkpoint(parse_note(head.checkpoint.encode()).text)
-            merkle.verify_consistency(last.size, head.size, last.root_hash, head.root,
-                                      merkle.consistency_proof(last.size, head.size, source))
-        signed = sign_checkpoint(Checkpoint(key.name, head.size, head.root), key).decode()
-        head.origin = key.name
-        head.checkpoint, head.checkpoint_size, head.checkpoint_at = signed, head.size, now
-        session.commit()
-        return signed
+        return _sign_if_due(session, key, interval=interval, now=now, on_demand=on_demand)
+
+
+def _sign_if_due(session: Session, key: Ed25519Signer, *, interval: float, now: dt.datetime,
+                 on_demand: bool) -> str | None:
+    head = _lock_head(session)
+    if head.origin is not None and head.origin != key.name:
+        raise MalformedCheckpointError(f"the log key names origin {key.name!r}, the log is {head.origin!r}",
+                                       origin=head.origin)
+    due = head.size > head.checkpoint_size
+    if due and not on_demand and head.checkpoint_at is not None:
+        due = (now - head.checkpoint_at).total_seconds() >= interval
+    if not due:
+        session.rollback()
+        return None
+    source = TileHashes(head.size, lambda tile: read_tile(session, tile, head.size))
+    if merkle.root_hash(head.size, source) != head.root:
+        raise MalformedCheckpointError("the stored tiles do not hash to the log head's root")
+    if head.checkpoint is not None:
+        last = parse_checkpoint(parse_note(head.checkpoint.encode()).text)
+        merkle.verify_consistency(last.size, head.size, last.root_hash, head.root,
+                                  merkle.consistency_proof(last.size, head.size, source))
+    signed = sign_checkpoint(Checkpoint(key.name, head.size, head.root), key).decode()
+    head.origin = key.name
+    head.checkpoint, head.checkpoint_size, head.checkpoint_at = signed, head.size, now
+    session.commit()
+    return signed
+
+
+def log_through(session: Session, key: Ed25519Signer, event_id: int, *, now: dt.datetime,
+                max_behind: int = DEFAULT_BATCH) -> Literal["covered", "signed", "behind"]:
+    """Make sure a signed checkpoint covers audit event ``event_id``: when the newest does not, integrate
+    up to it and sign one at once (a release is issued against a checkpoint holding its own events, with
+    no wait for the worker's interval). Bounded: when the log is more than ``max_behind`` events behind
+    (a tree still being built after an upgrade), nothing is done here.
+
+    Returns:
+        ``covered`` (the newest checkpoint did already), ``signed`` (one covering it was signed now), or
+        ``behind`` (none covers it: the log is too far behind, or an earlier event is still uncommitted).
+    """
+    signed = session.scalar(select(LogHead.checkpoint_size).where(LogHead.id == LOG_HEAD_ID)) or 0
+    session.rollback()
+    if event_id <= signed:
+        return "covered"
+    if event_id - log_size(session) > max_behind:
+        session.rollback()
+        return "behind"
+    while (size := log_size(session)) < event_id:
+        session.rollback()
+        old, new, _root = _integrate_batch(session, event_id - size)
+        if new == old:
+            return "behind"  # an earlier event's transaction is still open: the worker integrates it later
+    session.rollback()
+    _sign_if_due(session, key, interval=0, now=now, on_demand=True)
+    covered = (session.scalar(select(LogHead.checkpoint_size).where(LogHead.id == LOG_HEAD_ID)) or 0) >= event_id
+    session.rollback()
+    return "signed" if covered else "behind"
+
+
+def release_proof(session: Session, events: Sequence[AuditEvent]) -> dict[str, Any] | None:
+    """The served checkpoint and, for each of ``events``, its body and inclusion proof in that checkpoint's
+    tree (what a release carries, ADR 0011); None when the checkpoint does not cover them all yet."""
+    served = served_checkpoint(session)
+    if served is None or not events:
+        return None
+    size = parse_checkpoint(parse_note(served.encode()).text).size
+    if max(e.id for e in events) > size:
+        return None
+    source = _source(session, size)
+    return {"checkpoint": served,
+            "entries": [{"index": e.id - 1, "event": event_body(e),
+                         "inclusion_proof": [base64.b64encode(h).decode()
+                                             for h in merkle.inclusion_proof(e.id - 1, size, source)]}
+                        for e in events]}
 
 
 def latest_checkpoint(session: Session) -> str | None:
@@ -241,9 +294,17 @@ def latest_checkpoint(session: Session) -> str | None:
 
 
 def served_checkpoint(session: Session) -> str | None:
-    """The newest signed checkpoint with the witness cosignatures collected for it (note text), or None
-    before the first. (Until witnesses are collected, the log's signature alone.)"""
-    return latest_checkpoint(session)
+    """The newest signed checkpoint followed by the witness cosignature lines collected for that exact
+    checkpoint (``registry.services.witnesses`` verified each before storing it), or None before the first."""
+    note = latest_checkpoint(session)
+    if note is None:
+        return None
+    checkpoint = parse_checkpoint(parse_note(note.encode()).text)
+    lines = session.scalars(select(LogCosignature.line)
+                            .where(LogCosignature.checkpoint_size == checkpoint.size,
+                                   LogCosignature.root == checkpoint.root_hash)
+                            .order_by(LogCosignature.witness_key)).all()
+    return note + "".join(lines)
 
 
 def log_size(session: Session) -> int:
@@ -283,6 +344,19 @@ def read_tile_path(session: Session, path: str) -> bytes:
     except InvalidTileError as err:
         raise LogTileNotFoundError(path, err.reason) from None
     return read_tile(session, tile)
+
+
+def _source(session: Session, size: int) -> TileHashes:
+    """The stored hashes of the tree of ``size``, read a tile at a time as asked (see :func:`_compute` for
+    a proof's tiles in one query).
+
+    Raises:
+        LogTreeNotFoundError: the log has fewer than ``size`` leaves.
+    """
+    have = log_size(session)
+    if size > have:
+        raise LogTreeNotFoundError(size, have)
+    return TileHashes(size, lambda tile: read_tile(session, tile, size))
 
 
 def _read_tiles(session: Session, tiles: set[Tile], size: int) -> dict[Tile, bytes]:

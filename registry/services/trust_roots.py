@@ -10,6 +10,8 @@ roots (``trust_roots``, one immutable row per version) and decides which of the 
   rotation is what an operator does when a key may have leaked, and a root that still lists the old
   key would keep trusting it. ``keep_old`` is for a planned rotation across servers that restart one
   by one (each signs with a key the new root still lists); a later rotation drops them.
+- :func:`publish_log` publishes root N+1 naming the verifiable log (its key, witnesses and quorum) when the
+  newest root names another; nodes then require every release to be proven in that log.
 - Release manifests are signed with a key of the newest root whose private key the registry holds
   (:func:`release_signer`), preferring the keys that root added.
 
@@ -42,7 +44,7 @@ from registry.db.session import begin_write, is_postgres
 from registry.domain.errors import ConflictError, InvalidKeyError, NotFoundError, ServiceUnavailableError
 from registry.signing.keyring import KeyRing
 from registry.signing.keys import SigningKey, VerifyingKey
-from registry.signing.trust_root import TrustRoot, next_root, parse_root, root_document, sign_root
+from registry.signing.trust_root import LogTrust, TrustRoot, next_root, parse_root, root_document, sign_root
 
 
 class TrustRootNotFoundError(NotFoundError):
@@ -189,30 +191,59 @@ def rotate(session: Session, keyring: KeyRing, new_key: SigningKey, *, keep_old:
     if new_key.key_id in current.keys:
         raise InvalidKeyError(f"key {new_key.key_id[:16]}... is in trust root {current.version} already",
                               key_id=new_key.key_id)
+    keys = [new_key.public_key, *(current.keys.values() if keep_old else ())]
+    if not 1 <= threshold <= len(keys):
+        raise InvalidKeyError(f"a threshold of {threshold} is not between 1 and the new root's {len(keys)} keys",
+                              threshold=threshold)
+    return _publish_next(session, keyring, current, keys, threshold, current.log, extra={new_key.key_id: new_key},
+                         expires_in=expires_in, clock=clock, actor=actor, action="trust_root.rotated",
+                         details={"kept_old_keys": keep_old})
+
+
+def publish_log(session: Session, keyring: KeyRing, log: LogTrust, *, expires_in: dt.timedelta, clock: Clock,
+                actor: str = audit.SYSTEM_ACTOR) -> TrustRoot:
+    """Make the newest root name ``log`` (the verifiable log's key, witnesses and quorum, ADR 0011): when it
+    names another (or none), publish root N+1 with the same keys and threshold and ``log``, signed as a
+    rotation is. ``modelreg serve`` calls it at start, so a changed log key or witness setting reaches nodes
+    as a trust-root update. Commits only when it published.
+
+    Raises:
+        InvalidKeyError: the registry holds fewer of root N's keys than its threshold.
+        RotationConflictError: another process published root N+1 first.
+    """
+    current = ensure_root(session, keyring.primary, expires_in=expires_in, clock=clock)
+    if current.log == log:
+        return current
+    return _publish_next(session, keyring, current, list(current.keys.values()), current.threshold, log,
+                         expires_in=expires_in, clock=clock, actor=actor, action="trust_root.rotated",
+                         details={"kept_old_keys": True, "log": log.as_dict()})
+
+
+def _publish_next(session: Session, keyring: KeyRing, current: TrustRoot, keys: list[VerifyingKey], threshold: int,
+                  log: LogTrust | None, *, extra: dict[str, SigningKey] | None = None, expires_in: dt.timedelta,
+                  clock: Clock, actor: str, action: str, details: dict[str, Any]) -> TrustRoot:
+    """Publish root N+1 (``keys``, ``threshold``, ``log``), signed by every key of root N the registry
+    holds (a threshold at least) and every key of the new root it holds, checked as a node checks it."""
     keyring.rescan()
     held = keyring.held()
-    held[new_key.key_id] = new_key
+    held.update(extra or {})
     old_signers = [held[k] for k in sorted(current.keys) if k in held]
     if len(old_signers) < current.threshold:
         raise InvalidKeyError(f"this registry holds {len(old_signers)} of trust root {current.version}'s keys; "
                               f"a rotation needs {current.threshold} of them to sign",
                               held=len(old_signers), threshold=current.threshold)
-    keys = [new_key.public_key, *(current.keys.values() if keep_old else ())]
-    if not 1 <= threshold <= len(keys):
-        raise InvalidKeyError(f"a threshold of {threshold} is not between 1 and the new root's {len(keys)} keys",
-                              threshold=threshold)
     new_ids = {k.key_id for k in keys}
     signers = {k.key_id: k for k in old_signers}
     signers.update({k: held[k] for k in sorted(new_ids) if k in held})
     now = clock.now()
     version = current.version + 1
-    envelope = sign_root(root_document(version, keys, threshold, now + expires_in), list(signers.values()))
+    envelope = sign_root(root_document(version, keys, threshold, now + expires_in, log), list(signers.values()))
     root = next_root(current, envelope)  # RootError: a bug here, never a root nodes would refuse
     begin_write(session)
     session.add(TrustRootRecord(version=version, envelope=envelope, created_at=now))
-    audit.append(session, actor=actor, action="trust_root.rotated", subject=f"trust-root/{version}",
+    audit.append(session, actor=actor, action=action, subject=f"trust-root/{version}",
                  details={"version": version, "key_ids": sorted(new_ids), "threshold": threshold,
-                          "signed_by": sorted(signers), "kept_old_keys": keep_old})
+                          "signed_by": sorted(signers), **details})  # a new root is a rotation to nodes
     try:
         session.commit()
     except SAIntegrityError:

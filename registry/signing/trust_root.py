@@ -6,6 +6,12 @@ A root is a DSSE envelope (payload type ``application/vnd.modelreg.root+json``) 
      "threshold": 1, "keys": [{"key_id": "<sha256 of PEM>", "algorithm": "ecdsa-p256-sha256",
                                "public_key_pem": "-----BEGIN PUBLIC KEY-----..."}]}
 
+A root may also name the registry's verifiable audit log (ADR 0011), which nodes then require every
+release to be proven in::
+
+     "log": {"origin": "models.example.com/log", "verifier_key": "<name>+<hex id>+<base64>",
+             "witnesses": ["<witness vkey>", ...], "quorum": 1}
+
 Root 1 is signed by a threshold of its own keys. Root N+1 must be signed by a threshold of root N's keys
 *and* a threshold of its own, so a key holder can hand trust on only with the keys trusted before. A node
 pins one root (a file) and :func:`walk` moves it forward one version at a time (as python-tuf's client
@@ -31,10 +37,12 @@ import json
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from registry.domain.errors import SignatureError
+from registry.domain.errors import InvalidVerifierKeyError, SignatureError
 from registry.signing.canonical import canonical_json
 from registry.signing.dsse import sign_envelope, verify_envelope
 from registry.signing.keys import SigningKey, VerifyingKey
+from registry.tlog.checkpoint import CosignatureVerifier
+from registry.tlog.note import Ed25519Verifier, parse_verifier_key
 
 ROOT_PAYLOAD_TYPE = "application/vnd.modelreg.root+json"
 ROOT_TYPE = "https://modelreg.dev/root/v1"
@@ -44,6 +52,7 @@ MAX_ROOT_BYTES = 64 << 10
 MAX_ROTATIONS = 256
 """The most versions one walk moves forward (python-tuf's bound): a server cannot keep a node busy."""
 MAX_KEYS = 16
+MAX_WITNESSES = 16
 
 
 class RootError(SignatureError):
@@ -54,24 +63,86 @@ class RootError(SignatureError):
 
 
 @dataclasses.dataclass(frozen=True)
+class LogTrust:
+    """The verifiable log a root names: its origin, the log key's verifier key string, the witnesses'
+    cosignature verifier keys, and how many of them must cosign a checkpoint a node accepts."""
+
+    origin: str
+    verifier_key: str
+    witnesses: tuple[str, ...] = ()
+    quorum: int = 0
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"origin": self.origin, "verifier_key": self.verifier_key, "witnesses": list(self.witnesses),
+                "quorum": self.quorum}
+
+    def log_verifier(self) -> Ed25519Verifier:
+        return parse_verifier_key(self.verifier_key)
+
+    def witness_verifiers(self) -> list[CosignatureVerifier]:
+        return [parse_verifier_key(w, CosignatureVerifier) for w in self.witnesses]  # type: ignore[misc]
+
+
+def log_trust(doc: Any) -> LogTrust:
+    """The ``log`` object of a root, checked: a log verifier key named by the origin (type 0x01), distinct
+    witness cosignature keys (type 0x04), and a quorum between 0 and their number.
+
+    Raises:
+        RootError: any of those does not hold (``reason`` ``malformed``).
+    """
+    if not isinstance(doc, dict) or set(doc) - {"origin", "verifier_key", "witnesses", "quorum"}:
+        raise RootError("the trust root's log is an object of origin, verifier_key, witnesses and quorum",
+                        reason="malformed")
+    origin, vkey, witnesses, quorum = doc.get("origin"), doc.get("verifier_key"), doc.get("witnesses", []), \
+        doc.get("quorum", 0)
+    try:
+        verifier = parse_verifier_key(vkey) if isinstance(vkey, str) else None
+    except InvalidVerifierKeyError as exc:
+        raise RootError(f"the trust root's log key is not an Ed25519 verifier key: {exc.message}",
+                        reason="malformed") from None
+    if verifier is None or not isinstance(origin, str) or verifier.name != origin:
+        raise RootError("the trust root's log key is not named by its origin", reason="malformed")
+    if not isinstance(witnesses, list) or len(witnesses) > MAX_WITNESSES or not all(
+            isinstance(w, str) for w in witnesses) or len(set(witnesses)) != len(witnesses):
+        raise RootError(f"the trust root's witnesses are at most {MAX_WITNESSES} distinct key strings",
+                        reason="malformed")
+    try:
+        named = {(w.name, w.key_id) for w in (parse_verifier_key(w, CosignatureVerifier) for w in witnesses)}
+    except InvalidVerifierKeyError as exc:
+        raise RootError(f"a trust root witness is not a cosignature verifier key: {exc.message}",
+                        reason="malformed") from None
+    if len(named) != len(witnesses):
+        raise RootError("the trust root names a witness key twice", reason="malformed")
+    if type(quorum) is not int or not 0 <= quorum <= len(witnesses):
+        raise RootError("the trust root's witness quorum is not between 0 and its number of witnesses",
+                        reason="malformed")
+    return LogTrust(origin, vkey, tuple(witnesses), quorum)
+
+
+@dataclasses.dataclass(frozen=True)
 class TrustRoot:
     version: int
     expires: dt.datetime
     threshold: int
     keys: dict[str, VerifyingKey]
     envelope: dict[str, Any]
+    log: LogTrust | None = None
+    """The verifiable log every release must be proven in, when the root names one."""
 
     def is_expired(self, now: dt.datetime) -> bool:
         return now >= self.expires
 
 
 def root_document(version: int, keys: Sequence[VerifyingKey], threshold: int,
-                  expires: dt.datetime) -> dict[str, Any]:
+                  expires: dt.datetime, log: LogTrust | None = None) -> dict[str, Any]:
     """The payload of root ``version`` (keys sorted by id, so the same root is the same bytes)."""
-    return {"_type": ROOT_TYPE, "version": version, "expires": expires.astimezone(dt.timezone.utc).isoformat(),
-            "threshold": threshold,
-            "keys": [{"key_id": k.key_id, "algorithm": ALGORITHM, "public_key_pem": k.public_pem().decode()}
-                     for k in sorted(set(keys), key=lambda k: k.key_id)]}
+    doc = {"_type": ROOT_TYPE, "version": version, "expires": expires.astimezone(dt.timezone.utc).isoformat(),
+           "threshold": threshold,
+           "keys": [{"key_id": k.key_id, "algorithm": ALGORITHM, "public_key_pem": k.public_pem().decode()}
+                    for k in sorted(set(keys), key=lambda k: k.key_id)]}
+    if log is not None:
+        doc["log"] = log_trust(log.as_dict()).as_dict()
+    return doc
 
 
 def sign_root(document: Mapping[str, Any], signers: Sequence[SigningKey]) -> dict[str, Any]:
@@ -112,7 +183,8 @@ def _parse_payload(envelope: Mapping[str, Any]) -> tuple[dict[str, Any], TrustRo
         raise RootError("the trust root's expiry is not an ISO 8601 time", reason="malformed") from None
     if expires.tzinfo is None:
         raise RootError("the trust root's expiry has no time zone", reason="malformed")
-    return doc, TrustRoot(version, expires, threshold, parsed, dict(envelope))
+    log = log_trust(doc["log"]) if "log" in doc else None
+    return doc, TrustRoot(version, expires, threshold, parsed, dict(envelope), log)
 
 
 def _verify(envelope: Mapping[str, Any], keys: dict[str, VerifyingKey], threshold: int, who: str) -> None:

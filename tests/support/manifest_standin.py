@@ -2,7 +2,8 @@
 real registry: a real HTTP server on loopback that
 
 - answers ``GET /v1/trust-root[/{n}]`` and ``GET /v1/models/{tenant}/{name}/manifest?ref=`` by the contract
-  (ETag and If-None-Match, 304, RFC 9457 problems), from what the test set in ``roots`` and ``manifests``;
+  (ETag and If-None-Match, 304, RFC 9457 problems), from what the test set in ``roots`` and ``manifests``,
+  and the log's consistency proofs from ``log_consistency``;
 - proxies ``GET /v1/blobs/...`` (the real presigned URLs, Range included) to the real registry, logging each
   request (``blob_gets``), optionally cutting a response short to simulate an interrupted download, and
   optionally calling the test back before each one (``before_blob``).
@@ -39,6 +40,10 @@ class Standin:
         self.before_blob: Callable[[str, str | None], None] | None = None
         """When set, called with each blob GET's path and Range before it is answered (another process on
         the node acting between two parts of a download)."""
+        self.log_consistency: Callable[[int, int], Any] | None = None
+        """When set, answers ``GET /log/proof/consistency?first=&second=`` (the JSON body), logged in
+        ``consistency_gets``."""
+        self.consistency_gets: list[tuple[int, int]] = []
         self.lock = threading.Lock()
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
         self.server.daemon_threads = True
@@ -86,6 +91,11 @@ class Standin:
                 parts = url.path.strip("/").split("/")
                 if url.path.startswith("/v1/blobs/"):
                     return self._blob()
+                if url.path == "/log/proof/consistency" and standin.log_consistency is not None:
+                    query = parse_qs(url.query)
+                    first, second = int(query["first"][0]), int(query["second"][0])
+                    standin.consistency_gets.append((first, second))
+                    return self._json(200, standin.log_consistency(first, second))
                 if parts[:2] == ["v1", "trust-root"]:
                     version = max(standin.roots) if len(parts) == 2 and standin.roots else (
                         int(parts[2]) if len(parts) == 3 and parts[2].isdigit() else None)
