@@ -14,8 +14,9 @@ It creates a fresh, migrated PostgreSQL database beside ``MODELREG_TEST_PG_URL``
 - each round empties the log's tables and times ``integrate_audit_log`` over every event (events/s, and
   the ratio to the baseline), then asks a real uvicorn server (``modelreg``'s app) ``--requests``
   inclusion proofs and as many consistency proofs at random leaves and sizes of that tree, one at a
-  time, and prints p50/p99 of each; and the tile storage: bytes of tile data and of the table (with its
-  index and TOAST) per event.
+  time, and prints p50/p99 of each, beside ``GET /healthz`` (the HTTP floor) and ``tlog.inclusion``
+  called in-process (the proof without HTTP); and the tile storage: bytes of tile data and of the table
+  (with its index and TOAST) per event.
 """
 
 from __future__ import annotations
@@ -108,6 +109,26 @@ def proof_latencies(url: str, size: int, requests: int, rng: random.Random) -> t
     return inclusion, consistency
 
 
+def floor_and_service_latencies(url: str, session_factory, size: int, requests: int,
+                                rng: random.Random) -> tuple[list[float], list[float]]:
+    """``GET /healthz`` over HTTP (the floor a request pays before any proof work), and
+    ``tlog.inclusion`` called in-process in a fresh session (the proof's own cost, without HTTP)."""
+    from registry.services import tlog
+
+    floor, service = [], []
+    with httpx.Client(base_url=url, timeout=30) as client:
+        for _ in range(requests):
+            start = time.perf_counter()
+            client.get("/healthz")
+            floor.append((time.perf_counter() - start) * 1000)
+    for _ in range(requests):
+        start = time.perf_counter()
+        with session_factory() as session:
+            tlog.inclusion(session, index=rng.randrange(size), size=size)
+        service.append((time.perf_counter() - start) * 1000)
+    return floor, service
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--events", type=int, default=1_000_000, help="events in the log")
@@ -145,6 +166,8 @@ def main() -> int:
                 assert done.new_size == args.events, done
                 rate = args.events / seconds
                 inclusion, consistency = proof_latencies(url, args.events, args.requests, rng)
+                floor, service = floor_and_service_latencies(url, container.session_factory, args.events,
+                                                             args.requests, rng)
                 with container.session_factory() as session:
                     data = session.scalar(select(func.sum(func.length(LogTile.data))))
                     table = session.scalar(text("SELECT pg_total_relation_size('log_tiles')"))
@@ -152,7 +175,10 @@ def main() -> int:
                       f"{rate / append_rate:.1f}x audit.append; inclusion p50 {percentile(inclusion, 50):.2f} ms "
                       f"p99 {percentile(inclusion, 99):.2f} ms; consistency p50 {percentile(consistency, 50):.2f} ms "
                       f"p99 {percentile(consistency, 99):.2f} ms; tiles {data / args.events:.1f} B/event data, "
-                      f"{table / args.events:.1f} B/event table; load {os.getloadavg()[0]:.1f}")
+                      f"{table / args.events:.1f} B/event table; /healthz p50 {percentile(floor, 50):.2f} ms "
+                      f"p99 {percentile(floor, 99):.2f} ms; tlog.inclusion in-process p50 "
+                      f"{percentile(service, 50):.2f} ms p99 {percentile(service, 99):.2f} ms; "
+                      f"load {os.getloadavg()[0]:.1f}")
         return 0
     finally:
         container.dispose()

@@ -25,11 +25,11 @@ from __future__ import annotations
 
 import base64
 import datetime as dt
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
-from sqlalchemy import select, update
+from sqlalchemy import and_, or_, select, update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -55,6 +55,7 @@ from registry.tlog.tiles import (
     TileHashes,
     encode_entry_bundle,
     parse_tile_path,
+    tiles_read,
 )
 
 LOG_HEAD_ID = 1
@@ -63,6 +64,7 @@ ENTRIES_LEVEL = -1
 #: Events integrated per transaction.
 DEFAULT_BATCH = 10_000
 _HASH = merkle.HASH_SIZE
+_T = TypeVar("_T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -323,8 +325,7 @@ def read_tile(session: Session, tile: Tile | EntryBundle, size: int | None = Non
     row = session.execute(select(LogTile.width, LogTile.data)
                           .where(LogTile.level == level, LogTile.index == tile.index)).first()
     limit = size if size is not None else log_size(session)
-    leaves_needed = ((tile.index * TILE_WIDTH) + tile.width) << (TILE_HEIGHT * max(level, 0))
-    if row is None or row.width < tile.width or leaves_needed > limit:
+    if row is None or row.width < tile.width or _leaves_needed(tile, level) > limit:
         raise LogTileNotFoundError(tile.path)
     data = row.data[:tile.width * _HASH]
     if isinstance(tile, EntryBundle):
@@ -346,10 +347,59 @@ def read_tile_path(session: Session, path: str) -> bytes:
 
 
 def _source(session: Session, size: int) -> TileHashes:
+    """The stored hashes of the tree of ``size``, read a tile at a time as asked (see :func:`_compute` for
+    a proof's tiles in one query).
+
+    Raises:
+        LogTreeNotFoundError: the log has fewer than ``size`` leaves.
+    """
     have = log_size(session)
     if size > have:
         raise LogTreeNotFoundError(size, have)
     return TileHashes(size, lambda tile: read_tile(session, tile, size))
+
+
+def _read_tiles(session: Session, tiles: set[Tile], size: int) -> dict[Tile, bytes]:
+    """The bytes of ``tiles`` of the integrated tree of ``size``, in one query.
+
+    Raises:
+        LogTileNotFoundError: the log has not got one of them.
+    """
+    if not tiles:
+        return {}
+    rows = session.execute(select(LogTile.level, LogTile.index, LogTile.width, LogTile.data).where(
+        or_(*(and_(LogTile.level == t.level, LogTile.index == t.index) for t in tiles)))).all()
+    stored = {(row.level, row.index): row for row in rows}
+    out = {}
+    for tile in tiles:
+        row = stored.get((tile.level, tile.index))
+        if row is None or row.width < tile.width or _leaves_needed(tile, tile.level) > size:
+            raise LogTileNotFoundError(tile.path)
+        out[tile] = row.data[:tile.width * _HASH]
+    return out
+
+
+def _leaves_needed(tile: Tile | EntryBundle, level: int) -> int:
+    return ((tile.index * TILE_WIDTH) + tile.width) << (TILE_HEIGHT * max(level, 0))
+
+
+def _compute(session: Session, size: int, compute: Callable[[merkle.StoredHashes], _T]) -> tuple[_T, bytes]:
+    """``compute`` over the tiles of the tree of ``size`` (read in one query, after the head), and its root
+    (the head's when ``size`` is the log's, else computed from the same tiles).
+
+    Raises:
+        LogTreeNotFoundError: the log has fewer than ``size`` leaves.
+    """
+    head = session.execute(select(LogHead.size, LogHead.root).where(LogHead.id == LOG_HEAD_ID)).first()
+    have, head_root = (head.size, head.root) if head else (0, merkle.EMPTY_ROOT)
+    if size > have:
+        raise LogTreeNotFoundError(size, have)
+
+    def with_root(source: merkle.StoredHashes) -> tuple[_T, bytes]:
+        return compute(source), head_root if size == have else merkle.root_hash(size, source)
+
+    read = _read_tiles(session, tiles_read(size, with_root), size)
+    return with_root(TileHashes(size, lambda tile: read_tile(session, tile, size), read=read))
 
 
 def inclusion(session: Session, *, index: int, size: int) -> dict[str, Any]:
@@ -361,9 +411,9 @@ def inclusion(session: Session, *, index: int, size: int) -> dict[str, Any]:
     """
     if not 0 <= index < size <= merkle.MAX_TREE_SIZE:
         raise LogProofRequestError(f"leaf {index} is not in a tree of size {size}", index=index, size=size)
-    source = _source(session, size)
-    return {"index": index, "size": size, "leaf_hash": source(0, index), "root": merkle.root_hash(size, source),
-            "hashes": merkle.inclusion_proof(index, size, source)}
+    (leaf, hashes), root = _compute(
+        session, size, lambda source: (source(0, index), merkle.inclusion_proof(index, size, source)))
+    return {"index": index, "size": size, "leaf_hash": leaf, "root": root, "hashes": hashes}
 
 
 def consistency(session: Session, *, first: int, second: int) -> dict[str, Any]:
@@ -376,7 +426,8 @@ def consistency(session: Session, *, first: int, second: int) -> dict[str, Any]:
     if not 0 <= first <= second <= merkle.MAX_TREE_SIZE:
         raise LogProofRequestError(f"no consistency proof from size {first} to size {second}",
                                    first=first, second=second)
-    source = _source(session, second)
-    return {"first": first, "second": second, "first_root": merkle.root_hash(first, source),
-            "second_root": merkle.root_hash(second, source),
-            "hashes": merkle.consistency_proof(first, second, source)}
+    (first_root, hashes), second_root = _compute(
+        session, second, lambda source: (merkle.root_hash(first, source),
+                                         merkle.consistency_proof(first, second, source)))
+    return {"first": first, "second": second, "first_root": first_root, "second_root": second_root,
+            "hashes": hashes}

@@ -19,7 +19,7 @@ Example:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from registry.domain.errors import InvalidTileError
@@ -216,17 +216,42 @@ def check_entry_bundle(bundle: EntryBundle, entries: Iterable[bytes], level0: by
                                    path=bundle.path)
 
 
+def tiles_read(size: int, compute: Callable[[StoredHashes], object]) -> set[Tile]:
+    """The tiles of the tree of ``size`` that ``compute`` reads through a :class:`TileHashes`, found by
+    running it once over placeholder hashes: which hashes a root or proof reads depends on the sizes and
+    indices, never on the hashes. A caller reads them all at once and passes them to :class:`TileHashes`.
+
+    Example:
+        >>> from registry.tlog.merkle import inclusion_proof
+        >>> sorted(t.path for t in tiles_read(300, lambda source: inclusion_proof(3, 300, source)))
+        ['tile/0/000', 'tile/0/001.p/44']
+    """
+    touched: set[Tile] = set()
+
+    def placeholder(level: int, index: int) -> bytes:
+        if (index + 1) << level > size:
+            raise LookupError(f"a tree of size {size} has no stored hash {index} at level {level}")
+        tile_level, rest = divmod(level, TILE_HEIGHT)
+        touched.add(tile_of(tile_level, index << rest, size))
+        return bytes(HASH_SIZE)
+
+    compute(placeholder)
+    return touched
+
+
 class TileHashes:
     """A stored-hash source for the tree of ``size`` reading tiles through ``read_tile(tile) -> bytes``.
 
-    Each tile is read once. Hashes between tile levels (Merkle levels not a multiple of 8) are computed
+    Each tile is read once, and none of those given as ``read`` (see :func:`tiles_read`). Hashes between
+    tile levels (Merkle levels not a multiple of 8) are computed
     from the tile below. ``read_tile`` may raise ``LookupError`` for a tile it lacks.
     """
 
-    def __init__(self, size: int, read_tile: Callable[[Tile], bytes]) -> None:
+    def __init__(self, size: int, read_tile: Callable[[Tile], bytes], *,
+                 read: Mapping[Tile, bytes] = {}) -> None:
         self.size = size
         self._read = read_tile
-        self._tiles: dict[Tile, list[bytes]] = {}
+        self._tiles: dict[Tile, list[bytes]] = {tile: tile_hashes(tile, data) for tile, data in read.items()}
 
     def __call__(self, level: int, index: int) -> bytes:
         if (index + 1) << level > self.size:

@@ -14,7 +14,7 @@ import datetime as dt
 import threading
 
 import pytest
-from sqlalchemy import select, text, update
+from sqlalchemy import event, select, text, update
 
 from registry import audit
 from registry.db.models import AuditEvent, Job, LogHead, LogTile
@@ -276,3 +276,33 @@ def test_proofs_from_stored_tiles_verify(container):
                                       merkle.root_hash(second, hashes), proof["hashes"])
     source = TileHashes(300, lambda tile: build_tile(tile, hashes))
     assert merkle.root_hash(300, source) == merkle.root_hash(300, hashes)
+
+
+def test_a_proof_reads_the_head_and_its_tiles_in_two_queries_and_gives_the_trees_roots(container):
+    append_events(container, 300)
+    tlog.integrate_audit_log(container.session_factory)
+    hashes, commitments = memory_tree(container)
+    statements: list[str] = []
+
+    def record(conn, cursor, statement, *args):
+        if statement.lstrip().upper().startswith("SELECT"):  # not SQLite's explicit BEGIN
+            statements.append(statement)
+
+    event.listen(container.engine, "before_cursor_execute", record)
+    try:
+        with container.session_factory() as session:
+            for index, size in [(5, 300), (299, 300), (255, 257)]:  # the head's size, and a smaller tree
+                statements.clear()
+                proof = tlog.inclusion(session, index=index, size=size)
+                assert len(statements) == 2, statements
+                assert proof["root"] == merkle.root_hash(size, hashes)
+                assert proof["leaf_hash"] == merkle.leaf_hash(commitments[index])
+                merkle.verify_inclusion(proof["leaf_hash"], index, size, proof["hashes"], proof["root"])
+            for first, second in [(100, 300), (256, 257)]:
+                statements.clear()
+                proof = tlog.consistency(session, first=first, second=second)
+                assert len(statements) == 2, statements
+                assert (proof["first_root"], proof["second_root"]) == (merkle.root_hash(first, hashes),
+                                                                       merkle.root_hash(second, hashes))
+    finally:
+        event.remove(container.engine, "before_cursor_execute", record)
