@@ -1,0 +1,179 @@
+"""`modelreg serve-s3` against the real API (SQLite and PostgreSQL), with boto3 as the loaders' S3 client:
+ListObjectsV2, HeadObject and ranged GetObject over a verified release, each chunk checked against the
+digest the release signs and kept in the node cache; S3 XML errors; SigV4 refusals; loopback only.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import threading
+
+import boto3
+import httpx
+import numpy as np
+import pytest
+from botocore.config import Config
+from botocore.exceptions import ClientError
+from safetensors.numpy import save
+
+from api.app import create_app
+from registry.client.api import RegistryApi
+from registry.client.cache import NodeCache
+from registry.client.serve_s3 import ChunkSource, S3Server
+from registry.domain.chunks import CHUNK_SIZE
+from registry.domain.errors import InvalidInputError
+from tests.support.live_app import serve_in_thread
+from tests.support.registry import make_admin, role_token
+from tests.support.releases import approve_standin, awaiting_version
+from tests.support.tiny_model import tiny_model_files
+
+T, M = "acme", "llm"
+BIG = "extra/big.safetensors"
+KEY, SECRET = "node-key", "node-secret-0123456789"
+
+
+def model_files() -> dict[str, bytes]:
+    big = save({"big": np.arange((2 * CHUNK_SIZE) // 4 + 1000, dtype=np.float32)})
+    assert len(big) > 2 * CHUNK_SIZE
+    return {**tiny_model_files(1), BIG: big}
+
+
+def s3_client(url: str, key: str = KEY, secret: str = SECRET):
+    return boto3.client("s3", endpoint_url=url, aws_access_key_id=key, aws_secret_access_key=secret,
+                        region_name="us-east-1",
+                        config=Config(s3={"addressing_style": "path"}, retries={"max_attempts": 1}))
+
+
+@pytest.fixture
+def endpoint(container, tmp_path):
+    """acme/llm@1 approved; serve-s3 in a thread in front of the live API, with a node cache."""
+    admin = make_admin(container, T)
+    files = model_files()
+    awaiting_version(container, admin, tmp_path / "m", T, M, files=files)
+    approve_standin(container, T, M, 1)
+    token = role_token(container, "node-1", T, "node")
+    with serve_in_thread(create_app(container)) as url:
+        root = tmp_path / "root.json"
+        root.write_text(httpx.get(f"{url}/v1/trust-root").text)
+        with RegistryApi(url, token) as api:
+            cache = NodeCache(tmp_path / "cache")
+            source = ChunkSource(api, cache, max_chunks=4, trust_root_file=root)
+            server = S3Server("127.0.0.1", 0, source, {KEY: SECRET})
+            thread = threading.Thread(target=server.serve_forever, daemon=True)
+            thread.start()
+            try:
+                yield {"url": f"http://127.0.0.1:{server.server_address[1]}", "files": files, "cache": cache,
+                       "source": source, "container": container, "admin": admin}
+            finally:
+                server.shutdown()
+                server.server_close()
+
+
+def _cached_chunks(cache: NodeCache) -> set[str]:
+    return {b.digest for b in cache.blobs() if b.tenant == T}
+
+
+def _chunk_digests(data: bytes) -> set[str]:
+    return {hashlib.sha256(data[i:i + CHUNK_SIZE]).hexdigest() for i in range(0, len(data), CHUNK_SIZE)}
+
+
+def test_list_head_and_ranged_gets_answer_the_releases_bytes_and_cache_the_chunks(endpoint):
+    s3, files = s3_client(endpoint["url"]), endpoint["files"]
+    listed = s3.list_objects_v2(Bucket=T, Prefix=f"{M}@1/")
+    assert {o["Key"]: o["Size"] for o in listed["Contents"]} == {f"{M}@1/{p}": len(d) for p, d in files.items()}
+    paged = s3.list_objects_v2(Bucket=T, Prefix=f"{M}@1/", MaxKeys=1)
+    assert paged["IsTruncated"] and paged["KeyCount"] == 1
+    rest = s3.list_objects_v2(Bucket=T, Prefix=f"{M}@1/", ContinuationToken=paged["NextContinuationToken"])
+    assert len(rest["Contents"]) == len(files) - 1
+    big = files[BIG]
+    head = s3.head_object(Bucket=T, Key=f"{M}@1/{BIG}")
+    assert head["ContentLength"] == len(big)
+    # A range across the first chunk boundary, one inside the last chunk, a suffix range, and the whole file.
+    for first, last in ((CHUNK_SIZE - 10, CHUNK_SIZE + 9), (2 * CHUNK_SIZE + 5, len(big) - 1), (0, 0)):
+        got = s3.get_object(Bucket=T, Key=f"{M}@1/{BIG}", Range=f"bytes={first}-{last}")
+        assert got["ContentRange"] == f"bytes {first}-{last}/{len(big)}"
+        assert got["Body"].read() == big[first:last + 1]
+    assert s3.get_object(Bucket=T, Key=f"{M}@1/{BIG}", Range="bytes=-100")["Body"].read() == big[-100:]
+    assert s3.get_object(Bucket=T, Key=f"{M}@1/{BIG}")["Body"].read() == big
+    assert _chunk_digests(big) <= _cached_chunks(endpoint["cache"])
+    # The issue's form s3://<tenant>/<model>@<ref>/<path> is the same bucket and key.
+    small = next(p for p in files if p != BIG)
+    assert s3.get_object(Bucket=T, Key=f"{M}@1/{small}")["Body"].read() == files[small]
+
+
+def test_parallel_ranges_over_one_chunk_fetch_it_once(endpoint, monkeypatch):
+    source, big = endpoint["source"], endpoint["files"][BIG]
+    reads = []
+    original = source.api.read_range_into
+
+    def counting(url, start, end, total, into, advance):
+        reads.append((start, end))
+        return original(url, start, end, total, into, advance)
+
+    monkeypatch.setattr(source.api, "read_range_into", counting)
+    results: list[bytes] = []
+
+    def get(i: int) -> None:
+        s3 = s3_client(endpoint["url"])
+        r = s3.get_object(Bucket=T, Key=f"{M}@1/{BIG}", Range=f"bytes={i * 1000}-{i * 1000 + 999}")
+        results.append(r["Body"].read())
+
+    threads = [threading.Thread(target=get, args=(i,)) for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(results) == sorted(big[i * 1000:i * 1000 + 1000] for i in range(8))
+    assert reads == [(0, CHUNK_SIZE)]
+
+
+def test_s3_xml_errors_for_unknown_keys_releases_and_ranges(endpoint):
+    s3 = s3_client(endpoint["url"])
+    with pytest.raises(ClientError) as missing:
+        s3.get_object(Bucket=T, Key=f"{M}@1/nothing.bin")
+    assert missing.value.response["Error"]["Code"] == "NoSuchKey"
+    with pytest.raises(ClientError) as unknown:
+        s3.get_object(Bucket=T, Key="nobody@1/model.safetensors")
+    assert unknown.value.response["Error"]["Code"] == "NoSuchKey"
+    with pytest.raises(ClientError) as bad_range:
+        s3.get_object(Bucket=T, Key=f"{M}@1/{BIG}", Range=f"bytes={10 ** 12}-")
+    assert bad_range.value.response["Error"]["Code"] == "InvalidRange"
+
+
+def test_unsigned_wrongly_signed_and_unknown_key_requests_are_refused(endpoint):
+    url = endpoint["url"]
+    for client, code in ((s3_client(url, secret="not-the-secret"), "SignatureDoesNotMatch"),
+                         (s3_client(url, key="someone-else"), "InvalidAccessKeyId")):
+        with pytest.raises(ClientError) as refused:
+            client.get_object(Bucket=T, Key=f"{M}@1/{BIG}", Range="bytes=0-9")
+        assert refused.value.response["Error"]["Code"] == code
+    unsigned = httpx.get(f"{url}/{T}/{M}@1/{BIG}", headers={"Range": "bytes=0-9"})
+    assert unsigned.status_code == 403 and b"<Code>AccessDenied</Code>" in unsigned.content
+    # A signed request replayed with another range is not the request that was signed.
+    s3 = s3_client(url)
+    seen = {}
+    s3.meta.events.register("before-send.s3.GetObject", lambda request, **kw: seen.update(request.headers))
+    s3.get_object(Bucket=T, Key=f"{M}@1/{BIG}", Range="bytes=0-9")
+    headers = {k: v.decode() if isinstance(v, bytes) else v for k, v in seen.items()}
+    assert httpx.get(f"{url}/{T}/{M}@1/{BIG}", headers=headers).status_code == 206
+    # Range is signed by botocore; an altered path is refused.
+    assert httpx.get(f"{url}/{T}/{M}@1/config.json", headers=headers).status_code == 403
+
+
+def test_only_loopback_is_accepted(endpoint):
+    with pytest.raises(InvalidInputError):
+        S3Server("0.0.0.0", 0, endpoint["source"], {KEY: SECRET})
+
+
+def test_a_revoked_version_is_refused_once_the_source_learns_it(endpoint, caplog):
+    from registry.services import revocations
+
+    s3 = s3_client(endpoint["url"])
+    assert s3.head_object(Bucket=T, Key=f"{M}@1/{BIG}")["ContentLength"] == len(endpoint["files"][BIG])
+    with endpoint["container"].session_factory() as session:
+        revocations.revoke(session, endpoint["admin"], T, M, 1, "bad", clock=endpoint["container"].clock)
+    endpoint["source"].revoke(T, M, 1)
+    with caplog.at_level(logging.ERROR), pytest.raises(ClientError) as refused:
+        s3.get_object(Bucket=T, Key=f"{M}@1/{BIG}", Range="bytes=0-9")
+    assert refused.value.response["Error"]["Code"] == "AccessDenied"
