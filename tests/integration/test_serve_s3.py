@@ -46,8 +46,9 @@ def s3_client(url: str, key: str = KEY, secret: str = SECRET):
 
 
 @pytest.fixture
-def endpoint(container, tmp_path):
+def endpoint(store_container, tmp_path):
     """acme/llm@1 approved; serve-s3 in a thread in front of the live API, with a node cache."""
+    container = store_container
     admin = make_admin(container, T)
     files = model_files()
     awaiting_version(container, admin, tmp_path / "m", T, M, files=files)
@@ -68,6 +69,23 @@ def endpoint(container, tmp_path):
             finally:
                 server.shutdown()
                 server.server_close()
+
+
+def flip_stored_byte(store, digest: str, offset: int) -> None:
+    """Flip one byte of a blob where the store keeps it (behind the store's back, as a bad disk would)."""
+    from registry.storage import S3BlobStore
+
+    if isinstance(store, S3BlobStore):
+        key = store._blob_key(digest)
+        data = bytearray(store.client.get_object(Bucket=store.bucket, Key=key)["Body"].read())
+        data[offset] ^= 0x01
+        store.client.put_object(Bucket=store.bucket, Key=key, Body=bytes(data))
+    else:
+        path = store._path(digest)
+        path.chmod(0o644)
+        data = bytearray(path.read_bytes())
+        data[offset] ^= 0x01
+        path.write_bytes(bytes(data))
 
 
 def _cached_chunks(cache: NodeCache) -> set[str]:
@@ -166,14 +184,42 @@ def test_only_loopback_is_accepted(endpoint):
         S3Server("0.0.0.0", 0, endpoint["source"], {KEY: SECRET})
 
 
-def test_a_revoked_version_is_refused_once_the_source_learns_it(endpoint, caplog):
+def test_a_revocation_from_the_event_stream_stops_serving_the_version(endpoint, caplog):
     from registry.services import revocations
 
     s3 = s3_client(endpoint["url"])
     assert s3.head_object(Bucket=T, Key=f"{M}@1/{BIG}")["ContentLength"] == len(endpoint["files"][BIG])
     with endpoint["container"].session_factory() as session:
         revocations.revoke(session, endpoint["admin"], T, M, 1, "bad", clock=endpoint["container"].clock)
-    endpoint["source"].revoke(T, M, 1)
+    from registry.client.revocations import RevocationFollower
+
+    source = endpoint["source"]
+    # serve-s3's follower of the event stream, as the CLI wires it.
+    follower = RevocationFollower(source.api, endpoint["cache"], wait=None, on_problem=pytest.fail,
+                                  on_revoked=lambda r: source.revoke(r.tenant, r.model, r.version))
+    follower.step()
     with caplog.at_level(logging.ERROR), pytest.raises(ClientError) as refused:
         s3.get_object(Bucket=T, Key=f"{M}@1/{BIG}", Range="bytes=0-9")
     assert refused.value.response["Error"]["Code"] == "AccessDenied"
+
+
+def test_a_flipped_byte_in_the_blob_store_is_never_served_and_is_logged(endpoint, caplog):
+    s3, big = s3_client(endpoint["url"]), endpoint["files"][BIG]
+    digest = hashlib.sha256(big).hexdigest()
+    flip_stored_byte(endpoint["container"].blob_store, digest, CHUNK_SIZE + 123)  # in chunk 1
+    bad = hashlib.sha256(big[CHUNK_SIZE:2 * CHUNK_SIZE]).hexdigest()
+    with caplog.at_level(logging.ERROR, logger="modelreg.serve_s3"):
+        with pytest.raises(ClientError) as failed:
+            s3.get_object(Bucket=T, Key=f"{M}@1/{BIG}", Range=f"bytes={CHUNK_SIZE}-{CHUNK_SIZE + 999}")
+        assert failed.value.response["Error"]["Code"] == "InternalError"
+        # A range that starts in the good chunk 0 is cut where chunk 1 begins: none of its bytes arrive.
+        body = b""
+        with pytest.raises(Exception):
+            got = s3.get_object(Bucket=T, Key=f"{M}@1/{BIG}", Range=f"bytes={CHUNK_SIZE - 10}-{CHUNK_SIZE + 9}")
+            body = got["Body"].read()
+        assert body == b""
+    assert any(BIG in r.getMessage() and "chunk 1" in r.getMessage() for r in caplog.records), caplog.text
+    assert bad not in _cached_chunks(endpoint["cache"])
+    # The good chunks are still served.
+    got = s3.get_object(Bucket=T, Key=f"{M}@1/{BIG}", Range="bytes=0-999")["Body"].read()
+    assert got == big[:1000]
