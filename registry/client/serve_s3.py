@@ -210,7 +210,10 @@ class ChunkSource:
             except RegistryError as exc:
                 log.error("release %s/%s refused: %s", tenant, model_ref, exc)
                 raise S3Error(403, "AccessDenied", f"the release does not verify: {exc}") from None
-        if self.cache is not None and not self.cache.hold(ref.tenant, ref.name, release.version, {}):
+        # Recorded in the cache's index, as a fetch records what it holds: the event follower then tells
+        # :meth:`revoke` of this version (and a version the cache knows as revoked is refused here).
+        held_blobs = {f.sha256: f.size for f in release.files}
+        if self.cache is not None and not self.cache.hold(ref.tenant, ref.name, release.version, held_blobs):
             raise S3Error(403, "AccessDenied", f"{release.model}@{release.version} was revoked")
         opened = OpenRelease(ref.tenant, ref.name, release, dict(response.transport), time.monotonic())
         if held is not None:
@@ -233,9 +236,17 @@ class ChunkSource:
         if chunked is None:
             try:
                 chunked = fetch_chunk_list(self.api, opened.tenant, opened.name, opened.release.version, entry)
+            except RevokedError as exc:
+                raise S3Error(403, "AccessDenied", str(exc)) from None
             except RegistryError as exc:
                 log.error("chunk list of %s refused: %s", entry.path, exc)
                 raise S3Error(500, "InternalError", f"{entry.path}: no verified chunk list: {exc}") from None
+            if self.cache is not None:
+                # Its chunks, as the cache will name them, go with the version: a revocation removes them.
+                spans = (chunked.span(i) for i in range(chunked.count))
+                chunk_blobs = {chunked.chunks.digest(i).hex(): end - start for i, (start, end) in enumerate(spans)}
+                if not self.cache.hold(opened.tenant, opened.name, opened.release.version, chunk_blobs):
+                    raise S3Error(403, "AccessDenied", f"{opened.release.model}@{opened.release.version} was revoked")
             opened.lists[entry.path] = chunked
         return chunked
 

@@ -188,7 +188,8 @@ def test_a_revocation_from_the_event_stream_stops_serving_the_version(endpoint, 
     from registry.services import revocations
 
     s3 = s3_client(endpoint["url"])
-    assert s3.head_object(Bucket=T, Key=f"{M}@1/{BIG}")["ContentLength"] == len(endpoint["files"][BIG])
+    assert s3.get_object(Bucket=T, Key=f"{M}@1/{BIG}", Range="bytes=0-9")["Body"].read()
+    assert _chunk_digests(endpoint["files"][BIG]) & _cached_chunks(endpoint["cache"])
     with endpoint["container"].session_factory() as session:
         revocations.revoke(session, endpoint["admin"], T, M, 1, "bad", clock=endpoint["container"].clock)
     from registry.client.revocations import RevocationFollower
@@ -201,6 +202,8 @@ def test_a_revocation_from_the_event_stream_stops_serving_the_version(endpoint, 
     with caplog.at_level(logging.ERROR), pytest.raises(ClientError) as refused:
         s3.get_object(Bucket=T, Key=f"{M}@1/{BIG}", Range="bytes=0-9")
     assert refused.value.response["Error"]["Code"] == "AccessDenied"
+    # The version's verified chunks left the node cache with it.
+    assert not _chunk_digests(endpoint["files"][BIG]) & _cached_chunks(endpoint["cache"])
 
 
 def test_a_flipped_byte_in_the_blob_store_is_never_served_and_is_logged(endpoint, caplog):
