@@ -357,6 +357,7 @@ class _Handler(BaseHTTPRequestHandler):
     do_PUT = do_POST = do_DELETE = _refuse  # noqa: N815
 
     def _error(self, error: S3Error, *, body: bool) -> None:
+        log.info("%s %s: %d %s: %s", self.command, self.path, error.status, error.code, error.message)
         xml = (f'<?xml version="1.0" encoding="UTF-8"?>\n<Error><Code>{escape(error.code)}</Code>'
                f"<Message>{escape(error.message)}</Message><Resource>{escape(self.path)}</Resource></Error>").encode()
         self.send_response(error.status)
@@ -370,8 +371,13 @@ class _Handler(BaseHTTPRequestHandler):
         started = False
         try:
             headers = {k.lower(): v for k, v in self.headers.items()}
-            verify_sigv4(self.command, self.path, headers, self.server.keys, dt.datetime.now(dt.timezone.utc))
-            path, _, query = self.path.partition("?")
+            target = self.path
+            if not target.startswith("/"):
+                # The AWS C++ SDK (the Run:ai streamer's) sends the absolute form: http://host:port/path.
+                split = urllib.parse.urlsplit(target)
+                target = split.path + (f"?{split.query}" if split.query else "")
+            verify_sigv4(self.command, target, headers, self.server.keys, dt.datetime.now(dt.timezone.utc))
+            path, _, query = target.partition("?")
             bucket, _, key = urllib.parse.unquote(path).lstrip("/").partition("/")
             params = dict(urllib.parse.parse_qsl(query, keep_blank_values=True))
             if not bucket:

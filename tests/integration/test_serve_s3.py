@@ -226,3 +226,43 @@ def test_a_flipped_byte_in_the_blob_store_is_never_served_and_is_logged(endpoint
     # The good chunks are still served.
     got = s3.get_object(Bucket=T, Key=f"{M}@1/{BIG}", Range="bytes=0-999")["Body"].read()
     assert got == big[:1000]
+
+
+STREAM_SCRIPT = """
+import hashlib, json, sys
+from runai_model_streamer import SafetensorsStreamer
+out = {}
+with SafetensorsStreamer() as streamer:
+    streamer.stream_file(sys.argv[1])
+    for name, tensor in streamer.get_tensors():
+        out[name] = hashlib.sha256(tensor.contiguous().numpy().tobytes()).hexdigest()
+print(json.dumps(out))
+"""
+
+
+def stream_with_runai(url: str, uri: str):
+    """Run:ai Model Streamer (its S3 backend) in its own process, as a loader would: name -> sha256 of bytes."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "AWS_ENDPOINT_URL": url, "AWS_ACCESS_KEY_ID": KEY, "AWS_SECRET_ACCESS_KEY": SECRET,
+           "AWS_DEFAULT_REGION": "us-east-1", "AWS_EC2_METADATA_DISABLED": "true",
+           "RUNAI_STREAMER_S3_USE_VIRTUAL_ADDRESSING": "0"}
+    run = subprocess.run([sys.executable, "-c", STREAM_SCRIPT, uri], capture_output=True, text=True, env=env,
+                         timeout=300)
+    return run.returncode, (json.loads(run.stdout) if run.returncode == 0 else run.stderr)
+
+
+def test_the_runai_streamer_streams_every_tensor_of_the_release_equal_to_the_originals(endpoint, caplog):
+    caplog.set_level(logging.DEBUG, logger="modelreg.serve_s3")
+    from safetensors.numpy import load
+
+    for path, data in endpoint["files"].items():
+        if not path.endswith(".safetensors"):
+            continue
+        code, streamed = stream_with_runai(endpoint["url"], f"s3://{T}/{M}@1/{path}")
+        assert code == 0, (streamed[-300:], caplog.text[-3000:])
+        originals = {n: hashlib.sha256(a.tobytes()).hexdigest() for n, a in load(data).items()}
+        assert streamed == originals, path
