@@ -266,3 +266,13 @@ def test_the_runai_streamer_streams_every_tensor_of_the_release_equal_to_the_ori
         assert code == 0, (streamed[-300:], caplog.text[-3000:])
         originals = {n: hashlib.sha256(a.tobytes()).hexdigest() for n, a in load(data).items()}
         assert streamed == originals, path
+
+
+def test_a_flipped_byte_makes_the_runai_streamer_fail_on_that_chunk(endpoint, caplog):
+    path, data = next((p, d) for p, d in endpoint["files"].items() if p.endswith(".safetensors") and p != BIG)
+    flip_stored_byte(endpoint["container"].blob_store, hashlib.sha256(data).hexdigest(), len(data) - 1)
+    with caplog.at_level(logging.ERROR, logger="modelreg.serve_s3"):
+        code, streamed = stream_with_runai(endpoint["url"], f"s3://{T}/{M}@1/{path}")
+    assert code != 0, streamed
+    assert any(path in r.getMessage() and "chunk 0" in r.getMessage() for r in caplog.records), caplog.text
+    assert hashlib.sha256(data[:CHUNK_SIZE]).hexdigest() not in _cached_chunks(endpoint["cache"])
