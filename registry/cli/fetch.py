@@ -562,3 +562,54 @@ def _report(finding, as_json: bool) -> None:
     what = f"{finding.model}@{finding.version} in {finding.folder}" if finding.model else finding.folder
     action = "removed" if finding.removed else "left alone"
     _say(f"{finding.event} {what}: {finding.reason or 'ok'} ({action})")
+
+
+@app.command("serve-s3", epilog=EXIT_HELP)
+def serve_s3(
+    trust_root: Optional[Path] = TrustRootOpt, trust_root_sha256: Optional[str] = TrustPinOpt,
+    cache: Optional[Path] = CacheOpt,
+    host: str = typer.Option("127.0.0.1", "--host", help="Loopback address to listen on (nothing else is accepted)."),
+    port: int = typer.Option(9000, "--port", min=0, max=65535, help="Port to listen on (0: any free one)."),
+    max_chunks: int = typer.Option(16, "--max-chunks", min=1, max=256,
+                                   help="Chunks (8 MiB each) held in memory at once, whatever the load."),
+    cache_high: Optional[str] = HighOpt, cache_low: Optional[str] = LowOpt,
+    url: str = UrlOpt, token: str = TokenOpt, token_file: Optional[str] = TokenFileOpt,
+) -> None:
+    """Serve the read subset of S3 (ListObjectsV2, HeadObject, GetObject with Range) over verified releases.
+
+    Path-style: ``s3://<tenant>/<model>@<ref>/<path>`` (bucket = tenant). Requests must be SigV4-signed with
+    the key pair in MODELREG_S3_ACCESS_KEY_ID / MODELREG_S3_SECRET_ACCESS_KEY. Every chunk is checked against
+    the digest the release signs before a byte of it is served; verified chunks stay in the node cache. A
+    revoked version (the event stream) stops being served within seconds, ranges in flight included.
+    """
+    from registry.client.revocations import RevocationFollower
+    from registry.client.serve_s3 import ChunkSource, S3Server, keys_from_env
+    from registry.client.trust import check_trust_options
+
+    def body() -> None:
+        check_trust_options(trust_root, trust_root_sha256)
+        keys = keys_from_env()
+        if not keys:
+            raise CliError("serve-s3 needs MODELREG_S3_ACCESS_KEY_ID and MODELREG_S3_SECRET_ACCESS_KEY")
+        node_cache = _cache(cache, cache_high, cache_low)
+        with _api(url, token, token_file) as api:
+            source = ChunkSource(api, node_cache, max_chunks=max_chunks, trust_root_file=trust_root,
+                                 trust_root_sha256=trust_root_sha256)
+            server = S3Server(host, port, source, keys)
+            stop = threading.Event()
+
+            def revoked(report) -> None:
+                source.revoke(report.tenant, report.model, report.version)
+                _say(f"revoked {report.tenant}/{report.model}@{report.version}: no longer served", err=True)
+
+            follower = RevocationFollower(api, node_cache, on_revoked=revoked,
+                                          on_problem=lambda line: _say(f"error: revocations: {line}", err=True))
+            threading.Thread(target=follower.run, args=(stop,), daemon=True, name="revocations").start()
+            _say(f"serve-s3 listening on http://{host}:{server.server_address[1]}")
+            try:
+                server.serve_forever()
+            finally:
+                stop.set()
+                server.server_close()
+
+    _run(body)

@@ -1,0 +1,278 @@
+"""`modelreg serve-s3` against the real API (SQLite and PostgreSQL), with boto3 as the loaders' S3 client:
+ListObjectsV2, HeadObject and ranged GetObject over a verified release, each chunk checked against the
+digest the release signs and kept in the node cache; S3 XML errors; SigV4 refusals; loopback only.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import threading
+
+import boto3
+import httpx
+import numpy as np
+import pytest
+from botocore.config import Config
+from botocore.exceptions import ClientError
+from safetensors.numpy import save
+
+from api.app import create_app
+from registry.client.api import RegistryApi
+from registry.client.cache import NodeCache
+from registry.client.serve_s3 import ChunkSource, S3Server
+from registry.domain.chunks import CHUNK_SIZE
+from registry.domain.errors import InvalidInputError
+from tests.support.live_app import serve_in_thread
+from tests.support.registry import make_admin, role_token
+from tests.support.releases import approve_standin, awaiting_version
+from tests.support.tiny_model import tiny_model_files
+
+T, M = "acme", "llm"
+BIG = "extra/big.safetensors"
+KEY, SECRET = "node-key", "node-secret-0123456789"
+
+
+def model_files() -> dict[str, bytes]:
+    big = save({"big": np.arange((2 * CHUNK_SIZE) // 4 + 1000, dtype=np.float32)})
+    assert len(big) > 2 * CHUNK_SIZE
+    return {**tiny_model_files(1), BIG: big}
+
+
+def s3_client(url: str, key: str = KEY, secret: str = SECRET):
+    return boto3.client("s3", endpoint_url=url, aws_access_key_id=key, aws_secret_access_key=secret,
+                        region_name="us-east-1",
+                        config=Config(s3={"addressing_style": "path"}, retries={"max_attempts": 1}))
+
+
+@pytest.fixture
+def endpoint(store_container, tmp_path):
+    """acme/llm@1 approved; serve-s3 in a thread in front of the live API, with a node cache."""
+    container = store_container
+    admin = make_admin(container, T)
+    files = model_files()
+    awaiting_version(container, admin, tmp_path / "m", T, M, files=files)
+    approve_standin(container, T, M, 1)
+    token = role_token(container, "node-1", T, "node")
+    with serve_in_thread(create_app(container)) as url:
+        root = tmp_path / "root.json"
+        root.write_text(httpx.get(f"{url}/v1/trust-root").text)
+        with RegistryApi(url, token) as api:
+            cache = NodeCache(tmp_path / "cache")
+            source = ChunkSource(api, cache, max_chunks=4, trust_root_file=root)
+            server = S3Server("127.0.0.1", 0, source, {KEY: SECRET})
+            thread = threading.Thread(target=server.serve_forever, daemon=True)
+            thread.start()
+            try:
+                yield {"url": f"http://127.0.0.1:{server.server_address[1]}", "files": files, "cache": cache,
+                       "source": source, "container": container, "admin": admin}
+            finally:
+                server.shutdown()
+                server.server_close()
+
+
+def flip_stored_byte(store, digest: str, offset: int) -> None:
+    """Flip one byte of a blob where the store keeps it (behind the store's back, as a bad disk would)."""
+    from registry.storage import S3BlobStore
+
+    if isinstance(store, S3BlobStore):
+        key = store._blob_key(digest)
+        data = bytearray(store.client.get_object(Bucket=store.bucket, Key=key)["Body"].read())
+        data[offset] ^= 0x01
+        store.client.put_object(Bucket=store.bucket, Key=key, Body=bytes(data))
+    else:
+        path = store._path(digest)
+        path.chmod(0o644)
+        data = bytearray(path.read_bytes())
+        data[offset] ^= 0x01
+        path.write_bytes(bytes(data))
+
+
+def _cached_chunks(cache: NodeCache) -> set[str]:
+    return {b.digest for b in cache.blobs() if b.tenant == T}
+
+
+def _chunk_digests(data: bytes) -> set[str]:
+    return {hashlib.sha256(data[i:i + CHUNK_SIZE]).hexdigest() for i in range(0, len(data), CHUNK_SIZE)}
+
+
+def test_list_head_and_ranged_gets_answer_the_releases_bytes_and_cache_the_chunks(endpoint):
+    s3, files = s3_client(endpoint["url"]), endpoint["files"]
+    listed = s3.list_objects_v2(Bucket=T, Prefix=f"{M}@1/")
+    assert {o["Key"]: o["Size"] for o in listed["Contents"]} == {f"{M}@1/{p}": len(d) for p, d in files.items()}
+    paged = s3.list_objects_v2(Bucket=T, Prefix=f"{M}@1/", MaxKeys=1)
+    assert paged["IsTruncated"] and paged["KeyCount"] == 1
+    rest = s3.list_objects_v2(Bucket=T, Prefix=f"{M}@1/", ContinuationToken=paged["NextContinuationToken"])
+    assert len(rest["Contents"]) == len(files) - 1
+    big = files[BIG]
+    head = s3.head_object(Bucket=T, Key=f"{M}@1/{BIG}")
+    assert head["ContentLength"] == len(big)
+    # A range across the first chunk boundary, one inside the last chunk, a suffix range, and the whole file.
+    for first, last in ((CHUNK_SIZE - 10, CHUNK_SIZE + 9), (2 * CHUNK_SIZE + 5, len(big) - 1), (0, 0)):
+        got = s3.get_object(Bucket=T, Key=f"{M}@1/{BIG}", Range=f"bytes={first}-{last}")
+        assert got["ContentRange"] == f"bytes {first}-{last}/{len(big)}"
+        assert got["Body"].read() == big[first:last + 1]
+    assert s3.get_object(Bucket=T, Key=f"{M}@1/{BIG}", Range="bytes=-100")["Body"].read() == big[-100:]
+    assert s3.get_object(Bucket=T, Key=f"{M}@1/{BIG}")["Body"].read() == big
+    assert _chunk_digests(big) <= _cached_chunks(endpoint["cache"])
+    # The issue's form s3://<tenant>/<model>@<ref>/<path> is the same bucket and key.
+    small = next(p for p in files if p != BIG)
+    assert s3.get_object(Bucket=T, Key=f"{M}@1/{small}")["Body"].read() == files[small]
+
+
+def test_parallel_ranges_over_one_chunk_fetch_it_once(endpoint, monkeypatch):
+    source, big = endpoint["source"], endpoint["files"][BIG]
+    reads = []
+    original = source.api.read_range_into
+
+    def counting(url, start, end, total, into, advance):
+        reads.append((start, end))
+        return original(url, start, end, total, into, advance)
+
+    monkeypatch.setattr(source.api, "read_range_into", counting)
+    results: list[bytes] = []
+
+    def get(i: int) -> None:
+        s3 = s3_client(endpoint["url"])
+        r = s3.get_object(Bucket=T, Key=f"{M}@1/{BIG}", Range=f"bytes={i * 1000}-{i * 1000 + 999}")
+        results.append(r["Body"].read())
+
+    threads = [threading.Thread(target=get, args=(i,)) for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(results) == sorted(big[i * 1000:i * 1000 + 1000] for i in range(8))
+    assert reads == [(0, CHUNK_SIZE)]
+
+
+def test_s3_xml_errors_for_unknown_keys_releases_and_ranges(endpoint):
+    s3 = s3_client(endpoint["url"])
+    with pytest.raises(ClientError) as missing:
+        s3.get_object(Bucket=T, Key=f"{M}@1/nothing.bin")
+    assert missing.value.response["Error"]["Code"] == "NoSuchKey"
+    with pytest.raises(ClientError) as unknown:
+        s3.get_object(Bucket=T, Key="nobody@1/model.safetensors")
+    assert unknown.value.response["Error"]["Code"] == "NoSuchKey"
+    with pytest.raises(ClientError) as bad_range:
+        s3.get_object(Bucket=T, Key=f"{M}@1/{BIG}", Range=f"bytes={10 ** 12}-")
+    assert bad_range.value.response["Error"]["Code"] == "InvalidRange"
+
+
+def test_unsigned_wrongly_signed_and_unknown_key_requests_are_refused(endpoint):
+    url = endpoint["url"]
+    for client, code in ((s3_client(url, secret="not-the-secret"), "SignatureDoesNotMatch"),
+                         (s3_client(url, key="someone-else"), "InvalidAccessKeyId")):
+        with pytest.raises(ClientError) as refused:
+            client.get_object(Bucket=T, Key=f"{M}@1/{BIG}", Range="bytes=0-9")
+        assert refused.value.response["Error"]["Code"] == code
+    unsigned = httpx.get(f"{url}/{T}/{M}@1/{BIG}", headers={"Range": "bytes=0-9"})
+    assert unsigned.status_code == 403 and b"<Code>AccessDenied</Code>" in unsigned.content
+    # A signed request replayed with another range is not the request that was signed.
+    s3 = s3_client(url)
+    seen = {}
+    s3.meta.events.register("before-send.s3.GetObject", lambda request, **kw: seen.update(request.headers))
+    s3.get_object(Bucket=T, Key=f"{M}@1/{BIG}", Range="bytes=0-9")
+    headers = {k: v.decode() if isinstance(v, bytes) else v for k, v in seen.items()}
+    assert httpx.get(f"{url}/{T}/{M}@1/{BIG}", headers=headers).status_code == 206
+    # Range is signed by botocore; an altered path is refused.
+    assert httpx.get(f"{url}/{T}/{M}@1/config.json", headers=headers).status_code == 403
+
+
+def test_only_loopback_is_accepted(endpoint):
+    with pytest.raises(InvalidInputError):
+        S3Server("0.0.0.0", 0, endpoint["source"], {KEY: SECRET})
+
+
+def test_a_revocation_from_the_event_stream_stops_serving_the_version(endpoint, caplog):
+    from registry.services import revocations
+
+    s3 = s3_client(endpoint["url"])
+    assert s3.get_object(Bucket=T, Key=f"{M}@1/{BIG}", Range="bytes=0-9")["Body"].read()
+    assert _chunk_digests(endpoint["files"][BIG]) & _cached_chunks(endpoint["cache"])
+    with endpoint["container"].session_factory() as session:
+        revocations.revoke(session, endpoint["admin"], T, M, 1, "bad", clock=endpoint["container"].clock)
+    from registry.client.revocations import RevocationFollower
+
+    source = endpoint["source"]
+    # serve-s3's follower of the event stream, as the CLI wires it.
+    follower = RevocationFollower(source.api, endpoint["cache"], wait=None, on_problem=pytest.fail,
+                                  on_revoked=lambda r: source.revoke(r.tenant, r.model, r.version))
+    follower.step()
+    with caplog.at_level(logging.ERROR), pytest.raises(ClientError) as refused:
+        s3.get_object(Bucket=T, Key=f"{M}@1/{BIG}", Range="bytes=0-9")
+    assert refused.value.response["Error"]["Code"] == "AccessDenied"
+    # The version's verified chunks left the node cache with it.
+    assert not _chunk_digests(endpoint["files"][BIG]) & _cached_chunks(endpoint["cache"])
+
+
+def test_a_flipped_byte_in_the_blob_store_is_never_served_and_is_logged(endpoint, caplog):
+    s3, big = s3_client(endpoint["url"]), endpoint["files"][BIG]
+    digest = hashlib.sha256(big).hexdigest()
+    flip_stored_byte(endpoint["container"].blob_store, digest, CHUNK_SIZE + 123)  # in chunk 1
+    bad = hashlib.sha256(big[CHUNK_SIZE:2 * CHUNK_SIZE]).hexdigest()
+    with caplog.at_level(logging.ERROR, logger="modelreg.serve_s3"):
+        with pytest.raises(ClientError) as failed:
+            s3.get_object(Bucket=T, Key=f"{M}@1/{BIG}", Range=f"bytes={CHUNK_SIZE}-{CHUNK_SIZE + 999}")
+        assert failed.value.response["Error"]["Code"] == "InternalError"
+        # A range that starts in the good chunk 0 is cut where chunk 1 begins: none of its bytes arrive.
+        body = b""
+        with pytest.raises(Exception):
+            got = s3.get_object(Bucket=T, Key=f"{M}@1/{BIG}", Range=f"bytes={CHUNK_SIZE - 10}-{CHUNK_SIZE + 9}")
+            body = got["Body"].read()
+        assert body == b""
+    assert any(BIG in r.getMessage() and "chunk 1" in r.getMessage() for r in caplog.records), caplog.text
+    assert bad not in _cached_chunks(endpoint["cache"])
+    # The good chunks are still served.
+    got = s3.get_object(Bucket=T, Key=f"{M}@1/{BIG}", Range="bytes=0-999")["Body"].read()
+    assert got == big[:1000]
+
+
+STREAM_SCRIPT = """
+import hashlib, json, sys
+from runai_model_streamer import SafetensorsStreamer
+out = {}
+with SafetensorsStreamer() as streamer:
+    streamer.stream_file(sys.argv[1])
+    for name, tensor in streamer.get_tensors():
+        out[name] = hashlib.sha256(tensor.contiguous().numpy().tobytes()).hexdigest()
+print(json.dumps(out))
+"""
+
+
+def stream_with_runai(url: str, uri: str):
+    """Run:ai Model Streamer (its S3 backend) in its own process, as a loader would: name -> sha256 of bytes."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "AWS_ENDPOINT_URL": url, "AWS_ACCESS_KEY_ID": KEY, "AWS_SECRET_ACCESS_KEY": SECRET,
+           "AWS_DEFAULT_REGION": "us-east-1", "AWS_EC2_METADATA_DISABLED": "true",
+           "RUNAI_STREAMER_S3_USE_VIRTUAL_ADDRESSING": "0"}
+    run = subprocess.run([sys.executable, "-c", STREAM_SCRIPT, uri], capture_output=True, text=True, env=env,
+                         timeout=300)
+    return run.returncode, (json.loads(run.stdout) if run.returncode == 0 else run.stderr)
+
+
+def test_the_runai_streamer_streams_every_tensor_of_the_release_equal_to_the_originals(endpoint, caplog):
+    caplog.set_level(logging.DEBUG, logger="modelreg.serve_s3")
+    from safetensors.numpy import load
+
+    for path, data in endpoint["files"].items():
+        if not path.endswith(".safetensors"):
+            continue
+        code, streamed = stream_with_runai(endpoint["url"], f"s3://{T}/{M}@1/{path}")
+        assert code == 0, (streamed[-300:], caplog.text[-3000:])
+        originals = {n: hashlib.sha256(a.tobytes()).hexdigest() for n, a in load(data).items()}
+        assert streamed == originals, path
+
+
+def test_a_flipped_byte_makes_the_runai_streamer_fail_on_that_chunk(endpoint, caplog):
+    path, data = next((p, d) for p, d in endpoint["files"].items() if p.endswith(".safetensors") and p != BIG)
+    flip_stored_byte(endpoint["container"].blob_store, hashlib.sha256(data).hexdigest(), len(data) - 1)
+    with caplog.at_level(logging.ERROR, logger="modelreg.serve_s3"):
+        code, streamed = stream_with_runai(endpoint["url"], f"s3://{T}/{M}@1/{path}")
+    assert code != 0, streamed
+    assert any(path in r.getMessage() and "chunk 0" in r.getMessage() for r in caplog.records), caplog.text
+    assert hashlib.sha256(data[:CHUNK_SIZE]).hexdigest() not in _cached_chunks(endpoint["cache"])
