@@ -120,11 +120,13 @@ def _check_events(release: Release, events: Sequence[Mapping[str, Any]]) -> None
 def _moves_to(details: Any, release: Release) -> bool:
     if not isinstance(details, Mapping):
         return False
+    if details.get("to") == release.version:
+        return True
     canary = details.get("to_canary")
-    if isinstance(canary, Mapping) and canary.get("version") == release.version:
-        tenants = canary.get("tenants")
-        return isinstance(tenants, list) and release.tenant in tenants
-    return details.get("to") == release.version
+    if not isinstance(canary, Mapping) or canary.get("version") != release.version:
+        return False
+    tenants = canary.get("tenants")
+    return isinstance(tenants, list) and release.tenant in tenants
 
 
 def _check_extends(old: Checkpoint, new: Checkpoint, consistency: Callable[[int, int], Any]) -> None:
