@@ -52,7 +52,7 @@ SIZE_CONTENT_TYPE = "text/x.tlog.size"
 
 
 @dataclass(frozen=True)
-class Answer:
+class WitnessAnswer:
     """An add-checkpoint response: HTTP status, content type and body."""
 
     status: int
@@ -63,7 +63,7 @@ class Answer:
 class _Refusal(Exception):
     def __init__(self, status: int, reason: str, content_type: str = "text/plain; charset=utf-8") -> None:
         super().__init__(reason)
-        self.answer = Answer(status, reason.encode() + b"\n", content_type)
+        self.answer = WitnessAnswer(status, reason.encode() + b"\n", content_type)
 
 
 @dataclass(frozen=True)
@@ -129,7 +129,7 @@ class Witness:
             return None
         return open_checkpoint(path.read_bytes(), origin, self.logs[origin]).checkpoint
 
-    def add_checkpoint(self, body: bytes, *, now: int | None = None) -> Answer:
+    def add_checkpoint(self, body: bytes, *, now: int | None = None) -> WitnessAnswer:
         """Answer one add-checkpoint request (see the module docstring)."""
         try:
             with self._lock:
@@ -137,7 +137,7 @@ class Witness:
         except _Refusal as refusal:
             return refusal.answer
 
-    def _add(self, body: bytes, now: int) -> Answer:
+    def _add(self, body: bytes, now: int) -> WitnessAnswer:
         try:
             request = parse_add_checkpoint(body)
             text = parse_note(request.checkpoint).text
@@ -168,31 +168,31 @@ class Witness:
         signature = cosign(request.checkpoint, origin, log, self.signer, now)
         # Persisted before answering: a cosignature is never given for a checkpoint that is not held.
         write_atomic(self._state_path(origin), request.checkpoint, mode=0o644)
-        return Answer(200, signature.line().encode())
+        return WitnessAnswer(200, signature.line().encode())
 
 
 def make_server(witness: Witness, host: str, port: int) -> http.server.HTTPServer:
     """An HTTP server answering ``POST /add-checkpoint`` for ``witness`` (one request at a time) and
     ``GET /healthz``."""
 
-    class Handler(http.server.BaseHTTPRequestHandler):
+    class _AddCheckpointHandler(http.server.BaseHTTPRequestHandler):
         timeout = 10  # a slow client is dropped, not waited for
 
         def do_GET(self) -> None:  # noqa: N802 (http.server's name)
-            self._answer(Answer(200, b"ok\n") if self.path == "/healthz" else Answer(404, b"not found\n"))
+            self._answer(WitnessAnswer(200, b"ok\n") if self.path == "/healthz" else WitnessAnswer(404, b"not found\n"))
 
         def do_POST(self) -> None:  # noqa: N802 (http.server's name)
             if self.path != "/add-checkpoint":
-                return self._answer(Answer(404, b"not found\n"))
+                return self._answer(WitnessAnswer(404, b"not found\n"))
             try:
                 length = int(self.headers.get("Content-Length", ""))
             except ValueError:
-                return self._answer(Answer(411, b"a Content-Length is required\n"))
+                return self._answer(WitnessAnswer(411, b"a Content-Length is required\n"))
             if not 0 <= length <= MAX_REQUEST_BYTES:
-                return self._answer(Answer(413, b"request too large\n"))
+                return self._answer(WitnessAnswer(413, b"request too large\n"))
             self._answer(witness.add_checkpoint(self.rfile.read(length)))
 
-        def _answer(self, answer: Answer) -> None:
+        def _answer(self, answer: WitnessAnswer) -> None:
             self.send_response(answer.status)
             self.send_header("Content-Type", answer.content_type)
             self.send_header("Content-Length", str(len(answer.body)))
@@ -202,4 +202,4 @@ def make_server(witness: Witness, host: str, port: int) -> http.server.HTTPServe
         def log_message(self, format: str, *args: object) -> None:  # noqa: A002 (http.server's name)
             pass
 
-    return http.server.HTTPServer((host, port), Handler)
+    return http.server.HTTPServer((host, port), _AddCheckpointHandler)

@@ -574,6 +574,7 @@ def serve_s3(
                                    help="Chunks (8 MiB each) held in memory at once, whatever the load."),
     cache_high: Optional[str] = HighOpt, cache_low: Optional[str] = LowOpt,
     url: str = UrlOpt, token: str = TokenOpt, token_file: Optional[str] = TokenFileOpt,
+    as_json: bool = typer.Option(False, "--json", help="Print the startup record as one JSON line."),
 ) -> None:
     """Serve the read subset of S3 (ListObjectsV2, HeadObject, GetObject with Range) over verified releases.
 
@@ -605,7 +606,11 @@ def serve_s3(
             follower = RevocationFollower(api, node_cache, on_revoked=revoked,
                                           on_problem=lambda line: _say(f"error: revocations: {line}", err=True))
             threading.Thread(target=follower.run, args=(stop,), daemon=True, name="revocations").start()
-            _say(f"serve-s3 listening on http://{host}:{server.server_address[1]}")
+            listening = f"http://{host}:{server.server_address[1]}"
+            if as_json:
+                typer.echo(json.dumps({"url": listening, "max_chunks": max_chunks}))
+            else:
+                _say(f"serve-s3 listening on {listening}")
             try:
                 server.serve_forever()
             finally:

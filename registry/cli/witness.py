@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Optional
 
@@ -21,6 +22,8 @@ def witness(
     init: Optional[str] = typer.Option(None, "--init", metavar="NAME",
                                        help="Create the key file for a witness named NAME (unless it exists), "
                                             "print its verifier key and exit."),
+    as_json: bool = typer.Option(False, "--json", help="Print the verifier key (--init) or the startup "
+                                                       "record as one JSON line."),
 ) -> None:
     """Cosign each log checkpoint that extends the last one it accepted (POST /add-checkpoint)."""
     from registry.domain.errors import RegistryError
@@ -31,7 +34,11 @@ def witness(
 
     if init is not None:
         skey = create_once(key, CosignatureSigner.generate(init).skey.encode()).decode().strip()
-        _say(parse_signer_key(skey, CosignatureSigner).verifier().vkey)
+        vkey = parse_signer_key(skey, CosignatureSigner).verifier().vkey
+        if as_json:
+            typer.echo(json.dumps({"verifier_key": vkey}))
+        else:
+            _say(vkey)
         return
     if not key.exists():
         raise CliError(f"no key file {key}; make one with --init NAME")
@@ -51,7 +58,11 @@ def witness(
             raise CliError(f"--log {origin}: the key names {logs[origin].name!r}, not the origin")
     state_dir.mkdir(parents=True, exist_ok=True)
     server = make_server(Witness(signer, logs, state_dir), host, port)
-    _say(f"witness {signer.verifier().vkey} on http://{host}:{server.server_address[1]}")
+    listening = f"http://{host}:{server.server_address[1]}"
+    if as_json:
+        typer.echo(json.dumps({"url": listening, "verifier_key": signer.verifier().vkey, "logs": sorted(logs)}))
+    else:
+        _say(f"witness {signer.verifier().vkey} on {listening}")
     try:
         server.serve_forever()
     except KeyboardInterrupt:

@@ -240,11 +240,12 @@ def _publish_next(session: Session, keyring: KeyRing, current: TrustRoot, keys: 
     envelope = sign_root(root_document(version, keys, threshold, now + expires_in, log), list(signers.values()))
     root = next_root(current, envelope)  # RootError: a bug here, never a root nodes would refuse
     begin_write(session)
-    session.add(TrustRootRecord(version=version, envelope=envelope, created_at=now))
-    audit.append(session, actor=actor, action=action, subject=f"trust-root/{version}",
-                 details={"version": version, "key_ids": sorted(new_ids), "threshold": threshold,
-                          "signed_by": sorted(signers), **details})  # a new root is a rotation to nodes
     try:
+        session.add(TrustRootRecord(version=version, envelope=envelope, created_at=now))
+        session.flush()  # two replicas starting at once: the loser fails here, before its audit event
+        audit.append(session, actor=actor, action=action, subject=f"trust-root/{version}",
+                     details={"version": version, "key_ids": sorted(new_ids), "threshold": threshold,
+                              "signed_by": sorted(signers), **details})  # a new root is a rotation to nodes
         session.commit()
     except SAIntegrityError:
         session.rollback()

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.server import start_server
+from tests.support.server import free_port, start_server
 
 REPO = Path(__file__).resolve().parents[2]
 README = REPO / "README.md"
@@ -78,7 +78,9 @@ def test_readme_use_block_runs_as_written(store, tmp_path, request):
         env = {k: v for k, v in os.environ.items() if not k.startswith("MODELREG_")}
         # The user's shell has the server's settings (gc reads them) and the tools on its PATH.
         env.update(server_env, PATH=f"{BIN}{os.pathsep}{env['PATH']}", NO_COLOR="1", TERM="dumb")
-        lines = [substitute(line, {"http://127.0.0.1:8080": server.url}) for line in use_block()]
+        # The witness's port too: the local and s3 runs may be on at once.
+        placeholders = {"http://127.0.0.1:8080": server.url, "8790": str(free_port())}
+        lines = [substitute(line, placeholders) for line in use_block()]
         results = run_block(lines, workdir, env)
     finally:
         server.stop()
@@ -139,6 +141,10 @@ def test_readme_use_block_runs_as_written(store, tmp_path, request):
     assert "audit log intact" in output("modelreg audit verify --data-dir .modelreg  ")[0]
     assert output("modelreg audit checkpoint --data-dir .modelreg")[0].startswith("checkpoint of event ")
     assert f"{len(saved)} checkpoint(s) hold" in output("modelreg audit verify --data-dir .modelreg --checkpoints")[0]
+    witness_key = output("modelreg witness --key w.key --init")[0].strip()
+    assert witness_key.startswith("witness.example/w1+")
+    assert output("modelreg witness --key w.key --log")[0].startswith(f"witness {witness_key} on http://")
+    assert output("/healthz")[0] == "ok\n"
     check_leftovers(store, leftovers, output("modelreg gc")[0], request)
 
 

@@ -151,3 +151,44 @@ def test_rotation_needs_root_n_keys(container, tmp_path):
             trust_roots.rotate(session, stranger, SigningKey.generate(), expires_in=dt.timedelta(days=1),
                                clock=container.clock)
         assert trust_roots.newest(session).version == 1
+
+
+def test_two_replicas_starting_at_once_publish_one_next_root(container, monkeypatch):
+    """Two `modelreg serve` processes that both read root 1 and both publish root 2 for a changed log setting:
+    one publishes it, the other gets a RotationConflictError (which bootstrap answers by reading the winner's),
+    never a database error, and only the winner's rotation is in the audit log."""
+    import threading
+
+    with container.session_factory() as session:
+        trust_roots.ensure_root(session, container.signing_key, expires_in=dt.timedelta(days=1),
+                                clock=container.clock)
+    both_read_root_one = threading.Barrier(2, timeout=20)
+    rescan = container.keyring.rescan
+
+    def rescan_after_both_read() -> None:  # _publish_next's first step, after ensure_root read root 1
+        both_read_root_one.wait()
+        rescan()
+
+    monkeypatch.setattr(container.keyring, "rescan", rescan_after_both_read)
+    outcomes: list[object] = []
+
+    def replica() -> None:
+        with container.session_factory() as session:
+            try:
+                outcomes.append(trust_roots.publish_log(session, container.keyring, container.log_trust,
+                                                        expires_in=dt.timedelta(days=1), clock=container.clock))
+            except Exception as e:  # noqa: BLE001 - the assertion below names what was raised
+                outcomes.append(e)
+
+    threads = [threading.Thread(target=replica) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    kinds = sorted(type(o).__name__ for o in outcomes)
+    assert kinds == ["RotationConflictError", "TrustRoot"], outcomes
+    with container.session_factory() as session:
+        assert trust_roots.newest(session).version == 2
+        assert trust_roots.newest(session).log == container.log_trust
+        rotated = session.scalars(select(AuditEvent.subject).where(AuditEvent.action == "trust_root.rotated")).all()
+        assert rotated == ["trust-root/2"]

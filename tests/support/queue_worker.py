@@ -44,7 +44,9 @@ def crash_once(_container: Container, payload: dict) -> None:
     if marker.exists():
         append_line(payload["log"], f"rerun {os.getpid()}")
         return
-    marker.write_text(str(os.getpid()))
+    partial = marker.with_suffix(".partial")
+    partial.write_text(str(os.getpid()))
+    partial.replace(marker)  # at once: a reader that sees the marker sees the pid in it
     time.sleep(payload.get("hang_seconds", 120))
     raise TimeoutError("crash_once was never killed")
 
