@@ -206,6 +206,41 @@ def test_a_revocation_from_the_event_stream_stops_serving_the_version(endpoint, 
     assert not _chunk_digests(endpoint["files"][BIG]) & _cached_chunks(endpoint["cache"])
 
 
+def test_a_revocation_cuts_a_range_already_in_flight(endpoint, monkeypatch):
+    """A GET of the whole big file has sent its first chunk when the version is revoked: the rest is never
+    sent (the connection is cut, the client sees a short body), and what did arrive is the release's bytes."""
+    from botocore.exceptions import IncompleteReadError, ResponseStreamingError
+
+    from registry.client.revocations import RevocationFollower
+    from registry.services import revocations
+
+    source, big = endpoint["source"], endpoint["files"][BIG]
+    second_chunk_wanted, revocation_delivered = threading.Event(), threading.Event()
+    chunk = source.chunk
+
+    def hold_after_the_first(opened, chunked, index):  # a slow registry: chunk 1 waits for the revocation
+        if index >= 1:
+            second_chunk_wanted.set()
+            assert revocation_delivered.wait(30)
+        return chunk(opened, chunked, index)
+
+    monkeypatch.setattr(source, "chunk", hold_after_the_first)
+    body = s3_client(endpoint["url"]).get_object(Bucket=T, Key=f"{M}@1/{BIG}")["Body"]
+    received = body.read(CHUNK_SIZE)
+    assert received == big[:CHUNK_SIZE]
+    assert second_chunk_wanted.wait(30)
+    with endpoint["container"].session_factory() as session:
+        revocations.revoke(session, endpoint["admin"], T, M, 1, "bad", clock=endpoint["container"].clock)
+    follower = RevocationFollower(source.api, endpoint["cache"], wait=None, on_problem=pytest.fail,
+                                  on_revoked=lambda r: source.revoke(r.tenant, r.model, r.version))
+    follower.step()
+    revocation_delivered.set()
+    with pytest.raises((IncompleteReadError, ResponseStreamingError)):
+        while piece := body.read(64 * 1024):
+            received += piece
+    assert len(received) == CHUNK_SIZE < len(big)  # nothing after the revocation, not even chunk 1 in hand
+
+
 def test_a_flipped_byte_in_the_blob_store_is_never_served_and_is_logged(endpoint, caplog):
     s3, big = s3_client(endpoint["url"]), endpoint["files"][BIG]
     digest = hashlib.sha256(big).hexdigest()
