@@ -14,14 +14,15 @@ from registry.domain.errors import AuthenticationError
 from registry.watch import EventWatcher
 
 
-def get_container(request: Request) -> Container:
+async def get_container(request: Request) -> Container:
+    # async: a plain attribute read, so FastAPI calls it on the loop instead of hopping to a thread.
     return request.app.state.container
 
 
 ContainerDep = Annotated[Container, Depends(get_container)]
 
 
-def get_event_watcher(request: Request) -> EventWatcher:
+async def get_event_watcher(request: Request) -> EventWatcher:
     return request.app.state.event_watcher
 
 

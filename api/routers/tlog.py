@@ -10,14 +10,18 @@ itself stays behind ``/v1/audit``.
 from __future__ import annotations
 
 import base64
-from typing import Annotated
+from collections.abc import Callable
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Query
 from fastapi.responses import Response
+from starlette.concurrency import run_in_threadpool
 
-from api.deps import SessionDep
+from api.deps import ContainerDep, SessionDep
 from api.problems import responses
 from api.schemas import ConsistencyProofPublic, InclusionProofPublic
+from registry.bootstrap import Container
+from registry.db.session import one_statement_session
 from registry.domain.errors import InvalidInputError, LogCheckpointNotFoundError, LogProofRequestError, LogTileNotFoundError, \
     LogTreeNotFoundError
 from registry.services import tlog
@@ -52,20 +56,26 @@ def tile(path: str, session: SessionDep) -> Response:
 
 @router.get("/proof/inclusion", response_model=InclusionProofPublic,
             responses=responses(LogProofRequestError, LogTreeNotFoundError))
-def inclusion_proof(session: SessionDep, index: TreeSize, size: TreeSize) -> InclusionProofPublic:
+async def inclusion_proof(container: ContainerDep, index: TreeSize, size: TreeSize) -> InclusionProofPublic:
     """RFC 9162 inclusion proof of leaf ``index`` in the tree of ``size`` leaves (hashes base64, leaf end first)."""
-    proof = tlog.inclusion(session, index=index, size=size)
+    proof = await run_in_threadpool(_read, container, tlog.inclusion, index=index, size=size)
     return InclusionProofPublic(index=index, size=size, leaf_hash=_b64(proof["leaf_hash"]),
                                 root=_b64(proof["root"]), hashes=[_b64(h) for h in proof["hashes"]])
 
 
 @router.get("/proof/consistency", response_model=ConsistencyProofPublic,
             responses=responses(LogProofRequestError, LogTreeNotFoundError))
-def consistency_proof(session: SessionDep, first: TreeSize, second: TreeSize) -> ConsistencyProofPublic:
+async def consistency_proof(container: ContainerDep, first: TreeSize, second: TreeSize) -> ConsistencyProofPublic:
     """RFC 9162 consistency proof from the tree of ``first`` leaves to the tree of ``second`` (hashes base64)."""
-    proof = tlog.consistency(session, first=first, second=second)
+    proof = await run_in_threadpool(_read, container, tlog.consistency, first=first, second=second)
     return ConsistencyProofPublic(first=first, second=second, first_root=_b64(proof["first_root"]),
                                   second_root=_b64(proof["second_root"]), hashes=[_b64(h) for h in proof["hashes"]])
+
+
+def _read(container: Container, proof: Callable[..., dict[str, Any]], **kwargs: int) -> dict[str, Any]:
+    """A proof in one thread hop and one statement (``tlog`` reads the head and its tiles together)."""
+    with one_statement_session(container.session_factory) as session:
+        return proof(session, **kwargs)
 
 
 def _b64(data: bytes) -> str:

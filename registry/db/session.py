@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -64,6 +66,17 @@ def _configure_sqlite(engine: Engine) -> None:
 def make_session_factory(engine: Engine, info: dict[str, Any] | None = None) -> sessionmaker[Session]:
     """Sessions on ``engine``; each starts with a copy of ``info`` (settings that services read)."""
     return sessionmaker(engine, expire_on_commit=False, info=info)
+
+
+@contextmanager
+def one_statement_session(session_factory: sessionmaker[Session]) -> Iterator[Session]:
+    """A session for a read that is one statement (which sees one snapshot by itself): on PostgreSQL it
+    runs outside a transaction (AUTOCOMMIT), so the read is one round trip, without BEGIN and ROLLBACK.
+    Nothing may be written through it."""
+    with session_factory() as session:
+        if is_postgres(session):
+            session.connection(execution_options={"isolation_level": "AUTOCOMMIT"})
+        yield session
 
 
 def is_postgres(session_or_engine: Session | Engine) -> bool:

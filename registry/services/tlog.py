@@ -29,7 +29,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, TypeVar
 
-from sqlalchemy import and_, or_, select, update
+from sqlalchemy import and_, false, or_, select, update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -280,12 +280,12 @@ def release_proof(session: Session, events: Sequence[AuditEvent]) -> dict[str, A
     size = parse_checkpoint(parse_note(served.encode()).text).size
     if max(e.id for e in events) > size:
         return None
-    source = _source(session, size)
+    proofs, _root = _compute(session, size, lambda source: [merkle.inclusion_proof(e.id - 1, size, source)
+                                                            for e in events])
     return {"checkpoint": served,
             "entries": [{"index": e.id - 1, "event": event_body(e),
-                         "inclusion_proof": [base64.b64encode(h).decode()
-                                             for h in merkle.inclusion_proof(e.id - 1, size, source)]}
-                        for e in events]}
+                         "inclusion_proof": [base64.b64encode(h).decode() for h in proof]}
+                        for e, proof in zip(events, proofs)]}
 
 
 def latest_checkpoint(session: Session) -> str | None:
@@ -346,60 +346,40 @@ def read_tile_path(session: Session, path: str) -> bytes:
     return read_tile(session, tile)
 
 
-def _source(session: Session, size: int) -> TileHashes:
-    """The stored hashes of the tree of ``size``, read a tile at a time as asked (see :func:`_compute` for
-    a proof's tiles in one query).
+def _compute(session: Session, size: int, compute: Callable[[merkle.StoredHashes], _T]) -> tuple[_T, bytes]:
+    """``compute`` over the tree of ``size``, and its root (the head's when ``size`` is the log's, else
+    computed). Which hashes a root or proof reads depends on the sizes and indices only (``tiles_read``),
+    so the head and every tile needed are read in one statement: one snapshot, one round trip.
 
     Raises:
         LogTreeNotFoundError: the log has fewer than ``size`` leaves.
+        LogTileNotFoundError: the log lacks a tile a tree of its size has (a damaged log).
     """
-    have = log_size(session)
+    tiles = tiles_read(size, lambda source: (compute(source), merkle.root_hash(size, source)))
+    wanted = or_(*(and_(LogTile.level == t.level, LogTile.index == t.index) for t in tiles)) if tiles else false()
+    rows = session.execute(
+        select(LogHead.size, LogHead.root, LogTile.level, LogTile.index, LogTile.width, LogTile.data)
+        .select_from(LogHead).outerjoin(LogTile, wanted).where(LogHead.id == LOG_HEAD_ID)).all()
+    have, head_root = (rows[0].size, rows[0].root) if rows else (0, merkle.EMPTY_ROOT)
     if size > have:
         raise LogTreeNotFoundError(size, have)
-    return TileHashes(size, lambda tile: read_tile(session, tile, size))
-
-
-def _read_tiles(session: Session, tiles: set[Tile], size: int) -> dict[Tile, bytes]:
-    """The bytes of ``tiles`` of the integrated tree of ``size``, in one query.
-
-    Raises:
-        LogTileNotFoundError: the log has not got one of them.
-    """
-    if not tiles:
-        return {}
-    rows = session.execute(select(LogTile.level, LogTile.index, LogTile.width, LogTile.data).where(
-        or_(*(and_(LogTile.level == t.level, LogTile.index == t.index) for t in tiles)))).all()
-    stored = {(row.level, row.index): row for row in rows}
-    out = {}
+    stored = {(row.level, row.index): row for row in rows if row.level is not None}
+    read = {}
     for tile in tiles:
         row = stored.get((tile.level, tile.index))
-        if row is None or row.width < tile.width or _leaves_needed(tile, tile.level) > size:
+        if row is None or row.width < tile.width:
             raise LogTileNotFoundError(tile.path)
-        out[tile] = row.data[:tile.width * _HASH]
-    return out
+        read[tile] = row.data[:tile.width * _HASH]
+
+    def unread(tile: Tile) -> bytes:
+        raise LookupError(f"{tile.path} was not among the tiles read")  # tiles_read would be wrong
+
+    source = TileHashes(size, unread, read=read)
+    return compute(source), head_root if size == have else merkle.root_hash(size, source)
 
 
 def _leaves_needed(tile: Tile | EntryBundle, level: int) -> int:
     return ((tile.index * TILE_WIDTH) + tile.width) << (TILE_HEIGHT * max(level, 0))
-
-
-def _compute(session: Session, size: int, compute: Callable[[merkle.StoredHashes], _T]) -> tuple[_T, bytes]:
-    """``compute`` over the tiles of the tree of ``size`` (read in one query, after the head), and its root
-    (the head's when ``size`` is the log's, else computed from the same tiles).
-
-    Raises:
-        LogTreeNotFoundError: the log has fewer than ``size`` leaves.
-    """
-    head = session.execute(select(LogHead.size, LogHead.root).where(LogHead.id == LOG_HEAD_ID)).first()
-    have, head_root = (head.size, head.root) if head else (0, merkle.EMPTY_ROOT)
-    if size > have:
-        raise LogTreeNotFoundError(size, have)
-
-    def with_root(source: merkle.StoredHashes) -> tuple[_T, bytes]:
-        return compute(source), head_root if size == have else merkle.root_hash(size, source)
-
-    read = _read_tiles(session, tiles_read(size, with_root), size)
-    return with_root(TileHashes(size, lambda tile: read_tile(session, tile, size), read=read))
 
 
 def inclusion(session: Session, *, index: int, size: int) -> dict[str, Any]:

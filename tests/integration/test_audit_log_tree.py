@@ -14,7 +14,7 @@ import datetime as dt
 import threading
 
 import pytest
-from sqlalchemy import event, select, text, update
+from sqlalchemy import event, func, select, text, update
 
 from registry import audit
 from registry.db.models import AuditEvent, Job, LogHead, LogTile
@@ -278,7 +278,7 @@ def test_proofs_from_stored_tiles_verify(container):
     assert merkle.root_hash(300, source) == merkle.root_hash(300, hashes)
 
 
-def test_a_proof_reads_the_head_and_its_tiles_in_two_queries_and_gives_the_trees_roots(container):
+def test_a_proof_reads_the_head_and_its_tiles_in_one_statement_and_gives_the_trees_roots(container):
     append_events(container, 300)
     tlog.integrate_audit_log(container.session_factory)
     hashes, commitments = memory_tree(container)
@@ -294,15 +294,55 @@ def test_a_proof_reads_the_head_and_its_tiles_in_two_queries_and_gives_the_trees
             for index, size in [(5, 300), (299, 300), (255, 257)]:  # the head's size, and a smaller tree
                 statements.clear()
                 proof = tlog.inclusion(session, index=index, size=size)
-                assert len(statements) == 2, statements
+                assert len(statements) == 1, statements
                 assert proof["root"] == merkle.root_hash(size, hashes)
                 assert proof["leaf_hash"] == merkle.leaf_hash(commitments[index])
                 merkle.verify_inclusion(proof["leaf_hash"], index, size, proof["hashes"], proof["root"])
             for first, second in [(100, 300), (256, 257)]:
                 statements.clear()
                 proof = tlog.consistency(session, first=first, second=second)
-                assert len(statements) == 2, statements
+                assert len(statements) == 1, statements
                 assert (proof["first_root"], proof["second_root"]) == (merkle.root_hash(first, hashes),
                                                                        merkle.root_hash(second, hashes))
     finally:
         event.remove(container.engine, "before_cursor_execute", record)
+
+
+def test_a_proof_over_a_log_missing_one_of_its_tiles_is_refused_not_computed(container):
+    """A damaged log (a tile row gone) answers LogTileNotFoundError; the proof is never made up."""
+    from sqlalchemy import delete
+
+    append_events(container, 300)
+    tlog.integrate_audit_log(container.session_factory)
+    with container.session_factory() as session:
+        session.execute(delete(LogTile).where(LogTile.level == 0, LogTile.index == 1))
+        session.commit()
+        assert tlog.inclusion(session, index=5, size=200)["size"] == 200  # the first tile alone still proves
+        with pytest.raises(LogTileNotFoundError):
+            tlog.inclusion(session, index=5, size=300)
+        with pytest.raises(LogTileNotFoundError):
+            tlog.consistency(session, first=100, second=300)
+
+
+def test_a_proof_read_outside_a_transaction_leaves_the_pooled_connection_transactional(database_url):
+    """Proof reads run outside a transaction on PostgreSQL (one round trip); the connection they used goes
+    back to the pool as it was: the next session on it still rolls back what it did not commit."""
+    from sqlalchemy.orm import sessionmaker
+
+    from registry.db.session import one_statement_session
+
+    engine = make_engine(database_url, pool_size=1, max_overflow=0)  # one connection: the next session gets it
+    factory = sessionmaker(engine)
+    try:
+        with one_statement_session(factory) as session:
+            if engine.dialect.name == "postgresql":
+                assert session.connection().connection.dbapi_connection.autocommit  # psycopg: no BEGIN sent
+            session.execute(select(LogHead.size)).all()
+        with factory() as session:
+            session.execute(text("UPDATE audit_head SET last_hash = 'not-committed' WHERE id = 1"))
+            session.execute(text("INSERT INTO log_head (id, size, root, edge, checkpoint_size) "
+                                 "VALUES (99, 0, :b, :b, 0)"), {"b": b""})
+        with factory() as session:
+            assert session.scalar(select(func.count()).select_from(LogHead).where(LogHead.id == 99)) == 0
+    finally:
+        engine.dispose()
