@@ -22,8 +22,13 @@ from api.problems import responses
 from api.schemas import ConsistencyProofPublic, InclusionProofPublic
 from registry.bootstrap import Container
 from registry.db.session import one_statement_session
-from registry.domain.errors import InvalidInputError, LogCheckpointNotFoundError, LogProofRequestError, LogTileNotFoundError, \
-    LogTreeNotFoundError
+from registry.domain.errors import (
+    InvalidInputError,
+    LogCheckpointNotFoundError,
+    LogProofRequestError,
+    LogTileNotFoundError,
+    LogTreeNotFoundError,
+)
 from registry.services import tlog
 from registry.tlog.merkle import MAX_TREE_SIZE
 
@@ -51,7 +56,8 @@ def checkpoint(session: SessionDep) -> Response:
 def tile(path: str, session: SessionDep) -> Response:
     """A tile (``<L>/<N>[.p/<W>]``) or entry bundle (``entries/<N>[.p/<W>]``), in tlog-tiles' canonical
     spelling only; 404 for any other path or a tile the log has not reached."""
-    return Response(tlog.read_tile_path(session, f"tile/{path}"), media_type="application/octet-stream", headers={"Cache-Control": TILE_CACHE})
+    return Response(tlog.read_tile_path(session, f"tile/{path}"), media_type="application/octet-stream",
+                    headers={"Cache-Control": TILE_CACHE})
 
 
 @router.get("/proof/inclusion", response_model=InclusionProofPublic,
