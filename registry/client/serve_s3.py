@@ -200,7 +200,7 @@ class ChunkSource:
                 now = dt.datetime.now(dt.timezone.utc)
                 _walk_root(self.api, trust, response, now)
                 release = verify_manifest(response.envelope, response.signature_bundle, ref=ref, trust=trust,
-                                          now=now)
+                                          now=now, log=response.log, consistency=self.api.log_consistency)
                 trust.accept(release.model, release.ref, release.serial)
                 trust.commit()
             except RevokedError as exc:
