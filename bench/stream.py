@@ -30,7 +30,13 @@ serve-s3 and of SeaweedFS over the read (``/proc/<pid>/stat``), and serve-s3's r
 and its peak (sampled every 20 ms). Every read is checked: the streamer hashes each tensor it got after the
 timed window, and the names, byte counts and sha256 must equal what setup wrote, or the script stops. The
 goals: cold / direct <= 1.15, warm / direct <= 1.0. The load average is printed before and after each
-round. The temporary directory is removed at the end, whatever happened.
+round. The temporary directory is removed at the end, whatever happened (kept, and its path printed, with
+BENCH_KEEP=1).
+
+The streamer runs with its defaults (16 workers, 8 S3 connections, 8 MiB blocks) and whatever RUNAI_STREAMER_*
+variables the caller sets, on both sides alike. Its S3 request timeout is 1 s by default, with no retry: a
+serve-s3 that pauses longer between bytes fails the load ("File access error"; its stderr is then written to
+``$TMPDIR/bench-stream-streamer.err``); RUNAI_STREAMER_S3_REQUEST_TIMEOUT_MS=30000 raises it.
 """
 
 from __future__ import annotations
@@ -139,7 +145,8 @@ def stream(endpoint: str, key: str, secret: str, uri: str, expected: dict[str, l
     env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "MODELREG_"))}
     env.update(AWS_ENDPOINT_URL=endpoint, AWS_ACCESS_KEY_ID=key, AWS_SECRET_ACCESS_KEY=secret,
                AWS_DEFAULT_REGION="us-east-1", AWS_EC2_METADATA_DISABLED="true",
-               RUNAI_STREAMER_S3_USE_VIRTUAL_ADDRESSING="0", RUNAI_STREAMER_LOG_LEVEL="WARNING")
+               RUNAI_STREAMER_S3_USE_VIRTUAL_ADDRESSING="0")
+    env.setdefault("RUNAI_STREAMER_LOG_LEVEL", "WARNING")
     os.sync()
     weed_cpu = cpu_seconds(weed_pid)
     serve_cpu = cpu_seconds(serve_pid) if serve_pid is not None else 0.0
@@ -155,7 +162,9 @@ def stream(endpoint: str, key: str, secret: str, uri: str, expected: dict[str, l
     weed_cpu = cpu_seconds(weed_pid) - weed_cpu
     serve_cpu = cpu_seconds(serve_pid) - serve_cpu if serve_pid is not None else None
     if run.returncode != 0:
-        raise SystemExit(f"the streamer failed on {uri} (exit {run.returncode}):\n{run.stderr[-3000:]}")
+        Path(tempfile.gettempdir(), "bench-stream-streamer.err").write_text(run.stderr)
+        raise SystemExit(f"the streamer failed on {uri} (exit {run.returncode}; its stderr in "
+                         f"{tempfile.gettempdir()}/bench-stream-streamer.err):\n{run.stderr[-3000:]}")
     got = json.loads(run.stdout.strip().splitlines()[-1])
     if got["tensors"] != expected:
         raise SystemExit(f"the streamer read other bytes than were written from {uri}: {got['tensors']} "

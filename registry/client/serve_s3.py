@@ -164,7 +164,7 @@ class OpenRelease:
 class _Flight:
     def __init__(self) -> None:
         self.done = threading.Event()
-        self.data: bytes | bytearray | None = None
+        self.data: bytes | None = None
         self.error: BaseException | None = None
 
 
@@ -250,7 +250,7 @@ class ChunkSource:
             opened.lists[entry.path] = chunked
         return chunked
 
-    def chunk(self, opened: OpenRelease, chunked: ChunkedFile, index: int) -> bytes | bytearray:
+    def chunk(self, opened: OpenRelease, chunked: ChunkedFile, index: int) -> bytes:
         """Chunk ``index`` of the file, its digest checked; call holding one of :attr:`slots`."""
         key = (chunked.entry.sha256, index)
         with self._lock:
@@ -275,7 +275,7 @@ class ChunkSource:
                 del self._flights[key]
             flight.done.set()
 
-    def _load(self, opened: OpenRelease, chunked: ChunkedFile, index: int) -> bytes | bytearray:
+    def _load(self, opened: OpenRelease, chunked: ChunkedFile, index: int) -> bytes:
         entry = chunked.entry
         start, end = chunked.span(index)
         digest = chunked.chunks.digest(index).hex()
@@ -300,7 +300,7 @@ class ChunkSource:
             self.api.read_range_into(url, start, end, entry.size, memoryview(buffer), lambda n: None)
         except RegistryError as exc:
             raise S3Error(503, "SlowDown", f"cannot read {entry.path}: {exc}") from None
-        data = buffer  # not copied: nothing writes to it once it is read
+        data = bytes(buffer)
         try:
             verify_chunk(chunked, index, data)
         except (ChunkMismatchError, SizeMismatchError) as exc:
@@ -369,7 +369,6 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _serve(self, *, body: bool) -> None:
         started = False
-        pieces = None
         try:
             headers = {k.lower(): v for k, v in self.headers.items()}
             target = self.path
@@ -394,7 +393,7 @@ class _Handler(BaseHTTPRequestHandler):
             entry = opened.file(file_path)
             span = _parse_range(headers.get("range"), entry.size)
             start, end = span or (0, entry.size)
-            piece = None
+            piece, pieces = None, iter(())
             if body and start < end:
                 chunked = source.chunk_list(opened, entry)
                 # The first chunk is checked before the status line goes out: a client sees an S3 error,
@@ -413,8 +412,7 @@ class _Handler(BaseHTTPRequestHandler):
             started = True
             while piece is not None:
                 self.wfile.write(piece)
-                piece.release()  # nothing here holds the chunk once its slot is given back
-                piece = next(pieces, None)  # type: ignore[call-overload]
+                piece = next(pieces, None)
         except S3Error as error:
             if started:
                 self.close_connection = True  # mid-body: the connection is cut, the client sees a short read
@@ -422,9 +420,6 @@ class _Handler(BaseHTTPRequestHandler):
             self._error(error, body=body)
         except (BrokenPipeError, ConnectionResetError):
             self.close_connection = True
-        finally:
-            if pieces is not None:
-                pieces.close()  # a body cut short gives its chunk's slot back now, not when collected
 
     def _chunks(self, opened: OpenRelease, chunked: ChunkedFile, first: int, start: int, end: int):
         size = chunked.chunks.chunk_size
@@ -435,13 +430,10 @@ class _Handler(BaseHTTPRequestHandler):
             with self.server.source.slots:
                 data = self.server.source.chunk(opened, chunked, index)
                 lo, hi = max(start, index * size) - index * size, min(end, (index + 1) * size) - index * size
-                if opened.revoked:
-                    raise S3Error(403, "AccessDenied",
-                                  f"{opened.release.model}@{opened.release.version} was revoked")
-                # Yielded holding the slot: the chunk stays counted until the socket has taken it, so
-                # max_chunks bounds what is held however slowly clients read (a view: no copy of it).
-                yield memoryview(data)[lo:hi]
-                del data
+                piece = data[lo:hi]
+            if opened.revoked:
+                raise S3Error(403, "AccessDenied", f"{opened.release.model}@{opened.release.version} was revoked")
+            yield piece
             index += 1
 
     def _list(self, bucket: str, params: dict[str, str], *, body: bool) -> None:
@@ -478,6 +470,9 @@ class S3Server(ThreadingHTTPServer):
     """The endpoint: loopback only, SigV4 by one of ``keys`` (access key -> secret key)."""
 
     daemon_threads = True
+    # socketserver's default backlog is 5; the Run:ai streamer opens up to 16 workers x 8 connections at once
+    # and gives up on a connection not accepted within its 1 s timeout ("File access error").
+    request_queue_size = 1024
 
     def __init__(self, host: str, port: int, source: ChunkSource, keys: dict[str, str]) -> None:
         check_loopback(host)
