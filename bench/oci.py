@@ -105,8 +105,11 @@ def sha256_file(path: Path) -> str:
     return h.hexdigest()
 
 
-def seed(data_dir: Path, files: dict[str, Path]) -> tuple[str, dict[str, str]]:
-    """Version 1 of acme/llm through the pipeline, approved as prod; a node's token and each file's digest."""
+def seed(data_dir: Path, files: dict[str, Path], **settings_overrides: object) -> tuple[str, dict[str, str]]:
+    """Version 1 of acme/llm through the pipeline, approved as prod; a node's token and each file's digest.
+
+    ``settings_overrides`` go to the settings (``blob_store_url=...`` and the ``s3_*`` ones for an S3 store).
+    """
     from registry.bootstrap import bootstrap, load_settings, prepare_embedded
     from registry.domain.aliases import make_target
     from registry.domain.files import FileEntry
@@ -114,7 +117,7 @@ def seed(data_dir: Path, files: dict[str, Path]) -> tuple[str, dict[str, str]]:
     from tests.support.registry import drain, make_admin, role_token
     from tests.support.releases import approve_standin
 
-    settings = load_settings(data_dir=data_dir)
+    settings = load_settings(data_dir=data_dir, **settings_overrides)
     prepare_embedded(settings)
     container = bootstrap(settings, migrate=True)
     try:
@@ -153,11 +156,12 @@ def presigned_urls(data_dir: Path, url: str, digests: dict[str, str]) -> dict[st
         container.dispose()
 
 
-def start_server(data_dir: Path, log: Path) -> tuple[subprocess.Popen, str]:
+def start_server(data_dir: Path, log: Path, extra_env: dict[str, str] | None = None) -> tuple[subprocess.Popen, str]:
+    """``modelreg serve`` on ``data_dir`` (no worker threads), ``extra_env`` added to its MODELREG_-free env."""
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     env = {k: v for k, v in os.environ.items() if not k.startswith("MODELREG_")}
-    env.update(PYTHONPATH=str(REPO), MODELREG_PUBLIC_URL=url)
+    env.update(extra_env or {}, PYTHONPATH=str(REPO), MODELREG_PUBLIC_URL=url)
     process = subprocess.Popen(
         [str(Path(sys.executable).parent / "modelreg"), "serve", "--data-dir", str(data_dir), "--host", "127.0.0.1",
          "--port", str(port), "--workers", "0"], stdout=open(log, "wb"), stderr=subprocess.STDOUT, env=env, cwd=REPO)

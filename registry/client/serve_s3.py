@@ -200,7 +200,7 @@ class ChunkSource:
                 now = dt.datetime.now(dt.timezone.utc)
                 _walk_root(self.api, trust, response, now)
                 release = verify_manifest(response.envelope, response.signature_bundle, ref=ref, trust=trust,
-                                          now=now)
+                                          now=now, log=response.log, consistency=self.api.log_consistency)
                 trust.accept(release.model, release.ref, release.serial)
                 trust.commit()
             except RevokedError as exc:
@@ -470,6 +470,9 @@ class S3Server(ThreadingHTTPServer):
     """The endpoint: loopback only, SigV4 by one of ``keys`` (access key -> secret key)."""
 
     daemon_threads = True
+    # socketserver's default backlog is 5; the Run:ai streamer opens up to 16 workers x 8 connections at once
+    # and gives up on a connection not accepted within its 1 s timeout ("File access error").
+    request_queue_size = 1024
 
     def __init__(self, host: str, port: int, source: ChunkSource, keys: dict[str, str]) -> None:
         check_loopback(host)

@@ -18,6 +18,7 @@ from botocore.exceptions import ClientError
 from safetensors.numpy import save
 
 from api.app import create_app
+from registry.bootstrap import ensure_trust_root
 from registry.client.api import RegistryApi
 from registry.client.cache import NodeCache
 from registry.client.serve_s3 import ChunkSource, S3Server
@@ -53,6 +54,7 @@ def endpoint(store_container, tmp_path):
     files = model_files()
     awaiting_version(container, admin, tmp_path / "m", T, M, files=files)
     approve_standin(container, T, M, 1)
+    ensure_trust_root(container)  # as `modelreg serve` does at start: the newest root names the log
     token = role_token(container, "node-1", T, "node")
     with serve_in_thread(create_app(container)) as url:
         root = tmp_path / "root.json"
@@ -177,6 +179,31 @@ def test_unsigned_wrongly_signed_and_unknown_key_requests_are_refused(endpoint):
     assert httpx.get(f"{url}/{T}/{M}@1/{BIG}", headers=headers).status_code == 206
     # Range is signed by botocore; an altered path is refused.
     assert httpx.get(f"{url}/{T}/{M}@1/config.json", headers=headers).status_code == 403
+
+
+def test_a_release_without_its_log_proof_is_refused(endpoint, monkeypatch, caplog):
+    """The trust root names the verifiable log (as `modelreg serve` publishes it): an answer stripped of the
+    release's proof is not served, as `modelreg fetch` would not take it."""
+    import dataclasses
+
+    api = endpoint["source"].api
+    manifest = api.manifest
+    monkeypatch.setattr(api, "manifest", lambda *a, **kw: dataclasses.replace(manifest(*a, **kw), log=None))
+    with caplog.at_level(logging.ERROR, logger="modelreg.serve_s3"), pytest.raises(ClientError) as refused:
+        s3_client(endpoint["url"]).get_object(Bucket=T, Key=f"{M}@1/{BIG}", Range="bytes=0-9")
+    assert refused.value.response["Error"]["Code"] == "AccessDenied"
+    assert "without a proof that it is in the log" in caplog.text, caplog.text
+
+
+def test_the_listen_backlog_takes_a_streamers_burst_of_connections(endpoint):
+    """The Run:ai streamer opens many connections at once; with socketserver's backlog of 5 the surplus was
+    dropped and the load failed on its 1 s timeout (bench/stream.py at 2 GiB)."""
+    import subprocess
+
+    port = endpoint["url"].rsplit(":", 1)[1]
+    listening = subprocess.run(["ss", "-ltnH", f"sport = :{port}"], capture_output=True, text=True, check=True)
+    backlog = int(listening.stdout.split()[2])  # Send-Q of a listening socket: its backlog
+    assert backlog >= 128, listening.stdout
 
 
 def test_only_loopback_is_accepted(endpoint):
