@@ -164,7 +164,7 @@ class OpenRelease:
 class _Flight:
     def __init__(self) -> None:
         self.done = threading.Event()
-        self.data: bytes | None = None
+        self.data: bytes | bytearray | None = None
         self.error: BaseException | None = None
 
 
@@ -250,7 +250,7 @@ class ChunkSource:
             opened.lists[entry.path] = chunked
         return chunked
 
-    def chunk(self, opened: OpenRelease, chunked: ChunkedFile, index: int) -> bytes:
+    def chunk(self, opened: OpenRelease, chunked: ChunkedFile, index: int) -> bytes | bytearray:
         """Chunk ``index`` of the file, its digest checked; call holding one of :attr:`slots`."""
         key = (chunked.entry.sha256, index)
         with self._lock:
@@ -275,7 +275,7 @@ class ChunkSource:
                 del self._flights[key]
             flight.done.set()
 
-    def _load(self, opened: OpenRelease, chunked: ChunkedFile, index: int) -> bytes:
+    def _load(self, opened: OpenRelease, chunked: ChunkedFile, index: int) -> bytes | bytearray:
         entry = chunked.entry
         start, end = chunked.span(index)
         digest = chunked.chunks.digest(index).hex()
@@ -300,7 +300,7 @@ class ChunkSource:
             self.api.read_range_into(url, start, end, entry.size, memoryview(buffer), lambda n: None)
         except RegistryError as exc:
             raise S3Error(503, "SlowDown", f"cannot read {entry.path}: {exc}") from None
-        data = bytes(buffer)
+        data = buffer  # not copied: nothing writes to it once it is read
         try:
             verify_chunk(chunked, index, data)
         except (ChunkMismatchError, SizeMismatchError) as exc:
@@ -341,6 +341,9 @@ def _http_date(when: dt.datetime) -> str:
 class _Handler(BaseHTTPRequestHandler):
     server: "S3Server"
     protocol_version = "HTTP/1.1"
+    # A chunk keeps its slot while it is written: a client that stops reading (or sends nothing on an idle
+    # connection) for this long is cut, so it can hold a slot for a bounded time only.
+    timeout = 30
 
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the base class's name
         log.debug(format, *args)
@@ -369,6 +372,7 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _serve(self, *, body: bool) -> None:
         started = False
+        pieces = None
         try:
             headers = {k.lower(): v for k, v in self.headers.items()}
             target = self.path
@@ -393,7 +397,7 @@ class _Handler(BaseHTTPRequestHandler):
             entry = opened.file(file_path)
             span = _parse_range(headers.get("range"), entry.size)
             start, end = span or (0, entry.size)
-            piece, pieces = None, iter(())
+            piece = None
             if body and start < end:
                 chunked = source.chunk_list(opened, entry)
                 # The first chunk is checked before the status line goes out: a client sees an S3 error,
@@ -412,7 +416,8 @@ class _Handler(BaseHTTPRequestHandler):
             started = True
             while piece is not None:
                 self.wfile.write(piece)
-                piece = next(pieces, None)
+                piece.release()  # nothing here holds the chunk once its slot is given back
+                piece = next(pieces, None)  # type: ignore[call-overload]
         except S3Error as error:
             if started:
                 self.close_connection = True  # mid-body: the connection is cut, the client sees a short read
@@ -420,6 +425,9 @@ class _Handler(BaseHTTPRequestHandler):
             self._error(error, body=body)
         except (BrokenPipeError, ConnectionResetError):
             self.close_connection = True
+        finally:
+            if pieces is not None:
+                pieces.close()  # a body cut short gives its chunk's slot back now, not when collected
 
     def _chunks(self, opened: OpenRelease, chunked: ChunkedFile, first: int, start: int, end: int):
         size = chunked.chunks.chunk_size
@@ -430,10 +438,13 @@ class _Handler(BaseHTTPRequestHandler):
             with self.server.source.slots:
                 data = self.server.source.chunk(opened, chunked, index)
                 lo, hi = max(start, index * size) - index * size, min(end, (index + 1) * size) - index * size
-                piece = data[lo:hi]
-            if opened.revoked:
-                raise S3Error(403, "AccessDenied", f"{opened.release.model}@{opened.release.version} was revoked")
-            yield piece
+                if opened.revoked:
+                    raise S3Error(403, "AccessDenied",
+                                  f"{opened.release.model}@{opened.release.version} was revoked")
+                # Yielded holding the slot: the chunk stays counted until the socket has taken it, so
+                # max_chunks bounds what is held however slowly clients read (a view: no copy of it).
+                yield memoryview(data)[lo:hi]
+                del data
             index += 1
 
     def _list(self, bucket: str, params: dict[str, str], *, body: bool) -> None:

@@ -148,6 +148,44 @@ def test_parallel_ranges_over_one_chunk_fetch_it_once(endpoint, monkeypatch):
     assert reads == [(0, CHUNK_SIZE)]
 
 
+def test_a_chunk_waiting_on_a_slow_client_keeps_its_slot(endpoint, monkeypatch):
+    """max_chunks bounds the chunks held in memory whatever the clients do: a chunk being written to a client
+    that does not read keeps its slot until the socket has taken it (it was given back before the write, so
+    each connection could hold one chunk more than the bound)."""
+    import socketserver
+
+    source, big = endpoint["source"], endpoint["files"][BIG]
+    monkeypatch.setattr(source, "slots", threading.BoundedSemaphore(1))
+    writing, go_on = threading.Event(), threading.Event()
+    write = socketserver._SocketWriter.write
+
+    def slow_client(self, data):  # the body's piece waits; the status line and headers go out
+        if len(data) >= CHUNK_SIZE // 2:
+            writing.set()
+            assert go_on.wait(30)
+        return write(self, data)
+
+    monkeypatch.setattr(socketserver._SocketWriter, "write", slow_client)
+    got = {}
+
+    def get() -> None:
+        r = s3_client(endpoint["url"]).get_object(Bucket=T, Key=f"{M}@1/{BIG}", Range=f"bytes=5-{CHUNK_SIZE - 1}")
+        got["body"] = r["Body"].read()
+
+    reader = threading.Thread(target=get)
+    reader.start()
+    assert writing.wait(30)
+    free = source.slots.acquire(blocking=False)
+    if free:
+        source.slots.release()
+    go_on.set()
+    reader.join(30)
+    assert not free, "the slot was given back while its chunk was still being written"
+    assert got["body"] == big[5:CHUNK_SIZE]
+    # The client can hold the whole body a moment before the handler's thread gives the slot back.
+    assert source.slots.acquire(timeout=10), "the slot was not given back after the write"
+
+
 def test_s3_xml_errors_for_unknown_keys_releases_and_ranges(endpoint):
     s3 = s3_client(endpoint["url"])
     with pytest.raises(ClientError) as missing:
