@@ -186,6 +186,27 @@ def test_a_chunk_waiting_on_a_slow_client_keeps_its_slot(endpoint, monkeypatch):
     assert source.slots.acquire(timeout=10), "the slot was not given back after the write"
 
 
+def test_a_client_that_stops_reading_is_cut_and_its_slot_given_back(endpoint, monkeypatch):
+    """A loader that takes the headers of a whole-file GET and then reads nothing holds a chunk's slot only
+    until the handler's write times out (30 s in production, 1 s here): then the connection is cut and the
+    slot is free for every other client."""
+    from registry.client import serve_s3
+
+    source = endpoint["source"]
+    assert serve_s3._Handler.timeout is not None and 0 < serve_s3._Handler.timeout <= 60
+    monkeypatch.setattr(source, "slots", threading.BoundedSemaphore(1))
+    monkeypatch.setattr(serve_s3._Handler, "timeout", 1)
+    body = s3_client(endpoint["url"]).get_object(Bucket=T, Key=f"{M}@1/{BIG}")["Body"]  # never read
+    try:
+        # The socket's buffers take part of a chunk; then the write waits on the client, and times out.
+        assert source.slots.acquire(timeout=20), "a client that reads nothing kept its chunk's slot"
+        source.slots.release()
+        got = s3_client(endpoint["url"]).get_object(Bucket=T, Key=f"{M}@1/{BIG}", Range="bytes=0-9")
+        assert got["Body"].read() == endpoint["files"][BIG][:10]
+    finally:
+        body.close()
+
+
 def test_s3_xml_errors_for_unknown_keys_releases_and_ranges(endpoint):
     s3 = s3_client(endpoint["url"])
     with pytest.raises(ClientError) as missing:
