@@ -1,4 +1,5 @@
-"""Blob files written past the page cache: the download's parts and the cache-to-DEST copy.
+"""Blob files written and read past the page cache: the download's parts, the cache-to-DEST copy, and
+serve-s3's chunks in the node cache.
 
 A node writing a multi-gigabyte model through the page cache spends as much CPU filling fresh page-cache
 pages as receiving the bytes (``bench/README.md``, Fetch). :class:`BlobFile` writes whole pages with
@@ -24,6 +25,7 @@ import threading
 from pathlib import Path
 
 from registry.client.errors import NetworkError
+from registry.domain.errors import SizeMismatchError
 
 ALIGN = 4096
 COPY_CHUNK = 1 << 20
@@ -143,3 +145,50 @@ def copy_hashed(source: Path, target: Path, *, limit: int) -> tuple[int, str]:
             if direct is not None:
                 os.close(direct)
     return copied, h.hexdigest()
+
+
+def write_whole_file(path: Path, data: memoryview) -> None:
+    """Write ``data`` (the start of a page-aligned buffer) as the whole file ``path``, past the page cache
+    where the filesystem allows it."""
+    out = BlobFile(path, len(data))
+    try:
+        out.write(data, 0)
+    finally:
+        out.close()
+
+
+def read_whole_file(path: Path, into: memoryview) -> bool:
+    """Fill ``into`` (the start of a page-aligned buffer) with the file ``path``, past the page cache where
+    the filesystem allows it; False when there is no such file.
+
+    Raises:
+        SizeMismatchError: the file is not exactly ``len(into)`` bytes long.
+    """
+    try:
+        source = open(path, "rb", buffering=0)
+    except FileNotFoundError:
+        return False
+    with source:
+        size = os.fstat(source.fileno()).st_size
+        if size != len(into):
+            raise SizeMismatchError(path.name, expected=len(into), actual=size)
+        whole, got = len(into) - len(into) % ALIGN, 0
+        direct = _open_direct_read(path) if whole else None
+        if direct is not None:
+            try:
+                while got < whole:
+                    n = os.preadv(direct, [into[got:whole]], got)
+                    if n <= 0:
+                        break
+                    got += n
+            except OSError as exc:
+                if exc.errno != errno.EINVAL:
+                    raise  # EINVAL: the filesystem took the open but not the read; the rest is read buffered
+            finally:
+                os.close(direct)
+        while got < len(into):
+            n = os.preadv(source.fileno(), [into[got:]], got)
+            if n <= 0:
+                raise SizeMismatchError(path.name, expected=len(into), actual=got)
+            got += n
+    return True

@@ -68,7 +68,7 @@ def load_chunk_list(entry: ReleaseFile, raw: bytes) -> ChunkedFile:
     return ChunkedFile(entry, ChunkList(entry.chunk_size, entry.size, bytes(raw)))
 
 
-def verify_chunk(file: ChunkedFile, chunk_index: int, data: bytes) -> None:
+def verify_chunk(file: ChunkedFile, chunk_index: int, data: bytes | bytearray | memoryview) -> None:
     """Return nothing when ``data`` is chunk ``chunk_index`` of the file, whole; raise otherwise.
 
     Raises:

@@ -9,9 +9,10 @@ Each release is verified as ``modelreg fetch`` verifies it (:func:`registry.clie
 its files' chunk lists are checked against the roots it signs. A range is answered chunk by chunk: each
 aligned chunk covering it comes from the node cache or from the registry's transport URL, and its digest
 is checked before any byte of it is written to the socket. A chunk that fails is never served: the request
-fails and the file and chunk are logged. Memory is bounded: at most ``max_chunks`` chunks are held at
-once, whatever the file size or the number of requests, and concurrent requests for one chunk share one
-fetch (single flight).
+fails and the file and chunk are logged. Memory is bounded: chunks are read into a pool of at most
+``max_chunks`` reused buffers, whatever the file size or the number of requests; concurrent requests for
+one chunk share one fetch (single flight), and a chunk asked for again while its buffer is idle is served
+from memory, checked bytes that never left the process.
 """
 
 from __future__ import annotations
@@ -21,11 +22,13 @@ import hashlib
 import hmac
 import ipaddress
 import logging
+import mmap
 import os
 import re
 import threading
 import time
 import urllib.parse
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -33,6 +36,7 @@ from typing import Any
 from xml.sax.saxutils import escape
 
 from registry.client.api import RegistryApi
+from registry.client.blobfile import read_whole_file, write_whole_file
 from registry.client.cache import NodeCache
 from registry.client.chunks import ChunkedFile, fetch_chunk_list, verify_chunk
 from registry.client.fetch import _walk_root, node_trust, verify_manifest
@@ -161,23 +165,49 @@ class OpenRelease:
         raise S3Error(404, "NoSuchKey", f"{path} is not a file of the release")
 
 
-class _Flight:
-    def __init__(self) -> None:
-        self.done = threading.Event()
-        self.data: bytes | bytearray | None = None
+class _Buffer:
+    """One chunk-sized buffer of the pool, and the verified chunk it holds (``key``; None: nothing usable).
+
+    ``users`` are the requests reading it now, each holding one of the source's slots; a buffer with none
+    keeps its chunk until the pool needs the buffer again, so a chunk read again soon (a loader's range
+    that straddles a chunk boundary asks for the chunk twice) is served from memory.
+    """
+
+    __slots__ = ("data", "key", "size", "users", "ready", "error")
+
+    def __init__(self, size: int) -> None:
+        self.data = mmap.mmap(-1, size)  # page-aligned, for reads and writes past the page cache
+        self.key: tuple[str, int, int] | None = None
+        self.size = 0
+        self.users = 0
+        self.ready = threading.Event()
         self.error: BaseException | None = None
+
+    def view(self, lo: int, hi: int) -> memoryview:
+        return memoryview(self.data)[lo:hi]
 
 
 class ChunkSource:
-    """Verified chunks of released files: from the node cache, else fetched once however many ask."""
+    """Verified chunks of released files: from memory, the node cache, else fetched once however many ask.
+
+    Chunks are read into a pool of at most ``max_chunks`` page-aligned buffers, reused: a request takes a
+    slot, then a buffer, so one is always free or idle. A buffer goes back to the pool once its last
+    reader's write has returned, never while a socket may still be sending from it. Chunk files in the node
+    cache are written and read past the page cache (:mod:`registry.client.blobfile`): filling it with a
+    model's chunks was half of serve-s3's CPU in a profile (a full page cache reclaims for every new page),
+    and it evicted the pages the node's other readers need.
+    """
 
     def __init__(self, api: RegistryApi, cache: NodeCache | None, *, max_chunks: int = DEFAULT_MAX_CHUNKS,
                  trust_root_file: Path | None = None, trust_root_sha256: str | None = None) -> None:
         self.api, self.cache = api, cache
         self.trust_root_file, self.trust_root_sha256 = trust_root_file, trust_root_sha256
+        self.max_chunks = max_chunks
         self.slots = threading.BoundedSemaphore(max_chunks)
         self._lock = threading.Lock()
-        self._flights: dict[tuple[str, int], _Flight] = {}
+        self._chunks: dict[tuple[str, int, int], _Buffer] = {}  # loading, being read, or idle and usable
+        self._idle: OrderedDict[_Buffer, None] = OrderedDict()  # no reader, least recently used first
+        self._buffers = 0
         self._releases: dict[tuple[str, str, str], OpenRelease] = {}
         self._trust_lock = threading.Lock()
 
@@ -250,57 +280,88 @@ class ChunkSource:
             opened.lists[entry.path] = chunked
         return chunked
 
-    def chunk(self, opened: OpenRelease, chunked: ChunkedFile, index: int) -> bytes | bytearray:
-        """Chunk ``index`` of the file, its digest checked; call holding one of :attr:`slots`."""
-        key = (chunked.entry.sha256, index)
+    def chunk(self, opened: OpenRelease, chunked: ChunkedFile, index: int) -> _Buffer:
+        """Chunk ``index`` of the file in a buffer, its digest checked; call holding one of :attr:`slots`, and
+        :meth:`done` with the buffer once its bytes are written."""
+        # The chunk size is in the key: the same file listed with another chunk size has other chunks.
+        key = (chunked.entry.sha256, chunked.chunks.chunk_size, index)
         with self._lock:
-            flight = self._flights.get(key)
-            leader = flight is None
+            buffer = self._chunks.get(key)
+            leader = buffer is None
             if leader:
-                flight = self._flights[key] = _Flight()
+                buffer = self._take(chunked.chunks.chunk_size)
+                buffer.key, buffer.error = key, None
+                buffer.ready.clear()
+                self._chunks[key] = buffer
+            else:
+                self._idle.pop(buffer, None)
+            buffer.users += 1
         if not leader:
-            flight.done.wait()
-            if flight.error is not None:
-                raise flight.error
-            assert flight.data is not None
-            return flight.data
+            buffer.ready.wait()
+            if buffer.error is not None:
+                error = buffer.error
+                self.done(buffer)
+                raise error
+            return buffer
         try:
-            flight.data = self._load(opened, chunked, index)
-            return flight.data
+            buffer.size = self._load(opened, chunked, index, memoryview(buffer.data))
         except BaseException as exc:
-            flight.error = exc
-            raise
-        finally:
             with self._lock:
-                del self._flights[key]
-            flight.done.set()
+                buffer.error = exc
+                if self._chunks.get(key) is buffer:
+                    del self._chunks[key]
+            buffer.ready.set()
+            self.done(buffer)
+            raise
+        buffer.ready.set()
+        return buffer
 
-    def _load(self, opened: OpenRelease, chunked: ChunkedFile, index: int) -> bytes | bytearray:
+    def done(self, buffer: _Buffer) -> None:
+        """A reader of ``buffer`` has written what it needed of it (or failed)."""
+        with self._lock:
+            buffer.users -= 1
+            if buffer.users == 0:
+                self._idle[buffer] = None
+
+    def _take(self, size: int) -> _Buffer:
+        """A buffer for a new chunk: a new one while fewer than max_chunks exist, else the least recently
+        used idle one (its chunk forgotten). Call under the lock, holding a slot."""
+        if self._buffers < self.max_chunks:
+            self._buffers += 1
+            return _Buffer(size)
+        if not self._idle:
+            # Every reader holds a slot and reads one buffer, so a slot holder always finds one idle.
+            raise RuntimeError("serve-s3: no idle chunk buffer although a slot is held")
+        buffer, _ = self._idle.popitem(last=False)
+        if buffer.key is not None and self._chunks.get(buffer.key) is buffer:
+            del self._chunks[buffer.key]
+        buffer.key, buffer.size = None, 0
+        if len(buffer.data) != size:
+            buffer.data = mmap.mmap(-1, size)
+        return buffer
+
+    def _load(self, opened: OpenRelease, chunked: ChunkedFile, index: int, into: memoryview) -> int:
+        """Fill ``into`` with chunk ``index``, verified, from the node cache or the transport; its length."""
         entry = chunked.entry
         start, end = chunked.span(index)
+        data = into[:end - start]
         digest = chunked.chunks.digest(index).hex()
         if self.cache is not None:
             path = self.cache.blob_path(opened.tenant, digest)
             try:
-                data = path.read_bytes()
-            except FileNotFoundError:
-                data = None
-            if data is not None:
-                try:
+                if read_whole_file(path, data):
                     verify_chunk(chunked, index, data)
-                    return data
-                except (ChunkMismatchError, SizeMismatchError):
-                    log.error("cached chunk %d of %s failed its digest: removed", index, entry.path)
-                    path.unlink(missing_ok=True)
+                    return len(data)
+            except (ChunkMismatchError, SizeMismatchError):
+                log.error("cached chunk %d of %s failed its check: removed", index, entry.path)
+                path.unlink(missing_ok=True)
         url = opened.transport.get(entry.path)
         if url is None:
             raise S3Error(500, "InternalError", f"{entry.path} has no transport URL")
-        buffer = bytearray(end - start)
         try:
-            self.api.read_range_into(url, start, end, entry.size, memoryview(buffer), lambda n: None)
+            self.api.read_range_into(url, start, end, entry.size, data, lambda n: None)
         except RegistryError as exc:
             raise S3Error(503, "SlowDown", f"cannot read {entry.path}: {exc}") from None
-        data = buffer  # not copied: nothing writes to it once it is read
         try:
             verify_chunk(chunked, index, data)
         except (ChunkMismatchError, SizeMismatchError) as exc:
@@ -309,9 +370,9 @@ class ChunkSource:
             raise S3Error(500, "InternalError", f"{entry.path}: chunk {index} failed its digest") from None
         if self.cache is not None:
             partial = self.cache.partial_path(opened.tenant, digest)
-            partial.write_bytes(data)
+            write_whole_file(partial, data)  # past the page cache: a cache fill evicts what serving needs
             self.cache.commit(opened.tenant, digest, len(data), partial)
-        return data
+        return len(data)
 
 
 # --- the HTTP endpoint ------------------------------------------------------------------------------
@@ -435,16 +496,20 @@ class _Handler(BaseHTTPRequestHandler):
         while index * size < end:
             if opened.revoked:
                 raise S3Error(403, "AccessDenied", f"{opened.release.model}@{opened.release.version} was revoked")
-            with self.server.source.slots:
-                data = self.server.source.chunk(opened, chunked, index)
-                lo, hi = max(start, index * size) - index * size, min(end, (index + 1) * size) - index * size
-                if opened.revoked:
-                    raise S3Error(403, "AccessDenied",
-                                  f"{opened.release.model}@{opened.release.version} was revoked")
-                # Yielded holding the slot: the chunk stays counted until the socket has taken it, so
-                # max_chunks bounds what is held however slowly clients read (a view: no copy of it).
-                yield memoryview(data)[lo:hi]
-                del data
+            source = self.server.source
+            with source.slots:
+                buffer = source.chunk(opened, chunked, index)
+                try:
+                    lo, hi = max(start, index * size) - index * size, min(end, (index + 1) * size) - index * size
+                    if opened.revoked:
+                        raise S3Error(403, "AccessDenied",
+                                      f"{opened.release.model}@{opened.release.version} was revoked")
+                    # Yielded holding the slot and the buffer: the chunk stays counted until the socket has
+                    # taken it, so max_chunks bounds what is held however slowly clients read; the buffer is
+                    # reused only after the write has returned (a view: no copy of it).
+                    yield buffer.view(lo, hi)
+                finally:
+                    source.done(buffer)
             index += 1
 
     def _list(self, bucket: str, params: dict[str, str], *, body: bool) -> None:

@@ -148,6 +148,66 @@ def test_parallel_ranges_over_one_chunk_fetch_it_once(endpoint, monkeypatch):
     assert reads == [(0, CHUNK_SIZE)]
 
 
+def test_a_chunk_asked_for_again_is_served_from_memory_checked_once(endpoint, monkeypatch):
+    """A loader's range that straddles a chunk boundary asks for the chunk twice: the second time its bytes
+    come from the idle buffer that holds them, checked when they were read, neither re-read nor re-hashed."""
+    from registry.client import serve_s3
+
+    s3, big = s3_client(endpoint["url"]), endpoint["files"][BIG]
+    checked = []
+    verify = serve_s3.verify_chunk
+    monkeypatch.setattr(serve_s3, "verify_chunk", lambda f, i, data: (checked.append(i), verify(f, i, data)))
+    for first, last in ((CHUNK_SIZE + 5, CHUNK_SIZE + 99), (CHUNK_SIZE + 100, 2 * CHUNK_SIZE - 1)):
+        got = s3.get_object(Bucket=T, Key=f"{M}@1/{BIG}", Range=f"bytes={first}-{last}")
+        assert got["Body"].read() == big[first:last + 1]
+    assert checked == [1]
+
+
+def test_chunk_buffers_are_bounded_reused_and_all_given_back(endpoint):
+    """Whatever is read, at most max_chunks buffers exist; each is idle again once its reads are done."""
+    s3, files, source = s3_client(endpoint["url"]), endpoint["files"], endpoint["source"]
+    for _ in range(2):
+        for path, data in files.items():
+            assert s3.get_object(Bucket=T, Key=f"{M}@1/{path}")["Body"].read() == data
+    results: list[bool] = []
+
+    def get(i: int) -> None:
+        first = (i % 3) * CHUNK_SIZE + i
+        got = s3_client(endpoint["url"]).get_object(Bucket=T, Key=f"{M}@1/{BIG}", Range=f"bytes={first}-{first + 99}")
+        results.append(got["Body"].read() == files[BIG][first:first + 100])
+
+    threads = [threading.Thread(target=get, args=(i,)) for i in range(12)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert results == [True] * 12
+    assert len(files) + 2 > source.max_chunks == 4  # more chunks were read than there are buffers
+    assert source._buffers == source.max_chunks
+    assert len(source._idle) == source._buffers and all(b.users == 0 for b in source._idle)
+
+
+def test_a_file_listed_with_another_chunk_size_never_gets_the_others_chunk(endpoint):
+    """Chunks in memory are named by file, chunk size and index: chunk 1 of the file in 4 MiB chunks is
+    not chunk 1 in 8 MiB chunks, though both are in memory at once."""
+    import dataclasses
+
+    from registry.client.chunks import load_chunk_list
+
+    s3, big, source = s3_client(endpoint["url"]), endpoint["files"][BIG], endpoint["source"]
+    assert s3.get_object(Bucket=T, Key=f"{M}@1/{BIG}", Range=f"bytes={CHUNK_SIZE}-{CHUNK_SIZE + 9}")["Body"].read()
+    opened = source.release(T, f"{M}@1")
+    half = CHUNK_SIZE // 2
+    digests = b"".join(hashlib.sha256(big[i:i + half]).digest() for i in range(0, len(big), half))
+    entry = dataclasses.replace(opened.file(BIG), chunk_size=half, chunk_root=hashlib.sha256(digests).hexdigest())
+    with source.slots:
+        buffer = source.chunk(opened, load_chunk_list(entry, digests), 1)
+        try:
+            assert bytes(buffer.view(0, buffer.size)) == big[half:CHUNK_SIZE]
+        finally:
+            source.done(buffer)
+
+
 def test_a_chunk_waiting_on_a_slow_client_keeps_its_slot(endpoint, monkeypatch):
     """max_chunks bounds the chunks held in memory whatever the clients do: a chunk being written to a client
     that does not read keeps its slot until the socket has taken it (it was given back before the write, so
@@ -201,6 +261,7 @@ def test_a_client_that_stops_reading_is_cut_and_its_slot_given_back(endpoint, mo
         # The socket's buffers take part of a chunk; then the write waits on the client, and times out.
         assert source.slots.acquire(timeout=20), "a client that reads nothing kept its chunk's slot"
         source.slots.release()
+        assert len(source._idle) == source._buffers, "the cut read kept its chunk's buffer"
         got = s3_client(endpoint["url"]).get_object(Bucket=T, Key=f"{M}@1/{BIG}", Range="bytes=0-9")
         assert got["Body"].read() == endpoint["files"][BIG][:10]
     finally:

@@ -215,3 +215,30 @@ def test_a_wrong_digest_or_a_failed_part_leaves_no_copy_and_an_existing_one_is_n
     with pytest.raises(FileExistsError):
         _fetch(api, server, "b12295", tmp_path / "p3", part_size=4096, copy_to=copy)
     assert copy.read_bytes() == b"someone else's"
+
+
+@pytest.mark.parametrize("o_direct", [True, False])
+@pytest.mark.parametrize("size", [1, 4095, 4096, 4097, 3 * 4096 + 5, 1 << 20])
+def test_a_whole_file_written_and_read_past_the_page_cache_holds_its_bytes(tmp_path, monkeypatch, size, o_direct):
+    """serve-s3's chunk files: written and read through page-aligned buffers that held other bytes before,
+    with O_DIRECT where the filesystem takes it, buffered for the unaligned tail and where it does not."""
+    import mmap
+    import os
+
+    if not o_direct:
+        monkeypatch.delattr(blobfile.os, "O_DIRECT", raising=False)
+    data = os.urandom(size)
+    out = mmap.mmap(-1, size)
+    out[:] = data
+    path = tmp_path / "chunk"
+    path.write_bytes(b"older and longer" * size)
+    blobfile.write_whole_file(path, memoryview(out))
+    assert path.read_bytes() == data
+    into = mmap.mmap(-1, size)
+    into[:] = b"\xff" * size  # a reused buffer: every byte must come from the file
+    assert blobfile.read_whole_file(path, memoryview(into)) is True
+    assert into[:] == data
+    assert blobfile.read_whole_file(tmp_path / "missing", memoryview(into)) is False
+    for other in (size + 1, size - 1):  # a file longer or shorter than the chunk is not the chunk
+        with pytest.raises(SizeMismatchError):
+            blobfile.read_whole_file(path, memoryview(mmap.mmap(-1, other) if other else bytearray()))
