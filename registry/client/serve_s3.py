@@ -173,7 +173,7 @@ class _Buffer:
     that straddles a chunk boundary asks for the chunk twice) is served from memory.
     """
 
-    __slots__ = ("data", "key", "size", "users", "ready", "error")
+    __slots__ = ("data", "key", "size", "users", "ready", "error", "unsaved")
 
     def __init__(self, size: int) -> None:
         self.data = mmap.mmap(-1, size)  # page-aligned, for reads and writes past the page cache
@@ -182,6 +182,7 @@ class _Buffer:
         self.users = 0
         self.ready = threading.Event()
         self.error: BaseException | None = None
+        self.unsaved: tuple[OpenRelease, str] | None = None  # fetched, its digest not yet in the node cache
 
     def view(self, lo: int, hi: int) -> memoryview:
         return memoryview(self.data)[lo:hi]
@@ -304,7 +305,7 @@ class ChunkSource:
                 raise error
             return buffer
         try:
-            buffer.size = self._load(opened, chunked, index, memoryview(buffer.data))
+            buffer.size, fetched = self._load(opened, chunked, index, memoryview(buffer.data))
         except BaseException as exc:
             with self._lock:
                 buffer.error = exc
@@ -313,11 +314,32 @@ class ChunkSource:
             buffer.ready.set()
             self.done(buffer)
             raise
+        if fetched is not None:
+            buffer.unsaved = (opened, fetched)
         buffer.ready.set()
         return buffer
 
     def done(self, buffer: _Buffer) -> None:
-        """A reader of ``buffer`` has written what it needed of it (or failed)."""
+        """A reader of ``buffer`` has written what it needed of it (or failed).
+
+        A chunk just fetched goes into the node cache here, by its first reader to be done: after its bytes
+        went out, not on any request's path, and while that reader still counts as a user, so the buffer is
+        not reused meanwhile.
+        """
+        with self._lock:
+            unsaved, buffer.unsaved = buffer.unsaved, None
+        if unsaved is not None and self.cache is not None:
+            opened, digest = unsaved
+            try:
+                # Not for a version revoked meanwhile: its chunks have just left the cache.
+                if not opened.revoked and not self.cache.is_revoked(opened.tenant, opened.name,
+                                                                    opened.release.version):
+                    partial = self.cache.partial_path(opened.tenant, digest)
+                    # Past the page cache: filling it with a model's chunks evicts what the node's readers need.
+                    write_whole_file(partial, buffer.view(0, buffer.size))
+                    self.cache.commit(opened.tenant, digest, buffer.size, partial)
+            except OSError as exc:  # the chunk was served; the next read fetches it again
+                log.error("chunk %s not kept in the node cache: %s", digest, exc)
         with self._lock:
             buffer.users -= 1
             if buffer.users == 0:
@@ -335,13 +357,15 @@ class ChunkSource:
         buffer, _ = self._idle.popitem(last=False)
         if buffer.key is not None and self._chunks.get(buffer.key) is buffer:
             del self._chunks[buffer.key]
-        buffer.key, buffer.size = None, 0
+        buffer.key, buffer.size, buffer.unsaved = None, 0, None
         if len(buffer.data) != size:
             buffer.data = mmap.mmap(-1, size)
         return buffer
 
-    def _load(self, opened: OpenRelease, chunked: ChunkedFile, index: int, into: memoryview) -> int:
-        """Fill ``into`` with chunk ``index``, verified, from the node cache or the transport; its length."""
+    def _load(self, opened: OpenRelease, chunked: ChunkedFile, index: int,
+              into: memoryview) -> tuple[int, str | None]:
+        """Fill ``into`` with chunk ``index``, verified, from the node cache or the transport; its length, and
+        its digest when it was fetched (the node cache does not hold it yet)."""
         entry = chunked.entry
         start, end = chunked.span(index)
         data = into[:end - start]
@@ -351,7 +375,7 @@ class ChunkSource:
             try:
                 if read_whole_file(path, data):
                     verify_chunk(chunked, index, data)
-                    return len(data)
+                    return len(data), None
             except (ChunkMismatchError, SizeMismatchError):
                 log.error("cached chunk %d of %s failed its check: removed", index, entry.path)
                 path.unlink(missing_ok=True)
@@ -368,11 +392,7 @@ class ChunkSource:
             log.error("chunk %d of %s (%s@%d) failed its digest, not served: %s", index, entry.path,
                       opened.release.model, opened.release.version, exc)
             raise S3Error(500, "InternalError", f"{entry.path}: chunk {index} failed its digest") from None
-        if self.cache is not None:
-            partial = self.cache.partial_path(opened.tenant, digest)
-            write_whole_file(partial, data)  # past the page cache: a cache fill evicts what serving needs
-            self.cache.commit(opened.tenant, digest, len(data), partial)
-        return len(data)
+        return len(data), digest
 
 
 # --- the HTTP endpoint ------------------------------------------------------------------------------

@@ -8,6 +8,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import threading
+import time
 
 import boto3
 import httpx
@@ -94,6 +95,14 @@ def _cached_chunks(cache: NodeCache) -> set[str]:
     return {b.digest for b in cache.blobs() if b.tenant == T}
 
 
+def _wait_cached(cache: NodeCache, digests: set[str]) -> None:
+    """A fetched chunk goes into the node cache once its bytes went out: it is there moments later."""
+    deadline = time.monotonic() + 20
+    while not digests <= _cached_chunks(cache):
+        assert time.monotonic() < deadline, f"not in the node cache: {digests - _cached_chunks(cache)}"
+        time.sleep(0.02)
+
+
 def _chunk_digests(data: bytes) -> set[str]:
     return {hashlib.sha256(data[i:i + CHUNK_SIZE]).hexdigest() for i in range(0, len(data), CHUNK_SIZE)}
 
@@ -116,7 +125,7 @@ def test_list_head_and_ranged_gets_answer_the_releases_bytes_and_cache_the_chunk
         assert got["Body"].read() == big[first:last + 1]
     assert s3.get_object(Bucket=T, Key=f"{M}@1/{BIG}", Range="bytes=-100")["Body"].read() == big[-100:]
     assert s3.get_object(Bucket=T, Key=f"{M}@1/{BIG}")["Body"].read() == big
-    assert _chunk_digests(big) <= _cached_chunks(endpoint["cache"])
+    _wait_cached(endpoint["cache"], _chunk_digests(big))
     # The issue's form s3://<tenant>/<model>@<ref>/<path> is the same bucket and key.
     small = next(p for p in files if p != BIG)
     assert s3.get_object(Bucket=T, Key=f"{M}@1/{small}")["Body"].read() == files[small]
@@ -184,6 +193,9 @@ def test_chunk_buffers_are_bounded_reused_and_all_given_back(endpoint):
     assert results == [True] * 12
     assert len(files) + 2 > source.max_chunks == 4  # more chunks were read than there are buffers
     assert source._buffers == source.max_chunks
+    deadline = time.monotonic() + 20  # a handler puts a fetched chunk into the node cache after its write
+    while len(source._idle) < source._buffers and time.monotonic() < deadline:
+        time.sleep(0.02)
     assert len(source._idle) == source._buffers and all(b.users == 0 for b in source._idle)
 
 
@@ -206,6 +218,66 @@ def test_a_file_listed_with_another_chunk_size_never_gets_the_others_chunk(endpo
             assert bytes(buffer.view(0, buffer.size)) == big[half:CHUNK_SIZE]
         finally:
             source.done(buffer)
+
+
+def test_a_fetched_chunk_goes_out_before_it_is_written_to_the_node_cache(endpoint, monkeypatch):
+    """The node cache's write is on no request's path: the client has the chunk while the write still waits."""
+    from registry.client import serve_s3
+
+    s3, big = s3_client(endpoint["url"]), endpoint["files"][BIG]
+    writing, go_on = threading.Event(), threading.Event()
+    write = serve_s3.write_whole_file
+
+    def slow_disk(path, data):
+        writing.set()
+        assert go_on.wait(30)
+        return write(path, data)
+
+    monkeypatch.setattr(serve_s3, "write_whole_file", slow_disk)
+    try:
+        got = s3.get_object(Bucket=T, Key=f"{M}@1/{BIG}", Range="bytes=0-99")["Body"].read()
+        assert got == big[:100] and writing.wait(10)
+        assert hashlib.sha256(big[:CHUNK_SIZE]).hexdigest() not in _cached_chunks(endpoint["cache"])
+    finally:
+        go_on.set()
+    _wait_cached(endpoint["cache"], {hashlib.sha256(big[:CHUNK_SIZE]).hexdigest()})
+
+
+def test_a_chunk_served_while_its_version_was_revoked_is_not_left_in_the_node_cache(endpoint, monkeypatch):
+    """The revocation removed the version's chunks while a chunk of it was being written to a client: that
+    chunk is not put into the cache after it (it would stay there, a revoked version's bytes on the node)."""
+    import socketserver
+
+    from registry.client.revocations import RevocationFollower
+    from registry.services import revocations
+
+    source, big = endpoint["source"], endpoint["files"][BIG]
+    monkeypatch.setattr(source, "slots", threading.BoundedSemaphore(1))
+    writing, go_on = threading.Event(), threading.Event()
+    write = socketserver._SocketWriter.write
+
+    def slow_client(self, data):
+        if len(data) >= 1000:
+            writing.set()
+            assert go_on.wait(30)
+        return write(self, data)
+
+    monkeypatch.setattr(socketserver._SocketWriter, "write", slow_client)
+    got = {}
+    reader = threading.Thread(target=lambda: got.update(body=s3_client(endpoint["url"]).get_object(
+        Bucket=T, Key=f"{M}@1/{BIG}", Range="bytes=0-9999")["Body"].read()))
+    reader.start()
+    assert writing.wait(30)
+    with endpoint["container"].session_factory() as session:
+        revocations.revoke(session, endpoint["admin"], T, M, 1, "bad", clock=endpoint["container"].clock)
+    RevocationFollower(source.api, endpoint["cache"], wait=None, on_problem=pytest.fail,
+                       on_revoked=lambda r: source.revoke(r.tenant, r.model, r.version)).step()
+    go_on.set()
+    reader.join(30)
+    assert got["body"] == big[:10000]  # verified before the revocation: it was already going out
+    assert source.slots.acquire(timeout=10)  # the handler is done with the chunk, the cache write decided
+    source.slots.release()
+    assert hashlib.sha256(big[:CHUNK_SIZE]).hexdigest() not in _cached_chunks(endpoint["cache"])
 
 
 def test_a_chunk_waiting_on_a_slow_client_keeps_its_slot(endpoint, monkeypatch):
@@ -336,7 +408,7 @@ def test_a_revocation_from_the_event_stream_stops_serving_the_version(endpoint, 
 
     s3 = s3_client(endpoint["url"])
     assert s3.get_object(Bucket=T, Key=f"{M}@1/{BIG}", Range="bytes=0-9")["Body"].read()
-    assert _chunk_digests(endpoint["files"][BIG]) & _cached_chunks(endpoint["cache"])
+    _wait_cached(endpoint["cache"], {hashlib.sha256(endpoint["files"][BIG][:CHUNK_SIZE]).hexdigest()})
     with endpoint["container"].session_factory() as session:
         revocations.revoke(session, endpoint["admin"], T, M, 1, "bad", clock=endpoint["container"].clock)
     from registry.client.revocations import RevocationFollower
@@ -404,10 +476,11 @@ def test_a_flipped_byte_in_the_blob_store_is_never_served_and_is_logged(endpoint
             body = got["Body"].read()
         assert body == b""
     assert any(BIG in r.getMessage() and "chunk 1" in r.getMessage() for r in caplog.records), caplog.text
-    assert bad not in _cached_chunks(endpoint["cache"])
-    # The good chunks are still served.
+    # The good chunks are still served, and kept; the bad one is not.
     got = s3.get_object(Bucket=T, Key=f"{M}@1/{BIG}", Range="bytes=0-999")["Body"].read()
     assert got == big[:1000]
+    _wait_cached(endpoint["cache"], {hashlib.sha256(big[:CHUNK_SIZE]).hexdigest()})
+    assert bad not in _cached_chunks(endpoint["cache"])
 
 
 STREAM_SCRIPT = """
