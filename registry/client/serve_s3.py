@@ -379,6 +379,8 @@ class ChunkSource:
             except (ChunkMismatchError, SizeMismatchError):
                 log.error("cached chunk %d of %s failed its check: removed", index, entry.path)
                 path.unlink(missing_ok=True)
+            except OSError as exc:  # a node cache that cannot be read: the chunk comes from the registry
+                log.error("cached chunk %d of %s cannot be read: %s", index, entry.path, exc)
         url = opened.transport.get(entry.path)
         if url is None:
             raise S3Error(500, "InternalError", f"{entry.path} has no transport URL")

@@ -280,6 +280,22 @@ def test_a_chunk_served_while_its_version_was_revoked_is_not_left_in_the_node_ca
     assert hashlib.sha256(big[:CHUNK_SIZE]).hexdigest() not in _cached_chunks(endpoint["cache"])
 
 
+def test_a_node_cache_that_cannot_be_read_or_written_still_serves_verified_chunks(endpoint, caplog):
+    """A chunk's place in the node cache is taken by something that is no file (a broken disk reads as an
+    OSError too): the chunk comes from the registry, checked, and the failure is logged, not served."""
+    s3, big, cache = s3_client(endpoint["url"]), endpoint["files"][BIG], endpoint["cache"]
+    digest = hashlib.sha256(big[:CHUNK_SIZE]).hexdigest()
+    cache.blob_path(T, digest).mkdir(parents=True)
+    with caplog.at_level(logging.ERROR, logger="modelreg.serve_s3"):
+        for _ in range(2):
+            got = s3.get_object(Bucket=T, Key=f"{M}@1/{BIG}", Range="bytes=0-99")["Body"].read()
+            assert got == big[:100]
+        deadline = time.monotonic() + 20
+        while "not kept in the node cache" not in caplog.text and time.monotonic() < deadline:
+            time.sleep(0.02)
+    assert "cannot be read" in caplog.text and "not kept in the node cache" in caplog.text, caplog.text
+
+
 def test_a_chunk_waiting_on_a_slow_client_keeps_its_slot(endpoint, monkeypatch):
     """max_chunks bounds the chunks held in memory whatever the clients do: a chunk being written to a client
     that does not read keeps its slot until the socket has taken it (it was given back before the write, so
