@@ -10,15 +10,16 @@ from pathlib import Path
 import pytest
 
 from registry.services import audit, identity, scans, versions
+from tests.support import source_tree
 
 ROOT = Path(__file__).resolve().parents[2]
 CHECKS = {"require", "require_admin", "Permission", "permissions"}
-SHELLS = sorted((ROOT / "api").rglob("*.py")) + sorted((ROOT / "workers").rglob("*.py"))
+SHELLS = source_tree.python_files("api") + source_tree.python_files("workers")
 
 
 @pytest.mark.parametrize("path", SHELLS, ids=lambda p: str(p.relative_to(ROOT)))
 def test_routers_and_workers_check_no_permission(path: Path) -> None:
-    tree = ast.parse(path.read_text())
+    tree = source_tree.tree(path)
     used = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)}
     used |= {n.attr for n in ast.walk(tree) if isinstance(n, ast.Attribute)}
     imported = {a.name for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) for a in n.names}

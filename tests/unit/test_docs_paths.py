@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.support import source_tree
+
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = ["README.md", "docs/architecture.md", "docs/scanning.md", "docs/signing.md", "docs/hub-protocol.md"]
 TOP = ("registry/", "api/", "workers/", "tests/", "docs/", "migrations/", "policies/", "bench/", "deploy/")
@@ -46,8 +48,8 @@ def test_every_document_a_module_names_exists() -> None:
     missing = sorted(
         f"{path.relative_to(ROOT)}: {name}"
         for package in ("registry", "api", "workers", "tests", "bench")
-        for path in (ROOT / package).rglob("*.py")
-        for name in DOC_RE.findall(path.read_text())
+        for path in source_tree.python_files(package)
+        for name in DOC_RE.findall(source_tree.text(path))
         if not (ROOT / name).exists()
     )
     assert missing == []

@@ -7,14 +7,16 @@ from pathlib import Path
 
 import pytest
 
+from tests.support import source_tree
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def _imports(package: str) -> dict[str, set[str]]:
     found: dict[str, set[str]] = {}
-    for path in (ROOT / package).rglob("*.py"):
+    for path in source_tree.python_files(package):
         names: set[str] = set()
-        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        for node in ast.walk(source_tree.tree(path)):
             if isinstance(node, ast.Import):
                 names.update(alias.name.split(".")[0] for alias in node.names)
             elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
@@ -76,7 +78,7 @@ def import_graph(root: Path, package: str = "registry") -> dict[str, dict[str, l
     circle all the same. ``from a import b`` is an edge to ``a.b`` when that is a module, else to ``a``.
     """
     modules: dict[str, tuple[Path, bool]] = {}
-    for path in sorted((root / package).rglob("*.py")):
+    for path in source_tree.python_files(package, root):
         parts = list(path.relative_to(root).with_suffix("").parts)
         is_package = parts[-1] == "__init__"
         modules[".".join(parts[:-1] if is_package else parts)] = (path, is_package)
@@ -89,7 +91,7 @@ def import_graph(root: Path, package: str = "registry") -> dict[str, dict[str, l
     graph: dict[str, dict[str, list[str]]] = {}
     for name, (path, is_package) in modules.items():
         edges: dict[str, list[str]] = {}
-        tree = ast.parse(path.read_text(), str(path))
+        tree = source_tree.tree(path)
         in_function = {id(n) for f in ast.walk(tree) if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef))
                        for n in ast.walk(f) if n is not f}
         for node in ast.walk(tree):

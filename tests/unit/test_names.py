@@ -9,6 +9,8 @@ import ast
 from collections import defaultdict
 from pathlib import Path
 
+from tests.support import source_tree
+
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = ("registry", "api", "workers")
 # Duplicates waiting on code another change owns; each entry names why. The list only shrinks.
@@ -22,8 +24,8 @@ KNOWN_DUPLICATES = {
 def _classes() -> list[tuple[str, str, ast.ClassDef]]:
     found = []
     for package in PACKAGES:
-        for path in sorted((ROOT / package).rglob("*.py")):
-            tree = ast.parse(path.read_text(), str(path))
+        for path in source_tree.python_files(package):
+            tree = source_tree.tree(path)
             for node in ast.walk(tree):
                 if isinstance(node, ast.ClassDef):
                     found.append((str(path.relative_to(ROOT)), node.name, node))

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from registry.jobs import JobKind
+from tests.support import source_tree
 from workers.handlers import build_handlers
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -21,7 +22,7 @@ def test_services_enqueue_only_through_enqueue_job() -> None:
     """A bare ``jobs.enqueue`` in a service would build its own kind and key: the helper is the one way."""
     offenders = []
     for path in sorted((ROOT / "registry" / "services").glob("*.py")):
-        for node in ast.walk(ast.parse(path.read_text())):
+        for node in ast.walk(source_tree.tree(path)):
             if isinstance(node, ast.Attribute) and node.attr == "enqueue":
                 offenders.append(f"{path.name}:{node.lineno}")
     assert offenders == []
@@ -32,7 +33,7 @@ STAGE_TABLE = "registry.domain.stages"
 
 
 def _sources(root: Path) -> list[tuple[str, ast.Module]]:
-    return [(str(p.relative_to(root)), ast.parse(p.read_text(), str(p))) for p in sorted((root / "registry").rglob("*.py"))]
+    return [(str(p.relative_to(root)), source_tree.tree(p)) for p in source_tree.python_files("registry", root)]
 
 
 def _imports_version(tree: ast.Module) -> bool:
