@@ -42,6 +42,7 @@ def s3_bucket(s3_server) -> str:
 # --- databases -------------------------------------------------------------------------------
 
 from tests.support import db as dbsupport  # noqa: E402
+from tests.support import worlds  # noqa: E402
 
 
 @pytest.fixture(scope="session")
@@ -58,12 +59,35 @@ def sqlite_template(tmp_path_factory):
 
 @pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
 def database_url(request, tmp_path) -> str:
-    """A migrated, empty database: SQLite and PostgreSQL in turn."""
+    """A migrated database, SQLite and PostgreSQL in turn: empty, or a copy of the module's seeded world
+    (``pytest.mark.seeded(builder=...)``, ``tests/support/worlds.py``)."""
+    seeded = request.node.get_closest_marker("seeded")
+    if seeded is not None:
+        url = worlds.database_for_test(request, seeded.kwargs["builder"], request.param, tmp_path)
+        yield url
+        worlds.drop_copy(url)
+        return
     if request.param == "sqlite":
-        return dbsupport.sqlite_copy(request.getfixturevalue("sqlite_template"), tmp_path)
+        yield dbsupport.sqlite_copy(request.getfixturevalue("sqlite_template"), tmp_path)
+        return
     url = request.getfixturevalue("pg_url")
     dbsupport.truncate_all(url)
-    return url
+    yield url
+
+
+@pytest.fixture
+def seeded(request, database_url):
+    """What the module's seeded-world builder returned, copied for this test."""
+    marker = request.node.get_closest_marker("seeded")
+    assert marker is not None, "the seeded fixture needs pytest.mark.seeded(builder=...) on the module or test"
+    kind = "sqlite" if database_url.startswith("sqlite") else "postgres"
+    return worlds.value_for_test(request, marker.kwargs["builder"], kind)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _seeded_world_templates_dropped():
+    yield
+    worlds.drop_templates()
 
 
 @pytest.fixture(scope="session")
@@ -75,21 +99,9 @@ def signing_key_pem() -> str:
 
 @pytest.fixture
 def settings(database_url, tmp_path, signing_key_pem):
-    from pydantic import SecretStr
+    from tests.support.registry import make_settings
 
-    from registry.settings import Settings
-
-    return Settings(
-        signing_key_pem=SecretStr(signing_key_pem),
-        # Tests build their model directories under tmp_path (the data dir in it stays forbidden).
-        local_source_roots=[tmp_path],
-        data_dir=tmp_path / "data",
-        database_url=database_url,
-        blob_store_url=(tmp_path / "blobs").as_uri(),
-        presign_secret=SecretStr("test-presign-secret"),
-        job_backoff_base_seconds=0.05,
-        job_backoff_max_seconds=0.2,
-    )
+    return make_settings(tmp_path, database_url, signing_key_pem)
 
 
 @pytest.fixture

@@ -33,14 +33,12 @@ T, M = "acme", "llm"
 BASE = f"/v1/models/{T}/{M}/manifest"
 
 
-@pytest.fixture
-def world(container, tmp_path):
+def build_world(container, root):
     """acme/llm versions 1 and 2 approved, 3 awaiting approval, prod -> 1; tokens of a node of acme, a
     reader of acme and a node of another tenant."""
-    container.settings.event_poll_seconds = 0.05
     admin = make_admin(container, T)
     for seed in (1, 2, 3):
-        awaiting_version(container, admin, tmp_path / f"v{seed}", T, M, seed=seed)
+        awaiting_version(container, admin, root / f"v{seed}", T, M, seed=seed)
     for number in (1, 2):
         approve_standin(container, T, M, number)
     promote(container, admin, 1)
@@ -48,6 +46,16 @@ def world(container, tmp_path):
               "other-node": role_token(container, "onod", "other", "node")}
     for tenant in ("beta", "gamma"):  # the tenants releases are served for (a canary's, another)
         make_admin(container, tenant)
+    return tokens, admin
+
+
+pytestmark = pytest.mark.seeded(builder=build_world)
+
+
+@pytest.fixture
+def world(container, seeded):
+    container.settings.event_poll_seconds = 0.05
+    tokens, admin = seeded
     with TestClient(create_app(container), raise_server_exceptions=False) as client:
         yield client, tokens, admin
 

@@ -25,6 +25,11 @@ def _psycopg_dsn(url: str) -> str:
     return make_url(url).set(drivername="postgresql").render_as_string(hide_password=False)
 
 
+def admin_dsn() -> str:
+    """The DSN of the PostgreSQL server's maintenance database, for CREATE and DROP DATABASE."""
+    return _psycopg_dsn(PG_ADMIN_URL)
+
+
 def create_pg_database() -> str:
     """Create and migrate a fresh database beside ``PG_ADMIN_URL``; return its URL."""
     name = f"modelreg_test_{os.getpid()}_{uuid.uuid4().hex[:8]}"

@@ -2,11 +2,32 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from registry.auth import AuthenticatedPrincipal, issue_token, load_principal
 from registry.bootstrap import Container
 from registry.db.models import Principal, RoleBinding, Tenant
 from workers.handlers import build_handlers
 from workers.loop import Worker
+
+
+def make_settings(root: Path, database_url: str, signing_key_pem: str):
+    """The settings of a test's registry: its data, blobs and model sources under ``root``."""
+    from pydantic import SecretStr
+
+    from registry.settings import Settings
+
+    return Settings(
+        signing_key_pem=SecretStr(signing_key_pem),
+        # Tests build their model directories under root (the data dir in it stays forbidden).
+        local_source_roots=[root],
+        data_dir=root / "data",
+        database_url=database_url,
+        blob_store_url=(root / "blobs").as_uri(),
+        presign_secret=SecretStr("test-presign-secret"),
+        job_backoff_base_seconds=0.05,
+        job_backoff_max_seconds=0.2,
+    )
 
 
 def make_admin(container: Container, tenant: str = "acme") -> AuthenticatedPrincipal:

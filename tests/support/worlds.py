@@ -1,0 +1,109 @@
+"""Seeded worlds: a module's starting state built once per worker and database, copied for each test.
+
+A module whose tests all begin from the same registry state (versions through the real pipeline,
+approvals, aliases, tokens) marks itself with its builder::
+
+    def build(container, root):        # root: a directory the builder may write its model sources in
+        admin = make_admin(container, "acme")
+        awaiting_version(container, admin, root / "v1", "acme", "llm")
+        return {"admin": admin, "node": role_token(container, "nod", "acme", "node")}
+
+    pytestmark = pytest.mark.seeded(builder=build)
+
+and asks for the ``seeded`` fixture (what ``build`` returned, deep-copied for the test) beside ``container``.
+The first test of the module on each database runs ``build`` against a database and blob directory of its own;
+every test then gets a fresh copy: the SQLite file copied, a PostgreSQL ``CREATE DATABASE ... TEMPLATE``, and
+the blob and data directories copied (real copies, not links: a test that tampers with a blob in place must not
+reach the next test's). Nothing a test can change is shared.
+"""
+
+from __future__ import annotations
+
+import copy
+import shutil
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+import psycopg
+from sqlalchemy.engine import make_url
+
+from tests.support import db as dbsupport
+
+Builder = Callable[[Any, Path], Any]
+
+
+@dataclass
+class Built:
+    root: Path          # where the builder's blobs, data and sources live
+    database: str       # the SQLite file, or the PostgreSQL template database's URL
+    value: Any          # what the builder returned
+
+
+_BUILT: dict[tuple[str, str], Built] = {}
+
+
+def database_for_test(request, builder: Builder, kind: str, tmp_path: Path) -> str:
+    """A database URL holding the seeded world for this test (built first if this worker has none yet);
+    the world's blob and data directories are copied to ``tmp_path / "blobs"`` and ``tmp_path / "data"``."""
+    built = _world(request, builder, kind)
+    for part in ("blobs", "data"):
+        if (built.root / part).exists():
+            shutil.copytree(built.root / part, tmp_path / part, symlinks=True)
+    if kind == "sqlite":
+        return dbsupport.sqlite_copy(Path(built.database), tmp_path)
+    return _pg_copy(built.database)
+
+
+def value_for_test(request, builder: Builder, kind: str) -> Any:
+    """What the builder returned, deep-copied: a test may change its own copy."""
+    return copy.deepcopy(_world(request, builder, kind).value)
+
+
+def drop_copy(url: str) -> None:
+    """Drop a PostgreSQL copy made by ``database_for_test`` (SQLite copies go with ``tmp_path``)."""
+    if url.startswith("postgresql"):
+        dbsupport.drop_pg_database(url)
+
+
+def drop_templates() -> None:
+    """Drop this process's PostgreSQL template databases (at the end of the session)."""
+    for key, built in list(_BUILT.items()):
+        if key[1] == "postgres":
+            dbsupport.drop_pg_database(built.database)
+        del _BUILT[key]
+
+
+def _world(request, builder: Builder, kind: str) -> Built:
+    key = (f"{builder.__module__}.{builder.__qualname__}", kind)
+    if key not in _BUILT:
+        _BUILT[key] = _build(request, builder, kind)
+    return _BUILT[key]
+
+
+def _build(request, builder: Builder, kind: str) -> Built:
+    from registry.bootstrap import bootstrap
+    from tests.support.registry import make_settings
+
+    root = request.getfixturevalue("tmp_path_factory").mktemp(f"world-{builder.__module__.rpartition('.')[2]}")
+    if kind == "sqlite":
+        database = dbsupport.sqlite_copy(request.getfixturevalue("sqlite_template"), root)
+    else:
+        database = dbsupport.create_pg_database()
+    container = bootstrap(make_settings(root, database, request.getfixturevalue("signing_key_pem")))
+    try:
+        value = builder(container, root)
+    finally:
+        container.dispose()
+    if kind == "sqlite":
+        database = make_url(database).database
+    return Built(root, database, value)
+
+
+def _pg_copy(template_url: str) -> str:
+    name = f"modelreg_test_copy_{uuid.uuid4().hex[:12]}"
+    template = make_url(template_url).database
+    with psycopg.connect(dbsupport.admin_dsn(), autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}" TEMPLATE "{template}"')
+    return make_url(template_url).set(database=name).render_as_string(hide_password=False)
