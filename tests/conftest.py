@@ -59,10 +59,10 @@ def sqlite_template(tmp_path_factory):
 
 @pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
 def database_url(request, tmp_path) -> str:
-    """A migrated database, SQLite and PostgreSQL in turn: empty, or a copy of the module's seeded world
-    (``pytest.mark.seeded(builder=...)``, ``tests/support/worlds.py``)."""
+    """A migrated database, SQLite and PostgreSQL in turn: empty, or, for a test that asks for ``seeded``, a
+    copy of its module's seeded world (``pytest.mark.seeded(builder=...)``, ``tests/support/worlds.py``)."""
     seeded = request.node.get_closest_marker("seeded")
-    if seeded is not None:
+    if seeded is not None and "seeded" in request.fixturenames:
         url = worlds.database_for_test(request, seeded.kwargs["builder"], request.param, tmp_path)
         yield url
         worlds.drop_copy(url)

@@ -28,12 +28,11 @@ T, M = "acme", "llm"
 BASE = f"/v1/models/{T}/{M}"
 
 
-@pytest.fixture
-def world(container, tmp_path):
+def build_world(container, root):
     """acme/llm versions 1 and 2 approved, 3 awaiting approval; a token per kind of caller."""
     admin = make_admin(container, T)
     for seed in (1, 2, 3):
-        awaiting_version(container, admin, tmp_path / f"v{seed}", T, M, seed=seed)
+        awaiting_version(container, admin, root / f"v{seed}", T, M, seed=seed)
     for number in (1, 2):
         approve_standin(container, T, M, number)
     for tenant in ("beta", "gamma", "delta"):  # the tenants aliases are resolved for (canaries', another)
@@ -51,8 +50,16 @@ def world(container, tmp_path):
 
         session.query(Principal).filter_by(name="root").one().is_admin = True
         session.commit()
+    return tokens
+
+
+pytestmark = pytest.mark.seeded(builder=build_world)
+
+
+@pytest.fixture
+def world(container, seeded):
     with TestClient(create_app(container), raise_server_exceptions=False) as client:
-        yield client, tokens
+        yield client, seeded
 
 
 def _as(tokens, who):

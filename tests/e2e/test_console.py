@@ -21,8 +21,7 @@ from tests.support.console import awaiting_upload, csrf_of, person, sign_in
 from tests.support.tiny_model import tiny_model_files
 
 
-@pytest.fixture
-def world(container):
+def build_world(container, root):
     """Tenant ``acme``: a submitter who is also a security approver, a security and an ml approver, an
     auditor, a serving node; one version of ``acme/tiny`` awaiting approval. Tenant ``other`` holds a model
     nobody of ``acme`` may see."""
@@ -40,6 +39,14 @@ def world(container):
     number = awaiting_upload(container, sam, "acme", "tiny", tiny_model_files(3), label="<script>alert(1)</script>")
     awaiting_upload(container, olly, "other", "secret-model", {"config.json": b'{"model_type": "x"}'})
     return {"tokens": tokens, "number": number}
+
+
+pytestmark = pytest.mark.seeded(builder=build_world)
+
+
+@pytest.fixture
+def world(seeded):
+    return seeded
 
 
 @pytest.fixture

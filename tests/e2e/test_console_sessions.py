@@ -30,8 +30,7 @@ from tests.support.tiny_model import tiny_model_files
 REFUSED = "did not come from this console"
 
 
-@pytest.fixture
-def world(container):
+def build_world(container, root):
     """Tenant ``acme``: a submitter, a security and an ml approver, an auditor; an administrator; ``acme/tiny``
     version 1 awaiting approval."""
     tokens = {
@@ -47,6 +46,14 @@ def world(container):
         sam = authenticate(session, tokens["sam"])
     number = awaiting_upload(container, sam, "acme", "tiny", tiny_model_files(3))
     return {"tokens": tokens, "number": number, "sam": sam}
+
+
+pytestmark = pytest.mark.seeded(builder=build_world)
+
+
+@pytest.fixture
+def world(seeded):
+    return seeded
 
 
 @pytest.fixture

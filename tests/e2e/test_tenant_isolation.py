@@ -67,13 +67,12 @@ class World:
         return self.client.get(f"/v1/models/{tenant}/{M}/manifest", params={"ref": ref, **params}, headers=headers)
 
 
-@pytest.fixture
-def world(container, tmp_path):
+def build_world(container, root):
     admin = make_admin(container, A)
     make_admin(container, B)
     for tenant, seeds in ((A, (1, 2, 3)), (B, (7,))):
         for seed in seeds:
-            number = awaiting_version(container, admin, tmp_path / f"{tenant}-{seed}", tenant, M,
+            number = awaiting_version(container, admin, root / f"{tenant}-{seed}", tenant, M,
                                       files={**tiny_model_files(seed), "extra/notes.txt": b"seed %d" % seed})
             approve_standin(container, tenant, M, number)
         with container.session_factory() as session:
@@ -83,15 +82,27 @@ def world(container, tmp_path):
     for tenant in (A, B):
         for role in ("node", "auditor", "submitter"):
             tokens[f"{tenant}-{role}"] = role_token(container, f"{tenant}-{role}", tenant, role)
+    commits, files = {}, {}
+    with container.session_factory() as session:
+        for tenant, numbers in ((A, (1, 2, 3)), (B, (1,))):
+            model = loaders.load_model_unchecked(session, tenant, M)
+            for n in numbers:
+                v = loaders.load_version_unchecked(session, model, n)
+                commits[(tenant, n)] = hf.commit_of(v)
+                files[(tenant, n)] = {f.path: f.sha256 for f in v.files}
+    return admin, tokens, commits, files
+
+
+pytestmark = pytest.mark.seeded(builder=build_world)
+
+
+@pytest.fixture
+def world(container, seeded):
+    admin, tokens, commits, files = seeded
     with TestClient(create_app(container), raise_server_exceptions=False) as client:
         w = World(client, container, admin, tokens)
-        with container.session_factory() as session:
-            for tenant, numbers in ((A, (1, 2, 3)), (B, (1,))):
-                model = loaders.load_model_unchecked(session, tenant, M)
-                for n in numbers:
-                    v = loaders.load_version_unchecked(session, model, n)
-                    w.commits[(tenant, n)] = hf.commit_of(v)
-                    w.files[(tenant, n)] = {f.path: f.sha256 for f in v.files}
+        w.commits.update(commits)
+        w.files.update(files)
         yield w
 
 

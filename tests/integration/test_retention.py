@@ -23,18 +23,25 @@ from tests.support.releases import approve_standin, awaiting_version
 T, M = "acme", "llm"
 
 
-@pytest.fixture
-def world(container, tmp_path):
+def build_world(container, root):
     """acme/llm: 1 approved and prod, 2 and 3 approved, 4 awaiting approval, 5 approved."""
     admin = make_admin(container, T)
     for seed in range(1, 6):
-        awaiting_version(container, admin, tmp_path / f"v{seed}", T, M, seed=seed)
+        awaiting_version(container, admin, root / f"v{seed}", T, M, seed=seed)
     for number in (1, 2, 3, 5):
         approve_standin(container, T, M, number)
     with container.session_factory() as session:
         aliases.promote(session, admin, T, M, "prod", make_target(1, None, ()), policy=container.policy,
                         clock=container.clock)
     return admin
+
+
+pytestmark = pytest.mark.seeded(builder=build_world)
+
+
+@pytest.fixture
+def world(seeded):
+    return seeded
 
 
 def later(days: float) -> ManualClock:

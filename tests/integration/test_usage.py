@@ -20,14 +20,13 @@ T, M = "acme", "llm"
 NOW = dt.datetime.now(dt.timezone.utc)
 
 
-@pytest.fixture
-def world(container, tmp_path):
+def build_world(container, root):
     admin = make_admin(container, T)
     for seed in (1, 2):
-        awaiting_version(container, admin, tmp_path / f"v{seed}", T, M, seed=seed)
+        awaiting_version(container, admin, root / f"v{seed}", T, M, seed=seed)
         approve_standin(container, T, M, seed)
     other = make_admin(container, "other")
-    awaiting_version(container, other, tmp_path / "o", "other", "theirs", seed=3)
+    awaiting_version(container, other, root / "o", "other", "theirs", seed=3)
     with container.session_factory() as session:
         aliases.promote(session, admin, T, M, "prod", make_target(1, None, ()), policy=container.policy,
                         clock=container.clock)
@@ -46,8 +45,16 @@ def world(container, tmp_path):
     tokens = {"node": role_token(container, "node1", T, "node"), "node2": role_token(container, "node2", T, "node"),
               "auditor": role_token(container, "aud", T, "auditor"),
               "submitter": role_token(container, "sub", T, "submitter")}
+    return tokens
+
+
+pytestmark = pytest.mark.seeded(builder=build_world)
+
+
+@pytest.fixture
+def world(container, seeded):
     with TestClient(create_app(container), raise_server_exceptions=False) as client:
-        yield client, tokens
+        yield client, seeded
 
 
 def _as(tokens, who):

@@ -13,8 +13,8 @@ approvals, aliases, tokens) marks itself with its builder::
 and asks for the ``seeded`` fixture (what ``build`` returned, deep-copied for the test) beside ``container``.
 The first test of the module on each database runs ``build`` against a database and blob directory of its own;
 every test then gets a fresh copy: the SQLite file copied, a PostgreSQL ``CREATE DATABASE ... TEMPLATE``, and
-the blob and data directories copied (real copies, not links: a test that tampers with a blob in place must not
-reach the next test's). Nothing a test can change is shared.
+the blob, data and source directories copied into its ``tmp_path`` (real copies, not links: a test that tampers
+with a blob in place must not reach the next test's). Nothing a test can change is shared.
 """
 
 from __future__ import annotations
@@ -32,6 +32,7 @@ from sqlalchemy.engine import make_url
 from tests.support import db as dbsupport
 
 Builder = Callable[[Any, Path], Any]
+SQLITE_FILE = "registry.db"  # what dbsupport.sqlite_copy writes
 
 
 @dataclass
@@ -45,12 +46,18 @@ _BUILT: dict[tuple[str, str], Built] = {}
 
 
 def database_for_test(request, builder: Builder, kind: str, tmp_path: Path) -> str:
-    """A database URL holding the seeded world for this test (built first if this worker has none yet);
-    the world's blob and data directories are copied to ``tmp_path / "blobs"`` and ``tmp_path / "data"``."""
+    """A database URL holding the seeded world for this test (built first if this worker has none yet).
+
+    Everything the builder wrote under its root (the blob and data directories, the model sources it
+    submitted) is copied to the same place under ``tmp_path``."""
     built = _world(request, builder, kind)
-    for part in ("blobs", "data"):
-        if (built.root / part).exists():
-            shutil.copytree(built.root / part, tmp_path / part, symlinks=True)
+    for entry in built.root.iterdir():
+        if entry.name == SQLITE_FILE:
+            continue
+        if entry.is_dir():
+            shutil.copytree(entry, tmp_path / entry.name, symlinks=True)
+        else:
+            shutil.copy2(entry, tmp_path / entry.name)
     if kind == "sqlite":
         return dbsupport.sqlite_copy(Path(built.database), tmp_path)
     return _pg_copy(built.database)
