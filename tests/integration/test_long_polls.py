@@ -18,8 +18,10 @@ from api.app import create_app
 from registry import audit
 from registry.services import trust_roots
 from registry.signing.keys import write_new_key
-from tests.integration.test_release_manifests import BASE, T, _as, _revoke, promote, world  # noqa: F401
+from tests.support.release_world import BASE, T, _as, build_release_world, promote, revoke
 from tests.support.live_app import serve_in_thread
+
+pytestmark = pytest.mark.seeded(builder=build_release_world)
 
 WAKE_WITHIN = 2.5
 """Seconds from a change's commit to its waiters' answers: SQLite polls every 0.25 s, PostgreSQL is told at
@@ -28,8 +30,8 @@ machine an answer has taken over 0.9 s)."""
 
 
 @pytest.fixture
-def live(world, container):
-    """The world's registry behind a real uvicorn with the default watcher intervals."""
+def live(release_world, container):
+    """The release_world's registry behind a real uvicorn with the default watcher intervals."""
     container.settings.event_poll_seconds = 0.25
     app = create_app(container)
     with serve_in_thread(app) as url:
@@ -62,8 +64,8 @@ async def _wait(http, tokens, ref, etag, wait=30, who="node"):
 
 
 def test_a_promote_wakes_its_alias_s_waiters_at_once_and_no_others_and_a_revocation_wakes_the_version_s(
-        world, live, container):
-    _, tokens, admin = world
+        release_world, live, container):
+    _, tokens, admin = release_world
     url, watcher = live
     with container.session_factory() as session:
         from registry.domain.aliases import make_target
@@ -89,7 +91,7 @@ def test_a_promote_wakes_its_alias_s_waiters_at_once_and_no_others_and_a_revocat
             assert watcher.woken - woken == 3, "waiters not concerned by the move were woken"
             assert watcher.waiting == 3
             # Version 1 (staging's, and the version ref's) is revoked: exactly those wake.
-            await asyncio.to_thread(_revoke, container, admin, 1)
+            await asyncio.to_thread(revoke, container, admin, 1)
             revoked = time.monotonic()
             for r, at in await asyncio.gather(*others):
                 assert r.status_code == 409 and r.json()["type"].endswith("/revoked"), r.text
@@ -97,8 +99,8 @@ def test_a_promote_wakes_its_alias_s_waiters_at_once_and_no_others_and_a_revocat
     asyncio.run(scenario())
 
 
-def test_a_trust_root_rotation_wakes_every_waiter(world, live, container):
-    _, tokens, _ = world
+def test_a_trust_root_rotation_wakes_every_waiter(release_world, live, container):
+    _, tokens, _ = release_world
     url, watcher = live
     etags = {ref: _etag(url, tokens, ref) for ref in ("prod", "2")}
 
@@ -124,8 +126,8 @@ def test_a_trust_root_rotation_wakes_every_waiter(world, live, container):
 
 @pytest.mark.postgres
 @pytest.mark.parametrize("database_url", ["postgres"], indirect=True)
-def test_the_safety_net_poll_wakes_a_waiter_whose_notification_was_lost(world, container, monkeypatch):
-    _, tokens, admin = world
+def test_the_safety_net_poll_wakes_a_waiter_whose_notification_was_lost(release_world, container, monkeypatch):
+    _, tokens, admin = release_world
     container.settings.event_safety_poll_seconds = 1.0
     app = create_app(container)
     with serve_in_thread(app) as url:
@@ -146,8 +148,8 @@ def test_the_safety_net_poll_wakes_a_waiter_whose_notification_was_lost(world, c
         asyncio.run(scenario())
 
 
-def test_many_waiters_hold_no_thread_and_a_plain_request_still_answers_at_once(world, container):
-    _, tokens, _ = world
+def test_many_waiters_hold_no_thread_and_a_plain_request_still_answers_at_once(release_world, container):
+    _, tokens, _ = release_world
     container.settings.event_poll_seconds = 0.25
     app = create_app(container)
     with serve_in_thread(_limited_threadpool(app, 4)) as url:
@@ -172,8 +174,8 @@ def test_many_waiters_hold_no_thread_and_a_plain_request_still_answers_at_once(w
         asyncio.run(scenario())
 
 
-def test_an_event_reader_waits_for_an_event_of_its_types_that_it_may_see(world, live, container):
-    _, tokens, admin = world
+def test_an_event_reader_waits_for_an_event_of_its_types_that_it_may_see(release_world, live, container):
+    _, tokens, admin = release_world
     url, watcher = live
     head = httpx.get(url + "/v1/events", headers=_as(tokens), params={"limit": 1000}, timeout=30).json()["cursor"]
 
@@ -189,7 +191,7 @@ def test_an_event_reader_waits_for_an_event_of_its_types_that_it_may_see(world, 
             await asyncio.to_thread(promote, container, admin, 2)
             await asyncio.sleep(1.0)
             assert not mine.done() and not stranger.done()
-            await asyncio.to_thread(_revoke, container, admin, 1)
+            await asyncio.to_thread(revoke, container, admin, 1)
             revoked = time.monotonic()
             r = await mine
             assert time.monotonic() - revoked < WAKE_WITHIN

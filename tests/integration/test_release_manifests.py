@@ -15,59 +15,18 @@ import time
 
 import httpx
 import pytest
-from fastapi.testclient import TestClient
 from sqlalchemy import select
 
 from api.app import create_app
 from registry.db.models import ReleaseIssuance, Version
-from registry.domain.aliases import make_target
-from registry.services import aliases, manifests, revocations
+from registry.services import manifests, revocations
 from registry.signing.canonical import canonical_json
 from registry.signing.release import verify_release
 from registry.signing.trust_root import parse_root
 from tests.support.live_app import serve_in_thread
-from tests.support.registry import make_admin, role_token
-from tests.support.releases import approve_standin, awaiting_version
+from tests.support.release_world import BASE, M, T, _as, build_release_world, promote, revoke
 
-T, M = "acme", "llm"
-BASE = f"/v1/models/{T}/{M}/manifest"
-
-
-def build_world(container, root):
-    """acme/llm versions 1 and 2 approved, 3 awaiting approval, prod -> 1; tokens of a node of acme, a
-    reader of acme and a node of another tenant."""
-    admin = make_admin(container, T)
-    for seed in (1, 2, 3):
-        awaiting_version(container, admin, root / f"v{seed}", T, M, seed=seed)
-    for number in (1, 2):
-        approve_standin(container, T, M, number)
-    promote(container, admin, 1)
-    tokens = {"node": role_token(container, "nod", T, "node"), "reader": role_token(container, "rea", T, "auditor"),
-              "other-node": role_token(container, "onod", "other", "node")}
-    for tenant in ("beta", "gamma"):  # the tenants releases are served for (a canary's, another)
-        make_admin(container, tenant)
-    return tokens, admin
-
-
-pytestmark = pytest.mark.seeded(builder=build_world)
-
-
-@pytest.fixture
-def world(container, seeded):
-    container.settings.event_poll_seconds = 0.05
-    tokens, admin = seeded
-    with TestClient(create_app(container), raise_server_exceptions=False) as client:
-        yield client, tokens, admin
-
-
-def promote(container, admin, number, canary=None, tenants=()):
-    with container.session_factory() as session:
-        aliases.promote(session, admin, T, M, "prod", make_target(number, canary, tenants),
-                        policy=container.policy, clock=container.clock)
-
-
-def _as(tokens, who="node"):
-    return {"Authorization": f"Bearer {tokens[who]}"}
+pytestmark = pytest.mark.seeded(builder=build_release_world)
 
 
 def fetch(client, tokens, ref="prod", who="node", **params):
@@ -79,8 +38,8 @@ def verified(client, body, ref="prod", model=f"{T}/{M}"):
     return verify_release(body["envelope"], root, now=dt.datetime.now(dt.timezone.utc), model=model, ref=ref)
 
 
-def test_manifest_verifies_with_the_trust_root_and_says_what_the_version_is(world, container):
-    client, tokens, _ = world
+def test_manifest_verifies_with_the_trust_root_and_says_what_the_version_is(release_world, container):
+    client, tokens, _ = release_world
     r = fetch(client, tokens)
     assert r.status_code == 200, r.text
     body = r.json()
@@ -112,8 +71,8 @@ def test_manifest_verifies_with_the_trust_root_and_says_what_the_version_is(worl
     assert release.expires_at - release.issued_at == dt.timedelta(seconds=86400)
 
 
-def test_serial_grows_when_prod_moves_and_not_otherwise(world, container):
-    client, tokens, admin = world
+def test_serial_grows_when_prod_moves_and_not_otherwise(release_world, container):
+    client, tokens, admin = release_world
     serials = [verified(client, fetch(client, tokens).json()).serial for _ in range(3)]
     assert serials == [1, 1, 1]
     promote(container, admin, 2)
@@ -130,8 +89,8 @@ def test_serial_grows_when_prod_moves_and_not_otherwise(world, container):
     assert verified(client, fetch(client, tokens, ref="1").json(), ref="1").serial == 1
 
 
-def test_canary_tenant_gets_the_canary_version(world, container):
-    client, tokens, admin = world
+def test_canary_tenant_gets_the_canary_version(release_world, container):
+    client, tokens, admin = release_world
     promote(container, admin, 1, canary=2, tenants=["beta"])
     beta = verified(client, fetch(client, tokens, for_tenant="beta").json())
     main = verified(client, fetch(client, tokens, for_tenant="gamma").json())
@@ -142,8 +101,8 @@ def test_canary_tenant_gets_the_canary_version(world, container):
     assert beta.serial == main.serial == own.serial
 
 
-def test_etag_and_304_and_issuances_recorded(world, container):
-    client, tokens, admin = world
+def test_etag_and_304_and_issuances_recorded(release_world, container):
+    client, tokens, admin = release_world
     first = fetch(client, tokens)
     etag = first.headers["ETag"]
     again = fetch(client, tokens)
@@ -165,8 +124,8 @@ def test_etag_and_304_and_issuances_recorded(world, container):
                                                                    ("nod", f"{T}/{M}", "prod", T, 2, 2)]
 
 
-def test_refusals_have_their_problem_types(world, container):
-    client, tokens, admin = world
+def test_refusals_have_their_problem_types(release_world, container):
+    client, tokens, admin = release_world
     cases = {"3": (409, "not-approved"), "9": (404, "version-not-found"), "staging": (404, "alias-not-found")}
     for ref, (status, kind) in cases.items():
         r = fetch(client, tokens, ref=ref)
@@ -185,8 +144,8 @@ def test_refusals_have_their_problem_types(world, container):
         assert session.scalars(select(ReleaseIssuance)).all() == []
 
 
-def test_who_may_fetch(world):
-    client, tokens, _ = world
+def test_who_may_fetch(release_world):
+    client, tokens, _ = release_world
     assert fetch(client, tokens, who="node").status_code == 200
     assert fetch(client, tokens, who="reader").status_code == 200
     r = fetch(client, tokens, who="other-node")
@@ -194,8 +153,8 @@ def test_who_may_fetch(world):
     assert client.get(BASE, params={"ref": "prod"}).status_code == 401
 
 
-def test_long_poll_returns_when_the_alias_moves_and_304_after_its_wait(world, container):
-    _, tokens, admin = world
+def test_long_poll_returns_when_the_alias_moves_and_304_after_its_wait(release_world, container):
+    _, tokens, admin = release_world
     with serve_in_thread(create_app(container)) as url, httpx.Client(base_url=url, timeout=30) as http:
         first = http.get(BASE, headers=_as(tokens), params={"ref": "prod"})
         etag = first.headers["ETag"]
@@ -214,13 +173,9 @@ def test_long_poll_returns_when_the_alias_moves_and_304_after_its_wait(world, co
         assert r.json()["envelope"]["signatures"][0]["keyid"]
         # A revocation wakes a waiting node too: it learns at once that prod's version is revoked.
         etag = r.headers["ETag"]
-        revoker = threading.Timer(0.3, _revoke, (container, admin, 2))
+        revoker = threading.Timer(0.3, revoke, (container, admin, 2))
         revoker.start()
         r = http.get(BASE, headers={**_as(tokens), "If-None-Match": etag}, params={"ref": "prod", "wait": 20})
         revoker.join()
         assert r.status_code == 409 and r.json()["type"].endswith("/revoked")
 
-
-def _revoke(container, admin, number):
-    with container.session_factory() as session:
-        revocations.revoke(session, admin, T, M, number, "recalled", clock=container.clock)
