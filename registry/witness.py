@@ -90,6 +90,9 @@ def parse_add_checkpoint(body: bytes) -> AddCheckpoint:
     size = first.removeprefix("old ")
     if size == first or not size.isascii() or not size.isdigit() or (size != "0" and size[0] == "0"):
         raise MalformedNoteError("the first line is not 'old <size>'")
+    # Bounded before int(): past 4,300 digits int() raises ValueError (the connection dropped, no answer).
+    if len(size) > len(str(merkle.MAX_TREE_SIZE)):
+        raise MalformedNoteError("the old size is larger than any tree's")
     proof = []
     for line in lines[1:]:
         try:

@@ -84,6 +84,11 @@ def test_a_witness_refuses_every_checkpoint_that_is_not_an_extension(tmp_path, l
                      b"old 9\n\nnot a note"):
             assert w.add_checkpoint(body).status_code == 400, body
         assert w.add_checkpoint(b"x" * (MAX_REQUEST_BYTES + 1)).status_code == 413
+        # Sizes past int()'s 4,300 digits, in the old line and in the checkpoint: answered 400, not dropped.
+        huge = "9" * 5000
+        assert w.add_checkpoint(f"old {huge}\n\n".encode() + log.checkpoint(20)).status_code == 400
+        note = log.checkpoint(20).replace(b"\n20\n", f"\n{huge}\n".encode(), 1)
+        assert w.add_checkpoint(b"old 9\n\n" + note).status_code == 400
         # None of that moved it: the honest extension is still cosigned.
         assert w.add_checkpoint(log.submission(9, 20)).status_code == 200
 
