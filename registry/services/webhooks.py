@@ -16,7 +16,13 @@ waits for ``redeliver``. The network work happens outside any transaction, throu
 Noticing new events (``arm_due``): workers call it every ``webhook_poll_seconds``. It moves the cursor of
 each subscription with nothing to read in its tenant up to the head (one statement), and queues the job of
 each active subscription still behind whose retry is due (one query, then one statement per such
-subscription). Nothing of this happens in an API request.
+subscription), and the job of each subscription with a test ping waiting. Nothing of this happens in an
+API request.
+
+Test pings (``send_test``): the request only records a pending delivery holding the ping's CloudEvent and
+queues the subscription's job, which sends its pings first (paused or failing, too) and records each
+answer on that delivery; a tenant has at most :data:`MAX_PINGS_IN_FLIGHT` waiting, so no API thread and
+no unbounded share of the workers waits on a slow receiver.
 
 Usage (a sketch, not run as a doctest)::
 
