@@ -517,6 +517,8 @@ class WebhookDeliveryPublic(BaseModel):
     event_id: str
     event_type: str
     attempt: int = Field(description="the attempt at this event (1 for the first)")
+    state: Literal["pending", "delivered", "failed"] = Field(
+        description="pending: a test ping the delivery workers have not sent yet; delivered: answered 2xx")
     status_code: int | None
     error: str | None
     duration_ms: int

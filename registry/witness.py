@@ -6,8 +6,13 @@ the signed checkpoint note. The witness checks the log's signature, that ``old``
 the consistency proof from its held checkpoint to the new one; only then does it persist the new checkpoint
 (``statefile.write_atomic``: fsync, rename) and answer 200 with its tlog-cosignature/v1 line. Otherwise:
 400 malformed, 404 unknown origin, 403 no valid log signature, 409 (``text/x.tlog.size``, the size it holds)
-a wrong old size or another root at the held size, 422 a bad proof (a fork). One request is handled at a
-time, so checking the old size and persisting the new checkpoint are atomic (two cannot both advance).
+a wrong old size or another root at the held size, 422 a bad proof (a fork). Checking the old size and
+persisting the new checkpoint happen under one lock, so they are atomic (two cannot both advance).
+
+:func:`make_server` serves clients concurrently, each connection in its own thread: a slow client cannot
+silence the witness. Each connection has a whole-request deadline (the socket is shut when it passes,
+however the bytes trickle in) and at most ``max_connections`` are served at once; one more is answered
+503 and closed at once.
 
 Example:
     >>> import tempfile, pathlib
@@ -27,6 +32,9 @@ import base64
 import binascii
 import hashlib
 import http.server
+import logging
+import socket
+import sys
 import threading
 import time
 from collections.abc import Mapping
@@ -45,10 +53,18 @@ from registry.tlog import merkle
 from registry.tlog.checkpoint import Checkpoint, CosignatureSigner, cosign, open_checkpoint, parse_checkpoint
 from registry.tlog.note import Ed25519Verifier, parse_note
 
+log = logging.getLogger(__name__)
+
 #: The largest add-checkpoint body read (a proof has at most 63 hashes; a checkpoint note is small).
 MAX_REQUEST_BYTES = 64 * 1024
 MAX_PROOF_HASHES = 63
 SIZE_CONTENT_TYPE = "text/x.tlog.size"
+#: How long one connection may take, from accept to answer, whatever the pace of its bytes.
+REQUEST_DEADLINE_SECONDS = 10.0
+#: How many connections are served at once; one more is answered 503.
+MAX_CONNECTIONS = 64
+_BUSY = (b"HTTP/1.0 503 Service Unavailable\r\nContent-Type: text/plain; charset=utf-8\r\n"
+         b"Content-Length: 13\r\nRetry-After: 1\r\nConnection: close\r\n\r\ntoo many now\n")
 
 
 @dataclass(frozen=True)
@@ -90,6 +106,9 @@ def parse_add_checkpoint(body: bytes) -> AddCheckpoint:
     size = first.removeprefix("old ")
     if size == first or not size.isascii() or not size.isdigit() or (size != "0" and size[0] == "0"):
         raise MalformedNoteError("the first line is not 'old <size>'")
+    # Bounded before int(): past 4,300 digits int() raises ValueError (the connection dropped, no answer).
+    if len(size) > len(str(merkle.MAX_TREE_SIZE)):
+        raise MalformedNoteError("the old size is larger than any tree's")
     proof = []
     for line in lines[1:]:
         try:
@@ -171,12 +190,66 @@ class Witness:
         return WitnessAnswer(200, signature.line().encode())
 
 
-def make_server(witness: Witness, host: str, port: int) -> http.server.HTTPServer:
-    """An HTTP server answering ``POST /add-checkpoint`` for ``witness`` (one request at a time) and
-    ``GET /healthz``."""
+class _WitnessHTTPServer(http.server.ThreadingHTTPServer):
+    """A thread per connection, at most ``max_connections`` at once, each shut at its deadline."""
+
+    daemon_threads = True
+    block_on_close = False
+
+    def __init__(self, address: tuple[str, int], handler: type[http.server.BaseHTTPRequestHandler], *,
+                 max_connections: int, deadline: float) -> None:
+        super().__init__(address, handler)
+        self.deadline = deadline
+        self._slots = threading.BoundedSemaphore(max_connections)
+
+    def process_request(self, request, client_address) -> None:  # type: ignore[no-untyped-def]
+        if not self._slots.acquire(blocking=False):
+            try:
+                request.sendall(_BUSY)  # a few bytes into a fresh socket's buffer: does not block
+            except OSError:
+                pass
+            self.shutdown_request(request)
+            return
+        try:
+            super().process_request(request, client_address)
+        except BaseException:
+            self._slots.release()
+            raise
+
+    def process_request_thread(self, request, client_address) -> None:  # type: ignore[no-untyped-def]
+        # The per-read timeout alone lets a client that sends a byte now and then hold a thread for ever:
+        # at the deadline the socket is shut, which ends any read or write on it.
+        timer = threading.Timer(self.deadline, _shut, args=(request,))
+        timer.daemon = True
+        timer.start()
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            timer.cancel()
+            self._slots.release()
+
+    def handle_error(self, request, client_address) -> None:  # type: ignore[no-untyped-def]
+        # A client that went away or ran past its deadline is routine; anything else is worth a trace.
+        if isinstance(sys.exc_info()[1], OSError):
+            log.debug("connection from %s ended early", client_address[0])
+        else:
+            log.warning("request from %s failed", client_address[0], exc_info=True)
+
+
+def _shut(connection: socket.socket) -> None:
+    try:
+        connection.shutdown(socket.SHUT_RDWR)
+    except OSError:
+        pass  # closed already
+
+
+def make_server(witness: Witness, host: str, port: int, *, max_connections: int = MAX_CONNECTIONS,
+                deadline: float = REQUEST_DEADLINE_SECONDS) -> http.server.HTTPServer:
+    """An HTTP server answering ``POST /add-checkpoint`` for ``witness`` and ``GET /healthz``: connections
+    are served concurrently, at most ``max_connections`` at once, each within ``deadline`` seconds."""
 
     class _AddCheckpointHandler(http.server.BaseHTTPRequestHandler):
-        timeout = 10  # a slow client is dropped, not waited for
+        timeout = deadline  # no read waits longer than the whole request may take
 
         def do_GET(self) -> None:  # noqa: N802 (http.server's name)
             self._answer(WitnessAnswer(200, b"ok\n") if self.path == "/healthz" else WitnessAnswer(404, b"not found\n"))
@@ -190,7 +263,10 @@ def make_server(witness: Witness, host: str, port: int) -> http.server.HTTPServe
                 return self._answer(WitnessAnswer(411, b"a Content-Length is required\n"))
             if not 0 <= length <= MAX_REQUEST_BYTES:
                 return self._answer(WitnessAnswer(413, b"request too large\n"))
-            self._answer(witness.add_checkpoint(self.rfile.read(length)))
+            body = self.rfile.read(length)
+            if len(body) < length:
+                return  # the client went away, or its deadline passed: nobody to answer
+            self._answer(witness.add_checkpoint(body))
 
         def _answer(self, answer: WitnessAnswer) -> None:
             self.send_response(answer.status)
@@ -202,4 +278,5 @@ def make_server(witness: Witness, host: str, port: int) -> http.server.HTTPServe
         def log_message(self, format: str, *args: object) -> None:  # noqa: A002 (http.server's name)
             pass
 
-    return http.server.HTTPServer((host, port), _AddCheckpointHandler)
+    return _WitnessHTTPServer((host, port), _AddCheckpointHandler, max_connections=max_connections,
+                              deadline=deadline)

@@ -8,7 +8,8 @@ needs a process that runs when nobody appends, and the service transactions that
 short and key-free. Several processes may race for the same head; the checkpoint is written once.
 
 The same tick queues the verifiable log's ``integrate_audit_log`` job when the chain has events the
-log has not integrated or a log checkpoint may be due (``registry.services.tlog.arm_integration``).
+log has not integrated, a log checkpoint may be due, or the newest checkpoint still lacks its witnesses'
+quorum, due after a back-off (``registry.services.tlog.arm_integration``).
 """
 
 from __future__ import annotations
@@ -42,7 +43,8 @@ def run_checkpoints(container: Container, stop: threading.Event) -> None:
             log.warning("audit checkpoint failed", exc_info=True)
         try:
             with container.session_factory() as session:
-                tlog.arm_integration(session, now=container.clock.now())
+                tlog.arm_integration(session, now=container.clock.now(), witnesses=settings.log_witnesses,
+                                     quorum=settings.log_witness_quorum)
         except Exception:
             log.warning("queueing the audit log's integration failed", exc_info=True)
 

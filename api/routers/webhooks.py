@@ -17,7 +17,13 @@ from api.schemas import (
     WebhookRedeliver,
     WebhookRotate,
 )
-from registry.domain.errors import EgressRefusedError, LimitExceededError, NotFoundError, WebhookNotFoundError
+from registry.domain.errors import (
+    EgressRefusedError,
+    LimitExceededError,
+    NotFoundError,
+    WebhookNotFoundError,
+    WebhookPingsInFlightError,
+)
 from registry.services import webhooks
 
 WebhookId = Annotated[int, Path(ge=1, le=2**63 - 1, description="the webhook's id")]
@@ -79,11 +85,10 @@ def rotate_secret(webhook_id: WebhookId, body: WebhookRotate, session: SessionDe
     return {**webhooks.public(sub), "secret": secret}
 
 
-@router.post("/{webhook_id}/test", response_model=WebhookDeliveryPublic)
+@router.post("/{webhook_id}/test", response_model=WebhookDeliveryPublic, status_code=status.HTTP_202_ACCEPTED,
+             responses=responses(WebhookPingsInFlightError))
 def test_webhook(webhook_id: WebhookId, session: SessionDep, principal: PrincipalDep,
                  container: ContainerDep) -> dict[str, Any]:
-    """Send a ``dev.modelreg.webhook.test`` ping now, through the egress guard and its time bounds;
-    the answer is the recorded delivery (a failed one too)."""
-    config = webhooks.DeliveryConfig.from_settings(container.settings)
-    return webhooks.delivery_public(webhooks.send_test(session, principal, webhook_id, config=config,
-                                                       clock=container.clock))
+    """Queue a ``dev.modelreg.webhook.test`` ping for the delivery workers; the answer is the pending
+    delivery, whose result is read like any delivery's (``GET .../deliveries``) once they sent it."""
+    return webhooks.delivery_public(webhooks.send_test(session, principal, webhook_id, clock=container.clock))

@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+import time
 from typing import Any, Optional
 
 import typer
@@ -14,6 +15,9 @@ from registry.cli._base import JsonOpt, TokenOpt, UrlOpt, _client, _emit, app
 
 webhook_app = typer.Typer(help="Webhooks: events POSTed to your URL (tenant admins).", no_args_is_help=True)
 app.add_typer(webhook_app, name="webhook")
+
+#: How often ``webhook test`` asks whether its ping was sent.
+POLL_SECONDS = 0.5
 
 
 def _line(w: dict[str, Any]) -> str:
@@ -71,7 +75,7 @@ def webhook_deliveries(webhook_id: int = typer.Argument(..., min=1),
     """Delivery attempts, newest first."""
     with _client(url, token) as client:
         found = client.webhook_deliveries(webhook_id, limit)
-    _emit(found, as_json, [f"{d['at']}  {d['event_id']}  {d['event_type']}  attempt {d['attempt']}  "
+    _emit(found, as_json, [f"{d['at']}  {d['event_id']}  {d['event_type']}  attempt {d['attempt']}  {d['state']}  "
                            f"{d['status_code'] or '-'}  {d['duration_ms']} ms  {d['error'] or ''}".rstrip()
                            for d in found] or ["no deliveries"])
 
@@ -87,13 +91,27 @@ def webhook_redeliver(webhook_id: int = typer.Argument(..., min=1),
 
 
 @webhook_app.command("test")
-def webhook_test(webhook_id: int = typer.Argument(..., min=1), url: str = UrlOpt, token: str = TokenOpt,
-                 as_json: bool = JsonOpt) -> None:
-    """Send a dev.modelreg.webhook.test ping now; exits 1 unless the receiver answered 2xx."""
+def webhook_test(webhook_id: int = typer.Argument(..., min=1),
+                 wait: float = typer.Option(60.0, "--wait", min=0,
+                                            help="seconds to wait for the workers to send it (0: print the "
+                                                 "pending delivery and return)"),
+                 url: str = UrlOpt, token: str = TokenOpt, as_json: bool = JsonOpt) -> None:
+    """Queue a dev.modelreg.webhook.test ping (the delivery workers send it) and wait for its answer;
+    exits 1 unless the receiver answered 2xx (or, with --wait 0, unless it was queued)."""
     with _client(url, token) as client:
         d = client.test_webhook(webhook_id)
+        deadline = time.monotonic() + wait
+        while wait and d["state"] == "pending" and time.monotonic() < deadline:
+            time.sleep(POLL_SECONDS)
+            d = client.webhook_delivery(webhook_id, d["id"]) or d
+    if d["state"] == "pending":
+        _emit(d, as_json, f"delivery {d['id']} ({d['event_id']}): pending; read it with "
+                          f"`modelreg webhook deliveries {webhook_id}`")
+        if wait:
+            raise typer.Exit(1)
+        return
     _emit(d, as_json, f"{d['event_id']}: {d['status_code'] or '-'} in {d['duration_ms']} ms {d['error'] or ''}")
-    if not (d["status_code"] and 200 <= d["status_code"] < 300):
+    if d["state"] != "delivered":
         raise typer.Exit(1)
 
 

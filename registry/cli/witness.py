@@ -19,6 +19,10 @@ def witness(
                                                                       "of each log is kept."),
     host: str = typer.Option("127.0.0.1", "--host", help="Address to listen on."),
     port: int = typer.Option(8790, "--port", help="Port to listen on."),
+    max_connections: int = typer.Option(64, "--max-connections", min=1,
+                                        help="Connections served at once; one more is answered 503."),
+    request_deadline: float = typer.Option(10.0, "--request-deadline", min=0.1,
+                                           help="Seconds one connection may take, from accept to answer."),
     init: Optional[str] = typer.Option(None, "--init", metavar="NAME",
                                        help="Create the key file for a witness named NAME (unless it exists), "
                                             "print its verifier key and exit."),
@@ -57,7 +61,8 @@ def witness(
         if logs[origin].name != origin:
             raise CliError(f"--log {origin}: the key names {logs[origin].name!r}, not the origin")
     state_dir.mkdir(parents=True, exist_ok=True)
-    server = make_server(Witness(signer, logs, state_dir), host, port)
+    server = make_server(Witness(signer, logs, state_dir), host, port, max_connections=max_connections,
+                         deadline=request_deadline)
     listening = f"http://{host}:{server.server_address[1]}"
     if as_json:
         typer.echo(json.dumps({"url": listening, "verifier_key": signer.verifier().vkey, "logs": sorted(logs)}))

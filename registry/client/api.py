@@ -373,7 +373,14 @@ class RegistryApi:
         return self.client.post(f"/v1/webhooks/{int(webhook_id)}/redeliver", json={"from_event": from_event})
 
     def test_webhook(self, webhook_id: int) -> dict[str, Any]:
+        """Queue a test ping; the pending delivery (the workers send it: read it with :meth:`webhook_delivery`)."""
         return self.client.post(f"/v1/webhooks/{int(webhook_id)}/test")
+
+    def webhook_delivery(self, webhook_id: int, delivery_id: int) -> dict[str, Any] | None:
+        """One delivery of the webhook, by its id (None when there is none)."""
+        found = self.client.get(f"/v1/webhooks/{int(webhook_id)}/deliveries",
+                                params={"before": int(delivery_id) + 1, "limit": 1})
+        return found[0] if found and found[0]["id"] == delivery_id else None
 
     def rotate_webhook_secret(self, webhook_id: int, keep_previous_seconds: float) -> dict[str, Any]:
         return self.client.post(f"/v1/webhooks/{int(webhook_id)}/rotate-secret",

@@ -815,6 +815,8 @@ class WebhookDelivery(Base):
     error: Mapped[str | None] = mapped_column(String(1024))
     duration_ms: Mapped[int] = mapped_column(Integer)
     at: Mapped[dt.datetime]
+    pending_event: Mapped[dict[str, Any] | None]
+    """A test ping's CloudEvent while it waits for the subscription's delivery job to send it (then None)."""
 
 
 class NodeBinding(Base):

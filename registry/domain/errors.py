@@ -592,6 +592,16 @@ class WebhookNotFoundError(NotFoundError):
         super().__init__(f"no webhook {subscription_id}", subscription_id=subscription_id)
 
 
+class WebhookPingsInFlightError(ConflictError):
+    """The tenant has ``limit`` test pings waiting to be sent already: another waits until one is done."""
+
+    code = "webhook-pings-in-flight"
+
+    def __init__(self, tenant: str, limit: int) -> None:
+        super().__init__(f"tenant {tenant!r} has {limit} webhook test pings in flight, the most it may have; "
+                         "read their deliveries and try again once one is done", tenant=tenant, limit=limit)
+
+
 # --- the verifiable log (registry/tlog) -----------------------------------------------------
 
 

@@ -37,6 +37,7 @@ from registry.audit import event_body, event_commitment
 from registry.db.models import AuditEvent, AuditHead, Job, LogCosignature, LogHead, LogTile
 from registry.db.session import begin_write, is_postgres
 from registry.jobs import DEAD, QUEUED, SUCCEEDED, JobKind, enqueue_job, job_key
+from registry.settings import LogWitness
 from registry.domain.errors import (
     InvalidTileError,
     LogProofRequestError,
@@ -93,29 +94,81 @@ def integrate_audit_log(session_factory: sessionmaker[Session], *, batch: int = 
             return Integration(first, size, root)
 
 
-def arm_integration(session: Session, *, now: dt.datetime) -> bool:
-    """Queue the ``integrate_audit_log`` job when the chain has events the log has not integrated, or a
-    checkpoint may be due (the log grew since the last one); commits. The job keeps one key for ever: a
-    finished one is queued again, and one queued or running already is left alone.
+#: The shortest and longest wait between two submissions of one checkpoint to witnesses that lack its
+#: cosignature: each wait is as long as the checkpoint has gone uncosigned since it was signed, within these.
+WITNESS_RETRY_MIN = dt.timedelta(seconds=5)
+WITNESS_RETRY_MAX = dt.timedelta(minutes=5)
+
+
+def arm_integration(session: Session, *, now: dt.datetime, witnesses: Sequence[LogWitness] = (),
+                    quorum: int = 0) -> bool:
+    """Queue the ``integrate_audit_log`` job when the chain has events the log has not integrated, a
+    checkpoint may be due (the log grew since the last one), or the newest checkpoint lacks its witnesses'
+    quorum while a witness with a URL has not cosigned it; commits. The job keeps one key for ever: a
+    finished one is queued again, and one queued or running already is left alone (one waiting out its
+    back-off is made due at once when there is log work).
+
+    A missing quorum is asked again with back-off, on the job's due time: the job re-submits the newest
+    checkpoint to the witnesses lacking its cosignature (a witness that was down, or a connection that
+    failed), each wait as long as the checkpoint has gone uncosigned (between :data:`WITNESS_RETRY_MIN` and
+    :data:`WITNESS_RETRY_MAX`), until the quorum holds.
+
+    Args:
+        session: a session with no transaction of the caller's open.
+        now: the time by the registry's clock.
+        witnesses: the log's witnesses (``settings.log_witnesses``).
+        quorum: how many of them must cosign (``settings.log_witness_quorum``; at least one is asked for
+            when any has a URL).
 
     Returns:
         Whether there was work to queue.
     """
     chain = session.scalar(select(AuditHead.last_event_id).where(AuditHead.id == 1)) or 0
-    head = session.execute(select(LogHead.size, LogHead.checkpoint_size).where(LogHead.id == LOG_HEAD_ID)).first()
+    head = session.execute(select(LogHead.size, LogHead.checkpoint_size, LogHead.checkpoint_at)
+                           .where(LogHead.id == LOG_HEAD_ID)).first()
     size, signed = (head.size, head.checkpoint_size) if head else (0, 0)
-    if chain <= size and size <= signed:
+    log_work = chain > size or size > signed
+    if not log_work and not _cosignatures_wanted(session, witnesses, quorum):
         session.rollback()
         return False
     key = job_key(JobKind.INTEGRATE_AUDIT_LOG.value)
-    revived = session.execute(
-        update(Job).where(Job.idempotency_key == key, Job.state.in_([SUCCEEDED, DEAD]))
-        .values(state=QUEUED, attempts=0, run_after=now, last_error=None, finished_at=None, lease_expires_at=None,
-                locked_by=None))
-    if revived.rowcount == 0:
+    job = session.execute(select(Job.state, Job.finished_at).where(Job.idempotency_key == key)).first()
+    if job is None:
         enqueue_job(session, JobKind.INTEGRATE_AUDIT_LOG, {}, run_after=now)
+    elif job.state in (SUCCEEDED, DEAD):
+        due = now
+        if not log_work and job.finished_at is not None and head.checkpoint_at is not None:
+            # The last run (which submitted) ended at finished_at: wait as long again as the checkpoint
+            # has waited for its cosignatures, so a witness down for long is asked rarely, never given up.
+            waited = max(job.finished_at - head.checkpoint_at, dt.timedelta(0))
+            due = job.finished_at + min(max(waited, WITNESS_RETRY_MIN), WITNESS_RETRY_MAX)
+        session.execute(
+            update(Job).where(Job.idempotency_key == key, Job.state.in_([SUCCEEDED, DEAD]))
+            .values(state=QUEUED, attempts=0, run_after=due, last_error=None, finished_at=None,
+                    lease_expires_at=None, locked_by=None))
+    elif log_work:
+        # A job waiting out a witness back-off must not hold back new events' integration.
+        session.execute(update(Job).where(Job.idempotency_key == key, Job.state == QUEUED, Job.run_after > now)
+                        .values(run_after=now))
     session.commit()
     return True
+
+
+def _cosignatures_wanted(session: Session, witnesses: Sequence[LogWitness], quorum: int) -> bool:
+    """Whether the newest checkpoint has fewer than ``quorum`` (at least one) cosignatures of ``witnesses``
+    while one of them with a URL has not cosigned it."""
+    submitting = {w.verifier_key for w in witnesses if w.url is not None}
+    if not submitting:
+        return False
+    note = latest_checkpoint(session)
+    if note is None:
+        return False
+    checkpoint = parse_checkpoint(parse_note(note.encode()).text)
+    have = set(session.scalars(select(LogCosignature.witness_key)
+                               .where(LogCosignature.checkpoint_size == checkpoint.size,
+                                      LogCosignature.root == checkpoint.root_hash,
+                                      LogCosignature.witness_key.in_({w.verifier_key for w in witnesses}))).all())
+    return len(have) < max(quorum, 1) and bool(submitting - have)
 
 
 def _integrate_batch(session: Session, batch: int) -> tuple[int, int, bytes]:

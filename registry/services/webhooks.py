@@ -16,7 +16,13 @@ waits for ``redeliver``. The network work happens outside any transaction, throu
 Noticing new events (``arm_due``): workers call it every ``webhook_poll_seconds``. It moves the cursor of
 each subscription with nothing to read in its tenant up to the head (one statement), and queues the job of
 each active subscription still behind whose retry is due (one query, then one statement per such
-subscription). Nothing of this happens in an API request.
+subscription), and the job of each subscription with a test ping waiting. Nothing of this happens in an
+API request.
+
+Test pings (``send_test``): the request only records a pending delivery holding the ping's CloudEvent and
+queues the subscription's job, which sends its pings first (paused or failing, too) and records each
+answer on that delivery; a tenant has at most :data:`MAX_PINGS_IN_FLIGHT` waiting, so no API thread and
+no unbounded share of the workers waits on a slow receiver.
 
 Usage (a sketch, not run as a doctest)::
 
@@ -33,22 +39,29 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import delete, exists, func, or_, select, update
+from sqlalchemy import delete, exists, func, null, or_, select, update
 from sqlalchemy.orm import Session, sessionmaker
 
 from registry import audit
 from registry.auth import AuthenticatedPrincipal, Permission, get_tenant, require
 from registry.clock import Clock
 from registry.db.session import begin_write
-from registry.db.models import AuditEvent, Job, WebhookDelivery, WebhookSubscription
+from registry.db.models import AuditEvent, Job, Tenant, WebhookDelivery, WebhookSubscription
 from registry.domain import events as catalogue
 from registry.domain import webhooks as hooks
-from registry.domain.errors import InvalidInputError, LimitExceededError, WebhookNotFoundError
+from registry.domain.errors import (
+    InvalidInputError,
+    LimitExceededError,
+    WebhookNotFoundError,
+    WebhookPingsInFlightError,
+)
 from registry.jobs import DEAD, QUEUED, SUCCEEDED, JobKind, enqueue_job, job_key
 from registry.net import egress
 from registry.services.events import head, row_of
 
 MAX_SUBSCRIPTIONS_PER_TENANT = 100
+MAX_PINGS_IN_FLIGHT = 5
+"""The most test pings a tenant may have waiting to be sent (``send_test``)."""
 MAX_DELIVERIES_PAGE = 500
 EVENTS_PER_RUN = 100
 """The most events one job run delivers: then it ends, and the next tick queues it again."""
@@ -266,7 +279,14 @@ def public(sub: WebhookSubscription) -> dict[str, Any]:
 
 
 def delivery_public(d: WebhookDelivery) -> dict[str, Any]:
-    return {"id": d.id, "event_id": d.event_id, "event_type": d.event_type, "attempt": d.attempt,
+    """What the API shows of a delivery; ``state`` is ``pending`` (a ping not sent yet), ``delivered``
+    (answered 2xx) or ``failed``."""
+    if d.pending_event is not None:
+        state = "pending"
+    else:
+        state = "delivered" if d.error is None and d.status_code is not None and 200 <= d.status_code < 300 \
+            else "failed"
+    return {"id": d.id, "event_id": d.event_id, "event_type": d.event_type, "attempt": d.attempt, "state": state,
             "status_code": d.status_code, "error": d.error, "duration_ms": d.duration_ms, "at": d.at.isoformat()}
 
 
@@ -300,24 +320,64 @@ def _record(session: Session, sub_id: int, event_id: str, event_type: str, attem
 
 
 def send_test(session: Session, principal: AuthenticatedPrincipal, subscription_id: int, *,
-              config: DeliveryConfig, clock: Clock) -> WebhookDelivery:
-    """Send a ``dev.modelreg.webhook.test`` ping now, directly (through the guard and its bounds), and
-    record it as a delivery; it moves no cursor. Commits. Returns the delivery."""
+              clock: Clock) -> WebhookDelivery:
+    """Queue a ``dev.modelreg.webhook.test`` ping: a pending delivery that the subscription's delivery job
+    sends (through the guard and its bounds, paused or not) and records like any delivery; it moves no
+    cursor. Commits; no network work here. Returns the pending delivery (read its result by its id).
+
+    Raises:
+        WebhookNotFoundError: no such webhook, or not the caller's to manage.
+        WebhookPingsInFlightError: the tenant has :data:`MAX_PINGS_IN_FLIGHT` pings pending already.
+    """
+    begin_write(session)
     sub = _manageable(session, principal, subscription_id)
+    # The tenant's row lock serializes the count and the insert (PostgreSQL; SQLite's write lock already).
+    session.execute(select(Tenant.id).where(Tenant.name == sub.tenant).with_for_update())
+    in_flight = session.scalar(
+        select(func.count()).select_from(WebhookDelivery).join(WebhookSubscription)
+        .where(WebhookSubscription.tenant == sub.tenant, WebhookDelivery.pending_event.is_not(None))) or 0
+    if in_flight >= MAX_PINGS_IN_FLIGHT:
+        raise WebhookPingsInFlightError(sub.tenant, MAX_PINGS_IN_FLIGHT)
     now = clock.now()
     event = {"specversion": catalogue.SPEC_VERSION, "id": f"test-{uuid.uuid4().hex}", "type": hooks.TEST_TYPE,
              "source": catalogue.source_of(sub.tenant), "subject": f"webhook/{sub.id}",
              "time": now.strftime("%Y-%m-%dT%H:%M:%S.%fZ"), "datacontenttype": catalogue.DATA_CONTENT_TYPE,
              "data": {"tenant": sub.tenant, "webhook": sub.id, "actor": principal.name}}
-    url, secrets = sub.url, signing_secrets(sub, now)
-    # No transaction stays open while the receiver takes its time.
+    delivery = WebhookDelivery(subscription_id=sub.id, event_id=event["id"], event_type=hooks.TEST_TYPE, attempt=1,
+                               status_code=None, error=None, duration_ms=0, at=now, pending_event=event)
+    session.add(delivery)
+    arm(session, sub.id, sub.tenant, now)
     session.commit()
-    answer = _send(url, event["id"], body_of(event), secrets, config, clock)
-    begin_write(session)
-    _record(session, subscription_id, event["id"], hooks.TEST_TYPE, 1, answer, clock.now())
-    session.commit()
-    return session.scalars(select(WebhookDelivery).where(WebhookDelivery.subscription_id == subscription_id)
-                           .order_by(WebhookDelivery.id.desc()).limit(1)).one()
+    return delivery
+
+
+def _send_pings(session_factory: sessionmaker[Session], subscription_id: int, *, config: DeliveryConfig,
+                clock: Clock) -> int:
+    """Send the subscription's pending test pings, oldest first, and record each answer; returns how many.
+    A ping sent twice (a run killed before recording it) carries the same ``webhook-id``."""
+    sent = 0
+    for _ in range(MAX_PINGS_IN_FLIGHT):
+        with session_factory() as session:
+            sub = session.get(WebhookSubscription, subscription_id)
+            ping = session.scalars(select(WebhookDelivery).where(WebhookDelivery.subscription_id == subscription_id,
+                                                                 WebhookDelivery.pending_event.is_not(None))
+                                   .order_by(WebhookDelivery.id).limit(1)).first()
+            if sub is None or ping is None:
+                return sent
+            ping_id, event, url, secrets = ping.id, ping.pending_event, sub.url, signing_secrets(sub, clock.now())
+            session.rollback()
+        answer = _send(url, event["id"], body_of(event), secrets, config, clock)
+        error = answer.error if answer.error is not None or answer.ok else f"answered {answer.status}"
+        with session_factory() as session:
+            begin_write(session)
+            session.execute(update(WebhookDelivery)
+                            .where(WebhookDelivery.id == ping_id, WebhookDelivery.pending_event.is_not(None))
+                            .values(status_code=answer.status, error=error[:1000] if error else None,
+                                    duration_ms=int(answer.duration * 1000), at=clock.now(),
+                                    pending_event=null()))  # SQL NULL, not JSON null
+            session.commit()
+        sent += 1
+    return sent
 
 
 @dataclass(frozen=True, slots=True)
@@ -375,6 +435,7 @@ def deliver(session_factory: sessionmaker[Session], subscription_id: int, *, con
     """The ``deliver_webhook`` job: send the subscription's events after its cursor, in order, until it is
     caught up, an event fails (its retry is scheduled, or the subscription paused), or the run's share
     (:data:`EVENTS_PER_RUN`, :data:`RUN_SECONDS`) is used. Idempotent; returns the events delivered."""
+    _send_pings(session_factory, subscription_id, config=config, clock=clock)
     delivered = 0
     started = time.monotonic()
     while delivered < EVENTS_PER_RUN and time.monotonic() - started < RUN_SECONDS:
@@ -475,6 +536,12 @@ def arm_due(session: Session, *, clock: Clock) -> int:
                                          or_(sub.cursor < newest, sub.cursor_part > 0),
                                          or_(sub.next_attempt_at.is_(None), sub.next_attempt_at <= now))
         .order_by(sub.id).limit(10_000)).all()
+    # A ping queued while its subscription's job was past its ping phase waits for this tick.
+    pinged = session.execute(
+        select(sub.id, sub.tenant).where(exists().where(WebhookDelivery.subscription_id == sub.id,
+                                                        WebhookDelivery.pending_event.is_not(None)))
+        .order_by(sub.id).limit(10_000)).all()
+    due = sorted(set(due) | set(pinged))
     for subscription_id, tenant in due:
         arm(session, subscription_id, tenant, now)
     session.commit()

@@ -77,7 +77,10 @@ def parse_checkpoint(text: str) -> Checkpoint:
         raise MalformedCheckpointError("a control character")
     origin, size_line, root_line, *extensions = lines
     if not size_line.isascii() or not size_line.isdigit() or (size_line != "0" and size_line[0] == "0"):
-        raise MalformedCheckpointError(f"tree size {size_line!r} is not a decimal with no leading zeroes")
+        raise MalformedCheckpointError(f"tree size {size_line[:40]!r} is not a decimal with no leading zeroes")
+    # Bounded before int(): past 4,300 digits int() raises ValueError, not a malformed-checkpoint error.
+    if len(size_line) > len(str(MAX_TREE_SIZE)):
+        raise MalformedCheckpointError(f"tree size of {len(size_line)} digits is out of range")
     size = int(size_line)
     try:
         root = base64.b64decode(root_line, validate=True)

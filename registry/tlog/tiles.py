@@ -89,7 +89,11 @@ def parse_tile_path(path: str) -> Tile | EntryBundle:
     if not all(len(g) == 3 and g.isascii() and g.isdigit() for g in [groups[-1], *(g[1:] for g in groups[:-1])]) \
             or not all(g.startswith("x") for g in groups[:-1]):
         raise InvalidTileError("the index is not written in 3-digit elements, all but the last with x", path=path)
-    index = int("".join(g.removeprefix("x") for g in groups))
+    digits = "".join(g.removeprefix("x") for g in groups)
+    # Bounded before int(): past 4,300 digits int() raises ValueError; no tree has a tile index this long.
+    if len(digits) > len(str(MAX_TREE_SIZE)):
+        raise InvalidTileError("the index is larger than any tree's", path=path)
+    index = int(digits)
     tile: Tile | EntryBundle
     if parts[1] == "entries":
         tile = EntryBundle(index, width)

@@ -168,7 +168,7 @@ RULES: dict[tuple[str, str], Rule] = {
                                                           lambda w, t: {"json": {}}),
     ("POST", "/v1/webhooks/{webhook_id}/rotate-secret"): Rule(TENANT_ADMIN_ELSE_NOT_FOUND, 200,
                                                               lambda w, t: {"json": {}}),
-    ("POST", "/v1/webhooks/{webhook_id}/test"): Rule(TENANT_ADMIN_ELSE_NOT_FOUND, 200),
+    ("POST", "/v1/webhooks/{webhook_id}/test"): Rule(TENANT_ADMIN_ELSE_NOT_FOUND, 202),
     ("GET", "/v1/audit/verify"): Rule(ADMIN, 200),
     ("GET", "/v1/audit/checkpoints"): Rule(AUDITS_ANY_TENANT, 200),
     ("POST", "/v1/scans/rescan"): Rule(ADMIN, 202),

@@ -96,13 +96,16 @@ def test_proofs_fetched_over_http_verify_with_the_pure_core(log):
 BAD_TILE_PATHS = [
     "tile/0/0", "tile/0/000.p/0", "tile/0/000.p/256", "tile/00/000", "tile/0/x000", "tile/0/001/002",
     "tile/0/003", "tile/0/002.p/189", "tile/3/000.p/1", "tile/entries/003", "tile/-1/000", "tile/0/000.p/01",
-    "tile/entries/", "tile/64/000"]
+    "tile/entries/", "tile/64/000",
+    # An index of 4,503 digits (past int()'s 4,300): a 404, not a 500.
+    "tile/0/" + "x999/" * 1500 + "999", "tile/entries/" + "x123/" * 1500 + "456.p/7"]
 BAD_PROOFS = [
     ("inclusion", {"index": 5, "size": 5}, 422, "log-proof-request-invalid"),
     ("inclusion", {"index": 0, "size": EVENTS + 1}, 404, "log-tree-not-found"),
     ("inclusion", {"index": -1, "size": 3}, 422, None),
     ("consistency", {"first": 9, "second": 3}, 422, "log-proof-request-invalid"),
     ("consistency", {"first": 1, "second": 2**63}, 422, None),
+    ("consistency", {"first": 1, "second": "9" * 5000}, 422, None),
     ("consistency", {"first": 1, "second": EVENTS + 1}, 404, "log-tree-not-found"),
 ]
 

@@ -4,7 +4,8 @@ to a real receiver; the worker is killed with SIGKILL in the middle of a deliver
 What is checked: the tenant admin subscribes with the CLI; events arrive in order, each verified by the
 ``standardwebhooks`` library and parsed by ``cloudevents``; the event being delivered when the worker
 died is delivered again by the next worker with the same ``webhook-id`` and nothing is lost or reordered;
-a receiver down for a while gets everything, in order, once it is back.
+a receiver down for a while gets everything, in order, once it is back; ``modelreg webhook test`` queues a
+ping the worker sends and waits for its answer.
 """
 
 from __future__ import annotations
@@ -112,6 +113,10 @@ def test_order_holds_across_a_kill_of_the_delivering_worker_and_a_receiver_outag
             assert shown["state"] == "active" and shown["failed_attempts"] == 0
             refused = server.cli("webhook", "add", "http://169.254.169.254/", "--tenant", T, "--type", "*")
             assert refused.returncode == 1 and "link-local" in refused.stderr, refused.stderr
+            # A test ping goes through the worker; the CLI waits for its answer.
+            ping = json.loads(server.cli("webhook", "test", str(added["id"]), "--json", check=True).stdout)
+            assert (ping["state"], ping["status_code"]) == ("delivered", 204), ping
+            assert hook.requests[-1].headers["webhook-id"] == ping["event_id"]
         worker.send_signal(signal.SIGTERM)
         assert worker.wait(timeout=30) == 0, log.read_text()[-3000:]
     finally:

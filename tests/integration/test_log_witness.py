@@ -4,6 +4,9 @@ signature, an unknown log); what it accepted survives a restart."""
 
 from __future__ import annotations
 
+import socket
+import threading
+
 import httpx
 import pytest
 
@@ -84,6 +87,11 @@ def test_a_witness_refuses_every_checkpoint_that_is_not_an_extension(tmp_path, l
                      b"old 9\n\nnot a note"):
             assert w.add_checkpoint(body).status_code == 400, body
         assert w.add_checkpoint(b"x" * (MAX_REQUEST_BYTES + 1)).status_code == 413
+        # Sizes past int()'s 4,300 digits, in the old line and in the checkpoint: answered 400, not dropped.
+        huge = "9" * 5000
+        assert w.add_checkpoint(f"old {huge}\n\n".encode() + log.checkpoint(20)).status_code == 400
+        note = log.checkpoint(20).replace(b"\n20\n", f"\n{huge}\n".encode(), 1)
+        assert w.add_checkpoint(b"old 9\n\n" + note).status_code == 400
         # None of that moved it: the honest extension is still cosigned.
         assert w.add_checkpoint(log.submission(9, 20)).status_code == 200
 
@@ -99,3 +107,71 @@ def test_what_a_witness_accepted_survives_its_restart_and_only_success_is_kept(t
         answer = w.add_checkpoint(log.submission(0, 12))
         assert (answer.status_code, answer.text) == (409, "9\n")
         assert w.add_checkpoint(log.submission(9, 12)).status_code == 200
+
+
+class SlowClient:
+    """A connection that sends the start of a request and then one byte whenever 0.3 s pass without an
+    answer, so no single read ever times out; it records when the witness shut it."""
+
+    def __init__(self, url: str) -> None:
+        host, port = url.removeprefix("http://").split(":")
+        self.sock = socket.create_connection((host, int(port)), timeout=10)
+        self.sock.sendall(b"POST /add-checkpoint HTTP/1.1\r\nHost: witness\r\nX-Slow: ")
+        self.answer, self.closed, self.stop = b"", threading.Event(), threading.Event()
+        self.thread = threading.Thread(target=self._trickle, daemon=True)
+        self.thread.start()
+
+    def _trickle(self) -> None:
+        self.sock.settimeout(0.3)
+        try:
+            while not self.stop.is_set():
+                try:
+                    data = self.sock.recv(4096)
+                except TimeoutError:
+                    self.sock.sendall(b"x")
+                    continue
+                if not data:
+                    break
+                self.answer += data
+        except OSError:
+            pass  # reset or broken pipe: shut by the witness
+        finally:
+            self.closed.set()
+
+    def close(self) -> None:
+        self.stop.set()
+        self.thread.join(timeout=10)
+        self.sock.close()
+
+
+def _read_all(url: str) -> bytes:
+    """Connect, send nothing, and read until the witness closes the connection."""
+    host, port = url.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port)), timeout=30) as sock:
+        data = b""
+        while chunk := sock.recv(4096):
+            data += chunk
+        return data
+
+
+def test_a_slow_client_neither_silences_the_witness_nor_holds_it_past_its_deadline(tmp_path, log):
+    args = ("--max-connections", "3", "--request-deadline", "3")
+    with running_witness(tmp_path / "w", "witness.example/w1", {ORIGIN: log.key.verifier().vkey},
+                         extra_args=args) as w:
+        slow = [SlowClient(w.url)]
+        try:
+            # While one client trickles its headers, another gets its cosignature.
+            assert w.add_checkpoint(log.submission(0, 9)).status_code == 200
+            # However its bytes trickle in, the slow connection is shut at its deadline, unanswered.
+            assert slow[0].closed.wait(timeout=60)
+            assert slow[0].answer == b""
+            # Past the bound on connections, one more is answered 503 at once, not queued behind them.
+            slow += [SlowClient(w.url) for _ in range(3)]
+            assert _read_all(w.url).startswith(b"HTTP/1.0 503")
+            for client in slow:
+                assert client.closed.wait(timeout=60)
+            # Once they are shut, the witness serves again.
+            assert w.add_checkpoint(log.submission(9, 12)).status_code == 200
+        finally:
+            for client in slow:
+                client.close()

@@ -92,6 +92,14 @@ def revoke_event(container, number: int, tenant: str = T, model: str = "llm") ->
         return row.id
 
 
+def delivery(client, token, hook_id: int, delivery_id: int) -> dict:
+    """One delivery of a webhook, read as any delivery is (the list, from its id down)."""
+    r = call(client, token, "GET", f"/v1/webhooks/{hook_id}/deliveries", params={"before": delivery_id + 1,
+                                                                                  "limit": 1})
+    assert r.status_code == 200 and r.json()[0]["id"] == delivery_id, r.text
+    return r.json()[0]
+
+
 def deliver_all(container, rounds: int = 20) -> None:
     """What the workers do: notice due subscriptions, run their jobs; until nothing is left to run."""
     for _ in range(rounds):
@@ -367,9 +375,11 @@ def test_who_may_manage_webhooks(api, container, receiver):
     metadata = call(client, tokens["admin"], "POST", "/v1/webhooks",
                     json={"tenant": T, "url": "http://169.254.169.254/latest/meta-data/", "types": ["*"]})
     assert metadata.status_code == 422 and metadata.json()["type"].endswith("/egress-refused")
-    # The ping goes straight out, through the guard, and is recorded as a delivery.
+    # The ping is queued for the delivery workers, which send it through the guard and record its answer.
     ping = call(client, tokens["admin"], "POST", f"/v1/webhooks/{hook['id']}/test")
-    assert ping.status_code == 200 and ping.json()["status_code"] == 204
+    assert ping.status_code == 202 and ping.json()["state"] == "pending"
+    deliver_all(container)
+    assert delivery(client, tokens["admin"], hook["id"], ping.json()["id"])["status_code"] == 204
     body = verified(hook["secret"], receiver.requests[-1])
     assert body["type"] == hooks.TEST_TYPE
     assert call(client, tokens["admin"], "DELETE", f"/v1/webhooks/{hook['id']}").status_code == 204
@@ -377,3 +387,40 @@ def test_who_may_manage_webhooks(api, container, receiver):
         assert session.scalars(select(WebhookSubscription)).all() == []
         actions = session.scalars(select(AuditEvent.action).where(AuditEvent.action.like("webhook.%"))).all()
     assert actions == ["webhook.created", "webhook.removed"]
+
+
+def test_a_ping_holds_no_api_thread_goes_through_the_workers_and_is_capped_per_tenant(api, container, receiver):
+    client, tokens = api
+    hook = subscribe(client, tokens["admin"], receiver.url)
+    beta = role_token(container, "badmin", "beta", "admin")
+    other = call(client, beta, "POST", "/v1/webhooks", json={"tenant": "beta", "url": receiver.url,
+                                                              "types": ["version.revoked"]}).json()
+    # The API answers at once with the pending delivery: nothing was sent from the request.
+    pings = [call(client, tokens["admin"], "POST", f"/v1/webhooks/{hook['id']}/test")
+             for _ in range(webhooks.MAX_PINGS_IN_FLIGHT)]
+    assert [p.status_code for p in pings] == [202] * webhooks.MAX_PINGS_IN_FLIGHT
+    assert {p.json()["state"] for p in pings} == {"pending"} and receiver.requests == []
+    # One more in flight is refused for this tenant; another tenant's ping is not held back by it.
+    refused = call(client, tokens["admin"], "POST", f"/v1/webhooks/{hook['id']}/test")
+    assert refused.status_code == 409 and refused.json()["type"].endswith("/webhook-pings-in-flight")
+    theirs = call(client, beta, "POST", f"/v1/webhooks/{other['id']}/test")
+    assert theirs.status_code == 202
+    # A paused webhook is pinged too (testing the receiver is how its admin finds out what is wrong).
+    with container.session_factory() as session:
+        session.get(WebhookSubscription, hook["id"]).status = hooks.PAUSED
+        session.commit()
+    deliver_all(container)
+    sent = [verified(hook["secret"], r) for r in receiver.requests if r.headers["webhook-id"].startswith("test-")
+            and r.headers["webhook-id"] != theirs.json()["event_id"]]
+    assert sorted(b["id"] for b in sent) == sorted(p.json()["event_id"] for p in pings)
+    for p in pings:
+        done = delivery(client, tokens["admin"], hook["id"], p.json()["id"])
+        assert (done["state"], done["status_code"], done["event_id"]) == ("delivered", 204, p.json()["event_id"])
+    assert delivery(client, beta, other["id"], theirs.json()["id"])["state"] == "delivered"
+    # Sent, they are no longer in flight: the tenant may ping again; a receiver's refusal is a failed delivery.
+    receiver.status = 503
+    again = call(client, tokens["admin"], "POST", f"/v1/webhooks/{hook['id']}/test")
+    assert again.status_code == 202
+    deliver_all(container)
+    failed = delivery(client, tokens["admin"], hook["id"], again.json()["id"])
+    assert (failed["state"], failed["status_code"], failed["error"]) == ("failed", 503, "answered 503")

@@ -32,15 +32,16 @@ def make_witness_key(key: Path, name: str) -> str:
 
 
 @contextmanager
-def running_witness(directory: Path, name: str, logs: dict[str, str]) -> Iterator[WitnessProcess]:
+def running_witness(directory: Path, name: str, logs: dict[str, str], *, port: int | None = None,
+                    extra_args: tuple[str, ...] = ()) -> Iterator[WitnessProcess]:
     """``modelreg witness`` for ``logs`` (origin to verifier key), its key and state under ``directory``
-    (kept across runs: a restarted witness holds what it accepted)."""
+    (kept across runs: a restarted witness holds what it accepted), on ``port`` (else a free one)."""
     directory.mkdir(parents=True, exist_ok=True)
     vkey = make_witness_key(directory / "key", name)
-    port = free_port()
+    port = port or free_port()
     log = directory / f"witness-{port}.log"
     args = [MODELREG, "witness", "--key", str(directory / "key"), "--state-dir", str(directory / "state"),
-            "--port", str(port)]
+            "--port", str(port), *extra_args]
     for origin, log_vkey in logs.items():
         args += ["--log", f"{origin}={log_vkey}"]
     process = subprocess.Popen(args, stdout=open(log, "wb"), stderr=subprocess.STDOUT)

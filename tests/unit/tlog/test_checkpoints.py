@@ -73,7 +73,8 @@ def test_the_spec_cosignature_line_carries_its_timestamp():
     "example.com/log\n5\nCsUYapGGPo4dkMgIAUqom/Xajj7h2fB2MPA3j2jxq2I=\n\next\n",  # an empty line
     "example.com/log\n0\nCsUYapGGPo4dkMgIAUqom/Xajj7h2fB2MPA3j2jxq2I=\n",  # size 0, another root
     "example.com/log\n5\nCsUYapGGPo4dkMgIAUqom/Xajj7h2fB2MPA3j2jxq2I=\nbad\x07\n",
-], ids=range(15))
+    "example.com/log\n" + "9" * 5000 + "\nCsUYapGGPo4dkMgIAUqom/Xajj7h2fB2MPA3j2jxq2I=\n",  # past int()'s limit
+], ids=range(16))
 def test_malformed_checkpoints_are_refused(text):
     with pytest.raises(MalformedCheckpointError):
         parse_checkpoint(text)

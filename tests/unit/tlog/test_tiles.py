@@ -50,6 +50,7 @@ def test_paths_round_trip(tile, path):
     "tile/00/000", "tile/64/000", "tile/-1/000", "tile/0/000.p/0", "tile/0/000.p/256", "tile/0/000.p/07",
     "tile/0/000.p/", "tile/0/000.p", "tile/0/x1/000", "tile/entries/67", "tiles/0/000", "tile/0",
     "tile/0/000/", "tile/a/000", "tile/0/0x1", "tile/0/\u0661\u0662\u0663",
+    "tile/0/" + "x999/" * 1500 + "999",  # 4,503 digits: past int()'s limit, still an InvalidTileError
 ])
 def test_non_canonical_paths_are_refused(path):
     with pytest.raises(InvalidTileError):
