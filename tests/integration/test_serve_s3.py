@@ -615,3 +615,70 @@ def test_a_request_signed_outside_15_minutes_of_now_is_refused(endpoint, monkeyp
             assert answer.status_code == 206 and answer.content == endpoint["files"][BIG][:10], minutes
         else:
             assert answer.status_code == 403 and s3_error_code(answer) == "RequestTimeTooSkewed", minutes
+
+
+def test_a_flipped_bit_in_a_node_cache_chunk_file_is_never_served(endpoint, caplog):
+    """The node cache's disk is not trusted either: serve-s3 restarted over a cache whose chunk file has a
+    bit flipped answers the release's bytes (the chunk fetched again and checked), removes the bad file and
+    logs it; the chunk is kept again, good."""
+    s3, big, cache, source = s3_client(endpoint["url"]), endpoint["files"][BIG], endpoint["cache"], endpoint["source"]
+    digest = hashlib.sha256(big[:CHUNK_SIZE]).hexdigest()
+    assert s3.get_object(Bucket=T, Key=f"{M}@1/{BIG}", Range="bytes=0-99")["Body"].read() == big[:100]
+    _wait_cached(cache, {digest})
+    path = cache.blob_path(T, digest)
+    path.chmod(0o644)
+    data = bytearray(path.read_bytes())
+    data[50] ^= 0x04
+    path.write_bytes(bytes(data))
+    restarted = ChunkSource(source.api, cache, max_chunks=4, trust_root_file=source.trust_root_file)
+    with running(restarted) as url, caplog.at_level(logging.ERROR, logger="modelreg.serve_s3"):
+        got = s3_client(url).get_object(Bucket=T, Key=f"{M}@1/{BIG}", Range="bytes=0-99")["Body"].read()
+        assert got == big[:100]
+        assert f"cached chunk 0 of {BIG} failed its check" in caplog.text, caplog.text
+        _wait_cached(cache, {digest})
+    assert hashlib.sha256(path.read_bytes()).hexdigest() == digest
+
+
+def test_a_version_the_node_cache_holds_as_revoked_is_refused_though_the_registry_still_serves_it(
+        endpoint, monkeypatch):
+    """The node cache recorded llm@1 as revoked (another process on the node followed the revocation) while
+    the registry's answer is stale and still verifies: serve-s3 asks its release again, chunk lists carried
+    over from the read before, and refuses it; a serve-s3 started afresh over the cache refuses it too."""
+    from registry.client import serve_s3
+
+    s3, cache, source = s3_client(endpoint["url"]), endpoint["cache"], endpoint["source"]
+    assert s3.get_object(Bucket=T, Key=f"{M}@1/{BIG}", Range="bytes=0-9")["Body"].read()
+    assert source.release(T, f"{M}@1").lists  # what a new answer would carry over
+    cache.remove_revoked(T, M, 1)  # the node's own record; the registry was not asked
+    monkeypatch.setattr(serve_s3, "RELEASE_TTL", 0.0)  # the next request asks the registry again
+    for client in (s3, s3_client(endpoint["url"])):
+        for read in (lambda c: c.get_object(Bucket=T, Key=f"{M}@1/{BIG}", Range="bytes=0-9"),
+                     lambda c: c.list_objects_v2(Bucket=T, Prefix=f"{M}@1/")):
+            with pytest.raises(ClientError) as refused:
+                read(client)
+            assert refused.value.response["Error"]["Code"] == "AccessDenied"
+    restarted = ChunkSource(source.api, cache, max_chunks=4, trust_root_file=source.trust_root_file)
+    with running(restarted) as url, pytest.raises(ClientError) as refused:
+        s3_client(url).get_object(Bucket=T, Key=f"{M}@1/{BIG}", Range="bytes=0-9")
+    assert refused.value.response["Error"]["Code"] == "AccessDenied"
+
+
+def test_each_model_at_ref_is_its_own_verified_release(endpoint, tmp_path):
+    """Verified releases are kept per tenant, model and ref: right after a read of llm@1, llm@2 lists and
+    serves version 2's files, and llm@1 still version 1's."""
+    container, s3, files = endpoint["container"], s3_client(endpoint["url"]), endpoint["files"]
+    only_in_2 = "extra/second.safetensors"
+    files2 = {**tiny_model_files(2), only_in_2: save({"second": np.arange(64, dtype=np.float32)})}
+    assert awaiting_version(container, endpoint["admin"], tmp_path / "m2", T, M, files=files2) == 2
+    approve_standin(container, T, M, 2)
+
+    def listing(ref: str) -> dict[str, str]:
+        return {o["Key"]: o["ETag"].strip('"') for o in s3.list_objects_v2(Bucket=T, Prefix=f"{M}@{ref}/")["Contents"]}
+
+    small = next(p for p in files if p != BIG)
+    assert s3.get_object(Bucket=T, Key=f"{M}@1/{small}")["Body"].read() == files[small]
+    assert listing("2") == {f"{M}@2/{p}": hashlib.sha256(d).hexdigest() for p, d in files2.items()}
+    assert s3.get_object(Bucket=T, Key=f"{M}@2/{only_in_2}")["Body"].read() == files2[only_in_2]
+    assert s3.get_object(Bucket=T, Key=f"{M}@2/{small}")["Body"].read() == files2[small] != files[small]
+    assert listing("1") == {f"{M}@1/{p}": hashlib.sha256(d).hexdigest() for p, d in files.items()}
+    assert s3.get_object(Bucket=T, Key=f"{M}@1/{small}")["Body"].read() == files[small]
