@@ -682,3 +682,16 @@ def test_each_model_at_ref_is_its_own_verified_release(endpoint, tmp_path):
     assert s3.get_object(Bucket=T, Key=f"{M}@2/{small}")["Body"].read() == files2[small] != files[small]
     assert listing("1") == {f"{M}@1/{p}": hashlib.sha256(d).hexdigest() for p, d in files.items()}
     assert s3.get_object(Bucket=T, Key=f"{M}@1/{small}")["Body"].read() == files[small]
+
+
+def test_a_failure_nobody_foresaw_is_an_s3_internal_error_not_a_dropped_connection(endpoint, monkeypatch, caplog):
+    """A bug in serve-s3 (here: opening a release raises what no handler expects) answers 500 InternalError
+    with nothing of the failure in the answer; the trace goes to the log."""
+    def broken(tenant, model_ref):
+        raise RuntimeError("secret detail")
+
+    monkeypatch.setattr(endpoint["source"], "release", broken)
+    with caplog.at_level(logging.ERROR, logger="modelreg.serve_s3"):
+        failed = signed_get(endpoint["url"], f"/{T}/{M}%401/{BIG}", {"Range": "bytes=0-9"})
+    assert failed.status_code == 500 and s3_error_code(failed) == "InternalError"
+    assert b"secret detail" not in failed.content and "secret detail" in caplog.text
