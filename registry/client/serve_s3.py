@@ -513,7 +513,7 @@ class _Handler(BaseHTTPRequestHandler):
             self._error(error, body=body)
         except (BrokenPipeError, ConnectionResetError):
             self.close_connection = True
-        except Exception:  # a bug, not the client's: an S3 error that leaks nothing, never a dropped connection
+        except Exception:  # a bug, not the client's: an S3 error that leaks nothing, not a dropped connection
             log.exception("%s %s failed", self.command, self.path)
             self.close_connection = True
             if not started:

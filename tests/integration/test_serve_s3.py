@@ -621,7 +621,8 @@ def test_a_flipped_bit_in_a_node_cache_chunk_file_is_never_served(endpoint, capl
     """The node cache's disk is not trusted either: serve-s3 restarted over a cache whose chunk file has a
     bit flipped answers the release's bytes (the chunk fetched again and checked), removes the bad file and
     logs it; the chunk is kept again, good."""
-    s3, big, cache, source = s3_client(endpoint["url"]), endpoint["files"][BIG], endpoint["cache"], endpoint["source"]
+    s3, big = s3_client(endpoint["url"]), endpoint["files"][BIG]
+    cache, source = endpoint["cache"], endpoint["source"]
     digest = hashlib.sha256(big[:CHUNK_SIZE]).hexdigest()
     assert s3.get_object(Bucket=T, Key=f"{M}@1/{BIG}", Range="bytes=0-99")["Body"].read() == big[:100]
     _wait_cached(cache, {digest})
@@ -673,7 +674,8 @@ def test_each_model_at_ref_is_its_own_verified_release(endpoint, tmp_path):
     approve_standin(container, T, M, 2)
 
     def listing(ref: str) -> dict[str, str]:
-        return {o["Key"]: o["ETag"].strip('"') for o in s3.list_objects_v2(Bucket=T, Prefix=f"{M}@{ref}/")["Contents"]}
+        listed = s3.list_objects_v2(Bucket=T, Prefix=f"{M}@{ref}/")["Contents"]
+        return {o["Key"]: o["ETag"].strip('"') for o in listed}
 
     small = next(p for p in files if p != BIG)
     assert s3.get_object(Bucket=T, Key=f"{M}@1/{small}")["Body"].read() == files[small]
@@ -684,7 +686,8 @@ def test_each_model_at_ref_is_its_own_verified_release(endpoint, tmp_path):
     assert s3.get_object(Bucket=T, Key=f"{M}@1/{small}")["Body"].read() == files[small]
 
 
-def test_a_failure_nobody_foresaw_is_an_s3_internal_error_not_a_dropped_connection(endpoint, monkeypatch, caplog):
+def test_a_failure_nobody_foresaw_is_an_s3_internal_error_not_a_dropped_connection(endpoint, monkeypatch,
+                                                                                    caplog):
     """A bug in serve-s3 (here: opening a release raises what no handler expects) answers 500 InternalError
     with nothing of the failure in the answer; the trace goes to the log."""
     def broken(tenant, model_ref):
