@@ -44,10 +44,12 @@ from registry.domain.errors import (
     ChunkMismatchError,
     InvalidInputError,
     NotFoundError,
+    RangeNotSatisfiableError,
     RegistryError,
     RevokedError,
     SizeMismatchError,
 )
+from registry.domain.ranges import byte_range
 from registry.domain.refs import parse_ref
 from registry.signing.release import Release, ReleaseFile
 
@@ -400,21 +402,24 @@ class ChunkSource:
 # --- the HTTP endpoint ------------------------------------------------------------------------------
 
 def _parse_range(header: str | None, size: int) -> tuple[int, int] | None:
-    """``[start, end)`` of a ``Range: bytes=a-b`` header; None for the whole object."""
-    if header is None:
-        return None
-    match = re.fullmatch(r"bytes=(\d*)-(\d*)", header.strip())
-    if match is None or match.group(1) == match.group(2) == "":
-        raise S3Error(416, "InvalidRange", f"unsupported range {header!r}")
-    first, last = match.groups()
-    if first == "":
-        start, end = max(0, size - int(last)), size
-    else:
-        start = int(first)
-        end = size if last == "" else min(size, int(last) + 1)
-    if start >= size or end <= start:
-        raise S3Error(416, "InvalidRange", "the range is not satisfiable")
-    return start, end
+    """``[start, end)`` of a ``Range: bytes=a-b`` header (the API's parser); None for the whole object."""
+    try:
+        return byte_range(header, size)
+    except RangeNotSatisfiableError as exc:
+        raise S3Error(416, "InvalidRange", str(exc)) from None
+
+
+def _max_keys(value: str | None) -> int:
+    """ListObjectsV2's ``max-keys``: 1000 when absent, at most 1000 (as S3 caps it).
+
+    Raises:
+        S3Error: 400 ``InvalidArgument``, not a whole number from 1 up (ASCII digits, at most 19 of them).
+    """
+    if value is None:
+        return 1000
+    if not re.fullmatch(r"[0-9]{1,19}", value) or int(value) < 1:
+        raise S3Error(400, "InvalidArgument", f"max-keys must be a whole number from 1, not {value[:40]!r}")
+    return min(1000, int(value))
 
 
 def _http_date(when: dt.datetime) -> str:
@@ -508,6 +513,11 @@ class _Handler(BaseHTTPRequestHandler):
             self._error(error, body=body)
         except (BrokenPipeError, ConnectionResetError):
             self.close_connection = True
+        except Exception:  # a bug, not the client's: an S3 error that leaks nothing, not a dropped connection
+            log.exception("%s %s failed", self.command, self.path)
+            self.close_connection = True
+            if not started:
+                self._error(S3Error(500, "InternalError", "the endpoint failed; see its log"), body=body)
         finally:
             if pieces is not None:
                 pieces.close()  # a body cut short gives its chunk's slot back now, not when collected
@@ -541,7 +551,7 @@ class _Handler(BaseHTTPRequestHandler):
             raise S3Error(400, "InvalidRequest", "list with prefix=<model>@<ref>/ (one release at a time)")
         opened = self.server.source.release(bucket, model_ref)
         after = params.get("start-after", "") or params.get("continuation-token", "")
-        limit = max(0, min(1000, int(params.get("max-keys", "1000") or 1000)))
+        limit = _max_keys(params.get("max-keys"))
         matches = sorted((f for f in opened.release.files if f.path.startswith(file_prefix)
                           and f"{model_ref}/{f.path}" > after), key=lambda f: f.path)
         page, truncated = matches[:limit], len(matches) > limit
