@@ -86,7 +86,7 @@ def settings(database_url, tmp_path, signing_key_pem):
         data_dir=tmp_path / "data",
         database_url=database_url,
         blob_store_url=(tmp_path / "blobs").as_uri(),
-        presign_secret=SecretStr("test-presign-secret"),
+        presign_secret=SecretStr("test-presign-secret-0123456789ab"),
         job_backoff_base_seconds=0.05,
         job_backoff_max_seconds=0.2,
     )

@@ -1,7 +1,7 @@
 // The test suite's OpenID provider: oidc-provider (a certified implementation) on loopback.
 // Users: alice (security-approvers), bob (ml-approvers), carol (no group); any password is accepted by
-// the devInteractions login page; more from OIDC_USERS_FILE (below). Clients come from OIDC_CLIENTS (JSON), the ID token's lifetime from
-// ID_TOKEN_TTL (seconds). It prints "listening <issuer>" once it serves.
+// the devInteractions login page; more from OIDC_USERS_FILE (below). Clients come from OIDC_CLIENTS (JSON),
+// the ID token's lifetime from ID_TOKEN_TTL (seconds). It prints "listening <issuer>" once it serves.
 import { readFileSync } from 'node:fs';
 import Provider from 'oidc-provider';
 
