@@ -25,7 +25,7 @@ from registry.clock import Clock, SystemClock
 from registry.db.session import make_engine, make_session_factory
 from registry.jobs import JobQueue
 from registry.services.ports import Ports
-from registry.settings import Settings
+from registry.settings import Settings, check_secrets
 
 if TYPE_CHECKING:
     from registry.console.sessions import SessionKey
@@ -222,8 +222,12 @@ def bootstrap(settings: Settings | None = None, *, migrate: bool = False,
 
     Args:
         clock: the time source of the queue's leases and of the services (tests pass a ManualClock).
+
+    Raises:
+        InsecureSecretError: a presign secret or console key anyone could know (:func:`check_secrets`).
     """
     settings = settings or load_settings()
+    check_secrets(settings)
     clock = clock or SystemClock()
     engine = make_engine(settings.resolved_database_url())
     if migrate:

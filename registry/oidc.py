@@ -12,8 +12,14 @@ The verified claims become a principal (:func:`provision_principal`): named by a
 linked to ``<issuer> <sub>`` (``principals.oidc_identity``), holding exactly the roles its groups map
 to (``oidc_group_roles``); a user in no mapped group is refused. A principal an administrator made
 with a token is never taken over by an identity-provider user of the same name unless
-``oidc_adopt_existing_principals`` says so. Every refusal raises :class:`SignInRefusedError`, whose
-``reason`` names what failed.
+``oidc_adopt_existing_principals`` says so, and never, whatever it says, when that principal is an
+administrator; a reserved name (``system``, the audit log's own actor) is never provisioned. A user the
+provider no longer puts in any mapped group loses the roles a sign-in gave, and the SSO sessions and tokens
+it opened end (:func:`withdraw_identity`), at the refused sign-in. Every refusal raises
+:class:`SignInRefusedError`, whose ``reason`` names what failed.
+
+Only refusals after the provider redeemed a code are audited (:data:`AUDITED_REASONS`): a wrong ``state``,
+an ``error=`` or a made-up code reach the callback from anyone, and are counted, not written to the log.
 
 Usage (a sketch, not run as a doctest)::
 
@@ -45,9 +51,11 @@ from sqlalchemy.orm import Session
 
 from registry import audit
 from registry.auth import IssuedToken, Role, get_tenant, issue_token, validate_name
-from registry.db.models import Principal, RoleBinding
+from registry.db.models import ApiToken, Principal, RoleBinding
 from registry.db.session import begin_write
+from registry.services.identity import RESERVED_PRINCIPAL_NAMES, end_sessions
 from registry.domain.errors import AuthenticationError, InvalidInputError, RegistryError
+from registry.domain.text import printable
 
 FLOW_LIFETIME = dt.timedelta(minutes=10)
 """How long a started sign-in waits for the provider to send the browser back."""
@@ -55,6 +63,12 @@ MAX_PROVIDER_DOCUMENT = 256 * 1024
 """Largest discovery document, JWKS or token response read from the provider."""
 METADATA_CACHE_SECONDS = 300.0
 ID_TOKEN_ALGORITHMS = ["RS256", "RS384", "RS512", "PS256", "ES256", "ES384", "EdDSA"]
+CONSOLE_TOKEN_DESCRIPTION = "console single sign-on"
+CLI_TOKEN_DESCRIPTION = "modelreg login (single sign-on)"
+SSO_TOKEN_DESCRIPTIONS = (CONSOLE_TOKEN_DESCRIPTION, CLI_TOKEN_DESCRIPTION)
+"""The descriptions of the tokens a single sign-on issues (a console session's, ``modelreg login``'s)."""
+UNAUDITED_REASONS = frozenset({"no-flow", "flow-expired", "state", "provider", "code"})
+"""Refusals before the provider redeemed a code: anyone can cause them, so they are counted, never audited."""
 
 
 class SignInRefusedError(AuthenticationError):
@@ -316,13 +330,19 @@ def mapped_grants(config: OidcConfig, claims: dict[str, Any]) -> set[MappedRole]
     return {grant for group in groups[:1000] if isinstance(group, str) for grant in config.group_roles.get(group, ())}
 
 
-def provision_principal(session: Session, config: OidcConfig, claims: dict[str, Any]) -> Principal:
+def provision_principal(session: Session, config: OidcConfig, claims: dict[str, Any], *,
+                        now: dt.datetime) -> Principal:
     """The principal of a verified identity, created or updated in the caller's transaction to hold exactly
     the roles its groups map to.
 
+    A user in no mapped group is refused; if a sign-in made its principal before, that principal's roles,
+    SSO sessions and SSO tokens are withdrawn first (:func:`withdraw_identity`) and committed, so the
+    refusal's rollback keeps them withdrawn.
+
     Raises:
-        SignInRefusedError: no mapped group (``no-mapped-group``), an unusable name (``name``), or a principal
-            of that name made otherwise (``name-taken``) or disabled (``disabled``).
+        SignInRefusedError: no mapped group (``no-mapped-group``), an unusable name (``name``), a reserved
+            name (``reserved-name``), a principal of that name made otherwise (``name-taken``) or an
+            administrator (``adopt-admin``), or a disabled one (``disabled``).
     """
     grants = mapped_grants(config, claims)
     identity = f"{config.issuer} {claims['sub']}"[:512]
@@ -335,7 +355,11 @@ def provision_principal(session: Session, config: OidcConfig, claims: dict[str, 
         validate_name("principal", name)
     except InvalidInputError:
         raise SignInRefusedError(f"{name!r} cannot be a principal's name", reason="name") from None
+    if name.casefold() in RESERVED_PRINCIPAL_NAMES:
+        raise SignInRefusedError(f"{name!r} is reserved for the registry itself and cannot sign in",
+                                 reason="reserved-name", principal=name)
     if not grants:
+        withdraw_identity(session, identity, now=now)
         raise SignInRefusedError(f"{name!r} is in no group this registry maps to a role: ask an administrator",
                                  reason="no-mapped-group", principal=name)
     principal = session.scalar(select(Principal).where(Principal.oidc_identity == identity))
@@ -344,6 +368,11 @@ def provision_principal(session: Session, config: OidcConfig, claims: dict[str, 
         if principal is not None and (principal.oidc_identity is not None or not config.adopt_existing_principals):
             raise SignInRefusedError(f"a principal named {name!r} exists and is not linked to this identity",
                                      reason="name-taken", principal=name)
+        if principal is not None and principal.is_admin:
+            # Adoption is for principals an administrator made for people; an administrator's own is never
+            # handed to whoever the provider calls by that name.
+            raise SignInRefusedError(f"a principal named {name!r} is an administrator, which single sign-on "
+                                     "never adopts: ask an administrator", reason="adopt-admin", principal=name)
         if principal is None:
             principal = Principal(name=name, is_admin=False, disabled=False)
             session.add(principal)
@@ -371,15 +400,37 @@ def provision_principal(session: Session, config: OidcConfig, claims: dict[str, 
     return principal
 
 
+def withdraw_identity(session: Session, identity: str, *, now: dt.datetime) -> None:
+    """A linked identity the provider puts in no mapped group any more: remove its principal's roles, revoke
+    the tokens single sign-on issued it and end the sessions they opened, audit it
+    (``auth.oidc_roles_withdrawn``) and commit. Nothing when no principal is linked to ``identity``."""
+    principal = session.scalar(select(Principal).where(Principal.oidc_identity == identity))
+    if principal is None:
+        return
+    removed = sorted(f"{b.tenant_id}:{b.role}:{b.capacity}" for b in principal.roles)
+    principal.roles.clear()
+    tokens = session.scalars(select(ApiToken).where(ApiToken.principal_id == principal.id,
+                                                    ApiToken.description.in_(SSO_TOKEN_DESCRIPTIONS))).all()
+    ended = 0
+    for token in tokens:
+        if token.revoked_at is None:
+            token.revoked_at = now
+        ended += end_sessions(session, why="sso-groups-withdrawn", now=now, token_id=token.id)
+    audit.append(session, actor=principal.name, action="auth.oidc_roles_withdrawn",
+                 subject=f"principal/{principal.name}",
+                 details={"roles": removed, "sessions_ended": ended, "tokens": sorted(t.id for t in tokens)})
+    session.commit()
+
+
 def token_for_identity(session: Session, config: OidcConfig, claims: dict[str, Any], *, lifetime: dt.timedelta,
-                       description: str) -> tuple[Principal, IssuedToken]:
+                       description: str, now: dt.datetime) -> tuple[Principal, IssuedToken]:
     """Provision the principal of verified ``claims`` and issue it a token of ``lifetime``, in the caller's
     transaction (audited as ``auth.oidc_signed_in``).
 
     Raises:
         SignInRefusedError: as :func:`provision_principal`.
     """
-    principal = provision_principal(session, config, claims)
+    principal = provision_principal(session, config, claims, now=now)
     issued = issue_token(session, principal, description=description, expires_in=lifetime)
     audit.append(session, actor=principal.name, action="auth.oidc_signed_in", subject=f"principal/{principal.name}",
                  details={"issuer": config.issuer, "sub": str(claims.get("sub"))[:255], "token_id": issued.id,
@@ -389,9 +440,12 @@ def token_for_identity(session: Session, config: OidcConfig, claims: dict[str, A
 
 
 def record_refusal(session: Session, err: SignInRefusedError, *, via: str) -> None:
-    """Audit a sign-in refused after the provider answered (``auth.oidc_refused``), in a transaction of its own."""
+    """Audit a sign-in refused after the provider redeemed a code (``auth.oidc_refused``), in a transaction of
+    its own; a refusal before that (:data:`UNAUDITED_REASONS`) is left out, as anyone can cause one."""
     session.rollback()
+    if err.reason in UNAUDITED_REASONS:
+        return
     begin_write(session)
     audit.append(session, actor=str(err.details.get("principal") or "anonymous"), action="auth.oidc_refused",
-                 subject="oidc", details={"reason": err.reason, "via": via, "message": err.message[:500]})
+                 subject="oidc", details={"reason": err.reason, "via": via, "message": printable(err.message[:500])})
     session.commit()

@@ -1,6 +1,7 @@
 """Settings, read from the environment (prefix ``MODELREG_``) by :func:`registry.bootstrap.load_settings`.
 
-Nothing here is built at import time: ``Settings()`` is called once, by bootstrap.
+Nothing here is built at import time: ``Settings()`` is called once, by bootstrap, which refuses secrets
+anyone could know (:func:`check_secrets`: a presign secret or console key under 32 bytes, or published here).
 """
 
 from __future__ import annotations
@@ -10,6 +11,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from registry.domain.errors import InvalidInputError
 
 
 class WorkloadIssuer(BaseModel):
@@ -192,3 +195,52 @@ class Settings(BaseSettings):
 
     def resolved_blob_store_url(self) -> str:
         return self.blob_store_url or (self.data_dir / "blobs").resolve().as_uri()
+
+
+MIN_SECRET_BYTES = 32
+"""The fewest bytes of the presign secret and the console key (HMAC-SHA256 keys)."""
+PUBLISHED_SECRETS = frozenset({
+    "change-me",  # deploy/kubernetes/config.yaml's placeholder
+    # The console key docker-compose.yml shipped until issue 30: anyone who read the repository knows it.
+    "3f1c0a9e7b2d4c6f8a1e3b5d7f9c2a4e6b8d0f1a3c5e7a9b2d4f6a8c0e2b4d6f",
+})
+"""Values published in this repository as examples: a deployment that kept one has no secret."""
+
+
+class InsecureSecretError(InvalidInputError):
+    """A presign secret or console key that is too short, not hex (the console key), or published."""
+
+    code = "insecure-secret"
+
+
+def check_secrets(settings: Settings) -> None:
+    """Refuse a presign secret or console key that anyone could know or guess.
+
+    Args:
+        settings: the process's settings (an unset secret is made at first start, and passes).
+
+    Raises:
+        InsecureSecretError: a value published in this repository, a presign secret under
+            :data:`MIN_SECRET_BYTES` bytes, or a console key that is not hex of that many bytes.
+    """
+    checks = (("presign_secret", "MODELREG_PRESIGN_SECRET", settings.presign_secret),
+              ("console_key", "MODELREG_CONSOLE_KEY", settings.console_key))
+    for field, variable, value in checks:
+        if value is None:
+            continue
+        text = value.get_secret_value().strip()
+        if text.lower() in PUBLISHED_SECRETS:
+            raise InsecureSecretError(f"{variable} is an example published in the modelreg repository: make one "
+                                      "with `openssl rand -hex 32` (or leave it unset to have one made in the "
+                                      "data directory)", field=field)
+        if field == "console_key":
+            try:
+                size = len(bytes.fromhex(text))
+            except ValueError:
+                raise InsecureSecretError(f"{variable} is not hex: make one with `openssl rand -hex 32`",
+                                          field=field) from None
+        else:
+            size = len(text.encode())
+        if size < MIN_SECRET_BYTES:
+            raise InsecureSecretError(f"{variable} has {size} bytes, fewer than {MIN_SECRET_BYTES}: make one with "
+                                      "`openssl rand -hex 32`", field=field)

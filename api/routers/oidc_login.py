@@ -76,11 +76,10 @@ def exchange(body: OidcCodeExchange, session: SessionDep, container: ContainerDe
         begin_write(session)
         principal, issued = oidc.token_for_identity(
             session, config, claims, lifetime=dt.timedelta(minutes=config.cli_token_minutes),
-            description="modelreg login (single sign-on)")
+            description=oidc.CLI_TOKEN_DESCRIPTION, now=container.clock.now())
         session.commit()
     except oidc.SignInRefusedError as err:
         # Audited once the provider has redeemed the code: before that, anyone can post a made-up one.
-        if err.reason not in ("code", "provider"):
-            oidc.record_refusal(session, err, via="cli")
+        oidc.record_refusal(session, err, via="cli")
         raise
     return OidcTokenPublic(token=issued.token, principal=principal.name, expires_at=issued.expires_at)

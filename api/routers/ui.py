@@ -49,6 +49,7 @@ from registry.domain.errors import (
     RegistryError,
 )
 from registry.domain.states import shown_state
+from registry.domain.text import printable
 from registry.services import aliases, approvals, exports, revocations, versions
 
 router = APIRouter(prefix="/ui", include_in_schema=False)
@@ -249,17 +250,18 @@ def sso_callback(request: Request, session: SessionDep, container: ContainerDep,
     try:
         if error:
             oidc.open_flow(container.console_key, request.cookies.get(OIDC_FLOW_COOKIE), now=now)  # ours, or no-flow
-            raise oidc.SignInRefusedError(f"the identity provider did not sign you in ({error})", reason="provider")
+            # The provider's error code is whatever the link's author wrote: shown escaped, never audited.
+            raise oidc.SignInRefusedError(f"the identity provider did not sign you in ({printable(error)})",
+                                          reason="provider")
         claims, next_path = oidc.finish_sign_in(config, container.console_key, request.cookies.get(OIDC_FLOW_COOKIE),
                                                 code=code, state=state, redirect_uri=_callback_uri(request), now=now)
         begin_write(session)
         principal, issued = oidc.token_for_identity(session, config, claims, lifetime=SESSION_LIFETIME,
-                                                    description="console single sign-on")
+                                                    description=oidc.CONSOLE_TOKEN_DESCRIPTION, now=now)
         cookie, expires = start_session(session, container.console_key, load_principal(principal), issued.id,
                                         now + SESSION_LIFETIME, now=now, method="oidc")
     except oidc.SignInRefusedError as err:
-        if err.reason not in ("no-flow", "flow-expired"):  # no flow of ours: nothing to audit but noise
-            oidc.record_refusal(session, err, via="console")
+        oidc.record_refusal(session, err, via="console")  # audited only once the provider redeemed a code
         response = _sign_in_page(request, container, next_path="/ui", error=err.message, status=status_for(err))
         response.delete_cookie(OIDC_FLOW_COOKIE, path="/ui/sign-in/oidc")
         return response

@@ -164,9 +164,15 @@ class EgressPolicy:
             address = ipaddress.ip_address(text)
             reason = forbidden_reason(address)
             if reason and not host_allowed and not self._allowed_address(address):
+                if literal is not None:
+                    raise EgressRefusedError(
+                        f"{url!r} names {address}, a {reason} address; the operator may allow it "
+                        f"with MODELREG_EGRESS_ALLOW", url=url, host=host, address=str(address), reason=reason)
+                # A name's answer stays ours: whoever chose the URL learns no internal address (or its kind)
+                # from the refusal, so the guard is no oracle that maps the operator's DNS.
                 raise EgressRefusedError(
-                    f"{url!r} resolves to {address}, a {reason} address; the operator may allow it "
-                    f"with MODELREG_EGRESS_ALLOW", url=url, host=host, address=str(address), reason=reason)
+                    f"{url!r} resolves to an address that is not a public address; the operator may allow "
+                    f"the host with MODELREG_EGRESS_ALLOW", url=url, host=host, reason="not-public")
         path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
         return Target(url=url, scheme=scheme, host=host, port=port, path=path, addresses=tuple(found))
 

@@ -80,7 +80,8 @@ def make_s3_store(s3_server, bucket: str, prefix: str = "reg", **kwargs) -> S3Bl
 @pytest.fixture(params=["local", "s3"])
 def harness(request, tmp_path) -> Harness:
     if request.param == "local":
-        store = LocalBlobStore(tmp_path / "store", b"test-presign-secret", public_url="http://127.0.0.1:9")
+        store = LocalBlobStore(tmp_path / "store", b"test-presign-secret-0123456789ab",
+                               public_url="http://127.0.0.1:9")
         return Harness("local", store, tmp_path)
     s3_server = request.getfixturevalue("s3_server")
     bucket = request.getfixturevalue("s3_bucket")
@@ -625,14 +626,14 @@ def test_local_check(tmp_path) -> None:
 
 
 def test_open_blob_store_file_url(tmp_path) -> None:
-    settings = Settings(public_url="http://registry.test", presign_secret="s3cret")
+    settings = Settings(public_url="http://registry.test", presign_secret="s3cret-s3cret-s3cret-s3cret-s3cret")
     store = open_blob_store((tmp_path / "blobs").as_uri(), settings)
     assert isinstance(store, LocalBlobStore)
     store.put(io.BytesIO(SMALL))
     url = store.presign_get(SMALL_SHA, timedelta(minutes=1))
     assert url.startswith("http://registry.test/v1/blobs/sha256/")
     query = parse_qs(urlsplit(url).query)
-    LocalBlobStore(tmp_path / "blobs", b"s3cret").verify_presigned(
+    LocalBlobStore(tmp_path / "blobs", b"s3cret-s3cret-s3cret-s3cret-s3cret").verify_presigned(
         SMALL_SHA, query["expires"][0], query["signature"][0]
     )
 

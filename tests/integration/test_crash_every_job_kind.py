@@ -56,7 +56,7 @@ def deployment(pg_url, tmp_path, signing_key_pem, hub) -> Deployment:
         "MODELREG_DATABASE_URL": pg_url,
         "MODELREG_BLOB_STORE_URL": (tmp_path / "blobs").as_uri(),
         "MODELREG_SIGNING_KEY_PEM": signing_key_pem,
-        "MODELREG_PRESIGN_SECRET": "test-presign-secret",
+        "MODELREG_PRESIGN_SECRET": "test-presign-secret-0123456789ab",
         "MODELREG_HF_ALLOWED_ENDPOINTS": json.dumps([hub.url]),
         # A killed worker's job is claimed again once its lease runs out: make that quick.
         "MODELREG_JOB_LEASE_SECONDS": "2",
@@ -65,7 +65,8 @@ def deployment(pg_url, tmp_path, signing_key_pem, hub) -> Deployment:
     }
     settings = Settings(data_dir=tmp_path / "data", database_url=pg_url,
                         blob_store_url=env["MODELREG_BLOB_STORE_URL"], signing_key_pem=SecretStr(signing_key_pem),
-                        presign_secret=SecretStr("test-presign-secret"), hf_allowed_endpoints=[hub.url],
+                        presign_secret=SecretStr("test-presign-secret-0123456789ab"),
+                        hf_allowed_endpoints=[hub.url],
                         job_lease_seconds=2)
     return Deployment("pg-local", settings, env)
 

@@ -100,7 +100,7 @@ def test_fetch_walks_a_key_rotation_from_the_pinned_root(node, tmp_path, contain
                                   "MODELREG_BLOB_STORE_URL": container.settings.resolved_blob_store_url(),
                                   "MODELREG_SIGNING_KEY_PEM":
                                       container.settings.signing_key_pem.get_secret_value(),
-                                  "MODELREG_PRESIGN_SECRET": "test-presign-secret"},
+                                  "MODELREG_PRESIGN_SECRET": "test-presign-secret-0123456789ab"},
                              capture_output=True, text=True)
     assert rotated.returncode == 0, rotated.stderr
     import httpx

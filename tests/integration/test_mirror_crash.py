@@ -42,7 +42,7 @@ def deployment(request, tmp_path, signing_key_pem) -> Deployment:
     env = {
         "MODELREG_DATA_DIR": str(tmp_path / "data"),
         "MODELREG_SIGNING_KEY_PEM": signing_key_pem,
-        "MODELREG_PRESIGN_SECRET": "test-presign-secret",
+        "MODELREG_PRESIGN_SECRET": "test-presign-secret-0123456789ab",
         "MODELREG_MULTIPART_PART_SIZE": str(PART_SIZE),
         # A killed worker's job is claimed again once its lease runs out: make that quick.
         "MODELREG_JOB_LEASE_SECONDS": "2",
@@ -75,7 +75,7 @@ def deployment(request, tmp_path, signing_key_pem) -> Deployment:
         s3_access_key_id=env.get("MODELREG_S3_ACCESS_KEY_ID"),
         s3_secret_access_key=SecretStr(env.get("MODELREG_S3_SECRET_ACCESS_KEY", "unused")),
         signing_key_pem=SecretStr(signing_key_pem),
-        presign_secret=SecretStr("test-presign-secret"),
+        presign_secret=SecretStr("test-presign-secret-0123456789ab"),
         multipart_part_size=PART_SIZE,
         job_lease_seconds=2,
     )

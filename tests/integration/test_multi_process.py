@@ -53,7 +53,7 @@ def shared_env(pg_url, s3_server, s3_bucket, signing_key_pem, tmp_path) -> dict[
         "MODELREG_S3_ACCESS_KEY_ID": s3_server.access_key,
         "MODELREG_S3_SECRET_ACCESS_KEY": s3_server.secret_key,
         "MODELREG_SIGNING_KEY_PEM": signing_key_pem,
-        "MODELREG_PRESIGN_SECRET": "multi-process-presign-secret",
+        "MODELREG_PRESIGN_SECRET": "multi-process-presign-secret-of-32-bytes",
         "MODELREG_CONSOLE_KEY": "5a" * 32,
         "MODELREG_LOCAL_SOURCE_ROOTS": json.dumps([str(tmp_path / "models")]),
         "MODELREG_METRICS_CACHE_SECONDS": "0",

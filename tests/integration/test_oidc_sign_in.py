@@ -2,9 +2,11 @@
 
 An httpx client plays the browser: it starts the sign-in at the registry, logs in on the provider's own
 pages and brings the code back. alice is in ``security-approvers`` (approver/security in ``acme``), bob in
-``ml-approvers``, carol in no group. Refused, each in words and audited: a wrong ``state``, a replayed code,
-an ID token issued to another client, an expired ID token, a user in no mapped group, and a provider user
-whose name an administrator's principal already has.
+``ml-approvers``, carol in no group. Refused, each in words: a wrong ``state``, an ``error=`` and a replayed
+code (not audited: anyone can cause them before the provider redeems a code), an ID token issued to another
+client, an expired ID token, a user in no mapped group, a provider user whose name an administrator's
+principal already has (adopted or not), and the reserved name ``system`` (audited). A user dropped from
+every mapped group loses the roles and the console session single sign-on gave.
 """
 
 from __future__ import annotations
@@ -36,7 +38,9 @@ GROUPS = {"security-approvers": {"tenant": "acme", "role": "approver", "capacity
 
 @pytest.fixture(scope="module")
 def provider():
-    with start_provider([CONSOLE_CLIENT, OTHER_CLIENT, CLI_CLIENT]) as p:
+    with start_provider([CONSOLE_CLIENT, OTHER_CLIENT, CLI_CLIENT],
+                        users={"Admin": ["security-approvers"], "system": ["security-approvers"],
+                               "dave": ["ml-approvers"]}) as p:
         yield p
 
 
@@ -121,13 +125,37 @@ def test_a_group_change_at_the_provider_changes_the_roles_on_the_next_sign_in(cl
         assert {(b.role, b.capacity) for b in bob.roles} == {("approver", "ml"), ("auditor", "")}
 
 
-def test_a_wrong_state_is_refused_and_audited(client, container):
+def test_a_wrong_state_is_refused_and_not_audited(client, container):
     callback = provider_login(start(client), "alice")
     forged = callback.replace("state=", "state=x")
     answer = back(client, forged)
     assert answer.status_code == 401 and "wrong state" in answer.text
     assert client.cookies.get(ui.SESSION_COOKIE) is None
-    assert [r["reason"] for r in refusals(container)] == ["state"]
+    assert refusals(container) == []
+
+
+def audit_count(container) -> int:
+    with container.session_factory() as session:
+        return len(session.scalars(select(AuditEvent)).all())
+
+
+def test_anyone_with_a_fresh_flow_cookie_cannot_write_the_audit_log_through_the_callback(client, container):
+    """Issue 30: a flow cookie anyone can get, then a wrong ``state`` or any ``error=``, appended an
+    ``auth.oidc_refused`` each, with the sender's text raw. Now neither is audited, and ``error`` is shown escaped."""
+    start(client)
+    before = audit_count(container)
+    hostile = "access_denied\u202egnp.exe\x1b[2J"
+    for _ in range(5):
+        answer = client.get("/ui/sign-in/oidc/callback", params={"error": hostile}, follow_redirects=False)
+        assert answer.status_code == 401 and "did not sign you in" in answer.text
+        assert "\u202e" not in answer.text and "\x1b" not in answer.text
+        assert "access_denied\\u202egnp.exe\\x1b[2J" in answer.text
+        start(client)
+        answer = client.get("/ui/sign-in/oidc/callback", params={"code": "made-up", "state": "made-up"},
+                            follow_redirects=False)
+        assert answer.status_code == 401 and "wrong state" in answer.text
+        start(client)
+    assert refusals(container) == [] and audit_count(container) == before
 
 
 def test_a_replayed_code_is_refused(client, container):
@@ -141,7 +169,7 @@ def test_a_replayed_code_is_refused(client, container):
     answer = back(client, callback)
     assert answer.status_code == 401 and "refused the authorization code" in answer.text, answer.text[:800]
     assert client.cookies.get(ui.SESSION_COOKIE) is None
-    assert [r["reason"] for r in refusals(container)] == ["code"]
+    assert refusals(container) == []  # the provider redeemed no code: nothing anyone could not have caused
 
 
 def test_an_id_token_issued_to_another_client_is_refused(container, provider):
@@ -217,3 +245,56 @@ def test_a_callback_without_our_flow_cookie_or_with_a_forged_one_is_refused_unau
     answer = back(client, callback)
     assert answer.status_code == 401 and "not one this registry sealed" in answer.text
     assert client.cookies.get(ui.SESSION_COOKIE) is None and refusals(container) == []
+
+
+def test_adoption_never_takes_over_an_administrator(client, container):
+    """Issue 30: with adoption on, the provider's user ``Admin`` became the administrator ``admin``."""
+    container.settings.oidc_adopt_existing_principals = True
+    person(container, "alice", "acme", ("submitter", ""))
+    admin_token = person(container, "admin", "acme")
+    with container.session_factory() as session:
+        session.scalar(select(Principal).where(Principal.name == "admin")).is_admin = True
+        session.commit()
+    answer = back(client, provider_login(start(client), "Admin"))
+    assert answer.status_code == 401 and "is an administrator, which single sign-on never adopts" in answer.text
+    assert client.cookies.get(ui.SESSION_COOKIE) is None
+    with container.session_factory() as session:
+        admin = session.scalar(select(Principal).where(Principal.name == "admin"))
+        assert admin.oidc_identity is None and authenticate(session, admin_token).is_admin
+    assert [r["reason"] for r in refusals(container)] == ["adopt-admin"]
+    # Adoption itself still works, for a principal that is no administrator.
+    client.cookies.clear()
+    assert back(client, provider_login(start(client), "alice")).status_code == 303
+    with container.session_factory() as session:
+        assert session.scalar(select(Principal).where(Principal.name == "alice")).oidc_identity is not None
+
+
+def test_the_reserved_name_system_is_never_provisioned(client, container):
+    answer = back(client, provider_login(start(client), "system"))
+    assert answer.status_code == 401 and "reserved for the registry itself" in answer.text
+    with container.session_factory() as session:
+        assert session.scalar(select(Principal).where(Principal.name == "system")) is None
+    assert [r["reason"] for r in refusals(container)] == ["reserved-name"]
+
+
+def test_a_user_dropped_from_every_mapped_group_loses_the_roles_and_the_session_at_the_refused_sign_in(
+        client, container, provider):
+    assert back(client, provider_login(start(client), "dave")).status_code == 303
+    session_cookie = client.cookies.get(ui.SESSION_COOKIE)
+    assert client.get("/ui").status_code == 200
+    provider.set_groups("dave", [])
+    try:
+        client.cookies.clear()
+        answer = back(client, provider_login(start(client), "dave"))
+        assert answer.status_code == 401 and "in no group this registry maps" in answer.text
+    finally:
+        provider.set_groups("dave", ["ml-approvers"])
+    with container.session_factory() as session:
+        dave = session.scalar(select(Principal).where(Principal.name == "dave"))
+        assert dave.roles == []
+        assert session.scalar(select(ConsoleSession)).ended_why == "sso-groups-withdrawn"
+        withdrawn = session.scalars(select(AuditEvent).where(AuditEvent.action == "auth.oidc_roles_withdrawn")).all()
+        assert [e.details["sessions_ended"] for e in withdrawn] == [1]
+    client.cookies.clear()
+    client.cookies.set(ui.SESSION_COOKIE, session_cookie, domain="testserver.local", path="/ui")
+    assert client.get("/ui", follow_redirects=False).status_code == 303  # to the sign-in page

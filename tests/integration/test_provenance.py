@@ -41,7 +41,8 @@ def world(request, hub, tmp_path_factory, signing_key_pem):
         dbsupport.truncate_all(url)
     settings = Settings(signing_key_pem=SecretStr(signing_key_pem), local_source_roots=[tmp], data_dir=tmp / "data",
                         database_url=url, blob_store_url=(tmp / "blobs").as_uri(),
-                        presign_secret=SecretStr("test-presign-secret"), hf_allowed_endpoints=[hub.url],
+                        presign_secret=SecretStr("test-presign-secret-0123456789ab"),
+                        hf_allowed_endpoints=[hub.url],
                         job_backoff_base_seconds=0.05, job_backoff_max_seconds=0.2)
     container = bootstrap(settings)
     with container.session_factory() as session:

@@ -334,12 +334,15 @@ def test_the_allow_list_names_hosts_and_networks_and_a_name_is_resolved_once():
     assert loopback.check("http://[::ffff:127.0.0.1]/").host == "::ffff:127.0.0.1"  # the same address
     with pytest.raises(EgressRefusedError, match="loopback"):
         loopback.check("http://127.0.0.2/")
-    with pytest.raises(EgressRefusedError, match="loopback"):
+    with pytest.raises(EgressRefusedError, match="not a public address"):
         EgressPolicy().check("http://localhost/")  # a name is judged by what it resolves to
     answers = {"hooks.internal": ["10.1.2.3"]}
     resolver = lambda host, port: answers[host]  # noqa: E731 (DNS, as the operator's resolver answers)
-    with pytest.raises(EgressRefusedError, match="private"):
+    with pytest.raises(EgressRefusedError, match="not a public address") as refused:
         EgressPolicy.from_entries([], resolver).check("http://hooks.internal/")
+    # The refusal names neither the internal address a name resolves to nor its kind.
+    assert "10.1.2.3" not in str(refused.value) and "private" not in str(refused.value)
+    assert "address" not in refused.value.details and refused.value.details["reason"] == "not-public"
     assert EgressPolicy.from_entries(["10.1.0.0/16"], resolver).check("http://hooks.internal/").addresses == (
         "10.1.2.3",)
     assert EgressPolicy.from_entries(["Hooks.Internal"], resolver).check("http://hooks.internal/").host == (

@@ -3,6 +3,8 @@
 :func:`start_provider` installs it from the committed lockfile (``npm ci``) into
 ``tests/support/oidc_provider/node_modules`` when absent, then starts ``provider.mjs`` with the clients given.
 A missing ``node`` or ``npm``, or a failed install, fails the test: it is never skipped.
+:func:`start_provider`'s ``users`` adds users (a login, also its ``preferred_username``, and its groups);
+:meth:`Provider.set_groups` moves one between groups while the provider runs.
 :func:`log_in` drives the provider's devInteractions login and consent pages with httpx, as a browser would.
 """
 
@@ -14,6 +16,7 @@ import re
 import shutil
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from contextlib import contextmanager
@@ -60,14 +63,27 @@ def ensure_installed() -> None:
 @dataclass
 class Provider:
     issuer: str
+    users_file: Path
+
+    def set_groups(self, user: str, groups: list[str]) -> None:
+        """Put ``user`` in exactly ``groups`` from its next sign-in on (a new user if it was none)."""
+        users = json.loads(self.users_file.read_text())
+        users[user] = groups
+        self.users_file.write_text(json.dumps(users))
 
 
 @contextmanager
-def start_provider(clients: list[dict], *, id_token_ttl: int = 3600) -> Iterator[Provider]:
-    """Run the provider with ``clients`` until the block ends; yield its issuer URL."""
+def start_provider(clients: list[dict], *, id_token_ttl: int = 3600,
+                   users: dict[str, list[str]] | None = None) -> Iterator[Provider]:
+    """Run the provider with ``clients`` (and ``users`` besides alice, bob and carol) until the block ends;
+    yield its issuer URL."""
     ensure_installed()
     port = free_port()
-    env = {**os.environ, "PORT": str(port), "OIDC_CLIENTS": json.dumps(clients), "ID_TOKEN_TTL": str(id_token_ttl)}
+    users_dir = tempfile.TemporaryDirectory(prefix="oidc-users-")
+    users_file = Path(users_dir.name) / "users.json"
+    users_file.write_text(json.dumps(users or {}))
+    env = {**os.environ, "PORT": str(port), "OIDC_CLIENTS": json.dumps(clients), "ID_TOKEN_TTL": str(id_token_ttl),
+           "OIDC_USERS_FILE": str(users_file)}
     proc = subprocess.Popen(["node", "provider.mjs"], cwd=HERE, env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True)
     lines: list[str] = []
@@ -85,10 +101,11 @@ def start_provider(clients: list[dict], *, id_token_ttl: int = 3600) -> Iterator
         # Its log goes on to stderr, where a failing test shows it.
         threading.Thread(target=lambda: [sys.stderr.write(f"oidc-provider: {x}") for x in proc.stdout],
                          daemon=True).start()
-        yield Provider(issuer=line.split()[1])
+        yield Provider(issuer=line.split()[1], users_file=users_file)
     finally:
         proc.terminate()
         proc.wait(timeout=10)
+        users_dir.cleanup()
 
 
 _FORM = re.compile(r'<form[^>]*action="([^"]+)"[^>]*>(.*?)</form>', re.S)

@@ -24,7 +24,7 @@ def make_settings(root: Path, database_url: str, signing_key_pem: str):
         data_dir=root / "data",
         database_url=database_url,
         blob_store_url=(root / "blobs").as_uri(),
-        presign_secret=SecretStr("test-presign-secret"),
+        presign_secret=SecretStr("test-presign-secret-0123456789ab"),
         job_backoff_base_seconds=0.05,
         job_backoff_max_seconds=0.2,
     )

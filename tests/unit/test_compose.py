@@ -58,7 +58,14 @@ def test_services_have_health_checks_and_volumes(compose):
     assert {"postgres-data", "seaweedfs-data"} <= set(compose["volumes"])
 
 
-def test_api_replicas_share_one_console_key(compose):
-    """A console session opened on one API replica must open on the next: the key is set, not made per replica."""
-    key = compose["services"]["api"]["environment"]["MODELREG_CONSOLE_KEY"]
-    assert len(bytes.fromhex(key)) >= 32
+def test_api_replicas_share_one_console_key_that_the_repository_does_not_publish(compose):
+    """A console session opened on one API replica must open on the next, and nobody who read this repository may
+    forge one (issue 30): no key is written in the file; the API makes it in its data directory on a named
+    volume, which every replica mounts."""
+    for svc in _modelreg_services(compose).values():
+        assert "MODELREG_CONSOLE_KEY" not in svc["environment"]
+        assert "MODELREG_PRESIGN_SECRET" not in svc["environment"]
+    api = compose["services"]["api"]
+    data_dir = api["environment"]["MODELREG_DATA_DIR"]
+    assert any(volume.split(":")[0] in compose["volumes"] and volume.split(":")[1] == data_dir
+               for volume in api["volumes"])

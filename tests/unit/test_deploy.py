@@ -211,7 +211,7 @@ def test_kubernetes_has_every_object_the_registry_needs():
 
 
 def test_every_registry_container_runs_a_real_command_reading_real_settings(monkeypatch):
-    from registry.settings import Settings
+    from registry.settings import InsecureSecretError, Settings, check_secrets
 
     settings_env = {f"MODELREG_{name.upper()}" for name in Settings.model_fields}
     (config,) = _kube("ConfigMap")
@@ -231,6 +231,9 @@ def test_every_registry_container_runs_a_real_command_reading_real_settings(monk
         monkeypatch.setenv(name, value)
     settings = Settings()
     assert [i.audience for i in settings.workload_issuers] == ["modelreg"]
+    # A deployment that kept the placeholders does not start with them (issue 30).
+    with pytest.raises(InsecureSecretError, match="is an example published"):
+        check_secrets(settings)
 
     workloads = [*_kube("Deployment"), *_kube("Job")]
     commands = {}

@@ -1,25 +1,34 @@
 // The test suite's OpenID provider: oidc-provider (a certified implementation) on loopback.
 // Users: alice (security-approvers), bob (ml-approvers), carol (no group); any password is accepted by
-// the devInteractions login page. Clients come from OIDC_CLIENTS (JSON), the ID token's lifetime from
-// ID_TOKEN_TTL (seconds). It prints "listening <issuer>" once it serves.
+// the devInteractions login page; more from OIDC_USERS_FILE (below). Clients come from OIDC_CLIENTS (JSON),
+// the ID token's lifetime from ID_TOKEN_TTL (seconds). It prints "listening <issuer>" once it serves.
+import { readFileSync } from 'node:fs';
 import Provider from 'oidc-provider';
 
 const port = Number(process.env.PORT);
 const issuer = `http://127.0.0.1:${port}`;
-const users = {
+const defaultUsers = {
   alice: ['security-approvers'],
   bob: ['ml-approvers'],
   carol: [],
 };
 
+// More users, or other groups for these, from OIDC_USERS_FILE ({"<login>": [groups]}), read again at each
+// sign-in so a test can move a user between groups while the provider runs.
+function users() {
+  if (!process.env.OIDC_USERS_FILE) return defaultUsers;
+  return { ...defaultUsers, ...JSON.parse(readFileSync(process.env.OIDC_USERS_FILE, 'utf8')) };
+}
+
 const provider = new Provider(issuer, {
   clients: JSON.parse(process.env.OIDC_CLIENTS),
   async findAccount(ctx, id) {
-    if (!(id in users)) return undefined;
+    const known = users();
+    if (!(id in known)) return undefined;
     return {
       accountId: id,
       async claims() {
-        return { sub: id, preferred_username: id, name: id, groups: users[id] };
+        return { sub: id, preferred_username: id, name: id, groups: known[id] };
       },
     };
   },
