@@ -125,6 +125,24 @@ def test_an_es256_issuer_key_is_accepted(world, issuer):
     assert manifest(client, issuer.mint(key=es)).status_code == 200
 
 
+def test_a_bound_service_account_reads_its_tenants_events_like_a_node_token(world, issuer):
+    """The event stream is how nodes learn of revocations: it accepts the projected token as the manifest
+    route does, and shows the service account its bound tenants' events only."""
+    client, container, admin = world
+    make_admin(container, "beta")
+    bind(client, admin, issuer)
+    r = client.post(f"/v1/models/{T}/{M}/versions/1/revoke", headers=admin, json={"reason": "bad weights"})
+    assert r.status_code == 200, r.text
+    token = issuer.mint()
+    r = client.get("/v1/events", headers={"Authorization": f"Bearer {token}"}, params={"type": "version.revoked"})
+    assert r.status_code == 200, r.text
+    assert [(e["data"]["tenant"], e["data"]["version"]) for e in r.json()["events"]] == [(T, 1)]
+    assert client.get("/v1/events", headers={"Authorization": f"Bearer {token}"},
+                      params={"tenant": "beta"}).status_code == 403
+    refused(client.get("/v1/events", headers={"Authorization": f"Bearer {issuer.mint(service_account='x')}"}),
+            "unbound")
+
+
 # --- refused ------------------------------------------------------------------------------------------
 
 
