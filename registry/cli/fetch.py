@@ -492,8 +492,13 @@ def cache_sweep(
             _say(f"error: sweep: {line}", err=True)
 
         with _api(url, token, token_file) as api:
+            def ask_release(tenant: str, name: str, version: int, etag: str | None) -> str | None:
+                answer = api.manifest(tenant, name, str(version), etag=etag)
+                return etag if answer is None else answer.etag
+
             sweeper = Sweeper(root, state=state, trust_root_file=trust_root, fetch_root=api.trust_root,
-                              parallel=parallel, remove_unattributed=remove_unattributed, on_problem=problem)
+                              ask_release=ask_release, parallel=parallel, remove_unattributed=remove_unattributed,
+                              on_problem=problem)
 
             def sweep(full: bool) -> list:
                 findings = sweeper.sweep(full=full)
@@ -503,10 +508,13 @@ def cache_sweep(
                 if full:
                     counts = {kind: sum(f.event == kind for f in findings)
                               for kind in ("ok", "revoked", "altered", "unattributed", "unverified")}
-                    _summary({"folders": len(findings), **counts}, as_json,
+                    # A sweeper that cannot follow the event stream says so in its summary too.
+                    failing = follower.failing
+                    _summary({"folders": len(findings), **counts, "event_stream": failing or "ok"}, as_json,
                              f"swept {len(findings)} folder(s) under {root}/models: {counts['ok']} verified, "
                              f"{counts['revoked']} revoked and {counts['altered']} altered (removed), "
-                             f"{counts['unattributed']} unattributed, {counts['unverified']} unverified")
+                             f"{counts['unattributed']} unattributed, {counts['unverified']} unverified"
+                             + (f"; the event stream is NOT followed: {failing}" if failing else ""))
                 return findings
 
             def events_failed(line: str) -> None:
