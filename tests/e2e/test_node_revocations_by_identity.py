@@ -128,3 +128,23 @@ def test_serve_s3_stops_serving_a_revoked_version_with_either_identity(registry,
         assert refused.value.response["Error"]["Code"] == "AccessDenied"
     finally:
         stop_process(process)
+
+
+def test_a_sweeper_that_missed_the_revocation_event_still_removes_the_folder(registry, node_env, tmp_path):
+    """The full sweep asks the real registry about each folder's version: here the sweeper's cursor is past
+    the revocation's event (as a stream that was refused, or lost its events, leaves it)."""
+    from registry.client.cache import NodeCache
+
+    folder = tmp_path / "volume" / "models" / hashlib.sha256(PROD.encode()).hexdigest()[:16]
+    folder.mkdir(parents=True)
+    assert _run(node_env, "fetch", PROD, str(folder), cache=tmp_path / "job-cache").returncode == 0
+    clean = _run(node_env, "cache", "sweep", str(tmp_path / "volume"), "--once", "--json", cache=tmp_path / "state")
+    assert clean.returncode == 0, clean.stderr
+    _revoke(registry)
+    state = NodeCache(tmp_path / "state")
+    state.set_state(f"events.cursor {registry.url}", str(10**9))
+    state.close()
+    swept = _run(node_env, "cache", "sweep", str(tmp_path / "volume"), "--once", "--json", cache=tmp_path / "state")
+    assert swept.returncode == 14, swept.stderr  # revoked
+    [revoked] = _records(swept.stdout, "revoked")
+    assert revoked["version"] == 1 and revoked["removed"] and not folder.exists()
