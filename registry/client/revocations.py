@@ -67,7 +67,8 @@ class RevocationFollower:
         cache: The node cache; its index keeps the cursor, per registry URL.
         on_revoked: Told of each revoked version the cache held (what was removed).
         on_problem: Told a line about each failure before the retry (a refused token, a lost cursor).
-        on_cursor: Told the cursor each time a read moved it (after it was saved).
+        on_cursor: Told the cursor each time a read moved it (after it was saved), and at the first read
+            that succeeds after a failure (``failing`` is None again).
         wait: Seconds of long poll asked of the server (None: ask for none).
     """
 
@@ -105,10 +106,10 @@ class RevocationFollower:
             report = self.cache.remove_revoked(*named)
             if report.held and (report.newly_revoked or report.removed):
                 self.on_revoked(report)
-        if page.cursor != after or not self.cache.state(self.key):
+        recovered, self.failing = self.failing is not None, None
+        if page.cursor != after or not self.cache.state(self.key) or recovered:
             self.cache.set_state(self.key, str(page.cursor))
             self.on_cursor(page.cursor)
-        self.failing = None
         return len(page.events), len(page.events) >= PAGE
 
     def _failed(self, line: str) -> None:

@@ -342,3 +342,33 @@ def test_modelreg_fetch_and_cache_warm_with_the_projected_token_file(world, issu
         token_file.write_text(issuer.mint(audience=["elsewhere"]))  # rotated to a token for someone else
         assert cli_main(["fetch", f"modelreg://{T}/{M}@prod", str(tmp_path / "again"), *common]) != 0
         assert "not for audience" in capsys.readouterr().err
+
+
+def test_cache_warm_once_exits_16_and_sets_the_metric_when_the_event_stream_is_refused(world, issuer, tmp_path,
+                                                                                      capsys, monkeypatch):
+    """A registry that refuses the node's event stream (as one did service-account tokens) while it serves
+    its manifests: the warm goes on, but the exit code and the textfile say no revocation was applied."""
+    from registry.client.http import RemoteError
+
+    client, _, admin = world
+    bind(client, admin, issuer)
+    token_file = tmp_path / "token"
+    token_file.write_text(issuer.mint() + "\n")
+    root = tmp_path / "root.json"
+    root.write_text(client.get("/v1/trust-root").text)
+    prom = tmp_path / "warm.prom"
+    with serve_in_thread(client.app) as url:
+        args = ["cache", "warm", "--once", f"{T}/{M}@prod", "--url", url, "--token-file", str(token_file),
+                "--trust-root", str(root), "--cache", str(tmp_path / "cache"), "--metrics-textfile", str(prom)]
+        assert cli_main(args) == 0, capsys.readouterr().err
+        assert "modelreg_cache_events_failing 0.0" in prom.read_text()
+
+        def refused(self, *a, **k):
+            raise RemoteError(401, {"type": REJECTED, "title": "refused", "detail": "service-account token refused",
+                                    "status": 401})
+
+        monkeypatch.setattr(RegistryApi, "events", refused)
+        assert cli_main(args) == 16
+        err = capsys.readouterr().err
+        assert "no revocation was applied" in err and "service-account token refused" in err, err
+        assert "modelreg_cache_events_failing 1.0" in prom.read_text()
