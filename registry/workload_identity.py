@@ -7,8 +7,10 @@ fetched by ``jwks_url`` or OIDC discovery, cached, and fetched again on an unkno
 per ``refresh_interval``), ``iss``, ``aud``, ``exp``, ``nbf`` and ``iat``. The ``kubernetes.io`` claims
 name the namespace and service account; :func:`authenticate_workload` maps them through the
 ``node_bindings`` an administrator made (``modelreg node bind``) to a principal named
-``sa:<namespace>/<service account>@<issuer host>`` that holds only the ``node`` role in the bound
-tenants. Bindings are read on every request: one removed refuses the next request.
+``sa:<namespace>/<service account>@<issuer>`` (the issuer URL without its scheme: EKS and GKE serve many
+clusters' issuers from one host, told apart by the path) that holds only the ``node`` role in the bound
+tenants: one principal per (issuer, namespace, service account). Bindings are read on every request:
+one removed refuses the next request.
 
 The claims the kube-apiserver mints (``pkg/serviceaccount/claims.go``)::
 
@@ -74,22 +76,37 @@ def _is_loopback(host: str) -> bool:
 
 
 def issuer_host(issuer: str) -> str:
-    """The host (and port, when not the default) of an issuer URL, lower-case: the principal's suffix."""
+    """The host (and port, when not the default) of an issuer URL, lower-case."""
     parts = urlsplit(issuer)
     host = (parts.hostname or "").lower()
     return f"{host}:{parts.port}" if parts.port else host
 
 
+def issuer_label(issuer: str) -> str:
+    """The issuer URL without its scheme and trailing slash, host lower-case, path as it is: the principal's
+    suffix. Two issuers on one host (EKS ``oidc.eks.REGION.amazonaws.com/id/ID``, GKE
+    ``container.googleapis.com/v1/projects/P/locations/L/clusters/C``) get two labels.
+
+    Example:
+        >>> issuer_label("https://oidc.eks.us-west-2.amazonaws.com/id/EXAMPLED539D4633E53DE1B71EXAMPLE/")
+        'oidc.eks.us-west-2.amazonaws.com/id/EXAMPLED539D4633E53DE1B71EXAMPLE'
+        >>> issuer_label("https://kubernetes.default.svc.cluster.local")
+        'kubernetes.default.svc.cluster.local'
+    """
+    return issuer_host(issuer) + urlsplit(issuer).path.rstrip("/")
+
+
 def principal_name(issuer: str, namespace: str, service_account: str) -> str:
-    """``sa:<namespace>/<service account>@<issuer host>``: never a name an administrator can give (``:``)."""
-    return f"sa:{namespace}/{service_account}@{issuer_host(issuer)}"
+    """``sa:<namespace>/<service account>@<issuer label>``: never a name an administrator can give (``:``)."""
+    return f"sa:{namespace}/{service_account}@{issuer_label(issuer)}"
 
 
-_PRINCIPAL_NAME_RE = re.compile(r"\Asa:[a-z0-9-]{1,63}/[a-z0-9.-]{1,253}@[a-z0-9.:\[\]-]{1,255}\Z")
+_PRINCIPAL_NAME_RE = re.compile(
+    r"\Asa:[a-z0-9-]{1,63}/[a-z0-9.-]{1,253}@[a-z0-9.:\[\]-]{1,255}(/[A-Za-z0-9._~%!$&'()*+,;=:@-]*)*\Z")
 
 
 def is_node_principal_name(name: str) -> bool:
-    """Whether ``name`` has the form of a bound service account's principal (``sa:NS/SA@host``)."""
+    """Whether ``name`` has the form of a bound service account's principal (``sa:NS/SA@issuer``)."""
     return isinstance(name, str) and len(name) <= PRINCIPAL_NAME_MAX and _PRINCIPAL_NAME_RE.match(name) is not None
 
 
@@ -102,7 +119,7 @@ def validate_subject(issuer: str, namespace: str, service_account: str) -> None:
         raise InvalidInputError(f"invalid service account {service_account!r}: a DNS subdomain (RFC 1123)",
                                 field="service_account")
     if len(principal_name(issuer, namespace, service_account)) > PRINCIPAL_NAME_MAX:
-        raise InvalidInputError("namespace, service account and issuer host together are too long",
+        raise InvalidInputError("namespace, service account and issuer together are too long",
                                 field="service_account")
 
 

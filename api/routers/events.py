@@ -25,9 +25,13 @@ router = APIRouter(prefix="/v1/events", tags=["events"], responses=responses(*AU
 
 
 def _read(container: Container, token: str, **kwargs: Any) -> tuple[AuthenticatedPrincipal, list[catalogue.Event], int]:
-    """Authenticate and read in one session, closed before it returns."""
+    """Authenticate and read in one session, closed before it returns.
+
+    A bound service account's projected token is accepted as on the manifest routes: a node that
+    authenticates so must learn of revocations like one with a registry token.
+    """
     with container.session_factory() as session:
-        principal = authenticate(session, token)
+        principal = authenticate(session, token, workload=container.workload_verifier)
         # Reads after authentication start a fresh transaction, not one opened by the lookup.
         session.rollback()
         found, cursor = events_service.read(session, principal, **kwargs)

@@ -245,12 +245,12 @@ def _write_fetch_metrics(path: Path, ref_text: str, timings: dict[str, float], e
         _say(f"warning: cannot write the metrics textfile {path}: {err.strerror or err}", err=True)
 
 
-def _write_cache_metrics(path: Path, cache, cursor: int) -> None:
+def _write_cache_metrics(path: Path, cache, cursor: int, events_failing: bool = False) -> None:
     """``cache warm``'s textfile; a path that cannot be written is told on stderr (the warmer runs on)."""
     from registry.client.textfile import cache_samples, write_textfile
 
     try:
-        write_textfile(path, cache_samples(cache.revocation_totals(), cursor))
+        write_textfile(path, cache_samples(cache.revocation_totals(), cursor, events_failing))
     except OSError as err:
         _say(f"warning: cannot write the metrics textfile {path}: {err.strerror or err}", err=True)
 
@@ -354,9 +354,11 @@ def cache_warm(
     One more thread reads ``version.revoked`` from the event stream (cursor kept in the cache): a revoked
     version the cache holds is removed from it (blobs another live version lists stay) and reported
     (``{"event": "revoked"}`` with --json). Run as a DaemonSet. With --once, a failure to warm exits
-    with its code (an event stream that fails is told on stderr, and the warm goes on); otherwise every
-    failure is printed and retried.
+    with its code; an event stream that fails (a refused token) is told on stderr, the warm goes on, and
+    the exit is 16. Otherwise every failure is printed and retried; while the stream fails the textfile
+    says so (``modelreg_cache_events_failing 1``).
     """
+    from registry.client.errors import NetworkError
     from registry.client.fetch import warm_once
     from registry.client.progress import Reporter
     from registry.client.revocations import RevocationFollower
@@ -374,7 +376,11 @@ def cache_warm(
             def metrics(cursor: int | None = None) -> None:
                 if metrics_textfile is not None:
                     _write_cache_metrics(metrics_textfile, node_cache,
-                                         follower.cursor if cursor is None else cursor)
+                                         follower.cursor if cursor is None else cursor, follower.failing is not None)
+
+            def events_failed(line: str) -> None:
+                _say(f"error: revocations: {line}", err=True)
+                metrics()
 
             def revoked(report) -> None:
                 reporter.event("revoked", **report.as_dict())
@@ -385,15 +391,15 @@ def cache_warm(
                 metrics()
 
             follower = RevocationFollower(api, node_cache, on_revoked=revoked, on_cursor=metrics,
-                                          on_problem=lambda line: _say(f"error: revocations: {line}", err=True))
+                                          on_problem=events_failed)
             metrics()
             if once:
                 try:
                     follower.catch_up()
                 except (RegistryError, OSError) as exc:
-                    # The releases are still warmed: the manifest endpoint itself refuses revoked versions.
-                    _say(f"error: revocations: the event stream failed, none applied: {' '.join(str(exc).split())}",
-                         err=True)
+                    # The releases are still warmed (the manifest endpoint itself refuses revoked versions);
+                    # the exit code says the revocations were not.
+                    events_failed(f"the event stream failed, none applied: {' '.join(str(exc).split())}")
                 for ref in parsed:
                     _, result = warm_once(ref, api=api, trust_root_file=trust_root,
                                           trust_root_sha256=trust_root_sha256, cache=node_cache, etag=None,
@@ -403,6 +409,9 @@ def cache_warm(
                         _summary(result.as_dict(), as_json,
                                  f"{result.model}@{result.ref} -> {result.version}: {result.downloaded_files} "
                                  f"downloaded, {result.cached_files} cached")
+                if follower.failing is not None:
+                    raise NetworkError(f"the releases were warmed, but no revocation was applied: the event "
+                                       f"stream failed: {follower.failing}")
                 return
             stop = threading.Event()
 
@@ -465,10 +474,12 @@ def cache_sweep(
 
     For each ROOT/models/<key>: the release `modelreg fetch` recorded there is verified against the trust
     root (walked through the registry's rotations), model.sig against it, every file re-hashed; a version
-    the registry revoked (its event stream) or any difference removes the folder (renamed aside, then
+    the registry revoked (its event stream, or its refusal of that version's release, asked at each full
+    sweep) or any difference removes the folder (renamed aside, then
     deleted) and is reported (``{"event": "revoked"}``, ``{"event": "altered"}`` with --json). A folder with
     no release record is reported (``unattributed``) and left. With --once: exit 13 when a folder was altered,
-    else 14 when one was revoked, else 16 when the event stream or the trust root walk failed, else 0.
+    else 14 when one was revoked, else 16 when the event stream, a release's question or the trust root walk
+    failed, else 0.
     """
     from registry.client.revocations import RevocationFollower
     from registry.client.errors import NetworkError
@@ -492,8 +503,13 @@ def cache_sweep(
             _say(f"error: sweep: {line}", err=True)
 
         with _api(url, token, token_file) as api:
+            def ask_release(tenant: str, name: str, version: int, etag: str | None) -> str | None:
+                answer = api.manifest(tenant, name, str(version), etag=etag)
+                return etag if answer is None else answer.etag
+
             sweeper = Sweeper(root, state=state, trust_root_file=trust_root, fetch_root=api.trust_root,
-                              parallel=parallel, remove_unattributed=remove_unattributed, on_problem=problem)
+                              ask_release=ask_release, parallel=parallel, remove_unattributed=remove_unattributed,
+                              on_problem=problem)
 
             def sweep(full: bool) -> list:
                 findings = sweeper.sweep(full=full)
@@ -503,10 +519,13 @@ def cache_sweep(
                 if full:
                     counts = {kind: sum(f.event == kind for f in findings)
                               for kind in ("ok", "revoked", "altered", "unattributed", "unverified")}
-                    _summary({"folders": len(findings), **counts}, as_json,
+                    # A sweeper that cannot follow the event stream says so in its summary too.
+                    failing = follower.failing
+                    _summary({"folders": len(findings), **counts, "event_stream": failing or "ok"}, as_json,
                              f"swept {len(findings)} folder(s) under {root}/models: {counts['ok']} verified, "
                              f"{counts['revoked']} revoked and {counts['altered']} altered (removed), "
-                             f"{counts['unattributed']} unattributed, {counts['unverified']} unverified")
+                             f"{counts['unattributed']} unattributed, {counts['unverified']} unverified"
+                             + (f"; the event stream is NOT followed: {failing}" if failing else ""))
                 return findings
 
             def events_failed(line: str) -> None:

@@ -67,7 +67,8 @@ class RevocationFollower:
         cache: The node cache; its index keeps the cursor, per registry URL.
         on_revoked: Told of each revoked version the cache held (what was removed).
         on_problem: Told a line about each failure before the retry (a refused token, a lost cursor).
-        on_cursor: Told the cursor each time a read moved it (after it was saved).
+        on_cursor: Told the cursor each time a read moved it (after it was saved), and at the first read
+            that succeeds after a failure (``failing`` is None again).
         wait: Seconds of long poll asked of the server (None: ask for none).
     """
 
@@ -79,6 +80,8 @@ class RevocationFollower:
         self.wait = wait
         self.clock = clock
         self.key = f"events.cursor {api.client.url}"
+        self.failing: str | None = None
+        """Why the last read failed (a refused token: the registry's answer), None once a read succeeded."""
 
     @property
     def cursor(self) -> int:
@@ -103,10 +106,15 @@ class RevocationFollower:
             report = self.cache.remove_revoked(*named)
             if report.held and (report.newly_revoked or report.removed):
                 self.on_revoked(report)
-        if page.cursor != after or not self.cache.state(self.key):
+        recovered, self.failing = self.failing is not None, None
+        if page.cursor != after or not self.cache.state(self.key) or recovered:
             self.cache.set_state(self.key, str(page.cursor))
             self.on_cursor(page.cursor)
         return len(page.events), len(page.events) >= PAGE
+
+    def _failed(self, line: str) -> None:
+        self.failing = line
+        self.on_problem(line)
 
     def catch_up(self) -> None:
         """Read until the stream has nothing more at once (``cache warm --once``); failures are raised."""
@@ -114,6 +122,9 @@ class RevocationFollower:
         try:
             while self.step()[1]:
                 pass
+        except (RegistryError, OSError) as exc:
+            self.failing = " ".join(str(exc).split())
+            raise
         finally:
             self.wait = wait
 
@@ -129,7 +140,7 @@ class RevocationFollower:
                 backoff = min(backoff * 2, MAX_BACKOFF)
                 continue
             except (RegistryError, OSError) as exc:
-                self.on_problem(f"the event stream failed, retrying in {backoff:.0f}s: {' '.join(str(exc).split())}")
+                self._failed(f"the event stream failed, retrying in {backoff:.0f}s: {' '.join(str(exc).split())}")
                 stop.wait(backoff)
                 backoff = min(backoff * 2, MAX_BACKOFF)
                 continue
@@ -142,13 +153,13 @@ class RevocationFollower:
         """Tell what the registry's refusal means; the seconds to wait before the next try."""
         detail = " ".join(str(exc).split())
         if exc.status in (401, 403):
-            self.on_problem(f"the registry refuses the node's token for the event stream (HTTP {exc.status}): "
+            self._failed(f"the registry refuses the node's token for the event stream (HTTP {exc.status}): "
                             f"revocations are not applied until it is fixed; retrying in {REFUSED_BACKOFF:.0f}s: "
                             f"{detail}")
             return REFUSED_BACKOFF
         if exc.status == 410:
             # The registry no longer keeps events after our cursor: read every revocation it still has.
-            self.on_problem(f"the event stream no longer has cursor {self.cursor} (HTTP 410): reading the "
+            self._failed(f"the event stream no longer has cursor {self.cursor} (HTTP 410): reading the "
                             f"revocations again from the start: {detail}")
             self.cache.set_state(self.key, "0")
             return 0.0
@@ -156,5 +167,5 @@ class RevocationFollower:
             self.on_problem(f"the registry refuses wait={self.wait:.0f} on the event stream: polling without it")
             self.wait = None
             return 0.0
-        self.on_problem(f"the event stream failed (HTTP {exc.status}), retrying in {backoff:.0f}s: {detail}")
+        self._failed(f"the event stream failed (HTTP {exc.status}), retrying in {backoff:.0f}s: {detail}")
         return backoff

@@ -12,6 +12,10 @@ node group's volume (ROOT) and, for every folder ``ROOT/models/<key>``:
 - removes it as ``revoked`` when the registry revoked that version: the ``version.revoked`` events, read
   by :class:`~registry.client.revocations.RevocationFollower` into the sweeper's own state directory (a
   :class:`NodeCache` that holds no blobs, only the cursor, the revoked versions and the trust roots walked);
+  and, in a full sweep, the registry's own answer: the release of that version is asked for again
+  (``ask_release``, with the ETag of the last answer, so an unchanged one costs a 304 and no signature).
+  A sweeper whose event stream is refused or down still removes revoked folders at its next full sweep;
+  one that cannot ask either reports the folder ``unverified``, never ``ok``;
 - verifies the release's signature against the trust root (the pinned file walked through the registry's
   rotations; not its expiry: it was current when fetched), the bundle in model.sig, and re-hashes every
   file: any difference removes it as ``altered``. When the walk against the registry failed, a signature
@@ -47,7 +51,7 @@ from registry.client.assemble import (
 from registry.client.cache import NodeCache
 from registry.client.errors import classify
 from registry.client.trust import NodeTrust
-from registry.domain.errors import RegistryError, SignatureError
+from registry.domain.errors import RegistryError, RevokedError, SignatureError
 from registry.domain.refs import NAME_RE
 from registry.signing.bundle import SIGNATURE_FILE_NAME
 from registry.signing.release import verify_release
@@ -144,15 +148,20 @@ class Sweeper:
         state: The sweeper's state directory (its revoked versions, applied by a RevocationFollower).
         trust_root_file: The node's pinned trust root.
         fetch_root: ``fetch_root(n)``: the registry's root n, or None (the rotations to walk).
+        ask_release: ``ask_release(tenant, model, version, etag)``: asks the registry for that version's
+            release (If-None-Match ``etag``) and returns the ETag of its answer; raises RevokedError when
+            the registry revoked it (another RegistryError or OSError: it could not be asked). None: the
+            full sweep relies on the event stream alone.
         remove_unattributed: Also remove folders with no release record (never one being downloaded).
     """
 
     def __init__(self, root: Path, *, state: NodeCache, trust_root_file: Path,
-                 fetch_root: Callable[[int], Mapping[str, Any] | None], parallel: int = 4,
+                 fetch_root: Callable[[int], Mapping[str, Any] | None],
+                 ask_release: Callable[[str, str, int, str | None], str | None] | None = None, parallel: int = 4,
                  remove_unattributed: bool = False, on_problem: Callable[[str], None] = lambda line: None,
                  clock: Callable[[], dt.datetime] = lambda: dt.datetime.now(dt.timezone.utc)) -> None:
         self.root, self.state, self.trust_root_file = Path(root), state, Path(trust_root_file)
-        self.fetch_root, self.parallel = fetch_root, parallel
+        self.fetch_root, self.ask_release, self.parallel = fetch_root, ask_release, parallel
         self.remove_unattributed, self.on_problem, self.clock = remove_unattributed, on_problem, clock
 
     @property
@@ -226,6 +235,9 @@ class Sweeper:
         revoked = self.check_revoked(folder)
         if revoked is not None:
             return revoked
+        unasked = self.check_servable(folder, claim)
+        if isinstance(unasked, SweepFinding):
+            return unasked
         try:
             # The clock is the release's own issue time: its signature is checked, not its expiry.
             release = verify_release(claim.envelope, root, now=claim.issued, model=claim.model, ref=claim.ref)
@@ -242,7 +254,36 @@ class Sweeper:
             return SweepFinding("altered", str(folder), claim.model, claim.version, _reason(exc))
         except RegistryError as exc:
             return SweepFinding("altered", str(folder), claim.model, claim.version, _reason(exc))
+        if unasked is not None:
+            return SweepFinding("unverified", str(folder), claim.model, claim.version,
+                                f"its files verify, but whether it was revoked is unknown: {unasked}")
         return SweepFinding("ok", str(folder), claim.model, claim.version)
+
+    def check_servable(self, folder: Path, claim: Claim) -> SweepFinding | str | None:
+        """Whether the registry still releases the folder's version.
+
+        Returns:
+            A ``revoked`` finding when the registry refuses the release as revoked (recorded in the state,
+            as its event would be); why, when the registry could not be asked (also told); None when it
+            releases it, or no ``ask_release`` was given.
+        """
+        if self.ask_release is None:
+            return None
+        owner, name = claim.owner_and_name
+        key = f"release.etag {claim.model}@{claim.version}"
+        try:
+            etag = self.ask_release(owner, name, claim.version, self.state.state(key))
+        except RevokedError:
+            self.state.remove_revoked(owner, name, claim.version)
+            return SweepFinding("revoked", str(folder), claim.model, claim.version, "the registry revoked this version")
+        except (RegistryError, OSError) as exc:
+            why = f"cannot ask the registry whether {claim.model}@{claim.version} is still released: " \
+                  f"{' '.join(str(exc).split())}"
+            self.on_problem(why)
+            return why
+        if etag:
+            self.state.set_state(key, etag)
+        return None
 
 
 def _reason(exc: RegistryError) -> str:

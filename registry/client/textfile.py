@@ -16,7 +16,8 @@ Series (labels ``model="tenant/name"`` and ``ref``, the alias or version asked f
 ``modelreg cache warm --metrics-textfile`` writes the node cache's revocation counters (no labels; totals
 kept in the cache's index, so they survive a restart): ``modelreg_cache_revoked_versions_total``,
 ``modelreg_cache_revoked_blobs_removed_total``, ``modelreg_cache_revoked_bytes_removed_total``, and
-``modelreg_cache_events_cursor`` (how far the event stream was applied).
+``modelreg_cache_events_cursor`` (how far the event stream was applied), ``modelreg_cache_events_failing``
+(1 while the stream fails: alert on it).
 
 Written by hand, in the text exposition format: the fetch client needs no metrics library.
 """
@@ -43,13 +44,18 @@ _HELP = {
     "modelreg_cache_revoked_blobs_removed_total": ("counter", "Blobs removed from the node cache for revocations"),
     "modelreg_cache_revoked_bytes_removed_total": ("counter", "Bytes removed from the node cache for revocations"),
     "modelreg_cache_events_cursor": ("gauge", "The event stream cursor the node cache has applied up to"),
+    "modelreg_cache_events_failing": ("gauge", "1 while the event stream fails (a refused token): revocations "
+                                               "are not applied"),
 }
 
 
-def cache_samples(totals: Mapping[str, int], cursor: int) -> list[tuple[str, dict, float]]:
-    """The samples of ``cache warm``: ``NodeCache.revocation_totals()`` and the applied cursor."""
+def cache_samples(totals: Mapping[str, int], cursor: int, events_failing: bool = False
+                  ) -> list[tuple[str, dict, float]]:
+    """The samples of ``cache warm``: ``NodeCache.revocation_totals()``, the applied cursor, and whether
+    the event stream is failing (a refused token: revocations are not applied; alert on it)."""
     return [(f"modelreg_cache_{key}_total", {}, float(value)) for key, value in totals.items()] + [
-        ("modelreg_cache_events_cursor", {}, float(cursor))]
+        ("modelreg_cache_events_cursor", {}, float(cursor)),
+        ("modelreg_cache_events_failing", {}, 1.0 if events_failing else 0.0)]
 
 
 def fetch_samples(model: str, ref: str, outcome: str, timings: Mapping[str, float],

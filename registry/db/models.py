@@ -822,7 +822,8 @@ class WebhookDelivery(Base):
 class NodeBinding(Base):
     """An administrator's word that a Kubernetes service account of a trusted issuer is a serving node of a
     tenant: a projected token of ``(issuer, namespace, service_account)`` authenticates as ``principal``
-    (named ``sa:<namespace>/<service account>@<issuer host>``) holding only the ``node`` role in ``tenant``.
+    (named ``sa:<namespace>/<service account>@<issuer without its scheme>``) holding only the ``node`` role in
+    ``tenant``.
     See ``registry/workload_identity.py``."""
 
     __tablename__ = "node_bindings"

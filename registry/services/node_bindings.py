@@ -1,7 +1,8 @@
 """Node bindings: which Kubernetes service accounts of a trusted issuer are serving nodes of a tenant
 (administrators only). The token side is ``registry/workload_identity.py``.
 
-A binding makes (once) the principal ``sa:<namespace>/<service account>@<issuer host>``; provenance
+A binding makes (once) the principal ``sa:<namespace>/<service account>@<issuer>`` (the issuer URL without
+its scheme: one principal per issuer, namespace and service account); provenance
 names the node by it. Removing the last binding leaves the principal (history names it) but refuses its
 tokens from the next request.
 """

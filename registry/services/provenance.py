@@ -424,7 +424,7 @@ def fetched_by(session: Session, principal: AuthenticatedPrincipal, tenant: str,
     """
     _check_page(limit)
     require(principal, tenant, Permission.AUDIT)
-    if not is_node_principal_name(node):  # a bound service account's (sa:NS/SA@host), or a named principal
+    if not is_node_principal_name(node):  # a bound service account's (sa:NS/SA@issuer), or a named principal
         validate_name("principal", node)
     rows = session.execute(
         select(ReleaseIssuance.model, ReleaseIssuance.version, func.min(ReleaseIssuance.at),

@@ -99,3 +99,54 @@ def test_0004_grants_existing_blobs_to_the_tenants_whose_versions_use_them(empty
                        for o in session.query(BlobOwner))
     finally:
         engine.dispose()
+
+
+def test_0027_gives_each_issuer_of_one_host_its_own_node_principal(empty_database_url):
+    """Two clusters' issuers on one host (as EKS's are) shared ``sa:serving/fetcher@<host>``; after 0027 each
+    (issuer, namespace, service account) has its own principal, named by the whole issuer."""
+    from sqlalchemy import text
+
+    engine = make_engine(empty_database_url)
+    a, b = "https://oidc.eks.example.com/id/CLUSTERA", "https://oidc.eks.example.com/id/CLUSTERB"
+    plain = "https://kubernetes.default.svc.cluster.local"
+    try:
+        migrate.upgrade(engine, "0026")
+        now = "2026-11-01 00:00:00"
+        with engine.begin() as conn:
+            for statement in [
+                "INSERT INTO tenants (id, name, created_at) VALUES (1, 'acme', :now), (2, 'beta', :now)",
+                # No ids given: the migration's own inserts take the next ones (PostgreSQL's sequence).
+                "INSERT INTO principals (name, is_admin, disabled, created_at) VALUES "
+                "('sa:serving/fetcher@oidc.eks.example.com', false, true, :now), "
+                "('sa:serving/fetcher@kubernetes.default.svc.cluster.local', false, false, :now)",
+                *[f"INSERT INTO node_bindings (id, issuer, namespace, service_account, tenant_id, principal_id, "
+                  f"created_by, created_at) SELECT {i}, '{issuer}', 'serving', 'fetcher', {tenant}, id, 'admin', :now "
+                  f"FROM principals WHERE name = '{name}'"
+                  for i, issuer, tenant, name in (
+                      (1, a, 1, "sa:serving/fetcher@oidc.eks.example.com"),
+                      (2, b, 2, "sa:serving/fetcher@oidc.eks.example.com"),
+                      (3, a, 2, "sa:serving/fetcher@oidc.eks.example.com"),
+                      (4, plain, 1, "sa:serving/fetcher@kubernetes.default.svc.cluster.local"))],
+            ]:
+                conn.execute(text(statement), {"now": now})
+        migrate.upgrade(engine)
+        query = text("SELECT b.id, p.name, p.disabled FROM node_bindings b JOIN principals p ON p.id = b.principal_id "
+                     "ORDER BY b.id")
+        with engine.connect() as conn:
+            rows = [(i, n, bool(d)) for i, n, d in conn.execute(query)]
+        assert rows == [(1, "sa:serving/fetcher@oidc.eks.example.com/id/CLUSTERA", True),
+                        (2, "sa:serving/fetcher@oidc.eks.example.com/id/CLUSTERB", True),
+                        (3, "sa:serving/fetcher@oidc.eks.example.com/id/CLUSTERA", True),
+                        (4, "sa:serving/fetcher@kubernetes.default.svc.cluster.local", False)]
+        from alembic import command
+
+        config = migrate.alembic_config(str(engine.url))
+        with engine.begin() as conn:
+            config.attributes["connection"] = conn
+            command.downgrade(config, "0026")
+        with engine.connect() as conn:
+            names = {n for _, n, _ in conn.execute(query)}
+        assert names == {"sa:serving/fetcher@oidc.eks.example.com",
+                         "sa:serving/fetcher@kubernetes.default.svc.cluster.local"}
+    finally:
+        engine.dispose()

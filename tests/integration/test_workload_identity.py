@@ -42,8 +42,21 @@ def issuer():
 @pytest.fixture
 def world(settings, issuer, tmp_path):
     """acme/llm@1 approved and promoted to prod; the registry trusts ``issuer`` (by discovery); an admin token."""
+    yield from _world(settings, [issuer], tmp_path)
+
+
+@pytest.fixture
+def two_clusters(settings, tmp_path):
+    """Two trusted issuers on one host, told apart by their paths (as EKS's clusters are); the world above."""
+    with KubeIssuer(path="/id/CLUSTERA") as a:
+        b = a.sibling("/id/CLUSTERB")
+        for client, container, admin in _world(settings, [a, b], tmp_path):
+            yield client, container, admin, a, b
+
+
+def _world(settings, issuers, tmp_path):
     container = bootstrap(settings.model_copy(update={
-        "workload_issuers": [WorkloadIssuer(issuer=issuer.url, audience="modelreg")],
+        "workload_issuers": [WorkloadIssuer(issuer=i.url, audience="modelreg") for i in issuers],
         "workload_jwks_refresh_seconds": 0.3}))
     admin = make_admin(container, T)
     awaiting_version(container, admin, tmp_path / "v1", T, M, seed=1)
@@ -123,6 +136,55 @@ def test_an_es256_issuer_key_is_accepted(world, issuer):
     issuer.keys.append(es)
     bind(client, admin, issuer)
     assert manifest(client, issuer.mint(key=es)).status_code == 200
+
+
+def test_a_bound_service_account_reads_its_tenants_events_like_a_node_token(world, issuer):
+    """The event stream is how nodes learn of revocations: it accepts the projected token as the manifest
+    route does, and shows the service account its bound tenants' events only."""
+    client, container, admin = world
+    make_admin(container, "beta")
+    bind(client, admin, issuer)
+    r = client.post(f"/v1/models/{T}/{M}/versions/1/revoke", headers=admin, json={"reason": "bad weights"})
+    assert r.status_code == 200, r.text
+    token = issuer.mint()
+    r = client.get("/v1/events", headers={"Authorization": f"Bearer {token}"}, params={"type": "version.revoked"})
+    assert r.status_code == 200, r.text
+    assert [(e["data"]["tenant"], e["data"]["version"]) for e in r.json()["events"]] == [(T, 1)]
+    assert client.get("/v1/events", headers={"Authorization": f"Bearer {token}"},
+                      params={"tenant": "beta"}).status_code == 403
+    refused(client.get("/v1/events", headers={"Authorization": f"Bearer {issuer.mint(service_account='x')}"}),
+            "unbound")
+
+
+def test_service_accounts_of_two_issuers_on_one_host_are_two_principals(two_clusters):
+    """EKS and GKE serve many clusters' issuers from one host: each (issuer, namespace, service account) is
+    its own principal, for provenance and for `principal disable`."""
+    client, container, admin, a, b = two_clusters
+    assert client.post("/v1/tenants", headers=admin, json={"name": "beta"}).status_code == 201
+    assert bind(client, admin, a)["principal"] == f"sa:serving/fetcher@{a.url.split('://', 1)[1]}"
+    assert bind(client, admin, b, tenant="beta")["principal"] == f"sa:serving/fetcher@{b.url.split('://', 1)[1]}"
+    me_a = client.get("/v1/whoami", headers={"Authorization": f"Bearer {a.mint()}"}).json()
+    me_b = client.get("/v1/whoami", headers={"Authorization": f"Bearer {b.mint()}"}).json()
+    assert me_a["name"].endswith("/id/CLUSTERA") and me_b["name"].endswith("/id/CLUSTERB"), (me_a, me_b)
+    assert me_a["roles"] == {T: [{"role": "node", "capacity": ""}]}
+    assert me_b["roles"] == {"beta": [{"role": "node", "capacity": ""}]}
+    # Disabling cluster A's node leaves cluster B's alone.
+    from registry.auth import load_principal
+    from registry.services import identity
+
+    with container.session_factory() as session:
+        acting = load_principal(session.query(Principal).filter_by(is_admin=True).one())
+        identity.set_disabled(session, acting, me_a["name"], True, clock=container.clock)
+    refused(manifest(client, a.mint()), "disabled")
+    assert client.get("/v1/whoami", headers={"Authorization": f"Bearer {b.mint()}"}).status_code == 200
+
+
+def test_a_binding_of_one_trusted_issuer_does_not_bind_the_same_service_account_of_another(two_clusters):
+    client, _, admin, a, b = two_clusters
+    bind(client, admin, a)
+    assert manifest(client, a.mint()).status_code == 200
+    # Cluster B's serving/fetcher is another workload, whoever named it alike.
+    refused(manifest(client, b.mint()), "unbound")
 
 
 # --- refused ------------------------------------------------------------------------------------------
@@ -324,3 +386,33 @@ def test_modelreg_fetch_and_cache_warm_with_the_projected_token_file(world, issu
         token_file.write_text(issuer.mint(audience=["elsewhere"]))  # rotated to a token for someone else
         assert cli_main(["fetch", f"modelreg://{T}/{M}@prod", str(tmp_path / "again"), *common]) != 0
         assert "not for audience" in capsys.readouterr().err
+
+
+def test_cache_warm_once_exits_16_and_sets_the_metric_when_the_event_stream_is_refused(world, issuer, tmp_path,
+                                                                                      capsys, monkeypatch):
+    """A registry that refuses the node's event stream (as one did service-account tokens) while it serves
+    its manifests: the warm goes on, but the exit code and the textfile say no revocation was applied."""
+    from registry.client.http import RemoteError
+
+    client, _, admin = world
+    bind(client, admin, issuer)
+    token_file = tmp_path / "token"
+    token_file.write_text(issuer.mint() + "\n")
+    root = tmp_path / "root.json"
+    root.write_text(client.get("/v1/trust-root").text)
+    prom = tmp_path / "warm.prom"
+    with serve_in_thread(client.app) as url:
+        args = ["cache", "warm", "--once", f"{T}/{M}@prod", "--url", url, "--token-file", str(token_file),
+                "--trust-root", str(root), "--cache", str(tmp_path / "cache"), "--metrics-textfile", str(prom)]
+        assert cli_main(args) == 0, capsys.readouterr().err
+        assert "modelreg_cache_events_failing 0.0" in prom.read_text()
+
+        def refused(self, *a, **k):
+            raise RemoteError(401, {"type": REJECTED, "title": "refused", "detail": "service-account token refused",
+                                    "status": 401})
+
+        monkeypatch.setattr(RegistryApi, "events", refused)
+        assert cli_main(args) == 16
+        err = capsys.readouterr().err
+        assert "no revocation was applied" in err and "service-account token refused" in err, err
+        assert "modelreg_cache_events_failing 1.0" in prom.read_text()

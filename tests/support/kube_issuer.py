@@ -57,24 +57,42 @@ class IssuerKey:
 
 @dataclass
 class KubeIssuer:
-    """Start with ``with KubeIssuer() as issuer:``; ``issuer.url`` is its issuer URL."""
+    """Start with ``with KubeIssuer() as issuer:``; ``issuer.url`` is its issuer URL.
+
+    ``issuer.sibling("/id/B")`` is another issuer on the same host and port, told apart by its path (as
+    EKS's and GKE's clusters' issuers share a host); it lives as long as the first.
+    """
 
     keys: list[IssuerKey] = field(default_factory=lambda: [IssuerKey.generate()])
     published: list[IssuerKey] | None = None  # what the JWKS serves; default: keys
     hits: dict[str, int] = field(default_factory=dict)
     url: str = ""
+    path: str = ""
+    siblings: dict[str, "KubeIssuer"] = field(default_factory=dict)
+
+    def sibling(self, path: str) -> "KubeIssuer":
+        other = KubeIssuer(path=path)
+        other.url = self.url.removesuffix(self.path) + path
+        self.siblings[path] = other
+        return other
 
     def __enter__(self) -> "KubeIssuer":
-        issuer = self
+        first = self
 
         class Handler(BaseHTTPRequestHandler):
             def do_GET(self) -> None:  # noqa: N802
-                issuer.hits[self.path] = issuer.hits.get(self.path, 0) + 1
-                if self.path == "/.well-known/openid-configuration":
+                issuer, path = first, self.path
+                for prefix, other in first.siblings.items():
+                    if path.startswith(prefix + "/"):
+                        issuer, path = other, path[len(prefix):]
+                if issuer is first and first.path:
+                    path = path.removeprefix(first.path)
+                issuer.hits[path] = issuer.hits.get(path, 0) + 1
+                if path == "/.well-known/openid-configuration":
                     body = {"issuer": issuer.url, "jwks_uri": f"{issuer.url}/openid/v1/jwks",
                             "response_types_supported": ["id_token"], "subject_types_supported": ["public"],
                             "id_token_signing_alg_values_supported": ["ES256", "RS256"]}
-                elif self.path == "/openid/v1/jwks":
+                elif path == "/openid/v1/jwks":
                     body = {"keys": [k.jwk() for k in (issuer.published if issuer.published is not None
                                                        else issuer.keys)]}
                 else:
@@ -91,7 +109,7 @@ class KubeIssuer:
                 pass
 
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self._server.server_address[1]}"
+        self.url = f"http://127.0.0.1:{self._server.server_address[1]}{self.path}"
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
         self._thread.start()
         return self

@@ -93,3 +93,17 @@ def test_an_es256_token_under_an_rsa_kid_is_refused(issuer):
     with pytest.raises(WorkloadTokenRejectedError) as refused:
         verifier(issuer).verify(issuer.mint(key=es))
     assert refused.value.reason == "algorithm"
+
+
+def test_principal_names_tell_two_issuers_of_one_host_apart_and_read_as_node_names():
+    from registry.workload_identity import is_node_principal_name, principal_name
+
+    a = principal_name("https://oidc.eks.us-west-2.amazonaws.com/id/EXAMPLED539D4633E53DE1B71EXAMPLE", "serving",
+                       "fetcher")
+    b = principal_name("https://oidc.eks.us-west-2.amazonaws.com/id/0123456789ABCDEF0123456789ABCDEF/", "serving",
+                       "fetcher")
+    assert a == "sa:serving/fetcher@oidc.eks.us-west-2.amazonaws.com/id/EXAMPLED539D4633E53DE1B71EXAMPLE" and a != b
+    gke = principal_name("https://container.googleapis.com/v1/projects/p/locations/us-central1/clusters/c",
+                         "serving", "fetcher")
+    assert all(is_node_principal_name(n) for n in (a, b, gke))
+    assert not is_node_principal_name("sa:serving/fetcher@host/../x y")

@@ -107,3 +107,44 @@ def test_a_removal_leaves_nothing_aside_read_only_folders_included(tmp_path):
     folder.chmod(0o555)
     remove_folder(folder)
     assert list((tmp_path / "models").iterdir()) == []
+
+
+def test_a_version_the_registry_no_longer_releases_is_removed_as_revoked_without_its_event(tmp_path):
+    """The full sweep asks the registry about each folder's version (its event stream may be refused)."""
+    from registry.domain.errors import RevokedError
+
+    asked: list[tuple] = []
+    revoked = False
+
+    def ask_release(tenant: str, name: str, version: int, etag: str | None) -> str | None:
+        asked.append((tenant, name, version, etag))
+        if revoked:
+            raise RevokedError(f"{tenant}/{name}", version, "bad weights")
+        return '"e1"'
+
+    sweeper = _sweeper(tmp_path, lambda version: None, ask_release=ask_release)
+    folder = tmp_path / "volume/models/aaaa"
+    _fetched(folder, KEY)
+    [finding] = sweeper.sweep()
+    assert finding.event == "ok" and asked == [("acme", "tiny", 3, None)]
+    revoked = True
+    [finding] = sweeper.sweep()
+    # Asked with the ETag it was answered (an unchanged release costs the registry a 304, no signature).
+    assert asked[-1] == ("acme", "tiny", 3, '"e1"')
+    assert finding.event == "revoked" and finding.removed and not folder.exists()
+    assert sweeper.state.is_revoked("acme", "tiny", 3)
+
+
+def test_a_folder_whose_revocation_cannot_be_asked_is_unverified_and_kept_never_ok(tmp_path):
+    problems: list[str] = []
+
+    def refused(tenant: str, name: str, version: int, etag: str | None) -> str | None:
+        raise NetworkError("HTTP 401: the token is refused")
+
+    sweeper = _sweeper(tmp_path, lambda version: None, ask_release=refused, on_problem=problems.append)
+    folder = tmp_path / "volume/models/aaaa"
+    _fetched(folder, KEY)
+    [finding] = sweeper.sweep()
+    assert finding.event == "unverified" and not finding.removed and folder.is_dir()
+    assert "whether it was revoked is unknown" in finding.reason
+    assert any("cannot ask the registry whether acme/tiny@3" in p for p in problems)
