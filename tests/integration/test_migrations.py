@@ -101,8 +101,8 @@ def test_0004_grants_existing_blobs_to_the_tenants_whose_versions_use_them(empty
         engine.dispose()
 
 
-def test_0027_gives_each_issuer_of_one_host_its_own_node_principal(empty_database_url):
-    """Two clusters' issuers on one host (as EKS's are) shared ``sa:serving/fetcher@<host>``; after 0027 each
+def test_0028_gives_each_issuer_of_one_host_its_own_node_principal(empty_database_url):
+    """Two clusters' issuers on one host (as EKS's are) shared ``sa:serving/fetcher@<host>``; after 0028 each
     (issuer, namespace, service account) has its own principal, named by the whole issuer."""
     from sqlalchemy import text
 
@@ -110,7 +110,7 @@ def test_0027_gives_each_issuer_of_one_host_its_own_node_principal(empty_databas
     a, b = "https://oidc.eks.example.com/id/CLUSTERA", "https://oidc.eks.example.com/id/CLUSTERB"
     plain = "https://kubernetes.default.svc.cluster.local"
     try:
-        migrate.upgrade(engine, "0026")
+        migrate.upgrade(engine, "0027")
         now = "2026-11-01 00:00:00"
         with engine.begin() as conn:
             for statement in [

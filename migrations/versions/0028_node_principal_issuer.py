@@ -6,8 +6,8 @@ each (issuer, namespace, service account) bound under another name, its bindings
 of the new name (made, with the old one's ``disabled``, when none exists). The old principal stays, as
 history (issuances, audit) names it. An issuer without a path keeps its name: nothing moves.
 
-Revision ID: 0027
-Revises: 0026
+Revision ID: 0028
+Revises: 0027
 Create Date: 2026-12-05 07:00:00
 """
 from typing import Sequence, Union
@@ -16,8 +16,8 @@ from urllib.parse import urlsplit
 from alembic import op
 import sqlalchemy as sa
 
-revision: str = "0027"
-down_revision: Union[str, None] = "0026"
+revision: str = "0028"
+down_revision: Union[str, None] = "0027"
 branch_labels: Union[str, Sequence[str], None] = None
 depends_on: Union[str, Sequence[str], None] = None
 
