@@ -16,11 +16,12 @@ from __future__ import annotations
 import re
 from typing import Annotated
 
-from pydantic import Field
+from pydantic import AfterValidator, Field
 
 from registry.auth import NAME_RE
 from registry.domain.refs import ALIAS_RE
 from registry.domain.files import SHA256_RE
+from registry.workload_identity import is_node_principal_name
 
 INT32_MAX = 2**31 - 1
 """The largest value of an ``Integer`` column (PostgreSQL ``integer``)."""
@@ -46,6 +47,19 @@ ModelName = Annotated[str, Field(**_NAME, description="model name, unique within
 AliasName = Annotated[str, Field(pattern=_json_schema_pattern(ALIAS_RE), min_length=1, max_length=63,
                                  description="alias name (prod, canary, staging...): a letter first")]
 PrincipalName = Annotated[str, Field(**_NAME, description="principal name")]
+
+
+def _any_principal_name(name: str) -> str:
+    if NAME_RE.match(name) or is_node_principal_name(name):
+        return name
+    raise ValueError("not a principal name: a name (lower case, digits, '.', '_', '-') or a bound service "
+                     "account's sa:NAMESPACE/SERVICE-ACCOUNT@ISSUER")
+
+
+AnyPrincipalName = Annotated[str, Field(min_length=1, max_length=600,
+                                        description="principal name, or a bound service account's "
+                                                    "(sa:NAMESPACE/SERVICE-ACCOUNT@ISSUER)"),
+                             AfterValidator(_any_principal_name)]
 Sha256Hex = Annotated[str, Field(pattern=SHA256_PATTERN, min_length=64, max_length=64,
                                  description="sha256 of the blob, 64 lower-case hex digits")]
 REF_PATTERN = r"^([1-9][0-9]{0,8}|[a-z][a-z0-9._-]{0,62})$"

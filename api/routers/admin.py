@@ -5,7 +5,7 @@ from __future__ import annotations
 from fastapi import APIRouter, status
 
 from api.deps import ContainerDep, PrincipalDep, SessionDep
-from api.params import PrincipalName, RowId, TenantName
+from api.params import AnyPrincipalName, PrincipalName, RowId, TenantName
 from api.problems import AUTHENTICATED, responses
 from api.schemas import (
     PrincipalCreate,
@@ -123,16 +123,19 @@ def list_tokens(name: PrincipalName, session: SessionDep, principal: PrincipalDe
             for t in identity.list_tokens(session, principal, name)]
 
 
-@router.post("/principals/{name}/disable", response_model=PrincipalPublic,
+@router.post("/principals/{name:path}/disable", response_model=PrincipalPublic,
              responses=responses(*AUTHENTICATED, NotFoundError, InvalidInputError))
-def disable_principal(name: PrincipalName, session: SessionDep, principal: PrincipalDep,
+def disable_principal(name: AnyPrincipalName, session: SessionDep, principal: PrincipalDep,
                       container: ContainerDep) -> PrincipalPublic:
-    """Refuse every token of the principal from the next request on, and end their console sessions."""
+    """Refuse every token of the principal from the next request on, and end their console sessions.
+
+    A bound service account's principal (``sa:NS/SA@issuer``, slashes and all) is named as it is.
+    """
     return _principal_public(identity.set_disabled(session, principal, name, True, clock=container.clock))
 
 
-@router.post("/principals/{name}/enable", response_model=PrincipalPublic,
+@router.post("/principals/{name:path}/enable", response_model=PrincipalPublic,
              responses=responses(*AUTHENTICATED, NotFoundError))
-def enable_principal(name: PrincipalName, session: SessionDep, principal: PrincipalDep,
+def enable_principal(name: AnyPrincipalName, session: SessionDep, principal: PrincipalDep,
                      container: ContainerDep) -> PrincipalPublic:
     return _principal_public(identity.set_disabled(session, principal, name, False, clock=container.clock))

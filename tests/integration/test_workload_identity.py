@@ -11,6 +11,7 @@ import json
 import os
 import time
 from pathlib import Path
+from urllib.parse import quote
 
 import pytest
 from fastapi.testclient import TestClient
@@ -168,15 +169,17 @@ def test_service_accounts_of_two_issuers_on_one_host_are_two_principals(two_clus
     assert me_a["name"].endswith("/id/CLUSTERA") and me_b["name"].endswith("/id/CLUSTERB"), (me_a, me_b)
     assert me_a["roles"] == {T: [{"role": "node", "capacity": ""}]}
     assert me_b["roles"] == {"beta": [{"role": "node", "capacity": ""}]}
-    # Disabling cluster A's node leaves cluster B's alone.
-    from registry.auth import load_principal
-    from registry.services import identity
-
-    with container.session_factory() as session:
-        acting = load_principal(session.query(Principal).filter_by(is_admin=True).one())
-        identity.set_disabled(session, acting, me_a["name"], True, clock=container.clock)
+    # Disabling cluster A's node (through the API, as `modelreg principal disable` does: the name's slashes
+    # percent-encoded) leaves cluster B's alone.
+    r = client.post(f"/v1/principals/{quote(me_a['name'], safe='')}/disable", headers=admin)
+    assert r.status_code == 200 and r.json()["disabled"] is True, r.text
     refused(manifest(client, a.mint()), "disabled")
     assert client.get("/v1/whoami", headers={"Authorization": f"Bearer {b.mint()}"}).status_code == 200
+    assert client.post(f"/v1/principals/{quote(me_a['name'], safe='')}/enable", headers=admin).status_code == 200
+    assert manifest(client, a.mint()).status_code == 200
+    # A name that is neither a principal's nor a bound service account's is refused as input.
+    r = client.post(f"/v1/principals/{quote('sa:Serving/x y@h', safe='')}/disable", headers=admin)
+    assert r.status_code == 422 and r.json()["type"].endswith("/invalid-input"), r.text
 
 
 def test_a_binding_of_one_trusted_issuer_does_not_bind_the_same_service_account_of_another(two_clusters):
