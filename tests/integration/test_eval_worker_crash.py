@@ -17,7 +17,6 @@ from registry.db.models import AuditEvent, EvalResult, Version
 from registry.policy import default_policy_dir
 from registry.services import versions
 from registry.services.versions import SubmitRequest
-from tests.integration.test_mirror_crash import deployment  # noqa: F401  (the fixture)
 from tests.support.registry import make_admin
 from tests.support.worker_process import kill_worker, start_worker, stop_worker, wait_for
 

@@ -18,68 +18,20 @@ from datetime import timedelta
 from pathlib import Path
 
 import pytest
-from pydantic import SecretStr
 from sqlalchemy import select, update
 
 from registry.bootstrap import bootstrap
 from registry.db.models import EvalResult, Job, Version, VersionFile
 from registry.services import versions
 from registry.services.versions import SubmitRequest
-from registry.settings import Settings
 from registry.storage import BlobStore, LocalBlobStore, S3BlobStore
-from tests.support import db as dbsupport
 from tests.support.registry import drain, make_admin
 from tests.support.worker_process import Deployment, kill_worker, start_worker, stop_worker, wait_for
 
 MIB = 1024 * 1024
-PART_SIZE = 5 * MIB
+PART_SIZE = 5 * MIB  # the deployment fixture's part size (tests/integration/conftest.py)
 SHARD_SIZE = 24 * MIB
 SLOW_RATE = 2 * MIB  # bytes per second while the first worker runs: the shard takes ~12 s
-
-
-@pytest.fixture(params=["local", pytest.param("s3", marks=[pytest.mark.postgres, pytest.mark.s3])])
-def deployment(request, tmp_path, signing_key_pem) -> Deployment:
-    env = {
-        "MODELREG_DATA_DIR": str(tmp_path / "data"),
-        "MODELREG_SIGNING_KEY_PEM": signing_key_pem,
-        "MODELREG_PRESIGN_SECRET": "test-presign-secret-0123456789ab",
-        "MODELREG_MULTIPART_PART_SIZE": str(PART_SIZE),
-        # A killed worker's job is claimed again once its lease runs out: make that quick.
-        "MODELREG_JOB_LEASE_SECONDS": "2",
-        "MODELREG_JOB_BACKOFF_BASE_SECONDS": "0.1",
-        "MODELREG_JOB_BACKOFF_MAX_SECONDS": "0.5",
-    }
-    bucket = client = None
-    if request.param == "local":
-        env["MODELREG_DATABASE_URL"] = dbsupport.sqlite_copy(request.getfixturevalue("sqlite_template"), tmp_path)
-        env["MODELREG_BLOB_STORE_URL"] = (tmp_path / "blobs").as_uri()
-    else:
-        url = request.getfixturevalue("pg_url")
-        dbsupport.truncate_all(url)
-        server = request.getfixturevalue("s3_server")
-        bucket = request.getfixturevalue("s3_bucket")
-        client = server.client()
-        env.update({
-            "MODELREG_DATABASE_URL": url,
-            "MODELREG_BLOB_STORE_URL": f"s3://{bucket}/registry",
-            "MODELREG_S3_ENDPOINT_URL": server.endpoint_url,
-            "MODELREG_S3_REGION": server.region,
-            "MODELREG_S3_ACCESS_KEY_ID": server.access_key,
-            "MODELREG_S3_SECRET_ACCESS_KEY": server.secret_key,
-        })
-    settings = Settings(
-        data_dir=Path(env["MODELREG_DATA_DIR"]),
-        database_url=env["MODELREG_DATABASE_URL"],
-        blob_store_url=env["MODELREG_BLOB_STORE_URL"],
-        s3_endpoint_url=env.get("MODELREG_S3_ENDPOINT_URL"),
-        s3_access_key_id=env.get("MODELREG_S3_ACCESS_KEY_ID"),
-        s3_secret_access_key=SecretStr(env.get("MODELREG_S3_SECRET_ACCESS_KEY", "unused")),
-        signing_key_pem=SecretStr(signing_key_pem),
-        presign_secret=SecretStr("test-presign-secret-0123456789ab"),
-        multipart_part_size=PART_SIZE,
-        job_lease_seconds=2,
-    )
-    return Deployment(request.param, settings, env, bucket, client)
 
 
 @pytest.fixture
