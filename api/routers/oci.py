@@ -36,6 +36,8 @@ from registry.storage import LocalBlobStore
 
 API_VERSION = {"Docker-Distribution-API-Version": "registry/2.0"}
 ACCEPTABLE = {OCI_MANIFEST, "*/*", "application/*"}
+MAX_ACCEPT = 8192
+"""The most characters of ``Accept`` read, all lines together."""
 REPOSITORY_PATH = re.compile(r"\A/v2/([^/]+/[^/]+)/(?:manifests|blobs|tags|referrers)/")
 
 # The OCI error code of each error the service raises (the first matching class decides).
@@ -224,12 +226,11 @@ def _next_link(request: Request, page: oci.Page, n: int | None) -> dict[str, str
 
 @router.api_route("/{tenant}/{name}/manifests/{reference}", methods=["GET", "HEAD"])
 def get_manifest(tenant: TenantName, name: ModelName, reference: str, request: Request, session: SessionDep,
-                 caller: CallerDep, container: ContainerDep,
-                 accept: Annotated[str | None, Header(max_length=4096)] = None) -> Response:
+                 caller: CallerDep, container: ContainerDep) -> Response:
     """A version's manifest by tag (version number, alias) or digest: the exact bytes its digest names."""
     pulled = oci_referrers.manifest_or_referrer(session, caller, tenant, name, reference,
                                                 blob_store=container.blob_store)
-    if not _accepts_oci_manifest(accept):
+    if not _accepts_oci_manifest(request.headers.getlist("accept")):
         raise errors.OciManifestUnknownError(
             f"{tenant}/{name}", reference[:80], f"the manifest is {OCI_MANIFEST}, which Accept does not name")
     art = pulled.artifact
@@ -241,10 +242,13 @@ def get_manifest(tenant: TenantName, name: ModelName, reference: str, request: R
     return Response(art.manifest_bytes, status_code=200, headers=headers, media_type=art.media_type)
 
 
-def _accepts_oci_manifest(accept: str | None) -> bool:
-    if not accept:
-        return True
-    return any(part.split(";")[0].strip().lower() in ACCEPTABLE for part in accept.split(","))
+def _accepts_oci_manifest(lines: list[str]) -> bool:
+    """Whether the ``Accept`` header names the OCI manifest type (or none is sent). Every line counts: a
+    client may send the header several times (the distribution-spec conformance suite does, index type first)."""
+    if sum(map(len, lines)) > MAX_ACCEPT:
+        raise errors.InvalidInputError(f"the Accept header is over {MAX_ACCEPT} characters", field="accept")
+    types = [t for t in (part.split(";")[0].strip().lower() for line in lines for part in line.split(",")) if t]
+    return not types or any(t in ACCEPTABLE for t in types)
 
 
 @router.api_route("/{tenant}/{name}/blobs/{digest}", methods=["GET", "HEAD"])

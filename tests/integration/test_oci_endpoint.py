@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import base64
 import datetime as dt
+import http.client
 import json
 
 import httpx
@@ -104,6 +105,35 @@ def test_accept_without_the_oci_manifest_type_is_manifest_unknown(world):
                      headers={"Accept": "application/vnd.docker.distribution.manifest.v2+json"})
         assert r.status_code == 404 and r.json()["errors"][0]["code"] == "MANIFEST_UNKNOWN"
         assert http.get(f"/v2/{REPO}/manifests/1", headers={"Accept": "*/*"}).status_code == 200
+
+
+def _raw_get(world, path: str, token: str, accept_lines: list[str]) -> tuple[int, bytes]:
+    """A GET through http.client, which sends each ``Accept`` as its own header line (httpx would join them)."""
+    conn = http.client.HTTPConnection(world.host, timeout=30)
+    try:
+        conn.putrequest("GET", path)
+        conn.putheader("Authorization", f"Bearer {token}")
+        for line in accept_lines:
+            conn.putheader("Accept", line)
+        conn.endheaders()
+        response = conn.getresponse()
+        return response.status, response.read()
+    finally:
+        conn.close()
+
+
+def test_accept_sent_as_several_lines_counts_every_line_by_tag_and_by_digest(world):
+    # As the distribution-spec conformance suite sends it: the index type first, the manifest type after.
+    lines = ["application/vnd.oci.image.index.v1+json", OCI_MANIFEST]
+    status, body = _raw_get(world, f"/v2/{REPO}/manifests/1", world.node, lines)
+    assert status == 200, body
+    digest = _sha256(body)
+    assert _raw_get(world, f"/v2/{REPO}/manifests/{digest}", world.node, lines) == (200, body)
+    assert _raw_get(world, f"/v2/{REPO}/manifests/1", world.node, [lines[0], f"text/plain, {OCI_MANIFEST}"]) \
+        == (200, body)
+    # No line naming it is still no manifest.
+    status, body = _raw_get(world, f"/v2/{REPO}/manifests/{digest}", world.node, [lines[0], "text/plain"])
+    assert status == 404 and json.loads(body)["errors"][0]["code"] == "MANIFEST_UNKNOWN"
 
 
 def test_an_alias_with_a_canary_gives_a_canary_tenants_node_the_canary_version(world, tmp_path):
