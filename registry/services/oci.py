@@ -40,7 +40,7 @@ from sqlalchemy import literal, select
 from sqlalchemy.exc import IntegrityError as SAIntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 
-from registry.auth import AuthenticatedPrincipal, Permission, Role, authenticate_token_id, load_principal
+from registry.auth import AuthenticatedPrincipal, Permission, Role, authenticate_token_id
 from registry.clock import Clock
 from registry.db.models import (
     Alias,
@@ -74,6 +74,7 @@ from registry.jobs import DEAD, JobKind, enqueue_job
 from registry.storage.base import BlobStore
 from registry.domain.states import VersionState
 from registry.services import hf, loaders
+from registry.workload_identity import bound_node_principal
 
 MAX_PAGE = 1000
 """The most tags or repositories one listing answers (``n`` above it is refused)."""
@@ -255,11 +256,13 @@ def _principal_behind(session: Session, claims: dict[str, Any]) -> Authenticated
             # The modelreg token it was exchanged for is revoked or expired, or its principal disabled.
             raise PullTokenRejectedError(f"pull token refused: {e.message}") from None
     else:
-        # Exchanged for a service-account token: the principal it maps to is checked again.
+        # Exchanged for a service-account token: the node principal it maps to is checked again, with its
+        # roles from the node bindings as they are now (a node principal holds no role bindings).
         row = session.get(Principal, claims["pid"]) if isinstance(claims["pid"], int) else None
-        if row is None or row.disabled:
-            raise PullTokenRejectedError("pull token refused: its principal is disabled or gone")
-        principal = load_principal(row)
+        principal = bound_node_principal(session, row) if row is not None else None
+        if principal is None:
+            raise PullTokenRejectedError("pull token refused: its principal is disabled, gone or bound to no "
+                                         "tenant")
     if principal.id != claims["pid"]:
         raise PullTokenRejectedError("pull token refused: principal mismatch")
     return principal
@@ -632,14 +635,18 @@ def _limit(n: int | None) -> int:
 # --- what referrers are of ----------------------------------------------------------------------------
 
 
-def released_raw(session: Session, model: Model, *, manifest_digest: str | None = None) -> Iterator[Pulled]:
+def released_raw(session: Session, model: Model, *, manifest_digest: str | None = None,
+                 version_ids: Any = None) -> Iterator[Pulled]:
     """The stored raw shapes of ``model``'s released versions (the referrers' subjects), newest first; only
-    the one of ``manifest_digest`` when given. The caller checked the pull (:func:`require_pull`)."""
+    the one of ``manifest_digest`` when given, only those of ``version_ids`` (ids or a select of them) when
+    given. The caller checked the pull (:func:`require_pull`)."""
     query = (select(OciArtifact, Version.number).join(Version, OciArtifact.version_id == Version.id)
              .where(OciArtifact.model_id == model.id, OciArtifact.shape == modelpack.RAW,
                     Version.id.in_(_released_ids(model))).order_by(Version.number.desc()))
     if manifest_digest is not None:
         query = query.where(OciArtifact.manifest_digest == manifest_digest)
+    if version_ids is not None:
+        query = query.where(Version.id.in_(version_ids))
     repository = f"{model.tenant.name}/{model.name}"
     for row, number in session.execute(query).all():
         yield _as_pulled(repository, row, number)
