@@ -40,7 +40,7 @@ from sqlalchemy import literal, select
 from sqlalchemy.exc import IntegrityError as SAIntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 
-from registry.auth import AuthenticatedPrincipal, Permission, Role, authenticate_token_id
+from registry.auth import AuthenticatedPrincipal, Permission, Role, authenticate_token_id, token_expiry
 from registry.clock import Clock
 from registry.db.models import (
     Alias,
@@ -212,6 +212,65 @@ def issue_pull_token(principal: AuthenticatedPrincipal, token_id: int | None, sc
               "jti": secrets.token_hex(8)}
     token = jwt.encode(claims, key, algorithm="HS256", headers={"kid": TOKEN_KID})
     return PullToken(token, now, ttl_seconds, tuple(sorted(granted)))
+
+
+REFRESH_KID = "modelreg-oci-refresh"
+REFRESH_SECONDS = 86400
+"""The most a refresh token lives (less when the credential it was issued for expires sooner)."""
+
+
+def issue_refresh_token(principal: AuthenticatedPrincipal, token_id: int | None, *, service: str, key: bytes,
+                        clock: Clock, not_after: dt.datetime | None) -> str:
+    """A refresh token (the token protocol's ``offline_token``/``access_type=offline``): the OAuth2 form's
+    ``grant_type=refresh_token`` exchanges it for pull tokens until ``not_after`` (the credential's own
+    expiry) or :data:`REFRESH_SECONDS`, whichever comes first. It names what a pull token names, no
+    repositories: each exchange checks the credential behind it again, as each pull token use does."""
+    now = clock.now()
+    exp = int(now.timestamp()) + REFRESH_SECONDS
+    if not_after is not None:
+        at = not_after if not_after.tzinfo is not None else not_after.replace(tzinfo=dt.timezone.utc)
+        exp = min(exp, int(at.timestamp()))
+    claims = {"iss": TOKEN_ISSUER, "aud": service, "sub": principal.name, "pid": principal.id, "tid": token_id,
+              "typ": "refresh", "iat": int(now.timestamp()), "exp": exp, "jti": secrets.token_hex(8)}
+    return jwt.encode(claims, key, algorithm="HS256", headers={"kid": REFRESH_KID})
+
+
+def principal_of_refresh_token(session: Session, token: str, *, key: bytes,
+                               clock: Clock) -> tuple[AuthenticatedPrincipal, int | None]:
+    """The principal a refresh token stands for now, and the modelreg token it was issued for (None: a
+    service-account token's).
+
+    Raises:
+        PullTokenRejectedError: not a refresh token of this registry, or expired; or the credential behind
+            it is no longer valid.
+    """
+    try:
+        if jwt.get_unverified_header(token).get("kid") != REFRESH_KID:
+            raise PullTokenRejectedError("refresh token refused: not a refresh token of this registry")
+        claims = jwt.decode(token, key, algorithms=["HS256"], issuer=TOKEN_ISSUER,
+                            options={"verify_exp": False, "verify_aud": False, "verify_iat": False,
+                                     "require": ["exp", "pid", "typ"]})
+    except jwt.PyJWTError as e:
+        raise PullTokenRejectedError(f"refresh token refused: {e}") from None
+    if claims["typ"] != "refresh" or not isinstance(claims.get("pid"), int) or claims["pid"] == ANONYMOUS_ID:
+        raise PullTokenRejectedError("refresh token refused: malformed")
+    if not isinstance(claims["exp"], int) or claims["exp"] <= clock.now().timestamp():
+        raise PullTokenRejectedError("refresh token expired: log in again")
+    principal = _principal_behind(session, claims)
+    session.rollback()
+    return principal, claims["tid"] if isinstance(claims.get("tid"), int) else None
+
+
+def credential_expiry(session: Session, secret: str, token_id: int | None) -> dt.datetime | None:
+    """When the credential ``secret`` (authenticated already) expires: a modelreg token's expiry, or a
+    service-account token's ``exp``; None for a token that never expires."""
+    if token_id is not None:
+        return token_expiry(session, token_id)
+    try:
+        exp = jwt.decode(secret, options={"verify_signature": False}).get("exp")
+    except jwt.PyJWTError:
+        return None
+    return dt.datetime.fromtimestamp(exp, dt.timezone.utc) if isinstance(exp, int) else None
 
 
 def is_pull_token(token: str) -> bool:

@@ -248,6 +248,60 @@ def test_a_pull_token_dies_with_the_modelreg_token_it_was_issued_for(world):
         assert "revoked" in r.json()["errors"][0]["message"]
 
 
+def test_the_oauth2_form_gives_pull_and_refresh_tokens_for_an_empty_user_name(world):
+    # As containerd asks first: POST the form, the password a modelreg token, the user name empty.
+    w = world
+    form = {"grant_type": "password", "service": w.host, "client_id": "containerd-client",
+            "scope": f"repository:{REPO}:pull repository:other/secret:pull", "username": "", "password": w.node,
+            "access_type": "offline"}
+    r = httpx.post(f"{w.url}/v2/token", data=form, timeout=30)
+    assert r.status_code == 200, r.text
+    answer = r.json()
+    assert answer["scope"] == f"repository:{REPO}:pull" and answer["expires_in"] > 0 and answer["issued_at"]
+    with w.http(answer["access_token"]) as http:
+        assert http.get(f"/v2/{REPO}/manifests/1").status_code == 200
+    r = httpx.post(f"{w.url}/v2/token", timeout=30, data={
+        "grant_type": "refresh_token", "refresh_token": answer["refresh_token"], "service": w.host,
+        "client_id": "containerd-client", "scope": f"repository:{REPO}:pull"})
+    assert r.status_code == 200, r.text
+    assert "refresh_token" not in r.json()
+    with w.http(r.json()["access_token"]) as http:
+        assert http.get(f"/v2/{REPO}/manifests/1").status_code == 200
+        # A refresh token is no pull token.
+        assert http.get(f"/v2/{REPO}/manifests/1", headers={
+            "Authorization": f"Bearer {answer['refresh_token']}"}).status_code == 401
+    # GET's offline_token=true gives one too; without access_type=offline, the form gives none.
+    r = httpx.get(f"{w.url}/v2/token", params={"offline_token": "true", "scope": f"repository:{REPO}:pull"},
+                  auth=("", w.node), timeout=30)
+    assert r.status_code == 200 and r.json()["refresh_token"]
+    r = httpx.post(f"{w.url}/v2/token", data={**form, "access_type": ""}, timeout=30)
+    assert r.status_code == 200 and "refresh_token" not in r.json()
+
+
+def test_bad_oauth2_forms_and_grants_are_400_with_the_oauth2_error(world):
+    w = world
+    pull = w.pull_token(w.node, f"repository:{REPO}:pull")
+    node_2 = role_token(w.container, "node-2", TENANT, "node")
+    refresh = httpx.post(f"{w.url}/v2/token", timeout=30, data={
+        "grant_type": "password", "password": node_2, "access_type": "offline"}).json()["refresh_token"]
+    with w.container.session_factory() as session:
+        identity.revoke_token(session, w.admin, token_id_of(session, node_2), clock=w.container.clock)
+        session.commit()
+    for data, error in (({}, "invalid_request"),
+                        ({"grant_type": "password"}, "invalid_request"),
+                        ({"grant_type": "password", "password": "mr_not-a-token"}, "invalid_grant"),
+                        ({"grant_type": "authorization_code", "code": "x"}, "unsupported_grant_type"),
+                        ({"grant_type": "refresh_token"}, "invalid_request"),
+                        ({"grant_type": "refresh_token", "refresh_token": "junk"}, "invalid_grant"),
+                        # A pull token is no refresh token; a refresh token dies with its modelreg token.
+                        ({"grant_type": "refresh_token", "refresh_token": pull}, "invalid_grant"),
+                        ({"grant_type": "refresh_token", "refresh_token": refresh}, "invalid_grant"),
+                        ({"grant_type": "password", "password": w.node, "scope": "repository:BAD"}, "invalid_scope")):
+        r = httpx.post(f"{w.url}/v2/token", data=data, timeout=30)
+        assert (r.status_code, r.json()["error"]) == (400, error), (data, r.text)
+        assert r.json()["error_description"]
+
+
 def test_bad_credentials_are_unauthorized(world):
     w = world
     acme = w.pull_token(w.node, f"repository:{REPO}:pull")
