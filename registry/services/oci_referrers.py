@@ -189,9 +189,12 @@ def record(session: Session, model: Model, pulled: Pulled, referrers_now: list[R
     """Record the digests of a released version's referrers as just built (kept: rows already there), and
     commit. Called wherever they are built: the listing, the build job (:func:`record_version`), and the
     first lookups after an upgrade (:data:`BACKFILL_PER_LOOKUP`)."""
+    # Most listings find every digest recorded already: then one read, and no write.
+    known = set(session.scalars(select(OciReferrerDigest.manifest_digest).where(
+        OciReferrerDigest.version_id == pulled.version_id)))
     rows = [{"version_id": pulled.version_id, "model_id": model.id, "artifact_type": r.artifact_type,
              "manifest_digest": r.manifest_digest, "layer_digest": r.layer_digest, "created_at": utcnow()}
-            for r in referrers_now]
+            for r in referrers_now if r.manifest_digest not in known]
     if not rows:
         return
     insert = postgresql_insert if is_postgres(session) else sqlite_insert
