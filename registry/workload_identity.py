@@ -36,7 +36,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session, joinedload
 
 from registry.auth import AuthenticatedPrincipal, Role, looks_like_jwt
-from registry.db.models import NodeBinding
+from registry.db.models import NodeBinding, Principal, Tenant
 from registry.domain.errors import InvalidInputError, ServiceUnavailableError, WorkloadTokenRejectedError
 from registry.settings import WorkloadIssuer
 
@@ -340,3 +340,17 @@ def authenticate_workload(session: Session, verifier: WorkloadVerifier | None, t
     return AuthenticatedPrincipal(
         id=principal.id, name=principal.name, is_admin=False,
         roles={b.tenant.name: frozenset({(Role.NODE, "")}) for b in bindings})
+
+
+def bound_node_principal(session: Session, principal: Principal) -> AuthenticatedPrincipal | None:
+    """The node principal ``principal`` is with the bindings it has now (the ``node`` role in each bound
+    tenant), as :func:`authenticate_workload` makes it; None when it is disabled or bound to no tenant. For
+    credentials exchanged for a service-account token (an OCI pull token), which name the principal only."""
+    if principal.disabled:
+        return None
+    tenants = list(session.scalars(select(Tenant.name).join(NodeBinding, NodeBinding.tenant_id == Tenant.id)
+                                   .where(NodeBinding.principal_id == principal.id)))
+    if not tenants:
+        return None
+    return AuthenticatedPrincipal(id=principal.id, name=principal.name, is_admin=False,
+                                  roles={t: frozenset({(Role.NODE, "")}) for t in tenants})

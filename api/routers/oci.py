@@ -16,7 +16,7 @@ from collections.abc import Callable, Coroutine
 from typing import Annotated, Any
 from urllib.parse import urlencode
 
-from fastapi import APIRouter, Depends, Header, Query, Request, Response
+from fastapi import APIRouter, Depends, Form, Header, Query, Request, Response
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, StreamingResponse
 from fastapi.routing import APIRoute
@@ -25,7 +25,7 @@ from api.deps import ContainerDep, SessionDep
 from api.params import ModelName, TenantName
 from api.problems import status_for
 from api.ranges import byte_range, content_range
-from registry.auth import authenticate, token_id_of
+from registry.auth import AuthenticatedPrincipal, authenticate, token_id_of
 from registry.domain import errors
 from registry.domain.errors import AuthenticationError, RegistryError
 from registry.domain.modelpack import OCI_MANIFEST
@@ -36,6 +36,8 @@ from registry.storage import LocalBlobStore
 
 API_VERSION = {"Docker-Distribution-API-Version": "registry/2.0"}
 ACCEPTABLE = {OCI_MANIFEST, "*/*", "application/*"}
+MAX_ACCEPT = 8192
+"""The most characters of ``Accept`` read, all lines together."""
 REPOSITORY_PATH = re.compile(r"\A/v2/([^/]+/[^/]+)/(?:manifests|blobs|tags|referrers)/")
 
 # The OCI error code of each error the service raises (the first matching class decides).
@@ -158,9 +160,10 @@ PageSize = Annotated[int | None, Query(ge=0, le=oci.MAX_PAGE, description="items
 
 @router.get("/token")
 def token(request: Request, session: SessionDep, container: ContainerDep,
-          service: Annotated[str | None, Query(max_length=300)] = None) -> JSONResponse:
+          service: Annotated[str | None, Query(max_length=300)] = None,
+          offline_token: Annotated[bool, Query()] = False) -> JSONResponse:
     """A short-lived pull token for the scopes asked (Docker's token protocol), for a modelreg token given as
-    Basic's password (any user name) or as a Bearer token."""
+    Basic's password (any user name) or as a Bearer token; with ``offline_token=true`` a refresh token too."""
     credentials = _credentials(request)
     if credentials is None:
         return _anonymous_token(request, session, container, service)
@@ -170,11 +173,80 @@ def token(request: Request, session: SessionDep, container: ContainerDep,
     except AuthenticationError as exc:
         return oci_error(401, "UNAUTHORIZED", exc.message, {"WWW-Authenticate": 'Basic realm="modelreg"'})
     token_id = token_id_of(session, secret)
+    not_after = oci.credential_expiry(session, secret, token_id) if offline_token else None
     session.rollback()
-    issued = oci.issue_pull_token(principal, token_id, request.query_params.getlist("scope"),
-                                  service=service or request.url.netloc, key=container.oci_token_key,
+    return _issued(request, container, principal, token_id, request.query_params.getlist("scope"),
+                   service=service, refresh=offline_token, not_after=not_after)
+
+
+OAUTH_FIELD_MAX = 8192
+"""The most characters of one field of the OAuth2 form (a service-account token is a few kB)."""
+
+
+@router.post("/token")
+def oauth_token(request: Request, session: SessionDep, container: ContainerDep,
+                grant_type: Annotated[str | None, Form()] = None, service: Annotated[str | None, Form()] = None,
+                client_id: Annotated[str | None, Form()] = None, access_type: Annotated[str | None, Form()] = None,
+                scope: Annotated[str | None, Form()] = None, username: Annotated[str | None, Form()] = None,
+                password: Annotated[str | None, Form()] = None,
+                refresh_token: Annotated[str | None, Form()] = None) -> JSONResponse:
+    """The token protocol's OAuth2 form (what containerd tries first): ``grant_type=password`` (any user name,
+    the empty one too; a modelreg or service-account token as the password) or ``grant_type=refresh_token``;
+    ``access_type=offline`` asks for a refresh token. A bad form or grant answers 400 with the OAuth2 error
+    JSON (RFC 6749 section 5.2)."""
+    fields = (grant_type, service, client_id, access_type, scope, username, password, refresh_token)
+    if any(f is not None and len(f) > OAUTH_FIELD_MAX for f in fields):
+        return _oauth_error("invalid_request", f"a field is over {OAUTH_FIELD_MAX} characters")
+    if grant_type == "password":
+        if not password:
+            return _oauth_error("invalid_request", "grant_type=password needs a password (a modelreg token)")
+        try:
+            principal = authenticate(session, password, workload=container.workload_verifier)
+        except AuthenticationError as exc:
+            return _oauth_error("invalid_grant", exc.message)
+        token_id = token_id_of(session, password)
+        not_after = oci.credential_expiry(session, password, token_id)
+    elif grant_type == "refresh_token":
+        if not refresh_token:
+            return _oauth_error("invalid_request", "grant_type=refresh_token needs a refresh_token")
+        try:
+            principal, token_id = oci.principal_of_refresh_token(session, refresh_token, key=container.oci_token_key,
+                                                                 clock=container.clock)
+        except AuthenticationError as exc:
+            return _oauth_error("invalid_grant", exc.message)
+        not_after = oci.credential_expiry(session, refresh_token, None) if token_id is None \
+            else oci.credential_expiry(session, "", token_id)
+    else:
+        return _oauth_error("unsupported_grant_type" if grant_type else "invalid_request",
+                            "grant_type is password or refresh_token")
+    session.rollback()
+    try:
+        return _issued(request, container, principal, token_id, [scope] if scope else [], service=service,
+                       refresh=access_type == "offline", not_after=not_after, with_scope=True)
+    except errors.InvalidInputError as exc:
+        return _oauth_error("invalid_scope", exc.message)
+
+
+def _oauth_error(error: str, description: str) -> JSONResponse:
+    return JSONResponse({"error": error, "error_description": description}, status_code=400,
+                        headers={"Cache-Control": "no-store"})
+
+
+def _issued(request: Request, container: ContainerDep, principal: AuthenticatedPrincipal, token_id: int | None,
+            scopes: list[str], *, service: str | None, refresh: bool, not_after: dt.datetime | None,
+            with_scope: bool = False) -> JSONResponse:
+    """The token answer for ``principal``: a pull token, and a refresh token when asked."""
+    audience = service or request.url.netloc
+    issued = oci.issue_pull_token(principal, token_id, scopes, service=audience, key=container.oci_token_key,
                                   clock=container.clock, ttl_seconds=container.settings.oci_token_seconds)
-    return _token_answer(issued)
+    extra: dict[str, Any] = {}
+    if with_scope:
+        extra["scope"] = " ".join(f"repository:{r}:pull" for r in issued.repositories)
+    if refresh:
+        extra["refresh_token"] = oci.issue_refresh_token(principal, token_id, service=audience,
+                                                         key=container.oci_token_key, clock=container.clock,
+                                                         not_after=not_after)
+    return _token_answer(issued, extra)
 
 
 def _anonymous_token(request: Request, session: SessionDep, container: ContainerDep,
@@ -189,10 +261,10 @@ def _anonymous_token(request: Request, session: SessionDep, container: Container
     return _token_answer(issued)
 
 
-def _token_answer(issued: oci.PullToken) -> JSONResponse:
+def _token_answer(issued: oci.PullToken, extra: dict[str, Any] | None = None) -> JSONResponse:
     at = issued.issued_at.astimezone(dt.timezone.utc).isoformat().replace("+00:00", "Z")
     return JSONResponse({"token": issued.token, "access_token": issued.token, "expires_in": issued.expires_in,
-                         "issued_at": at}, headers={"Cache-Control": "no-store"})
+                         "issued_at": at, **(extra or {})}, headers={"Cache-Control": "no-store"})
 
 
 @router.get("/")
@@ -224,12 +296,11 @@ def _next_link(request: Request, page: oci.Page, n: int | None) -> dict[str, str
 
 @router.api_route("/{tenant}/{name}/manifests/{reference}", methods=["GET", "HEAD"])
 def get_manifest(tenant: TenantName, name: ModelName, reference: str, request: Request, session: SessionDep,
-                 caller: CallerDep, container: ContainerDep,
-                 accept: Annotated[str | None, Header(max_length=4096)] = None) -> Response:
+                 caller: CallerDep, container: ContainerDep) -> Response:
     """A version's manifest by tag (version number, alias) or digest: the exact bytes its digest names."""
     pulled = oci_referrers.manifest_or_referrer(session, caller, tenant, name, reference,
                                                 blob_store=container.blob_store)
-    if not _accepts_oci_manifest(accept):
+    if not _accepts_oci_manifest(request.headers.getlist("accept")):
         raise errors.OciManifestUnknownError(
             f"{tenant}/{name}", reference[:80], f"the manifest is {OCI_MANIFEST}, which Accept does not name")
     art = pulled.artifact
@@ -241,10 +312,13 @@ def get_manifest(tenant: TenantName, name: ModelName, reference: str, request: R
     return Response(art.manifest_bytes, status_code=200, headers=headers, media_type=art.media_type)
 
 
-def _accepts_oci_manifest(accept: str | None) -> bool:
-    if not accept:
-        return True
-    return any(part.split(";")[0].strip().lower() in ACCEPTABLE for part in accept.split(","))
+def _accepts_oci_manifest(lines: list[str]) -> bool:
+    """Whether the ``Accept`` header names the OCI manifest type (or none is sent). Every line counts: a
+    client may send the header several times (the distribution-spec conformance suite does, index type first)."""
+    if sum(map(len, lines)) > MAX_ACCEPT:
+        raise errors.InvalidInputError(f"the Accept header is over {MAX_ACCEPT} characters", field="accept")
+    types = [t for t in (part.split(";")[0].strip().lower() for line in lines for part in line.split(",")) if t]
+    return not types or any(t in ACCEPTABLE for t in types)
 
 
 @router.api_route("/{tenant}/{name}/blobs/{digest}", methods=["GET", "HEAD"])

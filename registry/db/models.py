@@ -869,6 +869,28 @@ class OciArtifact(Base):
     created_at: Mapped[dt.datetime]
 
 
+class OciReferrerDigest(Base):
+    """The digests of one referrer of a released version (its manifest's and its document's), recorded when
+    its documents are built, so a ``/v2`` lookup by digest is one indexed query and a miss builds nothing
+    (``registry/services/oci_referrers.py``). A document that changes adds a row; a stale row finds the
+    version, whose documents then no longer match, and answers unknown."""
+
+    __tablename__ = "oci_referrer_digests"
+    __table_args__ = (
+        UniqueConstraint("version_id", "manifest_digest"),
+        Index("ix_oci_referrer_digests_model_manifest", "model_id", "manifest_digest"),
+        Index("ix_oci_referrer_digests_model_layer", "model_id", "layer_digest"),
+    )
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True)
+    version_id: Mapped[int] = mapped_column(ForeignKey("versions.id", ondelete="CASCADE"))
+    model_id: Mapped[int] = mapped_column(ForeignKey("models.id", ondelete="CASCADE"))
+    artifact_type: Mapped[str] = mapped_column(String(128))
+    manifest_digest: Mapped[str] = mapped_column(String(71))
+    layer_digest: Mapped[str] = mapped_column(String(71))
+    created_at: Mapped[dt.datetime] = mapped_column(default=utcnow)
+
+
 class OciTarLayer(Base):
     """A tar layer an artifact references (each image layer; the packed small files of a version of many):
     never stored as bytes, generated when served from ``paths`` (the version's files, in tar order)."""

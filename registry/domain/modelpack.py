@@ -7,8 +7,8 @@ JSON is canonical (sorted keys, no whitespace) and layers follow the files' path
 always gives the same manifest digest. Media types are the ModelPack ones of ``specs-go/v1/mediatype.go``.
 
 The **image shape** (:func:`build_image`) is a plain OCI image for runtimes that read only tar layers
-(containerd image volumes, KServe ``oci+fetch://``): an image config with ``rootfs.diff_ids`` and one
-uncompressed tar layer per file at ``models/<path>``. A tar layer (:class:`TarLayer`) is never stored: it
+(image volumes, KServe ``oci+native://`` and ``oci+fetch://``; it holds no shell, so it is no KServe
+modelcar): an image config with ``rootfs.diff_ids`` and one uncompressed tar layer per file at ``models/<path>``. A tar layer (:class:`TarLayer`) is never stored: it
 is its headers, the file's stored bytes and padding, so its size is known without reading, and its
 digest is computed once by reading the files (the caller does the reads: :meth:`TarLayer.segments`).
 The headers are written here byte by byte (ustar, with a PAX record where a field does not fit), not by

@@ -40,7 +40,7 @@ from sqlalchemy import literal, select
 from sqlalchemy.exc import IntegrityError as SAIntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 
-from registry.auth import AuthenticatedPrincipal, Permission, Role, authenticate_token_id, load_principal
+from registry.auth import AuthenticatedPrincipal, Permission, Role, authenticate_token_id, token_expiry
 from registry.clock import Clock
 from registry.db.models import (
     Alias,
@@ -74,6 +74,7 @@ from registry.jobs import DEAD, JobKind, enqueue_job
 from registry.storage.base import BlobStore
 from registry.domain.states import VersionState
 from registry.services import hf, loaders
+from registry.workload_identity import bound_node_principal
 
 MAX_PAGE = 1000
 """The most tags or repositories one listing answers (``n`` above it is refused)."""
@@ -213,6 +214,65 @@ def issue_pull_token(principal: AuthenticatedPrincipal, token_id: int | None, sc
     return PullToken(token, now, ttl_seconds, tuple(sorted(granted)))
 
 
+REFRESH_KID = "modelreg-oci-refresh"
+REFRESH_SECONDS = 86400
+"""The most a refresh token lives (less when the credential it was issued for expires sooner)."""
+
+
+def issue_refresh_token(principal: AuthenticatedPrincipal, token_id: int | None, *, service: str, key: bytes,
+                        clock: Clock, not_after: dt.datetime | None) -> str:
+    """A refresh token (the token protocol's ``offline_token``/``access_type=offline``): the OAuth2 form's
+    ``grant_type=refresh_token`` exchanges it for pull tokens until ``not_after`` (the credential's own
+    expiry) or :data:`REFRESH_SECONDS`, whichever comes first. It names what a pull token names, no
+    repositories: each exchange checks the credential behind it again, as each pull token use does."""
+    now = clock.now()
+    exp = int(now.timestamp()) + REFRESH_SECONDS
+    if not_after is not None:
+        at = not_after if not_after.tzinfo is not None else not_after.replace(tzinfo=dt.timezone.utc)
+        exp = min(exp, int(at.timestamp()))
+    claims = {"iss": TOKEN_ISSUER, "aud": service, "sub": principal.name, "pid": principal.id, "tid": token_id,
+              "typ": "refresh", "iat": int(now.timestamp()), "exp": exp, "jti": secrets.token_hex(8)}
+    return jwt.encode(claims, key, algorithm="HS256", headers={"kid": REFRESH_KID})
+
+
+def principal_of_refresh_token(session: Session, token: str, *, key: bytes,
+                               clock: Clock) -> tuple[AuthenticatedPrincipal, int | None]:
+    """The principal a refresh token stands for now, and the modelreg token it was issued for (None: a
+    service-account token's).
+
+    Raises:
+        PullTokenRejectedError: not a refresh token of this registry, or expired; or the credential behind
+            it is no longer valid.
+    """
+    try:
+        if jwt.get_unverified_header(token).get("kid") != REFRESH_KID:
+            raise PullTokenRejectedError("refresh token refused: not a refresh token of this registry")
+        claims = jwt.decode(token, key, algorithms=["HS256"], issuer=TOKEN_ISSUER,
+                            options={"verify_exp": False, "verify_aud": False, "verify_iat": False,
+                                     "require": ["exp", "pid", "typ"]})
+    except jwt.PyJWTError as e:
+        raise PullTokenRejectedError(f"refresh token refused: {e}") from None
+    if claims["typ"] != "refresh" or not isinstance(claims.get("pid"), int) or claims["pid"] == ANONYMOUS_ID:
+        raise PullTokenRejectedError("refresh token refused: malformed")
+    if not isinstance(claims["exp"], int) or claims["exp"] <= clock.now().timestamp():
+        raise PullTokenRejectedError("refresh token expired: log in again")
+    principal = _principal_behind(session, claims)
+    session.rollback()
+    return principal, claims["tid"] if isinstance(claims.get("tid"), int) else None
+
+
+def credential_expiry(session: Session, secret: str, token_id: int | None) -> dt.datetime | None:
+    """When the credential ``secret`` (authenticated already) expires: a modelreg token's expiry, or a
+    service-account token's ``exp``; None for a token that never expires."""
+    if token_id is not None:
+        return token_expiry(session, token_id)
+    try:
+        exp = jwt.decode(secret, options={"verify_signature": False}).get("exp")
+    except jwt.PyJWTError:
+        return None
+    return dt.datetime.fromtimestamp(exp, dt.timezone.utc) if isinstance(exp, int) else None
+
+
 def is_pull_token(token: str) -> bool:
     """Whether a bearer token is one of this registry's pull tokens (else: a modelreg or workload token)."""
     try:
@@ -255,11 +315,13 @@ def _principal_behind(session: Session, claims: dict[str, Any]) -> Authenticated
             # The modelreg token it was exchanged for is revoked or expired, or its principal disabled.
             raise PullTokenRejectedError(f"pull token refused: {e.message}") from None
     else:
-        # Exchanged for a service-account token: the principal it maps to is checked again.
+        # Exchanged for a service-account token: the node principal it maps to is checked again, with its
+        # roles from the node bindings as they are now (a node principal holds no role bindings).
         row = session.get(Principal, claims["pid"]) if isinstance(claims["pid"], int) else None
-        if row is None or row.disabled:
-            raise PullTokenRejectedError("pull token refused: its principal is disabled or gone")
-        principal = load_principal(row)
+        principal = bound_node_principal(session, row) if row is not None else None
+        if principal is None:
+            raise PullTokenRejectedError("pull token refused: its principal is disabled, gone or bound to no "
+                                         "tenant")
     if principal.id != claims["pid"]:
         raise PullTokenRejectedError("pull token refused: principal mismatch")
     return principal
@@ -632,14 +694,18 @@ def _limit(n: int | None) -> int:
 # --- what referrers are of ----------------------------------------------------------------------------
 
 
-def released_raw(session: Session, model: Model, *, manifest_digest: str | None = None) -> Iterator[Pulled]:
+def released_raw(session: Session, model: Model, *, manifest_digest: str | None = None,
+                 version_ids: Any = None) -> Iterator[Pulled]:
     """The stored raw shapes of ``model``'s released versions (the referrers' subjects), newest first; only
-    the one of ``manifest_digest`` when given. The caller checked the pull (:func:`require_pull`)."""
+    the one of ``manifest_digest`` when given, only those of ``version_ids`` (ids or a select of them) when
+    given. The caller checked the pull (:func:`require_pull`)."""
     query = (select(OciArtifact, Version.number).join(Version, OciArtifact.version_id == Version.id)
              .where(OciArtifact.model_id == model.id, OciArtifact.shape == modelpack.RAW,
                     Version.id.in_(_released_ids(model))).order_by(Version.number.desc()))
     if manifest_digest is not None:
         query = query.where(OciArtifact.manifest_digest == manifest_digest)
+    if version_ids is not None:
+        query = query.where(Version.id.in_(version_ids))
     repository = f"{model.tenant.name}/{model.name}"
     for row, number in session.execute(query).all():
         yield _as_pulled(repository, row, number)

@@ -11,8 +11,13 @@ Five documents, each one referrer (``registry/domain/oci_referrers.py`` builds t
 - the scan report (every file's verdicts, ``scans.file_scans``) and, once an eval ran, the eval report
   (``evals.result_doc`` of each suite).
 
-Nothing is cached: each call reads the rows as they are now. A document that changes (a rescan, an eval run
-again) gives its referrer a new digest; the subject, the stored model manifest, never changes for it.
+No document is stored: each is built from the rows as they are now. A document that changes (a rescan, an
+eval run again) gives its referrer a new digest; the subject, the stored model manifest, never changes for it.
+Their digests are recorded (``oci_referrer_digests``, :func:`record`) wherever they are built: by the
+``build_oci_artifacts`` job once a version's model manifest is stored, and by the listing, so a pull by a
+digest it listed finds it. A lookup by digest is one indexed query for the version it names, whose documents
+alone are then built to serve it; a digest no row names builds nothing (versions approved before the table
+are recorded a few per lookup, :data:`BACKFILL_PER_LOOKUP`, until none is left).
 Authorization is ``registry/services/oci.py``'s: every entry point here (:func:`referrers`,
 :func:`manifest_or_referrer`, :func:`blob_or_referrer`) checks the pull through it before reading anything.
 
@@ -29,9 +34,15 @@ import json
 import uuid
 from collections.abc import Iterator
 
-from sqlalchemy.orm import Session
+from typing import Any
 
-from registry.db.models import Model, Version
+from sqlalchemy import exists, select
+from sqlalchemy.dialects.postgresql import insert as postgresql_insert
+from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+from sqlalchemy.orm import Session, sessionmaker
+
+from registry.db.models import Model, OciArtifact, OciReferrerDigest, Version, utcnow
+from registry.db.session import begin_write, is_postgres
 from registry.domain.modelpack import canonical_json
 from registry.domain import modelpack, oci_referrers
 from registry.domain.errors import InvalidInputError, OciBlobUnknownError, OciManifestUnknownError
@@ -121,15 +132,21 @@ def referrers(session: Session, caller: OciCaller, tenant: str, name: str, diges
     if not oci.DIGEST_RE.match(digest):
         raise InvalidInputError(f"{digest[:80]!r} is not a sha256:<64 hex> digest", field="digest")
     for pulled in oci.released_raw(session, model, manifest_digest=digest):
-        return list(referrers_of(session, session.get(Version, pulled.version_id), _subject(pulled),
-                                 blob_store=blob_store))
+        found = list(referrers_of(session, session.get(Version, pulled.version_id), _subject(pulled),
+                                  blob_store=blob_store))
+        # What a client learns here it may pull by digest next: the lookup finds it recorded.
+        record(session, model, pulled, found)
+        return found
     return []
 
 
 def manifest_or_referrer(session: Session, caller: OciCaller, tenant: str, name: str, reference: str, *,
                          blob_store: BlobStore) -> Pulled:
     """:func:`registry.services.oci.manifest`, or, for a digest that is no stored manifest of the repository,
-    the manifest of one of its released versions' referrers (raises as ``oci.manifest`` when neither)."""
+    the manifest of one of its released versions' referrers (raises as ``oci.manifest`` when neither).
+
+    A digest is looked up among the recorded ones (:func:`record`): one indexed query, and only the version
+    it names has its documents built, to serve them."""
     try:
         return oci.manifest(session, caller, tenant, name, reference)
     except OciManifestUnknownError:
@@ -137,7 +154,7 @@ def manifest_or_referrer(session: Session, caller: OciCaller, tenant: str, name:
             raise
         # oci.manifest checked the pull and found the repository before it found no such manifest.
         model = loaders.load_model_unchecked(session, tenant, name)
-        for pulled, referrer in _every_referrer(session, model, blob_store):
+        for pulled, referrer in _recorded(session, model, OciReferrerDigest.manifest_digest, reference, blob_store):
             if referrer.manifest_digest == reference:
                 artifact = StoredArtifact(oci.REFERRER_SHAPE, modelpack.OCI_MANIFEST, referrer.manifest_bytes,
                                           referrer.manifest_digest, oci_referrers.EMPTY_DIGEST)
@@ -148,27 +165,95 @@ def manifest_or_referrer(session: Session, caller: OciCaller, tenant: str, name:
 def blob_or_referrer(session: Session, caller: OciCaller, tenant: str, name: str, digest: str, *,
                      blob_store: BlobStore) -> BlobRef:
     """:func:`registry.services.oci.blob`, or a document (or the empty config) of one of the repository's
-    released versions' referrers (raises as ``oci.blob`` when neither)."""
+    released versions' referrers (raises as ``oci.blob`` when neither); looked up as
+    :func:`manifest_or_referrer` looks up a manifest."""
     try:
         return oci.blob(session, caller, tenant, name, digest)
     except OciBlobUnknownError:
         # oci.blob checked the pull, the repository and the digest's form before it found no such blob.
         model = loaders.load_model_unchecked(session, tenant, name)
-        for _pulled, referrer in _every_referrer(session, model, blob_store):
+        if digest == oci_referrers.EMPTY_DIGEST:
             # Every referrer's config is the empty descriptor: any released version makes it this repository's.
-            for data, found in ((oci_referrers.EMPTY_BYTES, oci_referrers.EMPTY_DIGEST),
-                                (referrer.layer_bytes, referrer.layer_digest)):
-                if found == digest:
-                    return BlobRef(digest, len(data), digest.removeprefix("sha256:"), data)
+            if next(oci.released_raw(session, model), None) is not None:
+                data = oci_referrers.EMPTY_BYTES
+                return BlobRef(digest, len(data), digest.removeprefix("sha256:"), data)
+            raise
+        for _pulled, referrer in _recorded(session, model, OciReferrerDigest.layer_digest, digest, blob_store):
+            if referrer.layer_digest == digest:
+                data = referrer.layer_bytes
+                return BlobRef(digest, len(data), digest.removeprefix("sha256:"), data)
         raise
 
 
-def _every_referrer(session: Session, model: Model, blob_store: BlobStore) -> Iterator[tuple[Pulled, Referrer]]:
-    """The referrers of every released version of ``model``, newest version first, built as they are asked."""
-    for pulled in oci.released_raw(session, model):
-        for referrer in referrers_of(session, session.get(Version, pulled.version_id), _subject(pulled),
-                                     blob_store=blob_store):
-            yield pulled, referrer
+def record(session: Session, model: Model, pulled: Pulled, referrers_now: list[Referrer]) -> None:
+    """Record the digests of a released version's referrers as just built (kept: rows already there), and
+    commit. Called wherever they are built: the listing, the build job (:func:`record_version`), and the
+    first lookups after an upgrade (:data:`BACKFILL_PER_LOOKUP`)."""
+    # Most listings find every digest recorded already: then one read, and no write.
+    known = set(session.scalars(select(OciReferrerDigest.manifest_digest).where(
+        OciReferrerDigest.version_id == pulled.version_id)))
+    rows = [{"version_id": pulled.version_id, "model_id": model.id, "artifact_type": r.artifact_type,
+             "manifest_digest": r.manifest_digest, "layer_digest": r.layer_digest, "created_at": utcnow()}
+            for r in referrers_now if r.manifest_digest not in known]
+    if not rows:
+        return
+    insert = postgresql_insert if is_postgres(session) else sqlite_insert
+    begin_write(session)
+    session.execute(insert(OciReferrerDigest).values(rows).on_conflict_do_nothing(
+        index_elements=[OciReferrerDigest.version_id, OciReferrerDigest.manifest_digest]))
+    session.commit()
+
+
+def record_version(session_factory: sessionmaker[Session], version_id: int, *, blob_store: BlobStore) -> None:
+    """Record the referrers' digests of version ``version_id`` if it is released and its model manifest is
+    stored (the ``build_oci_artifacts`` job, once it stored the shapes); nothing otherwise."""
+    with session_factory() as session:
+        version = session.get(Version, version_id)
+        if version is None:
+            return
+        model = version.model
+        for pulled in oci.released_raw(session, model, version_ids=[version_id]):
+            record(session, model, pulled, list(referrers_of(session, version, _subject(pulled),
+                                                             blob_store=blob_store)))
+
+
+BACKFILL_PER_LOOKUP = 2
+"""How many released versions without recorded digests (approved before revision 0029) one lookup that
+finds no digest records, oldest first: each such lookup builds at most this many versions' documents, and
+once all are recorded a lookup builds none."""
+
+
+def _recorded(session: Session, model: Model, column: Any, digest: str,
+              blob_store: BlobStore) -> Iterator[tuple[Pulled, Referrer]]:
+    """The referrers, as they are now, of the released version whose recorded ``column`` is ``digest``
+    (none when no row names it: nothing is built to search)."""
+    found = _version_named(session, model, column, digest)
+    if found is None and _backfill(session, model, blob_store):
+        found = _version_named(session, model, column, digest)
+    if found is None:
+        return
+    for referrer in referrers_of(session, session.get(Version, found.version_id), _subject(found),
+                                 blob_store=blob_store):
+        yield found, referrer
+
+
+def _version_named(session: Session, model: Model, column: Any, digest: str) -> Pulled | None:
+    """The released version of ``model`` a recorded ``column`` equal to ``digest`` names (one indexed query)."""
+    named = select(OciReferrerDigest.version_id).where(OciReferrerDigest.model_id == model.id, column == digest)
+    return next(oci.released_raw(session, model, version_ids=named), None)
+
+
+def _backfill(session: Session, model: Model, blob_store: BlobStore) -> bool:
+    """Record up to :data:`BACKFILL_PER_LOOKUP` released versions of ``model`` that have no recorded digests;
+    whether any was."""
+    unrecorded = ~exists().where(OciReferrerDigest.version_id == OciArtifact.version_id)
+    pending = list(oci.released_raw(session, model, version_ids=select(OciArtifact.version_id).where(
+        OciArtifact.model_id == model.id, OciArtifact.shape == modelpack.RAW, unrecorded)))
+    pending = pending[-BACKFILL_PER_LOOKUP:]
+    for pulled in pending:
+        record(session, model, pulled, list(referrers_of(session, session.get(Version, pulled.version_id),
+                                                         _subject(pulled), blob_store=blob_store)))
+    return bool(pending)
 
 
 def _subject(pulled: Pulled) -> Subject:

@@ -40,6 +40,8 @@ SMOKE: dict[str, tuple[list[str], list[str]]] = {
     "oci.py": (["--size", "4M", "--rounds", "1"],
                [r"round 1: skopeo modelreg/reference [\d.]+ .*oras-py/raw GETs [\d.]+",
                 r"skopeo copy from modelreg\s+[\d.]+ s\s+API RSS\s+[\d.]+ -> peak\s+[\d.]+ MiB"]),
+    "oci_referrers.py": (["--versions", "2", "--requests", "10", "--rounds", "1"],
+                         [r"round 1: miss p50 [\d.]+ ms, hit p50 [\d.]+ ms, miss/hit [\d.]+x \(5 misses, 5 hits\)"]),
     "queue.py": (["--jobs", "40", "--workers", "2"],
                  [r"modelreg\s+2 process\(es\):\s+[\d.]+ s", r"modelreg x2 / raw UPDATE\.\.\.RETURNING x2: [\d.]+"]),
     "scan.py": (["--many-files", "4,8"],

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import base64
 import datetime as dt
+import http.client
 import json
 
 import httpx
@@ -104,6 +105,35 @@ def test_accept_without_the_oci_manifest_type_is_manifest_unknown(world):
                      headers={"Accept": "application/vnd.docker.distribution.manifest.v2+json"})
         assert r.status_code == 404 and r.json()["errors"][0]["code"] == "MANIFEST_UNKNOWN"
         assert http.get(f"/v2/{REPO}/manifests/1", headers={"Accept": "*/*"}).status_code == 200
+
+
+def _raw_get(world, path: str, token: str, accept_lines: list[str]) -> tuple[int, bytes]:
+    """A GET through http.client, which sends each ``Accept`` as its own header line (httpx would join them)."""
+    conn = http.client.HTTPConnection(world.host, timeout=30)
+    try:
+        conn.putrequest("GET", path)
+        conn.putheader("Authorization", f"Bearer {token}")
+        for line in accept_lines:
+            conn.putheader("Accept", line)
+        conn.endheaders()
+        response = conn.getresponse()
+        return response.status, response.read()
+    finally:
+        conn.close()
+
+
+def test_accept_sent_as_several_lines_counts_every_line_by_tag_and_by_digest(world):
+    # As the distribution-spec conformance suite sends it: the index type first, the manifest type after.
+    lines = ["application/vnd.oci.image.index.v1+json", OCI_MANIFEST]
+    status, body = _raw_get(world, f"/v2/{REPO}/manifests/1", world.node, lines)
+    assert status == 200, body
+    digest = _sha256(body)
+    assert _raw_get(world, f"/v2/{REPO}/manifests/{digest}", world.node, lines) == (200, body)
+    assert _raw_get(world, f"/v2/{REPO}/manifests/1", world.node, [lines[0], f"text/plain, {OCI_MANIFEST}"]) \
+        == (200, body)
+    # No line naming it is still no manifest.
+    status, body = _raw_get(world, f"/v2/{REPO}/manifests/{digest}", world.node, [lines[0], "text/plain"])
+    assert status == 404 and json.loads(body)["errors"][0]["code"] == "MANIFEST_UNKNOWN"
 
 
 def test_an_alias_with_a_canary_gives_a_canary_tenants_node_the_canary_version(world, tmp_path):
@@ -216,6 +246,60 @@ def test_a_pull_token_dies_with_the_modelreg_token_it_was_issued_for(world):
         r = http.get(f"/v2/{REPO}/manifests/1")
         assert (r.status_code, r.json()["errors"][0]["code"]) == (401, "UNAUTHORIZED")
         assert "revoked" in r.json()["errors"][0]["message"]
+
+
+def test_the_oauth2_form_gives_pull_and_refresh_tokens_for_an_empty_user_name(world):
+    # As containerd asks first: POST the form, the password a modelreg token, the user name empty.
+    w = world
+    form = {"grant_type": "password", "service": w.host, "client_id": "containerd-client",
+            "scope": f"repository:{REPO}:pull repository:other/secret:pull", "username": "", "password": w.node,
+            "access_type": "offline"}
+    r = httpx.post(f"{w.url}/v2/token", data=form, timeout=30)
+    assert r.status_code == 200, r.text
+    answer = r.json()
+    assert answer["scope"] == f"repository:{REPO}:pull" and answer["expires_in"] > 0 and answer["issued_at"]
+    with w.http(answer["access_token"]) as http:
+        assert http.get(f"/v2/{REPO}/manifests/1").status_code == 200
+    r = httpx.post(f"{w.url}/v2/token", timeout=30, data={
+        "grant_type": "refresh_token", "refresh_token": answer["refresh_token"], "service": w.host,
+        "client_id": "containerd-client", "scope": f"repository:{REPO}:pull"})
+    assert r.status_code == 200, r.text
+    assert "refresh_token" not in r.json()
+    with w.http(r.json()["access_token"]) as http:
+        assert http.get(f"/v2/{REPO}/manifests/1").status_code == 200
+        # A refresh token is no pull token.
+        assert http.get(f"/v2/{REPO}/manifests/1", headers={
+            "Authorization": f"Bearer {answer['refresh_token']}"}).status_code == 401
+    # GET's offline_token=true gives one too; without access_type=offline, the form gives none.
+    r = httpx.get(f"{w.url}/v2/token", params={"offline_token": "true", "scope": f"repository:{REPO}:pull"},
+                  auth=("", w.node), timeout=30)
+    assert r.status_code == 200 and r.json()["refresh_token"]
+    r = httpx.post(f"{w.url}/v2/token", data={**form, "access_type": ""}, timeout=30)
+    assert r.status_code == 200 and "refresh_token" not in r.json()
+
+
+def test_bad_oauth2_forms_and_grants_are_400_with_the_oauth2_error(world):
+    w = world
+    pull = w.pull_token(w.node, f"repository:{REPO}:pull")
+    node_2 = role_token(w.container, "node-2", TENANT, "node")
+    refresh = httpx.post(f"{w.url}/v2/token", timeout=30, data={
+        "grant_type": "password", "password": node_2, "access_type": "offline"}).json()["refresh_token"]
+    with w.container.session_factory() as session:
+        identity.revoke_token(session, w.admin, token_id_of(session, node_2), clock=w.container.clock)
+        session.commit()
+    for data, error in (({}, "invalid_request"),
+                        ({"grant_type": "password"}, "invalid_request"),
+                        ({"grant_type": "password", "password": "mr_not-a-token"}, "invalid_grant"),
+                        ({"grant_type": "authorization_code", "code": "x"}, "unsupported_grant_type"),
+                        ({"grant_type": "refresh_token"}, "invalid_request"),
+                        ({"grant_type": "refresh_token", "refresh_token": "junk"}, "invalid_grant"),
+                        # A pull token is no refresh token; a refresh token dies with its modelreg token.
+                        ({"grant_type": "refresh_token", "refresh_token": pull}, "invalid_grant"),
+                        ({"grant_type": "refresh_token", "refresh_token": refresh}, "invalid_grant"),
+                        ({"grant_type": "password", "password": w.node, "scope": "repository:BAD"}, "invalid_scope")):
+        r = httpx.post(f"{w.url}/v2/token", data=data, timeout=30)
+        assert (r.status_code, r.json()["error"]) == (400, error), (data, r.text)
+        assert r.json()["error_description"]
 
 
 def test_bad_credentials_are_unauthorized(world):

@@ -13,6 +13,8 @@ import time
 from pathlib import Path
 from urllib.parse import quote
 
+import httpx
+import oras.client
 import pytest
 from fastapi.testclient import TestClient
 
@@ -28,6 +30,7 @@ from tests.support.kube_issuer import IssuerKey, KubeIssuer
 from tests.support.live_app import serve_in_thread
 from tests.support.registry import make_admin, role_token
 from tests.support.releases import approve_standin, awaiting_version
+from tests.support.tiny_model import tiny_model_files
 
 T, M = "acme", "llm"
 REJECTED = "https://modelreg.dev/problems/workload-token-rejected"
@@ -188,6 +191,31 @@ def test_a_binding_of_one_trusted_issuer_does_not_bind_the_same_service_account_
     assert manifest(client, a.mint()).status_code == 200
     # Cluster B's serving/fetcher is another workload, whoever named it alike.
     refused(manifest(client, b.mint()), "unbound")
+
+
+def test_oras_pulls_through_v2_with_a_service_account_token_and_the_pull_token_dies_with_the_binding(
+        world, issuer, tmp_path):
+    client, _, admin = world
+    bind(client, admin, issuer)
+    token = issuer.mint()
+    with serve_in_thread(client.app) as url:
+        host = url.removeprefix("http://")
+        # oras-py: 401, then /v2/token with Basic (any user, the service-account token as the password).
+        puller = oras.client.OrasClient(hostname=host, insecure=True)
+        puller.auth.set_basic_auth("kubelet", token)
+        pulled = puller.pull(target=f"{host}/{T}/{M}:prod", outdir=str(tmp_path / "pulled"))
+        assert sorted(Path(p).relative_to(tmp_path / "pulled").as_posix() for p in pulled) \
+            == sorted(tiny_model_files(1))
+        r = httpx.get(f"{url}/v2/token", params={"scope": f"repository:{T}/{M}:pull", "service": host},
+                      auth=("", token), timeout=30)
+        assert r.status_code == 200, r.text
+        pull_token = {"Authorization": f"Bearer {r.json()['token']}"}
+        assert httpx.get(f"{url}/v2/{T}/{M}/manifests/prod", headers=pull_token, timeout=30).status_code == 200
+        r = client.delete("/v1/node-bindings", headers=admin, params={
+            "issuer": issuer.url, "namespace": "serving", "service_account": "fetcher", "tenant": T})
+        assert r.status_code == 204, r.text
+        r = httpx.get(f"{url}/v2/{T}/{M}/manifests/prod", headers=pull_token, timeout=30)
+        assert r.status_code == 401 and r.json()["errors"][0]["code"] == "UNAUTHORIZED", r.text
 
 
 # --- refused ------------------------------------------------------------------------------------------
