@@ -1,5 +1,5 @@
-"""Fixtures shared by the integration modules (each module's own ``world`` stays in its module): the release
-world's client and the worker processes' deployment."""
+"""Fixtures shared by the integration modules (each module's own ``world`` stays in its module): the OCI
+world, the release world's client and the worker processes' deployment."""
 
 from __future__ import annotations
 
@@ -14,6 +14,24 @@ from tests.support import db as dbsupport
 from tests.support.worker_process import Deployment
 
 DEPLOYMENT_PART_SIZE = 5 * 1024 * 1024
+
+
+@pytest.fixture
+def oci_world(container, tmp_path):
+    """``tests/support/oci_world.py``'s world, served by uvicorn (the OCI endpoint and store tests)."""
+    from tests.support.oci_world import served_world
+
+    with served_world(container, tmp_path) as w:
+        yield w
+
+
+@pytest.fixture
+def oci_store_world(store_container, tmp_path):
+    """The same world on each blob store (a local directory, a SeaweedFS bucket)."""
+    from tests.support.oci_world import served_world
+
+    with served_world(store_container, tmp_path) as w:
+        yield w
 
 
 @pytest.fixture

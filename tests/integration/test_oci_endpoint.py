@@ -23,29 +23,17 @@ from registry.domain.aliases import make_target
 from registry.services import aliases, identity, provenance
 from tests.support.registry import role_token
 from tests.support.releases import approve_standin
-from tests.support.oci_world import NAME, OCI_MANIFEST, REPO, TENANT, served_world
+from tests.support.oci_world import NAME, OCI_MANIFEST, REPO, TENANT
 from tests.support.oci_world import oras_client as _oras
 from tests.support.oci_world import pulled_files as _pulled
 from tests.support.oci_world import sha256_of as _sha256
 
 
-@pytest.fixture
-def world(container, tmp_path):
-    with served_world(container, tmp_path) as w:
-        yield w
-
-
-@pytest.fixture
-def store_world(store_container, tmp_path):
-    with served_world(store_container, tmp_path) as w:
-        yield w
-
-
 # --- pulls with a real client -----------------------------------------------------------------------
 
 
-def test_oras_pulls_by_tag_and_by_digest_every_file_with_its_name_and_bytes(store_world, tmp_path):
-    w = store_world
+def test_oras_pulls_by_tag_and_by_digest_every_file_with_its_name_and_bytes(oci_store_world, tmp_path):
+    w = oci_store_world
     client = _oras(w, w.node)
     client.pull(target=f"{w.host}/{REPO}:prod", outdir=str(tmp_path / "by-alias"))
     assert _pulled(tmp_path / "by-alias") == w.files
@@ -69,8 +57,8 @@ def test_oras_pulls_by_tag_and_by_digest_every_file_with_its_name_and_bytes(stor
         assert ranged.headers["docker-content-digest"] == _sha256(w.files[weights])
 
 
-def test_the_dance_401_then_token_then_manifest_with_exact_bytes_and_headers(world):
-    w = world
+def test_the_dance_401_then_token_then_manifest_with_exact_bytes_and_headers(oci_world):
+    w = oci_world
     with w.http() as anonymous:
         r = anonymous.get(f"/v2/{REPO}/manifests/prod")
         assert r.status_code == 401 and r.json()["errors"][0]["code"] == "UNAUTHORIZED"
@@ -99,17 +87,17 @@ def test_the_dance_401_then_token_then_manifest_with_exact_bytes_and_headers(wor
         assert direct.get("/v2/token", params={"scope": f"repository:{REPO}:pull"}).status_code == 200
 
 
-def test_accept_without_the_oci_manifest_type_is_manifest_unknown(world):
-    with world.http(world.node) as http:
+def test_accept_without_the_oci_manifest_type_is_manifest_unknown(oci_world):
+    with oci_world.http(oci_world.node) as http:
         r = http.get(f"/v2/{REPO}/manifests/1",
                      headers={"Accept": "application/vnd.docker.distribution.manifest.v2+json"})
         assert r.status_code == 404 and r.json()["errors"][0]["code"] == "MANIFEST_UNKNOWN"
         assert http.get(f"/v2/{REPO}/manifests/1", headers={"Accept": "*/*"}).status_code == 200
 
 
-def _raw_get(world, path: str, token: str, accept_lines: list[str]) -> tuple[int, bytes]:
+def _raw_get(oci_world, path: str, token: str, accept_lines: list[str]) -> tuple[int, bytes]:
     """A GET through http.client, which sends each ``Accept`` as its own header line (httpx would join them)."""
-    conn = http.client.HTTPConnection(world.host, timeout=30)
+    conn = http.client.HTTPConnection(oci_world.host, timeout=30)
     try:
         conn.putrequest("GET", path)
         conn.putheader("Authorization", f"Bearer {token}")
@@ -122,22 +110,22 @@ def _raw_get(world, path: str, token: str, accept_lines: list[str]) -> tuple[int
         conn.close()
 
 
-def test_accept_sent_as_several_lines_counts_every_line_by_tag_and_by_digest(world):
+def test_accept_sent_as_several_lines_counts_every_line_by_tag_and_by_digest(oci_world):
     # As the distribution-spec conformance suite sends it: the index type first, the manifest type after.
     lines = ["application/vnd.oci.image.index.v1+json", OCI_MANIFEST]
-    status, body = _raw_get(world, f"/v2/{REPO}/manifests/1", world.node, lines)
+    status, body = _raw_get(oci_world, f"/v2/{REPO}/manifests/1", oci_world.node, lines)
     assert status == 200, body
     digest = _sha256(body)
-    assert _raw_get(world, f"/v2/{REPO}/manifests/{digest}", world.node, lines) == (200, body)
-    assert _raw_get(world, f"/v2/{REPO}/manifests/1", world.node, [lines[0], f"text/plain, {OCI_MANIFEST}"]) \
+    assert _raw_get(oci_world, f"/v2/{REPO}/manifests/{digest}", oci_world.node, lines) == (200, body)
+    assert _raw_get(oci_world, f"/v2/{REPO}/manifests/1", oci_world.node, [lines[0], f"text/plain, {OCI_MANIFEST}"]) \
         == (200, body)
     # No line naming it is still no manifest.
-    status, body = _raw_get(world, f"/v2/{REPO}/manifests/{digest}", world.node, [lines[0], "text/plain"])
+    status, body = _raw_get(oci_world, f"/v2/{REPO}/manifests/{digest}", oci_world.node, [lines[0], "text/plain"])
     assert status == 404 and json.loads(body)["errors"][0]["code"] == "MANIFEST_UNKNOWN"
 
 
-def test_an_alias_with_a_canary_gives_a_canary_tenants_node_the_canary_version(world, tmp_path):
-    w = world
+def test_an_alias_with_a_canary_gives_a_canary_tenants_node_the_canary_version(oci_world, tmp_path):
+    w = oci_world
     approve_standin(w.container, TENANT, NAME, 3)
     with w.container.session_factory() as session:
         aliases.promote(session, w.admin, TENANT, NAME, "prod", make_target(1, 3, ["beta"]),
@@ -162,8 +150,8 @@ def test_an_alias_with_a_canary_gives_a_canary_tenants_node_the_canary_version(w
 # --- refusals ---------------------------------------------------------------------------------------
 
 
-def test_another_tenants_repository_is_denied_and_says_nothing_of_what_exists(world, tmp_path):
-    w = world
+def test_another_tenants_repository_is_denied_and_says_nothing_of_what_exists(oci_world, tmp_path):
+    w = oci_world
     with w.http(w.node) as http:
         for path in ("/v2/other/secret/manifests/1", "/v2/other/nothing/manifests/1", "/v2/other/secret/tags/list"):
             r = http.get(path)
@@ -179,8 +167,8 @@ def test_another_tenants_repository_is_denied_and_says_nothing_of_what_exists(wo
     assert not (tmp_path / "refused").exists()
 
 
-def test_revoked_and_unapproved_versions_have_no_manifest_and_no_tag(world):
-    with world.http(world.node) as http:
+def test_revoked_and_unapproved_versions_have_no_manifest_and_no_tag(oci_world):
+    with oci_world.http(oci_world.node) as http:
         for ref in ("2", "3", "next", "4", "nope"):
             r = http.get(f"/v2/{REPO}/manifests/{ref}")
             assert (r.status_code, r.json()["errors"][0]["code"]) == (404, "MANIFEST_UNKNOWN"), ref
@@ -191,8 +179,8 @@ def test_revoked_and_unapproved_versions_have_no_manifest_and_no_tag(world):
         assert (r.status_code, r.json()["errors"][0]["code"]) == (404, "NAME_UNKNOWN")
 
 
-def test_a_blob_not_in_this_repository_is_unknown_even_when_another_tenant_has_it(world):
-    w = world
+def test_a_blob_not_in_this_repository_is_unknown_even_when_another_tenant_has_it(oci_world):
+    w = oci_world
     revoked_only = _sha256(b"v2\n")  # the README of the revoked version 2 only
     unapproved_only = _sha256(b"v3\n")
     others = _sha256(w.other_files["SECRET.md"])
@@ -211,8 +199,8 @@ def test_a_blob_not_in_this_repository_is_unknown_even_when_another_tenant_has_i
         assert http.get(f"/v2/other/secret/blobs/{_sha256(w.files['README.md'])}").status_code == 404
 
 
-def test_a_pull_token_is_good_for_its_repositories_only_and_not_after_it_expires(world):
-    w = world
+def test_a_pull_token_is_good_for_its_repositories_only_and_not_after_it_expires(oci_world):
+    w = oci_world
     token = w.pull_token(w.outsider, "repository:other/secret:pull")
     with w.http(token) as http:
         assert http.get("/v2/other/secret/manifests/1").status_code == 200
@@ -233,8 +221,8 @@ def test_a_pull_token_is_good_for_its_repositories_only_and_not_after_it_expires
         assert "expired" in r.json()["errors"][0]["message"]
 
 
-def test_a_pull_token_dies_with_the_modelreg_token_it_was_issued_for(world):
-    w = world
+def test_a_pull_token_dies_with_the_modelreg_token_it_was_issued_for(oci_world):
+    w = oci_world
     node = role_token(w.container, "node-2", TENANT, "node")
     pull = w.pull_token(node, f"repository:{REPO}:pull")
     with w.http(pull) as http:
@@ -248,9 +236,9 @@ def test_a_pull_token_dies_with_the_modelreg_token_it_was_issued_for(world):
         assert "revoked" in r.json()["errors"][0]["message"]
 
 
-def test_the_oauth2_form_gives_pull_and_refresh_tokens_for_an_empty_user_name(world):
+def test_the_oauth2_form_gives_pull_and_refresh_tokens_for_an_empty_user_name(oci_world):
     # As containerd asks first: POST the form, the password a modelreg token, the user name empty.
-    w = world
+    w = oci_world
     form = {"grant_type": "password", "service": w.host, "client_id": "containerd-client",
             "scope": f"repository:{REPO}:pull repository:other/secret:pull", "username": "", "password": w.node,
             "access_type": "offline"}
@@ -278,8 +266,8 @@ def test_the_oauth2_form_gives_pull_and_refresh_tokens_for_an_empty_user_name(wo
     assert r.status_code == 200 and "refresh_token" not in r.json()
 
 
-def test_bad_oauth2_forms_and_grants_are_400_with_the_oauth2_error(world):
-    w = world
+def test_bad_oauth2_forms_and_grants_are_400_with_the_oauth2_error(oci_world):
+    w = oci_world
     pull = w.pull_token(w.node, f"repository:{REPO}:pull")
     node_2 = role_token(w.container, "node-2", TENANT, "node")
     refresh = httpx.post(f"{w.url}/v2/token", timeout=30, data={
@@ -302,8 +290,8 @@ def test_bad_oauth2_forms_and_grants_are_400_with_the_oauth2_error(world):
         assert r.json()["error_description"]
 
 
-def test_bad_credentials_are_unauthorized(world):
-    w = world
+def test_bad_credentials_are_unauthorized(oci_world):
+    w = oci_world
     acme = w.pull_token(w.node, f"repository:{REPO}:pull")
     header, payload, signature = acme.split(".")
     claims = json.loads(base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4)))
@@ -318,8 +306,8 @@ def test_bad_credentials_are_unauthorized(world):
     assert httpx.get(f"{w.url}/v2/token").status_code == 401
 
 
-def test_every_write_method_is_unsupported(world):
-    w = world
+def test_every_write_method_is_unsupported(oci_world):
+    w = oci_world
     with w.http(w.node) as http:
         for method, path in (("POST", f"/v2/{REPO}/blobs/uploads/"), ("PUT", f"/v2/{REPO}/manifests/9"),
                              ("PATCH", f"/v2/{REPO}/blobs/uploads/x"), ("DELETE", f"/v2/{REPO}/manifests/1"),
@@ -339,8 +327,8 @@ def test_every_write_method_is_unsupported(world):
 # --- listings ---------------------------------------------------------------------------------------
 
 
-def test_tags_and_catalog_are_paged_with_link(world):
-    w = world
+def test_tags_and_catalog_are_paged_with_link(oci_world):
+    w = oci_world
     with w.http(w.node) as http:
         first = http.get(f"/v2/{REPO}/tags/list", params={"n": 1})
         assert first.json()["tags"] == ["1"]
@@ -365,8 +353,8 @@ def test_tags_and_catalog_are_paged_with_link(world):
 # --- provenance -------------------------------------------------------------------------------------
 
 
-def test_manifest_pulls_are_recorded_and_provenance_names_the_puller(world, tmp_path):
-    w = world
+def test_manifest_pulls_are_recorded_and_provenance_names_the_puller(oci_world, tmp_path):
+    w = oci_world
     _oras(w, w.node).pull(target=f"{w.host}/{REPO}:prod", outdir=str(tmp_path / "pulled"))
     with w.http(w.node) as http:
         http.head(f"/v2/{REPO}/manifests/1")  # a HEAD is no pull

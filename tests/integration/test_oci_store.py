@@ -1,10 +1,11 @@
 """Stored OCI artifacts (migration 0022): built once at approval, served as stored, and the image shape.
 
-The world is ``test_oci_endpoint``'s (acme/llm: 1 approved as ``prod``, 2 revoked, 3 awaiting; other/secret
-approved). The raw shape is stored in the approving transaction; the image shape (one uncompressed tar
-layer per file at ``models/<path>``) by the ``build_oci_artifacts`` job, which ``drain`` runs here. Real
-clients read it: oras-py, and KServe's own ``kserve-storage`` code in a fresh process, as KServe's storage
-initializer runs it for ``storageUri: oci+fetch://...`` (KServe's webhook hands it over as ``oci://``).
+The world is ``tests/support/oci_world.py``'s, fixture ``oci_world`` (acme/llm: 1 approved as ``prod``, 2
+revoked, 3 awaiting; other/secret approved). The raw shape is stored in the approving transaction; the image
+shape (one uncompressed tar layer per file at ``models/<path>``) by the ``build_oci_artifacts`` job, which
+``drain`` runs here. Real clients read it: oras-py, and KServe's own ``kserve-storage`` code in a fresh
+process, as KServe's storage initializer runs it for ``storageUri: oci+fetch://...``
+(KServe's webhook hands it over as ``oci://``).
 """
 
 from __future__ import annotations
@@ -17,7 +18,6 @@ import os
 import subprocess
 import sys
 import tarfile
-from pathlib import Path
 
 import kserve_storage  # noqa: F401  (KServe's storage code; in the test extras, never skipped)
 import pytest
@@ -33,8 +33,6 @@ from tests.integration.test_oci_endpoint import (  # noqa: F401  (fixtures)
     _oras,
     _pulled,
     _sha256,
-    store_world,
-    world,
 )
 from tests.support.registry import drain
 from tests.support.releases import approve_standin
@@ -68,8 +66,8 @@ def _stored_shapes(container, number: int) -> set[str]:
 # --- stored once, at approval -------------------------------------------------------------------------
 
 
-def test_the_raw_shape_is_stored_at_approval_and_the_image_shape_waits_for_its_job(world):
-    w = world
+def test_the_raw_shape_is_stored_at_approval_and_the_image_shape_waits_for_its_job(oci_world):
+    w = oci_world
     approve_standin(w.container, TENANT, NAME, 3)
     assert _stored_shapes(w.container, 3) == {"raw"}
     with w.http(w.node) as http:
@@ -97,8 +95,8 @@ def test_the_raw_shape_is_stored_at_approval_and_the_image_shape_waits_for_its_j
                               .where(OciArtifact.version_id == version_id)) == 2
 
 
-def test_recording_facts_again_does_not_change_a_served_digest(world):
-    w = world
+def test_recording_facts_again_does_not_change_a_served_digest(oci_world):
+    w = oci_world
     with w.http(w.node) as http:
         before = {ref: http.head(f"/v2/{REPO}/manifests/{ref}").headers["docker-content-digest"]
                   for ref in ("1", "1-image")}
@@ -115,8 +113,8 @@ def test_recording_facts_again_does_not_change_a_served_digest(world):
         assert http.get(f"/v2/{REPO}/manifests/{before['1']}").status_code == 200
 
 
-def test_a_version_approved_before_stored_artifacts_gets_them_on_first_pull_once(world):
-    w = world
+def test_a_version_approved_before_stored_artifacts_gets_them_on_first_pull_once(oci_world):
+    w = oci_world
     with w.container.session_factory() as session:
         # As migration 0022 finds a version approved before it: no stored artifact, no job.
         session.query(OciArtifact).delete()
@@ -137,8 +135,8 @@ def test_a_version_approved_before_stored_artifacts_gets_them_on_first_pull_once
 # --- the image shape, through real clients ---------------------------------------------------------------
 
 
-def test_oras_pulls_the_image_tag_each_layer_a_tar_of_one_file_at_models(store_world, tmp_path):
-    w = store_world
+def test_oras_pulls_the_image_tag_each_layer_a_tar_of_one_file_at_models(oci_store_world, tmp_path):
+    w = oci_store_world
     drain(w.container)
     client = _oras(w, w.node)
     manifest = client.get_manifest(f"{w.host}/{REPO}:prod-image")
@@ -169,8 +167,8 @@ def test_oras_pulls_the_image_tag_each_layer_a_tar_of_one_file_at_models(store_w
         assert (head.status_code, head.headers["content-length"]) == (200, str(layer["size"]))
 
 
-def test_kserve_storage_downloads_oci_fetch_of_the_image_tag(world, tmp_path):
-    w = world
+def test_kserve_storage_downloads_oci_fetch_of_the_image_tag(oci_world, tmp_path):
+    w = oci_world
     drain(w.container)
     auth = base64.b64encode(f"anyone:{w.node}".encode()).decode()
     config = tmp_path / "docker" / "config.json"
@@ -195,8 +193,8 @@ def test_kserve_storage_downloads_oci_fetch_of_the_image_tag(world, tmp_path):
 # --- refusals ---------------------------------------------------------------------------------------------
 
 
-def test_a_revoked_versions_manifests_of_both_shapes_and_its_tar_layers_answer_404_at_once(world):
-    w = world
+def test_a_revoked_versions_manifests_of_both_shapes_and_its_tar_layers_answer_404_at_once(oci_world):
+    w = oci_world
     approve_standin(w.container, TENANT, NAME, 3)
     drain(w.container)
     with w.http(w.node) as http:
@@ -216,8 +214,8 @@ def test_a_revoked_versions_manifests_of_both_shapes_and_its_tar_layers_answer_4
         assert not {"3", "3-image"} & set(http.get(f"/v2/{REPO}/tags/list").json()["tags"])
 
 
-def test_a_tar_layer_is_served_only_through_a_repository_whose_released_version_references_it(world):
-    w = world
+def test_a_tar_layer_is_served_only_through_a_repository_whose_released_version_references_it(oci_world):
+    w = oci_world
     drain(w.container)
     with w.http(w.outsider) as http:
         manifest = http.get("/v2/other/secret/manifests/1-image").json()
@@ -232,11 +230,11 @@ def test_a_tar_layer_is_served_only_through_a_repository_whose_released_version_
 
 
 @pytest.mark.timeout(900)
-def test_many_small_files_are_packed_the_manifests_stay_small_and_every_file_arrives(world, tmp_path):
+def test_many_small_files_are_packed_the_manifests_stay_small_and_every_file_arrives(oci_world, tmp_path):
     """20,000 tiny files: a version mirrored through the pipeline stands in as the rows and blobs it would
     leave (20,000 mirror and scan jobs would take many minutes here), 250 distinct contents so the store
     writes few blobs; approval and all after it is real."""
-    w = world
+    w = oci_world
     many = {f"data/part-{i:05d}/{'n' * (i % 7)}value.json": b'{"i": %d}' % (i % 250) for i in range(20_000)}
     with w.container.session_factory() as session:
         model = loaders.load_model_unchecked(session, TENANT, NAME)
