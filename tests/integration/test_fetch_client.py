@@ -36,25 +36,28 @@ from tests.support.tiny_model import tiny_model_files
 MODEL_SIGNING = Path(sys.executable).parent / "model_signing"
 
 
-@pytest.fixture
-def node(container, tmp_path, signing_key_pem):
+def build_node_world(container, root, files=None):
+    """acme/tiny version 1 approved (a seeded world: built once per worker and database)."""
     admin = make_admin(container, "acme")
-    files = {**tiny_model_files(1), "big.txt": BIG}
-    awaiting_version(container, admin, tmp_path / "src", "acme", "tiny", files=files)
+    files = files or {**tiny_model_files(1), "big.txt": BIG}
+    awaiting_version(container, admin, root / "src", "acme", "tiny", files=files)
     approve_standin(container, "acme", "tiny", 1)
-    with serve_in_thread(create_app(container)) as url, Standin(url) as standin:
-        yield Node(container, tmp_path, standin, signing_key_pem)
 
 
-@pytest.fixture
-def twin_node(container, tmp_path, signing_key_pem):
+def build_twin_world(container, root):
     """A version two of whose files hold the same bytes (one blob, two files in DEST)."""
-    admin = make_admin(container, "acme")
-    files = {**tiny_model_files(1), "big.txt": BIG, "copy/big-again.txt": BIG}
-    awaiting_version(container, admin, tmp_path / "src", "acme", "tiny", files=files)
-    approve_standin(container, "acme", "tiny", 1)
+    build_node_world(container, root, {**tiny_model_files(1), "big.txt": BIG, "copy/big-again.txt": BIG})
+
+
+pytestmark = pytest.mark.seeded(builder=build_node_world)
+
+
+@pytest.fixture
+def node(container, tmp_path, signing_key_pem, seeded):
     with serve_in_thread(create_app(container)) as url, Standin(url) as standin:
         yield Node(container, tmp_path, standin, signing_key_pem)
+
+
 
 
 def _summary(result: subprocess.CompletedProcess) -> dict:
@@ -525,8 +528,8 @@ def test_a_progress_bar_on_a_terminal_and_none_with_json(node):
     assert quiet.returncode == 0 and terminal == ""
 
 
-def test_two_files_with_the_same_bytes_come_from_one_download_and_each_is_hashed_cold_and_warm(twin_node):
-    node = twin_node
+@pytest.mark.seeded(builder=build_twin_world)
+def test_two_files_with_the_same_bytes_come_from_one_download_and_each_is_hashed_cold_and_warm(node):
     node.release()
     for dest in (node.tmp / "cold", node.tmp / "warm"):
         ok = node.fetch(dest)

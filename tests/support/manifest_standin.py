@@ -4,6 +4,8 @@ real registry: a real HTTP server on loopback that
 - answers ``GET /v1/trust-root[/{n}]`` and ``GET /v1/models/{tenant}/{name}/manifest?ref=`` by the contract
   (ETag and If-None-Match, 304, RFC 9457 problems), from what the test set in ``roots`` and ``manifests``,
   and the log's consistency proofs from ``log_consistency``;
+- answers ``GET /v1/events`` from ``events`` (CloudEvents the test appends; the cursor is their count), so
+  a node program following revocations reads a stream as it would from the registry;
 - proxies ``GET /v1/blobs/...`` (the real presigned URLs, Range included) to the real registry, logging each
   request (``blob_gets``), optionally cutting a response short to simulate an interrupted download, and
   optionally calling the test back before each one (``before_blob``).
@@ -33,6 +35,8 @@ class Standin:
         """Roots served byte for byte as given (another serialization of a root is other bytes)."""
         self.manifests: dict[tuple[str, str, str], dict[str, Any]] = {}
         self.problems: dict[tuple[str, str, str], tuple[int, dict[str, Any]]] = {}
+        self.events: list[dict[str, Any]] = []
+        """Catalogue events served by ``GET /v1/events`` (event i has the cursor i + 1)."""
         self.blob_gets: list[dict[str, Any]] = []
         self.manifest_gets: list[dict[str, Any]] = []
         self.cut_after: int | None = None
@@ -96,6 +100,13 @@ class Standin:
                     first, second = int(query["first"][0]), int(query["second"][0])
                     standin.consistency_gets.append((first, second))
                     return self._json(200, standin.log_consistency(first, second))
+                if url.path == "/v1/events":
+                    after = parse_qs(url.query).get("after", ["0"])[0]
+                    after = int(after) if after.isdigit() and len(after) < 10 else 0
+                    with standin.lock:
+                        page = standin.events[after:]
+                        cursor = max(after, len(standin.events))
+                    return self._json(200, {"events": page, "cursor": cursor})
                 if parts[:2] == ["v1", "trust-root"]:
                     version = max(standin.roots) if len(parts) == 2 and standin.roots else (
                         int(parts[2]) if len(parts) == 3 and parts[2].isdigit() else None)

@@ -89,8 +89,13 @@ def test_a_registry_without_root_1_is_not_found_and_none_to_ask_is_invalid_input
         pinned_root(None, PIN, None)
 
 
-@pytest.mark.parametrize("pin", ["", "abc", PIN[:-1], PIN + "0", "g" * 64, " " + PIN[1:]])
-def test_a_pin_that_is_not_a_sha256_is_refused_without_asking_the_registry(pin):
+# The pins are made from PIN (a fresh key's root) in the test, so that the test ids are the same in every
+# pytest-xdist worker.
+@pytest.mark.parametrize("make_pin", [lambda p: "", lambda p: "abc", lambda p: p[:-1], lambda p: p + "0",
+                                      lambda p: "g" * 64, lambda p: " " + p[1:]],
+                         ids=["empty", "short", "63-digits", "65-digits", "not-hex", "leading-space"])
+def test_a_pin_that_is_not_a_sha256_is_refused_without_asking_the_registry(make_pin):
+    pin = make_pin(PIN)
     registry = Registry({1: ROOT})
     with pytest.raises(InvalidInputError):
         pinned_root(None, pin, registry)
