@@ -9,6 +9,10 @@ the database collector (``registry/metrics.py``, which documents the whole of ``
 - ``modelreg_manifest_requests_total{outcome,reason}``: release manifest requests, as nodes fetch them:
   ``issued`` (200), ``not_modified`` (304) or ``refused`` with ``reason`` the problem type's code
   (``revoked``, ``not-approved``, ``unauthenticated``...).
+- ``modelreg_oidc_refusals_total{via,reason}``: single sign-ons refused, on the console (``via="console"``) or
+  for ``modelreg login`` (``cli``), by ``SignInRefusedError.reason``. Refusals before the provider redeemed a
+  code (a wrong ``state``, an ``error=``, a made-up code: anyone can send them) are counted here and not
+  written to the audit log.
 
 Each replica counts its own requests: sum them across replicas.
 """
@@ -43,6 +47,9 @@ class ApiMetrics:
         self.manifest_requests = Counter(
             "modelreg_manifest_requests", "Release manifest requests, by outcome (and the refusal's problem type)",
             ["outcome", "reason"], registry=self.registry)
+        self.oidc_refusals = Counter(
+            "modelreg_oidc_refusals", "Single sign-ons refused, by where (console, cli) and why",
+            ["via", "reason"], registry=self.registry)
         self.registry.register(DatabaseCollector(container.session_factory, container.clock,
                                                  cache_seconds=container.settings.metrics_cache_seconds))
 

@@ -18,8 +18,9 @@ provider no longer puts in any mapped group loses the roles a sign-in gave, and 
 it opened end (:func:`withdraw_identity`), at the refused sign-in. Every refusal raises
 :class:`SignInRefusedError`, whose ``reason`` names what failed.
 
-Only refusals after the provider redeemed a code are audited (:data:`AUDITED_REASONS`): a wrong ``state``,
-an ``error=`` or a made-up code reach the callback from anyone, and are counted, not written to the log.
+Only refusals after the provider redeemed a code are audited (not :data:`UNAUDITED_REASONS`): a wrong
+``state``, an ``error=`` or a made-up code reach the callback from anyone, and are counted
+(``modelreg_oidc_refusals_total``, ``api/metrics.py``), not written to the log.
 
 Usage (a sketch, not run as a doctest)::
 
@@ -53,9 +54,9 @@ from registry import audit
 from registry.auth import IssuedToken, Role, get_tenant, issue_token, validate_name
 from registry.db.models import ApiToken, Principal, RoleBinding
 from registry.db.session import begin_write
-from registry.services.identity import RESERVED_PRINCIPAL_NAMES, end_sessions
 from registry.domain.errors import AuthenticationError, InvalidInputError, RegistryError
 from registry.domain.text import printable
+from registry.services.identity import RESERVED_PRINCIPAL_NAMES, end_sessions
 
 FLOW_LIFETIME = dt.timedelta(minutes=10)
 """How long a started sign-in waits for the provider to send the browser back."""

@@ -12,7 +12,7 @@ from __future__ import annotations
 import datetime as dt
 import re
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Request
 from pydantic import BaseModel, Field
 
 from api.deps import ContainerDep, SessionDep
@@ -63,7 +63,8 @@ def login_info(container: ContainerDep) -> OidcLoginInfo:
 
 @router.post("/token", responses=responses(NotFoundError, AuthenticationError, oidc.SignInRefusedError,
                                                 InvalidInputError))
-def exchange(body: OidcCodeExchange, session: SessionDep, container: ContainerDep) -> OidcTokenPublic:
+def exchange(body: OidcCodeExchange, request: Request, session: SessionDep,
+             container: ContainerDep) -> OidcTokenPublic:
     config = _cli_config(container)
     if not LOOPBACK_REDIRECT.match(body.redirect_uri):
         raise InvalidInputError("redirect_uri must be the CLI's loopback address http://127.0.0.1:<port>/callback",
@@ -81,5 +82,6 @@ def exchange(body: OidcCodeExchange, session: SessionDep, container: ContainerDe
     except oidc.SignInRefusedError as err:
         # Audited once the provider has redeemed the code: before that, anyone can post a made-up one.
         oidc.record_refusal(session, err, via="cli")
+        request.app.state.metrics.oidc_refusals.labels("cli", err.reason).inc()
         raise
     return OidcTokenPublic(token=issued.token, principal=principal.name, expires_at=issued.expires_at)

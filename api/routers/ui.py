@@ -262,6 +262,7 @@ def sso_callback(request: Request, session: SessionDep, container: ContainerDep,
                                         now + SESSION_LIFETIME, now=now, method="oidc")
     except oidc.SignInRefusedError as err:
         oidc.record_refusal(session, err, via="console")  # audited only once the provider redeemed a code
+        request.app.state.metrics.oidc_refusals.labels("console", err.reason).inc()
         response = _sign_in_page(request, container, next_path="/ui", error=err.message, status=status_for(err))
         response.delete_cookie(OIDC_FLOW_COOKIE, path="/ui/sign-in/oidc")
         return response

@@ -1,9 +1,10 @@
 """Referrers of a version's model manifest through ``/v2``, and anonymous pull per tenant, on a live modelreg.
 
-The world of ``test_oci_endpoint.py``: tenant ``acme`` holds ``llm`` (version 1 approved, 2 approved then
-revoked, 3 awaiting approval); tenant ``other`` holds ``secret``, approved. The referrers API is read with
-plain httpx (oras-py has no ``discover``); each referrer is then pulled by digest with oras-py, and one is
-inspected with Debian's skopeo. Everything runs on SQLite and PostgreSQL; the pulls also on local and S3.
+The world of ``tests/support/oci_world.py`` (fixture ``oci_world``): tenant ``acme`` holds ``llm`` (version 1
+approved, 2 approved then revoked, 3 awaiting approval); tenant ``other`` holds ``secret``, approved. The
+referrers API is read with plain httpx (oras-py has no ``discover``); each referrer is then pulled by digest
+with oras-py, and one is inspected with Debian's skopeo. Everything runs on SQLite and PostgreSQL; the pulls
+also on local and S3.
 """
 
 from __future__ import annotations
@@ -25,22 +26,10 @@ from registry.cli import main
 from registry.db.models import AuditEvent, Principal
 from registry.domain.oci_referrers import CYCLONEDX, EMPTY_DIGEST, IN_TOTO, OCI_INDEX, SCAN_REPORT, SIGNATURE
 from registry.services import exports, provenance, revocations
-from tests.support.oci_world import REPO, World, served_world
+from tests.support.oci_world import REPO, World
 
 OCI_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
 SKOPEO = "/usr/bin/skopeo"
-
-
-@pytest.fixture
-def world(container, tmp_path):
-    with served_world(container, tmp_path) as w:
-        yield w
-
-
-@pytest.fixture
-def store_world(store_container, tmp_path):
-    with served_world(store_container, tmp_path) as w:
-        yield w
 
 
 def _sha256(data: bytes) -> str:
@@ -67,8 +56,8 @@ def _sysadmin_token(w: World) -> str:
 # --- referrers ----------------------------------------------------------------------------------------
 
 
-def test_the_referrers_index_lists_each_document_and_oras_pulls_each_by_digest(store_world, tmp_path):
-    w = store_world
+def test_the_referrers_index_lists_each_document_and_oras_pulls_each_by_digest(oci_store_world, tmp_path):
+    w = oci_store_world
     subject = _subject(w)
     with w.http(w.node) as http:
         subject_size = len(http.get(f"/v2/{REPO}/manifests/1").content)
@@ -109,8 +98,8 @@ def test_the_referrers_index_lists_each_document_and_oras_pulls_each_by_digest(s
     assert _referrers(w, subject).json() == index
 
 
-def test_artifact_type_filtering_says_it_was_applied(world):
-    w = world
+def test_artifact_type_filtering_says_it_was_applied(oci_world):
+    w = oci_world
     r = _referrers(w, _subject(w), artifactType=CYCLONEDX)
     assert r.status_code == 200 and r.headers["oci-filters-applied"] == "artifactType"
     assert [d["artifactType"] for d in r.json()["manifests"]] == [CYCLONEDX]
@@ -118,10 +107,10 @@ def test_artifact_type_filtering_says_it_was_applied(world):
     assert (r.headers["oci-filters-applied"], r.json()["manifests"]) == ("artifactType", [])
 
 
-def test_skopeo_inspects_a_referrer_by_digest(world):
+def test_skopeo_inspects_a_referrer_by_digest(oci_world):
     if not Path(SKOPEO).exists() or shutil.which(SKOPEO) is None:
         pytest.skip("Debian's skopeo is not installed")
-    w = world
+    w = oci_world
     descriptor = next(d for d in _referrers(w, _subject(w)).json()["manifests"] if d["artifactType"] == IN_TOTO)
     done = subprocess.run([SKOPEO, "inspect", "--raw", "--tls-verify=false", "--creds", f"anyone:{w.node}",
                            f"docker://{w.host}/{REPO}@{descriptor['digest']}"], capture_output=True, timeout=60)
@@ -129,8 +118,8 @@ def test_skopeo_inspects_a_referrer_by_digest(world):
     assert _sha256(done.stdout) == descriptor["digest"] and json.loads(done.stdout)["artifactType"] == IN_TOTO
 
 
-def test_a_digest_no_released_version_has_is_an_empty_index_and_a_bad_one_is_refused(world):
-    w = world
+def test_a_digest_no_released_version_has_is_an_empty_index_and_a_bad_one_is_refused(oci_world):
+    w = oci_world
     for digest in (_sha256(b"nobody's manifest"), _sha256(w.files["README.md"])):
         r = _referrers(w, digest)
         assert r.status_code == 200 and r.json() == {"schemaVersion": 2, "mediaType": OCI_INDEX, "manifests": []}
@@ -141,8 +130,8 @@ def test_a_digest_no_released_version_has_is_an_empty_index_and_a_bad_one_is_ref
         assert (r.status_code, r.json()["errors"][0]["code"]) == (404, "NAME_UNKNOWN")
 
 
-def test_a_revoked_versions_referrers_vanish(world):
-    w = world
+def test_a_revoked_versions_referrers_vanish(oci_world):
+    w = oci_world
     subject = _subject(w)
     descriptors = _referrers(w, subject).json()["manifests"]
     with w.http(w.node) as http:
@@ -158,8 +147,8 @@ def test_a_revoked_versions_referrers_vanish(world):
             assert (r.status_code, r.json()["errors"][0]["code"]) == (404, "BLOB_UNKNOWN")
 
 
-def test_another_tenants_referrers_are_denied_and_not_served_through_its_own_repository(world):
-    w = world
+def test_another_tenants_referrers_are_denied_and_not_served_through_its_own_repository(oci_world):
+    w = oci_world
     subject = _subject(w)
     descriptor = _referrers(w, subject).json()["manifests"][0]
     r = _referrers(w, subject, w.outsider)
@@ -176,8 +165,8 @@ def test_another_tenants_referrers_are_denied_and_not_served_through_its_own_rep
                                              f'scope="repository:{REPO}:pull"')
 
 
-def test_a_referrer_pull_is_no_model_pull(world):
-    w = world
+def test_a_referrer_pull_is_no_model_pull(oci_world):
+    w = oci_world
     descriptor = _referrers(w, _subject(w)).json()["manifests"][0]
     with w.http(w.node) as http:
         assert http.get(f"/v2/{REPO}/manifests/{descriptor['digest']}").status_code == 200
@@ -196,8 +185,8 @@ def _anonymous_refusal(r: httpx.Response, repository: str | None) -> None:
         assert r.headers["www-authenticate"].endswith(f',scope="repository:{repository}:pull"')
 
 
-def test_anonymous_pull_is_off_until_an_administrator_turns_it_on_for_one_tenant(world, tmp_path):
-    w = world
+def test_anonymous_pull_is_off_until_an_administrator_turns_it_on_for_one_tenant(oci_world, tmp_path):
+    w = oci_world
     subject = _subject(w)
     with w.http() as anonymous:
         for path in (f"/v2/{REPO}/manifests/1", f"/v2/{REPO}/tags/list", f"/v2/{REPO}/referrers/{subject}"):

@@ -156,6 +156,10 @@ def test_anyone_with_a_fresh_flow_cookie_cannot_write_the_audit_log_through_the_
         assert answer.status_code == 401 and "wrong state" in answer.text
         start(client)
     assert refusals(container) == [] and audit_count(container) == before
+    # Counted instead, by reason, in the API's metrics.
+    metrics = client.get("/metrics").text
+    assert 'modelreg_oidc_refusals_total{reason="provider",via="console"} 5.0' in metrics
+    assert 'modelreg_oidc_refusals_total{reason="state",via="console"} 5.0' in metrics
 
 
 def test_a_replayed_code_is_refused(client, container):
