@@ -149,8 +149,8 @@ RULES: dict[tuple[str, str], Rule] = {
     ("POST", "/v1/principals/{name}/tokens"): Rule(ADMIN, 201, lambda w, t: {"json": {}}, path={"name": "target"}),
     ("DELETE", "/v1/tokens/{token_id}"): Rule(ADMIN, 204),
     ("GET", "/v1/principals/{name}/tokens"): Rule(ADMIN, 200, path={"name": "target"}),
-    ("POST", "/v1/principals/{name}/disable"): Rule(ADMIN, 200, path={"name": "target"}),
-    ("POST", "/v1/principals/{name}/enable"): Rule(ADMIN, 200, path={"name": "target"}),
+    ("POST", "/v1/principals/{name:path}/disable"): Rule(ADMIN, 200, path={"name": "target"}),
+    ("POST", "/v1/principals/{name:path}/enable"): Rule(ADMIN, 200, path={"name": "target"}),
     ("POST", "/v1/node-bindings"): Rule(ADMIN, 201, lambda w, t: {"json": {
         "issuer": MATRIX_ISSUER, "namespace": "serving", "service_account": w.fresh("sa"), "tenant": t}}),
     ("GET", "/v1/node-bindings"): Rule(ADMIN, 200),
@@ -228,6 +228,10 @@ RULES: dict[tuple[str, str], Rule] = {
     # The OCI endpoint (docs/oci.md): pulls need read or fetch in the tenant; writes are refused to all.
     ("GET", "/v2/"): Rule(AUTHENTICATED, 200),
     ("GET", "/v2/token"): Rule(AUTHENTICATED, 200, lambda w, t: {"params": {"scope": f"repository:{t}/x:pull"}}),
+    # The OAuth2 form carries its credential in the body, never the header: a password that is no token is an
+    # invalid grant for every caller (the grants themselves: tests/integration/test_oci_endpoint.py).
+    ("POST", "/v2/token"): Rule(PUBLIC, 400, lambda w, t: {"data": {"grant_type": "password",
+                                                                     "password": "not-a-token"}}),
     ("GET", "/v2/_catalog"): Rule(AUTHENTICATED, 200),
     ("GET", "/v2/{tenant}/{name}/tags/list"): Rule("read|fetch", 200, lambda w, t: w.released(t)),
     ("GET", "/v2/{tenant}/{name}/manifests/{reference}"): Rule("read|fetch", 200, lambda w, t: w.released(t),

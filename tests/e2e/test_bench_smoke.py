@@ -1,77 +1,28 @@
 """Every benchmark in bench/ runs to its end with tiny sizes and prints its figures, so none can rot
 unnoticed (issue 18: bench/mirror.py measured its rounds, then died on a lifecycle it did not know).
 
-The scripts are found by glob: a new one without an entry here fails the test until it gets one.
+The scripts are found by glob: a new one without an entry in ``tests/support/bench_smoke.py`` (its tiny
+arguments, its figures and its group) fails here until it gets one. This module runs the pipeline group;
+``test_bench_smoke_node.py`` and ``test_bench_smoke_registry.py`` the others.
 """
 
 from __future__ import annotations
 
-import os
-import re
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
-BENCH = REPO / "bench"
-
-SMOKE: dict[str, tuple[list[str], list[str]]] = {
-    # script: (tiny arguments, patterns its output must hold: the figures it exists to print)
-    "chunks.py": (["--mib", "8", "--rounds", "1"],
-                  [r"round 1: 8 MiB  plain [\d.]+ s wall [\d.]+ s cpu  \|  tap [\d.]+ s wall [\d.]+ s cpu  \|  "
-                   r"ratio wall [\d.]+x, cpu [\d.]+x"]),
-    "fanout.py": (["--n", "8", "--rounds", "1", "--settle", "1", "--window", "1", "--tokens", "2"],
-                  [r"round 1 stream  N=8: all new manifests in [\d.]+ s .*8 answered, 0 missed",
-                   r"round 1 polling N=8: all new manifests in [\d.]+ s .*8 answered, 0 missed",
-                   r"round 1: time to all [\d.]+x"]),
-    "fetch.py": (["--size-gb", "0.02", "--shards", "2", "--parallel", "2", "--rounds", "1", "--verify-runs", "1"],
-                 [r"round 1: raw [\d.]+ s before", r"cold/raw [\d.]+", r"ratio of medians [\d.]+"]),
-    "log.py": (["--events", "600", "--appends", "40", "--rounds", "1", "--requests", "5"],
-               [r"baseline audit.append: \d+ events/s one event per transaction",
-                r"round 1: integrated 600 events in [\d.]+ s: \d+ events/s, [\d.]+x audit.append; inclusion p50 "
-                r"[\d.]+ ms p99 [\d.]+ ms; consistency p50 [\d.]+ ms p99 [\d.]+ ms; tiles [\d.]+ B/event"]),
-    "manifest.py": (["--clients", "4", "--requests", "2", "--interval", "0.05", "--rounds", "1"],
-                    [r"round 1: 8 requests in [\d.]+ s .*p99 [\d.]+ ms.* errors 0"]),
-    "mirror.py": (["--size-gb", "0.02", "--shards", "2", "--rounds", "1", "--seal-repetitions", "2",
-                   "--part-size-mib", "5"],
-                  [r"round 1: modelreg [\d.]+ s", r"ratio \(best/best\): [\d.]+", r"seal_version \(3 files, 2 runs\)"]),
-    "oci.py": (["--size", "4M", "--rounds", "1"],
-               [r"round 1: skopeo modelreg/reference [\d.]+ .*oras-py/raw GETs [\d.]+",
-                r"skopeo copy from modelreg\s+[\d.]+ s\s+API RSS\s+[\d.]+ -> peak\s+[\d.]+ MiB"]),
-    "oci_referrers.py": (["--versions", "2", "--requests", "10", "--rounds", "1"],
-                         [r"round 1: miss p50 [\d.]+ ms, hit p50 [\d.]+ ms, miss/hit [\d.]+x \(5 misses, 5 hits\)"]),
-    "queue.py": (["--jobs", "40", "--workers", "2"],
-                 [r"modelreg\s+2 process\(es\):\s+[\d.]+ s", r"modelreg x2 / raw UPDATE\.\.\.RETURNING x2: [\d.]+"]),
-    "scan.py": (["--many-files", "4,8"],
-                [r"\(a\) 2 GiB safetensors .* ms", r"bypass samples flagged: modelreg \d+/\d+",
-                 r"\(d\) regression set: \d+ files",
-                 r"round 1 distinct N=\s+8: scan stage\s+[\d.]+ s,\s+[\d.]+ ms per file, 8 scan jobs, ended awaiting_approval",
-                 r"round 1 one blob N=\s+8: scan stage\s+[\d.]+ s,\s+[\d.]+ ms per file, 1 scan jobs, ended awaiting_approval"]),
-    "stream.py": (["--size", "24M", "--rounds", "1"],
-                  [r"round 1: cold/direct [\d.]+ .*warm/direct [\d.]+ .*every sha256 equal",
-                   r"\(b\) serve-s3 cold\s+[\d.]+ s .*serve-s3 cpu\s+[\d.]+ s\s+serve-s3 RSS\s+[\d.]+ -> peak\s+"
-                   r"[\d.]+ MiB"]),
-}
+from tests.support.bench_smoke import GROUPS, SMOKE, run_smoke, scripts
 
 
-def test_every_bench_script_has_a_smoke_entry():
-    scripts = sorted(p.name for p in BENCH.glob("*.py"))
-    assert scripts, "no benchmarks found"
-    assert sorted(SMOKE) == scripts, "add an entry to SMOKE for each script in bench/ (and remove gone ones)"
+def test_every_bench_script_has_a_smoke_entry_and_a_group():
+    assert scripts(), "no benchmarks found"
+    assert sorted(SMOKE) == scripts(), "add an entry to SMOKE for each script in bench/ (and remove gone ones)"
+    grouped = [s for group in GROUPS.values() for s in group]
+    assert sorted(grouped) == scripts(), "put each script in exactly one of GROUPS"
 
 
 @pytest.mark.slow
 @pytest.mark.postgres
 @pytest.mark.s3
-@pytest.mark.parametrize("script", sorted(p.name for p in BENCH.glob("*.py")))
+@pytest.mark.parametrize("script", GROUPS["pipeline"])
 def test_bench_script_runs_to_its_end_with_tiny_sizes(script):
-    args, patterns = SMOKE[script]
-    env = dict(os.environ, HF_HUB_DISABLE_TELEMETRY="1", PYTHONWARNINGS="ignore")
-    proc = subprocess.run([sys.executable, str(BENCH / script), *args], cwd=REPO, env=env,
-                          capture_output=True, text=True, timeout=900)
-    output = proc.stdout + proc.stderr
-    assert proc.returncode == 0, f"{script} exited {proc.returncode}:\n{output[-4000:]}"
-    for pattern in patterns:
-        assert re.search(pattern, proc.stdout), f"{script} did not print {pattern!r}:\n{proc.stdout[-4000:]}"
+    run_smoke(script)
