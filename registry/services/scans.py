@@ -253,12 +253,27 @@ def version_scans(session: Session, principal: AuthenticatedPrincipal, version: 
     return file_scans(session, version.files if limit is None else version.files[:limit])
 
 
+_SCAN_READ_BATCH = 500
+"""How many blob digests one read of ``scan_results`` asks for (a version may hold tens of thousands of files)."""
+
+
 def file_scans(session: Session, files: Iterable[VersionFile]) -> list[dict[str, Any]]:
-    """Per file of ``files``: our newest verdict and every scanner's record (name, version, verdict, findings)."""
+    """Per file of ``files``: our newest verdict and every scanner's record (name, version, verdict, findings).
+
+    The records are read a batch of digests at a time, not one query per file: an ML-BOM or scan report of a
+    20,000-file version is two reads of this, at approval and on every referrer listing.
+    """
+    files = list(files)
+    by_file: dict[tuple[str, str], list[ScanResult]] = {}
+    digests = sorted({f.sha256 for f in files})
+    for start in range(0, len(digests), _SCAN_READ_BATCH):
+        batch = digests[start:start + _SCAN_READ_BATCH]
+        for row in session.scalars(select(ScanResult).where(ScanResult.blob_digest.in_(batch))
+                                   .order_by(ScanResult.id)):
+            by_file.setdefault((row.blob_digest, row.path), []).append(row)
     out = []
     for f in files:
-        rows = list(session.scalars(select(ScanResult).where(
-            ScanResult.blob_digest == f.sha256, ScanResult.path == f.path).order_by(ScanResult.id)))
+        rows = by_file.get((f.sha256, f.path), [])
         ours = [r for r in rows if r.scanner == SCANNER_NAME]
         current = next((r for r in reversed(ours) if r.scanner_version == SCANNER_VERSION), None)
         out.append({
