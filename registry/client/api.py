@@ -66,7 +66,7 @@ def retry_after(response: httpx.Response) -> float | None:
             return None
         if when.tzinfo is None:
             return None
-        seconds = (when - dt.datetime.now(dt.timezone.utc)).total_seconds()
+        seconds = (when - dt.datetime.now(dt.UTC)).total_seconds()
     return min(max(seconds, 0.0), MAX_RETRY_AFTER_SECONDS)
 
 

@@ -79,8 +79,7 @@ def worker_integrates_before_the_request_locks_the_log(container):
         text = " ".join(statement.split())
         if text.startswith("SELECT log_head.size FROM log_head"):
             size_read = True
-        elif size_read and not ran and (text.startswith("BEGIN IMMEDIATE")
-                                        or text.startswith("INSERT INTO log_head ")):
+        elif size_read and not ran and text.startswith(("BEGIN IMMEDIATE", "INSERT INTO log_head ")):
             ran.append(None)  # first: the worker's own statements pass through here too
             ran[0] = tlog.integrate_audit_log(container.session_factory)
 
@@ -110,7 +109,7 @@ def test_a_release_the_log_cannot_prove_yet_is_answered_503_with_retry_after_the
     promote(container, admin, 2)
     recorded = issuances(container)
     r = fetch(client, tokens)
-    assert r.status_code == 503, r.text
+    assert r.status_code == 503, r.headers
     assert r.headers["Retry-After"] == "2"
     assert r.headers["Content-Type"].startswith("application/problem+json")
     problem = r.json()
