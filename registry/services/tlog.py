@@ -325,8 +325,9 @@ def log_through(session: Session, key: Ed25519Signer, event_id: int, *, now: dt.
         if new >= event_id:
             break
         if new == old:
-            # Every id up to the chain's committed head is committed (appends take the audit head's lock),
-            # so a gap below it is a lost event: the log stops before it and so does this release.
+            # A gap before event_id: an id still in flight (only a writer bypassing audit.append's lock on the
+            # audit head can leave one) or lost. The log stops before it and so does this release; the
+            # manifest answers 503 with Retry-After until the gap is closed.
             return "behind"
     _sign_if_due(session, key, interval=0, now=now, on_demand=True)
     covered = (session.scalar(select(LogHead.checkpoint_size).where(LogHead.id == LOG_HEAD_ID)) or 0) >= event_id
