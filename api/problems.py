@@ -141,7 +141,9 @@ def install(app: FastAPI) -> None:
 
     @app.exception_handler(errors.RegistryError)
     async def _registry_error(_request: Request, exc: errors.RegistryError) -> JSONResponse:
-        return problem_for(exc)
+        # A transient refusal that knows when to ask again says so (RFC 9110 Retry-After, in seconds).
+        retry_after = getattr(exc, "retry_after", None)
+        return problem_for(exc, headers={"Retry-After": str(retry_after)} if retry_after is not None else None)
 
     @app.exception_handler(RequestValidationError)
     async def _validation_error(_request: Request, exc: RequestValidationError) -> JSONResponse:

@@ -136,6 +136,10 @@ class Settings(BaseSettings):
     log_checkpoint_interval: float = Field(
         10.0, gt=0, description="Workers sign a checkpoint of the verifiable audit log (/log/checkpoint) at most "
                                 "this often (seconds), when it grew.")
+    log_release_catch_up_events: int = Field(
+        10_000, ge=0, description="A manifest request integrates at most this many audit events into the log "
+                                  "itself to prove its release; when the log is further behind (a tree being built "
+                                  "after an upgrade) it answers 503 with Retry-After until the workers catch up.")
     log_key_file: Path | None = Field(
         None, description="The verifiable log's Ed25519 key (one line, Go's PRIVATE+KEY+<origin>+<id>+<base64>); "
                           "default <data_dir>/keys/log-key, made on first use.")

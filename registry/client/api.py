@@ -15,7 +15,10 @@ Example:
 from __future__ import annotations
 
 import dataclasses
+import datetime as dt
+import email.utils
 import json
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -33,6 +36,38 @@ from registry.signing.trust_root import MAX_ROOT_BYTES
 
 MAX_MANIFEST_RESPONSE_BYTES = 2 * MAX_RELEASE_BYTES + (4 << 20)
 """The manifest response: the envelope (base64, so 4/3 of the payload), transport URLs and the bundle."""
+
+
+MANIFEST_RETRIES = 3
+"""How many times a manifest request answered 503 with ``Retry-After`` is asked again before its error is raised."""
+MAX_RETRY_AFTER_SECONDS = 10.0
+"""The longest a node waits on one ``Retry-After``, whatever the registry asks."""
+
+
+def retry_after(response: httpx.Response) -> float | None:
+    """The seconds a 503 answer asks the caller to wait (its ``Retry-After``: delay-seconds or an HTTP date),
+    at most :data:`MAX_RETRY_AFTER_SECONDS`; None for any other answer, or a 503 that names no time.
+
+    Example:
+        >>> retry_after(httpx.Response(503, headers={"Retry-After": "2"}))
+        2.0
+        >>> retry_after(httpx.Response(500, headers={"Retry-After": "2"})) is None
+        True
+    """
+    value = response.headers.get("retry-after", "").strip()
+    if response.status_code != 503 or not value:
+        return None
+    if value.isdigit():
+        seconds = float(value)
+    else:
+        try:
+            when = email.utils.parsedate_to_datetime(value)
+        except (TypeError, ValueError):
+            return None
+        if when.tzinfo is None:
+            return None
+        seconds = (when - dt.datetime.now(dt.UTC)).total_seconds()
+    return min(max(seconds, 0.0), MAX_RETRY_AFTER_SECONDS)
 
 
 def _seg(value: str) -> str:
@@ -448,34 +483,43 @@ class RegistryApi:
                  wait: float | None = None) -> ManifestResponse | None:
         """The release of ``tenant/name@ref`` for this node, or None when unchanged since ``etag`` (304).
 
+        A 503 with ``Retry-After`` (the registry's log not yet covering the release) is asked again after
+        that wait, :data:`MANIFEST_RETRIES` times at most: the node waits instead of failing at once.
+
         Args:
             etag: The ETag of the manifest the node holds; sent as If-None-Match.
             wait: Seconds the server may hold the request until the alias moves (long poll).
 
         Raises:
             RevokedError, NotApprovedError, ReleaseNotFoundError: the registry refused.
-            NetworkError: unreachable, or a 5xx.
+            NetworkError: unreachable, or a 5xx (a 503 still so after the retries).
         """
         params: dict[str, Any] = {"ref": ref}
         if wait is not None:
             params["wait"] = int(wait)
         headers = {"If-None-Match": etag} if etag else {}
         timeout = self.client.http.timeout.read or 60.0
-        try:
-            with self.client.http.stream("GET", self.manifest_path(tenant, name), params=params, headers=headers,
-                                         timeout=(wait or 0) + timeout) as response:
-                if response.status_code == 304:
-                    return None
-                body = _read_capped(response, MAX_MANIFEST_RESPONSE_BYTES)
-                if response.status_code >= 400:
-                    raise _problem(response.status_code, body)
-                try:
-                    data = json.loads(body)
-                except ValueError:
-                    raise RegistryError("the manifest response is not JSON") from None
-                return ManifestResponse.from_json(data, response.headers.get("etag"))
-        except httpx.HTTPError as exc:
-            raise NetworkError(f"cannot reach the registry at {self.client.url}: {exc}") from exc
+        for attempt in range(MANIFEST_RETRIES + 1):
+            try:
+                with self.client.http.stream("GET", self.manifest_path(tenant, name), params=params,
+                                             headers=headers, timeout=(wait or 0) + timeout) as response:
+                    if response.status_code == 304:
+                        return None
+                    body = _read_capped(response, MAX_MANIFEST_RESPONSE_BYTES)
+                    delay = retry_after(response) if attempt < MANIFEST_RETRIES else None
+                    if delay is None and response.status_code >= 400:
+                        raise _problem(response.status_code, body)
+                    if delay is None:
+                        try:
+                            data = json.loads(body)
+                        except ValueError:
+                            raise RegistryError("the manifest response is not JSON") from None
+                        return ManifestResponse.from_json(data, response.headers.get("etag"))
+            except httpx.HTTPError as exc:
+                raise NetworkError(f"cannot reach the registry at {self.client.url}: {exc}") from exc
+            # The registry said when to ask again (its log catching up with the release): wait, a few times.
+            time.sleep(delay)
+        raise AssertionError("unreachable: the last attempt returns or raises")  # pragma: no cover
 
     def chunk_list(self, tenant: str, name: str, number: int, sha256: str, *, limit: int) -> bytes:
         """The chunk list of the file with ``sha256`` of ``tenant/name@number``, unchecked: at most ``limit``

@@ -426,6 +426,20 @@ class ServiceUnavailableError(RegistryError):
     code = "unavailable"
 
 
+class ReleaseNotLoggedError(ServiceUnavailableError):
+    """A release whose events no signed checkpoint covers yet (the verifiable log is catching up): it is
+    not served without its proof, which a node would refuse as unproven. Transient: ask again after
+    ``retry_after`` seconds (the API sends it as ``Retry-After``)."""
+
+    code = "release-not-logged-yet"
+
+    def __init__(self, model: str, ref: str, event_id: int, retry_after: int) -> None:
+        super().__init__(f"the audit log does not cover {model}@{ref} yet (event {event_id}); "
+                         f"ask again in {retry_after} s", model=model, ref=ref, event_id=event_id,
+                         retry_after=retry_after)
+        self.retry_after = retry_after
+
+
 class BlobVanishedError(ServiceUnavailableError):
     """Bytes just put were deleted by garbage collection before their row was recorded: put them again.
 

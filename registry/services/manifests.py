@@ -72,6 +72,7 @@ from registry.domain.errors import (
     NotApprovedError,
     PermissionDeniedError,
     RegistryError,
+    ReleaseNotLoggedError,
     RevokedError,
     TenantNotFoundError,
     VersionDeletedError,
@@ -90,6 +91,8 @@ from registry.tlog.note import Ed25519Signer
 VERSION_REF_RE = re.compile(r"\A[1-9][0-9]{0,8}\Z")
 """A version number as a ref (nine digits at most: an ``Integer`` column holds it)."""
 MAX_WAIT_SECONDS = 300
+LOG_PENDING_RETRY_AFTER_SECONDS = 2
+"""The Retry-After of a release its log cannot prove yet (the workers integrate the log every few seconds)."""
 
 
 @dataclass(frozen=True)
@@ -104,6 +107,8 @@ class ReleaseConfig:
     """The verifiable log's key: a release whose events no checkpoint covers yet gets one signed at once."""
     cosign: Callable[[], Any] | None = None
     """Asks the log's witnesses to cosign the newest checkpoint (after one was signed for a release)."""
+    log_catch_up: int = tlog.DEFAULT_BATCH
+    """The most audit events a request integrates itself; further behind, it answers 503 (Retry-After)."""
 
     @classmethod
     def from_settings(cls, settings: Any, log_key: Ed25519Signer | None = None,
@@ -112,7 +117,7 @@ class ReleaseConfig:
                    version_ttl=dt.timedelta(seconds=settings.release_version_ttl_seconds),
                    url_ttl=dt.timedelta(seconds=settings.release_url_ttl_seconds),
                    root_expiry=dt.timedelta(days=settings.trust_root_expiry_days), log_key=log_key,
-                   cosign=cosign)
+                   cosign=cosign, log_catch_up=settings.log_release_catch_up_events)
 
 
 @dataclass(frozen=True)
@@ -211,6 +216,7 @@ def issue_to(session: Session, principals: Sequence[AuthenticatedPrincipal], ten
         RevokedError: the version the ref gives this tenant is revoked.
         NotApprovedError: it is not approved.
         NoSigningKeyError: the registry holds no key of the newest trust root.
+        ReleaseNotLoggedError: the trust root names the log and it cannot prove this release yet (503).
     """
     if not principals:
         raise ValueError("issue to at least one caller")
@@ -241,6 +247,8 @@ def issue_to(session: Session, principals: Sequence[AuthenticatedPrincipal], ten
             return Issued(etag, found.serial, found.number, None, watch)
     now = clock.now()
     parts = cache.version_release(session, found.version_id)
+    # Proven before anything is recorded: a release the log cannot prove yet is answered 503, not issued.
+    log = _log_proof(session, tenant, name, ref, found, config, now) if root.log is not None else None
     begin_write(session)
     serial = _serial(session, found, ref, now)
     if serial == found.serial and is_postgres(session):
@@ -261,7 +269,7 @@ def issue_to(session: Session, principals: Sequence[AuthenticatedPrincipal], ten
             "trust_root_version": root.version}
     if root.log is not None:
         # Nodes of a root that names the log accept only a release proven in it (ADR 0011).
-        body["log"] = _log_proof(session, tenant, name, ref, found, config, now)
+        body["log"] = log
     return Issued(release_etag(serial, found.number, for_tenant, key.key_id), serial, found.number, body, watch)
 
 
@@ -410,7 +418,13 @@ def _serial(session: Session, found: _Found, ref: str, now: dt.datetime) -> int:
 def _log_proof(session: Session, tenant: str, name: str, ref: str, found: _Found, config: ReleaseConfig,
                now: dt.datetime) -> dict[str, Any] | None:
     """The checkpoint and inclusion proofs of the events that made this release: the version's approval
-    and, for an alias, its newest move; None when they are not logged yet (a node then refuses it)."""
+    and, for an alias, its newest move; None when the registry has no such event, or no log key of its own.
+
+    Raises:
+        ReleaseNotLoggedError: the registry holds the log key but no checkpoint covers the events yet (the
+            log is further behind than ``config.log_catch_up``): a transient state, answered 503 with
+            Retry-After, never a release without its proof (which a node refuses as unproven).
+    """
     subjects = [(f"{tenant}/{name}@{found.number}", (APPROVED_ACTION,))]
     if found.is_alias:
         subjects.append((f"{tenant}/{name}@{ref}", ALIAS_MOVE_ACTIONS))
@@ -422,11 +436,16 @@ def _log_proof(session: Session, tenant: str, name: str, ref: str, found: _Found
         if event is None:
             return None
         events.append(event)
-    if config.log_key is not None:
-        logged = tlog.log_through(session, config.log_key, max(e.id for e in events), now=now)
-        if logged == "signed" and config.cosign is not None:
-            config.cosign()  # bounded: each witness has a short timeout; a node missing its quorum refuses
-    return tlog.release_proof(session, events)
+    if config.log_key is None:
+        return tlog.release_proof(session, events)
+    newest = max(e.id for e in events)
+    logged = tlog.log_through(session, config.log_key, newest, now=now, max_behind=config.log_catch_up)
+    if logged == "signed" and config.cosign is not None:
+        config.cosign()  # bounded: each witness has a short timeout; a node missing its quorum refuses
+    proof = tlog.release_proof(session, events) if logged != "behind" else None
+    if proof is None:
+        raise ReleaseNotLoggedError(f"{tenant}/{name}", ref, newest, LOG_PENDING_RETRY_AFTER_SECONDS)
+    return proof
 
 
 @dataclass(frozen=True)

@@ -171,7 +171,9 @@ def _cosignatures_wanted(session: Session, witnesses: Sequence[LogWitness], quor
     return len(have) < max(quorum, 1) and bool(submitting - have)
 
 
-def _integrate_batch(session: Session, batch: int) -> tuple[int, int, bytes]:
+def _integrate_batch(session: Session, batch: int, *, through: int | None = None) -> tuple[int, int, bytes]:
+    """Integrate at most ``batch`` committed events after the log's size (none past id ``through``, when
+    given); commits. Returns the size before and after, read under the head's lock, and the root."""
     head = _lock_head(session)
     old_size = head.size
     # Only ids the chain's committed head covers, read after it: each of them committed before this read.
@@ -179,7 +181,8 @@ def _integrate_batch(session: Session, batch: int) -> tuple[int, int, bytes]:
     rows = session.execute(
         select(AuditEvent.id, AuditEvent.at, AuditEvent.actor, AuditEvent.action, AuditEvent.subject,
                AuditEvent.tenant, AuditEvent.details, AuditEvent.prev_hash, AuditEvent.hash)
-        .where(AuditEvent.id > old_size, AuditEvent.id <= min(bound, old_size + batch))
+        .where(AuditEvent.id > old_size,
+               AuditEvent.id <= min(bound, old_size + batch, bound if through is None else through))
         .order_by(AuditEvent.id)
     ).all()
     edge = _edge(head)
@@ -301,9 +304,13 @@ def log_through(session: Session, key: Ed25519Signer, event_id: int, *, now: dt.
     no wait for the worker's interval). Bounded: when the log is more than ``max_behind`` events behind
     (a tree still being built after an upgrade), nothing is done here.
 
+    Another integrator (the worker's ``integrate_audit_log`` job) may integrate the same events meanwhile:
+    how far to go is decided from the size read under the log head's lock, and a log it took past
+    ``event_id`` is signed here all the same (the worker signs only once its interval has passed).
+
     Returns:
         ``covered`` (the newest checkpoint did already), ``signed`` (one covering it was signed now), or
-        ``behind`` (none covers it: the log is too far behind, or an earlier event is still uncommitted).
+        ``behind`` (none covers it: the log is too far behind, or an event before it is missing).
     """
     signed = session.scalar(select(LogHead.checkpoint_size).where(LogHead.id == LOG_HEAD_ID)) or 0
     session.rollback()
@@ -312,12 +319,16 @@ def log_through(session: Session, key: Ed25519Signer, event_id: int, *, now: dt.
     if event_id - log_size(session) > max_behind:
         session.rollback()
         return "behind"
-    while (size := log_size(session)) < event_id:
+    while True:
         session.rollback()
-        old, new, _root = _integrate_batch(session, event_id - size)
+        old, new, _root = _integrate_batch(session, max_behind, through=event_id)
+        if new >= event_id:
+            break
         if new == old:
-            return "behind"  # an earlier event's transaction is still open: the worker integrates it later
-    session.rollback()
+            # A gap before event_id: an id still in flight (only a writer bypassing audit.append's lock on the
+            # audit head can leave one) or lost. The log stops before it and so does this release; the
+            # manifest answers 503 with Retry-After until the gap is closed.
+            return "behind"
     _sign_if_due(session, key, interval=0, now=now, on_demand=True)
     covered = (session.scalar(select(LogHead.checkpoint_size).where(LogHead.id == LOG_HEAD_ID)) or 0) >= event_id
     session.rollback()

@@ -143,11 +143,12 @@ def test_a_revoked_version_leaves_the_warm_node_cache_within_5_seconds(server, t
                warm, err)
         assert f"modelreg_cache_revoked_blobs_removed_total {float(len(own_first))!r}" in prom.read_text()
 
-        # prod now gives a revoked version: the warmer says so once and goes on, it neither exits nor spins.
-        time.sleep(3)
+        # prod now gives a revoked version: its long poll, woken by the revocation, is refused; the warmer
+        # says so once and goes on (it asks again in 10 s, telling nothing new), it neither exits nor spins.
+        _until(lambda: [e for e in err.lines if "team/tiny@prod" in e], 30, "the refusal of prod told", warm, err)
         assert warm.poll() is None
         refusals = [e for e in err.lines if "team/tiny@prod" in e]
-        assert len(refusals) <= 1, err.lines
+        assert len(refusals) == 1 and "revoked" in refusals[0], err.lines
         assert _cached(cache) >= _digests(SECOND) and not _cached(cache) & own_first
     finally:
         warm.terminate()

@@ -2,7 +2,8 @@
 real registry: a real HTTP server on loopback that
 
 - answers ``GET /v1/trust-root[/{n}]`` and ``GET /v1/models/{tenant}/{name}/manifest?ref=`` by the contract
-  (ETag and If-None-Match, 304, RFC 9457 problems), from what the test set in ``roots`` and ``manifests``,
+  (ETag and If-None-Match, 304, RFC 9457 problems, 503 with Retry-After while ``unavailable`` counts down),
+  from what the test set in ``roots`` and ``manifests``,
   and the log's consistency proofs from ``log_consistency``;
 - answers ``GET /v1/events`` from ``events`` (CloudEvents the test appends; the cursor is their count), so
   a node program following revocations reads a stream as it would from the registry;
@@ -35,6 +36,9 @@ class Standin:
         """Roots served byte for byte as given (another serialization of a root is other bytes)."""
         self.manifests: dict[tuple[str, str, str], dict[str, Any]] = {}
         self.problems: dict[tuple[str, str, str], tuple[int, dict[str, Any]]] = {}
+        self.unavailable: dict[tuple[str, str, str], int] = {}
+        """How many of the next requests for a manifest are answered 503 with ``Retry-After: 0`` (the
+        registry's log not yet covering the release), each counted down."""
         self.events: list[dict[str, Any]] = []
         """Catalogue events served by ``GET /v1/events`` (event i has the cursor i + 1)."""
         self.blob_gets: list[dict[str, Any]] = []
@@ -126,6 +130,15 @@ class Standin:
                     key = (parts[2], parts[3], ref)
                     with standin.lock:
                         standin.manifest_gets.append({"key": key, "auth": self.headers.get("Authorization")})
+                    with standin.lock:
+                        pending = standin.unavailable.get(key, 0)
+                        if pending:
+                            standin.unavailable[key] = pending - 1
+                    if pending:
+                        return self._json(503, {"type": "https://modelreg.dev/problems/release-not-logged-yet",
+                                                "title": "ReleaseNotLoggedError", "status": 503,
+                                                "detail": "the audit log does not cover it yet"},
+                                          "application/problem+json", headers={"Retry-After": "0"})
                     if key in standin.problems:
                         status, problem = standin.problems[key]
                         return self._problem(status, problem["code"], problem["detail"])
