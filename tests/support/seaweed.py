@@ -108,6 +108,6 @@ def start_seaweed(directory: Path, timeout: float = 60.0) -> SeaweedS3:
             return server
         except Exception as exc:  # not up yet
             last_error = exc
-            time.sleep(0.5)
+            time.sleep(0.05)
     server.stop()
     raise RuntimeError(f"SeaweedFS did not become ready: {last_error}")
