@@ -35,7 +35,7 @@ def create_app(container: Container) -> FastAPI:
     app.state.event_watcher = EventWatcher(container.engine, poll_seconds=settings.event_poll_seconds,
                                            safety_poll_seconds=settings.event_safety_poll_seconds)
     problems.install(app)
-    app.state.metrics = ApiMetrics(container)
+    app.state.metrics = ApiMetrics(container, app.state.event_watcher)
     app.add_middleware(BoundBodyMiddleware)
     app.add_middleware(RefuseNulMiddleware)
     app.add_middleware(ConsoleHeadersMiddleware)

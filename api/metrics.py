@@ -13,6 +13,8 @@ the database collector (``registry/metrics.py``, which documents the whole of ``
   for ``modelreg login`` (``cli``), by ``SignInRefusedError.reason``. Refusals before the provider redeemed a
   code (a wrong ``state``, an ``error=``, a made-up code: anyone can send them) are counted here and not
   written to the audit log.
+- ``modelreg_long_polls_waiting``: a gauge of the long polls (``?wait=``) this process holds now, registered
+  with its event watcher and not yet answered.
 
 Each replica counts its own requests: sum them across replicas.
 """
@@ -22,12 +24,13 @@ from __future__ import annotations
 import json
 import time
 
-from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from starlette.routing import Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from registry.bootstrap import Container
 from registry.metrics import DatabaseCollector
+from registry.watch import EventWatcher
 
 MANIFEST_ROUTE = "/v1/models/{tenant}/{name}/manifest"
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
@@ -39,7 +42,7 @@ _PROBLEM_READ_LIMIT = 16 * 1024
 class ApiMetrics:
     """The metrics registry of one app: in-process series plus the database collector."""
 
-    def __init__(self, container: Container) -> None:
+    def __init__(self, container: Container, watcher: EventWatcher) -> None:
         self.registry = CollectorRegistry()
         self.latency = Histogram(
             "modelreg_http_request_duration_seconds", "API request latency, by route template and status class",
@@ -50,6 +53,10 @@ class ApiMetrics:
         self.oidc_refusals = Counter(
             "modelreg_oidc_refusals", "Single sign-ons refused, by where (console, cli) and why",
             ["via", "reason"], registry=self.registry)
+        self.long_polls = Gauge(
+            "modelreg_long_polls_waiting", "Long polls (?wait=) held now, registered and not yet answered",
+            registry=self.registry)
+        self.long_polls.set_function(lambda: watcher.waiting)
         self.registry.register(DatabaseCollector(container.session_factory, container.clock,
                                                  cache_seconds=container.settings.metrics_cache_seconds))
 

@@ -23,7 +23,8 @@ Two kinds of series make up ``/metrics`` (``prometheus-client`` exposition):
   ===================================================  ==========  ==========================================
 
 - **Counted in the API process** (``api/metrics.py``), one set per replica, summed across them: request
-  latency by route template and status class, and manifest requests by outcome.
+  latency by route template and status class, manifest requests by outcome, sign-ins refused, and the
+  long polls held now.
 
 Labels come from small closed sets (job kinds, states, scanner names, the deployment's suites, route
 templates), never from tenants, models, paths or tokens, so the number of series stays bounded. Each

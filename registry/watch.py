@@ -102,8 +102,12 @@ class EventWatcher:
 
     @property
     def waiting(self) -> int:
-        """How many waits are registered now."""
-        return len({id(f) for futures in self._waiters.values() for f in futures})
+        """How many waits are registered and not yet answered (woken ones leave as their request resumes).
+
+        Read by other threads too (the ``/metrics`` scrape, tests) while the loop registers waits.
+        """
+        # list() copies a dict's values or a set in one step under the GIL: no "changed size during iteration".
+        return len({id(f) for futures in list(self._waiters.values()) for f in list(futures) if not f.done()})
 
     async def start(self) -> None:
         """Start watching in the running loop (idempotent; a new loop gets a new watch) and learn the head."""

@@ -44,7 +44,7 @@ def server(tmp_path_factory):
     deadline = time.monotonic() + 240
     while (state := admin.version(TENANT, MODEL, number)["state"]) != "awaiting_approval":
         assert state not in ("failed", "rejected") and time.monotonic() < deadline, state
-        time.sleep(0.5)
+        time.sleep(0.05)
     s.tokens, s.number, s.files, s.api = tokens, number, entries, admin
     yield s
     s.stop()

@@ -47,7 +47,7 @@ def server(tmp_path_factory):
             deadline = time.monotonic() + 240
             while (state := admin.version(TENANT, MODEL, s.number)["state"]) != "awaiting_approval":
                 assert state not in ("failed", "rejected") and time.monotonic() < deadline, state
-                time.sleep(0.5)
+                time.sleep(0.05)
             s.api = admin
             yield s
         finally:

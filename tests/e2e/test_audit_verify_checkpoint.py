@@ -173,7 +173,7 @@ def test_a_served_registry_integrates_signs_and_exports_its_log_key(tmp_path):
             r = httpx.get(s.url + "/log/checkpoint")
             if r.status_code == 200 and int(r.content.split(b"\n")[1]) > size:
                 return r.content
-            time.sleep(0.5)
+            time.sleep(0.05)
         raise AssertionError(f"no checkpoint past size {size}: {s.log.read_text()[-2000:]}")
 
     s = start_server(tmp_path / "data", {"MODELREG_LOG_CHECKPOINT_INTERVAL": "1",

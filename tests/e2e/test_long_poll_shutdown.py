@@ -33,7 +33,12 @@ def test_sigterm_answers_every_waiter_304_at_once_and_the_process_exits(tmp_path
                                        headers={**auth, "If-None-Match": etag})
                     return r.status_code, time.monotonic()
                 waits = [asyncio.create_task(wait()) for _ in range(WAITERS)]
-                await asyncio.sleep(6)  # every wait sent, issued once (304) and registered, on a busy machine too
+                # The server's own count of the long polls it holds: every wait sent, checked once and registered.
+                deadline = time.monotonic() + 60
+                while await _long_polls_waiting(http) < WAITERS:
+                    assert time.monotonic() < deadline, "the server never held every wait"
+                    assert not any(t.done() for t in waits), [t.result() for t in waits if t.done()]
+                    await asyncio.sleep(0.02)
                 assert not any(t.done() for t in waits)
                 stopped = time.monotonic()
                 server.process.send_signal(signal.SIGTERM)
@@ -47,3 +52,9 @@ def test_sigterm_answers_every_waiter_304_at_once_and_the_process_exits(tmp_path
         assert time.monotonic() - stopped < 10
     finally:
         server.stop()
+
+
+async def _long_polls_waiting(http: httpx.AsyncClient) -> float:
+    metrics = (await http.get("/metrics")).text
+    [line] = [line for line in metrics.splitlines() if line.startswith("modelreg_long_polls_waiting ")]
+    return float(line.split()[1])

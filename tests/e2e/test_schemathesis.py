@@ -131,7 +131,7 @@ def _upload_version(url: str, token: str) -> None:
     while (state := client.get(f"/v1/models/{TENANT}/{MODEL}/versions/1").json()["state"]) in (
             "submitted", "mirroring", "sealed", "scanning", "evaluating"):
         assert time.monotonic() < deadline, f"version 1 still {state}"
-        time.sleep(0.2)
+        time.sleep(0.05)
     assert state == "awaiting_approval", state
 
 

@@ -38,7 +38,7 @@ def test_a_worker_on_the_embedded_default_seals_with_the_registrys_key(tmp_path)
         while (version := httpx.get(url, headers=auth).json())["state"] not in ("awaiting_approval",
                                                                                 "failed"):
             assert time.monotonic() < deadline and worker.poll() is None, log.read_text()[-3000:]
-            time.sleep(0.2)
+            time.sleep(0.05)
         assert version["state"] == "awaiting_approval", (version["failure_detail"], log.read_text()[-3000:])
         [key] = httpx.get(f"{server.url}/v1/keys").json()["keys"]
         assert version["signing_key_id"] == key["key_id"]

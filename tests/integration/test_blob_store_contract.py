@@ -5,7 +5,9 @@ The S3 store uses 5 MiB parts, so the ~12 MiB blob goes through a three-part mul
 
 from __future__ import annotations
 
+import base64
 import hashlib
+import hmac
 import io
 import json
 import os
@@ -465,11 +467,27 @@ def test_presigned_get_expires(harness: Harness) -> None:
             store.verify_presigned(SMALL_SHA, query["expires"][0], query["signature"][0])
         assert caught.value.details["reason"] == "expired"
         return
-    # S3 expiry has whole-second precision: a 1 s URL can be stale by the first GET on a busy machine.
-    url = harness.store.presign_get(SMALL_SHA, timedelta(seconds=4))
+    # S3 compares the URL's Expires with its own clock, which no test can move: the URL presign_get made
+    # is signed again with an Expires already past. The same signer must first reproduce presign_get's
+    # own URL exactly, and be accepted with a future Expires, so the refusal can only be the expiry.
+    url = harness.store.presign_get(SMALL_SHA, timedelta(minutes=5))
     assert httpx.get(url).status_code == 200
-    time.sleep(5.2)
-    assert httpx.get(url).status_code == 403
+    query = {k: v[0] for k, v in parse_qs(urlsplit(url).query).items()}
+    assert time.time() + 250 < int(query["Expires"]) <= time.time() + 300
+    assert _sigv2_presigned(harness.s3_server, url, int(query["Expires"])) == query
+    bare = url.split("?")[0]
+    expired = _sigv2_presigned(harness.s3_server, url, int(time.time()) - 3600)
+    assert httpx.get(bare, params=expired).status_code == 403
+    assert httpx.get(bare, params=_sigv2_presigned(harness.s3_server, url, int(time.time()) + 3600)).status_code == 200
+
+
+def _sigv2_presigned(s3_server, url: str, expires: int) -> dict[str, str]:
+    """The query of an S3 query-string-authenticated GET of ``url``'s object (signature V2, what botocore's
+    presigned URLs use by default) that expires at ``expires`` (unix seconds)."""
+    to_sign = f"GET\n\n\n{expires}\n{urlsplit(url).path}"
+    digest = hmac.new(s3_server.secret_key.encode(), to_sign.encode(), hashlib.sha1).digest()
+    return {"AWSAccessKeyId": s3_server.access_key, "Signature": base64.b64encode(digest).decode(),
+            "Expires": str(expires)}
 
 
 # --- crashes and sweeping --------------------------------------------------------------------------

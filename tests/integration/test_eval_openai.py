@@ -30,6 +30,7 @@ from registry.evals.runners import LoadedEvalSet, RunContext, RunnerError, check
 from registry.evals.runners.openai import DEADLINE_MARGIN_S, run, stop_process_group
 from tests.support.openai_server import BOOKING_TOOL, SCRIPTED, SECRET, WEATHER_TOOL
 from tests.support.tiny_llm import write_tiny_llm
+from tests.support.waiting import wait_until
 
 SERVER = str(Path(__file__).resolve().parents[1] / "support" / "openai_server.py")
 SERVE = ["{python}", SERVER, "--model-dir", "{model_dir}", "--port", "{port}"]
@@ -167,6 +168,13 @@ class RunningServer:
         return self.requests()[mark:]
 
 
+def _answers(url: str) -> bool:
+    try:
+        return httpx.get(url, timeout=2).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
 @pytest.fixture(scope="module")
 def server(model_dir, tmp_path_factory) -> RunningServer:
     """The test server started by the test itself (the runner reaches it through ``endpoint``)."""
@@ -178,15 +186,8 @@ def server(model_dir, tmp_path_factory) -> RunningServer:
                              "--request-log", str(log)], start_new_session=True)
     base = f"http://127.0.0.1:{port}/v1"
     try:
-        give_up = time.monotonic() + 120
-        while True:
-            assert proc.poll() is None, "the test server exited"
-            try:
-                if httpx.get(f"{base}/models", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                assert time.monotonic() < give_up, "the test server did not come up"
-                time.sleep(0.2)
+        wait_until(lambda: _answers(f"{base}/models"), "the test server's GET /v1/models", timeout=120,
+                   process=proc)
         yield RunningServer(proc, base, log)
     finally:
         stop_process_group(proc)
@@ -363,8 +364,8 @@ def test_a_serve_command_that_never_answers_is_stopped_with_its_children(model_d
         assert not alive(pid), pid
 
 
-def alive(pid: int, wait_s: float = 3.0) -> bool:
-    """Whether ``pid`` runs (a zombie nobody reaped yet does not), waiting a little for a kill to land."""
+def alive(pid: int, wait_s: float = 30.0) -> bool:
+    """Whether ``pid`` runs (a zombie nobody reaped yet does not), waiting (at most ``wait_s``) for a kill to land."""
     give_up = time.monotonic() + wait_s
     while True:
         try:
@@ -375,7 +376,7 @@ def alive(pid: int, wait_s: float = 3.0) -> bool:
             return False
         if time.monotonic() > give_up:
             return True
-        time.sleep(0.05)
+        time.sleep(0.02)
 
 
 

@@ -13,6 +13,7 @@ import time
 import anyio.to_thread
 import httpx
 import pytest
+from sqlalchemy import text
 
 from api.app import create_app
 from registry import audit
@@ -52,6 +53,20 @@ async def _registered(watcher, count: int, timeout: float = 30) -> None:
         await asyncio.sleep(0.02)
 
 
+async def _settled(watcher, container, tasks, waiting: int, timeout: float = 60) -> None:
+    """Until the watcher has applied every event committed so far and each waiter it woke has either
+    answered (its task is done) or registered again: ``waiting`` waits held, or a task done."""
+    def committed_head() -> int:
+        with container.engine.connect() as connection:
+            return int(connection.execute(text("SELECT COALESCE(MAX(id), 0) FROM audit_events")).scalar() or 0)
+
+    head = await asyncio.to_thread(committed_head)
+    deadline = time.monotonic() + timeout
+    while watcher.head < head or (watcher.waiting != waiting and not any(t.done() for t in tasks)):
+        assert time.monotonic() < deadline, f"head {watcher.head} of {head}, {watcher.waiting} waiting"
+        await asyncio.sleep(0.02)
+
+
 def _etag(url, tokens, ref) -> str:
     r = httpx.get(url + BASE, headers=_as(tokens), params={"ref": ref}, timeout=30)
     assert r.status_code == 200, r.text
@@ -86,7 +101,7 @@ def test_a_promote_wakes_its_alias_s_waiters_at_once_and_no_others_and_a_revocat
                 assert r.status_code == 200, r.text
                 assert r.headers["ETag"] != etags["prod"]
                 assert at - promoted < WAKE_WITHIN, at - promoted
-            await asyncio.sleep(1.0)
+            await _settled(watcher, container, others, 3)
             assert not any(t.done() for t in others), "a waiter whose alias and version did not change returned"
             assert watcher.woken - woken == 3, "waiters not concerned by the move were woken"
             assert watcher.waiting == 3
@@ -152,7 +167,7 @@ def test_many_waiters_hold_no_thread_and_a_plain_request_still_answers_at_once(r
     _, tokens, _ = release_world
     container.settings.event_poll_seconds = 0.25
     app = create_app(container)
-    with serve_in_thread(_limited_threadpool(app, 4)) as url:
+    with serve_in_thread(_limited_threadpool(app, 4), app.state.event_watcher) as url:
         watcher = app.state.event_watcher
         etag = _etag(url, tokens, "prod")
 
@@ -189,7 +204,7 @@ def test_an_event_reader_waits_for_an_event_of_its_types_that_it_may_see(release
             await _registered(watcher, 2)
             # An event of another type wakes the reader, which reads, finds nothing of its types and waits on.
             await asyncio.to_thread(promote, container, admin, 2)
-            await asyncio.sleep(1.0)
+            await _settled(watcher, container, (mine, stranger), 2)
             assert not mine.done() and not stranger.done()
             await asyncio.to_thread(revoke, container, admin, 1)
             revoked = time.monotonic()
@@ -198,7 +213,7 @@ def test_an_event_reader_waits_for_an_event_of_its_types_that_it_may_see(release
             body = r.json()
             assert [e["type"] for e in body["events"]] == ["dev.modelreg.version.revoked"], body
             assert body["cursor"] > head
-            await asyncio.sleep(0.5)
+            await _settled(watcher, container, (stranger,), 1)
             assert not stranger.done(), "a reader of another tenant woke on acme's revocation"
             stranger.cancel()
     asyncio.run(scenario())

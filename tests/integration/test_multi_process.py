@@ -87,7 +87,7 @@ def _start_replicas(shared_env, tmp_path, count: int) -> list[Server]:
                     break
             except httpx.HTTPError:
                 pass
-            time.sleep(0.2)
+            time.sleep(0.05)
     return servers
 
 
@@ -148,7 +148,7 @@ def test_two_api_replicas_and_three_workers_finish_every_version_once(shared_env
             for w, worker in enumerate(workers):
                 assert worker.poll() is None, (tmp_path / f"worker-{w}.log").read_text()[-3000:]
             assert time.monotonic() < deadline, f"unfinished after {DEADLINE_SECONDS}s: {states}"
-            time.sleep(0.5)
+            time.sleep(0.1)
         assert set(states.values()) <= DONE, states
 
         replica_series = [_database_series(s) for s in servers]

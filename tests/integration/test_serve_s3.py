@@ -11,7 +11,6 @@ import hashlib
 import logging
 import re
 import threading
-import time
 from collections.abc import Iterator
 
 import boto3
@@ -33,6 +32,7 @@ from tests.support.live_app import serve_in_thread
 from tests.support.registry import make_admin, role_token
 from tests.support.releases import approve_standin, awaiting_version
 from tests.support.tiny_model import tiny_model_files
+from tests.support.waiting import wait_until
 
 T, M = "acme", "llm"
 BIG = "extra/big.safetensors"
@@ -126,10 +126,7 @@ def _cached_chunks(cache: NodeCache) -> set[str]:
 
 def _wait_cached(cache: NodeCache, digests: set[str]) -> None:
     """A fetched chunk goes into the node cache once its bytes went out: it is there moments later."""
-    deadline = time.monotonic() + 20
-    while not digests <= _cached_chunks(cache):
-        assert time.monotonic() < deadline, f"not in the node cache: {digests - _cached_chunks(cache)}"
-        time.sleep(0.02)
+    wait_until(lambda: digests <= _cached_chunks(cache), f"the chunks {sorted(digests)} in the node cache")
 
 
 def _chunk_digests(data: bytes) -> set[str]:
@@ -222,9 +219,8 @@ def test_chunk_buffers_are_bounded_reused_and_all_given_back(endpoint):
     assert results == [True] * 12
     assert len(files) + 2 > source.max_chunks == 4  # more chunks were read than there are buffers
     assert source._buffers == source.max_chunks
-    deadline = time.monotonic() + 20  # a handler puts a fetched chunk into the node cache after its write
-    while len(source._idle) < source._buffers and time.monotonic() < deadline:
-        time.sleep(0.02)
+    # A handler puts a fetched chunk into the node cache after its write, then gives its buffer back.
+    wait_until(lambda: len(source._idle) >= source._buffers, "every buffer given back")
     assert len(source._idle) == source._buffers and all(b.users == 0 for b in source._idle)
 
 
@@ -319,9 +315,7 @@ def test_a_node_cache_that_cannot_be_read_or_written_still_serves_verified_chunk
         for _ in range(2):
             got = s3.get_object(Bucket=T, Key=f"{M}@1/{BIG}", Range="bytes=0-99")["Body"].read()
             assert got == big[:100]
-        deadline = time.monotonic() + 20
-        while "not kept in the node cache" not in caplog.text and time.monotonic() < deadline:
-            time.sleep(0.02)
+        wait_until(lambda: "not kept in the node cache" in caplog.text, "the log of the chunk not kept")
     assert "cannot be read" in caplog.text and "not kept in the node cache" in caplog.text, caplog.text
 
 

@@ -26,6 +26,7 @@ from registry.client.token_file import TokenFile
 from registry.auth import issue_token
 from registry.db.models import AuditEvent, Principal
 from registry.settings import WorkloadIssuer
+from registry.workload_identity import JwksCache
 from tests.support.kube_issuer import IssuerKey, KubeIssuer
 from tests.support.live_app import serve_in_thread
 from tests.support.registry import make_admin, role_token
@@ -259,14 +260,22 @@ def test_a_flood_of_unknown_kids_costs_the_issuer_one_fetch_per_interval(world, 
 
 
 def test_rotated_key_is_fetched_on_its_unknown_kid_and_the_retired_key_is_refused(world, issuer):
-    client, _, admin = world
+    client, container, admin = world
+    # The key cache on a clock the test moves (JwksCache takes one): the refresh interval passes at once.
+    held = container.workload_verifier.caches[issuer.url]
+    now = [0.0]
+    container.workload_verifier.caches[issuer.url] = JwksCache(held.issuer, refresh_interval=held.refresh_interval,
+                                                               monotonic=lambda: now[0])
     bind(client, admin, issuer)
     old = issuer.keys[0]
     old_token = issuer.mint(key=old)
     assert manifest(client, old_token).status_code == 200
     new = IssuerKey.generate()
     issuer.keys = [new]  # the apiserver signs with the new key and publishes only it
-    time.sleep(0.35)  # past the refresh interval
+    before = issuer.jwks_fetches
+    refused(manifest(client, issuer.mint(key=new)), "unknown-key")  # within the interval: not fetched again
+    assert issuer.jwks_fetches == before
+    now[0] += held.refresh_interval  # past the refresh interval
     assert manifest(client, issuer.mint(key=new)).status_code == 200
     refused(manifest(client, old_token), "unknown-key")
 

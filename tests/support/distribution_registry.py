@@ -88,7 +88,7 @@ class DistributionRegistry:
 
 
 def start_distribution_registry(directory: Path, binary: str = "docker-registry",
-                                timeout: float = 30.0) -> DistributionRegistry:
+                                timeout: float = 60.0) -> DistributionRegistry:
     """Start ``docker-registry serve`` with storage under ``directory``; return once ``/v2/`` answers 200."""
     directory.mkdir(parents=True, exist_ok=True)
     port = free_loopback_port()
@@ -110,7 +110,7 @@ def start_distribution_registry(directory: Path, binary: str = "docker-registry"
                 return registry
         except httpx.HTTPError:
             pass
-        time.sleep(0.1)
+        time.sleep(0.02)
     registry.stop()
     raise RuntimeError("docker-registry did not answer /v2/")
 

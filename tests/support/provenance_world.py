@@ -108,7 +108,7 @@ def build(client: httpx.Client, admin_token: str, hub: HfUpstream, shas: dict[st
         while (state := w.version(model, number)["state"]) not in SETTLED:
             assert time.monotonic() < deadline, f"{model}@{number} stuck in {state}"
             settle()
-            time.sleep(0.1)
+            time.sleep(0.02)
         assert state == "awaiting_approval", (model, number, state)
         return number
 

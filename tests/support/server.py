@@ -93,5 +93,5 @@ def wait_until_up(process: subprocess.Popen, url: str, log: Path, *, path: str =
                 return
         except httpx.HTTPError:
             pass
-        time.sleep(0.1)
+        time.sleep(0.02)
     raise RuntimeError(f"modelreg serve did not come up in {timeout:.0f} s: {log.read_text()[-2000:]}")

@@ -6,6 +6,7 @@ import hashlib
 import os
 import subprocess
 import sys
+import threading
 from datetime import timedelta
 from pathlib import Path
 
@@ -13,6 +14,7 @@ import pytest
 
 from registry.client.blobfile import COPY_CHUNK
 from registry.client.cache import NodeCache
+from tests.support.waiting import wait_until
 
 
 class Clock:
@@ -99,32 +101,51 @@ def test_verify_removes_and_reports_corrupted_blobs(tmp_path):
 
 
 LOCKER = """
-import sys, time
+import sys
 from pathlib import Path
-import pytest
 
-from registry.client.blobfile import COPY_CHUNK
 from registry.client.cache import NodeCache
 cache = NodeCache(Path(sys.argv[1]))
 with cache.digest_lock("acme", "a" * 64):
     print("locked", flush=True)
-    time.sleep(1.0)
+    sys.stdin.readline()
+    print("releasing", flush=True)
 """
+
+
+def _flock_waiters(path: Path) -> int:
+    """Processes blocked in flock on ``path`` now, as the kernel lists them ("->" lines of /proc/locks)."""
+    inode = f":{path.stat().st_ino} "
+    return sum(1 for line in Path("/proc/locks").read_text().splitlines()
+               if " -> FLOCK " in line and inode in line)
 
 
 def test_the_digest_lock_excludes_another_process(tmp_path):
     cache = NodeCache(tmp_path)
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[3])}
-    other = subprocess.Popen([sys.executable, "-c", LOCKER, str(tmp_path)], stdout=subprocess.PIPE, text=True,
-                             env=env)
-    assert other.stdout.readline().strip() == "locked"
-    import time
+    other = subprocess.Popen([sys.executable, "-c", LOCKER, str(tmp_path)], stdin=subprocess.PIPE,
+                             stdout=subprocess.PIPE, text=True, env=env)
+    try:
+        assert other.stdout.readline().strip() == "locked"
+        released: list[str] = []
 
-    start = time.monotonic()
-    with cache.digest_lock("acme", "a" * 64):
-        waited = time.monotonic() - start
-    other.wait(timeout=30)
-    assert waited > 0.5
+        def take() -> None:
+            with cache.digest_lock("acme", "a" * 64):
+                released.append(other.stdout.readline().strip())
+
+        taker = threading.Thread(target=take)
+        taker.start()
+        # The kernel says when this process waits on the other's lock: no guess at how long that takes.
+        wait_until(lambda: _flock_waiters(cache.tenant_dir("acme") / "locks" / f"{'a' * 64}.lock"),
+                   "the second holder to block on the lock")
+        assert taker.is_alive() and released == []
+        other.stdin.write("go\n")
+        other.stdin.flush()
+        taker.join(timeout=60)
+        assert released == ["releasing"]  # taken only once the other process let go
+    finally:
+        other.kill()
+        other.wait(timeout=30)
 
 
 def test_a_cached_blob_of_another_size_is_never_used_even_when_just_verified(tmp_path):

@@ -11,6 +11,7 @@ import pytest
 
 from registry.evals.runners import RunContext, RunnerError
 from registry.evals.runners import command
+from tests.support.waiting import wait_until
 
 LM_EVAL_OUTPUT = {
     "results": {
@@ -161,11 +162,7 @@ def test_a_command_over_its_timeout_is_stopped_with_its_children(tmp_path):
         _run(tmp_path, body, timeout_s=1.5)
     assert time.monotonic() - started < 10
     grandchild = int(pid_file.read_text())
-    for _ in range(50):
-        if not _alive(grandchild):
-            break
-        time.sleep(0.1)
-    assert not _alive(grandchild)
+    wait_until(lambda: not _alive(grandchild), "the grandchild's end (its group was killed)")
 
 
 def _alive(pid: int) -> bool:
