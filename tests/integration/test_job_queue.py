@@ -1,3 +1,6 @@
+"""The database job queue (``registry.jobs``): enqueue in the caller's transaction, claim, lease, heartbeat,
+retry with backoff, dead jobs and their revival, on SQLite and PostgreSQL with a manual clock."""
+
 import datetime as dt
 
 import pytest
