@@ -7,8 +7,8 @@ import pytest
 from sqlalchemy import select
 
 from registry.db.models import Job
-from tests.support.clock import ManualClock
 from registry.jobs import DEAD, QUEUED, SUCCEEDED, JobQueue, enqueue
+from tests.support.clock import ManualClock
 
 
 @pytest.fixture
