@@ -25,7 +25,7 @@ NEW = {"tests/e2e/test_authorization_matrix.py", "tests/e2e/test_readme.py",
        "tests/integration/test_registry_state_is_no_source.py"}
 NEW_PREFIX = "tests/integration/test_guards_"  # further guard tests added during the pass
 
-STORAGE = ["tests/integration/test_blob_store_contract.py", "tests/e2e/test_api_uploads.py"]
+STORAGE = ["tests/integration/blob_store", "tests/e2e/test_api_uploads.py"]
 JOBS = ["tests/integration/test_job_queue.py", "tests/integration/test_queue_postgres.py", "tests/integration/test_guards_queue.py"]
 AUTH = ["tests/e2e/test_authorization_matrix.py", "tests/integration/test_services_identity.py", "tests/e2e/test_api_uploads.py",
         "tests/e2e/test_cli_and_api.py"]
