@@ -22,7 +22,7 @@ from pathlib import Path
 WT = Path(__file__).resolve().parents[2]
 PY = sys.executable
 MATRIX = ["tests/e2e/test_authorization_matrix.py", *(f"tests/e2e/test_authorization_matrix_{f}.py" for f in
-          ("console", "deployment", "models", "oci_and_hf", "provenance"))]
+          ("console", "deployment", "hf", "models", "oci", "provenance"))]
 NEW = {*MATRIX, "tests/e2e/test_readme.py",
        "tests/integration/test_registry_state_is_no_source.py"}
 NEW_PREFIX = "tests/integration/test_guards_"  # further guard tests added during the pass
