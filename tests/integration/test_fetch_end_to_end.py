@@ -3,7 +3,7 @@
 A version made by the pipeline, approved and promoted to ``prod``; a node principal's token; the trust root
 the registry publishes. The fetch verifies and fills DEST (``model_signing verify key`` accepts it), follows
 ``prod`` when it moves (a higher serial), walks a key rotation, and refuses a revoked release. The hostile
-cases (forged signatures, expired or rolled-back releases, flipped bytes) are in ``test_fetch_client.py``,
+cases (forged signatures, expired or rolled-back releases, flipped bytes) are in ``fetch_client/``,
 whose stand-in server is the attacker.
 """
 

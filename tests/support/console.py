@@ -1,4 +1,5 @@
-"""Helpers for the web console's tests: sign in through the forms, read a form's CSRF token."""
+"""Helpers for the web console's tests: the seeded world of ``tests/e2e/console/``, sign in through the forms,
+read a form's CSRF token and a response's cookie."""
 
 from __future__ import annotations
 
@@ -6,11 +7,12 @@ import hashlib
 import io
 import re
 
-from registry.auth import AuthenticatedPrincipal
+from registry.auth import AuthenticatedPrincipal, authenticate
 from registry.bootstrap import Container
 from registry.domain.files import FileEntry
 from registry.services import versions
-from tests.support.registry import drain, person  # noqa: F401 (person: the console tests' people)
+from tests.support.registry import drain, person
+from tests.support.tiny_model import tiny_model_files
 
 CSRF_RE = re.compile(r'name="csrf" value="([^"]*)"')
 
@@ -44,3 +46,29 @@ def awaiting_upload(container: Container, submitter: AuthenticatedPrincipal, ten
         number = version.number
     drain(container)
     return number
+
+
+def build_console_world(container, root):
+    """Tenant ``acme``: a submitter who is also a security approver, a security and an ml approver, an
+    auditor, a serving node; one version of ``acme/tiny`` awaiting approval. Tenant ``other`` holds a model
+    nobody of ``acme`` may see."""
+    tokens = {
+        "sam": person(container, "sam", "acme", ("submitter", ""), ("approver", "security")),
+        "sec": person(container, "sec", "acme", ("approver", "security")),
+        "mia": person(container, "mia", "acme", ("approver", "ml")),
+        "aud": person(container, "aud", "acme", ("auditor", "")),
+        "node": person(container, "node", "acme", ("node", "")),
+        "olly": person(container, "olly", "other", ("submitter", "")),
+    }
+    with container.session_factory() as session:
+        sam = authenticate(session, tokens["sam"])
+        olly = authenticate(session, tokens["olly"])
+    number = awaiting_upload(container, sam, "acme", "tiny", tiny_model_files(3), label="<script>alert(1)</script>")
+    awaiting_upload(container, olly, "other", "secret-model", {"config.json": b'{"model_type": "x"}'})
+    return {"tokens": tokens, "number": number}
+
+
+def cookie_header(response, name: str) -> str:
+    found = [h for h in response.headers.get_list("set-cookie") if h.startswith(name + "=")]
+    assert found, f"no {name} cookie set: {response.headers.get_list('set-cookie')}"
+    return found[0]

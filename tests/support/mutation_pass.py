@@ -21,13 +21,15 @@ from pathlib import Path
 
 WT = Path(__file__).resolve().parents[2]
 PY = sys.executable
-NEW = {"tests/e2e/test_authorization_matrix.py", "tests/e2e/test_readme.py",
+MATRIX = ["tests/e2e/test_authorization_matrix.py", *(f"tests/e2e/test_authorization_matrix_{f}.py" for f in
+          ("console", "deployment", "hf", "models", "oci", "provenance"))]
+NEW = {*MATRIX, "tests/e2e/test_readme.py",
        "tests/integration/test_registry_state_is_no_source.py"}
 NEW_PREFIX = "tests/integration/test_guards_"  # further guard tests added during the pass
 
-STORAGE = ["tests/integration/test_blob_store_contract.py", "tests/e2e/test_api_uploads.py"]
-JOBS = ["tests/unit/test_jobs.py", "tests/integration/test_queue_postgres.py", "tests/integration/test_guards_queue.py"]
-AUTH = ["tests/e2e/test_authorization_matrix.py", "tests/unit/services/test_identity.py", "tests/e2e/test_api_uploads.py",
+STORAGE = ["tests/integration/blob_store", "tests/e2e/test_api_uploads.py"]
+JOBS = ["tests/integration/test_job_queue.py", "tests/integration/test_queue_postgres.py", "tests/integration/test_guards_queue.py"]
+AUTH = [*MATRIX, "tests/integration/test_services_identity.py", "tests/e2e/test_api_uploads.py",
         "tests/e2e/test_cli_and_api.py"]
 SIGN = ["tests/unit/signing", "tests/integration/test_model_signing_cli.py", "tests/e2e/test_readme.py::test_readme_use_block_runs_as_written[local]"]
 

@@ -1,11 +1,14 @@
+"""The database job queue (``registry.jobs``): enqueue in the caller's transaction, claim, lease, heartbeat,
+retry with backoff, dead jobs and their revival, on SQLite and PostgreSQL with a manual clock."""
+
 import datetime as dt
 
 import pytest
 from sqlalchemy import select
 
 from registry.db.models import Job
-from tests.support.clock import ManualClock
 from registry.jobs import DEAD, QUEUED, SUCCEEDED, JobQueue, enqueue
+from tests.support.clock import ManualClock
 
 
 @pytest.fixture

@@ -1,3 +1,6 @@
+"""The audit log's hash chain (``registry.audit``): it verifies, names an edited, deleted or reordered row,
+and concurrent appends form one chain, on SQLite and PostgreSQL."""
+
 import threading
 
 import pytest
