@@ -180,7 +180,10 @@ def test_many_waiters_hold_no_thread_and_a_plain_request_still_answers_at_once(r
                 started = time.monotonic()
                 r = await http.get(BASE, headers=_as(tokens), params={"ref": "prod"})
                 assert r.status_code == 200, r.text
-                assert time.monotonic() - started < 1.0
+                # The waits last 20 s: answered well inside that, and with every wait still pending, the plain
+                # request did not queue behind them (a loaded machine may still take seconds over it).
+                assert time.monotonic() - started < 10
+                assert not any(task.done() for task in waits)
                 assert threading.active_count() == threads
                 assert threads < 40, threads
                 for task in waits:
