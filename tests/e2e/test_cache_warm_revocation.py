@@ -10,6 +10,7 @@ thread on ``prod`` (now refused by the registry) neither exits nor floods stderr
 
 from __future__ import annotations
 
+import datetime as dt
 import hashlib
 import json
 import os
@@ -123,16 +124,21 @@ def test_a_revoked_version_leaves_the_warm_node_cache_within_5_seconds(server, t
         _until(lambda: prom.exists() and "modelreg_cache_events_cursor" in prom.read_text(), 60,
                "the event reader started", warm, err)
 
-        # The promise is 5 seconds from the revocation's commit to the node: the clock starts when the revoke
-        # command returns (the server has committed by then), not before it starts, so the CLI's own Python
-        # start-up on a loaded machine does not count. The wait is longer, so a miss reports how long it took.
+        # The promise is 5 seconds from the revocation on the server to the node: timed from the revocation
+        # event's own time (stamped by the server as it records the revocation, the same machine's clock), not
+        # from before the revoke command starts, so the CLI's Python start-up on a loaded machine does not
+        # count, nor does its exit after the commit. The wait is longer, so a miss reports how long it took.
         revoked = server.cli("revoke", "team/tiny", str(first), "--reason", "bad weights",
                              token=server.admin_token)
-        started = time.monotonic()
         assert revoked.returncode == 0, revoked.stderr
         _until(lambda: not _cached(cache) & own_first, 60, "the revoked version's blobs gone", warm, err)
-        took = time.monotonic() - started
-        assert took < 5, f"the revocation reached the node cache {took:.2f}s after it was committed"
+        removed = time.time()
+        events = httpx.get(f"{server.url}/v1/events", headers={"Authorization": f"Bearer {server.admin_token}"},
+                           params={"type": "version.revoked", "limit": 1000}, timeout=30).json()["events"]
+        [event] = events  # this server's one revocation
+        committed = dt.datetime.strptime(event["time"], "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=dt.timezone.utc)
+        took = removed - committed.timestamp()
+        assert 0 <= took < 5, f"the revocation reached the node cache {took:.2f}s after it was recorded"
         assert _cached(cache) >= _digests(SECOND), "a blob the live version 2 lists was removed"
 
         [line] = _until(lambda: out.events("revoked"), 30, "the revoked JSON line", warm, err)
