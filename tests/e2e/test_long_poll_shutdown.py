@@ -47,9 +47,11 @@ def test_sigterm_answers_every_waiter_304_at_once_and_the_process_exits(tmp_path
 
         stopped, answers = asyncio.run(scenario())
         assert [status for status, _ in answers] == [304] * WAITERS
-        assert max(at for _, at in answers) - stopped < 2.0
-        server.process.wait(timeout=10)
-        assert time.monotonic() - stopped < 10
+        # The waits were 60 s long: answered (304) and the server gone well inside that, the shutdown cut
+        # them short rather than waiting them out; the bounds leave room for a loaded machine.
+        assert max(at for _, at in answers) - stopped < 20
+        server.process.wait(timeout=30)
+        assert time.monotonic() - stopped < 30
     finally:
         server.stop()
 

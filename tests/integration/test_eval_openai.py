@@ -324,7 +324,8 @@ def test_failed_requests_are_counted_once_never_retried(server, model_dir, tmp_p
     assert details["fail-slow"] == "request failed: timed out after 1 s"
     assert details["fail-broken"].startswith("request failed: RemoteProtocolError")
     assert "arguments are not JSON" in details["fail-json"]
-    assert elapsed < 2.9, "the slow request was not cut at its timeout"
+    # the stand-in answers after 45 s: a run well under that cut the slow request at its 1 s timeout
+    assert elapsed < 20, "the slow request was not cut at its timeout"
     prompts = [r["body"]["messages"][-1]["content"] for r in server.requests_since(mark)]
     assert sorted(prompts) == sorted(d["messages"][-1]["content"] for d in FAILURES)
 
@@ -335,7 +336,8 @@ def test_the_run_ends_before_its_deadline(server, model_dir, tmp_path):
     with pytest.raises(RunnerError, match="deadline came before 1 of 1 cases"):
         run(context(model_dir, tmp_path, {"endpoint": server.base, "request_timeout_s": 60}, slow,
                     deadline_s=DEADLINE_MARGIN_S + 1))
-    assert time.monotonic() - started < 2.5
+    # the answer takes 45 s and the request timeout is 60 s: ending well under either is the deadline's doing
+    assert time.monotonic() - started < 20
 
 
 def test_a_serve_command_that_exits_at_once(model_dir, tmp_path):

@@ -168,7 +168,8 @@ def test_long_poll_returns_when_the_alias_moves_and_304_after_its_wait(release_w
         waited = time.monotonic() - started
         mover.join()
         assert r.status_code == 200, r.text
-        assert 0.4 < waited < 5, waited
+        # woken by the move (0.5 s in), not the 20 s wait running out; the upper bound leaves a loaded machine room
+        assert 0.4 < waited < 15, waited
         assert r.headers["ETag"] != etag
         assert r.json()["envelope"]["signatures"][0]["keyid"]
         # A revocation wakes a waiting node too: it learns at once that prod's version is revoked.

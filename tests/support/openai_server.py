@@ -78,7 +78,9 @@ SCRIPTED: dict[str, dict[str, Any]] = {
     "Sag hallo.": {"content": "Guten Tag."},
     # failures
     "Scripted: fail with 500.": {"status": 500},
-    "Scripted: answer too slowly.": {"delay_s": 3.0, "content": "Finally."},
+    # Far past any timeout a test sets (1-2 s), so a generous bound on a loaded machine still shows the cut;
+    # the handler threads are daemons, so the sleeping answer never holds the server's shutdown.
+    "Scripted: answer too slowly.": {"delay_s": 45.0, "content": "Finally."},
     "Scripted: break the stream.": {"content": "This answer breaks off here", "break_after": 2},
     "Scripted: call a tool with broken JSON.": {"tool_calls": [{"name": "get_weather",
                                                                 "arguments": '{"city": "Berl'}]},

@@ -160,7 +160,8 @@ def test_a_command_over_its_timeout_is_stopped_with_its_children(tmp_path):
     started = time.monotonic()
     with pytest.raises(RunnerError, match="timeout"):
         _run(tmp_path, body, timeout_s=1.5)
-    assert time.monotonic() - started < 10
+    # the command sleeps 60 s: ending in well under that is the 1.5 s timeout's doing, even on a loaded machine
+    assert time.monotonic() - started < 30
     grandchild = int(pid_file.read_text())
     wait_until(lambda: not _alive(grandchild), "the grandchild's end (its group was killed)")
 
@@ -180,7 +181,8 @@ def test_the_deadline_bounds_the_timeout(tmp_path):
     started = time.monotonic()
     with pytest.raises(RunnerError, match="timeout"):
         command.run(ctx)
-    assert time.monotonic() - started < 5
+    # the script sleeps 60 s under a 3600 s timeout: ending in well under a minute is the deadline's doing
+    assert time.monotonic() - started < 30
 
 
 @pytest.mark.parametrize("settings, message", [
