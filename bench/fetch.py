@@ -20,7 +20,7 @@ runs into the next):
   in memory (no disk), or written with ordinary buffered writes into a file per blob (no hashing): what
   each of a fetch's two unavoidable costs adds to the floor on its own, done the plain way;
 - ``raw`` (before): the floor: the same GETs through httpx, bytes discarded: no hashing, no disk, no checks;
-- ``cold``: ``registry.client.fetch.fetch`` into an empty node cache and a new DEST: manifest, signature and
+- ``cold``: ``registry.node.fetch.fetch`` into an empty node cache and a new DEST: manifest, signature and
   root, ranged downloads hashed while streaming, each part written from its buffer into the cache's
   partial file and into DEST's own file (DEST shares no inode with the cache; nothing is read back),
   ``model.sig``;
@@ -71,9 +71,10 @@ import httpx  # noqa: E402
 from bench.mirror import MIB, write_model  # noqa: E402
 from registry.bootstrap import bootstrap  # noqa: E402
 from registry.client.api import RegistryApi  # noqa: E402
-from registry.client.cache import NodeCache  # noqa: E402
-from registry.client.download import DEFAULT_PART_SIZE, plan_parts  # noqa: E402
-from registry.client.fetch import fetch  # noqa: E402
+from registry.node.cache import NodeCache  # noqa: E402
+from registry.node.download import DEFAULT_PART_SIZE, plan_parts  # noqa: E402
+from registry.node.fetch import fetch  # noqa: E402
+from registry.node.opener import NodePolicy  # noqa: E402
 from registry.client.transfer import RangeReader  # noqa: E402
 from registry.db.models import Version  # noqa: E402
 from registry.domain.aliases import make_target  # noqa: E402
@@ -263,13 +264,13 @@ def main() -> None:
             cache_dir = work / f"cache-{round_no}"
             with RegistryApi(server.url, token) as api:
                 cold_s, cold_cpu, cold_weed, cold = measured(weed, lambda: fetch(
-                    f"{TENANT}/{NAME}@prod", work / f"dest-{round_no}", api=api, trust_root_file=root_file,
+                    f"{TENANT}/{NAME}@prod", work / f"dest-{round_no}", api=api, policy=NodePolicy(root_file),
                     cache=NodeCache(cache_dir), parallel=args.parallel))
                 os.sync()
                 floors["after"] = floor("discard")
                 started = time.perf_counter()
                 warm = fetch(f"{TENANT}/{NAME}@prod", work / f"dest-{round_no}-warm", api=api,
-                             trust_root_file=root_file, cache=NodeCache(cache_dir), parallel=args.parallel)
+                             policy=NodePolicy(root_file), cache=NodeCache(cache_dir), parallel=args.parallel)
                 warm_s = time.perf_counter() - started
             warm_dest = work / f"dest-{round_no}-warm"
             read_once(warm_dest)

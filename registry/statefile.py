@@ -41,7 +41,7 @@ def write_atomic(path: Path, data: bytes, *, mode: int = 0o600, make_parents: bo
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
-    _sync_dir(path.parent)
+    fsync_dir(path.parent)
 
 
 def create_exclusive(path: Path, data: bytes, *, mode: int = 0o600) -> None:
@@ -55,7 +55,7 @@ def create_exclusive(path: Path, data: bytes, *, mode: int = 0o600) -> None:
         os.link(tmp, path)
     finally:
         tmp.unlink()
-    _sync_dir(path.parent)
+    fsync_dir(path.parent)
 
 
 def create_once(path: Path, data: bytes, *, mode: int = 0o600) -> bytes:
@@ -93,7 +93,8 @@ def _stage(path: Path, data: bytes, mode: int) -> Path:
     return tmp
 
 
-def _sync_dir(directory: Path) -> None:
+def fsync_dir(directory: Path) -> None:
+    """Make a new, renamed or removed entry of ``directory`` survive a power loss, not only a file's bytes."""
     fd = os.open(directory, os.O_RDONLY)
     try:
         os.fsync(fd)

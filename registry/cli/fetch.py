@@ -76,7 +76,7 @@ RecheckOpt = typer.Option(24.0, "--recheck-hours", envvar="MODELREG_CACHE_RECHEC
 
 def _cache(path: Optional[Path], high: Optional[str] = None, low: Optional[str] = None,
            recheck_hours: float = 24.0):
-    from registry.client.cache import NodeCache
+    from registry.node.cache import NodeCache
 
     root = path or Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "modelreg"
     return NodeCache(root, high=parse_size(high), low=parse_size(low),
@@ -146,8 +146,9 @@ def fetch(
     With --cache, through the node cache; without, straight into a staging directory inside DEST
     (every byte still hashed before DEST shows it), writing nothing outside DEST.
     """
-    from registry.client.fetch import fetch as fetch_ref
-    from registry.client.progress import Reporter
+    from registry.node.fetch import fetch as fetch_ref
+    from registry.node.opener import NodePolicy
+    from registry.node.progress import Reporter
 
     reporter = Reporter("json" if as_json else "human")
 
@@ -157,10 +158,9 @@ def fetch(
         node_cache = _cache(cache, cache_high, cache_low, recheck_hours) if cache is not None else None
         with _api(url, token, token_file) as api:
             try:
-                result = fetch_ref(ref, dest, api=api, trust_root_file=trust_root,
-                                   trust_root_sha256=trust_root_sha256, cache=node_cache, parallel=parallel,
-                                   part_size=parse_size(part_size) or 1, reporter=reporter,
-                                   witness_policy=_witness_policy(witness, witness_quorum))
+                policy = NodePolicy(trust_root, trust_root_sha256, _witness_policy(witness, witness_quorum))
+                result = fetch_ref(ref, dest, api=api, policy=policy, cache=node_cache, parallel=parallel,
+                                   part_size=parse_size(part_size) or 1, reporter=reporter)
             except BaseException as exc:
                 if metrics_textfile is not None:
                     _write_fetch_metrics(metrics_textfile, ref, reporter.timings, exc, None)
@@ -184,7 +184,7 @@ def fetch(
 
 def _witness_policy(keys: Optional[list[str]], quorum: Optional[int]):
     """The witnesses the node requires (``--witness``, ``--witness-quorum``), or None when it names none."""
-    from registry.client.log_proofs import WitnessPolicy
+    from registry.node.log_proofs import WitnessPolicy
     from registry.tlog.checkpoint import CosignatureVerifier
     from registry.tlog.note import parse_verifier_key
 
@@ -223,8 +223,8 @@ def _write_fetch_metrics(path: Path, ref_text: str, timings: dict[str, float], e
                          result: dict[str, Any] | None) -> None:
     """The fetch's textfile; a path that cannot be written fails the command, after the fetch's own error."""
     from registry.client.errors import exit_code
-    from registry.client.fetch import ref_selector
-    from registry.client.textfile import fetch_samples, write_textfile
+    from registry.node.opener import ref_selector
+    from registry.node.textfile import fetch_samples, write_textfile
     from registry.domain.errors import RegistryError
     from registry.domain.refs import parse_ref
 
@@ -247,7 +247,7 @@ def _write_fetch_metrics(path: Path, ref_text: str, timings: dict[str, float], e
 
 def _write_cache_metrics(path: Path, cache, cursor: int, events_failing: bool = False) -> None:
     """``cache warm``'s textfile; a path that cannot be written is told on stderr (the warmer runs on)."""
-    from registry.client.textfile import cache_samples, write_textfile
+    from registry.node.textfile import cache_samples, write_textfile
 
     try:
         write_textfile(path, cache_samples(cache.revocation_totals(), cursor, events_failing))
@@ -270,9 +270,9 @@ def verify(
     what it holds. model.sig must be the bundle the release names. With --trust-root-sha256 and no
     file, root 1 comes from the registry (--url) and is walked forward there.
     """
-    from registry.client.assemble import check_bundle_matches, read_release_file, verify_directory
-    from registry.client.trust import NodeTrust, pinned_root
-    from registry.signing.release import verify_release
+    from registry.node.assemble import read_release_file, verify_directory
+    from registry.node.opener import verify_recorded
+    from registry.node.trust import NodeTrust, pinned_root
     from registry.signing.trust_root import RootError
 
     def body() -> None:
@@ -296,13 +296,12 @@ def verify(
         else:
             pinned = pinned_root(trust_root, trust_root_sha256)
             root = NodeTrust.load(pinned, cache).root if cache else pinned
-        # The clock is the release's own issue time: its signature is checked, its expiry deliberately not.
-        release = verify_release(envelope, root, now=issued, model=model, ref=ref)
         try:
             bundle = json.loads((directory / "model.sig").read_text())
         except (OSError, ValueError):
             bundle = {}
-        check_bundle_matches(bundle, release)
+        # The clock is the release's own issue time: its signature is checked, its expiry deliberately not.
+        release = verify_recorded(envelope, bundle, root, model=model, ref=ref, issued=issued)
         verify_directory(directory, release, parallel=parallel)
         _summary({"model": model, "version": release.version, "files": len(release.files), "ok": True},
                  as_json, f"{directory}: {model}@{release.version}, {len(release.files)} files verified")
@@ -358,17 +357,15 @@ def cache_warm(
     the exit is 16. Otherwise every failure is printed and retried; while the stream fails the textfile
     says so (``modelreg_cache_events_failing 1``).
     """
-    from registry.client.errors import NetworkError
-    from registry.client.fetch import warm_once
-    from registry.client.progress import Reporter
-    from registry.client.revocations import RevocationFollower
-    from registry.client.trust import check_trust_options
-    from registry.domain.errors import RegistryError
+    from registry.client.errors import exit_code
     from registry.domain.refs import parse_ref
+    from registry.node.opener import NodePolicy, ReleaseOpener
+    from registry.node.progress import Reporter
+    from registry.node.revocations import RevocationFollower
+    from registry.node.warm import keep_warm, warm_once_each
 
     def body() -> None:
-        check_trust_options(trust_root, trust_root_sha256)
-        witnesses = _witness_policy(witness, witness_quorum)
+        policy = NodePolicy(trust_root, trust_root_sha256, _witness_policy(witness, witness_quorum))
         parsed = [parse_ref(r) for r in refs]
         node_cache = _cache(cache, cache_high, cache_low, recheck_hours)
         reporter = Reporter("json" if as_json else "human")
@@ -390,64 +387,25 @@ def cache_warm(
                               f"cache{kept}")
                 metrics()
 
+            def warmed(result) -> None:
+                _summary(result.as_dict(), as_json, f"{result.model}@{result.ref} -> {result.version}: "
+                                                     f"{result.downloaded_files} downloaded, {result.cached_files} cached")
+
+            def refused(ref, exc) -> None:
+                _say(f"{_error_prefix(exit_code(exc)[1])}{ref}: {' '.join(str(exc).split())}", err=True)
+
+            opener = ReleaseOpener(api, policy, state_dir=node_cache.root)
             follower = RevocationFollower(api, node_cache, on_revoked=revoked, on_cursor=metrics,
                                           on_problem=events_failed)
             metrics()
             if once:
-                try:
-                    follower.catch_up()
-                except (RegistryError, OSError) as exc:
-                    # The releases are still warmed (the manifest endpoint itself refuses revoked versions);
-                    # the exit code says the revocations were not.
-                    events_failed(f"the event stream failed, none applied: {' '.join(str(exc).split())}")
-                for ref in parsed:
-                    _, result = warm_once(ref, api=api, trust_root_file=trust_root,
-                                          trust_root_sha256=trust_root_sha256, cache=node_cache, etag=None,
-                                          wait=None, parallel=parallel, reporter=reporter,
-                                          witness_policy=witnesses)
-                    if result is not None:
-                        _summary(result.as_dict(), as_json,
-                                 f"{result.model}@{result.ref} -> {result.version}: {result.downloaded_files} "
-                                 f"downloaded, {result.cached_files} cached")
-                if follower.failing is not None:
-                    raise NetworkError(f"the releases were warmed, but no revocation was applied: the event "
-                                       f"stream failed: {follower.failing}")
+                warm_once_each(parsed, opener=opener, cache=node_cache, follower=follower, on_result=warmed,
+                               parallel=parallel, reporter=reporter)
                 return
-            stop = threading.Event()
-
-            def poll(ref) -> None:
-                etag: str | None = None
-                said = ""
-                while not stop.is_set():
-                    try:
-                        etag, result = warm_once(ref, api=api, trust_root_file=trust_root,
-                                                 trust_root_sha256=trust_root_sha256, cache=node_cache,
-                                                 etag=etag, wait=wait, parallel=parallel, reporter=reporter,
-                                                 witness_policy=witnesses)
-                    except RegistryError as exc:
-                        from registry.client.errors import exit_code
-
-                        line = f"{_error_prefix(exit_code(exc)[1])}{ref}: {' '.join(str(exc).split())}"
-                        # A refusal that lasts (an alias on a revoked version) is told once, not every retry.
-                        if line != said:
-                            _say(line, err=True)
-                            said = line
-                        stop.wait(10)
-                        continue
-                    said = ""
-                    if result is not None:
-                        _summary(result.as_dict(), as_json, f"{ref} -> {result.version} cached")
-
-            threads = [threading.Thread(target=poll, args=(r,), daemon=True) for r in parsed]
-            threads.append(threading.Thread(target=follower.run, args=(stop,), daemon=True, name="revocations"))
-            for t in threads:
-                t.start()
-            try:
-                for t in threads:
-                    t.join()
-            except KeyboardInterrupt:
-                stop.set()
-                raise
+            keep_warm(parsed, opener=opener, cache=node_cache, follower=follower, wait=wait,
+                      on_result=lambda ref, result: _summary(result.as_dict(), as_json,
+                                                             f"{ref} -> {result.version} cached"),
+                      on_refused=refused, stop=threading.Event(), parallel=parallel, reporter=reporter)
 
     _run(body)
 
@@ -481,14 +439,10 @@ def cache_sweep(
     else 14 when one was revoked, else 16 when the event stream, a release's question or the trust root walk
     failed, else 0.
     """
-    from registry.client.revocations import RevocationFollower
-    from registry.client.errors import NetworkError
-    from registry.client.sweep import Sweeper
-    from registry.domain.errors import IntegrityError, RegistryError, RevokedError
+    from registry.node.revocations import RevocationFollower
+    from registry.node.sweep import Sweeper, keep_sweeping, sweep_once
 
     def body() -> None:
-        import time
-
         if not root.is_dir():
             raise CliError(f"{root} is not a directory: pass the node group's volume (KServe's folders are "
                            "ROOT/models/<key>)")
@@ -528,47 +482,14 @@ def cache_sweep(
                              + (f"; the event stream is NOT followed: {failing}" if failing else ""))
                 return findings
 
-            def events_failed(line: str) -> None:
-                problem(f"revocations: {line}")
-
             wake = threading.Event()
-            follower = RevocationFollower(api, state, on_revoked=lambda report: None, on_problem=events_failed,
+            follower = RevocationFollower(api, state, on_revoked=lambda report: None,
+                                          on_problem=lambda line: problem(f"revocations: {line}"),
                                           on_cursor=lambda cursor: wake.set())
             if once:
-                try:
-                    follower.catch_up()
-                except (RegistryError, OSError) as exc:
-                    problem(f"revocations: the event stream failed, none applied: {' '.join(str(exc).split())}")
-                findings = sweep(True)
-                kinds = {f.event for f in findings}
-                if "altered" in kinds:
-                    raise IntegrityError(f"{sum(f.event == 'altered' for f in findings)} altered folder(s) removed")
-                if "revoked" in kinds:
-                    raise RevokedError.from_wire(f"{sum(f.event == 'revoked' for f in findings)} revoked folder(s) "
-                                                 "removed")
-                if problems:
-                    raise NetworkError(f"the sweep could not ask the registry: {problems[0]}")
+                sweep_once(sweep, follower, problems)
                 return
-            stop = threading.Event()
-            threading.Thread(target=follower.run, args=(stop,), daemon=True, name="revocations").start()
-            next_full = 0.0
-            try:
-                while True:
-                    try:
-                        if time.monotonic() >= next_full:
-                            wake.clear()
-                            sweep(True)
-                            next_full = time.monotonic() + interval
-                        elif wake.is_set():
-                            wake.clear()
-                            sweep(False)
-                    except (RegistryError, OSError) as exc:
-                        problem(f"the sweep failed, retrying at the next: {' '.join(str(exc).split())}")
-                        next_full = time.monotonic() + min(interval, 30.0)
-                    wake.wait(max(0.0, next_full - time.monotonic()))
-            except KeyboardInterrupt:
-                stop.set()
-                raise
+            keep_sweeping(sweep, follower, wake, interval=interval, on_problem=problem)
 
     _run(body)
 
@@ -592,6 +513,7 @@ def serve_s3(
     max_chunks: int = typer.Option(16, "--max-chunks", min=1, max=256,
                                    help="Chunks (8 MiB each) held in memory at once, whatever the load."),
     cache_high: Optional[str] = HighOpt, cache_low: Optional[str] = LowOpt,
+    witness: Optional[list[str]] = WitnessOpt, witness_quorum: Optional[int] = WitnessQuorumOpt,
     url: str = UrlOpt, token: str = TokenOpt, token_file: Optional[str] = TokenFileOpt,
     as_json: bool = typer.Option(False, "--json", help="Print the startup record as one JSON line."),
 ) -> None:
@@ -602,38 +524,22 @@ def serve_s3(
     the digest the release signs before a byte of it is served; verified chunks stay in the node cache. A
     revoked version (the event stream) stops being served within seconds, ranges in flight included.
     """
-    from registry.client.revocations import RevocationFollower
-    from registry.client.serve_s3 import ChunkSource, S3Server, keys_from_env
-    from registry.client.trust import check_trust_options
+    from registry.node.opener import NodePolicy
+    from registry.node.serve_s3 import ChunkSource, S3Server, keys_from_env, serve
 
     def body() -> None:
-        check_trust_options(trust_root, trust_root_sha256)
+        policy = NodePolicy(trust_root, trust_root_sha256, _witness_policy(witness, witness_quorum))
         keys = keys_from_env()
         if not keys:
             raise CliError("serve-s3 needs MODELREG_S3_ACCESS_KEY_ID and MODELREG_S3_SECRET_ACCESS_KEY")
         node_cache = _cache(cache, cache_high, cache_low)
         with _api(url, token, token_file) as api:
-            source = ChunkSource(api, node_cache, max_chunks=max_chunks, trust_root_file=trust_root,
-                                 trust_root_sha256=trust_root_sha256)
-            server = S3Server(host, port, source, keys)
-            stop = threading.Event()
-
-            def revoked(report) -> None:
-                source.revoke(report.tenant, report.model, report.version)
-                _say(f"revoked {report.tenant}/{report.model}@{report.version}: no longer served", err=True)
-
-            follower = RevocationFollower(api, node_cache, on_revoked=revoked,
-                                          on_problem=lambda line: _say(f"error: revocations: {line}", err=True))
-            threading.Thread(target=follower.run, args=(stop,), daemon=True, name="revocations").start()
+            server = S3Server(host, port, ChunkSource(api, node_cache, policy=policy, max_chunks=max_chunks), keys)
             listening = f"http://{host}:{server.server_address[1]}"
             if as_json:
                 typer.echo(json.dumps({"url": listening, "max_chunks": max_chunks}))
             else:
                 _say(f"serve-s3 listening on {listening}")
-            try:
-                server.serve_forever()
-            finally:
-                stop.set()
-                server.server_close()
+            serve(server, api, say=lambda line: _say(line, err=True))
 
     _run(body)

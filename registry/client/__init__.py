@@ -1,11 +1,11 @@
-"""The node's side: the typed API client, the fetch client and the node cache, free of server code.
+"""Talking to a registry: the typed API client and what it stands on, free of server code.
 
-Nothing here imports SQLAlchemy, FastAPI, ``registry.services`` or ``registry.storage``
-(``tests/unit/test_layering.py``): a serving node's init container loads only this, ``registry.signing``
-and ``registry.domain``. Start with ``fetch.py`` (``modelreg fetch``: manifest, trust root walk, download,
-verification, placement); ``api.py`` is the one client of the HTTP API the CLI uses too, over ``http.py``;
-``trust.py`` keeps the pinned root and the serials a node accepted; ``download.py`` and ``transfer.py``
-move bytes; ``cache.py`` is the shared node cache; ``assemble.py`` builds and verifies the destination;
-``errors.py`` maps every refusal to its exit code; ``sweep.py`` re-checks KServe LocalModelCache folders on a
-node (``cache sweep``). The formats are in ``docs/signing.md``.
+``api.py`` is the one client of the HTTP API (the CLI's commands and the node's programs use it), over
+``http.py``; ``transfer.py`` moves bytes (uploads, ranged reads); ``errors.py`` maps every refusal to its
+exit code; ``token_file.py`` and ``logins.py`` hold the token a caller presents; ``log_audit.py`` holds the
+registry's verifiable log to a checkpoint saved earlier (``modelreg audit verify``). What a serving node
+runs on top of it (fetch, cache, serve-s3, sweep) is :mod:`registry.node`.
+
+Nothing here imports SQLAlchemy, FastAPI, ``registry.services``, ``registry.storage`` or ``registry.node``
+(``tests/unit/test_layering.py``).
 """

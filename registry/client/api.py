@@ -524,7 +524,7 @@ class RegistryApi:
     def chunk_list(self, tenant: str, name: str, number: int, sha256: str, *, limit: int) -> bytes:
         """The chunk list of the file with ``sha256`` of ``tenant/name@number``, unchecked: at most ``limit``
         bytes (what the signed release says the file has) are read. Check it with
-        :func:`registry.client.chunks.load_chunk_list`.
+        :func:`registry.node.chunks.load_chunk_list`.
 
         Raises:
             ChunksNotRecordedError and the other refusals as :func:`registry.client.errors.from_problem`

@@ -19,7 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from registry.client.log_proofs import decode_hashes
+from registry.tlog.merkle import decode_hashes
 from registry.domain.errors import LogProofError
 from registry.tlog import merkle
 from registry.tlog.checkpoint import Checkpoint, open_checkpoint, parse_checkpoint

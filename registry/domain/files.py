@@ -21,6 +21,16 @@ from typing import Iterable
 from registry.domain.errors import InvalidInputError, InvalidPathError
 from registry.domain.text import text_problem
 
+WEIGHT_FORMATS: dict[str, str] = {
+    ".safetensors": "safetensors", ".gguf": "gguf", ".gguf.part": "gguf", ".bin": "pytorch", ".pt": "pytorch",
+    ".pth": "pytorch", ".ckpt": "pytorch", ".ot": "pytorch", ".onnx": "onnx", ".h5": "keras", ".keras": "keras",
+    ".msgpack": "flax", ".pb": "tensorflow", ".tflite": "tflite", ".npz": "numpy", ".npy": "numpy",
+    ".pkl": "pickle", ".pickle": "pickle", ".joblib": "joblib", ".mlmodel": "coreml",
+}
+"""The one table of weight files: each suffix and the format it holds (facts' formats, ModelPack's weight
+layers). ``.ot`` is libtorch's tensor archive (rust-bert); ``.gguf.part`` a split GGUF's piece."""
+
+
 # \Z, not $: "$" also matches before a final newline.
 SHA256_RE = re.compile(r"\A[0-9a-f]{64}\Z")
 SHA1_RE = re.compile(r"\A[0-9a-f]{40}\Z")

@@ -46,6 +46,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from registry.domain.files import WEIGHT_FORMATS
+
 OCI_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
 ARTIFACT_TYPE = "application/vnd.cncf.model.manifest.v1+json"
 CONFIG = "application/vnd.cncf.model.config.v1+json"
@@ -81,10 +83,7 @@ ANNOTATION_UNTESTED = "org.cncf.model.file.mediatype.untested"
 ANNOTATION_TITLE = "org.opencontainers.image.title"
 ANNOTATION_CREATED = "org.opencontainers.image.created"
 
-WEIGHT_SUFFIXES = (
-    ".safetensors", ".gguf", ".bin", ".pt", ".pth", ".ckpt", ".onnx", ".h5", ".keras", ".msgpack", ".pb",
-    ".tflite", ".npz", ".npy", ".pkl", ".pickle", ".joblib", ".mlmodel", ".ot", ".gguf.part",
-)
+WEIGHT_SUFFIXES = tuple(WEIGHT_FORMATS)
 WEIGHT_CONFIG_SUFFIXES = (".json", ".yaml", ".yml", ".jinja", ".model", ".tiktoken", ".spm", ".vocab", ".toml")
 WEIGHT_CONFIG_NAMES = ("vocab.txt", "merges.txt", "added_tokens.txt")
 DOC_STEMS = ("readme", "license", "licence", "notice", "copying", "authors", "changelog", "citation")

@@ -1,7 +1,7 @@
 """One ``Range: bytes=a-b`` header: the one parser of the API's download routes and of ``serve-s3``.
 
 It does no I/O and imports no web framework, so the API (``api/ranges.py``) and the node's S3 endpoint
-(``registry/client/serve_s3.py``) parse a range alike; each renders the refusal in its own protocol.
+(``registry/node/serve_s3.py``) parse a range alike; each renders the refusal in its own protocol.
 
 Example:
     >>> byte_range("bytes=0-99", 1000), byte_range("bytes=990-", 1000), byte_range("bytes=-10", 1000)

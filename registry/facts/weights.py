@@ -21,6 +21,7 @@ from registry.facts._cells import (
     load_json,
     unknown,
 )
+from registry.domain.files import WEIGHT_FORMATS
 from registry.scanning import gguf, safetensors
 from registry.scanning.model import Severity
 
@@ -29,11 +30,6 @@ MAX_SAFETENSORS_HEADER = 32 << 20
 MAX_GGUF_HEADER = 64 << 20
 """Facts read a GGUF file's metadata and tensor infos within its first bytes up to this size."""
 
-FORMATS_BY_SUFFIX = {
-    ".safetensors": "safetensors", ".gguf": "gguf", ".bin": "pytorch", ".pt": "pytorch", ".pth": "pytorch",
-    ".ckpt": "pytorch", ".onnx": "onnx", ".h5": "keras", ".keras": "keras", ".msgpack": "flax",
-    ".pb": "tensorflow", ".tflite": "tflite", ".npz": "numpy", ".pkl": "pickle", ".joblib": "joblib",
-}
 INDEX = "model.safetensors.index.json"
 _SPLIT_GGUF = re.compile(r"^(?P<stem>.+)-(?P<part>\d{5})-of-(?P<count>\d{5})\.gguf$")
 
@@ -84,7 +80,7 @@ def weight_sets(files: Mapping[str, int], read_range: ReadRange, budget: ReadBud
 
 
 def formats(files: Mapping[str, int]) -> list[str]:
-    return sorted({FORMATS_BY_SUFFIX[s] for p in files for s in FORMATS_BY_SUFFIX if p.lower().endswith(s)})
+    return sorted({WEIGHT_FORMATS[s] for p in files for s in WEIGHT_FORMATS if p.lower().endswith(s)})
 
 
 def _gguf_groups(paths: list[str]) -> list[list[str]]:

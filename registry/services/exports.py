@@ -56,6 +56,7 @@ from registry.db.models import Principal, Version, VersionFacts
 from registry.domain import bom_schema
 from registry.domain.errors import InvalidInputError, InvalidStateError
 from registry.domain.exports import ExportFormat
+from registry.domain.source_uris import DEFAULT_HF_ENDPOINT, hub_endpoint, upstream_resource_uri
 from registry.domain.text import printable
 from registry.services import evals, licenses, loaders, manifests, scans
 from registry.services.facts import facts_document
@@ -75,7 +76,6 @@ SLSA_PREDICATE_TYPE = "https://slsa.dev/provenance/v1"
 BUILD_TYPE = "https://modelreg.dev/provenance/mirror/v1"
 """What a modelreg "build" is: pin an upstream revision, mirror and hash its files, sign their manifest."""
 BUILDER_ID = "https://modelreg.dev/registry"
-DEFAULT_HF_ENDPOINT = "https://huggingface.co"
 MAX_METRICS = 2000
 """Performance metrics in one model card (every suite's metrics and their per-language and length slices)."""
 MAX_SCANS = 8
@@ -321,7 +321,7 @@ def _licenses(license: str | None) -> list[License]:
 
 
 def _hf_endpoint(version: Version) -> str:
-    return (version.source_endpoint or DEFAULT_HF_ENDPOINT).rstrip("/")
+    return hub_endpoint(version.source_endpoint)
 
 
 def _purl(version: Version) -> PackageURL | None:
@@ -456,14 +456,7 @@ def _upstream_descriptor(version: Version) -> dict[str, Any]:
         digest["gitCommit"] = revision
     elif _HEX64.match(revision):
         digest["sha256"] = revision
-    if version.source_kind == "hf":
-        uri = f"git+{_hf_endpoint(version)}/{version.source_repo}"
-    elif version.source_kind == "s3":
-        uri = f"s3://{version.source_repo}"
-    elif version.source_kind == "local":
-        uri = f"file://{version.source_repo}"
-    else:
-        uri = f"urn:modelreg:upload:{version.source_repo}"
+    uri = upstream_resource_uri(version.source_kind, version.source_repo, version.source_endpoint)
     out: dict[str, Any] = {"uri": uri, "name": version.source_repo}
     if digest:
         out["digest"] = digest

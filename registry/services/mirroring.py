@@ -31,6 +31,7 @@ from registry.domain.errors import (
 )
 from registry.domain.files import FileEntry, validate_file_list
 from registry.domain.outcomes import Passed
+from registry.domain.source_uris import submission_uri
 from registry.domain.states import VersionState
 from registry.services import chunks, facts, licenses, lifecycle, quotas
 from registry.services.blobs import grant_blob, owned_blobs
@@ -54,7 +55,7 @@ def resolve_version(session_factory: sessionmaker[Session], version_id: int, *,
         version = session.get(Version, version_id)
         if version is None or version.state != VersionState.SUBMITTED.value:
             return
-        uri = _source_uri(version)
+        uri = submission_uri(version.source_kind, version.source_repo)
         source = open_source(uri, version.source_endpoint, tuple(version.include), tuple(version.exclude))
         requested = version.requested_revision
     try:
@@ -71,14 +72,6 @@ def resolve_version(session_factory: sessionmaker[Session], version_id: int, *,
             return
         accept_snapshot(session, version, snapshot, limits, ports)
         session.commit()
-
-
-def _source_uri(version: Version) -> str:
-    if version.source_kind == "hf":
-        return f"hf://{version.source_repo}"
-    if version.source_kind == "s3":
-        return f"s3://{version.source_repo}"
-    return version.source_repo
 
 
 def mirror_file(
@@ -105,7 +98,7 @@ def mirror_file(
         upstream = UpstreamFile(path=row.path, size=row.size, sha256=row.upstream_sha256,
                                 git_sha1=row.upstream_git_sha1, etag=row.upstream_etag)
         already = row.sha256
-        uri = _source_uri(version)
+        uri = submission_uri(version.source_kind, version.source_repo)
         endpoint, include, exclude = version.source_endpoint, tuple(version.include), tuple(version.exclude)
         revision, version_id, tenant_id = version.resolved_revision, version.id, version.model.tenant_id
         owned = upstream.sha256 is not None and bool(owned_blobs(session, tenant_id, [upstream.sha256]))

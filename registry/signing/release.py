@@ -15,7 +15,7 @@ and, once the chunk digests of every file are recorded (docs/adr/0013-chunk-dige
 
      "chunks": {"model.safetensors": {"chunk_size": 8388608, "root": "<sha256 of the chunk list>"}, ...}
 
-which a node streaming ranges checks each chunk list against (``registry/client/chunks.py``). Beside
+which a node streaming ranges checks each chunk list against (``registry/node/chunks.py``). Beside
 ``files``, not in it: a directory fetched before the lists were recorded still holds the same ``files``.
 
 ``tenant`` is the tenant the release was resolved for (a canary tenant gets the canary version). The

@@ -39,6 +39,7 @@ from registry.domain.errors import (
     SizeMismatchError,
 )
 from registry.domain.files import is_sha256, require_sha256
+from registry.statefile import fsync_dir
 from registry.storage.base import (
     STREAM_PATH,
     BlobInfo,
@@ -159,7 +160,7 @@ class LocalBlobStore(BlobStore):
             if final.exists():
                 return False
             os.replace(tmp, final)
-        _fsync_dir(final.parent)
+        fsync_dir(final.parent)
         return True
 
     # --- reading ---------------------------------------------------------------------------
@@ -358,10 +359,3 @@ def _iter_file_range(handle: BinaryIO, start: int, end: int | None) -> Iterator[
             yield chunk
 
 
-def _fsync_dir(directory: Path) -> None:
-    # The new directory entry must survive a power loss too, not only the file's bytes.
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)

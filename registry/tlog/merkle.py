@@ -18,6 +18,8 @@ Example:
 
 from __future__ import annotations
 
+import base64
+import binascii
 import hashlib
 import hmac
 from collections.abc import Callable, Iterable, Sequence
@@ -302,3 +304,24 @@ def _check_hashes(hashes: Iterable[bytes]) -> None:
     for h in hashes:
         if not isinstance(h, bytes) or len(h) != HASH_SIZE:
             raise LogProofError("hash", "a proof hash is not 32 bytes")
+
+
+MAX_PROOF_HASHES = 64
+"""The most hashes a proof may carry (a tree of 2**64 leaves needs no more)."""
+
+
+def decode_hashes(hashes: object) -> list[bytes]:
+    """A proof's hashes: a list of at most 64 base64 strings of 32 bytes each.
+
+    Raises:
+        LogProofError: anything else (``reason`` ``hash``).
+    """
+    if not isinstance(hashes, list) or len(hashes) > MAX_PROOF_HASHES or not all(isinstance(h, str) for h in hashes):
+        raise LogProofError("hash", f"a proof is a list of at most {MAX_PROOF_HASHES} base64 hashes")
+    try:
+        decoded = [base64.b64decode(h, validate=True) for h in hashes]
+    except (binascii.Error, ValueError):
+        raise LogProofError("hash", "a proof hash is not base64") from None
+    if any(len(h) != HASH_SIZE for h in decoded):
+        raise LogProofError("hash", "a proof hash is not 32 bytes")
+    return decoded

@@ -133,7 +133,7 @@ def test_serve_s3_stops_serving_a_revoked_version_with_either_identity(registry,
 def test_a_sweeper_that_missed_the_revocation_event_still_removes_the_folder(registry, node_env, tmp_path):
     """The full sweep asks the real registry about each folder's version: here the sweeper's cursor is past
     the revocation's event (as a stream that was refused, or lost its events, leaves it)."""
-    from registry.client.cache import NodeCache
+    from registry.node.cache import NodeCache
 
     folder = tmp_path / "volume" / "models" / hashlib.sha256(PROD.encode()).hexdigest()[:16]
     folder.mkdir(parents=True)

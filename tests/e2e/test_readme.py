@@ -29,11 +29,19 @@ README = REPO / "README.md"
 BIN = Path(sys.executable).parent
 
 
+LOG_CHECKS = "**The verifiable log's checks**"
+
+
 def use_block() -> list[str]:
-    """The command lines of every code block under ``## Use``, in order."""
-    section = README.read_text().split("\n## Use\n", 1)[1].split("\n## ", 1)[0]
+    """The command lines of every code block under ``## Use``, in order, then the verifiable log's checks
+    under ``## Audit`` (run on the registry the walk-through left)."""
+    text = README.read_text()
+    section = text.split("\n## Use\n", 1)[1].split("\n## ", 1)[0]
     blocks = section.split("```")[1::2]
     assert len(blocks) >= 2, "the Use section lost its walk-through or its second block"
+    audit = text.split("\n## Audit\n", 1)[1].split("\n## ", 1)[0]
+    assert LOG_CHECKS in audit, "the Audit section lost the verifiable log's checks"
+    blocks.append(audit.split(LOG_CHECKS, 1)[1].split("```")[1])
     return [line for block in blocks for line in block.splitlines() if line.strip()]
 
 

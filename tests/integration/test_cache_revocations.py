@@ -16,10 +16,11 @@ import pytest
 
 from api.app import create_app
 from registry.client.api import RegistryApi
-from registry.client.cache import NodeCache
+from registry.node.cache import NodeCache
 from registry.domain.errors import RevokedError
-from registry.client.fetch import warm_once
-from registry.client.revocations import RevocationFollower
+from registry.node.fetch import warm_once
+from registry.node.opener import NodePolicy, ReleaseOpener
+from registry.node.revocations import RevocationFollower
 from registry.domain.aliases import make_target
 from registry.domain.refs import parse_ref
 from registry.services import aliases, revocations
@@ -49,8 +50,8 @@ def node(container, tmp_path):
 
 
 def _warm(node, cache: NodeCache, ref: str):
-    return warm_once(parse_ref(ref), api=node["api"], trust_root_file=node["root"], cache=cache, etag=None,
-                     wait=None)[1]
+    opener = ReleaseOpener(node["api"], NodePolicy(node["root"]), state_dir=cache.root)
+    return warm_once(parse_ref(ref), opener=opener, cache=cache, etag=None, wait=None)[1]
 
 
 def _revoke(container, node, number: int) -> None:

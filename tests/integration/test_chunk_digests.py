@@ -19,7 +19,7 @@ from sqlalchemy import delete, func, select
 
 from api.app import create_app
 from registry.client.api import RegistryApi
-from registry.client.chunks import fetch_chunk_list, load_chunk_list, verify_chunk
+from registry.node.chunks import fetch_chunk_list, load_chunk_list, verify_chunk
 from registry.db.models import BlobChunks, Job, Version
 from registry.domain.chunks import CHUNK_SIZE, ChunkHasher
 from registry.domain.errors import ChunkMismatchError, ChunksNotRecordedError, SignatureError

@@ -5,15 +5,19 @@ attacker holds: it serves releases signed by the node's trusted key, with checkp
 builds itself (``hostile_log``). An honest log is accepted and its checkpoint kept beside the serials;
 each forgery (a fork at one size, a smaller tree after a larger, a rewritten old event, a truncated log,
 another log key, a missing cosignature, a proof for another leaf or tree, events of another version)
-is refused with exit 19 and one line, DEST untouched and the kept checkpoint as it was.
+is refused with exit 19 and one line, DEST untouched and the kept checkpoint as it was. A witness the node
+requires itself (``--witness``) is required alike by every program that opens a release: ``fetch``,
+``cache warm`` and ``serve-s3``.
 """
 
 from __future__ import annotations
 
 import copy
 import json
+import subprocess
 
 import pytest
+from botocore.exceptions import ClientError
 
 from api.app import create_app
 from registry.signing.trust_root import root_document, sign_root
@@ -24,6 +28,8 @@ from tests.support.live_app import serve_in_thread
 from tests.support.manifest_standin import Standin
 from tests.support.registry import make_admin
 from tests.support.releases import approve_standin, awaiting_version
+from tests.support.s3_endpoint import KEY, SECRET, s3_client
+from tests.support.server import MODELREG, stop_process
 from tests.support.tiny_model import tiny_model_files
 
 
@@ -126,16 +132,55 @@ def test_a_release_not_proven_in_the_log_is_refused(logged, forge):
     refused(node, "dest")
 
 
-def test_a_witness_the_node_requires_itself_must_have_cosigned(logged):
+def _fetch(node: Node, witness: str) -> tuple[bool, str]:
+    dest = node.tmp / f"dest-{len(list(node.tmp.glob('dest-*')))}"
+    result = node.fetch(dest, "acme/tiny@prod", "--witness", witness)
+    assert result.returncode in (0, 19), result.stderr
+    assert dest.exists() == (result.returncode == 0)
+    return result.returncode == 0, result.stderr
+
+
+def _cache_warm(node: Node, witness: str) -> tuple[bool, str]:
+    result = node.cli("cache", "warm", "acme/tiny@prod", "--once", "--trust-root", str(node.root_file),
+                      "--witness", witness, "--json")
+    assert result.returncode in (0, 19), result.stderr
+    return result.returncode == 0, result.stderr
+
+
+def _serve_s3(node: Node, witness: str) -> tuple[bool, str]:
+    """``serve-s3`` as a node runs it; a ListObjectsV2 of the release opens it (AccessDenied when refused)."""
+    env = {**node.env(), "MODELREG_S3_ACCESS_KEY_ID": KEY, "MODELREG_S3_SECRET_ACCESS_KEY": SECRET}
+    process = subprocess.Popen([MODELREG, "serve-s3", "--port", "0", "--json", "--trust-root", str(node.root_file),
+                                "--witness", witness], env=env, text=True, stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE)
+    try:
+        line = process.stdout.readline()
+        assert line, process.stderr.read()
+        try:
+            listed = s3_client(json.loads(line)["url"]).list_objects_v2(Bucket="acme", Prefix="tiny@prod/")
+        except ClientError as exc:
+            assert exc.response["Error"]["Code"] == "AccessDenied", exc.response
+            return False, exc.response["Error"]["Message"]
+        assert {o["Key"] for o in listed["Contents"]} == {f"tiny@prod/{f['path']}" for f in node.files}
+        return True, ""
+    finally:
+        stop_process(process)
+
+
+@pytest.mark.parametrize("program", [_fetch, _cache_warm, _serve_s3], ids=["fetch", "cache-warm", "serve-s3"])
+def test_a_witness_the_node_requires_itself_must_have_cosigned_in_every_node_program(logged, program):
+    """``--witness`` (the node's own witness, beside its root's) holds alike for every program that opens a
+    release: one its witness did not cosign is refused, nothing of it kept; once cosigned it is accepted."""
     node, log = logged
     node.release(log=log.proof((node.approval, node.move), cosigners=(0,)))
     witness = log.witnesses[1].verifier().vkey
-    dest = node.tmp / "dest"
-    result = node.fetch(dest, "acme/tiny@prod", "--witness", witness)
-    assert result.returncode == 19 and "cosignatures" in result.stderr, result.stderr
-    assert not dest.exists()
+    accepted, why = program(node, witness)
+    assert not accepted and "cosignatures" in why, why
+    assert kept_checkpoints(node) == {}
     node.release(log=log.proof((node.approval, node.move), cosigners=(0, 1)))
-    assert node.fetch(dest, "acme/tiny@prod", "--witness", witness).returncode == 0
+    accepted, why = program(node, witness)
+    assert accepted, why
+    assert len(kept_checkpoints(node)) == 1
 
 
 # --- after a checkpoint was accepted: the log the node saw must only grow -------------------------------

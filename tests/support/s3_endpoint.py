@@ -20,8 +20,9 @@ from safetensors.numpy import save
 from api.app import create_app
 from registry.bootstrap import ensure_trust_root
 from registry.client.api import RegistryApi
-from registry.client.cache import NodeCache
-from registry.client.serve_s3 import ChunkSource, S3Server
+from registry.node.cache import NodeCache
+from registry.node.opener import NodePolicy
+from registry.node.serve_s3 import ChunkSource, S3Server
 from registry.domain.chunks import CHUNK_SIZE
 from tests.support.live_app import serve_in_thread
 from tests.support.registry import make_admin, role_token
@@ -60,7 +61,7 @@ def served_endpoint(store_container, tmp_path) -> Iterator[dict]:
         root.write_text(httpx.get(f"{url}/v1/trust-root").text)
         with RegistryApi(url, token) as api:
             cache = NodeCache(tmp_path / "cache")
-            source = ChunkSource(api, cache, max_chunks=4, trust_root_file=root)
+            source = ChunkSource(api, cache, policy=NodePolicy(root), max_chunks=4)
             with running(source) as s3_url:
                 yield {"url": s3_url, "files": files, "cache": cache, "source": source,
                        "container": container, "admin": admin, "tmp_path": tmp_path}

@@ -59,3 +59,20 @@ def test_the_architecture_page_names_every_service_module() -> None:
     text = (ROOT / "docs/architecture.md").read_text()
     modules = sorted(p.stem for p in (ROOT / "registry/services").glob("*.py") if p.stem != "__init__")
     assert [m for m in modules if f"registry/services/{m}.py" not in text] == []
+
+
+def test_the_docs_index_lists_every_topic_doc_and_the_adr_index_every_adr() -> None:
+    """docs/README.md links each docs/*.md; docs/adr/README.md links each ADR file."""
+    docs_index = (ROOT / "docs/README.md").read_text()
+    adr_index = (ROOT / "docs/adr/README.md").read_text()
+    assert [p.name for p in sorted((ROOT / "docs").glob("*.md"))
+            if p.name != "README.md" and f"]({p.name})" not in docs_index] == []
+    assert [p.name for p in sorted((ROOT / "docs/adr").glob("0*.md")) if f"]({p.name})" not in adr_index] == []
+
+
+def test_the_readme_links_the_docs_a_user_needs() -> None:
+    readme = (ROOT / "README.md").read_text()
+    assert [d for d in ("docs/README.md", "docs/events.md", "docs/webhooks.md", "docs/scanning.md",
+                        "docs/signing.md", "docs/architecture.md") if d not in readme] == []
+    audit = readme[readme.index("\n## Audit"):readme.index("\n## ", readme.index("\n## Audit") + 1)]
+    assert "verifiable" in audit and "docs/adr/0011-verifiable-log.md" in audit

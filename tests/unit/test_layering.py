@@ -35,6 +35,7 @@ def _imports(package: str) -> dict[str, set[str]]:
     ("registry/scanning", {"sqlalchemy", "fastapi"}),
     ("registry/evals", {"sqlalchemy", "fastapi", "boto3"}),
     ("registry/client", {"sqlalchemy", "fastapi", "boto3", "api", "workers"}),
+    ("registry/node", {"sqlalchemy", "fastapi", "boto3", "api", "workers"}),
     ("registry/tlog", {"sqlalchemy", "fastapi", "boto3", "httpx", "pydantic", "api", "workers"}),
 ])
 def test_package_does_not_import(package, forbidden):
@@ -42,10 +43,78 @@ def test_package_does_not_import(package, forbidden):
     assert offenders == {}
 
 
+SERVER_SIDE = ("registry.db", "registry.services", "registry.storage", "registry.console", "registry.jobs",
+               "registry.bootstrap", "registry.scanning", "registry.sources", "registry.evals")
+
+
+def _registry_imports(package: str, root: Path = ROOT) -> dict[str, set[str]]:
+    """Each file of ``package`` -> the ``registry.*`` modules it imports (anywhere in it, functions included)."""
+    found: dict[str, set[str]] = {}
+    for path in source_tree.python_files(package, root):
+        names: set[str] = set()
+        for node in ast.walk(source_tree.tree(path)):
+            if isinstance(node, ast.Import):
+                names.update(alias.name for alias in node.names if alias.name.startswith("registry."))
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and (node.module or "").startswith("registry"):
+                names.update(f"{node.module}.{alias.name}" for alias in node.names)
+        found[str(path.relative_to(root))] = names
+    return found
+
+
+def _importing(package: str, prefixes: tuple[str, ...], root: Path = ROOT) -> dict[str, list[str]]:
+    return {path: sorted(n for n in names if n.startswith(prefixes))
+            for path, names in _registry_imports(package, root).items() if any(n.startswith(prefixes) for n in names)}
+
+
+def test_the_node_and_the_client_hold_no_server_code_and_the_client_no_node_code():
+    """registry/node (the node's programs) may use registry/client (talking to a registry); never the
+    reverse, and neither reaches the server's packages."""
+    assert _importing("registry/node", tuple(p + "." for p in SERVER_SIDE)) == {}
+    assert _importing("registry/client", tuple(p + "." for p in SERVER_SIDE) + ("registry.node.",)) == {}
+
+
+RELEASE_VERIFIERS = {"verify_release", "verify_manifest", "verify_release_log"}
+"""The calls that decide whether a release is accepted; only the opener makes them."""
+VERIFIER_HOMES = {"registry/node/opener.py", "registry/signing/release.py", "registry/node/log_proofs.py"}
+
+
+def verifier_calls(root: Path = ROOT) -> list[str]:
+    """``path:line name`` of each call of a release verifier outside the opener (and their own modules)."""
+    found = []
+    for package in ("registry", "api", "workers"):
+        for path in source_tree.python_files(package, root):
+            relative = str(path.relative_to(root))
+            if relative in VERIFIER_HOMES:
+                continue
+            for node in ast.walk(source_tree.tree(path)):
+                if isinstance(node, ast.Call):
+                    func = node.func
+                    name = func.id if isinstance(func, ast.Name) else func.attr if isinstance(func, ast.Attribute) else ""
+                    if name in RELEASE_VERIFIERS:
+                        found.append(f"{relative}:{node.lineno} {name}")
+    return found
+
+
+def test_only_the_opener_verifies_a_release():
+    """Every node program accepts a release through registry/node/opener.py (``ReleaseOpener``); a re-check
+    of a recorded release goes through its ``verify_recorded``. No other module calls a verifier."""
+    assert verifier_calls() == []
+
+
+def test_the_verifier_check_finds_a_planted_bypass(tmp_path):
+    for package in ("registry/node", "api", "workers"):
+        (tmp_path / package).mkdir(parents=True)
+    (tmp_path / "registry" / "node" / "opener.py").write_text("def f(e, r):\n    return verify_release(e, r)\n")
+    (tmp_path / "registry" / "node" / "serve_s3.py").write_text(
+        "from registry.node import opener\n\ndef f(e, b):\n    return opener.verify_manifest(e, b)\n")
+    assert verifier_calls(tmp_path) == ["registry/node/serve_s3.py:4 verify_manifest"]
+
+
 def test_fetch_client_and_signing_load_without_sqlalchemy_or_fastapi():
-    code = ("import sys, registry.client.http, registry.signing, registry.client.api, registry.client.cache, "
-            "registry.client.trust, registry.client.download, registry.client.assemble, registry.client.fetch, "
-            "registry.client.progress, registry.client.errors, registry.cli.fetch; "
+    code = ("import sys, registry.client.http, registry.signing, registry.client.api, registry.node.cache, "
+            "registry.node.trust, registry.node.download, registry.node.assemble, registry.node.fetch, "
+            "registry.node.opener, registry.node.serve_s3, registry.node.sweep, registry.node.warm, "
+            "registry.node.progress, registry.client.errors, registry.cli.fetch; "
             "bad = [m for m in sys.modules if m.split('.')[0] in ('sqlalchemy', 'fastapi', 'boto3')"
             " or m.startswith(('registry.db', 'registry.services', 'registry.storage'))]; print(bad)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True)

@@ -49,7 +49,7 @@ def test_parallel_ranges_over_one_chunk_fetch_it_once(endpoint, monkeypatch):
 def test_a_chunk_asked_for_again_is_served_from_memory_checked_once(endpoint, monkeypatch):
     """A loader's range that straddles a chunk boundary asks for the chunk twice: the second time its bytes
     come from the idle buffer that holds them, checked when they were read, neither re-read nor re-hashed."""
-    from registry.client import serve_s3
+    from registry.node import serve_s3
 
     s3, big = s3_client(endpoint["url"]), endpoint["files"][BIG]
     checked = []
@@ -93,7 +93,7 @@ def test_a_file_listed_with_another_chunk_size_never_gets_the_others_chunk(endpo
     not chunk 1 in 8 MiB chunks, though both are in memory at once."""
     import dataclasses
 
-    from registry.client.chunks import load_chunk_list
+    from registry.node.chunks import load_chunk_list
 
     s3, big, source = s3_client(endpoint["url"]), endpoint["files"][BIG], endpoint["source"]
     assert s3.get_object(Bucket=T, Key=f"{M}@1/{BIG}", Range=f"bytes={CHUNK_SIZE}-{CHUNK_SIZE + 9}")["Body"].read()
@@ -111,7 +111,7 @@ def test_a_file_listed_with_another_chunk_size_never_gets_the_others_chunk(endpo
 
 def test_a_fetched_chunk_goes_out_before_it_is_written_to_the_node_cache(endpoint, monkeypatch):
     """The node cache's write is on no request's path: the client has the chunk while the write still waits."""
-    from registry.client import serve_s3
+    from registry.node import serve_s3
 
     s3, big = s3_client(endpoint["url"]), endpoint["files"][BIG]
     writing, go_on = threading.Event(), threading.Event()
@@ -190,7 +190,7 @@ def test_a_client_that_stops_reading_is_cut_and_its_slot_given_back(endpoint, mo
     """A loader that takes the headers of a whole-file GET and then reads nothing holds a chunk's slot only
     until the handler's write times out (30 s in production, 1 s here): then the connection is cut and the
     slot is free for every other client."""
-    from registry.client import serve_s3
+    from registry.node import serve_s3
 
     source = endpoint["source"]
     assert serve_s3._Handler.timeout is not None and 0 < serve_s3._Handler.timeout <= 60

@@ -12,7 +12,7 @@ import pytest
 from botocore.exceptions import ClientError
 from safetensors.numpy import save
 
-from registry.client.serve_s3 import S3Server
+from registry.node.serve_s3 import S3Server
 from registry.domain.chunks import CHUNK_SIZE
 from registry.domain.errors import InvalidInputError
 from tests.support.releases import approve_standin, awaiting_version

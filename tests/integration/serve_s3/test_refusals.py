@@ -13,7 +13,7 @@ import httpx
 import pytest
 from botocore.exceptions import ClientError
 
-from registry.client.serve_s3 import ChunkSource
+from registry.node.serve_s3 import ChunkSource
 from registry.domain.chunks import CHUNK_SIZE
 from tests.support.s3_endpoint import (
     BIG,
@@ -35,7 +35,7 @@ def test_a_chunk_served_while_its_version_was_revoked_is_not_left_in_the_node_ca
     chunk is not put into the cache after it (it would stay there, a revoked version's bytes on the node)."""
     import socketserver
 
-    from registry.client.revocations import RevocationFollower
+    from registry.node.revocations import RevocationFollower
     from registry.services import revocations
 
     source, big = endpoint["source"], endpoint["files"][BIG]
@@ -109,7 +109,7 @@ def test_a_revocation_from_the_event_stream_stops_serving_the_version(endpoint, 
     wait_cached(endpoint["cache"], {hashlib.sha256(endpoint["files"][BIG][:CHUNK_SIZE]).hexdigest()})
     with endpoint["container"].session_factory() as session:
         revocations.revoke(session, endpoint["admin"], T, M, 1, "bad", clock=endpoint["container"].clock)
-    from registry.client.revocations import RevocationFollower
+    from registry.node.revocations import RevocationFollower
 
     source = endpoint["source"]
     # serve-s3's follower of the event stream, as the CLI wires it.
@@ -128,7 +128,7 @@ def test_a_revocation_cuts_a_range_already_in_flight(endpoint, monkeypatch):
     sent (the connection is cut, the client sees a short body), and what did arrive is the release's bytes."""
     from botocore.exceptions import IncompleteReadError, ResponseStreamingError
 
-    from registry.client.revocations import RevocationFollower
+    from registry.node.revocations import RevocationFollower
     from registry.services import revocations
 
     source, big = endpoint["source"], endpoint["files"][BIG]
@@ -211,7 +211,7 @@ def test_a_flipped_bit_in_a_node_cache_chunk_file_is_never_served(endpoint, capl
     data = bytearray(path.read_bytes())
     data[50] ^= 0x04
     path.write_bytes(bytes(data))
-    restarted = ChunkSource(source.api, cache, max_chunks=4, trust_root_file=source.trust_root_file)
+    restarted = ChunkSource(source.api, cache, policy=source.policy, max_chunks=4)
     with running(restarted) as url, caplog.at_level(logging.ERROR, logger="modelreg.serve_s3"):
         got = s3_client(url).get_object(Bucket=T, Key=f"{M}@1/{BIG}", Range="bytes=0-99")["Body"].read()
         assert got == big[:100]
@@ -225,7 +225,7 @@ def test_a_version_the_node_cache_holds_as_revoked_is_refused_though_the_registr
     """The node cache recorded llm@1 as revoked (another process on the node followed the revocation) while
     the registry's answer is stale and still verifies: serve-s3 asks its release again, chunk lists carried
     over from the read before, and refuses it; a serve-s3 started afresh over the cache refuses it too."""
-    from registry.client import serve_s3
+    from registry.node import serve_s3
 
     s3, cache, source = s3_client(endpoint["url"]), endpoint["cache"], endpoint["source"]
     assert s3.get_object(Bucket=T, Key=f"{M}@1/{BIG}", Range="bytes=0-9")["Body"].read()
@@ -238,7 +238,7 @@ def test_a_version_the_node_cache_holds_as_revoked_is_refused_though_the_registr
             with pytest.raises(ClientError) as refused:
                 read(client)
             assert refused.value.response["Error"]["Code"] == "AccessDenied"
-    restarted = ChunkSource(source.api, cache, max_chunks=4, trust_root_file=source.trust_root_file)
+    restarted = ChunkSource(source.api, cache, policy=source.policy, max_chunks=4)
     with running(restarted) as url, pytest.raises(ClientError) as refused:
         s3_client(url).get_object(Bucket=T, Key=f"{M}@1/{BIG}", Range="bytes=0-9")
     assert refused.value.response["Error"]["Code"] == "AccessDenied"

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from registry.client.blobfile import COPY_CHUNK
-from registry.client.cache import NodeCache
+from registry.node.blobfile import COPY_CHUNK
+from registry.node.cache import NodeCache
 from tests.support.waiting import wait_until
 
 
@@ -104,7 +104,7 @@ LOCKER = """
 import sys
 from pathlib import Path
 
-from registry.client.cache import NodeCache
+from registry.node.cache import NodeCache
 cache = NodeCache(Path(sys.argv[1]))
 with cache.digest_lock("acme", "a" * 64):
     print("locked", flush=True)

@@ -7,7 +7,7 @@ import threading
 
 import pytest
 
-from registry.client.cache import NodeCache
+from registry.node.cache import NodeCache
 from registry.domain.errors import InvalidInputError
 
 

@@ -1,4 +1,4 @@
-"""A node's chunk checks (registry/client/chunks.py) from a release signed as the registry signs it:
+"""A node's chunk checks (registry/node/chunks.py) from a release signed as the registry signs it:
 the chunk list against the signed root, each chunk against the list; a flipped byte is refused."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import os
 
 import pytest
 
-from registry.client.chunks import load_chunk_list, verify_chunk
+from registry.node.chunks import load_chunk_list, verify_chunk
 from registry.domain.chunks import ChunkHasher
 from registry.domain.errors import (
     ChunkMismatchError,

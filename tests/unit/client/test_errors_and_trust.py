@@ -10,7 +10,7 @@ import pytest
 
 from registry.client.api import RegistryApi
 from registry.client.errors import EXIT_CODES, exit_code
-from registry.client.trust import NodeTrust
+from registry.node.trust import NodeTrust
 from registry.domain.errors import (
     DigestMismatchError, InvalidPathError, NotApprovedError, ReleaseNotFoundError, RevokedError, SignatureError,
 )

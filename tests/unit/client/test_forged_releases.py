@@ -4,7 +4,7 @@ Each row starts from a release the registry's own signer makes (``release_payloa
 as ``registry/services/manifests.py`` does), alters one thing, and names the error and reason the node
 must refuse it with: every field of the envelope and of the payload altered after signing, payloads
 re-signed with bad values, every key-id trick, every threshold from 0 to n+1, the node's clock skewed both
-ways, hostile paths. ``verify_manifest`` is the node's whole pre-download check (``registry.client.fetch``).
+ways, hostile paths. ``verify_manifest`` is the node's whole pre-download check (``registry.node.opener``).
 """
 
 from __future__ import annotations
@@ -20,8 +20,8 @@ from typing import Any
 import pytest
 
 from registry.client.errors import BadManifestError, exit_code
-from registry.client.fetch import verify_manifest
-from registry.client.trust import NodeTrust
+from registry.node.opener import verify_manifest
+from registry.node.trust import NodeTrust
 from registry.domain.errors import InvalidInputError, InvalidPathError, SignatureError
 from registry.domain.refs import parse_ref
 from registry.signing.dsse import MAX_SIGNATURES

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from registry.client.errors import exit_code
-from registry.client.trust import NodeTrust
+from registry.node.trust import NodeTrust
 from registry.signing.canonical import canonical_json
 from registry.signing.dsse import pae
 from registry.signing.keys import SigningKey

@@ -14,10 +14,10 @@ import httpx
 import pytest
 
 from registry.client.api import RegistryApi
-from registry.client.cache import NodeCache
+from registry.node.cache import NodeCache
 from registry.client.errors import exit_code
-from registry.client.fetch import node_trust
-from registry.client.trust import PINNED_ROOT_VERSION, pinned_root
+from registry.node.opener import NodePolicy, ReleaseOpener
+from registry.node.trust import PINNED_ROOT_VERSION, pinned_root
 from registry.domain.errors import InvalidInputError
 from registry.signing.canonical import canonical_json
 from registry.signing.keys import SigningKey
@@ -116,12 +116,13 @@ def _api(served: bytes) -> RegistryApi:
     return RegistryApi("http://registry.test", "t", transport=httpx.MockTransport(handler))
 
 
-def test_node_trust_with_only_a_pin_takes_the_registrys_root_only_when_it_is_the_pinned_one(tmp_path):
-    """serve-s3 and fetch build their trust so (:func:`node_trust`): the registry's GET /v1/trust-root/1."""
+def test_the_openers_trust_with_only_a_pin_takes_the_registrys_root_only_when_it_is_the_pinned_one(tmp_path):
+    """Every node program opens releases with this trust (:meth:`ReleaseOpener.trust`): with only a pin, root 1
+    is the registry's GET /v1/trust-root/1, taken only when it hashes to the pin."""
     cache = NodeCache(tmp_path / "cache")
     with _api(ROOT) as api:
-        assert node_trust(api, None, PIN, cache).root.version == 1
+        assert ReleaseOpener(api, NodePolicy(None, PIN), state_dir=cache.root).trust().root.version == 1
     with _api(IMPOSTOR) as api, pytest.raises(RootError) as refused:
-        node_trust(api, None, PIN, cache)
+        ReleaseOpener(api, NodePolicy(None, PIN), state_dir=cache.root).trust()
     assert refused.value.details["reason"] == "pin-mismatch"
     assert not (tmp_path / "cache" / "trust").exists()  # nothing of either answer kept

@@ -14,10 +14,10 @@ import hashlib
 import json
 from pathlib import Path
 
-from registry.client.assemble import RELEASE_FILE, STAGING_PREFIX
-from registry.client.cache import NodeCache
+from registry.node.assemble import RELEASE_FILE, STAGING_PREFIX
+from registry.node.cache import NodeCache
 from registry.client.errors import NetworkError
-from registry.client.sweep import Sweeper, remove_folder
+from registry.node.sweep import Sweeper, remove_folder
 from registry.signing.keys import SigningKey
 from registry.signing.release import release_payload, sign_release
 from registry.signing.trust_root import root_document, sign_root

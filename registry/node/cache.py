@@ -9,7 +9,7 @@ Layout under the cache directory::
                                                      versions held (their digests), revoked ones, and state
                                                      (the event stream's cursor, revocation counters)
     fetch.lock                                       shared by fetches in flight, exclusive for eviction
-    trust/                                           roots walked and serials accepted (registry.client.trust)
+    trust/                                           roots walked and serials accepted (registry.node.trust)
 
 A directory per tenant: the bytes one tenant fetched never satisfy another tenant's fetch, so a node
 shared by tenants tells none of them what the others run, and one tenant's cache cannot be filled
@@ -68,7 +68,7 @@ from contextlib import contextmanager
 from datetime import timedelta
 from pathlib import Path
 
-from registry.client.blobfile import copy_hashed
+from registry.node.blobfile import copy_hashed
 from registry.domain.errors import DigestMismatchError, InvalidInputError, SizeMismatchError
 from registry.domain.files import is_sha256
 from registry.domain.refs import NAME_RE
@@ -110,7 +110,7 @@ def copy_verified(source: Path, target: Path, *, digest: str, size: int) -> None
 
     Where the filesystem shares extents (a reflink), one hash pass over the copy itself; elsewhere (ext4)
     each chunk is read once into memory, hashed there and written from there past the page cache
-    (:func:`~registry.client.blobfile.copy_hashed`). Either way a change to ``source`` during the copy
+    (:func:`~registry.node.blobfile.copy_hashed`). Either way a change to ``source`` during the copy
     cannot reach ``target`` unseen.
 
     Raises:

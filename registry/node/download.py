@@ -8,7 +8,7 @@ hash. The sha256 takes the parts in order, from the buffers, so no byte is read 
 completes before the ones in front of it keeps its buffer until they are hashed. DEST's file therefore
 holds exactly the bytes the hash took (its own file: no link to the cache, no copy of the partial,
 which any root process on the node can write); it is removed unless the digest matches. Writes of
-whole pages bypass the page cache (``O_DIRECT``, :mod:`registry.client.blobfile`) where the filesystem
+whole pages bypass the page cache (``O_DIRECT``, :mod:`registry.node.blobfile`) where the filesystem
 allows it: a small node otherwise spends as much CPU copying every byte into the page cache as receiving
 it (``bench/README.md``, Fetch). A filesystem that refuses ``O_DIRECT`` (tmpfs) gets ordinary writes.
 
@@ -35,7 +35,7 @@ from concurrent.futures import Executor, Future
 from pathlib import Path
 
 from registry.client.api import RegistryApi
-from registry.client.blobfile import BlobFile
+from registry.node.blobfile import BlobFile
 from registry.client.errors import NetworkError, TransportError
 from registry.domain.errors import DigestMismatchError, SizeMismatchError
 from registry.statefile import write_atomic

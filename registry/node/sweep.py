@@ -6,11 +6,11 @@ ClusterStorageContainer: ``modelreg fetch URI /mnt/models``) with the node group
 serving Pods with no init container: nothing checks it again. The sweeper runs on each node with the
 node group's volume (ROOT) and, for every folder ``ROOT/models/<key>``:
 
-- reads the release the fetch recorded there (:data:`registry.client.assemble.RELEASE_FILE`, the signed
+- reads the release the fetch recorded there (:data:`registry.node.assemble.RELEASE_FILE`, the signed
   envelope as received); a folder without one is reported ``unattributed`` and left alone (another
   storage container's cache, or a download in progress), unless asked to remove it;
 - removes it as ``revoked`` when the registry revoked that version: the ``version.revoked`` events, read
-  by :class:`~registry.client.revocations.RevocationFollower` into the sweeper's own state directory (a
+  by :class:`~registry.node.revocations.RevocationFollower` into the sweeper's own state directory (a
   :class:`NodeCache` that holds no blobs, only the cursor, the revoked versions and the trust roots walked);
   and, in a full sweep, the registry's own answer: the release of that version is asked for again
   (``ask_release``, with the ETag of the last answer, so an unchanged one costs a 304 and no signature).
@@ -36,25 +36,21 @@ import os
 import secrets
 import shutil
 import stat
-from collections.abc import Callable, Mapping
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from registry.client.assemble import (
-    RELEASE_FILE,
-    STAGING_PREFIX,
-    check_bundle_matches,
-    check_reserved,
-    read_release_file,
-    verify_directory,
-)
-from registry.client.cache import NodeCache
-from registry.client.errors import classify
-from registry.client.trust import NodeTrust
-from registry.domain.errors import RegistryError, RevokedError, SignatureError
+from registry.node.assemble import RELEASE_FILE, STAGING_PREFIX, read_release_file, verify_directory
+from registry.node.cache import NodeCache
+from registry.client.errors import NetworkError, classify
+from registry.node.opener import verify_recorded
+from registry.node.revocations import RevocationFollower
+from registry.node.trust import NodeTrust
+from registry.domain.errors import IntegrityError, RegistryError, RevokedError, SignatureError
 from registry.domain.refs import NAME_RE
 from registry.signing.bundle import SIGNATURE_FILE_NAME
-from registry.signing.release import verify_release
 from registry.signing.trust_root import TrustRoot
 
 MODELS = "models"
@@ -239,14 +235,13 @@ class Sweeper:
         if isinstance(unasked, SweepFinding):
             return unasked
         try:
-            # The clock is the release's own issue time: its signature is checked, not its expiry.
-            release = verify_release(claim.envelope, root, now=claim.issued, model=claim.model, ref=claim.ref)
-            check_reserved(release.files)
             try:
                 bundle = json.loads((folder / SIGNATURE_FILE_NAME).read_text())
             except (OSError, ValueError):
                 bundle = {}
-            check_bundle_matches(bundle, release)
+            # Its signature at the release's own issue time (not its expiry), its paths and bundle, then its files.
+            release = verify_recorded(claim.envelope, bundle, root, model=claim.model, ref=claim.ref,
+                                      issued=claim.issued)
             verify_directory(folder, release, parallel=self.parallel)
         except SignatureError as exc:
             if not trust_current:
@@ -297,3 +292,51 @@ def _reason(exc: RegistryError) -> str:
     if changed:
         text += f"; changed: {', '.join(changed[:5])}"
     return text
+
+
+def sweep_once(sweep: Callable[[bool], list[SweepFinding]], follower: RevocationFollower,
+               problems: Sequence[str]) -> None:
+    """``cache sweep --once``: the revocations not yet applied, one full sweep, and its outcome as an error.
+
+    Raises:
+        IntegrityError: a folder was altered (removed); else RevokedError: one was revoked (removed); else
+        NetworkError: the event stream, a release's question or the trust root walk failed (``problems``).
+    """
+    try:
+        follower.catch_up()
+    except (RegistryError, OSError) as exc:
+        follower.on_problem(f"the event stream failed, none applied: {' '.join(str(exc).split())}")
+    findings = sweep(True)
+    kinds = {f.event for f in findings}
+    if "altered" in kinds:
+        raise IntegrityError(f"{sum(f.event == 'altered' for f in findings)} altered folder(s) removed")
+    if "revoked" in kinds:
+        raise RevokedError.from_wire(f"{sum(f.event == 'revoked' for f in findings)} revoked folder(s) removed")
+    if problems:
+        raise NetworkError(f"the sweep could not ask the registry: {problems[0]}")
+
+
+def keep_sweeping(sweep: Callable[[bool], object], follower: RevocationFollower, wake: threading.Event, *,
+                  interval: float, on_problem: Callable[[str], None],
+                  clock: Callable[[], float] = time.monotonic) -> None:
+    """Sweep fully every ``interval`` seconds and, in between, check revocations whenever the follower moved
+    its cursor (it sets ``wake``); a failed sweep is told and tried again within 30 s. Runs until Ctrl-C."""
+    stop = threading.Event()
+    threading.Thread(target=follower.run, args=(stop,), daemon=True, name="revocations").start()
+    next_full = 0.0
+    try:
+        while True:
+            try:
+                if clock() >= next_full:
+                    wake.clear()
+                    sweep(True)
+                    next_full = clock() + interval
+                elif wake.is_set():
+                    wake.clear()
+                    sweep(False)
+            except (RegistryError, OSError) as exc:
+                on_problem(f"the sweep failed, retrying at the next: {' '.join(str(exc).split())}")
+                next_full = clock() + min(interval, 30.0)
+            wake.wait(max(0.0, next_full - clock()))
+    finally:
+        stop.set()

@@ -5,7 +5,8 @@ addresses a file of a release (docs/adr/0014-serve-s3.md). ``ListObjectsV2``, ``
 ``GetObject`` (with ``Range``) are answered; anything else, or a request not signed with SigV4 by the key
 pair the endpoint is configured with, gets an S3 XML error.
 
-Each release is verified as ``modelreg fetch`` verifies it (:func:`registry.client.fetch.verify_manifest`);
+Each release is opened as ``modelreg fetch`` opens it, by the node's one door with the node's own policy
+(:class:`registry.node.opener.ReleaseOpener`: trust pin, its witnesses);
 its files' chunk lists are checked against the roots it signs. A range is answered chunk by chunk: each
 aligned chunk covering it comes from the node cache or from the registry's transport URL, and its digest
 is checked before any byte of it is written to the socket. A chunk that fails is never served: the request
@@ -31,15 +32,16 @@ import urllib.parse
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 from xml.sax.saxutils import escape
 
 from registry.client.api import RegistryApi
-from registry.client.blobfile import read_whole_file, write_whole_file
-from registry.client.cache import NodeCache
-from registry.client.chunks import ChunkedFile, fetch_chunk_list, verify_chunk
-from registry.client.fetch import _walk_root, node_trust, verify_manifest
+from registry.node.blobfile import read_whole_file, write_whole_file
+from registry.node.cache import NodeCache, RevocationReport
+from registry.node.chunks import ChunkedFile, fetch_chunk_list, verify_chunk
+from registry.node.opener import NodePolicy, ReleaseOpener
+from registry.node.revocations import RevocationFollower
 from registry.domain.errors import (
     ChunkMismatchError,
     InvalidInputError,
@@ -196,15 +198,15 @@ class ChunkSource:
     Chunks are read into a pool of at most ``max_chunks`` page-aligned buffers, reused: a request takes a
     slot, then a buffer, so one is always free or idle. A buffer goes back to the pool once its last
     reader's write has returned, never while a socket may still be sending from it. Chunk files in the node
-    cache are written and read past the page cache (:mod:`registry.client.blobfile`): filling it with a
+    cache are written and read past the page cache (:mod:`registry.node.blobfile`): filling it with a
     model's chunks was half of serve-s3's CPU in a profile (a full page cache reclaims for every new page),
     and it evicted the pages the node's other readers need.
     """
 
-    def __init__(self, api: RegistryApi, cache: NodeCache | None, *, max_chunks: int = DEFAULT_MAX_CHUNKS,
-                 trust_root_file: Path | None = None, trust_root_sha256: str | None = None) -> None:
-        self.api, self.cache = api, cache
-        self.trust_root_file, self.trust_root_sha256 = trust_root_file, trust_root_sha256
+    def __init__(self, api: RegistryApi, cache: NodeCache | None, *, policy: NodePolicy,
+                 max_chunks: int = DEFAULT_MAX_CHUNKS) -> None:
+        self.api, self.cache, self.policy = api, cache, policy
+        self.opener = ReleaseOpener(api, policy, state_dir=cache.root if cache is not None else None)
         self.max_chunks = max_chunks
         self.slots = threading.BoundedSemaphore(max_chunks)
         self._lock = threading.Lock()
@@ -225,17 +227,11 @@ class ChunkSource:
             held = self._releases.get(key)
         if held is not None and not held.revoked and time.monotonic() - held.verified_at < RELEASE_TTL:
             return held
+        # One open at a time: the node's trust state (roots walked, serials, checkpoint) is read and kept whole.
         with self._trust_lock:
             try:
-                response = self.api.manifest(ref.tenant, ref.name, key[2])
-                assert response is not None
-                trust = node_trust(self.api, self.trust_root_file, self.trust_root_sha256, self.cache)
-                now = dt.datetime.now(dt.timezone.utc)
-                _walk_root(self.api, trust, response, now)
-                release = verify_manifest(response.envelope, response.signature_bundle, ref=ref, trust=trust,
-                                          now=now, log=response.log, consistency=self.api.log_consistency)
-                trust.accept(release.model, release.ref, release.serial)
-                trust.commit()
+                accepting = self.opener.open(ref)
+                assert accepting is not None  # no ETag was sent, so no 304
             except RevokedError as exc:
                 raise S3Error(403, "AccessDenied", str(exc)) from None
             except NotFoundError as exc:
@@ -243,12 +239,14 @@ class ChunkSource:
             except RegistryError as exc:
                 log.error("release %s/%s refused: %s", tenant, model_ref, exc)
                 raise S3Error(403, "AccessDenied", f"the release does not verify: {exc}") from None
-        # Recorded in the cache's index, as a fetch records what it holds: the event follower then tells
-        # :meth:`revoke` of this version (and a version the cache knows as revoked is refused here).
-        held_blobs = {f.sha256: f.size for f in release.files}
-        if self.cache is not None and not self.cache.hold(ref.tenant, ref.name, release.version, held_blobs):
-            raise S3Error(403, "AccessDenied", f"{release.model}@{release.version} was revoked")
-        opened = OpenRelease(ref.tenant, ref.name, release, dict(response.transport), time.monotonic())
+            release = accepting.release
+            # Recorded in the cache's index, as a fetch records what it holds: the event follower then tells
+            # :meth:`revoke` of this version (and a version the cache knows as revoked is refused here).
+            held_blobs = {f.sha256: f.size for f in release.files}
+            if self.cache is not None and not self.cache.hold(ref.tenant, ref.name, release.version, held_blobs):
+                raise S3Error(403, "AccessDenied", f"{release.model}@{release.version} was revoked")
+            accepting.accept()
+        opened = OpenRelease(ref.tenant, ref.name, release, dict(accepting.transport), time.monotonic())
         if held is not None:
             opened.lists = {p: c for p, c in held.lists.items()
                             if any(f.path == p and f.sha256 == c.entry.sha256 for f in release.files)}
@@ -595,3 +593,25 @@ def keys_from_env(environ: dict[str, str] | None = None) -> dict[str, str]:
     environ = dict(os.environ if environ is None else environ)
     access, secret = environ.get("MODELREG_S3_ACCESS_KEY_ID"), environ.get("MODELREG_S3_SECRET_ACCESS_KEY")
     return {access: secret} if access and secret else {}
+
+
+def serve(server: S3Server, api: RegistryApi, *, say: Callable[[str], None]) -> None:
+    """Answer requests until Ctrl-C while following the registry's revocations: a revoked version the
+    endpoint serves stops being served (ranges in flight included) as its event arrives."""
+    source = server.source
+    if source.cache is None:
+        raise ValueError("serve-s3 keeps the revocations it follows in its node cache: give it one")
+
+    def revoked(report: RevocationReport) -> None:
+        source.revoke(report.tenant, report.model, report.version)
+        say(f"revoked {report.tenant}/{report.model}@{report.version}: no longer served")
+
+    follower = RevocationFollower(api, source.cache, on_revoked=revoked,
+                                  on_problem=lambda line: say(f"error: revocations: {line}"))
+    stop = threading.Event()
+    threading.Thread(target=follower.run, args=(stop,), daemon=True, name="revocations").start()
+    try:
+        server.serve_forever()
+    finally:
+        stop.set()
+        server.server_close()

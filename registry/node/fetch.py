@@ -1,75 +1,46 @@
-"""The fetch client: a verified release of a model into DEST, through the node cache (or without one).
+"""The fetch client: a release of a model, opened and verified, into DEST through the node cache (or without one).
 
-Two layers. :func:`fetch_release` is the core: given the signed release envelope, its transport URLs and
-the version's model-signing bundle (whatever carried them), it verifies, downloads what the cache lacks
-and assembles DEST, then commits the trust state. :func:`fetch` is the HTTP layer over it: it asks the
-registry's manifest endpoint for the release and walks the trust root forward. :func:`warm` long-polls
-the manifest to keep a node cache ahead of alias moves.
+:func:`fetch` (``modelreg fetch``) asks the registry for the release and opens it through the node's one
+door (:class:`registry.node.opener.ReleaseOpener`: trust root walked, envelope, expiry, serial, paths,
+bundle, log proof and cosignatures); :func:`place_release` then brings what the cache lacks into it and
+assembles DEST, and accepts the release only after DEST holds it. :func:`warm_once` is ``cache warm``'s
+step: one long poll on the manifest, the release opened and its files cached.
 
-Order of checks, each before any byte is written anywhere but the cache's partial files:
-signature by the trust root (walked from the pinned file), expiry, serial not lower than the last
-accepted for the model and ref, model and ref as asked, clean and unreserved paths, the bundle is the
-one the release names; when the trust root names a verifiable log, the release's events proven in a
-checkpoint signed and cosigned as required that extends the one this node kept (:mod:`log_proofs`); DEST
-outside the cache; then each file's size and sha256 as it is downloaded, or
-as it is copied out of the cache into DEST (a cached blob that fails is removed and downloaded again);
-then DEST appears. A DEST that already holds the release is re-hashed, not trusted on its file sizes.
-The root walked, the serial and the log checkpoint are persisted only after DEST holds the release.
+After the opener's checks and before any byte is written anywhere but the cache's partial files: DEST
+outside the cache; then each file's size and sha256 as it is downloaded, or as it is copied out of the
+cache into DEST (a cached blob that fails is removed and downloaded again); then DEST appears. A DEST that
+already holds the release is re-hashed, not trusted on its file sizes. The root walked, the serial and the
+log checkpoint are persisted only after DEST holds the release.
 
 Without a node cache (``modelreg fetch`` with no ``--cache``: KServe's storage initializer, whose only
 writable paths are DEST and /tmp) the same path runs with no cache: each blob is downloaded straight
 into its file in DEST's staging directory (written from the buffers the hash takes, as with a cache),
 so nothing is written outside DEST; nothing is kept for the next fetch (no cached blob, no walked root,
 no serial).
-
-Example:
-    >>> ref_selector(parse_ref("modelreg://acme/tiny@prod")), ref_selector(parse_ref("acme/tiny@3"))
-    ('prod', '3')
 """
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
-import datetime as dt
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from registry.client.api import ManifestResponse, RegistryApi
-from registry.client.assemble import (
-    assemble,
-    check_bundle_matches,
-    check_reserved,
-    destination_is_release,
-    verify_destination,
-)
-from registry.client.cache import NodeCache, copy_verified
-from registry.client.download import DEFAULT_PART_SIZE, MAX_PART_SIZE, SPARE_BUFFERS, Buffers, download_blob
+from registry.client.api import RegistryApi
 from registry.client.errors import BadManifestError, DestinationInCacheError
-from registry.client.log_proofs import WitnessPolicy, verify_release_log
-from registry.client.progress import Reporter
-from registry.client.trust import NodeTrust, pinned_root
-from registry.domain.errors import InvalidInputError, InvalidRefError, LogProofError, RevokedError
+from registry.domain.errors import InvalidInputError, RevokedError
 from registry.domain.refs import ModelRef, parse_ref
-from registry.signing.release import Release, ReleaseFile, verify_release
+from registry.node.assemble import assemble, destination_is_release, verify_destination
+from registry.node.cache import NodeCache, copy_verified
+from registry.node.download import DEFAULT_PART_SIZE, MAX_PART_SIZE, SPARE_BUFFERS, Buffers, download_blob
+from registry.node.opener import NodePolicy, OpenedRelease, ReleaseOpener, ref_selector
+from registry.node.progress import Reporter
+from registry.signing.release import Release, ReleaseFile
 
 DEFAULT_PARALLEL = 8
-
-
-def ref_selector(ref: ModelRef) -> str:
-    """The ``ref`` of the manifest request and of the release: an alias, or a version number as text."""
-    if ref.alias is not None:
-        return ref.alias
-    if ref.version is not None:
-        return str(ref.version)
-    raise InvalidRefError(str(ref), "name an alias or a version: tenant/name@prod or tenant/name@3")
-
-
-def _utcnow() -> dt.datetime:
-    return dt.datetime.now(dt.timezone.utc)
 
 
 @dataclasses.dataclass
@@ -95,44 +66,6 @@ class FetchResult:
 
     def as_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
-
-
-def verify_manifest(envelope: Mapping[str, Any], bundle: Mapping[str, Any], *, ref: ModelRef, trust: NodeTrust,
-                    now: dt.datetime, log: Any = None,
-                    consistency: Callable[[int, int], Any] | None = None) -> Release:
-    """Every check a release passes before a byte is downloaded (see the module docstring); when the trust
-    root names a verifiable log, ``log`` (the answer's proof) must prove the release in it
-    (:func:`registry.client.log_proofs.verify_release_log`, with the registry's ``consistency`` proofs).
-
-    Raises:
-        SignatureError, ReleaseExpiredError, ReleaseRollbackError, ReleaseMismatchError, InvalidPathError,
-        BadManifestError: as named.
-        LogProofError, MalformedNoteError, UnverifiedNoteError...: the release is not proven in the log.
-    """
-    selector = ref_selector(ref)
-    release = verify_release(envelope, trust.root, now=now, model=ref.model, ref=selector,
-                             min_serial=trust.serial(ref.model, selector))
-    check_reserved(release.files)
-    check_bundle_matches(bundle, release)
-    _verify_logged(release, log, trust, consistency)
-    return release
-
-
-def _verify_logged(release: Release, log: Any, trust: NodeTrust,
-                   consistency: Callable[[int, int], Any] | None) -> None:
-    if trust.root.log is None:
-        if trust.witness_policy is not None:
-            raise LogProofError("missing", f"this node requires witnesses, but trust root {trust.root.version} "
-                                           "names no verifiable log")
-        return
-
-    def no_proofs(first: int, second: int) -> Any:
-        raise LogProofError("missing", "no registry to ask for a consistency proof")
-
-    origin = trust.root.log.origin
-    keep = verify_release_log(release, log, trust.root.log, kept=trust.log_checkpoint(origin),
-                              consistency=consistency or no_proofs, node=trust.witness_policy)
-    trust.accept_checkpoint(origin, keep)
 
 
 def ensure_cached(release: Release, transport: Mapping[str, str], *, tenant: str, cache: NodeCache | None,
@@ -271,25 +204,18 @@ def check_outside_cache(dest: Path, cache: NodeCache) -> None:
                                       "choose a DEST outside --cache", dest=str(dest), cache=str(cache.root))
 
 
-def fetch_release(envelope: Mapping[str, Any], transport: Mapping[str, str], bundle: Mapping[str, Any], *,
-                  ref: ModelRef, dest: Path, trust: NodeTrust, cache: NodeCache | None, api: RegistryApi,
-                  parallel: int = DEFAULT_PARALLEL, part_size: int = DEFAULT_PART_SIZE,
-                  reporter: Reporter | None = None, now: dt.datetime | None = None, log: Any = None) -> FetchResult:
-    """Verify a release, bring its files into the cache and DEST; commit the trust state only on success.
 
-    ``trust.root`` must already be walked forward (:meth:`NodeTrust.refresh`). On any failure DEST is as it
-    was and neither a root nor a serial is written. ``cache`` None: no node cache (see the module docstring).
-    """
+def place_release(opened: OpenedRelease, *, tenant: str, dest: Path, cache: NodeCache | None, api: RegistryApi,
+                  parallel: int = DEFAULT_PARALLEL, part_size: int = DEFAULT_PART_SIZE,
+                  reporter: Reporter | None = None) -> FetchResult:
+    """An opened release's files into the cache and DEST; accepted (its trust state kept) only once DEST
+    holds it. On any failure DEST is as it was and nothing is accepted. ``cache`` None: no node cache."""
     reporter = reporter or Reporter()
-    if cache is not None:
-        check_outside_cache(dest, cache)
-    with reporter.phase("verify"):
-        release = verify_manifest(envelope, bundle, ref=ref, trust=trust, now=now or _utcnow(), log=log,
-                                  consistency=api.log_consistency)
+    release, bundle = opened.release, opened.bundle
     result = FetchResult(release.model, release.ref, release.version, release.serial, str(dest),
                          files=len(release.files), bytes=release.total_size)
     if cache is not None:
-        hold_release(release, tenant=ref.tenant, name=ref.name, cache=cache)
+        hold_release(release, tenant=tenant, name=release.model.split("/", 1)[1], cache=cache)
     with cache.in_use() if cache is not None else contextlib.nullcontext():
         # Before any download: a DEST holding something else is refused now, not after the bytes came.
         if destination_is_release(Path(dest), release):
@@ -299,69 +225,51 @@ def fetch_release(envelope: Mapping[str, Any], transport: Mapping[str, str], bun
         else:
             def place(staging: Path) -> None:
                 with reporter.phase("download"):
-                    ensure_cached(release, transport, tenant=ref.tenant, cache=cache, api=api, into=staging,
+                    ensure_cached(release, opened.transport, tenant=tenant, cache=cache, api=api, into=staging,
                                   parallel=parallel, part_size=part_size, reporter=reporter, result=result)
 
             # The download phase runs inside assemble's (into its staging directory); a phase's time
             # leaves out the phases inside it.
             with reporter.phase("assemble"):
-                assemble(Path(dest), release, place, bundle, envelope)
-    trust.accept(release.model, release.ref, release.serial)
-    trust.commit()
+                assemble(Path(dest), release, place, bundle, opened.envelope)
+    opened.accept()
     if cache is not None:
         cache.evict()
     result.timings = dict(reporter.timings)
     return result
 
 
-def _walk_root(api: RegistryApi, trust: NodeTrust, response: ManifestResponse | None, now: dt.datetime) -> None:
-    hint = response.trust_root_version if response is not None else None
-    # The manifest says which root signed it: when ours is as new, the walk only checks our root's expiry.
-    fetch = api.trust_root if hint is None or hint > trust.root.version else (lambda version: None)
-    trust.refresh(fetch, now=now)
-
-
-def node_trust(api: RegistryApi, trust_root_file: Path | None, trust_root_sha256: str | None,
-               cache: NodeCache | None) -> NodeTrust:
-    """The node's trust: the pinned root (a file, or root 1 by its sha256: :func:`pinned_root`) walked
-    through the roots the cache accepted before."""
-    root = pinned_root(trust_root_file, trust_root_sha256, api.trust_root_bytes)
-    return NodeTrust.load(root, cache.root if cache is not None else None)
-
-
-def fetch(ref_text: str, dest: Path, *, api: RegistryApi, trust_root_file: Path | None = None,
-          trust_root_sha256: str | None = None, cache: NodeCache | None = None,
+def fetch(ref_text: str, dest: Path, *, api: RegistryApi, policy: NodePolicy, cache: NodeCache | None = None,
           parallel: int = DEFAULT_PARALLEL, part_size: int = DEFAULT_PART_SIZE,
-          reporter: Reporter | None = None, witness_policy: WitnessPolicy | None = None) -> FetchResult:
-    """``modelreg fetch``: the manifest from the registry, then :func:`fetch_release`; ``witness_policy``:
-    the witnesses this node requires to have cosigned the release's checkpoint (beside its root's).
+          reporter: Reporter | None = None) -> FetchResult:
+    """``modelreg fetch``: the release opened (:class:`ReleaseOpener`), then :func:`place_release`.
 
     Raises:
         InvalidRefError: REF names no alias or version.
-        InvalidInputError, RootError: no trust root given, or one that is not the pinned one.
+        DestinationInCacheError: DEST is inside the node cache, or holds it.
+        InvalidInputError, RootError: the trust root cannot be read, or is not the pinned one.
         RevokedError, NotApprovedError, ReleaseNotFoundError, NetworkError: from the registry.
-        Anything :func:`fetch_release` raises.
+        Anything :meth:`ReleaseOpener.verify` and :func:`place_release` raise.
     """
     reporter = reporter or Reporter()
     ref = parse_ref(ref_text)
-    selector = ref_selector(ref)
-    trust = node_trust(api, trust_root_file, trust_root_sha256, cache)
-    trust.witness_policy = witness_policy
+    ref_selector(ref)
+    if cache is not None:
+        check_outside_cache(dest, cache)
+    opener = ReleaseOpener(api, policy, state_dir=cache.root if cache is not None else None)
     with reporter.phase("manifest"):
-        response = api.manifest(ref.tenant, ref.name, selector)
+        response = api.manifest(ref.tenant, ref.name, ref_selector(ref))
         assert response is not None  # no ETag was sent, so no 304
     with reporter.phase("verify"):
-        _walk_root(api, trust, response, _utcnow())
-    return fetch_release(response.envelope, response.transport, response.signature_bundle, ref=ref, dest=dest,
-                         trust=trust, cache=cache, api=api, parallel=parallel, part_size=part_size,
-                         reporter=reporter, log=response.log)
+        opened = opener.verify(ref, response)
+    return place_release(opened, tenant=ref.tenant, dest=dest, cache=cache, api=api, parallel=parallel,
+                         part_size=part_size, reporter=reporter)
 
 
-def warm_once(ref: ModelRef, *, api: RegistryApi, trust_root_file: Path | None, cache: NodeCache, etag: str | None,
-              wait: float | None, parallel: int = DEFAULT_PARALLEL, reporter: Reporter | None = None,
-              trust_root_sha256: str | None = None, witness_policy: WitnessPolicy | None = None
+def warm_once(ref: ModelRef, *, opener: ReleaseOpener, cache: NodeCache, etag: str | None, wait: float | None,
+              parallel: int = DEFAULT_PARALLEL, reporter: Reporter | None = None
               ) -> tuple[str | None, FetchResult | None]:
-    """One long poll for ``ref``: when the release changed, verify it and bring its files into the cache.
+    """One long poll for ``ref``: when the release changed, open it and bring its files into the cache.
 
     Returns:
         The ETag to poll with next, and what was fetched (None when the manifest did not change).
@@ -371,23 +279,17 @@ def warm_once(ref: ModelRef, *, api: RegistryApi, trust_root_file: Path | None, 
             revoked (a stale manifest, or a revocation applied while its blobs came in).
     """
     reporter = reporter or Reporter()
-    response = api.manifest(ref.tenant, ref.name, ref_selector(ref), etag=etag, wait=wait)
-    if response is None:
+    opened = opener.open(ref, etag=etag, wait=wait)
+    if opened is None:
         return etag, None
-    trust = node_trust(api, trust_root_file, trust_root_sha256, cache)
-    trust.witness_policy = witness_policy
-    now = _utcnow()
-    _walk_root(api, trust, response, now)
-    release = verify_manifest(response.envelope, response.signature_bundle, ref=ref, trust=trust, now=now,
-                              log=response.log, consistency=api.log_consistency)
+    release = opened.release
     result = FetchResult(release.model, release.ref, release.version, release.serial, None,
                          files=len(release.files), bytes=release.total_size)
     hold_release(release, tenant=ref.tenant, name=ref.name, cache=cache)
     with cache.in_use():
-        ensure_cached(release, response.transport, tenant=ref.tenant, cache=cache, api=api, parallel=parallel,
+        ensure_cached(release, opened.transport, tenant=ref.tenant, cache=cache, api=opener.api, parallel=parallel,
                       reporter=reporter, result=result)
     drop_if_revoked(release, tenant=ref.tenant, name=ref.name, cache=cache)
-    trust.accept(release.model, release.ref, release.serial)
-    trust.commit()
+    opened.accept()
     cache.evict()
-    return response.etag, result
+    return opened.response.etag, result

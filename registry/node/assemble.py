@@ -7,7 +7,7 @@ model_signing's defaults) leave out, so the model-signing check sees exactly the
 release may therefore not list ``model.sig`` or anything under ``.git/`` itself.
 
 Atomicity. The fetch writes every file (a copy, never a link to the cache: see
-:mod:`registry.client.cache`) into a staging directory beside DEST, on DEST's filesystem, then:
+:mod:`registry.node.cache`) into a staging directory beside DEST, on DEST's filesystem, then:
 
 - DEST absent: the staging directory is renamed to DEST (one atomic step);
 - DEST an empty directory (KServe's emptyDir at ``/mnt/models`` is a mount point, which cannot be
@@ -36,11 +36,12 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from registry.client.cache import sha256_file
+from registry.node.cache import sha256_file
 from registry.client.errors import BadManifestError, DestinationError
 from registry.domain.errors import InvalidPathError, ManifestMismatchError
 from registry.signing.bundle import SIGNATURE_FILE_NAME, is_ignored
 from registry.signing.release import Release, ReleaseFile
+from registry.statefile import fsync_dir
 
 RELEASE_FILE = ".git/modelreg-release.json"
 STAGING_PREFIX = ".modelreg-staging-"
@@ -140,14 +141,6 @@ def _stage(staging: Path, release: Release, place: Callable[[Path], None], bundl
                                     mismatched=[], not_regular=odd)
 
 
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def assemble(dest: Path, release: Release, place: Callable[[Path], None], bundle: Mapping[str, Any],
              envelope: Mapping[str, Any]) -> None:
     """Make DEST hold ``release``; DEST is unchanged on failure.
@@ -180,7 +173,7 @@ def assemble(dest: Path, release: Release, place: Callable[[Path], None], bundle
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
-    _fsync_dir(dest.parent)
+    fsync_dir(dest.parent)
 
 
 def _fill_empty(dest: Path, release: Release, place: Callable[[Path], None], bundle: Mapping[str, Any],
@@ -200,7 +193,7 @@ def _fill_empty(dest: Path, release: Release, place: Callable[[Path], None], bun
             shutil.rmtree(path) if path.is_dir() and not path.is_symlink() else path.unlink(missing_ok=True)
         shutil.rmtree(staging, ignore_errors=True)
         raise
-    _fsync_dir(dest)
+    fsync_dir(dest)
 
 
 def verify_directory(directory: Path, release: Release, *, parallel: int = 4) -> None:

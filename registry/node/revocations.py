@@ -27,7 +27,7 @@ from collections.abc import Callable
 from typing import Any
 
 from registry.client.api import RegistryApi
-from registry.client.cache import NodeCache, RevocationReport
+from registry.node.cache import NodeCache, RevocationReport
 from registry.client.http import RemoteError
 from registry.domain.errors import RegistryError
 from registry.domain.events import TYPE_PREFIX

@@ -13,7 +13,7 @@ the event's body and its inclusion proof. :func:`verify_release_log` checks, bef
 3. the checkpoint extends the newest one this node accepted before for that log: not a smaller tree, the
    same root at the same size, else a consistency proof (the registry's, verified here) between them.
 
-The checkpoint to keep is returned; :class:`registry.client.trust.NodeTrust` writes it beside the serials
+The checkpoint to keep is returned; :class:`registry.node.trust.NodeTrust` writes it beside the serials
 only after the fetch succeeded. Every failure is a :class:`LogProofError` or a note error (exit ``log``).
 
 Usage (a sketch, not run as a doctest)::
@@ -24,8 +24,6 @@ Usage (a sketch, not run as a doctest)::
 
 from __future__ import annotations
 
-import base64
-import binascii
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -41,7 +39,6 @@ from registry.tlog.note import MAX_NOTE_BYTES
 
 MAX_ENTRIES = 8
 """A release is proven by two events; a node reads no more than this many."""
-MAX_PROOF_HASHES = 64
 
 
 @dataclass(frozen=True)
@@ -98,7 +95,7 @@ def _included(entry: Any, checkpoint: Checkpoint) -> Mapping[str, Any]:
     if type(index) is not int or not isinstance(event, Mapping) or event.get("id") != index + 1:
         raise LogProofError("index", "a log proof entry's index is not its event's id - 1")
     leaf = merkle.leaf_hash(commitment(event))
-    merkle.verify_inclusion(leaf, index, checkpoint.size, decode_hashes(hashes), checkpoint.root_hash)
+    merkle.verify_inclusion(leaf, index, checkpoint.size, merkle.decode_hashes(hashes), checkpoint.root_hash)
     return event
 
 
@@ -140,22 +137,5 @@ def _check_extends(old: Checkpoint, new: Checkpoint, consistency: Callable[[int,
                                         "node accepted before: a forked log", old_size=old.size)
         return
     answer = consistency(old.size, new.size)
-    hashes = decode_hashes(answer.get("hashes") if isinstance(answer, Mapping) else None)
+    hashes = merkle.decode_hashes(answer.get("hashes") if isinstance(answer, Mapping) else None)
     merkle.verify_consistency(old.size, new.size, old.root_hash, new.root_hash, hashes)
-
-
-def decode_hashes(hashes: Any) -> list[bytes]:
-    """A proof's hashes: a list of at most 64 base64 strings of 32 bytes each.
-
-    Raises:
-        LogProofError: anything else (``reason`` ``hash``).
-    """
-    if not isinstance(hashes, list) or len(hashes) > MAX_PROOF_HASHES or not all(isinstance(h, str) for h in hashes):
-        raise LogProofError("hash", f"a proof is a list of at most {MAX_PROOF_HASHES} base64 hashes")
-    try:
-        decoded = [base64.b64decode(h, validate=True) for h in hashes]
-    except (binascii.Error, ValueError):
-        raise LogProofError("hash", "a proof hash is not base64") from None
-    if any(len(h) != merkle.HASH_SIZE for h in decoded):
-        raise LogProofError("hash", "a proof hash is not 32 bytes")
-    return decoded

@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from registry import statefile
-from registry.client.log_proofs import WitnessPolicy
+from registry.node.log_proofs import WitnessPolicy
 from registry.domain.errors import InvalidInputError, RegistryError
 from registry.signing.trust_root import MAX_ROOT_BYTES, RootError, TrustRoot, parse_root, walk
 from registry.tlog.checkpoint import parse_checkpoint
