@@ -257,11 +257,12 @@ def fetch(ref_text: str, dest: Path, *, api: RegistryApi, policy: NodePolicy, ca
     if cache is not None:
         check_outside_cache(dest, cache)
     opener = ReleaseOpener(api, policy, state_dir=cache.root if cache is not None else None)
+    trust = opener.trust()  # a trust root that cannot be read fails before the registry is asked
     with reporter.phase("manifest"):
         response = api.manifest(ref.tenant, ref.name, ref_selector(ref))
         assert response is not None  # no ETag was sent, so no 304
     with reporter.phase("verify"):
-        opened = opener.verify(ref, response)
+        opened = opener.verify(ref, response, trust)
     return place_release(opened, tenant=ref.tenant, dest=dest, cache=cache, api=api, parallel=parallel,
                          part_size=part_size, reporter=reporter)
 

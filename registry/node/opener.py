@@ -156,11 +156,13 @@ class ReleaseOpener:
             RevokedError, NotApprovedError, ReleaseNotFoundError, NetworkError: from the registry.
             Anything :meth:`verify` raises.
         """
+        trust = self.trust()  # the pinned root is read (or fetched and checked) before the manifest is asked for
         response = self.api.manifest(ref.tenant, ref.name, ref_selector(ref), etag=etag, wait=wait)
-        return None if response is None else self.verify(ref, response)
+        return None if response is None else self.verify(ref, response, trust)
 
-    def verify(self, ref: ModelRef, response: ManifestResponse) -> OpenedRelease:
-        """Every check of the module docstring on a manifest answer already received.
+    def verify(self, ref: ModelRef, response: ManifestResponse, trust: NodeTrust | None = None) -> OpenedRelease:
+        """Every check of the module docstring on a manifest answer already received (``trust``: the node's, as
+        :meth:`trust` loaded it before the manifest was asked for; loaded now when not given).
 
         Raises:
             RootError: a rotation that does not chain, an expired root, a root that is not the pinned one.
@@ -168,7 +170,7 @@ class ReleaseOpener:
             InvalidPathError, BadManifestError: as named.
             LogProofError, MalformedNoteError, UnverifiedNoteError: not proven in the log as required.
         """
-        trust = self.trust()
+        trust = trust if trust is not None else self.trust()
         now = self.clock()
         hint = response.trust_root_version
         # The manifest says which root signed it: when ours is as new, the walk only checks our root's expiry.
