@@ -44,7 +44,7 @@ from registry.storage.base import BlobStore
 log = logging.getLogger(__name__)
 
 PAST_SCANNING = tuple(s.value for s in states_after(VersionState.SCANNING))
-"""The states of a version that passed scanning: a rescan that finds one of its files unsafe flags or revokes it."""
+"""The states of a version past scanning: a rescan that finds one of its files unsafe flags or revokes it."""
 
 
 def scan_blob(session_factory: sessionmaker[Session], digest: str, path: str, *, ports: Ports,

@@ -173,9 +173,9 @@ def _checklist() -> str:
     return text[text.index("## Adding a stage"):]
 
 
-@pytest.mark.parametrize("name", ["STAGES", "VersionState", "TRANSITIONS", "_FORWARD_EVENTS", "lifecycle._WORK",
-                                  "workers/handlers.py", "migrations/versions/", "policies/",
-                                  "registry/domain/events.py", "PIPELINE", "FAILABLE", "scans.PAST_SCANNING",
-                                  "views.RUNNING", "views.STATES", "WAIT_DONE_STATES"])
+@pytest.mark.parametrize("name", [
+    "STAGES", "VersionState", "TRANSITIONS", "_FORWARD_EVENTS", "lifecycle._WORK", "workers/handlers.py",
+    "migrations/versions/", "policies/", "registry/domain/events.py",
+    "PIPELINE", "FAILABLE", "scans.PAST_SCANNING", "views.RUNNING", "views.STATES", "WAIT_DONE_STATES"])
 def test_the_adr_checklist_names_every_place_a_stage_touches(name) -> None:
     assert re.search(re.escape(name), _checklist()), name
