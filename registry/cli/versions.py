@@ -25,9 +25,11 @@ from registry.cli._base import (
     app,
     version_app,
 )
+from registry.domain.stages import running_states
+from registry.domain.states import VersionState
 
 # `submit --wait` waits until the version needs a person (approval) or has ended.
-WAIT_DONE_STATES = {"failed", "rejected", "revoked", "approved", "awaiting_approval"}
+WAIT_DONE_STATES = frozenset(s.value for s in VersionState) - {s.value for s in running_states()}
 
 
 @app.command()

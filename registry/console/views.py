@@ -15,6 +15,7 @@ from sqlalchemy.orm import Session
 from registry.auth import AuthenticatedPrincipal, Permission
 from registry.console import svg
 from registry.domain.errors import PermissionDeniedError, RegistryError
+from registry.domain.stages import running_states, states_in_order
 from registry.domain.states import TRANSITIONS, VersionState
 from registry.policy import PolicyEngine
 from registry.services import aliases, approvals, evals, facts, provenance, revocations, scans, versions
@@ -27,8 +28,7 @@ VERSION_SUBJECT = re.compile(r"\A([a-z0-9][a-z0-9._-]{0,62})/([a-z0-9][a-z0-9._-
 MAX_FILES_SHOWN = 500
 """Most files (and their scan findings) the version page lists."""
 
-RUNNING = frozenset({VersionState.SUBMITTED.value, VersionState.MIRRORING.value, VersionState.SEALED.value,
-                     VersionState.SCANNING.value, VersionState.EVALUATING.value})
+RUNNING = frozenset(s.value for s in running_states())
 """States in which a version is still moving on its own (its page refreshes itself)."""
 
 
@@ -41,7 +41,7 @@ def home(session: Session, principal: AuthenticatedPrincipal, *, search: str | N
             for t in versions.readable_tenants(session, principal)]
 
 
-STATES = [s.value for s in VersionState]
+STATES = [s.value for s in states_in_order()]
 """The states a list may be filtered by, in the order a version moves through them."""
 
 

@@ -1,25 +1,31 @@
 """The pipeline as data: the stages a version passes through, in order, and the work entering each starts.
 
 ``STAGES`` is the one table of stages. Each row names its state, the work entering it starts (a
-:class:`Work`, which :mod:`registry.services.lifecycle` maps to the module doing it) and whether a
-version may skip it (``optional``: its work does not apply to every version). What follows from the
-table and the state machine (:data:`registry.domain.states.TRANSITIONS`) is derived, never listed
-again: ``PIPELINE`` (the order), ``FAILABLE`` (the stages a failure may come from) and
-:func:`next_stage`. Only the lifecycle reads this module (``tests/unit/services/test_lifecycle_table.py``).
+:class:`Work`, which :mod:`registry.services.lifecycle` maps to the module doing it), whether a
+version may skip it (``optional``: its work does not apply to every version) and whether it waits for
+people (``waits_for_people``). What follows from the table and the state machine
+(:data:`registry.domain.states.TRANSITIONS`) is derived, never listed again: ``PIPELINE`` (the order),
+``FAILABLE`` (the stages a failure may come from), :func:`next_stage`, and the lists of states other
+modules keep (:func:`states_after`, :func:`running_states`, :func:`failing_states`,
+:func:`states_in_order`). Each function takes the table as a parameter, ``STAGES`` by default, so a
+test can pass a table of its own (``tests/unit/test_stage_order.py``). Only the lifecycle reads the
+rows and moves versions by them; other modules import the derived lists alone
+(``tests/unit/services/test_lifecycle_table.py``).
 
-Adding a stage: a row here (and its transitions in ``states.py``), a :class:`Work` member, its module
-in ``registry/services/stages/`` and the lifecycle's line mapping the one to the other.
+Adding a stage: ADR 0010's checklist (``docs/adr/0010-one-orchestrator-stage-outcomes-and-ports.md``).
 
 Example:
     >>> next_stage(VersionState.SCANNING, lambda s: s is not VersionState.EVALUATING)
     <VersionState.AWAITING_APPROVAL: 'awaiting_approval'>
+    >>> [s.value for s in states_after(VersionState.SCANNING)]
+    ['evaluating', 'awaiting_approval', 'approved']
 """
 
 from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, Iterable, Mapping
 
 from registry.domain.errors import InvalidStateError
 from registry.domain.states import TRANSITIONS, VersionState
@@ -51,11 +57,14 @@ class Stage:
         work: what entering the state starts; None: nothing (a version is created ``submitted``, and
             resolving happens at submission or in its ``resolve_version`` job).
         optional: a version its work does not apply to skips the stage.
+        waits_for_people: a version in it waits for people's decisions, not for work: it is not running
+            (the console stops refreshing its page, ``modelreg submit --wait`` returns).
     """
 
     state: VersionState
     work: Work | None
     optional: bool = False
+    waits_for_people: bool = False
 
 
 STAGES: tuple[Stage, ...] = (
@@ -65,17 +74,82 @@ STAGES: tuple[Stage, ...] = (
     Stage(S.SCANNING, Work.SCAN),
     # A version no eval suite applies to goes straight to approval.
     Stage(S.EVALUATING, Work.EVALUATE, optional=True),
-    Stage(S.AWAITING_APPROVAL, Work.JUDGE),
+    Stage(S.AWAITING_APPROVAL, Work.JUDGE, waits_for_people=True),
 )
 """The stages in the order a version moves through them."""
-
-PIPELINE: tuple[VersionState, ...] = tuple(stage.state for stage in STAGES)
-"""The states of the stages, in order."""
 
 COMPLETED = S.APPROVED
 """Where a version goes when the last stage passes it."""
 
-FAILABLE: frozenset[VersionState] = frozenset(s for s in PIPELINE if S.FAILED in TRANSITIONS[s])
+
+def states_of(table: Iterable[Stage] = STAGES) -> tuple[VersionState, ...]:
+    """The states of the table's stages, in order.
+
+    Example:
+        >>> states_of()[0].value
+        'submitted'
+    """
+    return tuple(stage.state for stage in table)
+
+
+def states_after(state: VersionState, table: Iterable[Stage] = STAGES,
+                 completed: VersionState = COMPLETED) -> tuple[VersionState, ...]:
+    """Where a version that passed the stage ``state`` may be: every later stage, in order, then
+    ``completed``. (A rescan that finds an unsafe file flags or revokes the versions past scanning.)
+
+    Args:
+        state: a stage of ``table``.
+        table: the stages in order.
+        completed: where a version goes when the table's last stage passes it.
+
+    Raises:
+        InvalidStateError: ``state`` is not a stage of the table.
+    """
+    order = states_of(table)
+    if state not in order:
+        raise InvalidStateError(f"{state.value} is not a stage", state=state.value)
+    return (*order[order.index(state) + 1:], completed)
+
+
+def running_states(table: Iterable[Stage] = STAGES) -> frozenset[VersionState]:
+    """The stages in which a version moves on by itself: every stage that does not wait for people.
+
+    Args:
+        table: the stages in order.
+    """
+    return frozenset(stage.state for stage in table if not stage.waits_for_people)
+
+
+def failing_states(table: Iterable[Stage] = STAGES,
+                   transitions: Mapping[VersionState, frozenset[VersionState]] = TRANSITIONS,
+                   failed: VersionState = S.FAILED) -> frozenset[VersionState]:
+    """The stages whose work may fail a version: those the state machine lets move to ``failed``.
+
+    Args:
+        table: the stages in order.
+        transitions: the state machine, each state's moves.
+        failed: the state a failure moves a version to.
+    """
+    return frozenset(stage.state for stage in table if failed in transitions[stage.state])
+
+
+def states_in_order(table: Iterable[Stage] = STAGES,
+                    states: Iterable[VersionState] = VersionState) -> tuple[VersionState, ...]:
+    """Every state, the stages first in the order a version moves through them, then the outcomes (in
+    the order ``states`` declares them).
+
+    Args:
+        table: the stages in order.
+        states: every state a version may be in.
+    """
+    order = states_of(table)
+    return (*order, *(s for s in states if s not in order))
+
+
+PIPELINE: tuple[VersionState, ...] = states_of()
+"""The states of the stages, in order: a version in one of them is still in the pipeline."""
+
+FAILABLE: frozenset[VersionState] = failing_states()
 """The stages whose work may fail a version (a dead job fails its version only from these)."""
 
 _BY_STATE = {stage.state: stage for stage in STAGES}

@@ -44,8 +44,6 @@ TRANSITIONS: dict[VersionState, frozenset[VersionState]] = {
 TERMINAL = frozenset(s for s, nxt in TRANSITIONS.items() if not nxt)
 # A live version holds its source: submitting the same source and revision again returns it.
 LIVE = frozenset(set(VersionState) - {S.FAILED, S.REJECTED, S.REVOKED})
-IN_PROGRESS = frozenset(LIVE - {S.APPROVED})
-"""A live version nobody has decided on yet: still in the pipeline."""
 
 
 def check_transition(current: str, target: VersionState) -> VersionState:

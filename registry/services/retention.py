@@ -27,7 +27,8 @@ from registry.clock import Clock
 from registry.db.models import Alias, AuditEvent, RetentionRule, Version
 from registry.db.session import begin_write, is_postgres
 from registry.domain.errors import InvalidInputError
-from registry.domain.states import IN_PROGRESS, VersionState, event_for
+from registry.domain.stages import PIPELINE
+from registry.domain.states import VersionState, event_for
 from registry.services import loaders
 
 APPROVED_EVENT = event_for(VersionState.AWAITING_APPROVAL, VersionState.APPROVED)
@@ -167,7 +168,7 @@ def _plan(session: Session, ref: str, rule: RetentionRule, live: list[Version], 
                 .where(AuditEvent.action == APPROVED_EVENT, AuditEvent.subject.in_(list(subjects)))
                 .group_by(AuditEvent.subject)
             ).tuples()}
-    pipeline = {s.value for s in IN_PROGRESS}
+    pipeline = {s.value for s in PIPELINE}
     for version in live:
         if version.number in keep:
             continue

@@ -31,6 +31,7 @@ from registry.auth import AuthenticatedPrincipal, Permission, require, require_a
 from registry.db.models import ScanResult, ScanWait, Version, VersionFile
 from registry.db.session import begin_write, is_postgres
 from registry.domain.errors import ScanFailedError
+from registry.domain.stages import states_after
 from registry.domain.states import VersionState
 from registry.services import lifecycle, revocations
 from registry.services.ports import Ports
@@ -42,8 +43,8 @@ from registry.storage.base import BlobStore
 
 log = logging.getLogger(__name__)
 
-PAST_SCANNING = (VersionState.EVALUATING.value, VersionState.AWAITING_APPROVAL.value,
-                 VersionState.APPROVED.value)
+PAST_SCANNING = tuple(s.value for s in states_after(VersionState.SCANNING))
+"""The states of a version past scanning: a rescan that finds one of its files unsafe flags or revokes it."""
 
 
 def scan_blob(session_factory: sessionmaker[Session], digest: str, path: str, *, ports: Ports,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from registry.domain.errors import InvalidStateError
-from registry.domain.states import IN_PROGRESS, LIVE, TERMINAL, TRANSITIONS, VersionState, check_transition, event_for
+from registry.domain.states import TERMINAL, TRANSITIONS, VersionState, check_transition, event_for
 
 S = VersionState
 
@@ -35,8 +35,3 @@ def test_a_move_outside_the_machine_is_refused(current, target) -> None:
 
 def test_terminal_states_go_nowhere() -> None:
     assert TERMINAL == {S.FAILED, S.REJECTED, S.REVOKED}
-
-
-def test_in_progress_is_every_live_state_before_a_decision() -> None:
-    assert IN_PROGRESS == LIVE - {S.APPROVED}
-    assert S.AWAITING_APPROVAL in IN_PROGRESS and S.FAILED not in IN_PROGRESS

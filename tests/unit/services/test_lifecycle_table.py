@@ -30,6 +30,9 @@ def test_services_enqueue_only_through_enqueue_job() -> None:
 
 LIFECYCLE = "registry/services/lifecycle.py"
 STAGE_TABLE = "registry.domain.stages"
+DERIVED_LISTS = frozenset({"PIPELINE", "states_of", "states_after", "running_states", "failing_states",
+                           "states_in_order"})
+"""What other modules may import from the stage table: lists of states derived from it, never its rows."""
 
 
 def _sources(root: Path) -> list[tuple[str, ast.Module]]:
@@ -93,7 +96,8 @@ def state_writers(root: Path) -> list[str]:
 
 
 def stage_table_readers(root: Path) -> list[str]:
-    """Where registry/ imports the stage table (``registry.domain.stages``) outside lifecycle.py."""
+    """Where registry/ imports the stage table (``registry.domain.stages``) outside lifecycle.py, beyond the
+    lists of states derived from it (``DERIVED_LISTS``)."""
     found = []
     for path, tree in _sources(root):
         if path in (LIFECYCLE, "registry/domain/stages.py"):
@@ -102,6 +106,8 @@ def stage_table_readers(root: Path) -> list[str]:
             names: list[str] = []
             if isinstance(node, ast.Import):
                 names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module == STAGE_TABLE:
+                names = [f"{node.module}.{a.name}" for a in node.names if a.name not in DERIVED_LISTS]
             elif isinstance(node, ast.ImportFrom) and node.module:
                 names = [node.module, *(f"{node.module}.{a.name}" for a in node.names)]
             elif isinstance(node, ast.ImportFrom) and node.level and any(a.name == "stages" for a in node.names):
@@ -117,7 +123,8 @@ def test_only_lifecycle_writes_a_version_state() -> None:
 
 
 def test_only_lifecycle_reads_the_stage_table() -> None:
-    """The order of stages (``registry.domain.stages``) is known to lifecycle.py alone."""
+    """The stage table's rows and moves (``registry.domain.stages``) are known to lifecycle.py alone; other
+    modules read only the lists of states derived from it."""
     assert stage_table_readers(ROOT) == []
 
 
@@ -134,6 +141,7 @@ PLANTED_READS = {
     "from package": "from registry.domain import stages\n",
     "import": "import registry.domain.stages\n",
     "in a function": "def f():\n    from registry.domain.stages import next_stage\n",
+    "a row beside a derived list": "from registry.domain.stages import PIPELINE, STAGES\n",
 }
 
 
@@ -151,6 +159,11 @@ def test_a_planted_state_write_is_found(tmp_path, source) -> None:
 @pytest.mark.parametrize("source", PLANTED_READS.values(), ids=PLANTED_READS.keys())
 def test_a_planted_stage_table_reader_is_found(tmp_path, source) -> None:
     assert len(stage_table_readers(_plant(tmp_path, source))) == 1
+
+
+def test_a_derived_list_is_no_stage_table_reader(tmp_path) -> None:
+    source = "from registry.domain.stages import PIPELINE, running_states, states_after\n"
+    assert stage_table_readers(_plant(tmp_path, source)) == []
 
 
 def test_what_is_no_state_write_is_not_found(tmp_path) -> None:
