@@ -24,7 +24,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from registry.clock import Clock, SystemClock
 from registry.db.session import make_engine, make_session_factory
 from registry.jobs import JobQueue
-from registry.services.ports import Ports
+from registry.services.ports import ApprovalReaction, Ports
 from registry.settings import Settings, check_secrets
 
 if TYPE_CHECKING:
@@ -125,9 +125,11 @@ class Container:
 
     @cached_property
     def ports(self) -> Ports:
-        """The clock, policy engine, blob store, signer and queue, as the one object services are passed."""
+        """The clock, policy engine, blob store, signer and queue, as the one object services are passed, with
+        the distribution channels' reactions to approval (:func:`approval_reactions`)."""
         return Ports(clock=self.clock, queue=self.queue, policy_engine=lambda: self.policy,
-                     blob_store_of=lambda: self.blob_store, signer_of=lambda: self.signing_key)
+                     blob_store_of=lambda: self.blob_store, signer_of=lambda: self.signing_key,
+                     on_approved=approval_reactions())
 
     @cached_property
     def release_cache(self) -> "ReleaseCache":
@@ -154,7 +156,7 @@ class Container:
 
     @cached_property
     def oci_token_key(self) -> bytes:
-        """The HMAC key of OCI pull tokens (``registry/services/oci.py``): derived from the console key, so
+        """The HMAC key of OCI pull tokens (``registry/services/oci_tokens.py``): derived from the console key, so
         every replica that shares that key accepts the tokens any of them issued."""
         return bytes.fromhex(self.console_key.mac("oci-pull-token", "signing key"))
 
@@ -214,6 +216,18 @@ class Container:
 
     def dispose(self) -> None:
         self.engine.dispose()
+
+
+def approval_reactions() -> tuple[ApprovalReaction, ...]:
+    """What the distribution channels do when a version becomes approved (``Ports.on_approved``), in order.
+
+    A channel that prepares anything before its first download registers its reaction here; the others
+    (release manifests, ``/hf``) serve straight from the version and register nothing.
+    """
+    from registry.services import oci_builds
+
+    # OCI: the raw artifact stored now where it needs no reads, the rest built by a job queued now.
+    return (oci_builds.on_approved,)
 
 
 def bootstrap(settings: Settings | None = None, *, migrate: bool = False,

@@ -8,7 +8,7 @@ from registry.bootstrap import Container
 from registry.domain.errors import RegistryError, UnstorableDataError, UpstreamError
 from registry.evals.sandbox import Isolation
 from registry.jobs import JobKind
-from registry.services import chunks, evals, lifecycle, mirroring, oci, oci_referrers, scans
+from registry.services import chunks, evals, lifecycle, mirroring, oci_builds, oci_referrers, scans
 from workers.handler_registry import Handler, HandlerRegistry, Payload
 
 
@@ -59,8 +59,9 @@ def _run_eval_dead(c: Container, payload: Payload, error: str, _cause: BaseExcep
 
 
 def _build_oci_artifacts(c: Container, payload: Payload) -> None:
-    oci.build_artifacts(c.session_factory, int(payload["version_id"]), blob_store=c.blob_store, clock=c.clock)
-    oci_referrers.record_version(c.session_factory, int(payload["version_id"]), blob_store=c.blob_store)
+    oci_builds.build_artifacts(c.session_factory, int(payload["version_id"]), blob_store=c.blob_store, clock=c.clock)
+    oci_referrers.record_version(c.session_factory, int(payload["version_id"]), blob_store=c.blob_store,
+                                 clock=c.clock)
 def _record_chunks(c: Container, payload: Payload) -> None:
     chunks.record_blob_chunks(c.session_factory, payload["digest"], ports=c.ports)
 

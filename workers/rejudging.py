@@ -23,7 +23,7 @@ def run_rejudging(container: Container, stop: threading.Event) -> None:
     while not stop.is_set():
         try:
             with container.session_factory() as session:
-                judged = approvals.rejudge_awaiting(session, engine=container.policy, clock=container.clock)
+                judged = approvals.rejudge_awaiting(session, ports=container.ports)
             if judged:
                 log.info("judged again under policy bundle %s: %s", container.policy.bundle_digest[:12],
                          ", ".join(judged[:20]))

@@ -44,7 +44,7 @@ def decide(tenant: TenantName, name: ModelName, number: VersionNumber, body: App
     request = approvals.ApprovalRequest(decision=body.decision, capacity=body.capacity, comment=body.comment,
                                         files=tuple(body.files))
     return status_public(approvals.decide(session, principal, tenant, name, number, request,
-                                          engine=container.policy, clock=container.clock))
+                                          ports=container.ports))
 
 
 @router.post("/{tenant}/{name}/versions/{number}/approvals/preview", response_model=ApprovalPreviewPublic,
@@ -71,7 +71,7 @@ def add_files(tenant: TenantName, name: ModelName, number: VersionNumber, body: 
     """Add file reviews to your own earlier approval (audited as ``version.approval.files-added``); the policy
     judges the version again, and it becomes approved if that satisfies it. Answers where it stands now."""
     return status_public(approvals.add_files(session, principal, tenant, name, number, tuple(body.files),
-                                             engine=container.policy, clock=container.clock))
+                                             ports=container.ports))
 
 
 @router.get("/{tenant}/{name}/versions/{number}/approvals", response_model=ApprovalStatusPublic)

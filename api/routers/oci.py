@@ -2,7 +2,8 @@
 
 Thin: the wire shapes of the OCI distribution spec (pull category), the Docker token dance and the spec's
 error JSON (``{"errors": [{"code", "message", "detail"}]}``, not problem+json: OCI clients parse these).
-What is served and who may pull it is decided in ``registry/services/oci.py``; ``docs/oci.md`` describes it.
+What is served and who may pull it is decided in ``registry/services/oci_serving.py``, who the caller is and
+the tokens in ``registry/services/oci_tokens.py``; ``docs/oci.md`` describes it.
 The routes are left out of the OpenAPI document: OCI is its own spec, with its own error shapes.
 """
 
@@ -25,13 +26,13 @@ from api.deps import ContainerDep, SessionDep
 from api.params import ModelName, TenantName
 from api.problems import status_for
 from api.ranges import byte_range, content_range
-from registry.auth import AuthenticatedPrincipal, authenticate, token_id_of
+from registry.auth import AuthenticatedPrincipal, authenticate
 from registry.domain import errors
 from registry.domain.errors import AuthenticationError, RegistryError
 from registry.domain.modelpack import OCI_MANIFEST
 from registry.domain.oci_referrers import OCI_INDEX, index
-from registry.services import oci, oci_referrers
-from registry.services.oci import OciCaller
+from registry.services import oci_referrers, oci_serving, oci_tokens
+from registry.services.oci_tokens import OciCaller
 from registry.storage import LocalBlobStore
 
 API_VERSION = {"Docker-Distribution-API-Version": "registry/2.0"}
@@ -68,7 +69,7 @@ def challenge(request: Request, error: str | None = None) -> str:
     if m is not None:
         value += f',scope="repository:{m[1]}:pull"'
     elif request.url.path.rstrip("/") == "/v2/_catalog":
-        value += f',scope="{oci.CATALOG_SCOPE}"'
+        value += f',scope="{oci_tokens.CATALOG_SCOPE}"'
     if error is not None:
         value += f',error="{error}"'
     return value
@@ -144,10 +145,10 @@ def get_oci_caller(request: Request, session: SessionDep, container: ContainerDe
     """The caller: a pull token from ``/v2/token``, or a modelreg token (Bearer, or Basic's password)."""
     credentials = _credentials(request)
     if credentials is None:
-        return oci.anonymous_caller(session, request.path_params.get("tenant"))
+        return oci_tokens.anonymous_caller(session, request.path_params.get("tenant"))
     scheme, secret = credentials
-    if scheme == "bearer" and oci.is_pull_token(secret):
-        return oci.caller_of_pull_token(session, secret, key=container.oci_token_key, clock=container.clock)
+    if scheme == "bearer" and oci_tokens.is_pull_token(secret):
+        return oci_tokens.caller_of_pull_token(session, secret, key=container.oci_token_key, clock=container.clock)
     principal = authenticate(session, secret, workload=container.workload_verifier)
     session.rollback()
     return OciCaller(principal)
@@ -155,7 +156,7 @@ def get_oci_caller(request: Request, session: SessionDep, container: ContainerDe
 
 CallerDep = Annotated[OciCaller, Depends(get_oci_caller)]
 Last = Annotated[str | None, Query(max_length=300, description="the last item of the previous page")]
-PageSize = Annotated[int | None, Query(ge=0, le=oci.MAX_PAGE, description="items per page")]
+PageSize = Annotated[int | None, Query(ge=0, le=oci_serving.MAX_PAGE, description="items per page")]
 
 
 @router.get("/token")
@@ -167,16 +168,12 @@ def token(request: Request, session: SessionDep, container: ContainerDep,
     credentials = _credentials(request)
     if credentials is None:
         return _anonymous_token(request, session, container, service)
-    secret = credentials[1]
     try:
-        principal = authenticate(session, secret, workload=container.workload_verifier)
+        grant = oci_tokens.grant_of_secret(session, credentials[1], workload=container.workload_verifier)
     except AuthenticationError as exc:
         return oci_error(401, "UNAUTHORIZED", exc.message, {"WWW-Authenticate": 'Basic realm="modelreg"'})
-    token_id = token_id_of(session, secret)
-    not_after = oci.credential_expiry(session, secret, token_id) if offline_token else None
-    session.rollback()
-    return _issued(request, container, principal, token_id, request.query_params.getlist("scope"),
-                   service=service, refresh=offline_token, not_after=not_after)
+    return _issued(request, container, grant.principal, grant.token_id, request.query_params.getlist("scope"),
+                   service=service, refresh=offline_token, not_after=grant.not_after)
 
 
 OAUTH_FIELD_MAX = 8192
@@ -197,32 +194,16 @@ def oauth_token(request: Request, session: SessionDep, container: ContainerDep,
     fields = (grant_type, service, client_id, access_type, scope, username, password, refresh_token)
     if any(f is not None and len(f) > OAUTH_FIELD_MAX for f in fields):
         return _oauth_error("invalid_request", f"a field is over {OAUTH_FIELD_MAX} characters")
-    if grant_type == "password":
-        if not password:
-            return _oauth_error("invalid_request", "grant_type=password needs a password (a modelreg token)")
-        try:
-            principal = authenticate(session, password, workload=container.workload_verifier)
-        except AuthenticationError as exc:
-            return _oauth_error("invalid_grant", exc.message)
-        token_id = token_id_of(session, password)
-        not_after = oci.credential_expiry(session, password, token_id)
-    elif grant_type == "refresh_token":
-        if not refresh_token:
-            return _oauth_error("invalid_request", "grant_type=refresh_token needs a refresh_token")
-        try:
-            principal, token_id = oci.principal_of_refresh_token(session, refresh_token, key=container.oci_token_key,
-                                                                 clock=container.clock)
-        except AuthenticationError as exc:
-            return _oauth_error("invalid_grant", exc.message)
-        not_after = oci.credential_expiry(session, refresh_token, None) if token_id is None \
-            else oci.credential_expiry(session, "", token_id)
-    else:
-        return _oauth_error("unsupported_grant_type" if grant_type else "invalid_request",
-                            "grant_type is password or refresh_token")
-    session.rollback()
     try:
-        return _issued(request, container, principal, token_id, [scope] if scope else [], service=service,
-                       refresh=access_type == "offline", not_after=not_after, with_scope=True)
+        grant = oci_tokens.grant_of_form(session, grant_type, password=password, refresh_token=refresh_token,
+                                         key=container.oci_token_key, clock=container.clock,
+                                         workload=container.workload_verifier)
+    except errors.OAuthGrantError as exc:
+        return _oauth_error(exc.details["error"], exc.message)
+    try:
+        return _issued(request, container, grant.principal, grant.token_id, [scope] if scope else [],
+                       service=service, refresh=access_type == "offline", not_after=grant.not_after,
+                       with_scope=True)
     except errors.InvalidInputError as exc:
         return _oauth_error("invalid_scope", exc.message)
 
@@ -237,31 +218,31 @@ def _issued(request: Request, container: ContainerDep, principal: AuthenticatedP
             with_scope: bool = False) -> JSONResponse:
     """The token answer for ``principal``: a pull token, and a refresh token when asked."""
     audience = service or request.url.netloc
-    issued = oci.issue_pull_token(principal, token_id, scopes, service=audience, key=container.oci_token_key,
-                                  clock=container.clock, ttl_seconds=container.settings.oci_token_seconds)
+    issued = oci_tokens.issue_pull_token(principal, token_id, scopes, service=audience, key=container.oci_token_key,
+                                         clock=container.clock, ttl_seconds=container.settings.oci_token_seconds)
     extra: dict[str, Any] = {}
     if with_scope:
         extra["scope"] = " ".join(f"repository:{r}:pull" for r in issued.repositories)
     if refresh:
-        extra["refresh_token"] = oci.issue_refresh_token(principal, token_id, service=audience,
-                                                         key=container.oci_token_key, clock=container.clock,
-                                                         not_after=not_after)
+        extra["refresh_token"] = oci_tokens.issue_refresh_token(principal, token_id, service=audience,
+                                                                key=container.oci_token_key, clock=container.clock,
+                                                                not_after=not_after)
     return _token_answer(issued, extra)
 
 
 def _anonymous_token(request: Request, session: SessionDep, container: ContainerDep,
                      service: str | None) -> JSONResponse:
     """A token without credentials: for the scopes' repositories of tenants open to anonymous pulls, else 401."""
-    issued = oci.issue_anonymous_pull_token(session, request.query_params.getlist("scope"),
-                                            service=service or request.url.netloc, key=container.oci_token_key,
-                                            clock=container.clock, ttl_seconds=container.settings.oci_token_seconds)
+    issued = oci_tokens.issue_anonymous_pull_token(
+        session, request.query_params.getlist("scope"), service=service or request.url.netloc,
+        key=container.oci_token_key, clock=container.clock, ttl_seconds=container.settings.oci_token_seconds)
     if issued is None:
         return oci_error(401, "UNAUTHORIZED", "a modelreg token is needed (Basic password or Bearer)",
                          {"WWW-Authenticate": 'Basic realm="modelreg"'})
     return _token_answer(issued)
 
 
-def _token_answer(issued: oci.PullToken, extra: dict[str, Any] | None = None) -> JSONResponse:
+def _token_answer(issued: oci_tokens.PullToken, extra: dict[str, Any] | None = None) -> JSONResponse:
     at = issued.issued_at.astimezone(dt.timezone.utc).isoformat().replace("+00:00", "Z")
     return JSONResponse({"token": issued.token, "access_token": issued.token, "expires_in": issued.expires_in,
                          "issued_at": at, **(extra or {})}, headers={"Cache-Control": "no-store"})
@@ -276,18 +257,18 @@ def base(caller: CallerDep) -> JSONResponse:
 @router.get("/_catalog")
 def catalog(request: Request, session: SessionDep, caller: CallerDep, n: PageSize = None,
             last: Last = None) -> JSONResponse:
-    page = oci.catalog(session, caller, n=n, last=last)
+    page = oci_serving.catalog(session, caller, n=n, last=last)
     return JSONResponse({"repositories": page.items}, headers=_next_link(request, page, n))
 
 
 @router.get("/{tenant}/{name}/tags/list")
 def tags_list(tenant: TenantName, name: ModelName, request: Request, session: SessionDep, caller: CallerDep,
               n: PageSize = None, last: Last = None) -> JSONResponse:
-    page = oci.tags(session, caller, tenant, name, n=n, last=last)
+    page = oci_serving.tags(session, caller, tenant, name, n=n, last=last)
     return JSONResponse({"name": f"{tenant}/{name}", "tags": page.items}, headers=_next_link(request, page, n))
 
 
-def _next_link(request: Request, page: oci.Page, n: int | None) -> dict[str, str]:
+def _next_link(request: Request, page: oci_serving.Page, n: int | None) -> dict[str, str]:
     if not page.more:
         return {}
     query = urlencode({**({"n": n} if n is not None else {}), "last": page.items[-1]})
@@ -299,7 +280,7 @@ def get_manifest(tenant: TenantName, name: ModelName, reference: str, request: R
                  caller: CallerDep, container: ContainerDep) -> Response:
     """A version's manifest by tag (version number, alias) or digest: the exact bytes its digest names."""
     pulled = oci_referrers.manifest_or_referrer(session, caller, tenant, name, reference,
-                                                blob_store=container.blob_store)
+                                                blob_store=container.blob_store, clock=container.clock)
     if not _accepts_oci_manifest(request.headers.getlist("accept")):
         raise errors.OciManifestUnknownError(
             f"{tenant}/{name}", reference[:80], f"the manifest is {OCI_MANIFEST}, which Accept does not name")
@@ -308,7 +289,7 @@ def get_manifest(tenant: TenantName, name: ModelName, reference: str, request: R
                "Content-Length": str(len(art.manifest_bytes))}
     if request.method == "HEAD":
         return Response(status_code=200, headers=headers, media_type=art.media_type)
-    oci.record_pull(session, caller, pulled, clock=container.clock)
+    oci_serving.record_pull(session, caller, pulled, clock=container.clock)
     return Response(art.manifest_bytes, status_code=200, headers=headers, media_type=art.media_type)
 
 
@@ -327,7 +308,8 @@ def get_blob(tenant: TenantName, name: ModelName, digest: str, request: Request,
              range_header: Annotated[str | None, Header(alias="Range", max_length=200)] = None) -> Response:
     """A blob a released version of this repository references: a file's bytes from the store, a stored config,
     a tar layer generated around files' bytes, or a referrer's document."""
-    found = oci_referrers.blob_or_referrer(session, caller, tenant, name, digest, blob_store=container.blob_store)
+    found = oci_referrers.blob_or_referrer(session, caller, tenant, name, digest, blob_store=container.blob_store,
+                                           clock=container.clock)
     requested = byte_range(range_header, found.size) if request.method == "GET" else None
     start, end = requested or (0, found.size)
     headers = {"Docker-Content-Digest": found.digest, "Content-Length": str(end - start), "Accept-Ranges": "bytes",
@@ -344,10 +326,10 @@ def get_blob(tenant: TenantName, name: ModelName, digest: str, request: Request,
     session.close()
     if found.tar is not None:
         # A tar layer is generated here from the stored file: there is no object to redirect to.
-        return StreamingResponse(oci.tar_range(container.blob_store, found.tar, start, end), status_code=status,
+        return StreamingResponse(oci_serving.tar_range(container.blob_store, found.tar, start, end), status_code=status,
                                  headers=headers, media_type="application/octet-stream")
     if _redirects_blobs(container):
-        # Only after oci.blob has authorized this caller for this blob in this repository: a presigned URL is
+        # Only after oci_serving.blob has authorized this caller for this blob in this repository: a presigned URL is
         # the bytes themselves. The /v2 URL stays the stable name (P2P caches key on it); the client sends its
         # Range again to the object store.
         ttl = dt.timedelta(seconds=container.settings.oci_blob_redirect_seconds)
@@ -368,7 +350,8 @@ def get_referrers(tenant: TenantName, name: ModelName, digest: str, session: Ses
                   artifact_type: Annotated[str | None, Query(alias="artifactType", max_length=255)] = None) -> Response:
     """The referrers of a version's model manifest (its signature, ML-BOM, provenance, scan and eval reports):
     an image index, filtered by ``artifactType`` when asked (and then saying so in ``OCI-Filters-Applied``)."""
-    found = oci_referrers.referrers(session, caller, tenant, name, digest, blob_store=container.blob_store)
+    found = oci_referrers.referrers(session, caller, tenant, name, digest, blob_store=container.blob_store,
+                                    clock=container.clock)
     artifact_type = artifact_type or None
     headers = {"OCI-Filters-Applied": "artifactType"} if artifact_type is not None else {}
     return Response(index(found, artifact_type=artifact_type), status_code=200, headers=headers,

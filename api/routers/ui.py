@@ -389,7 +389,7 @@ def decide(request: Request, tenant: TenantName, name: ModelName, number: Versio
                 return _version(opened, session, container, tenant, name, number,
                                 pending={"request": asked, "left": left})
         approvals.decide(session, opened.principal, tenant, name, number, asked,
-                         engine=container.policy, clock=container.clock)
+                         ports=container.ports)
     except RegistryError as err:
         session.rollback()
         return _version(opened, session, container, tenant, name, number, error=err, back=_back(request))
@@ -405,7 +405,7 @@ def add_file_reviews(request: Request, tenant: TenantName, name: ModelName, numb
     try:
         _check_form(opened, container, csrf)
         approvals.add_files(session, opened.principal, tenant, name, number, tuple(files),
-                            engine=container.policy, clock=container.clock)
+                            ports=container.ports)
     except RegistryError as err:
         session.rollback()
         return _version(opened, session, container, tenant, name, number, error=err, back=_back(request))

@@ -745,20 +745,22 @@ class ConsoleSession(Base):
     ended_why: Mapped[str | None] = mapped_column(String(32))
 
 
-class HfDownload(Base):
+class Download(Base):
     """A principal's downloads of a version on one day (UTC) through one channel: one row, counted.
 
-    ``channel`` is ``hf`` (files through ``/hf``) or ``oci`` (manifests through ``/v2``). A provenance
-    record beside ``release_issuances``; one row per (version, principal, day, channel) however many
-    requests a client makes, so the table grows with who downloads, not with traffic.
+    ``channel`` names the distribution channel (:class:`registry.domain.serving.Channel`): ``hf`` (files
+    through ``/hf``), ``oci`` (manifests through ``/v2``); ``manifest`` and ``s3`` are names the column may hold,
+    though release issuances are counted in ``release_issuances`` and serve-s3's reads are a node's own. A
+    provenance record beside ``release_issuances``; one row per (version, principal, day, channel) however
+    many requests a client makes, so the table grows with who downloads, not with traffic.
     """
 
-    __tablename__ = "hf_downloads"
+    __tablename__ = "downloads"
 
     version_id: Mapped[int] = mapped_column(BigId, ForeignKey("versions.id", ondelete="CASCADE"), primary_key=True)
     principal: Mapped[str] = mapped_column(String(128), primary_key=True)
     day: Mapped[dt.date] = mapped_column(Date, primary_key=True)
-    channel: Mapped[str] = mapped_column(String(8), primary_key=True, server_default="hf")
+    channel: Mapped[str] = mapped_column(String(8), primary_key=True)
     count: Mapped[int] = mapped_column(BigInteger)
     first_at: Mapped[dt.datetime]
     last_at: Mapped[dt.datetime]
@@ -848,7 +850,7 @@ class NodeBinding(Base):
 class OciArtifact(Base):
     """One shape (``raw`` ModelPack, ``image``) of a released version as served through ``/v2``, built
     once: the exact manifest and config bytes, so a digest never changes once served and a lookup by
-    manifest or config digest is one indexed query (``registry/services/oci.py``)."""
+    manifest or config digest is one indexed query (``registry/services/oci_serving.py``)."""
 
     __tablename__ = "oci_artifacts"
     __table_args__ = (

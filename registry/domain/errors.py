@@ -766,3 +766,13 @@ class PullScopeDeniedError(PermissionDeniedError):
 
     def __init__(self, repository: str) -> None:
         super().__init__(f"the pull token does not grant pull of {repository}", repository=repository)
+
+
+class OAuthGrantError(InvalidInputError):
+    """An OCI token request's OAuth2 form that grants nothing; ``error`` is RFC 6749's code (section 5.2:
+    ``invalid_request``, ``invalid_grant``, ``unsupported_grant_type``)."""
+
+    code = "oauth-grant-refused"
+
+    def __init__(self, error: str, description: str) -> None:
+        super().__init__(description, error=error)

@@ -16,7 +16,7 @@ The policy input is built from the database by the stage's ``approval_input_for`
 Usage (a sketch, not run as a doctest)::
 
     status = decide(session, principal, "acme", "tiny", 1, ApprovalRequest("approve", "security"),
-                    engine=container.policy, clock=container.clock)
+                    ports=container.ports)
     status.state, [u["code"] for u in status.unmet]
     # ('awaiting_approval', ['approval.missing'])
 """
@@ -51,6 +51,7 @@ from registry.domain.text import MAX_COMMENT_LENGTH, validate_text
 from registry.policy import Decision, PolicyEngine
 from registry.services import lifecycle
 from registry.services.loaders import find_version_unchecked, version_ref
+from registry.services.ports import Ports
 # approval_input_for is read as approvals.approval_input_for too (what a decision is judged on).
 from registry.services.stages.approval import (  # noqa: F401
     approval_input_for,
@@ -110,10 +111,10 @@ class ApprovalStatus:
 # --- judging ---------------------------------------------------------------------------------------
 
 
-def _approve_if_allowed(session: Session, version: Version, decision: Decision, actor: str) -> None:
+def _approve_if_allowed(session: Session, version: Version, decision: Decision, actor: str, ports: Ports) -> None:
     """The version becomes approved in the transaction whose judgement allows it."""
     if decision.allowed:
-        lifecycle.approve(session, version, actor, digests(decision))
+        lifecycle.approve(session, version, actor, digests(decision), ports)
 
 
 def _lock_version(session: Session, tenant: str, name: str, number: int) -> Version:
@@ -125,9 +126,12 @@ def _lock_version(session: Session, tenant: str, name: str, number: int) -> Vers
 
 
 def decide(session: Session, principal: AuthenticatedPrincipal, tenant: str, name: str, number: int,
-           request: ApprovalRequest, *, engine: PolicyEngine, clock: Clock) -> ApprovalStatus:
+           request: ApprovalRequest, *, ports: Ports) -> ApprovalStatus:
     """Record ``principal``'s decision on a version, judge it, and approve or reject it if that is the
     outcome.
+
+    Args:
+        ports: the policy engine that judges, the clock of the decision, and what approval sets off.
 
     Raises:
         PermissionDeniedError: the principal may not approve in ``tenant``.
@@ -150,12 +154,12 @@ def decide(session: Session, principal: AuthenticatedPrincipal, tenant: str, nam
     unknown = sorted(set(request.files) - paths)
     if unknown:
         raise InvalidInputError(f"{ref} has no file {unknown[0]!r}", field="files", files=unknown[:20])
-    now = clock.now()
+    now = ports.clock.now()
     session.add(Approval(version_id=version.id, principal_id=principal.id, capacity=request.capacity,
                          decision=request.decision, comment=request.comment, files=sorted(set(request.files)),
                          at=now))
     session.flush()
-    judged = judge(session, version, engine, now)
+    judged = judge(session, version, ports.policy, now)
     audit.append(session, actor=principal.name, action=f"version.approval.{request.decision}", subject=ref,
                  tenant=tenant, details={"capacity": request.capacity, "files": sorted(set(request.files)),
                                          "comment": request.comment, "outcome": judged.outcome,
@@ -163,7 +167,7 @@ def decide(session: Session, principal: AuthenticatedPrincipal, tenant: str, nam
     if request.decision == "reject":
         lifecycle.reject(session, version, principal.name, {"capacity": request.capacity, **digests(judged)})
     else:
-        _approve_if_allowed(session, version, judged, principal.name)
+        _approve_if_allowed(session, version, judged, principal.name, ports)
     try:
         session.commit()
     except SAIntegrityError:
@@ -261,7 +265,7 @@ def _amendable(session: Session, principal: AuthenticatedPrincipal, tenant: str,
 
 
 def add_files(session: Session, principal: AuthenticatedPrincipal, tenant: str, name: str, number: int,
-              files: tuple[str, ...], *, engine: PolicyEngine, clock: Clock) -> ApprovalStatus:
+              files: tuple[str, ...], *, ports: Ports) -> ApprovalStatus:
     """Add file reviews (paths the approval vouches for) to ``principal``'s own earlier approval, audit it as
     ``version.approval.files-added``, and judge the version again (it may become approved).
 
@@ -282,13 +286,13 @@ def add_files(session: Session, principal: AuthenticatedPrincipal, tenant: str, 
     # A new list: the JSON column does not see changes made in place.
     approval.files = sorted(set(approval.files) | set(files))
     session.flush()
-    now = clock.now()
-    judged = judge(session, version, engine, now)
+    now = ports.clock.now()
+    judged = judge(session, version, ports.policy, now)
     audit.append(session, actor=principal.name, action="version.approval.files-added", subject=ref,
                  tenant=tenant, details={"capacity": approval.capacity, "added": added,
                                          "files": approval.files, "outcome": judged.outcome,
                                          "unmet": [u["code"] for u in judged.unmet], **digests(judged)})
-    _approve_if_allowed(session, version, judged, principal.name)
+    _approve_if_allowed(session, version, judged, principal.name, ports)
     session.commit()
     return _status(session, version)
 
@@ -384,7 +388,7 @@ MAX_REJUDGED = 500
 """Most versions one pass of :func:`rejudge_awaiting` judges again (the next pass takes the rest)."""
 
 
-def rejudge_awaiting(session: Session, *, engine: PolicyEngine, clock: Clock) -> list[str]:
+def rejudge_awaiting(session: Session, *, ports: Ports) -> list[str]:
     """Judge again every version awaiting approval whose latest judgement used another policy bundle.
 
     A version blocked by an eval threshold (or any rule of the policy data) waits with the approvals it
@@ -395,6 +399,7 @@ def rejudge_awaiting(session: Session, *, engine: PolicyEngine, clock: Clock) ->
     Returns:
         The versions judged again (``tenant/model@number``).
     """
+    engine = ports.policy
     latest = (select(PolicyDecision.version_id, func.max(PolicyDecision.id).label("id"))
               .where(PolicyDecision.kind == "approval").group_by(PolicyDecision.version_id).subquery())
     stale = (select(Version.id).join(latest, latest.c.version_id == Version.id, isouter=True)
@@ -411,12 +416,12 @@ def rejudge_awaiting(session: Session, *, engine: PolicyEngine, clock: Clock) ->
         if version.state != VersionState.AWAITING_APPROVAL.value:
             session.rollback()
             continue
-        decision = judge(session, version, engine, clock.now())
+        decision = judge(session, version, engine, ports.clock.now())
         audit.append(session, actor="system", action="version.rejudged", subject=version_ref(version),
                      tenant=version.model.tenant.name,
                      details={"outcome": decision.outcome, "unmet": [u["code"] for u in decision.unmet],
                               **digests(decision)})
-        _approve_if_allowed(session, version, decision, "system")
+        _approve_if_allowed(session, version, decision, "system", ports)
         session.commit()
         judged.append(version_ref(version))
     return judged

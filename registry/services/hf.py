@@ -40,22 +40,19 @@ import threading
 from collections import OrderedDict
 from collections.abc import Iterable
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import datetime
 from typing import Literal
 
-from sqlalchemy import select, text
-from sqlalchemy.dialects.postgresql import insert as postgresql_insert
-from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from registry.auth import AuthenticatedPrincipal, Permission
+from registry.auth import AuthenticatedPrincipal
 from registry.clock import Clock
-from registry.db.models import Alias, HfDownload, Model, Version, VersionFile
-from registry.db.session import begin_write, is_postgres
+from registry.db.models import Alias, Model, Version, VersionFile
+from registry.domain import serving
 from registry.domain.errors import (
     AliasNotFoundError,
     InvalidInputError,
-    PermissionDeniedError,
     ReleaseFileNotFoundError,
     ReleaseNotFoundError,
     RevokedError,
@@ -63,8 +60,8 @@ from registry.domain.errors import (
     VersionNotFoundError,
 )
 from registry.domain.refs import ALIAS_RE
-from registry.domain.states import VersionState
-from registry.services import aliases, loaders
+from registry.domain.serving import Channel
+from registry.services import aliases, downloads, loaders
 from registry.storage.base import BlobStore
 
 DEFAULT_BRANCH = "main"
@@ -182,20 +179,15 @@ def resolve(session: Session, principal: AuthenticatedPrincipal, tenant: str, na
         TenantNotFoundError, ModelNotFoundError: no such repository.
         ReleaseNotFoundError: the revision names no version, or one not approved, or a revoked or deleted one.
     """
-    if not {Permission.READ, Permission.FETCH} & principal.permissions(tenant):
-        raise PermissionDeniedError(f"{principal.name!r} may neither read nor fetch in tenant {tenant!r}",
-                                    principal=principal.name, tenant=tenant, permission="fetch")
+    refusal = serving.caller_refusal(principal.name, principal.permissions(tenant), tenant)
+    if refusal is not None:
+        raise refusal
     model = loaders.load_model_unchecked(session, tenant, name)
     repo_id = f"{tenant}/{name}"
     version = version_named(session, principal, model, repo_id, revision)
-    if version.state == VersionState.REVOKED.value:
-        raise ReleaseNotFoundError(repo_id, revision,
-                                   f"version {version.number} is revoked: {version.revoke_reason or 'revoked'}")
-    if version.deleted_at is not None:
-        raise ReleaseNotFoundError(repo_id, revision, f"version {version.number} is deleted")
-    if version.state != VersionState.APPROVED.value or version.manifest_digest is None:
-        raise ReleaseNotFoundError(repo_id, revision,
-                                   f"version {version.number} is {version.state}, not approved")
+    refusal = serving.release_refusal(loaders.release_facts(version), Channel.HF, revision)
+    if refusal is not None:
+        raise refusal
     return ResolvedRevision(
         repo_id=repo_id, revision=revision, commit=commit_of(version), version=version.number,
         files=tuple(_revision_file(f) for f in sorted(version.files, key=lambda f: f.path)),
@@ -262,25 +254,7 @@ def record_download(session: Session, principal: AuthenticatedPrincipal, release
     One row per (version, principal, UTC day), upserted: a client's thousand range requests are one row.
     """
     assert release.version_id is not None
-    count_download(session, principal, release.version_id, channel="hf", clock=clock)
-
-
-def count_download(session: Session, principal: AuthenticatedPrincipal, version_id: int, *, channel: str,
-                   clock: Clock) -> None:
-    """Count one download of version ``version_id`` by ``principal`` through ``channel`` (``hf``, ``oci``),
-    and commit: one row per (version, principal, UTC day, channel), upserted."""
-    now = clock.now()
-    insert = postgresql_insert if is_postgres(session) else sqlite_insert
-    begin_write(session)
-    row = insert(HfDownload).values(version_id=version_id, principal=principal.name, channel=channel,
-                                    day=now.astimezone(timezone.utc).date(), count=1, first_at=now, last_at=now)
-    session.execute(row.on_conflict_do_update(
-        index_elements=[HfDownload.version_id, HfDownload.principal, HfDownload.day, HfDownload.channel],
-        set_={"count": HfDownload.count + 1, "last_at": row.excluded.last_at}))
-    if is_postgres(session):
-        # A count lost in a crash is worth less than a WAL flush per download (as with release issuances).
-        session.execute(text("SET LOCAL synchronous_commit = off"))
-    session.commit()
+    downloads.count_download(session, principal, release.version_id, channel=Channel.HF, clock=clock)
 
 
 # --- describing -------------------------------------------------------------------------------

@@ -11,7 +11,9 @@ does not, none of them do. People's decisions and terminal moves have their own 
 (:func:`approve`, :func:`reject`, :func:`revoke`, :func:`fail`); a dead job fails its version through
 :func:`fail_version`, from the stages the table says may fail.
 
-The ports (clock, policy engine, blob store, signer, queue) come in as one object, built by bootstrap.
+The ports (clock, policy engine, blob store, signer, queue) come in as one object, built by bootstrap,
+and with them what approval sets off (``Ports.on_approved``: each distribution channel's reaction, registered
+by bootstrap), so this module names no channel.
 
 Usage (a sketch, not run as a doctest)::
 
@@ -32,7 +34,6 @@ from registry.domain.errors import InvalidStateError, RegistryError
 from registry.domain.outcomes import Failed, Outcome, Passed, Pending
 from registry.domain.stages import FAILABLE, Work, next_stage, stage_of
 from registry.domain.states import VersionState, event_for
-from registry.services import oci
 from registry.services.loaders import lock_version_unchecked, version_ref
 from registry.services.ports import Ports
 from registry.services.stages import approval, evaluating, mirroring, scanning, sealed
@@ -63,9 +64,6 @@ def _move(session: Session, version: Version, target: VersionState, actor: str, 
     """
     action = event_for(VersionState(version.state), target)
     version.state = target.value
-    if target == S.APPROVED:
-        # Its OCI artifacts are stored once, now (the raw shape) and by a job queued in this transaction.
-        oci.on_approved(session, version)
     tenant = version.model.tenant.name
     # The state entered is part of every move's event: the event stream tells "scanned, now awaiting
     # approval" from "scanned, now evaluating" by it (registry.domain.events).
@@ -90,6 +88,8 @@ def advance(session: Session, version: Version, target: VersionState, actor: str
         InvalidStateError: the state machine has no such move.
     """
     _move(session, version, target, actor, details)
+    if target == S.APPROVED:
+        _react_to_approval(session, version, ports)
     stage = stage_of(target)
     if stage is not None and stage.work is not None:
         conclude(session, version, _WORK[stage.work](session, version, ports), ports)
@@ -158,9 +158,17 @@ def fail_version(session_factory: sessionmaker[Session], version_id: int, error:
         return True
 
 
-def approve(session: Session, version: Version, actor: str, details: dict[str, Any]) -> None:
-    """A version awaiting approval becomes ``approved`` (the judgement that allows it is in ``details``)."""
+def approve(session: Session, version: Version, actor: str, details: dict[str, Any], ports: Ports) -> None:
+    """A version awaiting approval becomes ``approved`` (the judgement that allows it is in ``details``), and
+    what approval sets off (``ports.on_approved``) happens in the same transaction."""
     _move(session, version, S.APPROVED, actor, details)
+    _react_to_approval(session, version, ports)
+
+
+def _react_to_approval(session: Session, version: Version, ports: Ports) -> None:
+    # Each channel's reaction (an OCI build queued, say) commits with the approval or not at all.
+    for react in ports.on_approved:
+        react(session, version, ports)
 
 
 def reject(session: Session, version: Version, actor: str, details: dict[str, Any]) -> None:

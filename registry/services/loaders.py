@@ -19,6 +19,7 @@ from registry.auth import get_tenant
 from registry.db.models import Model, Tenant, Version
 from registry.db.session import is_postgres
 from registry.domain.errors import ModelNotFoundError, VersionNotFoundError
+from registry.domain.serving import ReleaseFacts
 
 
 def load_model_unchecked(session: Session, tenant: str, name: str) -> Model:
@@ -74,3 +75,10 @@ def version_ref(version: Version) -> str:
 def tenant_of(version: Version) -> str:
     """Whose work the jobs of ``version`` are: claims are fair between tenants (:mod:`registry.jobs`)."""
     return version.model.tenant.name
+
+
+def release_facts(version: Version) -> ReleaseFacts:
+    """What :mod:`registry.domain.serving` asks of a version to say whether it is served."""
+    return ReleaseFacts(f"{version.model.tenant.name}/{version.model.name}", version.number, version.state,
+                        revoke_reason=version.revoke_reason, deleted=version.deleted_at is not None,
+                        sealed=version.manifest_digest is not None)

@@ -50,7 +50,7 @@ from sqlalchemy.dialects.postgresql import insert as postgresql_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.orm import Session
 
-from registry.auth import AuthenticatedPrincipal, Permission
+from registry.auth import AuthenticatedPrincipal
 from registry.clock import Clock
 from registry.db.models import (
     Alias,
@@ -66,18 +66,16 @@ from registry.db.models import (
 )
 from registry.db.session import begin_write, is_postgres
 from registry.domain import aliases as alias_rules
+from registry.domain import serving
 from registry.domain.errors import (
     InvalidInputError,
     InvalidStateError,
-    NotApprovedError,
-    PermissionDeniedError,
     RegistryError,
     ReleaseNotLoggedError,
-    RevokedError,
     TenantNotFoundError,
-    VersionDeletedError,
 )
 from registry.domain.events import ALIAS_MOVE_ACTIONS, APPROVED_ACTION
+from registry.domain.serving import Channel, ReleaseFacts
 from registry.domain.states import VersionState
 from registry.services import aliases, loaders, tlog
 from registry.services import chunks as chunk_lists
@@ -215,6 +213,7 @@ def issue_to(session: Session, principals: Sequence[AuthenticatedPrincipal], ten
             (``for_tenant`` included).
         RevokedError: the version the ref gives this tenant is revoked.
         NotApprovedError: it is not approved.
+        VersionDeletedError: retention deleted it (checked by :mod:`registry.domain.serving`, as all three are).
         NoSigningKeyError: the registry holds no key of the newest trust root.
         ReleaseNotLoggedError: the trust root names the log and it cannot prove this release yet (503).
     """
@@ -230,13 +229,11 @@ def issue_to(session: Session, principals: Sequence[AuthenticatedPrincipal], ten
     if for_tenant != tenant and session.scalar(select(Tenant.id).where(Tenant.name == for_tenant)) is None:
         # A release served for a tenant that does not exist would record and sign a name nobody holds.
         raise TenantNotFoundError(for_tenant)
-    if found.state == VersionState.REVOKED.value:
-        raise RevokedError(model_ref, found.number, found.revoke_reason or "revoked",
-                           alias=ref if found.is_alias else None)
-    if found.state != VersionState.APPROVED.value:
-        raise NotApprovedError(model_ref, found.number, found.state)
-    if session.scalar(select(Version.deleted_at).where(Version.id == found.version_id)) is not None:
-        raise VersionDeletedError(model_ref, found.number)
+    deleted = session.scalar(select(Version.deleted_at).where(Version.id == found.version_id)) is not None
+    facts = ReleaseFacts(model_ref, found.number, found.state, revoke_reason=found.revoke_reason, deleted=deleted)
+    refusal = serving.release_refusal(facts, Channel.MANIFEST, ref, is_alias=found.is_alias)
+    if refusal is not None:
+        raise refusal
     watch = WatchKey(found.model_id, ref if found.is_alias else None, found.version_id)
     root, key = release_signer(session, keyring, expires_in=config.root_expiry, clock=clock, cache=cache.roots,
                                newest_version=found.root_version)
@@ -299,9 +296,9 @@ def etag_matches(if_none_match: str | None, etag: str) -> bool:
 
 
 def _authorize(principal: AuthenticatedPrincipal, tenant: str) -> None:
-    if not {Permission.READ, Permission.FETCH} & principal.permissions(tenant):
-        raise PermissionDeniedError(f"{principal.name!r} may neither read nor fetch in tenant {tenant!r}",
-                                    principal=principal.name, tenant=tenant, permission="fetch")
+    refusal = serving.caller_refusal(principal.name, principal.permissions(tenant), tenant)
+    if refusal is not None:
+        raise refusal
 
 
 @dataclass(frozen=True)

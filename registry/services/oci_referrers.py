@@ -18,7 +18,7 @@ Their digests are recorded (``oci_referrer_digests``, :func:`record`) wherever t
 digest it listed finds it. A lookup by digest is one indexed query for the version it names, whose documents
 alone are then built to serve it; a digest no row names builds nothing (versions approved before the table
 are recorded a few per lookup, :data:`BACKFILL_PER_LOOKUP`, until none is left).
-Authorization is ``registry/services/oci.py``'s: every entry point here (:func:`referrers`,
+Authorization is ``registry/services/oci_serving.py``'s: every entry point here (:func:`referrers`,
 :func:`manifest_or_referrer`, :func:`blob_or_referrer`) checks the pull through it before reading anything.
 
 Usage (a sketch, not run as a doctest)::
@@ -41,7 +41,8 @@ from sqlalchemy.dialects.postgresql import insert as postgresql_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.orm import Session, sessionmaker
 
-from registry.db.models import Model, OciArtifact, OciReferrerDigest, Version, utcnow
+from registry.clock import Clock
+from registry.db.models import Model, OciArtifact, OciReferrerDigest, Version
 from registry.db.session import begin_write, is_postgres
 from registry.domain.modelpack import canonical_json
 from registry.domain import modelpack, oci_referrers
@@ -57,8 +58,9 @@ from registry.domain.oci_referrers import (
     Subject,
     build,
 )
-from registry.services import evals, exports, loaders, oci, scans
-from registry.services.oci import BlobRef, OciCaller, Pulled, StoredArtifact
+from registry.services import evals, exports, loaders, oci_serving, scans
+from registry.services.oci_serving import BlobRef, Pulled, StoredArtifact
+from registry.services.oci_tokens import OciCaller
 from registry.services.loaders import version_ref
 from registry.signing.bundle import PREDICATE_TYPE, SIGNATURE_FILE_NAME
 from registry.storage.base import BlobStore
@@ -118,74 +120,75 @@ def _stem(version: Version) -> str:
 
 
 def referrers(session: Session, caller: OciCaller, tenant: str, name: str, digest: str, *,
-              blob_store: BlobStore) -> list[Referrer]:
+              blob_store: BlobStore, clock: Clock) -> list[Referrer]:
     """The referrers of the model manifest ``digest`` in ``tenant/name`` (its documents as artifacts); none
     when no released version of the repository has that manifest (the spec answers an empty list, not 404).
 
     Raises:
-        PullScopeDeniedError, PermissionDeniedError: see :func:`registry.services.oci.require_pull`.
+        PullScopeDeniedError, PermissionDeniedError: see :func:`registry.services.oci_serving.require_pull`.
         TenantNotFoundError, ModelNotFoundError: no such repository.
         InvalidInputError: not a ``sha256:`` digest.
     """
-    oci.require_pull(caller, tenant, name)
+    oci_serving.require_pull(caller, tenant, name)
     model = loaders.load_model_unchecked(session, tenant, name)
-    if not oci.DIGEST_RE.match(digest):
+    if not oci_serving.DIGEST_RE.match(digest):
         raise InvalidInputError(f"{digest[:80]!r} is not a sha256:<64 hex> digest", field="digest")
-    for pulled in oci.released_raw(session, model, manifest_digest=digest):
+    for pulled in oci_serving.released_raw(session, model, manifest_digest=digest):
         found = list(referrers_of(session, session.get(Version, pulled.version_id), _subject(pulled),
                                   blob_store=blob_store))
         # What a client learns here it may pull by digest next: the lookup finds it recorded.
-        record(session, model, pulled, found)
+        record(session, model, pulled, found, clock=clock)
         return found
     return []
 
 
 def manifest_or_referrer(session: Session, caller: OciCaller, tenant: str, name: str, reference: str, *,
-                         blob_store: BlobStore) -> Pulled:
-    """:func:`registry.services.oci.manifest`, or, for a digest that is no stored manifest of the repository,
-    the manifest of one of its released versions' referrers (raises as ``oci.manifest`` when neither).
+                         blob_store: BlobStore, clock: Clock) -> Pulled:
+    """:func:`registry.services.oci_serving.manifest`, or, for a digest that is no stored manifest of the repository,
+    the manifest of one of its released versions' referrers (raises as ``oci_serving.manifest`` when neither).
 
     A digest is looked up among the recorded ones (:func:`record`): one indexed query, and only the version
     it names has its documents built, to serve them."""
     try:
-        return oci.manifest(session, caller, tenant, name, reference)
+        return oci_serving.manifest(session, caller, tenant, name, reference, clock=clock)
     except OciManifestUnknownError:
-        if not oci.DIGEST_RE.match(reference):
+        if not oci_serving.DIGEST_RE.match(reference):
             raise
-        # oci.manifest checked the pull and found the repository before it found no such manifest.
+        # oci_serving.manifest checked the pull and found the repository before it found no such manifest.
         model = loaders.load_model_unchecked(session, tenant, name)
-        for pulled, referrer in _recorded(session, model, OciReferrerDigest.manifest_digest, reference, blob_store):
+        for pulled, referrer in _recorded(session, model, OciReferrerDigest.manifest_digest, reference, blob_store,
+                                          clock):
             if referrer.manifest_digest == reference:
-                artifact = StoredArtifact(oci.REFERRER_SHAPE, modelpack.OCI_MANIFEST, referrer.manifest_bytes,
+                artifact = StoredArtifact(oci_serving.REFERRER_SHAPE, modelpack.OCI_MANIFEST, referrer.manifest_bytes,
                                           referrer.manifest_digest, oci_referrers.EMPTY_DIGEST)
                 return Pulled(pulled.repository, pulled.version_id, pulled.number, artifact, referrer=True)
         raise
 
 
 def blob_or_referrer(session: Session, caller: OciCaller, tenant: str, name: str, digest: str, *,
-                     blob_store: BlobStore) -> BlobRef:
-    """:func:`registry.services.oci.blob`, or a document (or the empty config) of one of the repository's
-    released versions' referrers (raises as ``oci.blob`` when neither); looked up as
+                     blob_store: BlobStore, clock: Clock) -> BlobRef:
+    """:func:`registry.services.oci_serving.blob`, or a document (or the empty config) of one of the repository's
+    released versions' referrers (raises as ``oci_serving.blob`` when neither); looked up as
     :func:`manifest_or_referrer` looks up a manifest."""
     try:
-        return oci.blob(session, caller, tenant, name, digest)
+        return oci_serving.blob(session, caller, tenant, name, digest)
     except OciBlobUnknownError:
-        # oci.blob checked the pull, the repository and the digest's form before it found no such blob.
+        # oci_serving.blob checked the pull, the repository and the digest's form before it found no such blob.
         model = loaders.load_model_unchecked(session, tenant, name)
         if digest == oci_referrers.EMPTY_DIGEST:
             # Every referrer's config is the empty descriptor: any released version makes it this repository's.
-            if next(oci.released_raw(session, model), None) is not None:
+            if next(oci_serving.released_raw(session, model), None) is not None:
                 data = oci_referrers.EMPTY_BYTES
                 return BlobRef(digest, len(data), digest.removeprefix("sha256:"), data)
             raise
-        for _pulled, referrer in _recorded(session, model, OciReferrerDigest.layer_digest, digest, blob_store):
+        for _pulled, referrer in _recorded(session, model, OciReferrerDigest.layer_digest, digest, blob_store, clock):
             if referrer.layer_digest == digest:
                 data = referrer.layer_bytes
                 return BlobRef(digest, len(data), digest.removeprefix("sha256:"), data)
         raise
 
 
-def record(session: Session, model: Model, pulled: Pulled, referrers_now: list[Referrer]) -> None:
+def record(session: Session, model: Model, pulled: Pulled, referrers_now: list[Referrer], *, clock: Clock) -> None:
     """Record the digests of a released version's referrers as just built (kept: rows already there), and
     commit. Called wherever they are built: the listing, the build job (:func:`record_version`), and the
     first lookups after an upgrade (:data:`BACKFILL_PER_LOOKUP`)."""
@@ -193,7 +196,7 @@ def record(session: Session, model: Model, pulled: Pulled, referrers_now: list[R
     known = set(session.scalars(select(OciReferrerDigest.manifest_digest).where(
         OciReferrerDigest.version_id == pulled.version_id)))
     rows = [{"version_id": pulled.version_id, "model_id": model.id, "artifact_type": r.artifact_type,
-             "manifest_digest": r.manifest_digest, "layer_digest": r.layer_digest, "created_at": utcnow()}
+             "manifest_digest": r.manifest_digest, "layer_digest": r.layer_digest, "created_at": clock.now()}
             for r in referrers_now if r.manifest_digest not in known]
     if not rows:
         return
@@ -204,7 +207,8 @@ def record(session: Session, model: Model, pulled: Pulled, referrers_now: list[R
     session.commit()
 
 
-def record_version(session_factory: sessionmaker[Session], version_id: int, *, blob_store: BlobStore) -> None:
+def record_version(session_factory: sessionmaker[Session], version_id: int, *, blob_store: BlobStore,
+                   clock: Clock) -> None:
     """Record the referrers' digests of version ``version_id`` if it is released and its model manifest is
     stored (the ``build_oci_artifacts`` job, once it stored the shapes); nothing otherwise."""
     with session_factory() as session:
@@ -212,9 +216,9 @@ def record_version(session_factory: sessionmaker[Session], version_id: int, *, b
         if version is None:
             return
         model = version.model
-        for pulled in oci.released_raw(session, model, version_ids=[version_id]):
+        for pulled in oci_serving.released_raw(session, model, version_ids=[version_id]):
             record(session, model, pulled, list(referrers_of(session, version, _subject(pulled),
-                                                             blob_store=blob_store)))
+                                                             blob_store=blob_store)), clock=clock)
 
 
 BACKFILL_PER_LOOKUP = 2
@@ -223,12 +227,12 @@ finds no digest records, oldest first: each such lookup builds at most this many
 once all are recorded a lookup builds none."""
 
 
-def _recorded(session: Session, model: Model, column: Any, digest: str,
-              blob_store: BlobStore) -> Iterator[tuple[Pulled, Referrer]]:
+def _recorded(session: Session, model: Model, column: Any, digest: str, blob_store: BlobStore,
+              clock: Clock) -> Iterator[tuple[Pulled, Referrer]]:
     """The referrers, as they are now, of the released version whose recorded ``column`` is ``digest``
     (none when no row names it: nothing is built to search)."""
     found = _version_named(session, model, column, digest)
-    if found is None and _backfill(session, model, blob_store):
+    if found is None and _backfill(session, model, blob_store, clock):
         found = _version_named(session, model, column, digest)
     if found is None:
         return
@@ -240,19 +244,19 @@ def _recorded(session: Session, model: Model, column: Any, digest: str,
 def _version_named(session: Session, model: Model, column: Any, digest: str) -> Pulled | None:
     """The released version of ``model`` a recorded ``column`` equal to ``digest`` names (one indexed query)."""
     named = select(OciReferrerDigest.version_id).where(OciReferrerDigest.model_id == model.id, column == digest)
-    return next(oci.released_raw(session, model, version_ids=named), None)
+    return next(oci_serving.released_raw(session, model, version_ids=named), None)
 
 
-def _backfill(session: Session, model: Model, blob_store: BlobStore) -> bool:
+def _backfill(session: Session, model: Model, blob_store: BlobStore, clock: Clock) -> bool:
     """Record up to :data:`BACKFILL_PER_LOOKUP` released versions of ``model`` that have no recorded digests;
     whether any was."""
     unrecorded = ~exists().where(OciReferrerDigest.version_id == OciArtifact.version_id)
-    pending = list(oci.released_raw(session, model, version_ids=select(OciArtifact.version_id).where(
+    pending = list(oci_serving.released_raw(session, model, version_ids=select(OciArtifact.version_id).where(
         OciArtifact.model_id == model.id, OciArtifact.shape == modelpack.RAW, unrecorded)))
     pending = pending[-BACKFILL_PER_LOOKUP:]
     for pulled in pending:
         record(session, model, pulled, list(referrers_of(session, session.get(Version, pulled.version_id),
-                                                         _subject(pulled), blob_store=blob_store)))
+                                                         _subject(pulled), blob_store=blob_store)), clock=clock)
     return bool(pending)
 
 

@@ -20,15 +20,24 @@ from typing import TYPE_CHECKING, Callable
 from registry.clock import Clock
 
 if TYPE_CHECKING:
+    from sqlalchemy.orm import Session
+
+    from registry.db.models import Version
     from registry.jobs import JobQueue
     from registry.policy import PolicyEngine
     from registry.signing.keys import SigningKey
     from registry.storage.base import BlobStore
 
 
+ApprovalReaction = Callable[["Session", "Version", "Ports"], None]
+"""What a distribution channel does when a version becomes approved, in the approving transaction (it
+commits with the approval or not at all); it records every time by the ports' clock."""
+
+
 @dataclass(frozen=True, slots=True)
 class Ports:
-    """The clock, policy engine, blob store, signer and job queue a process was built with.
+    """The clock, policy engine, blob store, signer and job queue a process was built with, and the
+    reactions to approval its distribution channels registered.
 
     The engine, store and signer are built on first use (loading policies or a key costs, and the
     policy engine must load after TensorFlow where both are used): each is given as a function that
@@ -37,6 +46,8 @@ class Ports:
     Attributes:
         clock: the time source of every recorded time.
         queue: the job queue; work is enqueued through it (due by its clock, with its attempts).
+        on_approved: each channel's reaction to a version becoming approved, called by the lifecycle in
+            order (``registry/bootstrap.py`` registers them: :func:`registry.bootstrap.approval_reactions`).
     """
 
     clock: Clock
@@ -44,6 +55,7 @@ class Ports:
     policy_engine: "Callable[[], PolicyEngine]"
     blob_store_of: "Callable[[], BlobStore]"
     signer_of: "Callable[[], SigningKey]"
+    on_approved: tuple[ApprovalReaction, ...]
 
     @property
     def policy(self) -> "PolicyEngine":

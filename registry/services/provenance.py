@@ -39,7 +39,7 @@ from registry.db.models import (
     AliasMove,
     Approval,
     EvalResult,
-    HfDownload,
+    Download,
     LicenseFinding,
     Model,
     PolicyDecision,
@@ -58,6 +58,7 @@ from registry.domain.errors import (
     PermissionDeniedError,
 )
 from registry.domain.files import SHA256_RE
+from registry.domain.serving import Channel
 from registry.domain.states import VersionState
 from registry.policy import PolicyEngine
 from registry.services import evals, loaders, scans, trust_roots
@@ -368,27 +369,27 @@ def nodes(session: Session, principal: AuthenticatedPrincipal, tenant: str, name
           limit: int = 1000, cursor: str | None = None) -> dict[str, Any]:
     """Question 8a: who received the version, by principal: release manifests (through any ref: an alias, a
     canary, its number; ``count``, with the refs and the tenants they were served for), files downloaded
-    through ``/hf`` (``hf_downloads``) and manifests pulled through ``/v2`` (``oci_pulls``), first and last
-    time of any. A page of principals at a time, by name."""
+    through ``/hf`` (``hf_downloads``) and manifests pulled through ``/v2`` (``oci_pulls``), both counted in
+    ``downloads`` by channel, first and last time of any. A page of principals at a time, by name."""
     _check_page(limit)
     version, named = _version_of(session, principal, tenant, name, ref)
     model = f"{tenant}/{name}"
     issued_where = [ReleaseIssuance.model == model, ReleaseIssuance.version == version.number]
-    hf_where = [HfDownload.version_id == version.id]
+    downloads_where = [Download.version_id == version.id]
     after = _cursor(cursor)
     if after is not None:
         issued_where.append(ReleaseIssuance.principal > after)
-        hf_where.append(HfDownload.principal > after)
+        downloads_where.append(Download.principal > after)
     issued = {who: (first, last, n) for who, first, last, n in session.execute(
         select(ReleaseIssuance.principal, func.min(ReleaseIssuance.at), func.max(ReleaseIssuance.at),
                func.count(ReleaseIssuance.id))
         .where(*issued_where).group_by(ReleaseIssuance.principal).order_by(ReleaseIssuance.principal)
         .limit(limit + 1))}
     downloaded, pulled = ({who: (first, last, int(n)) for who, first, last, n in session.execute(
-        select(HfDownload.principal, func.min(HfDownload.first_at), func.max(HfDownload.last_at),
-               func.sum(HfDownload.count))
-        .where(*hf_where, HfDownload.channel == channel).group_by(HfDownload.principal)
-        .order_by(HfDownload.principal).limit(limit + 1))} for channel in ("hf", "oci"))
+        select(Download.principal, func.min(Download.first_at), func.max(Download.last_at),
+               func.sum(Download.count))
+        .where(*downloads_where, Download.channel == channel).group_by(Download.principal)
+        .order_by(Download.principal).limit(limit + 1))} for channel in (Channel.HF.value, Channel.OCI.value))
     # Each source holds its first limit + 1 names, so the first limit + 1 of all are among them.
     names = sorted(issued.keys() | downloaded.keys() | pulled.keys())[:limit + 1]
     page = names[:limit]

@@ -185,6 +185,6 @@ def test_downloads_through_hf_show_among_the_nodes(live):
     assert "trainer: 0 manifests, 3 /hf downloads" in human
     db = sqlite3.connect(server.data_dir / "registry.db")
     try:
-        assert db.execute("SELECT count, principal FROM hf_downloads").fetchall() == [(3, "trainer")]
+        assert db.execute("SELECT count, principal, channel FROM downloads").fetchall() == [(3, "trainer", "hf")]
     finally:
         db.close()

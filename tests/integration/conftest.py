@@ -1,5 +1,6 @@
 """Fixtures shared by the integration modules (each module's own ``world`` stays in its module): the OCI
-world, the release world's client and the worker processes' deployment."""
+world, the release world's client, the worker processes' deployment and an empty database for the migration
+tests."""
 
 from __future__ import annotations
 
@@ -93,3 +94,22 @@ def deployment(request, tmp_path, signing_key_pem) -> Deployment:
         job_lease_seconds=2,
     )
     return Deployment(request.param, settings, env, bucket, client)
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def empty_database_url(request, tmp_path):
+    """A database with no schema at all, on SQLite and on PostgreSQL."""
+    if request.param == "sqlite":
+        yield f"sqlite:///{tmp_path / 'm.db'}"
+        return
+    import uuid
+
+    import psycopg
+    from sqlalchemy.engine import make_url
+
+    name = f"modelreg_migrate_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(dbsupport._psycopg_dsn(dbsupport.PG_ADMIN_URL), autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')
+    url = make_url(dbsupport.PG_ADMIN_URL).set(database=name).render_as_string(hide_password=False)
+    yield url
+    dbsupport.drop_pg_database(url)

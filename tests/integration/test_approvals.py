@@ -269,8 +269,7 @@ def test_two_approvals_at_once_see_each_other(reg):
             with container.session_factory() as session:
                 barrier.wait()
                 approvals.decide(session, who[name], TENANT, model, number,
-                                 approvals.ApprovalRequest("approve", capacity), engine=container.policy,
-                                 clock=container.clock)
+                                 approvals.ApprovalRequest("approve", capacity), ports=container.ports)
         except BaseException as exc:  # noqa: BLE001 - reported below
             errors.append(exc)
 

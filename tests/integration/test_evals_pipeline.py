@@ -168,7 +168,7 @@ def test_a_zeroed_tensor_misses_the_sanity_threshold_and_approvals_cannot_waive_
             approver = load_principal(session.scalar(select(Principal).where(Principal.name == name)))
             status = approvals.decide(session, approver, TENANT, "zeroed", number,
                                       approvals.ApprovalRequest("approve", capacity, "", []),
-                                      engine=container.policy, clock=container.clock)
+                                      ports=container.ports)
     assert status.state == "awaiting_approval"
     assert [u["code"] for u in status.unmet] == ["eval.threshold"]
 
@@ -221,22 +221,22 @@ def test_a_too_strict_threshold_is_mended_by_policy_data_without_resubmitting(co
             approver = load_principal(session.scalar(select(Principal).where(Principal.name == name)))
             status = approvals.decide(session, approver, TENANT, "mended", number,
                                       approvals.ApprovalRequest("approve", capacity, "", []),
-                                      engine=container.policy, clock=container.clock)
+                                      ports=container.ports)
     assert status.state == "awaiting_approval" and [u["code"] for u in status.unmet] == ["eval.threshold"]
     with container.session_factory() as session:
         # Nothing to judge again while the bundle is the one it was judged under.
-        assert approvals.rejudge_awaiting(session, engine=container.policy, clock=container.clock) == []
+        assert approvals.rejudge_awaiting(session, ports=container.ports) == []
 
     policy(thresholds={"quality": {"quality.score": {"min": 0.4}}})
     with container.session_factory() as session:
         _, decision = approvals.evaluate(session, admin, TENANT, "mended", number, engine=container.policy)
         assert decision.allowed  # what `modelreg policy eval` shows
-        judged = approvals.rejudge_awaiting(session, engine=container.policy, clock=container.clock)
+        judged = approvals.rejudge_awaiting(session, ports=container.ports)
     assert judged == [f"{TENANT}/mended@{number}"]
     state, unmet = state_and_unmet(container, admin, "mended", number)
     assert (state, unmet) == ("approved", [])
     with container.session_factory() as session:
-        assert approvals.rejudge_awaiting(session, engine=container.policy, clock=container.clock) == []
+        assert approvals.rejudge_awaiting(session, ports=container.ports) == []
         audit = session.scalars(select(AuditEvent).where(AuditEvent.action == "version.rejudged")).all()
         assert [e.details["outcome"] for e in audit] == ["approved"]
 

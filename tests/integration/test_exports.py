@@ -75,7 +75,7 @@ def built(container, tmp_path):
         with container.session_factory() as session:
             status = approvals.decide(session, principal(container, name), TENANT, NAME, number,
                                       approvals.ApprovalRequest("approve", capacity, "", []),
-                                      engine=container.policy, clock=container.clock)
+                                      ports=container.ports)
     assert status.state == "approved", status.unmet
     role_token(container, "aud", TENANT, "auditor")
     return number, files

@@ -95,7 +95,7 @@ def test_advance_is_the_callers_transaction(container, tmp_path):
         with pytest.raises(InvalidStateError):
             lifecycle.advance(session, version, VersionState.APPROVED, "system", {}, container.ports)
         with pytest.raises(InvalidStateError):
-            lifecycle.approve(session, version, "system", {})
+            lifecycle.approve(session, version, "system", {}, container.ports)
         assert version.state == "mirroring"
         lifecycle.fail(session, version, Failed("test"))
         assert version.failure_reason == "test"

@@ -1,6 +1,5 @@
 """The schema comes from Alembic, and Alembic agrees with the models (on both databases)."""
 
-import pytest
 from sqlalchemy import inspect
 
 from registry.db import migrate
@@ -30,27 +29,6 @@ def test_upgrade_is_idempotent_and_downgrade_reverses(tmp_path):
         command.downgrade(config, "base")
     assert set(inspect(engine).get_table_names()) <= {"alembic_version"}
     engine.dispose()
-
-
-@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
-def empty_database_url(request, tmp_path):
-    """A database with no schema at all, on SQLite and on PostgreSQL."""
-    if request.param == "sqlite":
-        yield f"sqlite:///{tmp_path / 'm.db'}"
-        return
-    import uuid
-
-    import psycopg
-    from sqlalchemy.engine import make_url
-
-    from tests.support import db as dbsupport
-
-    name = f"modelreg_migrate_{uuid.uuid4().hex[:12]}"
-    with psycopg.connect(dbsupport._psycopg_dsn(dbsupport.PG_ADMIN_URL), autocommit=True) as conn:
-        conn.execute(f'CREATE DATABASE "{name}"')
-    url = make_url(dbsupport.PG_ADMIN_URL).set(database=name).render_as_string(hide_password=False)
-    yield url
-    dbsupport.drop_pg_database(url)
 
 
 def test_0004_grants_existing_blobs_to_the_tenants_whose_versions_use_them(empty_database_url):

@@ -16,8 +16,8 @@ from sqlalchemy import event, select
 from registry.auth import load_principal
 from registry.db.models import OciReferrerDigest, Principal, Version
 from registry.domain.errors import OciBlobUnknownError, OciManifestUnknownError
-from registry.services import loaders, oci, oci_referrers
-from registry.services.oci import OciCaller
+from registry.services import loaders, oci_referrers, oci_serving
+from registry.services.oci_tokens import OciCaller
 from tests.support.oci_world import NAME, TENANT, build_world
 from tests.support.registry import drain
 from tests.support.releases import approve_standin, awaiting_version
@@ -68,16 +68,18 @@ def _caller(container) -> OciCaller:
 def _miss(container, caller) -> None:
     with container.session_factory() as session:
         with pytest.raises(OciManifestUnknownError):
-            oci_referrers.manifest_or_referrer(session, caller, TENANT, NAME, MISSING, blob_store=container.blob_store)
+            oci_referrers.manifest_or_referrer(session, caller, TENANT, NAME, MISSING, blob_store=container.blob_store,
+                                               clock=container.clock)
         with pytest.raises(OciBlobUnknownError):
-            oci_referrers.blob_or_referrer(session, caller, TENANT, NAME, MISSING, blob_store=container.blob_store)
+            oci_referrers.blob_or_referrer(session, caller, TENANT, NAME, MISSING, blob_store=container.blob_store,
+                                           clock=container.clock)
 
 
 def _released(container) -> set[int]:
     """The ids of acme/llm's released versions."""
     with container.session_factory() as session:
         model = loaders.load_model_unchecked(session, TENANT, NAME)
-        return {pulled.version_id for pulled in oci.released_raw(session, model)}
+        return {pulled.version_id for pulled in oci_serving.released_raw(session, model)}
 
 
 def test_a_miss_builds_nothing_and_costs_the_same_with_one_or_four_released_versions(world, tmp_path):
@@ -120,9 +122,9 @@ def test_a_miss_builds_nothing_and_costs_the_same_with_one_or_four_released_vers
     counted.reset()
     with container.session_factory() as session:
         pulled = oci_referrers.manifest_or_referrer(session, caller, TENANT, NAME, recorded[0],
-                                                    blob_store=container.blob_store)
+                                                    blob_store=container.blob_store, clock=container.clock)
         assert pulled.referrer and pulled.artifact.manifest_digest == recorded[0]
         found = oci_referrers.blob_or_referrer(session, caller, TENANT, NAME, recorded[1],
-                                               blob_store=container.blob_store)
+                                               blob_store=container.blob_store, clock=container.clock)
         assert found.digest == recorded[1]
     assert 0 < counted.built <= 2 * kinds

@@ -25,7 +25,7 @@ from sqlalchemy import func, select
 
 from registry.db.models import Job, OciArtifact, VersionFacts, VersionFile
 from registry.jobs import JobKind
-from registry.services import loaders, oci, revocations
+from registry.services import loaders, oci_builds, revocations
 from tests.integration.test_oci_endpoint import (  # noqa: F401  (fixtures)
     NAME,
     REPO,
@@ -89,8 +89,8 @@ def test_the_raw_shape_is_stored_at_approval_and_the_image_shape_waits_for_its_j
     with w.container.session_factory() as session:
         version_id = session.scalar(select(OciArtifact.version_id).where(
             OciArtifact.manifest_digest == _sha256(got.content)))
-        oci.build_artifacts(w.container.session_factory, version_id, blob_store=w.container.blob_store,
-                            clock=w.container.clock)
+        oci_builds.build_artifacts(w.container.session_factory, version_id, blob_store=w.container.blob_store,
+                                   clock=w.container.clock)
         assert session.scalar(select(func.count()).select_from(OciArtifact)
                               .where(OciArtifact.version_id == version_id)) == 2
 

@@ -432,7 +432,7 @@ class World:
                 with self.container.session_factory() as session:
                     approvals.decide(session, authenticate(session, self.tokens["approver"]), tenant,
                                      self.model[tenant], number, approvals.ApprovalRequest("approve", "security"),
-                                     engine=self.container.policy, clock=self.container.clock)
+                                     ports=self.container.ports)
             self.amendable_versions[tenant] = number
         return str(self.amendable_versions[tenant])
 

@@ -49,5 +49,6 @@ def approve_standin(container: Container, tenant: str, name: str, number: int) -
     with container.session_factory() as session:
         model = loaders.load_model_unchecked(session, tenant, name)
         version = loaders.load_version_unchecked(session, model, number)
-        lifecycle.approve(session, version, "approvals-standin", {"stand_in": "approvals flow, merged separately"})
+        lifecycle.approve(session, version, "approvals-standin", {"stand_in": "approvals flow, merged separately"},
+                          container.ports)
         session.commit()

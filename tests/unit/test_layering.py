@@ -1,6 +1,7 @@
 """The import rules that keep the house clear (architecture.md), checked on the source itself."""
 
 import ast
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -253,6 +254,29 @@ def test_the_circle_check_sees_a_circle_closed_inside_a_function(tmp_path):
     assert any("(in a function)" in line for line in _describe(graph, import_circles(graph)[0]))
     (package / "services" / "c.py").write_text("def g():\n    pass\n")
     assert import_circles(import_graph(tmp_path)) == []
+
+
+CHANNEL_MODULES = re.compile(r"\Aregistry\.(services\.(oci\w*|hf|manifests|downloads)|client(\..*)?)\Z")
+"""The distribution channels' modules (/v2, /hf, release manifests, their downloads, serve-s3 in the client)."""
+
+
+def _channels_reached(graph: dict[str, dict[str, list[str]]], start: str) -> list[str]:
+    """The channel modules ``start`` reaches through imports (module level or in functions), with the path."""
+    seen, queue, reached = {start: [start]}, [start], []
+    while queue:
+        node = queue.pop(0)
+        for child in sorted(graph.get(node, {})):
+            if child not in seen:
+                seen[child] = [*seen[node], child]
+                queue.append(child)
+                if CHANNEL_MODULES.match(child):
+                    reached.append(" -> ".join(seen[child]))
+    return reached
+
+
+def test_the_lifecycle_imports_no_distribution_channel():
+    """Approval's reactions come through the ports (registered by bootstrap): the lifecycle reaches no channel."""
+    assert _channels_reached(import_graph(ROOT), "registry.services.lifecycle") == []
 
 
 def test_the_log_core_loads_only_the_standard_library_cryptography_and_the_error_hierarchy():
