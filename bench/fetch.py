@@ -71,13 +71,13 @@ import httpx  # noqa: E402
 from bench.mirror import MIB, write_model  # noqa: E402
 from registry.bootstrap import bootstrap  # noqa: E402
 from registry.client.api import RegistryApi  # noqa: E402
+from registry.client.transfer import RangeReader  # noqa: E402
+from registry.db.models import Version  # noqa: E402
+from registry.domain.aliases import make_target  # noqa: E402
 from registry.node.cache import NodeCache  # noqa: E402
 from registry.node.download import DEFAULT_PART_SIZE, plan_parts  # noqa: E402
 from registry.node.fetch import fetch  # noqa: E402
 from registry.node.opener import NodePolicy  # noqa: E402
-from registry.client.transfer import RangeReader  # noqa: E402
-from registry.db.models import Version  # noqa: E402
-from registry.domain.aliases import make_target  # noqa: E402
 from registry.services import aliases  # noqa: E402
 from registry.settings import Settings  # noqa: E402
 from tests.support import db as dbsupport  # noqa: E402

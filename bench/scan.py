@@ -200,9 +200,9 @@ def many_files(tmp: Path, sizes: list[int], rounds: int, cases: list[str]) -> No
     from registry.settings import Settings
     from registry.signing.keys import SigningKey
     from tests.support.registry import make_admin
+    from workers.handler_registry import HandlerRegistry
     from workers.handlers import build_handlers
     from workers.loop import Worker
-    from workers.handler_registry import HandlerRegistry
 
     handlers = build_handlers()
     scanning = HandlerRegistry([handlers.get(JobKind.SCAN_BLOB.value)])

@@ -289,7 +289,6 @@ class _Walker:
         return _fold(node, 0, self.env)
 
     def _check_key(self, node: Any, key: Any, what: str) -> None:
-        from jinja2 import nodes as n
 
         folded = self._fold(key)
         if isinstance(folded, str):

@@ -23,7 +23,6 @@ Usage (a sketch, not run as a doctest)::
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -51,6 +50,7 @@ from registry.domain.text import MAX_COMMENT_LENGTH, validate_text
 from registry.policy import Decision, PolicyEngine
 from registry.services import lifecycle
 from registry.services.loaders import find_version_unchecked, version_ref
+
 # approval_input_for is read as approvals.approval_input_for too (what a decision is judged on).
 from registry.services.stages.approval import (  # noqa: F401
     approval_input_for,

@@ -45,8 +45,8 @@ from sqlalchemy.orm import Session, sessionmaker
 from registry import audit
 from registry.auth import AuthenticatedPrincipal, Permission, get_tenant, require
 from registry.clock import Clock
-from registry.db.session import begin_write
 from registry.db.models import AuditEvent, Job, Tenant, WebhookDelivery, WebhookSubscription
+from registry.db.session import begin_write
 from registry.domain import events as catalogue
 from registry.domain import webhooks as hooks
 from registry.domain.errors import (

@@ -16,13 +16,13 @@ import pytest
 
 from api.app import create_app
 from registry.client.api import RegistryApi
-from registry.node.cache import NodeCache
+from registry.domain.aliases import make_target
 from registry.domain.errors import RevokedError
+from registry.domain.refs import parse_ref
+from registry.node.cache import NodeCache
 from registry.node.fetch import warm_once
 from registry.node.opener import NodePolicy, ReleaseOpener
 from registry.node.revocations import RevocationFollower
-from registry.domain.aliases import make_target
-from registry.domain.refs import parse_ref
 from registry.services import aliases, revocations
 from tests.support.live_app import serve_in_thread
 from tests.support.registry import make_admin, role_token

@@ -24,8 +24,8 @@ from sqlalchemy import delete, select, text
 
 from registry.bootstrap import bootstrap
 from registry.db.models import AuditEvent, BlobChunks, Job, Version
-from registry.domain.chunks import ChunkHasher
 from registry.db.session import make_engine
+from registry.domain.chunks import ChunkHasher
 from registry.jobs import SUCCEEDED, JobKind
 from registry.services import chunks, versions
 from registry.services.versions import SubmitRequest
@@ -35,9 +35,9 @@ from tests.support import scan_samples
 from tests.support.registry import make_admin
 from tests.support.tiny_model import tiny_model_files
 from tests.support.worker_process import Deployment, kill_worker, start_worker, stop_worker, wait_for
+from workers.handler_registry import HandlerRegistry
 from workers.handlers import build_handlers
 from workers.loop import Worker
-from workers.handler_registry import HandlerRegistry
 
 pytestmark = pytest.mark.postgres
 

@@ -20,9 +20,9 @@ import pickle
 import pickletools
 import random
 import struct
-import zlib
 import tarfile
 import zipfile
+import zlib
 from collections.abc import Callable
 
 SAFE, SUSPICIOUS, UNSAFE = "safe", "suspicious", "unsafe"

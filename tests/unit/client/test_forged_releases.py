@@ -20,10 +20,10 @@ from typing import Any
 import pytest
 
 from registry.client.errors import BadManifestError, exit_code
-from registry.node.opener import verify_manifest
-from registry.node.trust import NodeTrust
 from registry.domain.errors import InvalidInputError, InvalidPathError, SignatureError
 from registry.domain.refs import parse_ref
+from registry.node.opener import verify_manifest
+from registry.node.trust import NodeTrust
 from registry.signing.dsse import MAX_SIGNATURES
 from registry.signing.keys import SigningKey
 from registry.signing.release import (

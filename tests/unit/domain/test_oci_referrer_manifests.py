@@ -6,7 +6,18 @@ import hashlib
 import json
 
 from registry.domain.oci_referrers import (
-    CYCLONEDX, EMPTY_BYTES, EMPTY_DIGEST, IN_TOTO, KINDS, OCI_INDEX, SIGNATURE, Document, Subject, build, index)
+    CYCLONEDX,
+    EMPTY_BYTES,
+    EMPTY_DIGEST,
+    IN_TOTO,
+    KINDS,
+    OCI_INDEX,
+    SIGNATURE,
+    Document,
+    Subject,
+    build,
+    index,
+)
 
 SUBJECT = Subject("sha256:" + "b" * 64, 1234)
 

@@ -212,8 +212,9 @@ def test_engine_finds_keras_h5_behind_a_user_block(tmp_path):
 @pytest.mark.parametrize("block", [512, 4096, 131072])
 def test_keras_h5_behind_a_pickle_or_json_user_block_is_unsafe(tmp_path, block):
     """The user block may hold another format entirely; the HDF5 behind it is still read by h5py."""
-    import h5py
     import pickle
+
+    import h5py
 
     path = tmp_path / "model.h5"
     with h5py.File(path, "w", userblock_size=block) as f:

@@ -15,8 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from registry.scanning import Verdict, scan_directory, scan_stream
-from registry.scanning import savedmodel
+from registry.scanning import Verdict, savedmodel, scan_directory, scan_stream
 from tests.support import format_samples as F
 
 BUILD = r'''
