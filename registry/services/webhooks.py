@@ -269,7 +269,10 @@ def signing_secrets(sub: WebhookSubscription, now: dt.datetime) -> list[str]:
 
 def public(sub: WebhookSubscription) -> dict[str, Any]:
     """What the API shows of a subscription (never a secret)."""
-    at = (lambda t: t.isoformat() if t else None)
+
+    def at(t: Any) -> str | None:
+        return t.isoformat() if t else None
+
     return {"id": sub.id, "tenant": sub.tenant, "url": sub.url, "types": list(sub.types),
             "model_glob": sub.model_glob, "state": sub.status, "paused_reason": sub.paused_reason,
             "paused_at": at(sub.paused_at), "cursor": sub.cursor, "failing_since": at(sub.failing_since),

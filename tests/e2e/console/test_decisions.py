@@ -31,7 +31,7 @@ def test_a_decision_without_the_sessions_csrf_token_is_refused_and_records_nothi
 
 
 def test_approve_and_separation_of_duties_through_the_same_service(client, world, container):
-    number, url = world["number"], f"/ui/models/acme/tiny/versions/{world['number']}"
+    url = f"/ui/models/acme/tiny/versions/{world['number']}"
     sign_in(client, world["tokens"]["sam"])
     page = client.get(url)
     r = client.post(f"{url}/decision", data={"csrf": csrf_of(page.text), "decision": "approve",
