@@ -483,7 +483,8 @@ class WebhookCreate(Strict):
     url: FreeText(2048) = Field(min_length=1, description="http(s) URL the events are POSTed to; it passes "
                                                                "the egress guard (docs/webhooks.md)")
     types: list[Annotated[FreeText(128), Field(min_length=1)]] = Field(
-        min_length=1, max_length=MAX_WEBHOOK_TYPES, description="event types (`version.approved`, or `*` for every type)")
+        min_length=1, max_length=MAX_WEBHOOK_TYPES,
+        description="event types (`version.approved`, or `*` for every type)")
     model_glob: FreeText(256) | None = Field(None, description="only events about models matching it")
 
 

@@ -74,7 +74,8 @@ def test_a_revocation_removes_the_versions_own_blobs_keeps_shared_ones_and_survi
     cache = NodeCache(node["cache_dir"])
     assert _warm(node, cache, "acme/tiny@prod").version == first
     assert _warm(node, cache, "acme/tiny@stable").version == second
-    shared, own_first, own_second = _digests(41) & _digests(42), _digests(41) - _digests(42), _digests(42) - _digests(41)
+    shared = _digests(41) & _digests(42)
+    own_first, own_second = _digests(41) - _digests(42), _digests(42) - _digests(41)
     assert shared and own_first and own_second and _cached(cache) >= _digests(41) | _digests(42)
     told: list = []
     follower = RevocationFollower(node["api"], cache, on_revoked=told.append, on_problem=pytest.fail)

@@ -71,7 +71,8 @@ def test_promote_with_a_canary_roll_back_and_a_denied_move_shown_in_words(client
     r = client.post("/ui/models/acme/tiny/aliases", data={"csrf": csrf, "alias": "prod",
                                                            "version": str(world["number"])})
     assert "The alias moved." in r.text
-    r = client.post("/ui/models/acme/tiny/aliases", data={"csrf": csrf, "alias": "prod", "version": str(world["number"]),
+    r = client.post("/ui/models/acme/tiny/aliases",
+                    data={"csrf": csrf, "alias": "prod", "version": str(world["number"]),
                                                            "canary_version": str(second), "canary_tenants": "acme"})
     assert f"(canary @{second} for acme)" in r.text
     r = client.post("/ui/models/acme/tiny/aliases/prod/rollback", data={"csrf": csrf, "comment": "too early"})

@@ -1,5 +1,6 @@
-"""The blob download (into the cache's partial file and DEST's copy) against a real HTTP server, on both reading paths (``http.client`` into the buffer, and
-httpx where a transport is injected), with aligned and unaligned parts, direct and buffered writes."""
+"""The blob download (into the cache's partial file and DEST's copy) against a real HTTP server, on both reading paths
+(``http.client`` into the buffer, and httpx where a transport is injected), with aligned and unaligned parts, direct and
+buffered writes."""
 
 from __future__ import annotations
 
