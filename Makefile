@@ -32,6 +32,7 @@ run: install
 ## fills those waits (tests/README.md has the measured times).
 TEST_WORKERS ?= 3
 test: install-test test-peers
+	$(BIN)/ruff check .
 	HF_HUB_DISABLE_TELEMETRY=1 $(BIN)/python -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --dist loadfile
 
 ## The real peers the suite drives that come from Debian: skopeo and docker-registry (tests/integration/

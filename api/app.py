@@ -62,8 +62,24 @@ def create_app(container: Container) -> FastAPI:
 def _optional_routers():
     """Routers of the model lifecycle; imported here so health and identity work on their own."""
     from api.routers import (
-        aliases, approvals, blobs, evals, events, exports, hf, keys, manifests, models, oci, provenance, quotas,
-        revocations, scans, tlog, webhooks)
+        aliases,
+        approvals,
+        blobs,
+        evals,
+        events,
+        exports,
+        hf,
+        keys,
+        manifests,
+        models,
+        oci,
+        provenance,
+        quotas,
+        revocations,
+        scans,
+        tlog,
+        webhooks,
+    )
 
     return [models.router, approvals.router, keys.router, scans.router, blobs.router, aliases.router,
             revocations.router, manifests.router, evals.router, events.router, exports.router, hf.router,

@@ -19,8 +19,8 @@ from typing import Annotated
 from pydantic import AfterValidator, Field
 
 from registry.auth import NAME_RE
-from registry.domain.refs import ALIAS_RE
 from registry.domain.files import SHA256_RE
+from registry.domain.refs import ALIAS_RE
 from registry.workload_identity import is_node_principal_name
 
 INT32_MAX = 2**31 - 1

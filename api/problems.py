@@ -208,4 +208,5 @@ def _path_pattern(template: str) -> re.Pattern[str]:
 
 def _jsonable(details: dict[str, Any]) -> dict[str, Any]:
     reserved = {"type", "title", "status", "detail"}
-    return {k: v for k, v in details.items() if k not in reserved and isinstance(v, (str, int, float, bool, list, dict, type(None)))}
+    return {k: v for k, v in details.items()
+            if k not in reserved and isinstance(v, (str, int, float, bool, list, dict, type(None)))}

@@ -9,11 +9,10 @@ from pydantic import BaseModel, ConfigDict, Field, StrictBool
 
 from api.params import NAME_PATTERN, ByteCount, PrincipalName, TenantName, VersionNumber
 from registry.auth import Role
+from registry.domain.aliases import MAX_CANARY_TENANTS
 from registry.domain.events import NAMES as EVENT_TYPE_NAMES
-
 from registry.domain.files import MAX_PATH_LENGTH
 from registry.domain.licenses import MAX_LICENSE_LENGTH
-from registry.domain.aliases import MAX_CANARY_TENANTS
 from registry.domain.text import (
     MAX_COMMENT_LENGTH,
     MAX_DESCRIPTION_LENGTH,
@@ -24,7 +23,6 @@ from registry.domain.text import (
 )
 from registry.services.identity import CAPACITY_REQUIRED
 from registry.sources.filters import MAX_GLOB_LENGTH, MAX_GLOBS
-
 
 # A body's integers are JSON integers: pydantic's lax mode reads true, "1" and 1.0 as 1 (issue 18).
 StrictVersionNumber = Annotated[VersionNumber, Field(strict=True)]
@@ -485,7 +483,8 @@ class WebhookCreate(Strict):
     url: FreeText(2048) = Field(min_length=1, description="http(s) URL the events are POSTed to; it passes "
                                                                "the egress guard (docs/webhooks.md)")
     types: list[Annotated[FreeText(128), Field(min_length=1)]] = Field(
-        min_length=1, max_length=MAX_WEBHOOK_TYPES, description="event types (`version.approved`, or `*` for every type)")
+        min_length=1, max_length=MAX_WEBHOOK_TYPES,
+        description="event types (`version.approved`, or `*` for every type)")
     model_glob: FreeText(256) | None = Field(None, description="only events about models matching it")
 
 

@@ -16,15 +16,15 @@ REPO = Path(__file__).resolve().parents[1]
 # The script's own folder holds bench/queue.py, which would shadow the standard library's queue.
 sys.path[0] = str(REPO)
 
-import argparse  # noqa: E402
-import os  # noqa: E402
-import resource  # noqa: E402
-import tempfile  # noqa: E402
-import time  # noqa: E402
+import argparse  # noqa: E402 (after sys.path[0] is set)
+import os  # noqa: E402 (after sys.path[0] is set)
+import resource  # noqa: E402 (after sys.path[0] is set)
+import tempfile  # noqa: E402 (after sys.path[0] is set)
+import time  # noqa: E402 (after sys.path[0] is set)
 
-from registry.domain.chunks import ChunkHasher  # noqa: E402
-from registry.services.chunks import chunks_of_put, tap  # noqa: E402
-from registry.storage.local import LocalBlobStore  # noqa: E402
+from registry.domain.chunks import ChunkHasher  # noqa: E402 (after sys.path[0] is set)
+from registry.services.chunks import chunks_of_put, tap  # noqa: E402 (after sys.path[0] is set)
+from registry.storage.local import LocalBlobStore  # noqa: E402 (after sys.path[0] is set)
 
 PIECE = 1 << 20
 

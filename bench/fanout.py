@@ -33,27 +33,27 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path[0] = str(REPO)
 
-import argparse  # noqa: E402
-import asyncio  # noqa: E402
-import datetime as dt  # noqa: E402
-import io  # noqa: E402
-import os  # noqa: E402
-import re  # noqa: E402
-import resource  # noqa: E402
-import signal  # noqa: E402
-import statistics  # noqa: E402
-import subprocess  # noqa: E402
-import tarfile  # noqa: E402
-import tempfile  # noqa: E402
-import time  # noqa: E402
+import argparse  # noqa: E402 (after sys.path[0] is set)
+import asyncio  # noqa: E402 (after sys.path[0] is set)
+import datetime as dt  # noqa: E402 (after sys.path[0] is set)
+import io  # noqa: E402 (after sys.path[0] is set)
+import os  # noqa: E402 (after sys.path[0] is set)
+import re  # noqa: E402 (after sys.path[0] is set)
+import resource  # noqa: E402 (after sys.path[0] is set)
+import signal  # noqa: E402 (after sys.path[0] is set)
+import statistics  # noqa: E402 (after sys.path[0] is set)
+import subprocess  # noqa: E402 (after sys.path[0] is set)
+import tarfile  # noqa: E402 (after sys.path[0] is set)
+import tempfile  # noqa: E402 (after sys.path[0] is set)
+import time  # noqa: E402 (after sys.path[0] is set)
 
-import httpx  # noqa: E402
-import psycopg  # noqa: E402
-from sqlalchemy.engine import make_url  # noqa: E402
+import httpx  # noqa: E402 (after sys.path[0] is set)
+import psycopg  # noqa: E402 (after sys.path[0] is set)
+from sqlalchemy.engine import make_url  # noqa: E402 (after sys.path[0] is set)
 
-from tests.support import db as dbsupport  # noqa: E402
-from tests.support.release_seed import MODEL, TENANT, promote, seed_release  # noqa: E402
-from tests.support.server import free_port, wait_until_up  # noqa: E402
+from tests.support import db as dbsupport  # noqa: E402 (after sys.path[0] is set)
+from tests.support.release_seed import MODEL, TENANT, promote, seed_release  # noqa: E402 (after sys.path[0] is set)
+from tests.support.server import free_port, wait_until_up  # noqa: E402 (after sys.path[0] is set)
 
 PATH = f"/v1/models/{TENANT}/{MODEL}/manifest"
 
@@ -207,9 +207,10 @@ def export_baseline(commit: str, into: Path) -> Path:
 
 async def main_async(args) -> None:
     limit = raise_file_limit()
+    head = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
     print(f"fan-out: N={args.n} waiters, {args.rounds} rounds; file limit {limit}; load average "
           f"{os.getloadavg()[0]:.2f}; {dt.datetime.now(dt.timezone.utc):%Y-%m-%d %H:%M} UTC; commit "
-          f"{subprocess.run(['git', '-C', str(REPO), 'rev-parse', '--short', 'HEAD'], capture_output=True, text=True).stdout.strip()}"
+          f"{head.stdout.strip()}"
           f"; baseline {args.baseline_commit}")
     created = args.database_url is None
     database_url = args.database_url or dbsupport.create_pg_database()

@@ -6,8 +6,9 @@ Usage (from the repository root)::
 
 Setup, once: SeaweedFS (``tests.support.seaweed``), a model directory of ``--shards`` safetensors files of
 random bytes plus ``config.json`` (five files for the defaults, ``--size-gb`` in all), a ``modelreg serve``
-process on a fresh PostgreSQL database (dropped at the end) and an S3 blob store that mirrors, seals, scans and evaluates it, then the
-version approved and promoted to ``prod`` (in this process, on the same database) and a node token.
+process on a fresh PostgreSQL database (dropped at the end) and an S3 blob store that mirrors, seals, scans and
+evaluates it, then the version approved and promoted to ``prod`` (in this process, on the same database) and a node
+token.
 
 Each round, in this process, one after the other (``os.sync()`` after each, so no writeback of one phase
 runs into the next):
@@ -37,8 +38,8 @@ runs into the next):
   which one goes first alternating from round to round; the medians are compared, every time is printed.
 
 It prints every round and the ratios: cold / raw (goal <= 1.10) against each floor, warm seconds (goal <= 0.5, set
-when DEST was hard links; a warm fetch now reads every byte once) and warm / ``modelreg verify`` of the warm DEST, and verify /
-model_signing (goal <= 0.8), and each round's decomposition: wall time and CPU seconds of this process
+when DEST was hard links; a warm fetch now reads every byte once) and warm / ``modelreg verify`` of the warm DEST, and
+verify / model_signing (goal <= 0.8), and each round's decomposition: wall time and CPU seconds of this process
 and of SeaweedFS for the floors, the two partial floors and the cold fetch. The setup's heap (the pipeline
 ran in this process) is frozen out of the collector's reach before the rounds.
 """
@@ -51,40 +52,40 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path[0] = str(REPO)
 
-import argparse  # noqa: E402
-import gc  # noqa: E402
-import hashlib  # noqa: E402
-import json  # noqa: E402
-import os  # noqa: E402
-import resource  # noqa: E402
-import shutil  # noqa: E402
-import statistics  # noqa: E402
-import subprocess  # noqa: E402
-import tempfile  # noqa: E402
-import threading  # noqa: E402
-import time  # noqa: E402
-from concurrent.futures import ThreadPoolExecutor  # noqa: E402
-from typing import Any, Callable  # noqa: E402
+import argparse  # noqa: E402 (after sys.path[0] is set)
+import gc  # noqa: E402 (after sys.path[0] is set)
+import hashlib  # noqa: E402 (after sys.path[0] is set)
+import json  # noqa: E402 (after sys.path[0] is set)
+import os  # noqa: E402 (after sys.path[0] is set)
+import resource  # noqa: E402 (after sys.path[0] is set)
+import shutil  # noqa: E402 (after sys.path[0] is set)
+import statistics  # noqa: E402 (after sys.path[0] is set)
+import subprocess  # noqa: E402 (after sys.path[0] is set)
+import tempfile  # noqa: E402 (after sys.path[0] is set)
+import threading  # noqa: E402 (after sys.path[0] is set)
+import time  # noqa: E402 (after sys.path[0] is set)
+from concurrent.futures import ThreadPoolExecutor  # noqa: E402 (after sys.path[0] is set)
+from typing import Any, Callable  # noqa: E402 (after sys.path[0] is set)
 
-import httpx  # noqa: E402
+import httpx  # noqa: E402 (after sys.path[0] is set)
 
-from bench.mirror import MIB, write_model  # noqa: E402
-from registry.bootstrap import bootstrap  # noqa: E402
-from registry.client.api import RegistryApi  # noqa: E402
-from registry.node.cache import NodeCache  # noqa: E402
-from registry.node.download import DEFAULT_PART_SIZE, plan_parts  # noqa: E402
-from registry.node.fetch import fetch  # noqa: E402
-from registry.node.opener import NodePolicy  # noqa: E402
-from registry.client.transfer import RangeReader  # noqa: E402
-from registry.db.models import Version  # noqa: E402
-from registry.domain.aliases import make_target  # noqa: E402
-from registry.services import aliases  # noqa: E402
-from registry.settings import Settings  # noqa: E402
-from tests.support import db as dbsupport  # noqa: E402
-from tests.support.registry import make_admin, role_token  # noqa: E402
-from tests.support.releases import approve_standin  # noqa: E402
-from tests.support.seaweed import start_seaweed  # noqa: E402
-from tests.support.server import start_server  # noqa: E402
+from bench.mirror import MIB, write_model  # noqa: E402 (after sys.path[0] is set)
+from registry.bootstrap import bootstrap  # noqa: E402 (after sys.path[0] is set)
+from registry.client.api import RegistryApi  # noqa: E402 (after sys.path[0] is set)
+from registry.client.transfer import RangeReader  # noqa: E402 (after sys.path[0] is set)
+from registry.db.models import Version  # noqa: E402 (after sys.path[0] is set)
+from registry.domain.aliases import make_target  # noqa: E402 (after sys.path[0] is set)
+from registry.node.cache import NodeCache  # noqa: E402 (after sys.path[0] is set)
+from registry.node.download import DEFAULT_PART_SIZE, plan_parts  # noqa: E402 (after sys.path[0] is set)
+from registry.node.fetch import fetch  # noqa: E402 (after sys.path[0] is set)
+from registry.node.opener import NodePolicy  # noqa: E402 (after sys.path[0] is set)
+from registry.services import aliases  # noqa: E402 (after sys.path[0] is set)
+from registry.settings import Settings  # noqa: E402 (after sys.path[0] is set)
+from tests.support import db as dbsupport  # noqa: E402 (after sys.path[0] is set)
+from tests.support.registry import make_admin, role_token  # noqa: E402 (after sys.path[0] is set)
+from tests.support.releases import approve_standin  # noqa: E402 (after sys.path[0] is set)
+from tests.support.seaweed import start_seaweed  # noqa: E402 (after sys.path[0] is set)
+from tests.support.server import start_server  # noqa: E402 (after sys.path[0] is set)
 
 BIN = Path(sys.executable).parent
 TENANT, NAME = "bench", "big"
@@ -309,7 +310,8 @@ def main() -> None:
                   f"cold/raw http.client {cold_s / direct:.2f}; warm fetch {warm_s:.3f} s ({warm_phases}) "
                   f"(goal <= 0.5), beside modelreg verify of its DEST {statistics.median(warm_verify):.2f} s "
                   f"({'/'.join(f'{t:.2f}' for t in warm_verify)}): warm / verify "
-                  f"{warm_s / statistics.median(warm_verify):.2f}; modelreg verify {ours:.2f} s ({times['ours']}), model_signing verify "
+                  f"{warm_s / statistics.median(warm_verify):.2f}; modelreg verify {ours:.2f} s ({times['ours']}), "
+                  "model_signing verify "
                   f"{theirs:.2f} s ({times['theirs']}), ratio of medians {ours / theirs:.2f} (goal <= 0.8); "
                   f"load {os.getloadavg()[0]:.2f}")
             print(f"round {round_no} decomposition: {cpu_of}; raw+sha256/raw {floors['hash'][0] / raw:.2f}, "

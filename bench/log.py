@@ -27,20 +27,20 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path[0] = str(REPO)
 
-import argparse  # noqa: E402
-import datetime as dt  # noqa: E402
-import os  # noqa: E402
-import platform  # noqa: E402
-import random  # noqa: E402
-import tempfile  # noqa: E402
-import time  # noqa: E402
+import argparse  # noqa: E402 (after sys.path[0] is set)
+import datetime as dt  # noqa: E402 (after sys.path[0] is set)
+import os  # noqa: E402 (after sys.path[0] is set)
+import platform  # noqa: E402 (after sys.path[0] is set)
+import random  # noqa: E402 (after sys.path[0] is set)
+import tempfile  # noqa: E402 (after sys.path[0] is set)
+import time  # noqa: E402 (after sys.path[0] is set)
 
-import httpx  # noqa: E402
-from sqlalchemy import func, insert, select, text, update  # noqa: E402
+import httpx  # noqa: E402 (after sys.path[0] is set)
+from sqlalchemy import func, insert, select, text, update  # noqa: E402 (after sys.path[0] is set)
 
-from registry import audit  # noqa: E402
-from registry.db.models import AuditEvent, AuditHead, LogTile  # noqa: E402
-from tests.support import db as dbsupport  # noqa: E402
+from registry import audit  # noqa: E402 (after sys.path[0] is set)
+from registry.db.models import AuditEvent, AuditHead, LogTile  # noqa: E402 (after sys.path[0] is set)
+from tests.support import db as dbsupport  # noqa: E402 (after sys.path[0] is set)
 
 BULK = 10_000
 

@@ -30,26 +30,26 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path[0] = str(REPO)
 
-import argparse  # noqa: E402
-import asyncio  # noqa: E402
-import datetime as dt  # noqa: E402
-import gc  # noqa: E402
-import hashlib  # noqa: E402
-import io  # noqa: E402
-import json  # noqa: E402
-import os  # noqa: E402
-import platform  # noqa: E402
-import random  # noqa: E402
-import ssl  # noqa: E402
-import subprocess  # noqa: E402
-import tempfile  # noqa: E402
-import time  # noqa: E402
-from collections.abc import Callable  # noqa: E402
+import argparse  # noqa: E402 (after sys.path[0] is set)
+import asyncio  # noqa: E402 (after sys.path[0] is set)
+import datetime as dt  # noqa: E402 (after sys.path[0] is set)
+import gc  # noqa: E402 (after sys.path[0] is set)
+import hashlib  # noqa: E402 (after sys.path[0] is set)
+import io  # noqa: E402 (after sys.path[0] is set)
+import json  # noqa: E402 (after sys.path[0] is set)
+import os  # noqa: E402 (after sys.path[0] is set)
+import platform  # noqa: E402 (after sys.path[0] is set)
+import random  # noqa: E402 (after sys.path[0] is set)
+import ssl  # noqa: E402 (after sys.path[0] is set)
+import subprocess  # noqa: E402 (after sys.path[0] is set)
+import tempfile  # noqa: E402 (after sys.path[0] is set)
+import time  # noqa: E402 (after sys.path[0] is set)
+from collections.abc import Callable  # noqa: E402 (after sys.path[0] is set)
 
-import httpx  # noqa: E402
+import httpx  # noqa: E402 (after sys.path[0] is set)
 
-from tests.support import db as dbsupport  # noqa: E402
-from tests.support.server import free_port, wait_until_up  # noqa: E402
+from tests.support import db as dbsupport  # noqa: E402 (after sys.path[0] is set)
+from tests.support.server import free_port, wait_until_up  # noqa: E402 (after sys.path[0] is set)
 
 TENANT, MODEL = "acme", "llm"
 PATH = f"/v1/models/{TENANT}/{MODEL}/manifest"

@@ -28,42 +28,42 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path[0] = str(REPO)
 
-import argparse  # noqa: E402
-import itertools  # noqa: E402
-import json  # noqa: E402
-import os  # noqa: E402
-import platform  # noqa: E402
-import shutil  # noqa: E402
-import statistics  # noqa: E402
-import struct  # noqa: E402
-import tempfile  # noqa: E402
-import threading  # noqa: E402
-import time  # noqa: E402
-from collections import deque  # noqa: E402
-from concurrent.futures import ThreadPoolExecutor  # noqa: E402
-from dataclasses import dataclass  # noqa: E402
+import argparse  # noqa: E402 (after sys.path[0] is set)
+import itertools  # noqa: E402 (after sys.path[0] is set)
+import json  # noqa: E402 (after sys.path[0] is set)
+import os  # noqa: E402 (after sys.path[0] is set)
+import platform  # noqa: E402 (after sys.path[0] is set)
+import shutil  # noqa: E402 (after sys.path[0] is set)
+import statistics  # noqa: E402 (after sys.path[0] is set)
+import struct  # noqa: E402 (after sys.path[0] is set)
+import tempfile  # noqa: E402 (after sys.path[0] is set)
+import threading  # noqa: E402 (after sys.path[0] is set)
+import time  # noqa: E402 (after sys.path[0] is set)
+from collections import deque  # noqa: E402 (after sys.path[0] is set)
+from concurrent.futures import ThreadPoolExecutor  # noqa: E402 (after sys.path[0] is set)
+from dataclasses import dataclass  # noqa: E402 (after sys.path[0] is set)
 
 os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
 
-import numpy as np  # noqa: E402
-from huggingface_hub import get_session, hf_hub_url  # noqa: E402
-from pydantic import SecretStr  # noqa: E402
+import numpy as np  # noqa: E402 (after sys.path[0] is set)
+from huggingface_hub import get_session, hf_hub_url  # noqa: E402 (after sys.path[0] is set)
+from pydantic import SecretStr  # noqa: E402 (after sys.path[0] is set)
 
-from registry.bootstrap import Container, bootstrap  # noqa: E402
-from registry.db.models import Version  # noqa: E402
-from registry.domain.stages import PIPELINE  # noqa: E402
-from registry.domain.states import VersionState  # noqa: E402
-from registry.services import mirroring, versions  # noqa: E402
-from registry.services.versions import SubmitRequest  # noqa: E402
-from registry.settings import Settings  # noqa: E402
-from registry.signing.keys import SigningKey  # noqa: E402
-from registry.sources.huggingface import CHUNK_SIZE  # noqa: E402
-from registry.storage import S3BlobStore, make_s3_client  # noqa: E402
-from tests.support.hf_upstream import HfUpstream  # noqa: E402
-from tests.support.registry import make_admin  # noqa: E402
-from tests.support.seaweed import SeaweedS3, start_seaweed  # noqa: E402
-from workers.handlers import build_handlers  # noqa: E402
-from workers.loop import run_workers  # noqa: E402
+from registry.bootstrap import Container, bootstrap  # noqa: E402 (after sys.path[0] is set)
+from registry.db.models import Version  # noqa: E402 (after sys.path[0] is set)
+from registry.domain.stages import PIPELINE  # noqa: E402 (after sys.path[0] is set)
+from registry.domain.states import VersionState  # noqa: E402 (after sys.path[0] is set)
+from registry.services import mirroring, versions  # noqa: E402 (after sys.path[0] is set)
+from registry.services.versions import SubmitRequest  # noqa: E402 (after sys.path[0] is set)
+from registry.settings import Settings  # noqa: E402 (after sys.path[0] is set)
+from registry.signing.keys import SigningKey  # noqa: E402 (after sys.path[0] is set)
+from registry.sources.huggingface import CHUNK_SIZE  # noqa: E402 (after sys.path[0] is set)
+from registry.storage import S3BlobStore, make_s3_client  # noqa: E402 (after sys.path[0] is set)
+from tests.support.hf_upstream import HfUpstream  # noqa: E402 (after sys.path[0] is set)
+from tests.support.registry import make_admin  # noqa: E402 (after sys.path[0] is set)
+from tests.support.seaweed import SeaweedS3, start_seaweed  # noqa: E402 (after sys.path[0] is set)
+from workers.handlers import build_handlers  # noqa: E402 (after sys.path[0] is set)
+from workers.loop import run_workers  # noqa: E402 (after sys.path[0] is set)
 
 MB = 1_000_000
 MIB = 1024 * 1024

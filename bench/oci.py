@@ -35,24 +35,24 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path[0] = str(REPO)
 
-import argparse  # noqa: E402
-import datetime as dt  # noqa: E402
-import hashlib  # noqa: E402
-import json  # noqa: E402
-import os  # noqa: E402
-import shutil  # noqa: E402
-import statistics  # noqa: E402
-import struct  # noqa: E402
-import subprocess  # noqa: E402
-import tempfile  # noqa: E402
-import threading  # noqa: E402
-import time  # noqa: E402
-from typing import Callable  # noqa: E402
+import argparse  # noqa: E402 (after sys.path[0] is set)
+import datetime as dt  # noqa: E402 (after sys.path[0] is set)
+import hashlib  # noqa: E402 (after sys.path[0] is set)
+import json  # noqa: E402 (after sys.path[0] is set)
+import os  # noqa: E402 (after sys.path[0] is set)
+import shutil  # noqa: E402 (after sys.path[0] is set)
+import statistics  # noqa: E402 (after sys.path[0] is set)
+import struct  # noqa: E402 (after sys.path[0] is set)
+import subprocess  # noqa: E402 (after sys.path[0] is set)
+import tempfile  # noqa: E402 (after sys.path[0] is set)
+import threading  # noqa: E402 (after sys.path[0] is set)
+import time  # noqa: E402 (after sys.path[0] is set)
+from typing import Callable  # noqa: E402 (after sys.path[0] is set)
 
-import httpx  # noqa: E402
+import httpx  # noqa: E402 (after sys.path[0] is set)
 
-from tests.support.distribution_registry import distribution_registry  # noqa: E402
-from tests.support.server import free_port, wait_until_up  # noqa: E402
+from tests.support.distribution_registry import distribution_registry  # noqa: E402 (after sys.path[0] is set)
+from tests.support.server import free_port, wait_until_up  # noqa: E402 (after sys.path[0] is set)
 
 TENANT, MODEL = "acme", "llm"
 MIB = 1024 * 1024

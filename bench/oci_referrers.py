@@ -27,21 +27,21 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path[0] = str(REPO)
 
-import argparse  # noqa: E402
-import hashlib  # noqa: E402
-import io  # noqa: E402
-import json  # noqa: E402
-import os  # noqa: E402
-import platform  # noqa: E402
-import secrets  # noqa: E402
-import statistics  # noqa: E402
-import tempfile  # noqa: E402
-import time  # noqa: E402
+import argparse  # noqa: E402 (after sys.path[0] is set)
+import hashlib  # noqa: E402 (after sys.path[0] is set)
+import io  # noqa: E402 (after sys.path[0] is set)
+import json  # noqa: E402 (after sys.path[0] is set)
+import os  # noqa: E402 (after sys.path[0] is set)
+import platform  # noqa: E402 (after sys.path[0] is set)
+import secrets  # noqa: E402 (after sys.path[0] is set)
+import statistics  # noqa: E402 (after sys.path[0] is set)
+import tempfile  # noqa: E402 (after sys.path[0] is set)
+import time  # noqa: E402 (after sys.path[0] is set)
 
-import httpx  # noqa: E402
+import httpx  # noqa: E402 (after sys.path[0] is set)
 
-from bench.manifest import start_server  # noqa: E402
-from tests.support import db as dbsupport  # noqa: E402
+from bench.manifest import start_server  # noqa: E402 (after sys.path[0] is set)
+from tests.support import db as dbsupport  # noqa: E402 (after sys.path[0] is set)
 
 TENANT, MODEL = "acme", "llm"
 OCI_MANIFEST = "application/vnd.oci.image.manifest.v1+json"

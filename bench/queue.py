@@ -29,20 +29,20 @@ REPO = Path(__file__).resolve().parents[1]
 # standard library's ``queue`` module for everything imported below.
 sys.path[0] = str(REPO)
 
-import argparse  # noqa: E402
-import os  # noqa: E402
-import platform  # noqa: E402
-import signal  # noqa: E402
-import subprocess  # noqa: E402
-import tempfile  # noqa: E402
-import time  # noqa: E402
-from dataclasses import dataclass  # noqa: E402
+import argparse  # noqa: E402 (after sys.path[0] is set)
+import os  # noqa: E402 (after sys.path[0] is set)
+import platform  # noqa: E402 (after sys.path[0] is set)
+import signal  # noqa: E402 (after sys.path[0] is set)
+import subprocess  # noqa: E402 (after sys.path[0] is set)
+import tempfile  # noqa: E402 (after sys.path[0] is set)
+import time  # noqa: E402 (after sys.path[0] is set)
+from dataclasses import dataclass  # noqa: E402 (after sys.path[0] is set)
 
-from sqlalchemy import func, insert, select, text  # noqa: E402
+from sqlalchemy import func, insert, select, text  # noqa: E402 (after sys.path[0] is set)
 
-from registry.db.models import Job, utcnow  # noqa: E402
-from registry.db.session import make_engine  # noqa: E402
-from tests.support import db as dbsupport  # noqa: E402
+from registry.db.models import Job, utcnow  # noqa: E402 (after sys.path[0] is set)
+from registry.db.session import make_engine  # noqa: E402 (after sys.path[0] is set)
+from tests.support import db as dbsupport  # noqa: E402 (after sys.path[0] is set)
 
 KIND = "bench_noop"
 

@@ -21,7 +21,8 @@ reads). Prints:
     same for one blob listed under N paths (one scan).
 
 Run: ``.venv/bin/python bench/scan.py`` (``--regression-only`` runs only (d), ``--many-files-only`` only
-(e); ``--many-files 10,20`` sets (e)'s sizes, ``--cases`` and ``--rounds`` its cases and rounds, ``--tmp-dir`` where its databases and blobs go).
+(e); ``--many-files 10,20`` sets (e)'s sizes, ``--cases`` and ``--rounds`` its cases and rounds, ``--tmp-dir`` where its
+databases and blobs go).
 """
 
 from __future__ import annotations
@@ -42,12 +43,12 @@ from pathlib import Path
 # the standard library's queue module (torch imports it): put the repository root there instead.
 sys.path[0] = str(Path(__file__).resolve().parents[1])
 
-from registry.scanning import Verdict, scan_directory, scan_file  # noqa: E402
-from registry.scanning.modelscan_adapter import scan_path_with_modelscan  # noqa: E402
-from tests.support import format_samples as F  # noqa: E402
-from tests.support import scan_samples as S  # noqa: E402
-from tests.support.benign_corpus import build_all  # noqa: E402
-from tests.support.peer_families import FAMILIES  # noqa: E402
+from registry.scanning import Verdict, scan_directory, scan_file  # noqa: E402 (after sys.path[0] is set)
+from registry.scanning.modelscan_adapter import scan_path_with_modelscan  # noqa: E402 (after sys.path[0] is set)
+from tests.support import format_samples as F  # noqa: E402 (after sys.path[0] is set)
+from tests.support import scan_samples as S  # noqa: E402 (after sys.path[0] is set)
+from tests.support.benign_corpus import build_all  # noqa: E402 (after sys.path[0] is set)
+from tests.support.peer_families import FAMILIES  # noqa: E402 (after sys.path[0] is set)
 
 BY_DESIGN = {"torch_jit_save_scripted"}
 """Benign corpus samples meant ``suspicious`` (TorchScript is code: see test_benign_corpus.py)."""
@@ -114,7 +115,8 @@ def build_sparse_safetensors(path: Path, size: int = 2 << 30) -> None:
     hlen = 0
     for _ in range(4):
         n = size - 8 - hlen
-        header = json.dumps({"__metadata__": {"format": "pt"}, "weight": {"dtype": "U8", "shape": [n], "data_offsets": [0, n]}})
+        header = json.dumps({"__metadata__": {"format": "pt"},
+                             "weight": {"dtype": "U8", "shape": [n], "data_offsets": [0, n]}})
         raw = header.encode()
         raw += b" " * (-len(raw) % 8)
         if len(raw) == hlen:
@@ -169,11 +171,14 @@ def regression(tmp: Path) -> None:
     print(f"\n(d) regression set: {len(expected)} files built in {t_build:.1f} s: {kinds['attack']} attacks, "
           f"{kinds['benign']} benign, {kinds['by-design']} suspicious by design")
     for label, got, secs in (("modelreg", ours, t_ours), ("modelscan", theirs, t_ms)):
-        misses = sorted(p for p, (k, _) in expected.items() if k == "attack" and got.get(p, Verdict.SAFE) not in FLAGGED)
-        fps = sorted(p for p, (k, _) in expected.items() if k == "benign" and got.get(p, Verdict.SAFE) is not Verdict.SAFE)
+        misses = sorted(p for p, (k, _) in expected.items()
+                        if k == "attack" and got.get(p, Verdict.SAFE) not in FLAGGED)
+        fps = sorted(p for p, (k, _) in expected.items()
+                     if k == "benign" and got.get(p, Verdict.SAFE) is not Verdict.SAFE)
         errors = sum(got.get(p) is Verdict.ERROR for p in expected)
         exact = sum(got.get(p, Verdict.SAFE).value == want for p, (_, want) in expected.items())
-        print(f"    {label:10s} misses {len(misses):3d}/{kinds['attack']}  false positives {len(fps):3d}/{kinds['benign']}  "
+        print(f"    {label:10s} misses {len(misses):3d}/{kinds['attack']}  "
+              f"false positives {len(fps):3d}/{kinds['benign']}  "
               f"errors {errors:3d}  verdict as meant {exact}/{len(expected)}  ({secs:.1f} s)")
         for p in (misses + fps)[:8] if label == "modelreg" else []:
             print(f"        {p}: {got.get(p, Verdict.SAFE).value}, meant {expected[p][1]}")
@@ -200,9 +205,9 @@ def many_files(tmp: Path, sizes: list[int], rounds: int, cases: list[str]) -> No
     from registry.settings import Settings
     from registry.signing.keys import SigningKey
     from tests.support.registry import make_admin
+    from workers.handler_registry import HandlerRegistry
     from workers.handlers import build_handlers
     from workers.loop import Worker
-    from workers.handler_registry import HandlerRegistry
 
     handlers = build_handlers()
     scanning = HandlerRegistry([handlers.get(JobKind.SCAN_BLOB.value)])
@@ -298,7 +303,8 @@ def mixed_dir(tmp: Path) -> None:
     print(f"(b) mixed directory, {n} files, {sum(p.stat().st_size for p in mixed.rglob('*') if p.is_file())} bytes:")
     print(f"    modelreg engine     {t_ours * 1000:8.1f} ms")
     print(f"    modelscan (API)     {t_ms * 1000:8.1f} ms   ratio modelscan/modelreg = {t_ms / t_ours:.2f}")
-    print(f"    modelscan (CLI)     {t_cli * 1000:8.1f} ms   ratio modelscan/modelreg = {t_cli / t_ours:.2f}  (exit {proc.returncode})")
+    print(f"    modelscan (CLI)     {t_cli * 1000:8.1f} ms   ratio modelscan/modelreg = {t_cli / t_ours:.2f}  "
+          f"(exit {proc.returncode})")
 
     ours_by = {s.path: s for s in ours}  # type: ignore[union-attr]
     theirs_by = {s.path: s for s in theirs}  # type: ignore[union-attr]

@@ -47,24 +47,24 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path[0] = str(REPO)
 
-import argparse  # noqa: E402
-import hashlib  # noqa: E402
-import json  # noqa: E402
-import os  # noqa: E402
-import shutil  # noqa: E402
-import statistics  # noqa: E402
-import struct  # noqa: E402
-import subprocess  # noqa: E402
-import tempfile  # noqa: E402
-import time  # noqa: E402
-from dataclasses import dataclass  # noqa: E402
+import argparse  # noqa: E402 (after sys.path[0] is set)
+import hashlib  # noqa: E402 (after sys.path[0] is set)
+import json  # noqa: E402 (after sys.path[0] is set)
+import os  # noqa: E402 (after sys.path[0] is set)
+import shutil  # noqa: E402 (after sys.path[0] is set)
+import statistics  # noqa: E402 (after sys.path[0] is set)
+import struct  # noqa: E402 (after sys.path[0] is set)
+import subprocess  # noqa: E402 (after sys.path[0] is set)
+import tempfile  # noqa: E402 (after sys.path[0] is set)
+import time  # noqa: E402 (after sys.path[0] is set)
+from dataclasses import dataclass  # noqa: E402 (after sys.path[0] is set)
 
-import httpx  # noqa: E402
+import httpx  # noqa: E402 (after sys.path[0] is set)
 
-from bench.fetch import cpu_seconds  # noqa: E402
-from bench.oci import MIB, MODEL, TENANT, RssSampler, parse_size, seed, start_server  # noqa: E402
-from tests.support.seaweed import SeaweedS3, start_seaweed  # noqa: E402
-from tests.support.server import free_port, stop_process  # noqa: E402
+from bench.fetch import cpu_seconds  # noqa: E402 (after sys.path[0] is set)
+from bench.oci import MIB, MODEL, TENANT, RssSampler, parse_size, seed, start_server  # noqa: E402 (after sys.path[0] is set)
+from tests.support.seaweed import SeaweedS3, start_seaweed  # noqa: E402 (after sys.path[0] is set)
+from tests.support.server import free_port, stop_process  # noqa: E402 (after sys.path[0] is set)
 
 BUCKET = "bench"
 PLAIN_KEY = "plain/model.safetensors"

@@ -25,8 +25,12 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session, joinedload
 
 from registry.db.models import ApiToken, Principal, RoleBinding, Tenant, utcnow
-from registry.domain.errors import (AuthenticationError, InvalidInputError, PermissionDeniedError,
-                                    WorkloadTokenRejectedError)
+from registry.domain.errors import (
+    AuthenticationError,
+    InvalidInputError,
+    PermissionDeniedError,
+    WorkloadTokenRejectedError,
+)
 from registry.domain.refs import NAME_RE
 
 TOKEN_PREFIX = "mr_"

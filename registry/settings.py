@@ -57,7 +57,8 @@ class Settings(BaseSettings):
     oidc_issuer: str | None = Field(
         None, description="OpenID provider's issuer URL; with oidc_client_id, the console offers single sign-on.")
     oidc_client_id: str | None = Field(None, description="The console's client id at the provider.")
-    oidc_client_secret: SecretStr | None = Field(None, description="The console's client secret (none: a public client).")
+    oidc_client_secret: SecretStr | None = Field(None,
+                                                 description="The console's client secret (none: a public client).")
     oidc_cli_client_id: str | None = Field(
         None, description="The public client `modelreg login` uses (loopback redirect, PKCE); none: no CLI login.")
     oidc_provider_name: str = Field("your identity provider", description="Shown on the sign-in button.")
@@ -161,7 +162,8 @@ class Settings(BaseSettings):
         "text", description="How `serve` and `worker` log: text lines, or one JSON object a line (with request ids).")
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
     metrics_public: bool = Field(
-        True, description="Serve /metrics without a token (scraped on an internal network); false: administrators only.")
+        True,
+        description="Serve /metrics without a token (scraped on an internal network); false: administrators only.")
     metrics_cache_seconds: float = Field(
         5.0, ge=0, le=300, description="How long a process reuses the database series of /metrics between scrapes.")
 

@@ -22,7 +22,7 @@ import pytest
 os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
 os.environ.setdefault("HF_HUB_OFFLINE", "0")
 
-from tests.support.seaweed import SeaweedS3, start_seaweed  # noqa: E402
+from tests.support.seaweed import SeaweedS3, start_seaweed  # noqa: E402 (after the Hugging Face environment variables are set)
 
 
 @pytest.fixture(scope="session")
@@ -41,8 +41,8 @@ def s3_bucket(s3_server) -> str:
 
 # --- databases -------------------------------------------------------------------------------
 
-from tests.support import db as dbsupport  # noqa: E402
-from tests.support import worlds  # noqa: E402
+from tests.support import db as dbsupport  # noqa: E402 (after the Hugging Face environment variables are set)
+from tests.support import worlds  # noqa: E402 (after the Hugging Face environment variables are set)
 
 
 @pytest.fixture(scope="session")

@@ -18,8 +18,8 @@ import logging
 import threading
 
 from registry import audit
-from registry.services import tlog
 from registry.bootstrap import Container
+from registry.services import tlog
 
 log = logging.getLogger(__name__)
 

@@ -17,9 +17,9 @@ import threading
 
 from registry.bootstrap import Container
 from registry.services import webhooks
+from workers.handler_registry import HandlerRegistry
 from workers.handlers import WEBHOOK_HANDLER, build_handlers
 from workers.loop import Worker, default_worker_id
-from workers.handler_registry import HandlerRegistry
 
 log = logging.getLogger(__name__)
 

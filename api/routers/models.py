@@ -11,7 +11,13 @@ from api.params import ModelName, Sha256Hex, TenantName, VersionNumber
 from api.problems import AUTHENTICATED, responses
 from api.schemas import FilePublic, RevocationPublic, VersionCreate, VersionDetail, VersionPublic
 from registry.db.models import Version
-from registry.domain.errors import ConflictError, InvalidInputError, InvalidStateError, LimitExceededError, NotFoundError
+from registry.domain.errors import (
+    ConflictError,
+    InvalidInputError,
+    InvalidStateError,
+    LimitExceededError,
+    NotFoundError,
+)
 from registry.domain.files import FileEntry
 from registry.domain.states import shown_state
 from registry.services import chunks, facts, versions

@@ -12,9 +12,9 @@ from pydantic import BaseModel, ConfigDict, Field
 from api.deps import ContainerDep, PrincipalDep, SessionDep
 from api.params import TenantName
 from api.problems import AUTHENTICATED, responses
-from registry.domain.text import FreeText
 from registry.db.models import NodeBinding
 from registry.domain.errors import InvalidInputError, NotFoundError
+from registry.domain.text import FreeText
 from registry.services import node_bindings
 
 router = APIRouter(prefix="/v1/node-bindings", tags=["identity"])

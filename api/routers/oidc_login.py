@@ -17,10 +17,10 @@ from pydantic import BaseModel, Field
 
 from api.deps import ContainerDep, SessionDep
 from api.problems import responses
-from registry.domain.text import FreeText
 from registry import oidc
 from registry.db.session import begin_write
 from registry.domain.errors import AuthenticationError, InvalidInputError, NotFoundError
+from registry.domain.text import FreeText
 
 router = APIRouter(prefix="/v1/auth/oidc", tags=["identity"], responses=responses(NotFoundError))
 

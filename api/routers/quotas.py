@@ -75,7 +75,8 @@ def apply_retention(tenant: TenantName, name: ModelName, session: SessionDep, pr
 def get_usage(
     session: SessionDep, principal: PrincipalDep, container: ContainerDep,
     tenant: Annotated[TenantName, Query()],
-    since: Annotated[dt.datetime | None, Query(description="start of the period (default: 30 days before until)")] = None,
+    since: Annotated[dt.datetime | None,
+                     Query(description="start of the period (default: 30 days before until)")] = None,
     until: Annotated[dt.datetime | None, Query(description="end of the period, excluded (default: now)")] = None,
 ) -> UsagePublic:
     """What the tenant stores, and mirrored, served and evaluated over the period (its administrators

@@ -20,8 +20,20 @@ import typer
 from typer.exceptions import TyperException
 
 from registry.cli import (  # noqa: F401 (commands)
-    approvals, evals, fetch, identity, login, operations, provenance, provenance_export, quotas, releases,
-    versions, webhooks, witness)
+    approvals,
+    evals,
+    fetch,
+    identity,
+    login,
+    operations,
+    provenance,
+    provenance_export,
+    quotas,
+    releases,
+    versions,
+    webhooks,
+    witness,
+)
 from registry.cli._base import _say, app
 from registry.domain.errors import RegistryError
 

@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any, Optional
-
 import sys
+from typing import Any, Optional
 
 import typer
 

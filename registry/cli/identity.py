@@ -7,7 +7,17 @@ from typing import Optional
 import typer
 
 from registry.cli._base import (
-    CliError, JsonOpt, TokenOpt, UrlOpt, _client, _emit, app, node_app, principal_app, tenant_app)
+    CliError,
+    JsonOpt,
+    TokenOpt,
+    UrlOpt,
+    _client,
+    _emit,
+    app,
+    node_app,
+    principal_app,
+    tenant_app,
+)
 
 
 @app.command()

@@ -24,6 +24,7 @@ import typer
 from registry.cli._base import CliError, JsonOpt, UrlOpt, _client, _emit, _say, app
 from registry.client.logins import store as _store
 
+
 class _Callback(http.server.BaseHTTPRequestHandler):
     """Receives the provider's redirect: one GET of /callback with code and state (or error)."""
 

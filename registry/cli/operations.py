@@ -183,8 +183,9 @@ def gc(
     as_json: bool = JsonOpt,
 ) -> None:
     """Sweep the blob store (temporary files and unfinished uploads of crashed writers) and the model
-    copies of evals whose worker was killed (on this machine), then delete the blobs nothing references (no version that retention kept, eval set or eval log) once their
-    grace period is over. A referenced blob is never deleted, even while a submission takes it up."""
+    copies of evals whose worker was killed (on this machine), then delete the blobs nothing references (no version that
+    retention kept, eval set or eval log) once their grace period is over. A referenced blob is never deleted, even
+    while a submission takes it up."""
     import datetime as dt
 
     from registry.bootstrap import bootstrap, load_settings, prepare_embedded

@@ -151,12 +151,14 @@ def alias(model: str = typer.Argument(..., help="TENANT/NAME"), name: str = type
 @provenance_app.command("nodes")
 def nodes(ref: str = typer.Argument(..., help="TENANT/NAME@VERSION or TENANT/NAME@ALIAS"),
           url: str = UrlOpt, token: str = TokenOpt, as_json: bool = JsonOpt) -> None:
-    """Which principals received a version: release manifests, /hf downloads and OCI pulls (first and last time, how many)."""
+    """Which principals received a version: release manifests, /hf downloads and OCI pulls (first and last time,
+    how many)."""
     tenant, name, r = _split_ref(ref)
     with _client(url, token) as client:
         doc = _all_pages(lambda c: client.provenance_nodes(tenant, name, r, cursor=c), "nodes")
     _emit(doc, as_json, [_named(doc), *(f"  {n['principal']}: {n['count']} manifests, {n.get('hf_downloads', 0)} /hf "
-                                        f"downloads, {n.get('oci_pulls', 0)} OCI pulls, from {n['first_at']} to {n['last_at']}" for n in doc["nodes"])])
+                                        f"downloads, {n.get('oci_pulls', 0)} OCI pulls, from {n['first_at']} to "
+                                        f"{n['last_at']}" for n in doc["nodes"])])
 
 
 @provenance_app.command("revoked-nodes")
@@ -185,8 +187,9 @@ def blob(digest: str = typer.Argument(..., help="sha256:<64 hex digits>"),
 
 
 @provenance_app.command("audit-log")
-def audit_log(checkpoints: Path = typer.Option(..., "--checkpoints", help="JSON file of checkpoints saved "
-                                                                           "earlier (`modelreg audit checkpoints --json`)"),
+def audit_log(checkpoints: Path = typer.Option(..., "--checkpoints",
+                                               help="JSON file of checkpoints saved "
+                                                    "earlier (`modelreg audit checkpoints --json`)"),
               url: str = UrlOpt, token: str = TokenOpt, as_json: bool = JsonOpt) -> None:
     """Whether the audit log is intact through your saved checkpoints and since them; exits 1 if not."""
     from registry.cli.operations import _read_checkpoints

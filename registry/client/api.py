@@ -26,7 +26,7 @@ from urllib.parse import quote, urljoin
 
 import httpx
 
-from registry.client.errors import NetworkError, TransportError, from_problem
+from registry.client.errors import NetworkError, from_problem
 from registry.client.http import RegistryClient, RemoteError
 from registry.client.token_file import TokenFile
 from registry.client.transfer import USER_AGENT, RangeReader, check_range_answer, redact

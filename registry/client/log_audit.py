@@ -19,10 +19,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from registry.tlog.merkle import decode_hashes
 from registry.domain.errors import LogProofError
 from registry.tlog import merkle
 from registry.tlog.checkpoint import Checkpoint, open_checkpoint, parse_checkpoint
+from registry.tlog.merkle import decode_hashes
 from registry.tlog.note import parse_note, parse_verifier_key
 from registry.tlog.tiles import TileHashes
 

@@ -28,7 +28,6 @@ from sqlalchemy import delete, or_
 from sqlalchemy.orm import Session
 
 from registry import audit
-from registry.services.identity import end_sessions
 from registry.auth import (
     AuthenticatedPrincipal,
     Permission,
@@ -40,6 +39,7 @@ from registry.auth import (
 from registry.db.models import ConsoleSession
 from registry.db.session import begin_write
 from registry.domain.errors import AuthenticationError, PermissionDeniedError
+from registry.services.identity import end_sessions
 
 SESSION_LIFETIME = dt.timedelta(hours=8)
 """Longest a console session lasts (a shorter-lived token shortens it)."""

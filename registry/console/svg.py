@@ -26,7 +26,8 @@ def _box(x: int, y: int, title: str, detail: str, tone: str) -> str:
             f'<rect x="{x}" y="{y}" width="{BOX_W}" height="{BOX_H}" rx="6" fill="{COLOURS[tone]}" '
             f'stroke="#5b6b7f"/>'
             f'<text x="{x + 8}" y="{y + 16}" font-size="12" font-weight="bold" fill="#1d2733">{escape(_short(title))}'
-            f'</text><text x="{x + 8}" y="{y + 31}" font-size="11" fill="#1d2733">{escape(_short(detail, 30))}</text></g>')
+            f'</text><text x="{x + 8}" y="{y + 31}" font-size="11" '
+            f'fill="#1d2733">{escape(_short(detail, 30))}</text></g>')
 
 
 def provenance_graph(version: Any, approvals: Sequence[Any], scans: Sequence[dict[str, Any]],
@@ -108,7 +109,8 @@ def metrics_chart(rows: Iterable[dict[str, Any]], baseline_alias: str | None) ->
         parts.append(f'<text x="0" y="{y + 15}" font-size="12" fill="#1d2733">'
                      f'{escape(_short(str(r["suite"]) + " · " + str(r["metric"]), 36))}</text>')
         parts.append(f'<rect x="{label_w}" y="{y + 4}" width="{bar_w}" height="14" fill="#eef2f7"/>')
-        parts.append(f'<rect x="{at(min(low, 0.0)):.1f}" y="{y + 4}" width="{max(at(r["value"]) - at(min(low, 0.0)), 1):.1f}" '
+        parts.append(f'<rect x="{at(min(low, 0.0)):.1f}" y="{y + 4}" '
+                     f'width="{max(at(r["value"]) - at(min(low, 0.0)), 1):.1f}" '
                      f'height="14" fill="{"#3c8d5a" if ok else "#c23b3b"}"><title>{escape(r["metric"])} = '
                      f'{escape(r["value"])}</title></rect>')
         for bound in ("min", "max"):

@@ -52,7 +52,8 @@ def canonical_item(value: Any) -> Any:
     raise TypeError(f"not a JSON value: {type(value).__name__}")
 
 
-def _unique_items(validator: Validator, unique: bool, instance: Any, schema: dict[str, Any]) -> Iterator[ValidationError]:
+def _unique_items(validator: Validator, unique: bool, instance: Any,
+                  schema: dict[str, Any]) -> Iterator[ValidationError]:
     if not unique or not validator.is_type(instance, "array"):
         return
     seen: set[Any] = set()

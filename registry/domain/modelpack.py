@@ -8,11 +8,11 @@ always gives the same manifest digest. Media types are the ModelPack ones of ``s
 
 The **image shape** (:func:`build_image`) is a plain OCI image for runtimes that read only tar layers
 (image volumes, KServe ``oci+native://`` and ``oci+fetch://``; it holds no shell, so it is no KServe
-modelcar): an image config with ``rootfs.diff_ids`` and one uncompressed tar layer per file at ``models/<path>``. A tar layer (:class:`TarLayer`) is never stored: it
-is its headers, the file's stored bytes and padding, so its size is known without reading, and its
-digest is computed once by reading the files (the caller does the reads: :meth:`TarLayer.segments`).
-The headers are written here byte by byte (ustar, with a PAX record where a field does not fit), not by
-``tarfile``, so a served layer stays the bytes its stored digest names whatever the Python version.
+modelcar): an image config with ``rootfs.diff_ids`` and one uncompressed tar layer per file at ``models/<path>``. A tar
+layer (:class:`TarLayer`) is never stored: it is its headers, the file's stored bytes and padding, so its size is known
+without reading, and its digest is computed once by reading the files (the caller does the reads:
+:meth:`TarLayer.segments`). The headers are written here byte by byte (ustar, with a PAX record where a field does not
+fit), not by ``tarfile``, so a served layer stays the bytes its stored digest names whatever the Python version.
 
 A version of more than :data:`MAX_FILE_LAYERS` files has its small non-weight files packed into one
 tar layer in both shapes (:func:`layer_groups`), so manifests stay well under the clients' 4 MiB.

@@ -15,7 +15,8 @@ as nothing or as a break either (Unicode categories Cf, Zl, Zp, and Zs other tha
 U+00AD, U+2028, U+00A0...), or ``tiny\u200b`` reads as ``tiny`` to the reviewer who approves it.
 
 ``validate_text`` is the check for services (``validate_label`` for labels); ``FreeText(n)`` (``Label(n)``)
-is the same check as a pydantic type for API bodies. ``printable`` escapes those characters visibly wherever text from a server or an upstream is shown.
+is the same check as a pydantic type for API bodies. ``printable`` escapes those characters visibly wherever text from a
+server or an upstream is shown.
 
 Example:
     >>> validate_text("main", field="revision", max_length=256)

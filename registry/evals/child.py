@@ -44,8 +44,7 @@ def _write(path: Path, doc: dict[str, Any]) -> None:
 
 def _run(spec: dict[str, Any]) -> dict[str, Any]:
     from registry.evals.cases import parse_cases
-    from registry.evals.runners import (MAX_CASE_DETAIL, RUNNERS, LoadedEvalSet, RunContext, RunnerError,
-                                        check_metrics)
+    from registry.evals.runners import MAX_CASE_DETAIL, RUNNERS, LoadedEvalSet, RunContext, RunnerError, check_metrics
 
     evalsets = []
     for entry in spec["evalsets"]:

@@ -67,8 +67,8 @@ def architecture(config: Any, config_error: str | None) -> dict[str, dict]:
     out["architectures"] = (
         known(arch, f"{CONFIG} architectures")
         if isinstance(arch, list) and 0 < len(arch) <= 16 and all(isinstance(a, str) and len(a) <= 128 for a in arch)
-        else unknown(f"{CONFIG} architectures is {describe(arch)}, not a list of class names" if "architectures" in config
-                     else f"{CONFIG} has no architectures"))
+        else unknown(f"{CONFIG} architectures is {describe(arch)}, not a list of class names"
+                     if "architectures" in config else f"{CONFIG} has no architectures"))
     for name, aliases in SHAPE_FIELDS.items():
         found = find(aliases)
         if found is None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 from typing import Any, Mapping
 
+from registry.domain.files import WEIGHT_FORMATS
 from registry.facts._cells import (
     BudgetExhaustedError,
     RangeFile,
@@ -21,7 +22,6 @@ from registry.facts._cells import (
     load_json,
     unknown,
 )
-from registry.domain.files import WEIGHT_FORMATS
 from registry.scanning import gguf, safetensors
 from registry.scanning.model import Severity
 

@@ -4,8 +4,9 @@ Both texts are normalized (lower case, every run of characters other than letter
 space, so line wrapping, punctuation and Markdown do not count) and split into word 3-grams (shingles). The
 similarity is the Sorensen-Dice coefficient of the two shingle sets: 1.0 for the same words in the same
 order, lower as words are added, dropped or changed. A file matches the best-scoring shipped text when that
-score is at least ``THRESHOLD`` and ``MARGIN`` above the next text's; a copyright line or a filled-in ``<year>`` costs a few shingles only, while
-siblings such as CC-BY-4.0 and CC-BY-NC-4.0 differ in whole clauses (about 0.97 to each other, so the margin decides).
+score is at least ``THRESHOLD`` and ``MARGIN`` above the next text's; a copyright line or a filled-in ``<year>`` costs a
+few shingles only, while siblings such as CC-BY-4.0 and CC-BY-NC-4.0 differ in whole clauses (about 0.97 to each other,
+so the margin decides).
 
 Usage (a sketch, not run as a doctest)::
 

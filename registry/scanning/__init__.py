@@ -107,7 +107,8 @@ def scan_directory(root: Path, *, limits: ScanLimits = ScanLimits()) -> list[Fil
             scans.append(
                 FileScan(
                     name, "link",
-                    [Finding("file.not-regular", Severity.SUSPICIOUS, name, "symbolic link or special file: not followed")],
+                    [Finding("file.not-regular", Severity.SUSPICIOUS, name,
+                             "symbolic link or special file: not followed")],
                     SCANNER_NAME, SCANNER_VERSION,
                 )
             )

@@ -213,12 +213,14 @@ def list_zip(reader: BinaryIO, size: int, budget: ScanBudget) -> tuple[list[ZipE
                 eocd_at = pos
                 break
     if eocd_at < 0:
-        return [], [_f("zip.eocd.missing", Severity.UNSAFE, "end of central directory", "no well-formed end of central directory record")]
+        return [], [_f("zip.eocd.missing", Severity.UNSAFE, "end of central directory",
+                       "no well-formed end of central directory record")]
     eocd_abs = size - tail_len + eocd_at
     disk, cd_disk, n_disk, n_total, cd_size, cd_off, clen = struct.unpack_from("<HHHHIIH", tail, eocd_at + 4)
     comment = tail[eocd_at + 22 : eocd_at + 22 + clen]
     if any(sig in comment for sig in (_LFH, _CDH, _EOCD, _EOCD64)):
-        findings.append(_f("zip.comment.hidden-archive", Severity.UNSAFE, "archive comment", "the comment holds zip records"))
+        findings.append(_f("zip.comment.hidden-archive", Severity.UNSAFE, "archive comment",
+                           "the comment holds zip records"))
     elif comment:
         findings.append(_f("zip.comment", Severity.INFO, "archive comment", f"archive comment of {clen} bytes"))
     cd_end = eocd_abs
@@ -242,16 +244,20 @@ def list_zip(reader: BinaryIO, size: int, budget: ScanBudget) -> tuple[list[ZipE
             findings.append(_f("zip.gap", Severity.UNSAFE, f"offset {rec_off}", "bytes between the zip64 end records"))
         cd_end = rec_off
     if disk or cd_disk or n_disk != n_total:
-        return [], [_f("zip.multi-disk", Severity.UNSAFE, "end of central directory", "multi-disk archives are refused")]
+        return [], [_f("zip.multi-disk", Severity.UNSAFE, "end of central directory",
+                       "multi-disk archives are refused")]
     if cd_off + cd_size != cd_end:
         findings.append(
-            _f("zip.gap", Severity.UNSAFE, f"offset {cd_off}", "central directory does not end where the end record starts")
+            _f("zip.gap", Severity.UNSAFE, f"offset {cd_off}",
+               "central directory does not end where the end record starts")
         )
     if cd_off + cd_size > size or cd_size > budget.limits.max_header_bytes:
-        return [], findings + [_f("zip.cd.bounds", Severity.UNSAFE, f"offset {cd_off}", "central directory out of bounds")]
+        return [], findings + [_f("zip.cd.bounds", Severity.UNSAFE, f"offset {cd_off}",
+                                  "central directory out of bounds")]
     if n_total > budget.limits.max_members:
         return [], findings + [
-            _f("container.too-many-members", Severity.UNSAFE, "central directory", f"{n_total} members exceed the limit")
+            _f("container.too-many-members", Severity.UNSAFE, "central directory",
+               f"{n_total} members exceed the limit")
         ]
     reader.seek(cd_off)
     cd = reader.read(cd_size)
@@ -259,7 +265,8 @@ def list_zip(reader: BinaryIO, size: int, budget: ScanBudget) -> tuple[list[ZipE
     p = 0
     for i in range(n_total):
         if p + 46 > len(cd) or cd[p : p + 4] != _CDH:
-            return [], findings + [_f("zip.cd.corrupt", Severity.UNSAFE, f"central directory entry {i}", "bad central directory record")]
+            return [], findings + [_f("zip.cd.corrupt", Severity.UNSAFE, f"central directory entry {i}",
+                                      "bad central directory record")]
         (_, _, _, flags, method, _, _, crc, csize, usize, nlen, elen, klen, _, _, _, hoff) = struct.unpack_from(
             "<IHHHHHHIIIHHHHHII", cd, p
         )
@@ -267,15 +274,18 @@ def list_zip(reader: BinaryIO, size: int, budget: ScanBudget) -> tuple[list[ZipE
         extra = cd[p + 46 + nlen : p + 46 + nlen + elen]
         p += 46 + nlen + elen + klen
         if p > len(cd):
-            return [], findings + [_f("zip.cd.corrupt", Severity.UNSAFE, f"central directory entry {i}", "record overruns the directory")]
+            return [], findings + [_f("zip.cd.corrupt", Severity.UNSAFE, f"central directory entry {i}",
+                                      "record overruns the directory")]
         usize, csize, hoff = _zip64_extra(extra, usize, csize, hoff)
         name = raw.decode("utf-8" if flags & 0x0800 else "cp437", "replace")
         entries.append(ZipEntry(name, raw, flags, method, crc, csize, usize, hoff))
     if p != len(cd):
-        findings.append(_f("zip.gap", Severity.UNSAFE, "central directory", "bytes after the last central directory record"))
+        findings.append(_f("zip.gap", Severity.UNSAFE, "central directory",
+                           "bytes after the last central directory record"))
     budget.members += len(entries)
     if budget.members > budget.limits.max_members:
-        return [], findings + [_f("container.too-many-members", Severity.UNSAFE, "central directory", "member limit exceeded")]
+        return [], findings + [_f("container.too-many-members", Severity.UNSAFE, "central directory",
+                                  "member limit exceeded")]
 
     seen: set[str] = set()
     for e in entries:
@@ -284,21 +294,26 @@ def list_zip(reader: BinaryIO, size: int, budget: ScanBudget) -> tuple[list[ZipE
         # reads it (see open_zip_member), and what it holds decides.
         if e.flags & _ENCRYPTED:
             findings.append(
-                _f("zip.encrypted", Severity.SUSPICIOUS, where, "flagged as encrypted: read as stored, in case it is not")
+                _f("zip.encrypted", Severity.SUSPICIOUS, where,
+                   "flagged as encrypted: read as stored, in case it is not")
             )
         elif e.flags & ~_ALLOWED_FLAGS:
-            findings.append(_f("zip.flags", Severity.SUSPICIOUS, where, f"unexpected general purpose flag bits {e.flags:#06x}"))
+            findings.append(_f("zip.flags", Severity.SUSPICIOUS, where,
+                               f"unexpected general purpose flag bits {e.flags:#06x}"))
         if e.method not in _METHODS:
-            findings.append(_f("zip.compression.unsupported", Severity.SUSPICIOUS, where, f"compression method {e.method}: not inspected"))
+            findings.append(_f("zip.compression.unsupported", Severity.SUSPICIOUS, where,
+                               f"compression method {e.method}: not inspected"))
         if _unsafe_name(e.name):
-            findings.append(_f("zip.name.unsafe", Severity.UNSAFE, where, "absolute, parent-relative or control-character name"))
+            findings.append(_f("zip.name.unsafe", Severity.UNSAFE, where,
+                               "absolute, parent-relative or control-character name"))
         if e.name in seen:
             findings.append(_f("zip.name.duplicate", Severity.UNSAFE, where, "two members share a name"))
         seen.add(e.name)
         reader.seek(e.header_offset)
         lh = reader.read(30)
         if len(lh) < 30 or lh[:4] != _LFH:
-            findings.append(_f("zip.local.corrupt", Severity.UNSAFE, f"{where} offset {e.header_offset}", "no local header"))
+            findings.append(_f("zip.local.corrupt", Severity.UNSAFE, f"{where} offset {e.header_offset}",
+                               "no local header"))
             e.data_offset = e.end = -1
             continue
         _, _, lflags, lmethod, _, _, lcrc, lcs, lus, lnlen, lelen = struct.unpack_from("<IHHHHHIIIHH", lh)
@@ -309,7 +324,8 @@ def list_zip(reader: BinaryIO, size: int, budget: ScanBudget) -> tuple[list[ZipE
             lus, lcs, _ = _zip64_extra(reader.read(lelen), lus, lcs, 0)
         if lname != e.raw_name:
             findings.append(
-                _f("zip.name.mismatch", Severity.UNSAFE, f"{where} offset {e.header_offset}", f"local header names {lname!r}")
+                _f("zip.name.mismatch", Severity.UNSAFE, f"{where} offset {e.header_offset}",
+                   f"local header names {lname!r}")
             )
         if lflags != e.flags or lmethod != e.method:
             findings.append(_f("zip.local.mismatch", Severity.UNSAFE, where, "local header flags or method differ"))
@@ -369,17 +385,21 @@ def _check_layout(entries: list[ZipEntry], cd_off: int) -> list[Finding]:
     cursor = 0
     for start, end, name in spans:
         if start < cursor:
-            findings.append(_f("zip.overlap", Severity.UNSAFE, f"member {name!r} offset {start}", "member overlaps the previous one"))
+            findings.append(_f("zip.overlap", Severity.UNSAFE, f"member {name!r} offset {start}",
+                               "member overlaps the previous one"))
         elif start > cursor:
             rule = "zip.prefix-data" if cursor == 0 else "zip.gap"
             findings.append(
-                _f(rule, Severity.UNSAFE, f"offset {cursor}", f"{start - cursor} bytes not covered by any member (polyglot)")
+                _f(rule, Severity.UNSAFE, f"offset {cursor}",
+                   f"{start - cursor} bytes not covered by any member (polyglot)")
             )
         cursor = max(cursor, end)
     if spans and cursor < cd_off:
-        findings.append(_f("zip.gap", Severity.UNSAFE, f"offset {cursor}", f"{cd_off - cursor} bytes before the central directory"))
+        findings.append(_f("zip.gap", Severity.UNSAFE, f"offset {cursor}",
+                           f"{cd_off - cursor} bytes before the central directory"))
     if spans and cursor > cd_off:
-        findings.append(_f("zip.overlap", Severity.UNSAFE, f"offset {cd_off}", "member data overlaps the central directory"))
+        findings.append(_f("zip.overlap", Severity.UNSAFE, f"offset {cd_off}",
+                           "member data overlaps the central directory"))
     if not spans and cd_off:
         findings.append(_f("zip.prefix-data", Severity.UNSAFE, "offset 0", f"{cd_off} bytes before an empty directory"))
     return findings
@@ -473,11 +493,13 @@ def _read_member(reader: BinaryIO, e: ZipEntry, budget: ScanBudget, where: str) 
     budget.expanded += min(total, cap)
     if total > cap:
         if total > e.usize:
-            findings.append(_f("zip.size-mismatch", Severity.UNSAFE, where, f"expands past its recorded size {e.usize}"))
+            findings.append(_f("zip.size-mismatch", Severity.UNSAFE, where,
+                               f"expands past its recorded size {e.usize}"))
         else:
             budget.exhausted.add("expanded")
             findings.append(
-                _f("container.bomb", Severity.UNSAFE, where, f"expansion limit of {lim.max_expanded_bytes} bytes reached")
+                _f("container.bomb", Severity.UNSAFE, where,
+                   f"expansion limit of {lim.max_expanded_bytes} bytes reached")
             )
         return out, out.tell(), findings
     if not broken and total != e.usize:
@@ -590,7 +612,8 @@ def decompress_stream(kind: str, reader: BinaryIO, budget: ScanBudget) -> tuple[
                 out.write(block[: len(block) - (total - cap)])
                 budget.exhausted.add("expanded")
                 findings.append(
-                    _f("container.bomb", Severity.UNSAFE, f"{kind} stream", f"expansion limit of {lim.max_expanded_bytes} bytes reached")
+                    _f("container.bomb", Severity.UNSAFE, f"{kind} stream",
+                       f"expansion limit of {lim.max_expanded_bytes} bytes reached")
                 )
                 total = cap
                 break
@@ -613,7 +636,8 @@ def decompress_stream(kind: str, reader: BinaryIO, budget: ScanBudget) -> tuple[
                     )
                 )
     except (OSError, EOFError, lzma.LZMAError, zlib.error, ValueError) as exc:
-        findings.append(_f("container.corrupt", Severity.UNSAFE, f"{kind} stream offset {total}", f"does not decompress: {exc}"))
+        findings.append(_f("container.corrupt", Severity.UNSAFE, f"{kind} stream offset {total}",
+                           f"does not decompress: {exc}"))
     budget.expanded += total
     size = out.tell()
     out.seek(0)
@@ -768,7 +792,8 @@ def _tar_tail(reader: BinaryIO, end: int, size: int) -> list[Finding]:
         if stripped:
             at = pos + len(block) - len(stripped)
             return [
-                _f("tar.trailing-data", Severity.UNSAFE, f"offset {at}", f"{size - at} bytes after the end of the archive are not padding")
+                _f("tar.trailing-data", Severity.UNSAFE, f"offset {at}",
+                   f"{size - at} bytes after the end of the archive are not padding")
             ]
         pos += len(block)
     return []

@@ -173,7 +173,8 @@ class Engine:
             try:
                 findings.extend(self._zip_trailer(reader, size, path))
             except Exception as exc:  # noqa: BLE001 - a crashing check must fail closed, not pass
-                findings.append(Finding("engine.scanner-error", Severity.ERROR, "", f"zip trailer check failed: {exc!r}"))
+                findings.append(Finding("engine.scanner-error", Severity.ERROR, "",
+                                        f"zip trailer check failed: {exc!r}"))
         return FileScan(path, fmt, findings, SCANNER_NAME, SCANNER_VERSION)
 
     # -- dispatch
@@ -191,7 +192,8 @@ class Engine:
         try:
             fmt = self._scan_bytes(name, ctx_path, chain, reader, size, depth, rule, own, members)
         except Exception as exc:  # noqa: BLE001 - a crashing scanner must fail closed, not pass
-            own.append(Finding("engine.scanner-error", Severity.ERROR, "", f"{fmt} scanner failed: {type(exc).__name__}: {exc}"))
+            own.append(Finding("engine.scanner-error", Severity.ERROR, "",
+                               f"{fmt} scanner failed: {type(exc).__name__}: {exc}"))
         return fmt, _relocate(own, chain) + members
 
     def _scan_bytes(
@@ -213,19 +215,22 @@ class Engine:
         try:
             fmt = self._dispatch(fmt, name, ctx_path, chain, reader, size, depth, own, members, rule)
         except Exception as exc:  # noqa: BLE001 - a crashing scanner must fail closed, not pass
-            own.append(Finding("engine.scanner-error", Severity.ERROR, "", f"{fmt} scanner failed: {type(exc).__name__}: {exc}"))
+            own.append(Finding("engine.scanner-error", Severity.ERROR, "",
+                               f"{fmt} scanner failed: {type(exc).__name__}: {exc}"))
         unpickled = fmt in PICKLES
         if fmt not in ("pickle", "pytorch-legacy", "empty") and pickle_scan.probe_pickle(head, reader, size):
             # A polyglot: the bytes that make it a tar (or another format) are also a pickle that
             # pickle.load would run. The first magic found must not hide the second reading.
-            own.append(Finding("polyglot.pickle", Severity.SUSPICIOUS, "offset 0", f"a {fmt} whose first bytes are also a pickle"))
+            own.append(Finding("polyglot.pickle", Severity.SUSPICIOUS, "offset 0",
+                               f"a {fmt} whose first bytes are also a pickle"))
             res = pickle_scan.scan_pickle_file(reader, size, nested=self._nested_pickle(ctx_path, chain, depth))
             own.extend(f for f in res.findings if f.rule_id != "pickle.stream.trailing-data")
             unpickled = True
         if fmt != "tar" and is_tar(head):
             # A first block that is also a tar header: torch.load's legacy loader opens any such
             # file with tarfile and unpickles its members, whatever the magic at offset 0 says.
-            own.append(Finding("polyglot.tar", Severity.SUSPICIOUS, "offset 0", f"a {fmt} whose first block is also a tar header"))
+            own.append(Finding("polyglot.tar", Severity.SUSPICIOUS, "offset 0",
+                               f"a {fmt} whose first block is also a tar header"))
             own.extend(scan_tar(reader, size, self.budget, self._visitor(ctx_path, chain, depth, members)))
             reader.seek(0)
         if fmt != "hdf5":
@@ -309,7 +314,8 @@ class Engine:
             return fmt
         if fmt in UNINSPECTABLE.values():
             own.append(
-                Finding("container.uninspectable", Severity.SUSPICIOUS, "offset 0", f"{fmt} archive: its content cannot be inspected")
+                Finding("container.uninspectable", Severity.SUSPICIOUS, "offset 0",
+                        f"{fmt} archive: its content cannot be inspected")
             )
             return fmt
         if fmt in _EXTERNAL:
@@ -320,11 +326,13 @@ class Engine:
                                "a native program: running it runs its code"))
             return fmt
         if fmt == "unknown":
-            own.append(Finding("format.unknown", Severity.INFO, "offset 0", "no known structure: treated as opaque data"))
+            own.append(Finding("format.unknown", Severity.INFO, "offset 0",
+                               "no known structure: treated as opaque data"))
         return fmt
 
     def _zip(
-        self, ctx_path: str, chain: str, reader: BinaryIO, size: int, depth: int, own: list[Finding], members: list[Finding]
+        self, ctx_path: str, chain: str, reader: BinaryIO, size: int, depth: int, own: list[Finding],
+        members: list[Finding]
     ) -> str:
         entries, found = list_zip(reader, size, self.budget)
         own.extend(found)
@@ -388,7 +396,8 @@ class Engine:
         def visit(member: str, r: BinaryIO, s: int) -> list[Finding]:
             sub = f"{chain}!{member}" if chain else member
             if depth + 1 > self.limits.max_depth:
-                sink.append(Finding("container.too-deep", Severity.UNSAFE, sub, f"nested deeper than {self.limits.max_depth}: not inspected"))
+                sink.append(Finding("container.too-deep", Severity.UNSAFE, sub,
+                                    f"nested deeper than {self.limits.max_depth}: not inspected"))
                 return []
             fmt, found = self._scan(member, f"{ctx_path}!{member}", sub, r, s, depth + 1, rule_of(member))
             sink.append(Finding("container.member", Severity.INFO, sub, f"{fmt}, {s} bytes"))
@@ -404,7 +413,8 @@ class Engine:
             sub = f"{chain}!{loc.rstrip(': ')}" if chain else loc.rstrip(": ")
             if depth + 1 > self.limits.max_depth:
                 return [Finding("container.too-deep", Severity.UNSAFE, sub, "nested pickle too deep: not inspected")]
-            fmt, found = self._scan("<nested>", f"{ctx_path}!<nested>", sub, io.BytesIO(data), len(data), depth + 1, None)
+            fmt, found = self._scan("<nested>", f"{ctx_path}!<nested>", sub, io.BytesIO(data), len(data),
+                                    depth + 1, None)
             info = Finding("pickle.nested", Severity.INFO, sub, f"nested {fmt} of {len(data)} bytes")
             # The chain of nested findings already starts with the member chain; drop it so the
             # pickle scanner's own relocation does not repeat it.
@@ -412,7 +422,8 @@ class Engine:
 
         return nested
 
-    def _external(self, module: str, reader: BinaryIO, size: int, ctx_path: str, chain: str, depth: int) -> list[Finding]:
+    def _external(self, module: str, reader: BinaryIO, size: int, ctx_path: str, chain: str,
+                  depth: int) -> list[Finding]:
         try:
             mod = _validator(module)
         except Exception as exc:  # noqa: BLE001 - a validator that cannot run decides nothing: fail closed

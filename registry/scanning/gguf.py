@@ -210,7 +210,8 @@ def _parse(r: BoundedReader, sink: FindingSink, wanted: Callable[[str], bool]) -
         key = _read_key(r, version, "gguf.metadata.key-invalid")
         if "\0" in key:
             # C readers see a shorter key than this parser does: two views of one file.
-            sink.add("gguf.metadata.key-nul", Severity.UNSAFE, f"metadata@{at}", f"metadata key {key!r} contains a NUL byte")
+            sink.add("gguf.metadata.key-nul", Severity.UNSAFE, f"metadata@{at}",
+                     f"metadata key {key!r} contains a NUL byte")
         if key in keys:
             raise _MalformedError("gguf.metadata.duplicate-key", at, f"metadata key {key!r} repeated: readers disagree")
         keys.add(key)
@@ -223,7 +224,8 @@ def _parse(r: BoundedReader, sink: FindingSink, wanted: Callable[[str], bool]) -
             header.metadata[key] = value
         if key == "general.alignment":
             if vtype != _UINT32 or not isinstance(value, int) or value <= 0 or value & (value - 1):
-                raise _MalformedError("gguf.alignment.invalid", at, f"general.alignment {value!r} is not a power-of-two uint32")
+                raise _MalformedError("gguf.alignment.invalid", at,
+                                      f"general.alignment {value!r} is not a power-of-two uint32")
             alignment = value
         elif _is_template_key(key):
             _check_template(key, value, at, sink)
@@ -238,7 +240,8 @@ def _parse(r: BoundedReader, sink: FindingSink, wanted: Callable[[str], bool]) -
         names.add(name)
         n_dims = r.u32()
         if n_dims > MAX_DIMS:
-            raise _MalformedError("gguf.tensor.dims-invalid", at, f"tensor {name!r} has {n_dims} dimensions (max {MAX_DIMS})")
+            raise _MalformedError("gguf.tensor.dims-invalid", at,
+                                  f"tensor {name!r} has {n_dims} dimensions (max {MAX_DIMS})")
         dims = [(r.u32() if version == 1 else r.u64()) for _ in range(n_dims)]
         gtype = r.u32()
         offset = r.u64()
@@ -252,7 +255,8 @@ def _parse(r: BoundedReader, sink: FindingSink, wanted: Callable[[str], bool]) -
             raise _MalformedError("gguf.tensor.size-invalid", at, f"tensor {name!r} dims {dims} overflow int64")
         if dims and dims[0] % block:
             raise _MalformedError(
-                "gguf.tensor.size-invalid", at, f"tensor {name!r}: first dim {dims[0]} not a multiple of {tname} block {block}"
+                "gguf.tensor.size-invalid", at,
+                f"tensor {name!r}: first dim {dims[0]} not a multiple of {tname} block {block}"
             )
         tensors.append(GgufTensor(name, offset, elements // block * block_bytes, at, tuple(dims), tname))
 
@@ -287,7 +291,8 @@ def _check_padding(r: BoundedReader, end: int, sink: FindingSink) -> None:
         sink.add("gguf.padding.invalid", Severity.SUSPICIOUS, f"@{start}", f"{n} bytes of alignment padding")
         return
     if r.read(n).strip(b"\0"):
-        sink.add("gguf.padding.invalid", Severity.SUSPICIOUS, f"@{start}..{end}", "alignment padding holds non-zero bytes")
+        sink.add("gguf.padding.invalid", Severity.SUSPICIOUS, f"@{start}..{end}",
+                 "alignment padding holds non-zero bytes")
 
 
 def _align(value: int, alignment: int) -> int:
@@ -299,7 +304,8 @@ def _check_layout(tensors: list[GgufTensor], data_start: int, data_len: int, ali
     for t in sorted(tensors, key=lambda t: (t.offset, t.nbytes)):
         loc = f"tensor_info[{t.name!r}]@{t.at}"
         if t.offset % alignment:
-            raise _MalformedError("gguf.tensor.misaligned", t.at, f"tensor {t.name!r} offset {t.offset} not aligned to {alignment}")
+            raise _MalformedError("gguf.tensor.misaligned", t.at,
+                                  f"tensor {t.name!r} offset {t.offset} not aligned to {alignment}")
         if t.offset + t.nbytes > data_len:
             raise _MalformedError(
                 "gguf.tensor.out-of-bounds", t.at, f"tensor {t.name!r} [{t.offset}, +{t.nbytes}) runs past the file end"

@@ -111,7 +111,8 @@ DANGEROUS_ATTRS = frozenset(
 # Filters whose first positional argument (or ``attribute=``) is an attribute path.
 ATTRIBUTE_FILTERS = frozenset({"selectattr", "rejectattr", "sort", "groupby", "sum", "unique", "min", "max", "map"})
 # Filters and operators that build strings: their constant inputs are folded and checked.
-_STRING_BUILDERS = frozenset({"format", "join", "replace", "reverse", "string", "lower", "upper", "list", "first", "last"})
+_STRING_BUILDERS = frozenset(
+    {"format", "join", "replace", "reverse", "string", "lower", "upper", "list", "first", "last"})
 
 _STRONG_TEXT_RE = re.compile(
     r"__(?:class|globals|builtins|import|subclasses|mro|init|base|bases|dict|code|getattribute|reduce|loader|spec)__"
@@ -289,7 +290,6 @@ class _Walker:
         return _fold(node, 0, self.env)
 
     def _check_key(self, node: Any, key: Any, what: str) -> None:
-        from jinja2 import nodes as n
 
         folded = self._fold(key)
         if isinstance(folded, str):
@@ -336,10 +336,12 @@ class _Walker:
                 "gadget",
                 Severity.UNSAFE,
                 node,
-                f"{what} assembled at render time from {sorted(ev.char_pieces)[:4]!r}{' and ' + ', '.join(sorted(ev.char_ops)) if ev.char_ops else ''}",
+                f"{what} assembled at render time from {sorted(ev.char_pieces)[:4]!r}"
+                f"{' and ' + ', '.join(sorted(ev.char_ops)) if ev.char_ops else ''}",
             )
         else:
-            self.add("dynamic-attribute", Severity.SUSPICIOUS, node, f"{what} assembled at render time from {sorted(ev.consts)[:4]!r}")
+            self.add("dynamic-attribute", Severity.SUSPICIOUS, node,
+                     f"{what} assembled at render time from {sorted(ev.consts)[:4]!r}")
         return True
 
     def _check_name(self, node: Any, parent: Any) -> None:
@@ -429,7 +431,8 @@ def _bindings(template: Any) -> _Env:
         elif isinstance(target, n.NSRef):
             bind(f"{target.name}.{target.attr}", value)
         elif isinstance(target, n.Tuple):
-            items = value.items if isinstance(value, (n.Tuple, n.List)) and len(value.items) == len(target.items) else None
+            same_shape = isinstance(value, (n.Tuple, n.List)) and len(value.items) == len(target.items)
+            items = value.items if same_shape else None
             for i, item in enumerate(target.items):
                 bind_target(item, items[i] if items is not None else ("opaque", value))
 
@@ -440,7 +443,8 @@ def _bindings(template: Any) -> _Env:
             value = node.node
             if isinstance(node.target, n.Name):
                 # ``namespace(k=...)`` / ``dict(k=...)`` / ``{'k': ...}``: their fields are bindings too.
-                if isinstance(value, n.Call) and isinstance(value.node, n.Name) and value.node.name in ("namespace", "dict"):
+                if (isinstance(value, n.Call) and isinstance(value.node, n.Name)
+                        and value.node.name in ("namespace", "dict")):
                     for kw in value.kwargs:
                         bind(f"{node.target.name}.{kw.key}", kw.value)
                 elif isinstance(value, n.Dict):
@@ -612,9 +616,15 @@ class _Evidence:
                     self.char_pieces.add(sub.value)
             elif isinstance(sub, n.TemplateData) and "_" in sub.data:
                 self.char_pieces.add(sub.data[:40])
-            elif isinstance(sub, n.Getitem) and (isinstance(sub.arg, n.Slice) or (isinstance(sub.arg, n.Const) and isinstance(sub.arg.value, int))):
+            elif isinstance(sub, n.Getitem) and (
+                isinstance(sub.arg, n.Slice) or (isinstance(sub.arg, n.Const) and isinstance(sub.arg.value, int))
+            ):
                 self.char_ops.add("a character cut from a string")
-            elif isinstance(sub, (n.Mod, n.Filter)) and (isinstance(sub, n.Mod) or sub.name in ("format", "first", "last", "list", "string", "join", "replace", "reverse", "batch", "slice")):
+            elif isinstance(sub, (n.Mod, n.Filter)) and (
+                isinstance(sub, n.Mod)
+                or sub.name in ("format", "first", "last", "list", "string", "join", "replace", "reverse", "batch",
+                                "slice")
+            ):
                 self.char_ops.add(f"{'%' if isinstance(sub, n.Mod) else '|' + sub.name}")
             elif isinstance(sub, n.Getattr) and sub.attr in ("format", "format_map", "join", "replace"):
                 self.char_ops.add(f".{sub.attr}()")

@@ -226,7 +226,8 @@ def _check_object(node: dict[str, Any], path: str, sink: FindingSink) -> None:
         sink.add("keras.config.invalid", S, where, f"class_name is {type(class_name).__name__}")
         return
     # The loader may resolve the registered name (``package>Name``) or a dotted class name too.
-    for candidate in (class_name, class_name.rsplit(".", 1)[-1], *( [registered.rsplit(">", 1)[-1]] if isinstance(registered, str) else [])):
+    for candidate in (class_name, class_name.rsplit(".", 1)[-1],
+                      *( [registered.rsplit(">", 1)[-1]] if isinstance(registered, str) else [])):
         if candidate in UNSAFE_CLASSES:
             rule, why = UNSAFE_CLASSES[candidate]
             sink.add(rule, U, where, why)
@@ -260,7 +261,8 @@ def _check_object(node: dict[str, Any], path: str, sink: FindingSink) -> None:
     if class_name in _FILE_READING and isinstance(config, dict):
         value = config.get(_FILE_READING[class_name])
         if isinstance(value, str):
-            sink.add("keras.layer.external-file", S, where, f"{class_name} reads {value!r} from the filesystem or network")
+            sink.add("keras.layer.external-file", S, where,
+                     f"{class_name} reads {value!r} from the filesystem or network")
 
 
 def _check_function(module: Any, config: Any, where: str, sink: FindingSink) -> None:
@@ -288,10 +290,12 @@ def _check_class_module(module: str, class_name: str, where: str, sink: FindingS
         return
     qual = f"{module}.{class_name}"
     if _top_module(module) in sys.stdlib_module_names or _top_module(module) in ("builtins", "posix", "nt"):
-        sink.add("keras.module.dangerous", Severity.UNSAFE, where, f"config instantiates {qual!r} from the standard library")
+        sink.add("keras.module.dangerous", Severity.UNSAFE, where,
+                 f"config instantiates {qual!r} from the standard library")
     elif _is_keras_module(module) and _GADGET_PACKAGES & set(module.split(".")[1:3]):
         # Downloaders, loaders and the safe-mode switch: the gadgets of published safe_mode bypasses.
-        sink.add("keras.module.gadget", Severity.UNSAFE, where, f"config instantiates {qual!r} from Keras's loading/IO code")
+        sink.add("keras.module.gadget", Severity.UNSAFE, where,
+                 f"config instantiates {qual!r} from Keras's loading/IO code")
     elif _is_keras_module(module):
         sink.add("keras.module.not-allowed", Severity.SUSPICIOUS, where, f"config instantiates {qual!r}")
     else:
@@ -360,7 +364,8 @@ def _scan_zip(reader: BinaryIO, size: int, ctx: ScanContext) -> list[Finding]:
                     with zf.open(info) as member:
                         sink.extend(ctx.scan_nested(info.filename, member, info.file_size))  # type: ignore[arg-type]
                 except _ZIP_ERRORS as exc:
-                    sink.add("keras.archive.malformed", U, f"{ctx.path}!{info.filename}", f"member cannot be read: {exc}")
+                    sink.add("keras.archive.malformed", U, f"{ctx.path}!{info.filename}",
+                             f"member cannot be read: {exc}")
     return sink.findings
 
 
@@ -382,7 +387,8 @@ def _scan_hdf5(reader: BinaryIO, size: int, ctx: ScanContext) -> list[Finding]:
                 value = f.attrs[attr]
                 raw = _attr_bytes(value)
                 if raw is None:
-                    sink.add("keras.config.unparseable", Severity.UNSAFE, loc, f"{attr} is {type(value).__name__}, not text")
+                    sink.add("keras.config.unparseable", Severity.UNSAFE, loc,
+                             f"{attr} is {type(value).__name__}, not text")
                     continue
                 config = _parse_config(raw, loc, sink)
                 if config is not None:
@@ -415,7 +421,8 @@ def _check_hdf5_links(f: Any, path: str, sink: FindingSink) -> None:
             return True
         where = f"{path}:/{name}"
         if isinstance(link, h5py.ExternalLink):
-            sink.add("keras.h5.external-link", Severity.UNSAFE, where, f"external link to {link.filename!r}:{link.path}")
+            sink.add("keras.h5.external-link", Severity.UNSAFE, where,
+                     f"external link to {link.filename!r}:{link.path}")
             return None
         if not isinstance(link, h5py.HardLink):
             return None
@@ -423,9 +430,11 @@ def _check_hdf5_links(f: Any, path: str, sink: FindingSink) -> None:
         if isinstance(obj, h5py.Dataset):
             if obj.external:
                 files = sorted({str(e[0]) for e in obj.external})[:3]
-                sink.add("keras.h5.external-storage", Severity.UNSAFE, where, f"dataset data is read from files {files}")
+                sink.add("keras.h5.external-storage", Severity.UNSAFE, where,
+                         f"dataset data is read from files {files}")
             elif obj.is_virtual:
-                sink.add("keras.h5.virtual-dataset", Severity.UNSAFE, where, "virtual dataset maps data from other files")
+                sink.add("keras.h5.virtual-dataset", Severity.UNSAFE, where,
+                         "virtual dataset maps data from other files")
         return None
 
     f.visititems_links(visit)

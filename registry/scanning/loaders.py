@@ -10,8 +10,9 @@ as a pickle, so a stream our sniffer would not call a pickle is judged as the un
 
 Names no loader opens by name (``tokenizer.model``, ``*.data`` external tensors, ``*.index``) keep the
 rule "unknown bytes are opaque data". The price is paid by raw weights under a torch name: OpenVINO's
-``openvino_model.bin`` or an ONNX external-data file called ``weights.bin`` come out ``suspicious``. ``.dat``/``.data``, which some scanners treat as pickles, are left
-out on purpose: ONNX writes its external tensors as ``model.onnx.data``, raw bytes no loader unpickles.
+``openvino_model.bin`` or an ONNX external-data file called ``weights.bin`` come out ``suspicious``. ``.dat``/``.data``,
+which some scanners treat as pickles, are left out on purpose: ONNX writes its external tensors as ``model.onnx.data``,
+raw bytes no loader unpickles.
 
 Example:
     >>> rule_for("weights/pytorch_model.bin").loader

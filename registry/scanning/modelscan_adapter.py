@@ -39,7 +39,8 @@ EXTENSION_FOR_FORMAT = {
 }
 """Extension under which modelscan looks at a blob whose format we sniffed."""
 
-_SEVERITY = {"CRITICAL": Severity.UNSAFE, "HIGH": Severity.UNSAFE, "MEDIUM": Severity.SUSPICIOUS, "LOW": Severity.SUSPICIOUS}
+_SEVERITY = {"CRITICAL": Severity.UNSAFE, "HIGH": Severity.UNSAFE, "MEDIUM": Severity.SUSPICIOUS,
+             "LOW": Severity.SUSPICIOUS}
 
 
 def modelscan_version() -> str:
@@ -111,12 +112,16 @@ def _collect(ms: Any, root: Path, names: list[str], single: str | None, fmt: dic
         owners = [_owner(str(source), root, single)] if source else list(scans)
         for owner in owners:
             where = _relative(str(source), root, single) if source else owner
-            add(owner, Finding("modelscan.error", Severity.ERROR, where, f"modelscan {info.get('category')}: {info.get('description')}"))
+            add(owner,
+                Finding("modelscan.error", Severity.ERROR, where,
+                        f"modelscan {info.get('category')}: {info.get('description')}"))
     skipped: dict[str, list[str]] = {}
     for item in ms.skipped:
         skipped.setdefault(_owner(str(item.source), root, single), []).append(str(item.message))
     for owner, messages in skipped.items():
-        add(owner, Finding("modelscan.skipped", Severity.INFO, owner, f"modelscan skipped {len(messages)} stream(s): {messages[0]}"))
+        add(owner,
+            Finding("modelscan.skipped", Severity.INFO, owner,
+                    f"modelscan skipped {len(messages)} stream(s): {messages[0]}"))
     return [scans[n] for n in sorted(scans)]
 
 
@@ -147,7 +152,9 @@ def scan_file_with_modelscan(path: Path, *, name: str | None = None, fmt: str | 
                 shutil.copyfile(path, target)
         ms, crash = _run(target)
         if ms is None:
-            return FileScan(name, fmt or "unknown", [Finding("modelscan.error", Severity.ERROR, name, f"modelscan crashed: {crash}")], SCANNER, _safe_version())
+            return FileScan(name, fmt or "unknown",
+                            [Finding("modelscan.error", Severity.ERROR, name, f"modelscan crashed: {crash}")], SCANNER,
+                            _safe_version())
         return _collect(ms, target.parent, [name], name, {name: fmt or "unknown"})[0]
 
 
@@ -165,7 +172,9 @@ def scan_path_with_modelscan(root: Path, formats: dict[str, str] | None = None) 
     ms, crash = _run(root)
     if ms is None:
         return [
-            FileScan(n, (formats or {}).get(n, "unknown"), [Finding("modelscan.error", Severity.ERROR, n, f"modelscan crashed: {crash}")], SCANNER, _safe_version())
+            FileScan(n, (formats or {}).get(n, "unknown"),
+                     [Finding("modelscan.error", Severity.ERROR, n, f"modelscan crashed: {crash}")],
+                     SCANNER, _safe_version())
             for n in names
         ]
     return _collect(ms, root, names, None, formats or {})

@@ -98,20 +98,25 @@ def scan_npy(
         (hlen,) = struct.unpack_from("<I", pre, 8)
         hstart = 12
     else:
-        return [Finding("numpy.header.invalid", Severity.ERROR, f"{loc}offset 6", f"unknown .npy version {major}.{minor}")]
+        return [Finding("numpy.header.invalid", Severity.ERROR, f"{loc}offset 6",
+                        f"unknown .npy version {major}.{minor}")]
     if start + hstart + hlen > size:
-        return [Finding("numpy.header.invalid", Severity.ERROR, f"{loc}offset 8", f"header length {hlen} out of bounds")]
+        return [Finding("numpy.header.invalid", Severity.ERROR, f"{loc}offset 8",
+                        f"header length {hlen} out of bounds")]
     if hlen > _MAX_HEADER:
         # np.load(allow_pickle=True) lifts its own header size limit: it would read this one.
-        return [Finding("numpy.header.too-large", Severity.UNSAFE, f"{loc}offset 8", f"header of {hlen} bytes is too large to inspect")]
+        return [Finding("numpy.header.too-large", Severity.UNSAFE, f"{loc}offset 8",
+                        f"header of {hlen} bytes is too large to inspect")]
     reader.seek(start + hstart)
     raw = reader.read(hlen)
     try:
         header = _parse_header(raw.decode("utf-8" if major == 3 else "latin-1"), major)
     except (ValueError, SyntaxError, UnicodeDecodeError, MemoryError, RecursionError) as exc:
-        return [Finding("numpy.header.invalid", Severity.ERROR, f"{loc}offset {hstart}", f"header is not a literal: {exc}")]
+        return [Finding("numpy.header.invalid", Severity.ERROR, f"{loc}offset {hstart}",
+                        f"header is not a literal: {exc}")]
     if not isinstance(header, dict) or set(header) != {"descr", "fortran_order", "shape"}:
-        return [Finding("numpy.header.invalid", Severity.ERROR, f"{loc}offset {hstart}", "header keys are not descr/fortran_order/shape")]
+        return [Finding("numpy.header.invalid", Severity.ERROR, f"{loc}offset {hstart}",
+                        "header keys are not descr/fortran_order/shape")]
     shape = header["shape"]
     if (
         not isinstance(shape, tuple)
@@ -131,11 +136,13 @@ def scan_npy(
         result = scan_pickle_file(reader, size, loc=loc, nested=nested, start=data_at)
         return findings + result.findings
     if itemsize is None:
-        return [Finding("numpy.dtype.unknown", Severity.SUSPICIOUS, f"{loc}offset {hstart}", f"dtype {header['descr']!r} not understood")]
+        return [Finding("numpy.dtype.unknown", Severity.SUSPICIOUS, f"{loc}offset {hstart}",
+                        f"dtype {header['descr']!r} not understood")]
     expected = math.prod(shape) * itemsize
     have = size - data_at
     if have < expected:
-        return [Finding("numpy.data.truncated", Severity.ERROR, f"{loc}offset {data_at}", f"{have} data bytes, {expected} expected")]
+        return [Finding("numpy.data.truncated", Severity.ERROR, f"{loc}offset {data_at}",
+                        f"{have} data bytes, {expected} expected")]
     if have > expected:
         return [
             Finding(

@@ -97,11 +97,13 @@ def scan(reader: BinaryIO, size: int, ctx: ScanContext) -> list[Finding]:
         return st.sink.findings
     except ProtobufBudgetError:
         # onnxruntime parses any number of fields: what was not walked may name external data.
-        st.sink.add("onnx.structure.too-large", Severity.UNSAFE, "model", f"more than {MAX_FIELDS} protobuf fields: not inspected")
+        st.sink.add("onnx.structure.too-large", Severity.UNSAFE, "model",
+                    f"more than {MAX_FIELDS} protobuf fields: not inspected")
         return st.sink.findings
     if not (st.saw_graph and st.saw_ir_version and st.saw_opset):
         # Every ONNX writer emits these three; without them the bytes are something else (or cut short).
-        st.sink.add("onnx.model.invalid", Severity.ERROR, "model", "no ir_version, opset_import or graph: not an ONNX model")
+        st.sink.add("onnx.model.invalid", Severity.ERROR, "model",
+                    "no ir_version, opset_import or graph: not an ONNX model")
     for domain, op_type, where in st.nodes:
         if domain not in KNOWN_DOMAINS and not domain.startswith("ai.onnx.") and (domain, op_type) not in st.functions:
             st.sink.add(
@@ -245,7 +247,8 @@ def _walk_tensor(st: _State, start: int, end: int, where: str) -> None:
             if wire == 2 and number in (1, 2):
                 text = st.pb.string(value, limit=4096)
                 if text is None:
-                    st.sink.add("onnx.external-data.malformed", Severity.UNSAFE, loc, "external_data entry longer than 4096 bytes")
+                    st.sink.add("onnx.external-data.malformed", Severity.UNSAFE, loc,
+                                "external_data entry longer than 4096 bytes")
                     text = ""
                 if number == 1:
                     key = text
@@ -266,7 +269,8 @@ def _check_external(st: _State, pairs: list[tuple[str, str]], location_kind: int
         if key not in EXTERNAL_KEYS:
             sink.add("onnx.external-data.unknown-key", Severity.SUSPICIOUS, loc, f"unknown external_data key {key!r}")
         elif key in ("offset", "length") and not (value.isascii() and value.isdigit()):
-            sink.add("onnx.external-data.malformed", U, loc, f"external_data {key} {value!r} is not a non-negative integer")
+            sink.add("onnx.external-data.malformed", U, loc,
+                     f"external_data {key} {value!r} is not a non-negative integer")
     if location_kind != _EXTERNAL:
         sink.add(
             "onnx.external-data.inconsistent",
@@ -289,7 +293,8 @@ def _check_external(st: _State, pairs: list[tuple[str, str]], location_kind: int
         return
     try:
         # ``./weights.bin`` stays inside the directory; ``.`` segments are harmless, ``..`` is not.
-        validate_path("/".join(seg for seg in location.split("/") if seg != ".") if location.startswith("./") else location)
+        validate_path("/".join(seg for seg in location.split("/") if seg != ".")
+                      if location.startswith("./") else location)
     except InvalidPathError as exc:
         sink.add(
             "onnx.external-data.escape",

@@ -267,13 +267,15 @@ def classify_global(module: str, name: str, *, fix_imports: bool = True) -> Glob
         return GlobalClass(Severity.UNSAFE, "pickle.global.malformed", "module or name is not an identifier path")
     for i in range(1, len(mod_parts) + 1):
         if ".".join(mod_parts[:i]) in _DANGEROUS_PACKAGES:
-            return GlobalClass(Severity.UNSAFE, "pickle.global.dangerous", f"{'.'.join(mod_parts[:i])} is a dangerous package")
+            return GlobalClass(Severity.UNSAFE, "pickle.global.dangerous",
+                               f"{'.'.join(mod_parts[:i])} is a dangerous package")
     # A qualified name walks attributes from the module (pickle protocol 4 resolves dots in names),
     # so "torch" + "load.__globals__" or "posixpath" + "os.system" reach far beyond what the pair says.
     full = f"{module}.{name}".split(".")
     for i in range(len(mod_parts) + 1, len(full) + 1):
         if ".".join(full[:i]) in _DANGEROUS_PACKAGES:
-            return GlobalClass(Severity.UNSAFE, "pickle.global.dangerous", f"{'.'.join(full[:i])} is a dangerous package")
+            return GlobalClass(Severity.UNSAFE, "pickle.global.dangerous",
+                               f"{'.'.join(full[:i])} is a dangerous package")
     if any(p.startswith("__") and p.endswith("__") for p in mod_parts + name_parts):
         return GlobalClass(Severity.UNSAFE, "pickle.global.dunder", "dunder attribute")
     if len(name_parts) > 1:
@@ -365,7 +367,8 @@ class PickleStreamResult:
 
 
 class _Interpreter:
-    def __init__(self, loc: str, nested: NestedScanner | None, depth: int, probe: bool, torchscript: bool = False) -> None:
+    def __init__(self, loc: str, nested: NestedScanner | None, depth: int, probe: bool,
+                 torchscript: bool = False) -> None:
         self.loc = loc
         self.torchscript = torchscript
         self.nested = nested
@@ -442,7 +445,8 @@ class _Interpreter:
             if not any(p.startswith("__") and p.endswith("__") for p in (module.split(".")[1:] + name.split("."))):
                 # In a TorchScript archive, torch.jit.load's own unpickler resolves __torch__ names to
                 # classes compiled from the archive's code/ (reported as code); Python cannot import them.
-                cls = GlobalClass(Severity.SUSPICIOUS, "pickle.global.torchscript-class", "TorchScript class from the archive's code")
+                cls = GlobalClass(Severity.SUSPICIOUS, "pickle.global.torchscript-class",
+                                  "TorchScript class from the archive's code")
         if cls.rule_id == "pickle.global.malformed":
             self.idents_ok = False
         else:
@@ -582,7 +586,8 @@ class _Interpreter:
                         self._discard(self.stack, pos, opname)
                     if self.frame_end is not None and self.frame_end > pos + 1:
                         self._frame_mismatch(pos, opname, "the last frame runs past STOP")
-                    value = top if isinstance(top, (int, str, bytes)) else (top.items if isinstance(top, _List) else None)
+                    value = (top if isinstance(top, (int, str, bytes))
+                             else (top.items if isinstance(top, _List) else None))
                     if not self.probe and _expanded_size(top) > _MAX_EXPANSION:
                         self._add(
                             "pickle.expansion", Severity.SUSPICIOUS, pos, opname,
@@ -602,20 +607,24 @@ class _Interpreter:
             self.cut = isinstance(exc, (ValueError, EOFError)) and "unknown" not in str(exc) and _at_eof(reader)
             if not self.probe:
                 sev = Severity.UNSAFE
-                rule = "pickle.stream.truncated" if "exhausted" in str(exc) or "expected" in str(exc) else "pickle.parse.error"
+                truncated = "exhausted" in str(exc) or "expected" in str(exc)
+                rule = "pickle.stream.truncated" if truncated else "pickle.parse.error"
                 if "unknown" in str(exc).lower() and "opcode" in str(exc).lower():
                     rule = "pickle.opcode.unknown"
                 work = " after resolving globals or making calls" if self.did_work else ""
                 self.findings.append(
-                    Finding(rule, sev, f"{self.loc}offset {end}", f"stream does not parse{work} (last opcode {opname} at {pos}): {exc}")
+                    Finding(rule, sev, f"{self.loc}offset {end}",
+                            f"stream does not parse{work} (last opcode {opname} at {pos}): {exc}")
                 )
             return PickleStreamResult(self.findings, end, False, self.did_work, None, self.persistent_ids, count)
         if not stopped:
             if not self.probe:
                 self.findings.append(
-                    Finding("pickle.stream.no-stop", Severity.UNSAFE, self._where(pos, opname), "stream ends without STOP")
+                    Finding("pickle.stream.no-stop", Severity.UNSAFE, self._where(pos, opname),
+                            "stream ends without STOP")
                 )
-            return PickleStreamResult(self.findings, reader.tell(), False, self.did_work, None, self.persistent_ids, count)
+            return PickleStreamResult(self.findings, reader.tell(), False, self.did_work, None, self.persistent_ids,
+                                      count)
         return PickleStreamResult(self.findings, reader.tell(), True, self.did_work, value, self.persistent_ids, count)
 
     def _step(self, opname: str, arg: Any, pos: int) -> None:  # noqa: C901 - one branch per opcode
@@ -801,7 +810,8 @@ class _Interpreter:
                 "pickle.joblib.object-array", Severity.INFO, pos, opname,
                 "joblib object array: its elements are a nested pickle, run by joblib.load",
             )
-            inner = _Interpreter(f"{self.loc}joblib array at {pos}: ", self.nested, self.depth, self.probe, self.torchscript)
+            inner = _Interpreter(f"{self.loc}joblib array at {pos}: ", self.nested, self.depth, self.probe,
+                                 self.torchscript)
             inner.forks = self.forks
             res = inner.run(reader)
             self.forks = inner.forks
@@ -967,7 +977,8 @@ def _dtype_layout(value: Any, depth: int = 0) -> tuple[int, bool] | None:
     """(item size, holds objects) of a pickled ``numpy.dtype(code, align, copy)`` and its BUILD state."""
     if depth > 8 or not isinstance(value, _Call) or not isinstance(value.func, _Global):
         return None
-    if (value.func.module, value.func.name) != ("numpy", "dtype") or not isinstance(value.args, tuple) or not value.args:
+    if ((value.func.module, value.func.name) != ("numpy", "dtype")
+            or not isinstance(value.args, tuple) or not value.args):
         return None
     code = value.args[0]
     if not isinstance(code, str) or not _DTYPE_CODE.match(code):
@@ -1058,12 +1069,14 @@ def _concrete_result(func: _Global, args: Any) -> Any:
             a = a.value
         if isinstance(a, (bytes, bytearray)):
             return bytes(a)
-        if isinstance(a, _List) and len(a.items) <= 1 << 20 and all(isinstance(i, int) and 0 <= i < 256 for i in a.items):
+        if (isinstance(a, _List) and len(a.items) <= 1 << 20
+                and all(isinstance(i, int) and 0 <= i < 256 for i in a.items)):
             return bytes(a.items)
     return None
 
 
-_SERIALIZED_MAGIC = (b"PK\x03\x04", b"PK\x05\x06", b"\x1f\x8b", b"BZh", b"\xfd7zXZ\x00", b"\x93NUMPY", b"7z\xbc\xaf\x27\x1c")
+_SERIALIZED_MAGIC = (b"PK\x03\x04", b"PK\x05\x06", b"\x1f\x8b", b"BZh", b"\xfd7zXZ\x00", b"\x93NUMPY",
+                     b"7z\xbc\xaf\x27\x1c")
 
 
 def _looks_serialized(head: bytes) -> bool:
@@ -1195,7 +1208,8 @@ def _probe_prefix(head: bytes, size: int | None = None) -> bool | None:
     if head[0] == 0x80 and len(head) > 1 and head[1] <= 5 and result.opcodes >= 4 and result.end >= len(head) - 16:
         # Parsing ran past the prefix without a structural error: a long pickle.
         return True
-    if interp.cut and interp.idents_ok and _cut_argument_fits(head, interp.op_end, size) and _cut_line_plausible(head, interp.op_end):
+    if (interp.cut and interp.idents_ok and _cut_argument_fits(head, interp.op_end, size)
+            and _cut_line_plausible(head, interp.op_end)):
         return None
     return False
 
@@ -1249,7 +1263,8 @@ def _cut_argument_fits(data: bytes, at: int, size: int | None) -> bool:
 _OPCODE_BYTES = frozenset(ord(op.code) for op in pickletools.opcodes)
 
 
-def scan_pickle_bytes(data: bytes, *, loc: str = "", nested: NestedScanner | None = None, depth: int = 0) -> list[Finding]:
+def scan_pickle_bytes(data: bytes, *, loc: str = "", nested: NestedScanner | None = None,
+                      depth: int = 0) -> list[Finding]:
     """Scan an in-memory pickle (one stream, then any pickles that follow it).
 
     Args:
@@ -1371,7 +1386,8 @@ def _check_legacy_storage(
     """
     where = f"{loc}offset {offset}"
     if not isinstance(keys.value, list) or not all(isinstance(k, str) for k in keys.value):
-        return [Finding("pytorch.legacy.layout", Severity.SUSPICIOUS, where, "storage key list is not a list of strings")]
+        return [Finding("pytorch.legacy.layout", Severity.SUSPICIOUS, where,
+                        "storage key list is not a list of strings")]
     elem: dict[str, int] = {}
     for pid in storages:
         if isinstance(pid, tuple) and len(pid) >= 3 and isinstance(pid[1], _Global) and isinstance(pid[2], str):
@@ -1384,11 +1400,13 @@ def _check_legacy_storage(
     pos = offset
     for key in keys.value:
         if key not in elem:
-            return [Finding("pytorch.legacy.layout", Severity.SUSPICIOUS, where, f"storage {key!r} has no known element type")]
+            return [Finding("pytorch.legacy.layout", Severity.SUSPICIOUS, where,
+                            f"storage {key!r} has no known element type")]
         reader.seek(pos)
         raw = reader.read(8)
         if len(raw) < 8:
-            return [Finding("pytorch.legacy.layout", Severity.SUSPICIOUS, f"{loc}offset {pos}", "storage section truncated")]
+            return [Finding("pytorch.legacy.layout", Severity.SUSPICIOUS, f"{loc}offset {pos}",
+                            "storage section truncated")]
         pos += 8 + int.from_bytes(raw, "little") * elem[key]
     if pos != size:
         return [
@@ -1415,7 +1433,8 @@ def _default_nested(depth: int) -> NestedScanner:
             return [Finding("pickle.nested.too-deep", Severity.UNSAFE, loc.rstrip(": "), "pickles nested too deep")]
         if not probe_pickle(data[:65536]):
             return [
-                Finding("pickle.nested.opaque", Severity.UNSAFE, loc.rstrip(": "), "a loader is handed bytes that are not a readable pickle")
+                Finding("pickle.nested.opaque", Severity.UNSAFE, loc.rstrip(": "),
+                        "a loader is handed bytes that are not a readable pickle")
             ]
         return scan_pickle_bytes(data, loc=loc, depth=depth + 1)
 

@@ -98,7 +98,8 @@ def scan(reader: BinaryIO, size: int, ctx: ScanContext) -> list[Finding]:
             "Python source in the repository: loading with trust_remote_code would run it",
         )
     elif name.endswith(COMPILED_SUFFIXES):
-        sink.add("remote-code.compiled-code", Severity.SUSPICIOUS, ctx.path, "compiled code or native library in the repository")
+        sink.add("remote-code.compiled-code", Severity.SUSPICIOUS, ctx.path,
+                 "compiled code or native library in the repository")
     elif name.endswith(".jinja"):
         raw = read_limited(reader, size, MAX_TEMPLATE_BYTES)
         if raw is None:
@@ -176,7 +177,9 @@ def _scan_json(reader: BinaryIO, size: int, ctx: ScanContext, name: str, inner: 
             "remote-code.custom-pipeline",
             Severity.SUSPICIOUS,
             f"{ctx.path}$.custom_pipelines",
-            f"custom pipelines {sorted(doc['custom_pipelines']) if isinstance(doc['custom_pipelines'], dict) else '?'} load repository code",
+            "custom pipelines "
+            f"{sorted(doc['custom_pipelines']) if isinstance(doc['custom_pipelines'], dict) else '?'} "
+            "load repository code",
         )
     if "chat_template" in doc:
         for label, template in jinja_check.iter_chat_templates(doc["chat_template"]):

@@ -161,7 +161,8 @@ def read_header(
     bad = _first_surrogate(header)
     if bad is not None:
         # JSON escapes can spell lone surrogates that Python accepts and the Rust reference refuses.
-        sink.add("safetensors.header.encoding", U, "header", f"string {bad!r} holds a lone surrogate escape: readers disagree")
+        sink.add("safetensors.header.encoding", U, "header",
+                 f"string {bad!r} holds a lone surrogate escape: readers disagree")
         return None, sink.findings
 
     data_len = size - 8 - n
@@ -208,7 +209,8 @@ def _check_metadata(entry: Any, sink: FindingSink) -> None:
     if entry is None:
         return
     if not isinstance(entry, dict):
-        sink.add("safetensors.metadata.invalid", Severity.UNSAFE, "header.__metadata__", "__metadata__ is not an object")
+        sink.add("safetensors.metadata.invalid", Severity.UNSAFE, "header.__metadata__",
+                 "__metadata__ is not an object")
         return
     for key, value in entry.items():
         if not isinstance(value, str):
@@ -249,7 +251,8 @@ def _check_entry(name: str, entry: Any, data_len: int, loc: str, sink: FindingSi
         sink.add("safetensors.tensor.offsets-invalid", U, loc, f"data_offsets begin {begin} > end {end}")
         return None
     if end > data_len:
-        sink.add("safetensors.tensor.offsets-invalid", U, loc, f"data_offsets end {end} beyond data section ({data_len} bytes)")
+        sink.add("safetensors.tensor.offsets-invalid", U, loc,
+                 f"data_offsets end {end} beyond data section ({data_len} bytes)")
         return None
     if ok:
         count = 1

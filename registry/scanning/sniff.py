@@ -110,7 +110,8 @@ def sniff(head: bytes, size: int, reader: BinaryIO | None = None) -> str:
 
 def _is_executable(head: bytes) -> bool:
     """A native program: ELF, Mach-O, a PE whose header pointer lands on ``PE``, or an Actually Portable Executable."""
-    if head.startswith((b"\x7fELF", b"\xcf\xfa\xed\xfe", b"\xce\xfa\xed\xfe", b"\xfe\xed\xfa\xce", b"\xfe\xed\xfa\xcf")):
+    if head.startswith((b"\x7fELF", b"\xcf\xfa\xed\xfe", b"\xce\xfa\xed\xfe", b"\xfe\xed\xfa\xce",
+                        b"\xfe\xed\xfa\xcf")):
         return True
     if head.startswith((b"MZqFpD", b"jartsr")):
         return True

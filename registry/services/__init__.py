@@ -4,5 +4,6 @@ Services decide authorization (``registry.auth.require``), raise domain errors a
 version moves through ``versions`` (submit), ``mirroring`` (resolve, mirror, seal), ``scans``, ``evals``,
 ``approvals``, then ``aliases``, ``manifests`` and ``hf`` release it; ``lifecycle`` is the one way its
 state changes and the one place that knows the order of the stages, whose work is in ``stages``. The
-ports (``ports.Ports``) are built by bootstrap and passed down. ``docs/architecture.md`` lists every module with a line on what it does.
+ports (``ports.Ports``) are built by bootstrap and passed down. ``docs/architecture.md`` lists every module with a line
+on what it does.
 """

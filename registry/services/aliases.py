@@ -25,14 +25,19 @@ from registry.clock import Clock
 from registry.db.models import Alias, AliasMove, Model, Tenant, Version
 from registry.db.session import begin_write, is_postgres
 from registry.domain import aliases as rules
-from registry.domain.errors import (AliasNotFoundError, PermissionDeniedError, PromotionDeniedError, TenantNotFoundError,
-                                    VersionDeletedError)
+from registry.domain.errors import (
+    AliasNotFoundError,
+    PermissionDeniedError,
+    PromotionDeniedError,
+    TenantNotFoundError,
+    VersionDeletedError,
+)
 from registry.domain.policy_input import promotion_input
 from registry.domain.states import VersionState
 from registry.domain.text import MAX_COMMENT_LENGTH, validate_text
 from registry.policy import PolicyEngine
-from registry.services import policy as policy_service
 from registry.services import loaders
+from registry.services import policy as policy_service
 from registry.services.stages import evaluating
 
 

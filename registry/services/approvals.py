@@ -23,7 +23,6 @@ Usage (a sketch, not run as a doctest)::
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -52,6 +51,7 @@ from registry.policy import Decision, PolicyEngine
 from registry.services import lifecycle
 from registry.services.loaders import find_version_unchecked, version_ref
 from registry.services.ports import Ports
+
 # approval_input_for is read as approvals.approval_input_for too (what a decision is judged on).
 from registry.services.stages.approval import (  # noqa: F401
     approval_input_for,

@@ -1,8 +1,8 @@
 """Who may read the audit log: its events, its verification and its signed checkpoints.
 
 Events are read by the auditors of their tenant, and all of them by administrators; recomputing the
-whole chain is for administrators. Checkpoints sign the whole chain and carry only event ids and hashes, so an auditor of any tenant
-may read them: an auditor needs them to hold the registry to its chain later (``modelreg audit
+whole chain is for administrators. Checkpoints sign the whole chain and carry only event ids and hashes, so an auditor
+of any tenant may read them: an auditor needs them to hold the registry to its chain later (``modelreg audit
 verify --checkpoints``). So may the verifiable log's checkpoint and who signed it (:func:`log_status`);
 an event's inclusion proof (:func:`log_inclusion`) is for those who may read the event.
 """

@@ -31,8 +31,14 @@ from registry.auth import AuthenticatedPrincipal, Permission, require, require_a
 from registry.clock import Clock
 from registry.db.models import EvalResult, EvalSet, ScanResult, Version
 from registry.db.session import begin_write
-from registry.domain.errors import (BlobVanishedError, DigestMismatchError, InvalidInputError, LimitExceededError,
-                                    NotFoundError, PermissionDeniedError)
+from registry.domain.errors import (
+    BlobVanishedError,
+    DigestMismatchError,
+    InvalidInputError,
+    LimitExceededError,
+    NotFoundError,
+    PermissionDeniedError,
+)
 from registry.domain.states import VersionState
 from registry.evals import sandbox, workdirs
 from registry.evals.cases import MAX_EVALSET_BYTES, parse_cases
@@ -43,6 +49,7 @@ from registry.services.blobs import grant_blob, record_blob
 from registry.services.loaders import find_version_unchecked, lock_version_unchecked, version_ref
 from registry.services.ports import Ports
 from registry.services.stages import evaluating
+
 # COMPLETED is read as evals.COMPLETED (exports): a result's statuses are the stage's.
 from registry.services.stages.evaluating import COMPLETED, PENDING, facts_of, results_of  # noqa: F401
 from registry.storage.base import BlobStore

@@ -60,8 +60,8 @@ from registry.domain.source_uris import DEFAULT_HF_ENDPOINT, hub_endpoint, upstr
 from registry.domain.text import printable
 from registry.services import evals, licenses, loaders, manifests, scans
 from registry.services.facts import facts_document
-from registry.services.trust_roots import release_signer
 from registry.services.loaders import version_ref
+from registry.services.trust_roots import release_signer
 from registry.signing.bundle import IN_TOTO_PAYLOAD_TYPE, STATEMENT_TYPE
 from registry.signing.canonical import canonical_json
 from registry.signing.dsse import sign_envelope

@@ -15,8 +15,8 @@ The protocol between the collector and the writers, so that a referenced blob is
   them again in between. A collector killed between the two leaves bytes without a row, which the
   next run collects as an orphan; never a row a submission would list and then find without bytes.
 - A writer that references blobs already stored (a submission deduplicating against what the tenant
-  owns: ``hold_blobs``, or ``blobs.owned_blobs(hold=True)``) locks their rows ``FOR SHARE`` in the transaction that commits the
-  references, and references only the rows it found: a blob the collector deleted meanwhile is
+  owns: ``hold_blobs``, or ``blobs.owned_blobs(hold=True)``) locks their rows ``FOR SHARE`` in the transaction that
+  commits the references, and references only the rows it found: a blob the collector deleted meanwhile is
   transferred again (mirrored) or refused (an upload submission: upload it again).
 - A writer that has just put bytes records them (``record_blob``): it takes the digest's lock, then
   an upsert locks the row, and only then does it check that the bytes are (still) stored: the

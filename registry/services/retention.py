@@ -9,8 +9,9 @@ Deleting a version keeps its record: the row stays with its files, signature, sc
 approvals, marked ``deleted_at``/``deleted_by``, and the audit event ``version.deleted`` is appended
 to the chain (the earlier events of the version are never touched), so provenance questions about it
 are still answered. It is shown in state ``deleted``, never released again (``VersionDeletedError``
-for a manifest, ``RevisionNotFound`` on ``/hf``), an alias cannot be moved to it, its source may be submitted again, and its blobs no longer count as referenced: garbage
-collection deletes those no other version, eval set or eval log uses, after the grace period.
+for a manifest, ``RevisionNotFound`` on ``/hf``), an alias cannot be moved to it, its source may be submitted again, and
+its blobs no longer count as referenced: garbage collection deletes those no other version, eval set or eval log uses,
+after the grace period.
 """
 
 from __future__ import annotations

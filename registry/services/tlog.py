@@ -36,8 +36,6 @@ from sqlalchemy.orm import Session, sessionmaker
 from registry.audit import event_body, event_commitment
 from registry.db.models import AuditEvent, AuditHead, Job, LogCosignature, LogHead, LogTile
 from registry.db.session import begin_write, is_postgres
-from registry.jobs import DEAD, QUEUED, SUCCEEDED, JobKind, enqueue_job, job_key
-from registry.settings import LogWitness
 from registry.domain.errors import (
     InvalidTileError,
     LogProofRequestError,
@@ -45,6 +43,8 @@ from registry.domain.errors import (
     LogTreeNotFoundError,
     MalformedCheckpointError,
 )
+from registry.jobs import DEAD, QUEUED, SUCCEEDED, JobKind, enqueue_job, job_key
+from registry.settings import LogWitness
 from registry.tlog import merkle
 from registry.tlog.checkpoint import Checkpoint, parse_checkpoint, sign_checkpoint
 from registry.tlog.note import Ed25519Signer, parse_note

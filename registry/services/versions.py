@@ -22,15 +22,14 @@ from sqlalchemy.exc import IntegrityError as SAIntegrityError
 from sqlalchemy.orm import Session
 
 from registry import audit
-from registry.services import licenses
 from registry.auth import AuthenticatedPrincipal, Permission, get_tenant, require, validate_name
 from registry.db.models import BlobOwner, Model, Tenant, Version, VersionFile
 from registry.db.session import begin_write, is_postgres
 from registry.domain.chunks import ChunkHasher
 from registry.domain.errors import (
     BlobNotFoundError,
-    BlobVanishedError,
     BlobsNotUploadedError,
+    BlobVanishedError,
     InvalidInputError,
     InvalidPathError,
     InvalidStateError,
@@ -50,14 +49,15 @@ from registry.domain.text import (
     validate_label,
     validate_text,
 )
-from registry.sources import parse_source_uri
-from registry.services import chunks, gc, lifecycle, quotas
+from registry.services import chunks, gc, licenses, lifecycle, quotas
 from registry.services.blobs import grant_blob, owned_blobs
 from registry.services.loaders import find_version_unchecked, load_model_unchecked
 from registry.services.ports import Ports
 from registry.services.stages.mirroring import queue_resolving
+from registry.sources import parse_source_uri
 from registry.sources.base import Snapshot, Source, UpstreamFile
 from registry.storage.base import BlobInfo, BlobStore
+
 
 @dataclass(frozen=True)
 class SubmitRequest:

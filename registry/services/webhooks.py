@@ -45,8 +45,8 @@ from sqlalchemy.orm import Session, sessionmaker
 from registry import audit
 from registry.auth import AuthenticatedPrincipal, Permission, get_tenant, require
 from registry.clock import Clock
-from registry.db.session import begin_write
 from registry.db.models import AuditEvent, Job, Tenant, WebhookDelivery, WebhookSubscription
+from registry.db.session import begin_write
 from registry.domain import events as catalogue
 from registry.domain import webhooks as hooks
 from registry.domain.errors import (
@@ -269,7 +269,10 @@ def signing_secrets(sub: WebhookSubscription, now: dt.datetime) -> list[str]:
 
 def public(sub: WebhookSubscription) -> dict[str, Any]:
     """What the API shows of a subscription (never a secret)."""
-    at = (lambda t: t.isoformat() if t else None)
+
+    def at(t: Any) -> str | None:
+        return t.isoformat() if t else None
+
     return {"id": sub.id, "tenant": sub.tenant, "url": sub.url, "types": list(sub.types),
             "model_glob": sub.model_glob, "state": sub.status, "paused_reason": sub.paused_reason,
             "paused_at": at(sub.paused_at), "cursor": sub.cursor, "failing_since": at(sub.failing_since),

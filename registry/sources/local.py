@@ -192,7 +192,8 @@ def _clean(path: str) -> str:
     try:
         path.encode("utf-8")
     except UnicodeEncodeError:
-        raise InvalidPathError(path.encode("utf-8", "surrogateescape").decode("utf-8", "replace"), "not UTF-8") from None
+        raise InvalidPathError(path.encode("utf-8", "surrogateescape").decode("utf-8", "replace"),
+                               "not UTF-8") from None
     return validate_path(path)
 
 

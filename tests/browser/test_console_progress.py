@@ -28,7 +28,8 @@ def test_a_running_versions_page_refreshes_itself_until_it_stops(browser, tmp_pa
             digest = hashlib.sha256(data).hexdigest()
             admin.put_blob("team", digest, data, len(data))
             entries.append({"path": path, "size": len(data), "sha256": digest})
-        number = admin.submit("team", "moving", {"source": "upload:moving", "files": entries, "license": "mit"})["version"]
+        number = admin.submit("team", "moving",
+                              {"source": "upload:moving", "files": entries, "license": "mit"})["version"]
         context = browser.new_context(base_url=server.url)
         page = context.new_page()
         page.goto("/ui/sign-in")

@@ -19,8 +19,7 @@ from registry.services import scans
 from registry.services.stages import scanning as scanning_stage
 from registry.sources.local import LocalDirectorySource
 from tests.support import scan_samples
-from tests.support.registry import drain, make_admin
-from tests.support.registry import role_token
+from tests.support.registry import drain, make_admin, role_token
 from tests.support.releases import approve_standin, awaiting_version
 from tests.support.tiny_model import tiny_model_files
 

@@ -1,5 +1,6 @@
-"""The authorization matrix (``tests/support/authorization_matrix.py``) for the web console's pages and forms (``/ui``), with each caller's console session: every route as every
-caller on its own and the other tenant, on a live app over SQLite and PostgreSQL."""
+"""The authorization matrix (``tests/support/authorization_matrix.py``) for the web console's pages and forms (``/ui``),
+with each caller's console session: every route as every caller on its own and the other tenant, on a live app over
+SQLite and PostgreSQL."""
 
 from __future__ import annotations
 

@@ -1,5 +1,6 @@
-"""The authorization matrix (``tests/support/authorization_matrix.py``) for a tenant's models, versions, approvals, aliases, retention and blobs (``/v1/models``, ``/v1/blobs``): every route as every
-caller on its own and the other tenant, on a live app over SQLite and PostgreSQL."""
+"""The authorization matrix (``tests/support/authorization_matrix.py``) for a tenant's models, versions, approvals,
+aliases, retention and blobs (``/v1/models``, ``/v1/blobs``): every route as every caller on its own and the other
+tenant, on a live app over SQLite and PostgreSQL."""
 
 from __future__ import annotations
 

@@ -1,5 +1,6 @@
-"""The authorization matrix (``tests/support/authorization_matrix.py``) for provenance, the audit log and the transparency log (``/v1/provenance``, ``/v1/audit``, ``/log``): every route as every
-caller on its own and the other tenant, on a live app over SQLite and PostgreSQL."""
+"""The authorization matrix (``tests/support/authorization_matrix.py``) for provenance, the audit log and the
+transparency log (``/v1/provenance``, ``/v1/audit``, ``/log``): every route as every caller on its own and the other
+tenant, on a live app over SQLite and PostgreSQL."""
 
 from __future__ import annotations
 

@@ -11,8 +11,7 @@ import subprocess
 
 from api.app import create_app
 from tests.support.live_app import serve_in_thread
-from tests.support.registry import make_admin
-from tests.support.registry import role_token
+from tests.support.registry import make_admin, role_token
 from tests.support.releases import approve_standin, awaiting_version
 from tests.support.server import MODELREG
 

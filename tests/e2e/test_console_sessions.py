@@ -21,8 +21,8 @@ from api.app import create_app
 from api.routers import ui
 from registry.auth import authenticate
 from registry.db.models import Approval, AuditEvent, ConsoleSession, Principal
-from registry.services import aliases
 from registry.domain.aliases import make_target
+from registry.services import aliases
 from tests.support.console import awaiting_upload, csrf_of, person, sign_in
 from tests.support.live_app import serve_in_thread
 from tests.support.tiny_model import tiny_model_files

@@ -24,8 +24,14 @@ from registry.db.models import AuditEvent, LogCosignature, LogHead, LogTile
 from registry.domain.errors import UnverifiedNoteError
 from registry.services import tlog, witnesses
 from registry.settings import LogWitness
-from registry.tlog.checkpoint import Checkpoint, CosignatureSigner, CosignatureVerifier, cosign, open_checkpoint
-from registry.tlog.checkpoint import sign_checkpoint
+from registry.tlog.checkpoint import (
+    Checkpoint,
+    CosignatureSigner,
+    CosignatureVerifier,
+    cosign,
+    open_checkpoint,
+    sign_checkpoint,
+)
 from registry.tlog.note import Ed25519Signer, parse_verifier_key
 from tests.support.live_app import serve_in_thread
 from tests.support.registry import drain

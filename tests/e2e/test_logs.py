@@ -19,6 +19,7 @@ from registry.settings import Settings
 from tests.support.server import start_server
 from tests.support.tiny_model import tiny_model_files
 
+
 def _lines(text: str) -> list[dict]:
     """The JSON log lines; the others are the startup lines `serve` prints and what native libraries
     (TensorFlow's C++ logging, loaded by the scanners) write to stderr themselves, none in Python's format."""

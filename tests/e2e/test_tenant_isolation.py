@@ -259,7 +259,8 @@ def oci_manifest_probe(method: str) -> Callable[[World], None]:
         held = ask(f"{B}-node", B, M, digest)
         never = ask(f"{B}-node", B, M, f"sha256:{NEVER}")
         _oci_error(held, 404, "MANIFEST_UNKNOWN")
-        assert held.content.replace(digest.encode(), b"<d>") == never.content.replace(f"sha256:{NEVER}".encode(), b"<d>")
+        assert (held.content.replace(digest.encode(), b"<d>")
+                == never.content.replace(f"sha256:{NEVER}".encode(), b"<d>"))
 
     return probe
 
@@ -315,7 +316,8 @@ CROSS_TENANT: dict[tuple[str, str], Callable[[World], None]] = {
         ("HEAD", "/hf/{tenant}/{name}/resolve/{revision}/{path:path}"),
         ("GET", "/hf/{tenant}/{name}/resolve/{revision}/{path:path}"),
     )},
-    **{("GET", f"/v1/provenance/{{tenant}}/{{name}}/{q}"): provenance_ref_probe(f"/v1/provenance/{{tenant}}/{{name}}/{q}")
+    **{("GET", f"/v1/provenance/{{tenant}}/{{name}}/{q}"):
+       provenance_ref_probe(f"/v1/provenance/{{tenant}}/{{name}}/{q}")
        for q in ("origin", "files", "scans", "evals", "license", "approvals", "nodes")},
     ("GET", "/v1/provenance/blobs/sha256:{digest}"): provenance_blob_probe,
     ("GET", "/ui/provenance"): console_provenance_probe,

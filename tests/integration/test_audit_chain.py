@@ -64,7 +64,8 @@ def test_reordered_rows_are_detected(session):
     _append_n(session, 6)
     rows = {e.id: e for e in session.scalars(select(AuditEvent)).all()}
     a, b = rows[3], rows[4]
-    swap = {c: (getattr(a, c), getattr(b, c)) for c in ("at", "actor", "action", "subject", "details", "prev_hash", "hash")}
+    swap = {c: (getattr(a, c), getattr(b, c))
+            for c in ("at", "actor", "action", "subject", "details", "prev_hash", "hash")}
     for c, (va, vb) in swap.items():
         setattr(a, c, vb)
         setattr(b, c, va)

@@ -55,7 +55,8 @@ def assert_stored_tree_is(container, size: int) -> None:
             assert tlog.read_tile(session, tile) == build_tile(tile, hashes), tile.path
         for bundle in entry_bundles_for_size(size):
             start = bundle.index * 256
-            assert parse_entry_bundle(bundle, tlog.read_tile(session, bundle)) == commitments[start:start + bundle.width]
+            assert (parse_entry_bundle(bundle, tlog.read_tile(session, bundle))
+                    == commitments[start:start + bundle.width])
 
 
 def test_integration_builds_the_tiles_and_head_of_the_events_in_id_order(container):

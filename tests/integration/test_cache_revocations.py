@@ -16,13 +16,13 @@ import pytest
 
 from api.app import create_app
 from registry.client.api import RegistryApi
-from registry.node.cache import NodeCache
+from registry.domain.aliases import make_target
 from registry.domain.errors import RevokedError
+from registry.domain.refs import parse_ref
+from registry.node.cache import NodeCache
 from registry.node.fetch import warm_once
 from registry.node.opener import NodePolicy, ReleaseOpener
 from registry.node.revocations import RevocationFollower
-from registry.domain.aliases import make_target
-from registry.domain.refs import parse_ref
 from registry.services import aliases, revocations
 from tests.support.live_app import serve_in_thread
 from tests.support.registry import make_admin, role_token
@@ -74,7 +74,8 @@ def test_a_revocation_removes_the_versions_own_blobs_keeps_shared_ones_and_survi
     cache = NodeCache(node["cache_dir"])
     assert _warm(node, cache, "acme/tiny@prod").version == first
     assert _warm(node, cache, "acme/tiny@stable").version == second
-    shared, own_first, own_second = _digests(41) & _digests(42), _digests(41) - _digests(42), _digests(42) - _digests(41)
+    shared = _digests(41) & _digests(42)
+    own_first, own_second = _digests(41) - _digests(42), _digests(42) - _digests(41)
     assert shared and own_first and own_second and _cached(cache) >= _digests(41) | _digests(42)
     told: list = []
     follower = RevocationFollower(node["api"], cache, on_revoked=told.append, on_problem=pytest.fail)

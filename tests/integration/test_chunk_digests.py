@@ -19,12 +19,12 @@ from sqlalchemy import delete, func, select
 
 from api.app import create_app
 from registry.client.api import RegistryApi
-from registry.node.chunks import fetch_chunk_list, load_chunk_list, verify_chunk
 from registry.db.models import BlobChunks, Job, Version
 from registry.domain.chunks import CHUNK_SIZE, ChunkHasher
 from registry.domain.errors import ChunkMismatchError, ChunksNotRecordedError, SignatureError
 from registry.domain.files import FileEntry
 from registry.jobs import JobKind
+from registry.node.chunks import fetch_chunk_list, load_chunk_list, verify_chunk
 from registry.services import chunks, versions
 from registry.signing.release import verify_release
 from registry.signing.trust_root import parse_root

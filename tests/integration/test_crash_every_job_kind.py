@@ -1,12 +1,12 @@
 """The whole state machine, with a worker process killed in the middle of each job kind.
 
 A version is driven through every state before a decision: ``submitted`` (its upstream was unreachable
-at submission), ``mirroring``, ``sealed``, ``scanning``, ``evaluating``, ``awaiting_approval``, and, for a model holding an
-unsafe file, ``failed``. For each job kind (``resolve_version``, ``mirror_file``, ``seal_version``,
-``scan_blob``, ``run_eval``; ``record_chunks`` after them) the jobs before it run in this process; then a ``modelreg worker`` process claims a job of
-that kind while the test holds the version's row lock, so the worker does the job's work and stops at
-the transaction that would record it. The test kills it there (SIGKILL: no handler runs, nothing
-commits), lets go of the lock and starts another worker: the version still completes, and every step
+at submission), ``mirroring``, ``sealed``, ``scanning``, ``evaluating``, ``awaiting_approval``, and, for a model holding
+an unsafe file, ``failed``. For each job kind (``resolve_version``, ``mirror_file``, ``seal_version``,
+``scan_blob``, ``run_eval``; ``record_chunks`` after them) the jobs before it run in this process; then a
+``modelreg worker`` process claims a job of that kind while the test holds the version's row lock, so the worker does
+the job's work and stops at the transaction that would record it. The test kills it there (SIGKILL: no handler runs,
+nothing commits), lets go of the lock and starts another worker: the version still completes, and every step
 of its audit trail happens exactly once.
 
 PostgreSQL only: a row lock is what stops the worker mid-job (SQLite has one write lock, which would stop
@@ -24,8 +24,8 @@ from sqlalchemy import delete, select, text
 
 from registry.bootstrap import bootstrap
 from registry.db.models import AuditEvent, BlobChunks, Job, Version
-from registry.domain.chunks import ChunkHasher
 from registry.db.session import make_engine
+from registry.domain.chunks import ChunkHasher
 from registry.jobs import SUCCEEDED, JobKind
 from registry.services import chunks, versions
 from registry.services.versions import SubmitRequest
@@ -35,9 +35,9 @@ from tests.support import scan_samples
 from tests.support.registry import make_admin
 from tests.support.tiny_model import tiny_model_files
 from tests.support.worker_process import Deployment, kill_worker, start_worker, stop_worker, wait_for
+from workers.handler_registry import HandlerRegistry
 from workers.handlers import build_handlers
 from workers.loop import Worker
-from workers.handler_registry import HandlerRegistry
 
 pytestmark = pytest.mark.postgres
 

@@ -26,7 +26,8 @@ def _sealed_version(container, tmp_path, files, name="m", state="awaiting_approv
         (root / path).write_bytes(data)
     with container.session_factory() as session:
         version, _ = versions.submit(session, admin, "acme", name, SubmitRequest(source=str(root)),
-                                     open_source=container.open_source, limits=container.limits(), ports=container.ports)
+                                     open_source=container.open_source, limits=container.limits(),
+                                     ports=container.ports)
         vid = version.id
     drain(container)
     with container.session_factory() as session:
@@ -109,7 +110,8 @@ def test_facts_of_a_version_with_unstored_files_are_refused(container, tmp_path)
     (root / "config.json").write_text("{}")
     with container.session_factory() as session:
         version, _ = versions.submit(session, admin, "acme", "p", SubmitRequest(source=str(root)),
-                                     open_source=container.open_source, limits=container.limits(), ports=container.ports)
+                                     open_source=container.open_source, limits=container.limits(),
+                                     ports=container.ports)
         with pytest.raises(InvalidStateError):
             facts_service.record_facts(session, version, container.blob_store, clock=container.clock)
 

@@ -18,9 +18,9 @@ from registry.domain.files import FileEntry
 from registry.domain.states import VersionState
 from registry.services import gc, versions
 from registry.services.versions import SubmitRequest
+from workers.handler_registry import HandlerRegistry
 from workers.handlers import build_handlers
 from workers.loop import Worker
-from workers.handler_registry import HandlerRegistry
 
 SHARED = b"shared weights " * 4096
 

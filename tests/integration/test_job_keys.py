@@ -11,14 +11,14 @@ from registry.db.models import Job, ScanResult, Version
 from registry.domain.files import MAX_PATH_LENGTH
 from registry.jobs import JobKind, job_key
 from registry.services import versions
-
-SCAN_BLOB = JobKind.SCAN_BLOB.value
 from registry.services.versions import SubmitRequest
 from registry.settings import Settings
 from tests.support import db as dbsupport
 from tests.support.hf_upstream import HfUpstream
 from tests.support.registry import drain, make_admin
 from tests.support.tiny_model import tiny_model_files
+
+SCAN_BLOB = JobKind.SCAN_BLOB.value
 
 
 def _version(container, version_id) -> Version:

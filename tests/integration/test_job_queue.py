@@ -106,7 +106,7 @@ def test_lease_expiry_on_last_attempt_marks_dead(container, queue, clock):
 
 
 def test_non_retryable_failure_is_dead_at_once(container, queue, clock):
-    job_id = _enqueue(container, clock)
+    _enqueue(container, clock)
     job = queue.claim("w")
     assert queue.fail(job, "w", "bad input", retry=False) == DEAD
 

@@ -44,7 +44,8 @@ A model card.
 def _submit(container, admin, source, name="tiny", **kw):
     with container.session_factory() as session:
         version, _ = versions.submit(session, admin, "acme", name, SubmitRequest(source=source, **kw),
-                                     open_source=container.open_source, limits=container.limits(), ports=container.ports)
+                                     open_source=container.open_source, limits=container.limits(),
+                                     ports=container.ports)
         return version.id
 
 

@@ -19,8 +19,8 @@ from api.app import create_app
 from registry import audit
 from registry.services import trust_roots
 from registry.signing.keys import write_new_key
-from tests.support.release_world import BASE, T, _as, build_release_world, promote, revoke
 from tests.support.live_app import serve_in_thread
+from tests.support.release_world import BASE, T, _as, build_release_world, promote, revoke
 
 pytestmark = pytest.mark.seeded(builder=build_release_world)
 

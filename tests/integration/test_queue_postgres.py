@@ -19,8 +19,6 @@ import time
 from pathlib import Path
 
 import pytest
-
-from tests.support.clock import ManualClock
 from sqlalchemy import func, select, update
 
 from registry.bootstrap import bootstrap, load_settings
@@ -36,8 +34,9 @@ from registry.domain.errors import (
 from registry.jobs import DEAD, QUEUED, RUNNING, SUCCEEDED, JobKind, JobQueue, enqueue
 from registry.settings import Settings
 from tests.support import db as dbsupport
-from workers.loop import Worker, is_retryable
+from tests.support.clock import ManualClock
 from workers.handler_registry import Handler, HandlerRegistry
+from workers.loop import Worker, is_retryable
 
 REPO = Path(__file__).resolve().parents[2]
 

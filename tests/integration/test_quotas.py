@@ -215,7 +215,6 @@ def test_concurrent_submissions_cannot_together_pass_the_quota(container, admin,
     """Two submissions that each fit, but not both, mirror at once: while the first grant's transaction is
     open, the second waits for its quota row and then counts the first's bytes."""
     import threading
-    import time
 
     from registry.db.session import begin_write
 

@@ -7,7 +7,6 @@ one the server runs.
 
 from __future__ import annotations
 
-import pytest
 from fastapi.testclient import TestClient
 
 from api.app import create_app

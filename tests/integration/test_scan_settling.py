@@ -13,9 +13,9 @@ from registry.services import scans, versions
 from registry.services.versions import SubmitRequest
 from tests.support import scan_samples
 from tests.support.registry import drain
+from workers.handler_registry import HandlerRegistry
 from workers.handlers import build_handlers
 from workers.loop import Worker
-from workers.handler_registry import HandlerRegistry
 
 SCAN_BLOB = JobKind.SCAN_BLOB.value
 

@@ -3,16 +3,14 @@ cached by blob, an unsafe file fails the version, and a rescan flags versions it
 
 from __future__ import annotations
 
-import json
-
 from sqlalchemy import func, select
 
 from registry import audit
 from registry.db.models import AuditEvent, Job, ScanResult, Version
 from registry.scanning import SCANNER_VERSION
 from registry.services import scans, versions
-from registry.services.versions import SubmitRequest
 from registry.services.stages import scanning as scanning_stage
+from registry.services.versions import SubmitRequest
 from tests.support import scan_samples
 from tests.support.registry import drain
 from tests.support.tiny_model import tiny_model_files

@@ -10,7 +10,13 @@ from sqlalchemy import select
 from registry.db.models import Model, PolicyDecision, Tenant, Version
 from registry.domain.files import FileEntry
 from registry.domain.policy_input import (
-    Approval, LicenseInfo, ScanVerdict, SourceRef, VersionRef, approval_input, promotion_input,
+    Approval,
+    LicenseInfo,
+    ScanVerdict,
+    SourceRef,
+    VersionRef,
+    approval_input,
+    promotion_input,
 )
 from registry.policy import PolicyEngine, default_policy_dir
 from registry.services.policy import decide_approval, decide_promotion

@@ -70,7 +70,8 @@ def test_root_one_is_made_from_the_signing_key_on_first_use(client, container):
     r = client.get("/v1/trust-root/2")
     assert r.status_code == 404 and r.headers["content-type"] == "application/problem+json"
     assert client.get("/v1/keys").json()["keys"] == [
-        {"key_id": key.key_id, "algorithm": "ecdsa-p256-sha256", "public_key_pem": key.public_key.public_pem().decode()}]
+        {"key_id": key.key_id, "algorithm": "ecdsa-p256-sha256",
+         "public_key_pem": key.public_key.public_pem().decode()}]
     with container.session_factory() as session:
         events = session.scalars(select(AuditEvent.action).where(AuditEvent.subject == "trust-root/1")).all()
     assert events == ["trust_root.published"]

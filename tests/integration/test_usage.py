@@ -63,8 +63,9 @@ def _as(tokens, who):
 
 def files_of(container, tenant, number):
     with container.session_factory() as session:
-        version = session.scalars(select(Version).join(Version.model).where(Version.number == number)
-                                  .where(Version.source_repo.contains("/o" if tenant == "other" else f"/v{number}"))).one()
+        version = session.scalars(
+            select(Version).join(Version.model).where(Version.number == number)
+            .where(Version.source_repo.contains("/o" if tenant == "other" else f"/v{number}"))).one()
         return [(f.sha256, f.size) for f in version.files]
 
 

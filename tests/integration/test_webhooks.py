@@ -23,9 +23,9 @@ from sqlalchemy import select
 from api.app import create_app
 from registry import audit
 from registry.bootstrap import bootstrap
-from registry.db.session import begin_write
 from registry.clock import ManualClock
 from registry.db.models import AuditEvent, WebhookSubscription
+from registry.db.session import begin_write
 from registry.domain import webhooks as hooks
 from registry.domain.errors import EgressRefusedError
 from registry.net.egress import EgressPolicy

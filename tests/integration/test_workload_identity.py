@@ -19,11 +19,11 @@ import pytest
 from fastapi.testclient import TestClient
 
 from api.app import create_app
+from registry.auth import issue_token
 from registry.bootstrap import bootstrap
 from registry.cli import main as cli_main
 from registry.client.api import RegistryApi
 from registry.client.token_file import TokenFile
-from registry.auth import issue_token
 from registry.db.models import AuditEvent, Principal
 from registry.settings import WorkloadIssuer
 from registry.workload_identity import JwksCache

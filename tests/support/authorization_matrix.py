@@ -4,8 +4,8 @@ The table and the world of the ``tests/e2e/test_authorization_matrix*.py`` modul
 routes of one family (``FAMILIES``), so no one file is the suite's tail.
 
 The expectations live in one table, ``RULES``, keyed by ``(method, path template)``: a route
-without an entry fails ``test_every_route_has_exactly_one_rule`` (``tests/e2e/test_authorization_matrix.py``), so a new route cannot ship
-without someone saying who may call it. Adding a route is one line, e.g.::
+without an entry fails ``test_every_route_has_exactly_one_rule`` (``tests/e2e/test_authorization_matrix.py``), so a new
+route cannot ship without someone saying who may call it. Adding a route is one line, e.g.::
 
     ("GET", "/v1/models/{tenant}/{name}/aliases"): Rule("read", 200),
 
@@ -301,7 +301,8 @@ RULES: dict[tuple[str, str], Rule] = {
                                                                              "content": w.blob_bytes[t]}),
     ("PUT", "/v1/tenants/{tenant}/quota"): Rule(ADMIN, 200, lambda w, t: {"json": {"bytes": 1 << 40}}),
     ("GET", "/v1/tenants/{tenant}/quota"): Rule("read", 200),
-    ("PUT", "/v1/models/{tenant}/{name}/retention"): Rule(TENANT_ADMIN, 200, lambda w, t: {"json": {"keep_last": 1000}}),
+    ("PUT", "/v1/models/{tenant}/{name}/retention"): Rule(TENANT_ADMIN, 200,
+                                                          lambda w, t: {"json": {"keep_last": 1000}}),
     ("GET", "/v1/models/{tenant}/{name}/retention"): Rule("read", 200),
     ("POST", "/v1/models/{tenant}/{name}/retention/apply"): Rule(TENANT_ADMIN, 200),
     ("GET", "/v1/usage"): Rule("audit", 200, tenant_query),
@@ -450,7 +451,8 @@ class World:
                     if r.status_code == 303:
                         page = browser.get("/ui")
                         self.console_sessions[caller] = (
-                            browser.cookies["mr_session"], re.search(r'name="csrf" value="([^"]*)"', page.text).group(1))
+                            browser.cookies["mr_session"],
+                            re.search(r'name="csrf" value="([^"]*)"', page.text).group(1))
         return self.console_sessions[caller]
 
     def revocable(self, tenant: str) -> str:

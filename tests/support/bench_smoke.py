@@ -46,8 +46,10 @@ SMOKE: dict[str, tuple[list[str], list[str]]] = {
     "scan.py": (["--many-files", "4,8"],
                 [r"\(a\) 2 GiB safetensors .* ms", r"bypass samples flagged: modelreg \d+/\d+",
                  r"\(d\) regression set: \d+ files",
-                 r"round 1 distinct N=\s+8: scan stage\s+[\d.]+ s,\s+[\d.]+ ms per file, 8 scan jobs, ended awaiting_approval",
-                 r"round 1 one blob N=\s+8: scan stage\s+[\d.]+ s,\s+[\d.]+ ms per file, 1 scan jobs, ended awaiting_approval"]),
+                 r"round 1 distinct N=\s+8: scan stage\s+[\d.]+ s,\s+[\d.]+ ms per file, "
+                 r"8 scan jobs, ended awaiting_approval",
+                 r"round 1 one blob N=\s+8: scan stage\s+[\d.]+ s,\s+[\d.]+ ms per file, "
+                 r"1 scan jobs, ended awaiting_approval"]),
     "stream.py": (["--size", "24M", "--rounds", "1"],
                   [r"round 1: cold/direct [\d.]+ .*warm/direct [\d.]+ .*every sha256 equal",
                    r"\(b\) serve-s3 cold\s+[\d.]+ s .*serve-s3 cpu\s+[\d.]+ s\s+serve-s3 RSS\s+[\d.]+ -> peak\s+"

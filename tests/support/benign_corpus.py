@@ -58,7 +58,8 @@ def _torch_objects() -> dict[str, Callable[[], Any]]:
             "names": ["x", "y"], "none": None, "blob": b"\x00\x01", "complex": 1 + 2j, "size": torch.Size([2, 3]),
             "dtype": torch.bfloat16, "device": torch.device("cpu"), "big": 2**80, "ratio": float("nan"),
         },
-        "parameter": lambda: {"p": torch.nn.Parameter(torch.ones(2)), "frozen": torch.nn.Parameter(torch.ones(1), requires_grad=False)},
+        "parameter": lambda: {"p": torch.nn.Parameter(torch.ones(2)),
+                              "frozen": torch.nn.Parameter(torch.ones(1), requires_grad=False)},
         "views_share_storage": lambda: (lambda t: {"a": t, "b": t[2:5], "c": t.view(2, 5)})(torch.arange(10.0)),
         "channels_last": lambda: torch.zeros(1, 2, 3, 3).to(memory_format=torch.channels_last),
         "sparse": lambda: {
@@ -76,7 +77,8 @@ def _torch_objects() -> dict[str, Callable[[], Any]]:
             "meta": torch.empty(3, device="meta"),
             "nested": torch.nested.nested_tensor([torch.ones(2), torch.ones(3)]),
         },
-        "numpy_inside": lambda: {"a": np.arange(3), "scalar": np.float32(1.5), "dtype": np.dtype("<f4"), "i": np.int64(2)},
+        "numpy_inside": lambda: {"a": np.arange(3), "scalar": np.float32(1.5), "dtype": np.dtype("<f4"),
+                                 "i": np.int64(2)},
     }
 
 
@@ -159,7 +161,8 @@ def _safetensors_numpy(d: Path) -> None:
     from safetensors.numpy import save_file
 
     save_file(
-        {"w": np.arange(12, dtype=np.float32).reshape(3, 4), "b": np.ones(3, dtype=np.int64), "c": np.zeros(2, np.complex64)},
+        {"w": np.arange(12, dtype=np.float32).reshape(3, 4), "b": np.ones(3, dtype=np.int64),
+         "c": np.zeros(2, np.complex64)},
         str(d / "model.safetensors"),
         metadata={"format": "np"},
     )
@@ -240,7 +243,8 @@ def _joblib_payloads() -> dict[str, Callable[[], Any]]:
 
     return {
         "arrays": lambda: {"w": np.arange(1000, dtype=np.float64).reshape(10, 100), "b": np.ones(7, dtype=np.int8)},
-        "dict": lambda: {"classes": ["a", "b"], "n": 3, "params": {"alpha": 0.5, "fit": True}, "coef": np.zeros((2, 3))},
+        "dict": lambda: {"classes": ["a", "b"], "n": 3, "params": {"alpha": 0.5, "fit": True},
+                         "coef": np.zeros((2, 3))},
         "object_array": lambda: {"labels": np.array(["x", None, 3], dtype=object)},
     }
 

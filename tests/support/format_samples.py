@@ -79,7 +79,7 @@ CHAT_TEMPLATE_LLAMA3 = """{{- bos_token }}
 {%- if add_generation_prompt %}
     {{- '<|start_header_id|>assistant<|end_header_id|>\\n\\n' }}
 {%- endif %}
-"""
+"""  # noqa: E501 (a chat template kept verbatim: the scanners read its exact text)
 
 CHAT_TEMPLATE_CHATML_QWEN = """{%- if tools %}
     {{- '<|im_start|>system\\n' }}
@@ -126,7 +126,7 @@ CHAT_TEMPLATE_CHATML_QWEN = """{%- if tools %}
     {{- '<|im_start|>assistant\\n' }}
     {%- if enable_thinking is defined and enable_thinking is false %}{{- '<think>\\n\\n</think>\\n\\n' }}{%- endif %}
 {%- endif %}
-"""
+"""  # noqa: E501 (a chat template kept verbatim: the scanners read its exact text)
 
 CHAT_TEMPLATE_MISTRAL = """{%- if messages[0]['role'] == 'system' %}
     {%- set system_message = messages[0]['content'] %}
@@ -151,7 +151,7 @@ CHAT_TEMPLATE_MISTRAL = """{%- if messages[0]['role'] == 'system' %}
         {{- raise_exception('Only user and assistant roles are supported, with the exception of an initial optional system message!') }}
     {%- endif %}
 {%- endfor %}
-"""
+"""  # noqa: E501 (a chat template kept verbatim: the scanners read its exact text)
 
 CHAT_TEMPLATE_GEMMA = (
     "{{ bos_token }}{% if messages[0]['role'] == 'system' %}{{ raise_exception('System role not supported') }}"
@@ -177,7 +177,7 @@ CHAT_TEMPLATE_TOOLS_MACROS = """{%- macro render_args(args) -%}
     {%- if loop.index > 64 %}{% break %}{% endif %}
 {%- endfor %}
 {%- if add_generation_prompt %}[ASSISTANT]{% endif %}
-"""
+"""  # noqa: E501 (a chat template kept verbatim: the scanners read its exact text)
 
 ORDINARY_CHAT_TEMPLATES = {
     "llama3": CHAT_TEMPLATE_LLAMA3,
@@ -217,7 +217,8 @@ MALICIOUS_CHAT_TEMPLATES = {
 }
 
 
-def gguf_ordinary(path: Path, *, chat_template: str | None = CHAT_TEMPLATE_LLAMA3, extra: dict[str, str] | None = None) -> Path:
+def gguf_ordinary(path: Path, *, chat_template: str | None = CHAT_TEMPLATE_LLAMA3,
+                  extra: dict[str, str] | None = None) -> Path:
     """Write a small, well-formed GGUF with ``gguf.GGUFWriter`` (quantized and float tensors)."""
     from gguf import GGMLQuantizationType, GGUFWriter
 
@@ -259,7 +260,8 @@ def gguf_raw(
     alignment: int = 32,
 ) -> bytes:
     """Assemble a GGUF by hand from pre-encoded KVs and tensor infos (counts may lie)."""
-    body = b"GGUF" + struct.pack("<IQQ", version, len(tensors) if n_tensors is None else n_tensors, len(kvs) if n_kv is None else n_kv)
+    body = b"GGUF" + struct.pack("<IQQ", version, len(tensors) if n_tensors is None else n_tensors,
+                                 len(kvs) if n_kv is None else n_kv)
     body += b"".join(kvs) + b"".join(tensors)
     body += b"\0" * (-len(body) % alignment)
     return body + data
@@ -274,7 +276,8 @@ def gguf_kv_u32(key: str, value: int) -> bytes:
 
 
 def gguf_tensor_info(name: str, dims: list[int], ggml_type: int, offset: int) -> bytes:
-    return gguf_string(name) + struct.pack("<I", len(dims)) + b"".join(struct.pack("<Q", d) for d in dims) + struct.pack("<IQ", ggml_type, offset)
+    return (gguf_string(name) + struct.pack("<I", len(dims)) + b"".join(struct.pack("<Q", d) for d in dims)
+            + struct.pack("<IQ", ggml_type, offset))
 
 
 # --- ONNX ---------------------------------------------------------------------------------------
@@ -353,7 +356,8 @@ def onnx_model(
         fn_nodes = [helper.make_node("Identity", ["a"], ["b"])]
         if where == "function" and external is not None:
             fn_nodes = [helper.make_node("Constant", [], ["b"], value=_onnx_initializer("K", external))]
-        functions.append(helper.make_function(local_function_domain, "MyOp", ["a"], ["b"], fn_nodes, [helper.make_opsetid("", 17)]))
+        functions.append(helper.make_function(local_function_domain, "MyOp", ["a"], ["b"], fn_nodes,
+                                              [helper.make_opsetid("", 17)]))
         nodes.append(helper.make_node("MyOp", ["Z"], ["F"], domain=local_function_domain))
         opsets.append(helper.make_opsetid(local_function_domain, 1))
     if custom_domain is not None:
@@ -380,7 +384,8 @@ def _layer(class_name: str, config: dict[str, Any], module: str = "keras.layers"
 
 def keras_sequential_config() -> dict[str, Any]:
     """A Keras 3 Sequential CNN as ``model.save`` writes it (Conv2D, Dropout, Dense)."""
-    glorot = {"module": "keras.initializers", "class_name": "GlorotUniform", "config": {"seed": None}, "registered_name": None}
+    glorot = {"module": "keras.initializers", "class_name": "GlorotUniform", "config": {"seed": None},
+              "registered_name": None}
     policy = {"module": "keras", "class_name": "DTypePolicy", "config": {"name": "float32"}, "registered_name": None}
     return {
         "module": "keras",
@@ -390,7 +395,8 @@ def keras_sequential_config() -> dict[str, Any]:
             "trainable": True,
             "dtype": policy,
             "layers": [
-                _layer("InputLayer", {"batch_shape": [None, 28, 28, 1], "dtype": "float32", "sparse": False, "name": "input_layer"}),
+                _layer("InputLayer",
+                       {"batch_shape": [None, 28, 28, 1], "dtype": "float32", "sparse": False, "name": "input_layer"}),
                 _layer(
                     "Conv2D",
                     {
@@ -484,7 +490,8 @@ def keras_bidirectional_lstm_config() -> dict[str, Any]:
                     {
                         "name": "bidirectional",
                         "merge_mode": "concat",
-                        "layer": _layer("LSTM", {"name": "lstm", "units": 16, "return_sequences": True, "activation": "tanh"}),
+                        "layer": _layer("LSTM",
+                                        {"name": "lstm", "units": 16, "return_sequences": True, "activation": "tanh"}),
                     },
                 ),
                 _layer("TimeDistributed", {"name": "td", "layer": _layer("Dense", {"name": "tag", "units": 5})}),
@@ -511,7 +518,8 @@ def keras_lambda_layer(module: str | None = "keras.layers") -> dict[str, Any]:
         "class_name": "Lambda",
         "config": {
             "name": "lambda",
-            "function": {"class_name": "__lambda__", "config": {"code": "4wEAAAAAAAAAAAAAAAEAAAADAAAAQwAAAA==", "defaults": None, "closure": None}},
+            "function": {"class_name": "__lambda__",
+                         "config": {"code": "4wEAAAAAAAAAAAAAAAEAAAADAAAAQwAAAA==", "defaults": None, "closure": None}},
             "arguments": {},
         },
     }
@@ -535,7 +543,8 @@ def keras_weights_h5(attrs: dict[str, str] | None = None) -> bytes:
     return bio.getvalue()
 
 
-def keras_archive(config: dict[str, Any] | bytes, *, extra: dict[str, bytes] | None = None, duplicate_config: bytes | None = None) -> bytes:
+def keras_archive(config: dict[str, Any] | bytes, *, extra: dict[str, bytes] | None = None,
+                  duplicate_config: bytes | None = None) -> bytes:
     """A ``.keras`` zip: config.json, metadata.json, model.weights.h5 (+ extra members)."""
     import warnings
 
@@ -586,8 +595,10 @@ def tokenizer_config(chat_template: Any = CHAT_TEMPLATE_CHATML_QWEN, **extra: An
         "add_bos_token": False,
         "add_prefix_space": False,
         "added_tokens_decoder": {
-            "151643": {"content": "<|endoftext|>", "lstrip": False, "normalized": False, "rstrip": False, "single_word": False, "special": True},
-            "151644": {"content": "<|im_start|>", "lstrip": False, "normalized": False, "rstrip": False, "single_word": False, "special": True},
+            "151643": {"content": "<|endoftext|>", "lstrip": False, "normalized": False, "rstrip": False,
+                       "single_word": False, "special": True},
+            "151644": {"content": "<|im_start|>", "lstrip": False, "normalized": False, "rstrip": False,
+                       "single_word": False, "special": True},
         },
         "bos_token": None,
         "chat_template": chat_template,
@@ -658,9 +669,11 @@ def mutations(data: bytes, seed: int, count: int) -> list[tuple[str, bytes]]:
 # --- red-team round: more ordinary samples and the bypasses they sit beside ---------------------
 
 CHAT_TEMPLATE_PHI3 = (
-    "{% for message in messages %}{% if message['role'] == 'system' %}{{'<|system|>\n' + message['content'] + '<|end|>\n'}}"
+    "{% for message in messages %}{% if message['role'] == 'system' %}"
+    "{{'<|system|>\n' + message['content'] + '<|end|>\n'}}"
     "{% elif message['role'] == 'user' %}{{'<|user|>\n' + message['content'] + '<|end|>\n'}}"
-    "{% elif message['role'] == 'assistant' %}{{'<|assistant|>\n' + message['content'] + '<|end|>\n'}}{% endif %}{% endfor %}"
+    "{% elif message['role'] == 'assistant' %}{{'<|assistant|>\n' + message['content'] + '<|end|>\n'}}{% endif %}"
+    "{% endfor %}"
     "{% if add_generation_prompt %}{{ '<|assistant|>\n' }}{% else %}{{ eos_token }}{% endif %}"
 )
 
@@ -679,7 +692,7 @@ CHAT_TEMPLATE_DEEPSEEK = """{% if not add_generation_prompt is defined %}{% set 
 {%- if message['role'] == 'assistant' and 'tool_calls' not in message %}{% set content = message['content'] %}{% if '</think>' in content %}{% set content = content.split('</think>')[-1] %}{% endif %}{{'<｜Assistant｜>' + content + '<｜end▁of▁sentence｜>'}}{%- endif %}
 {%- if message['role'] == 'tool' %}{%- set ns.is_tool = true -%}{{'<｜tool▁output▁begin｜>' + message['content'] + '<｜tool▁output▁end｜>'}}{%- endif %}
 {%- endfor -%}
-{% if add_generation_prompt and not ns.is_tool %}{{'<｜Assistant｜><think>\\n'}}{% endif %}"""
+{% if add_generation_prompt and not ns.is_tool %}{{'<｜Assistant｜><think>\\n'}}{% endif %}"""  # noqa: E501 (a chat template kept verbatim: the scanners read its exact text)
 
 # Hermes / Command-R style tool use: a recursive macro and a dict looked up by data keys.
 CHAT_TEMPLATE_TOOLS_HERMES = """{%- macro json_to_python_type(json_spec) %}
@@ -698,7 +711,7 @@ def {{ tool.name }}({% for param_name, param_fields in tool.parameter_definition
 {%- endfor %}<|END_OF_TURN_TOKEN|>
 {%- set roles = {"user": "<|USER_TOKEN|>", "assistant": "<|CHATBOT_TOKEN|>", "system": "<|SYSTEM_TOKEN|>"} %}
 {%- for message in messages %}<|START_OF_TURN_TOKEN|>{{ roles[message.role] }}{{ message.content | trim }}<|END_OF_TURN_TOKEN|>{% endfor %}
-{%- if add_generation_prompt %}<|START_OF_TURN_TOKEN|><|CHATBOT_TOKEN|>{% endif %}"""
+{%- if add_generation_prompt %}<|START_OF_TURN_TOKEN|><|CHATBOT_TOKEN|>{% endif %}"""  # noqa: E501 (a chat template kept verbatim: the scanners read its exact text)
 
 # Mistral v0.3 tool calls: ``out[:-1]`` slices data, ``loop_messages[ns.index + 1]`` indexes with arithmetic.
 CHAT_TEMPLATE_MISTRAL_TOOLS = """{%- set ns = namespace(index=0) %}
@@ -714,7 +727,7 @@ CHAT_TEMPLATE_MISTRAL_TOOLS = """{%- set ns = namespace(index=0) %}
     {%- elif message["role"] == "tool" %}{{- '[TOOL_RESULTS] {"content": ' + message.content|string + ', "call_id": "' + message.tool_call_id + '"}[/TOOL_RESULTS]' }}
     {%- endif %}
     {%- if loop_messages[ns.index + 1] is defined and loop_messages[ns.index + 1].role == "tool" %}{%- set ns.index = ns.index + 1 %}{%- endif %}
-{%- endfor %}"""
+{%- endfor %}"""  # noqa: E501 (a chat template kept verbatim: the scanners read its exact text)
 
 MORE_ORDINARY_CHAT_TEMPLATES = {
     "phi3": CHAT_TEMPLATE_PHI3,
@@ -728,15 +741,19 @@ KEY_ASSEMBLY_CHAT_TEMPLATES = {
     "chat_template_key_from_set_underscore": "{% set u = '_' %}{{ messages[u ~ u ~ 'class' ~ u ~ u] }}",
     "chat_template_key_from_for_literal": "{% for u in ['_'] %}{{ messages[u ~ u ~ 'class' ~ u ~ u] }}{% endfor %}",
     "chat_template_percent_c_via_variables": (
-        "{% set p = '%' %}{% set f = p ~ 'c' %}{% set u = f|format(95) %}{% set k = u ~ u ~ 'class' ~ u ~ u %}{{ messages[k] }}"
+        "{% set p = '%' %}{% set f = p ~ 'c' %}{% set u = f|format(95) %}{% set k = u ~ u ~ 'class' ~ u ~ u %}"
+        "{{ messages[k] }}"
     ),
     "chat_template_char_cut_from_constant": "{% set u = 'a_b'[1] %}{{ messages[u ~ u ~ 'class' ~ u ~ u] }}",
     "chat_template_char_cut_from_bos_token": "{% set u = bos_token[8] %}{{ messages[u*2 ~ 'class' ~ u*2] }}",
-    "chat_template_namespace_field_underscore": "{% set ns = namespace(k='_') %}{{ messages[ns.k ~ ns.k ~ 'class' ~ ns.k ~ ns.k] }}",
+    "chat_template_namespace_field_underscore": "{% set ns = namespace(k='_') %}"
+                                                "{{ messages[ns.k ~ ns.k ~ 'class' ~ ns.k ~ ns.k] }}",
     "chat_template_dict_field_underscore": "{% set d = dict(a='_') %}{{ messages[d.a ~ d.a ~ 'class' ~ d.a ~ d.a] }}",
-    "chat_template_macro_argument_underscore": "{% macro g(u) %}{{ messages[u ~ u ~ 'class' ~ u ~ u] }}{% endmacro %}{{ g('_') }}",
+    "chat_template_macro_argument_underscore": "{% macro g(u) %}{{ messages[u ~ u ~ 'class' ~ u ~ u] }}{% endmacro %}"
+                                               "{{ g('_') }}",
     "chat_template_char_from_list_filter": "{% set u = ('x_'|list)[1] %}{{ messages[u~u~'class'~u~u] }}",
-    "chat_template_map_attribute_from_variable": "{% set u = '_' %}{% set k = u ~ u ~ 'class' ~ u ~ u %}{{ messages|map(attribute=k)|list }}",
+    "chat_template_map_attribute_from_variable": "{% set u = '_' %}{% set k = u ~ u ~ 'class' ~ u ~ u %}"
+                                                 "{{ messages|map(attribute=k)|list }}",
 }
 
 
@@ -744,7 +761,8 @@ def gguf_kv_string_array(key: str, values: list[str]) -> bytes:
     return gguf_string(key) + struct.pack("<IIQ", 9, 8, len(values)) + b"".join(gguf_string(v) for v in values)
 
 
-def gguf_llama_realistic(path: Path, *, chat_template: str, big_endian: bool = False, named_templates: dict[str, str] | None = None) -> Path:
+def gguf_llama_realistic(path: Path, *, chat_template: str, big_endian: bool = False,
+                         named_templates: dict[str, str] | None = None) -> Path:
     """A GGUF shaped like a converted Llama: BPE vocab, scores, token types, merges, rope/attention KVs."""
     from gguf import GGMLQuantizationType, GGUFEndian, GGUFWriter, TokenType
 
@@ -779,7 +797,8 @@ def gguf_llama_realistic(path: Path, *, chat_template: str, big_endian: bool = F
     # The writer byte-swaps native arrays itself for a big-endian file.
     writer.add_tensor("token_embd.weight", np.ones((255, 64), dtype=np.float16))
     writer.add_tensor("blk.0.attn_norm.weight", np.ones(64, dtype=np.float32))
-    writer.add_tensor("blk.0.attn_q.weight", np.zeros((64, 2 * 34), dtype=np.uint8), raw_dtype=GGMLQuantizationType.Q8_0)
+    writer.add_tensor("blk.0.attn_q.weight", np.zeros((64, 2 * 34), dtype=np.uint8),
+                      raw_dtype=GGMLQuantizationType.Q8_0)
     writer.add_tensor("rope_freqs.weight", np.ones(32, dtype=np.float32))
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
@@ -833,14 +852,16 @@ def onnx_with_contrib_ops() -> bytes:
     from onnx import TensorProto, helper
 
     body = helper.make_graph(
-        [helper.make_node("Identity", ["cond_in"], ["cond_out"]), helper.make_node("Add", ["acc_in", "one"], ["acc_out"])],
+        [helper.make_node("Identity", ["cond_in"], ["cond_out"]),
+         helper.make_node("Add", ["acc_in", "one"], ["acc_out"])],
         "loop_body",
         [
             helper.make_tensor_value_info("i", TensorProto.INT64, []),
             helper.make_tensor_value_info("cond_in", TensorProto.BOOL, []),
             helper.make_tensor_value_info("acc_in", TensorProto.FLOAT, [4]),
         ],
-        [helper.make_tensor_value_info("cond_out", TensorProto.BOOL, []), helper.make_tensor_value_info("acc_out", TensorProto.FLOAT, [4])],
+        [helper.make_tensor_value_info("cond_out", TensorProto.BOOL, []),
+         helper.make_tensor_value_info("acc_out", TensorProto.FLOAT, [4])],
         initializer=[helper.make_tensor("one", TensorProto.FLOAT, [4], [1.0] * 4)],
     )
     nodes = [
@@ -860,7 +881,8 @@ def onnx_with_contrib_ops() -> bytes:
             helper.make_tensor("cond", TensorProto.BOOL, [], [True]),
         ],
     )
-    opsets = [helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1), helper.make_opsetid("ai.onnx.ml", 3)]
+    opsets = [helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1),
+              helper.make_opsetid("ai.onnx.ml", 3)]
     return helper.make_model(graph, opset_imports=opsets, producer_name="onnxruntime.transformers").SerializeToString()
 
 
@@ -872,7 +894,8 @@ def onnx_save_with_external_data(directory: Path, *, location: str = "model.onnx
     model = onnx.load_from_string(onnx_model())
     model.graph.initializer[0].CopyFrom(numpy_helper.from_array(np.ones((2, 2), dtype=np.float32), "W"))
     directory.mkdir(parents=True, exist_ok=True)
-    onnx.save_model(model, str(directory / "model.onnx"), save_as_external_data=True, all_tensors_to_one_file=True, location=location, size_threshold=0)
+    onnx.save_model(model, str(directory / "model.onnx"), save_as_external_data=True, all_tensors_to_one_file=True,
+                    location=location, size_threshold=0)
     return directory / "model.onnx"
 
 
@@ -891,27 +914,34 @@ def onnx_fields_reordered(model: bytes) -> bytes:
 HF_CONFIGS: dict[str, dict[str, Any]] = {
     "llama/config.json": LLAMA_CONFIG,
     "mistral/config.json": {
-        "architectures": ["MistralForCausalLM"], "bos_token_id": 1, "eos_token_id": 2, "hidden_act": "silu", "hidden_size": 4096,
+        "architectures": ["MistralForCausalLM"], "bos_token_id": 1, "eos_token_id": 2, "hidden_act": "silu",
+        "hidden_size": 4096,
         "max_position_embeddings": 32768, "model_type": "mistral", "num_attention_heads": 32, "num_key_value_heads": 8,
-        "rms_norm_eps": 1e-05, "rope_theta": 1000000.0, "sliding_window": None, "torch_dtype": "bfloat16", "vocab_size": 32768,
+        "rms_norm_eps": 1e-05, "rope_theta": 1000000.0, "sliding_window": None, "torch_dtype": "bfloat16",
+        "vocab_size": 32768,
     },
     "qwen2/config.json": {
         "architectures": ["Qwen2ForCausalLM"], "attention_dropout": 0.0, "hidden_size": 896, "model_type": "qwen2",
-        "rope_scaling": None, "use_sliding_window": False, "max_window_layers": 21, "tie_word_embeddings": True, "vocab_size": 151936,
+        "rope_scaling": None, "use_sliding_window": False, "max_window_layers": 21, "tie_word_embeddings": True,
+        "vocab_size": 151936,
     },
     "bert/config.json": {
         "architectures": ["BertForMaskedLM"], "attention_probs_dropout_prob": 0.1, "gradient_checkpointing": False,
-        "hidden_act": "gelu", "model_type": "bert", "pad_token_id": 0, "position_embedding_type": "absolute", "type_vocab_size": 2,
+        "hidden_act": "gelu", "model_type": "bert", "pad_token_id": 0, "position_embedding_type": "absolute",
+        "type_vocab_size": 2,
     },
     "t5/config.json": {
-        "architectures": ["T5ForConditionalGeneration"], "d_model": 512, "decoder_start_token_id": 0, "model_type": "t5",
+        "architectures": ["T5ForConditionalGeneration"], "d_model": 512, "decoder_start_token_id": 0,
+        "model_type": "t5",
         "task_specific_params": {
-            "summarization": {"early_stopping": True, "length_penalty": 2.0, "max_length": 200, "prefix": "summarize: "},
+            "summarization": {"early_stopping": True, "length_penalty": 2.0, "max_length": 200,
+                              "prefix": "summarize: "},
             "translation_en_to_de": {"max_length": 300, "num_beams": 4, "prefix": "translate English to German: "},
         },
     },
     "whisper/config.json": {
-        "architectures": ["WhisperForConditionalGeneration"], "model_type": "whisper", "begin_suppress_tokens": [220, 50257],
+        "architectures": ["WhisperForConditionalGeneration"], "model_type": "whisper",
+        "begin_suppress_tokens": [220, 50257],
         "forced_decoder_ids": [[1, 50259], [2, 50359], [3, 50363]], "suppress_tokens": [1, 2, 7, 8, 9],
     },
     "whisper/preprocessor_config.json": {
@@ -925,10 +955,13 @@ HF_CONFIGS: dict[str, dict[str, Any]] = {
         "vision_config": {"model_type": "clip_vision_model", "patch_size": 32, "image_size": 224},
     },
     "clip/preprocessor_config.json": {
-        "crop_size": 224, "do_center_crop": True, "do_normalize": True, "do_resize": True, "feature_extractor_type": "CLIPFeatureExtractor",
-        "image_mean": [0.48145466, 0.4578275, 0.40821073], "image_std": [0.26862954, 0.26130258, 0.27577711], "resample": 3, "size": 224,
+        "crop_size": 224, "do_center_crop": True, "do_normalize": True, "do_resize": True,
+        "feature_extractor_type": "CLIPFeatureExtractor",
+        "image_mean": [0.48145466, 0.4578275, 0.40821073], "image_std": [0.26862954, 0.26130258, 0.27577711],
+        "resample": 3, "size": 224,
     },
-    "llama/generation_config.json": {"bos_token_id": 128000, "do_sample": True, "eos_token_id": [128001, 128009], "temperature": 0.6, "top_p": 0.9},
+    "llama/generation_config.json": {"bos_token_id": 128000, "do_sample": True, "eos_token_id": [128001, 128009],
+                                     "temperature": 0.6, "top_p": 0.9},
     "sbert/modules.json": [
         {"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
         {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"},
@@ -974,7 +1007,8 @@ def onnx_sniff_dodges(location: str = "../../../etc/passwd") -> dict[str, bytes]
         "onnx_unknown_group_field_first": _pb_field(100, 3) + _pb_field(1, 0, b"\x01") + _pb_field(100, 4) + evil,
         "onnx_seventy_unknown_fields_first": unknown_varints + evil,
         "onnx_unknown_field_first_in_graph": rest + _pb_field(7, 2, _pb_field(99, 0, b"\x01") + graph),
-        "onnx_long_doc_string_pushes_graph_past_prefix": _pb_field(6, 2, b"d" * 200_000) + rest + _pb_field(7, 2, graph),
+        "onnx_long_doc_string_pushes_graph_past_prefix": (_pb_field(6, 2, b"d" * 200_000) + rest
+                                                          + _pb_field(7, 2, graph)),
         "onnx_long_unknown_field_pushes_graph_past_prefix": _pb_field(50, 2, b"d" * 200_000) + evil,
     }
 
@@ -982,11 +1016,16 @@ def onnx_sniff_dodges(location: str = "../../../etc/passwd") -> dict[str, bytes]
 def sentencepiece_model_proto(pieces: int = 4000, trainer_first: bool = False) -> bytes:
     """A sentencepiece ``tokenizer.model``: a protobuf too, with no ``graph`` field 7."""
     body = b"".join(
-        _pb_field(1, 2, _pb_field(1, 2, p.encode()) + _pb_field(2, 5, struct.pack("<f", -i / 10)) + (_pb_field(3, 0, b"\x02") if i == 0 else b""))
+        _pb_field(1, 2, _pb_field(1, 2, p.encode()) + _pb_field(2, 5, struct.pack("<f", -i / 10))
+                  + (_pb_field(3, 0, b"\x02") if i == 0 else b""))
         for i, p in enumerate(["<unk>", "<s>", "</s>", *(f"\u2581w{i}" for i in range(pieces))])
     )
-    trainer = _pb_field(2, 2, _pb_field(1, 2, b"/tmp/corpus.txt") + _pb_field(2, 2, b"spm") + _pb_field(3, 0, b"\x01") + _pb_field(4, 0, _pb_varint(16000)))
-    normalizer = _pb_field(3, 2, _pb_field(1, 2, b"nmt_nfkc") + _pb_field(2, 2, bytes(range(256)) * 4) + _pb_field(3, 0, b"\x01"))
+    trainer = _pb_field(2, 2,
+                        _pb_field(1, 2, b"/tmp/corpus.txt") + _pb_field(2, 2, b"spm") + _pb_field(3, 0, b"\x01")
+                        + _pb_field(4, 0, _pb_varint(16000)))
+    normalizer = _pb_field(3, 2,
+                           _pb_field(1, 2, b"nmt_nfkc") + _pb_field(2, 2, bytes(range(256)) * 4)
+                           + _pb_field(3, 0, b"\x01"))
     return trainer + body + normalizer if trainer_first else body + trainer + normalizer
 
 
@@ -997,7 +1036,8 @@ FILE_STRING_KEY_CHAT_TEMPLATES = {
     "chat_template_key_is_eos_token": "{{ ()[eos_token][bos_token] }}",
     "chat_template_keys_split_from_eos_token": "{% set p = eos_token.split(',') %}{{ ()[p[0]][p[1]][p[2]]()[p[3]] }}",
     "chat_template_namespace_walk_over_token_parts": (
-        "{% set ns = namespace(o=()) %}{% for k in eos_token.split(',') %}{% set ns.o = ns.o[k] %}{% endfor %}{{ ns.o }}"
+        "{% set ns = namespace(o=()) %}{% for k in eos_token.split(',') %}{% set ns.o = ns.o[k] %}{% endfor %}"
+        "{{ ns.o }}"
     ),
     "chat_template_map_attribute_from_token": "{{ messages|map(attribute=eos_token)|list }}",
     "chat_template_sort_attribute_from_token": "{{ messages|sort(attribute=additional_special_tokens[0])|first }}",

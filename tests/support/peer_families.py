@@ -90,7 +90,8 @@ _CALLS: dict[str, tuple[str, str, tuple]] = {
     "runpy_run_code": ("runpy", "_run_code", ("print('456')",)),
     "bdb_run": ("bdb", "Bdb.run", ({}, 'import os\nos.system("whoami")')),
     "pip_main": ("pip", "main", (["install", "some_malicious_package", "--no-input", "-q"],)),
-    "torch_inductor_codecache_compile_file": ("torch._inductor.codecache", "compile_file", ("", "", ["sh", "-c", "id"])),
+    "torch_inductor_codecache_compile_file": ("torch._inductor.codecache", "compile_file",
+                                              ("", "", ["sh", "-c", "id"])),
     "pydoc_pipepager": ("pydoc", "pipepager", ("", "echo pwned")),
     "venv_create": ("venv", "create", ("venv", False, False, True, False, "$(echo pwned)")),
     "timeit_timeit": ("timeit", "timeit", ("", PAYLOAD)),
@@ -100,9 +101,11 @@ _CALLS: dict[str, tuple[str, str, tuple]] = {
     "GHSA-f4x7-rfwp-v3xw_symbolic_shapes": (
         "torch.fx.experimental.symbolic_shapes", "ShapeEnv.evaluate_guards_expression", ({}, PAYLOAD, [])),
     "GHSA-f745-w6jp-hpxx_collect_env_run": ("torch.utils.collect_env", "run", (PAYLOAD,)),
-    "GHSA-h3qp-7fh3-f8h4_datapipes_decoder": ("torch.utils.data.datapipes.utils.decoder", "basichandlers", ("pickle", b"")),
+    "GHSA-h3qp-7fh3-f8h4_datapipes_decoder": ("torch.utils.data.datapipes.utils.decoder", "basichandlers",
+                                              ("pickle", b"")),
     "GHSA-vr7h-p6mm-wpmh_jit_exec_wrapper": ("torch.jit.unsupported_tensor_ops", "execWrapper", (PAYLOAD, {}, {})),
-    "GHSA-vv6j-3g6g-2pvj_config_module_load_config": ("torch.utils._config_module", "ConfigModule.load_config", ({}, b"")),
+    "GHSA-vv6j-3g6g-2pvj_config_module_load_config": ("torch.utils._config_module", "ConfigModule.load_config",
+                                                      ({}, b"")),
     "GHSA-5qwp-399c-mjwf_trace_run": ("trace", "Trace.run", ({}, PAYLOAD)),
     "GHSA-g344-hcph-8vgg_trace_runctx": ("trace", "Trace.runctx", ({}, PAYLOAD, {}, {})),
     "GHSA-x696-vm39-cp64_profile_run": ("profile", "Profile.run", ({}, PAYLOAD)),
@@ -110,13 +113,16 @@ _CALLS: dict[str, tuple[str, str, tuple]] = {
     "GHSA-f54q-57x4-jg88_lib2to3_grammar_loads": ("lib2to3.pgen2.grammar", "Grammar.loads", ({}, b"")),
     "GHSA-3vg9-h568-4w9m_idlelib_object_tree_item": ("idlelib.debugobj", "ObjectTreeItem.SetText", ({}, PAYLOAD)),
     "GHSA-6w4w-5w54-rjvr_idlelib_get_entity": ("idlelib.autocomplete", "AutoComplete.get_entity", ({}, PAYLOAD)),
-    "GHSA-7cq8-mj8x-j263_idlelib_fetch_completions": ("idlelib.autocomplete", "AutoComplete.fetch_completions", ({}, PAYLOAD, 1)),
+    "GHSA-7cq8-mj8x-j263_idlelib_fetch_completions": ("idlelib.autocomplete", "AutoComplete.fetch_completions",
+                                                      ({}, PAYLOAD, 1)),
     "GHSA-cj3c-v495-4xqh_code_interpreter_runcode": ("code", "InteractiveInterpreter.runcode", ({}, PAYLOAD)),
     "GHSA-8r4j-24qv-fmq9_idlelib_calltip": ("idlelib.calltip", "Calltip.fetch_tip", ({}, PAYLOAD)),
     "GHSA-9xph-j2h6-g47v_idlelib_calltip_get_entity": ("idlelib.calltip", "get_entity", (PAYLOAD,)),
-    "GHSA-4whj-rm5r-c2v8_bottleneck_autograd_prof": ("torch.utils.bottleneck.__main__", "run_autograd_prof", (PAYLOAD, {})),
+    "GHSA-4whj-rm5r-c2v8_bottleneck_autograd_prof": ("torch.utils.bottleneck.__main__", "run_autograd_prof",
+                                                     (PAYLOAD, {})),
     "GHSA-xp4f-hrf8-rxw7_ensurepip_run_pip": ("ensurepip", "_run_pip", (PAYLOAD,)),
-    "GHSA-p9w7-82w4-7q8m_lib2to3_make_label": ("lib2to3.pgen2.pgen", "ParserGenerator.make_label", (None, {}, '""+' + PAYLOAD)),
+    "GHSA-p9w7-82w4-7q8m_lib2to3_make_label": ("lib2to3.pgen2.pgen", "ParserGenerator.make_label",
+                                               (None, {}, '""+' + PAYLOAD)),
     "GHSA-vvpj-8cmc-gx39_pkgutil_resolve_name": ("pkgutil", "resolve_name", ("os:system",)),
     "GHSA-m869-42cg-3xwr_idlelib_executive": ("idlelib.run", "Executive.runcode", ({}, PAYLOAD)),
     "GHSA-j343-8v2j-ff7w_idlelib_runcommand": ("idlelib.pyshell", "ModifiedInterpreter.runcommand", ({}, PAYLOAD)),
@@ -160,7 +166,8 @@ for _name, (_mod, _fn, _a) in _CALLS.items():
 for _p in (0, 2, 3):
     _add(f"builtins_eval_protocol{_p}", "picklescan", "model.pkl", "unsafe",
          lambda p=_p: call("__builtin__" if p < 3 else "builtins", "eval", "print('456')", protocol=p))
-    _add(f"os_system_protocol{_p}", "picklescan", "model.pkl", "unsafe", lambda p=_p: call("posix", "system", "ls", protocol=p))
+    _add(f"os_system_protocol{_p}", "picklescan", "model.pkl", "unsafe",
+         lambda p=_p: call("posix", "system", "ls", protocol=p))
 
 
 # --- picklescan / modelscan: opcode-level tricks ------------------------------------------------------
@@ -196,8 +203,8 @@ def inst_exec() -> bytes:
 
 def nested_pickle_loads() -> bytes:
     inner = call("os", "system", "echo pwned", protocol=4)
-    return pickle.PROTO + b"\x05" + pickle.GLOBAL + b"pickle\nloads\n" + pickle.BINBYTES + struct.pack("<I", len(inner)) + \
-        inner + pickle.TUPLE1 + pickle.REDUCE + pickle.POP + pickle.NONE + pickle.STOP
+    return pickle.PROTO + b"\x05" + pickle.GLOBAL + b"pickle\nloads\n" + pickle.BINBYTES + \
+        struct.pack("<I", len(inner)) + inner + pickle.TUPLE1 + pickle.REDUCE + pickle.POP + pickle.NONE + pickle.STOP
 
 
 def eval_dunder_call() -> bytes:
@@ -240,10 +247,10 @@ def partial_torch_load() -> bytes:
 def operator_methodcaller_import() -> bytes:
     """builtins.__import__('os') kept in the memo, then _operator.methodcaller('system', cmd)(os)."""
     return (
-        pickle.GLOBAL + b"builtins\n__import__\n" + pickle.MARK + pickle.UNICODE + b"os\n" + pickle.TUPLE + pickle.REDUCE +
-        pickle.PUT + b"0\n" + pickle.POP + pickle.GLOBAL + b"_operator\nmethodcaller\n" + pickle.MARK + pickle.UNICODE +
-        b"system\n" + pickle.UNICODE + b"echo pwned\n" + pickle.TUPLE + pickle.REDUCE + pickle.MARK + pickle.GET + b"0\n" +
-        pickle.TUPLE + pickle.REDUCE + pickle.STOP
+        pickle.GLOBAL + b"builtins\n__import__\n" + pickle.MARK + pickle.UNICODE + b"os\n" + pickle.TUPLE +
+        pickle.REDUCE + pickle.PUT + b"0\n" + pickle.POP + pickle.GLOBAL + b"_operator\nmethodcaller\n" + pickle.MARK +
+        pickle.UNICODE + b"system\n" + pickle.UNICODE + b"echo pwned\n" + pickle.TUPLE + pickle.REDUCE + pickle.MARK +
+        pickle.GET + b"0\n" + pickle.TUPLE + pickle.REDUCE + pickle.STOP
     )
 
 
@@ -312,8 +319,10 @@ def not_a_pickle() -> bytes:
     return b"cmod\n\xf8\n"
 
 
-_add("sour_pickles_globals_compile_eval", "picklescan/modelscan", "model.pkl", "unsafe", sour_pickles_globals_compile_eval)
-_add("memo_strings_torch_decoy_stack_global", "picklescan/modelscan", "model.pkl", "unsafe", memo_strings_with_torch_decoy)
+_add("sour_pickles_globals_compile_eval", "picklescan/modelscan", "model.pkl", "unsafe",
+     sour_pickles_globals_compile_eval)
+_add("memo_strings_torch_decoy_stack_global", "picklescan/modelscan", "model.pkl", "unsafe",
+     memo_strings_with_torch_decoy)
 _add("memo_strings_torch_decoy_trailing_bytes", "picklescan/modelscan", "model.pkl", "unsafe",
      lambda: memo_strings_with_torch_decoy(b"\n\n\t\t"))
 _add("string_opcode_stack_global", "picklescan", "model.pkl", "unsafe", string_opcode_stack_global)
@@ -324,8 +333,10 @@ _add("pickle_loads_of_plain_value_protocol0", "picklescan", "model.pkl", "unsafe
 _add("pickle_loads_of_plain_value_protocol4", "picklescan", "model.pkl", "unsafe",
      lambda: call("_pickle", "loads", b"I12345\n.", protocol=4))
 _add("eval_dunder_call_dotted", "modelscan", "model.pkl", "unsafe", eval_dunder_call)
-_add("payload_then_missing_memo_key", "picklescan", "model.pkl", "unsafe", lambda: payload_then_broken_stack_global(False))
-_add("payload_then_memo_type_confusion", "picklescan", "model.pkl", "unsafe", lambda: payload_then_broken_stack_global(True))
+_add("payload_then_missing_memo_key", "picklescan", "model.pkl", "unsafe",
+     lambda: payload_then_broken_stack_global(False))
+_add("payload_then_memo_type_confusion", "picklescan", "model.pkl", "unsafe",
+     lambda: payload_then_broken_stack_global(True))
 _add("broken_stream_after_exec", "picklescan", "model.pkl", "unsafe", broken_model_exec)
 _add("benign_pickle_then_malicious_pickle", "picklescan/modelscan", "model.pkl", "unsafe", benign_then_malicious)
 _add("functools_partial_torch_load", "picklescan", "model.pkl", "unsafe", partial_torch_load)
@@ -462,7 +473,8 @@ def password_protected_zip() -> bytes:
 
 _add("zip_data_pkl_payload", "picklescan/modelscan", "malicious1.zip", "unsafe", lambda: _zip_with("data.pkl", _EVAL))
 _add("zip_payload_wrong_extension", "picklescan", "malicious1.zip", "unsafe", lambda: _zip_with("data.txt", _EVAL))
-_add("zip_central_directory_name_corrupted", "picklescan", "malicious1.zip", "unsafe", zip_central_directory_name_corrupted)
+_add("zip_central_directory_name_corrupted", "picklescan", "malicious1.zip", "unsafe",
+     zip_central_directory_name_corrupted)
 _add("zip_crc_corrupted", "picklescan", "malicious1.zip", "unsafe", zip_crc_corrupted)
 for _bit in (0x0001, 0x0020, 0x0040):
     _add(f"torch_zip_flag_{_bit:#04x}_payload", "picklescan", "model.pt", "unsafe", lambda b=_bit: torch_zip_flagged(b))
@@ -508,7 +520,8 @@ def numpy_dns_exfiltration() -> bytes:
 
 _add("numpy_object_array_of_tuples", "picklescan", "object_array.npy", "safe",
      lambda: _np_save(_object_2x2(), allow_pickle=True))
-_add("numpy_int_array", "picklescan", "int_array.npy", "safe", lambda: _np_save(__import__("numpy").arange(4).reshape(2, 2)))
+_add("numpy_int_array", "picklescan", "int_array.npy", "safe",
+     lambda: _np_save(__import__("numpy").arange(4).reshape(2, 2)))
 for _c in (False, True):
     _sfx = "_compressed" if _c else ""
     _add(f"numpy_object_arrays_npz{_sfx}", "picklescan", "object_arrays.npz", "safe",

@@ -4,11 +4,11 @@ Two tenants. In ``acme``: ``sam`` submits ``acme/llm`` from a Hub repository (``
 then ``main`` as it moves), ``sec`` (security) and ``mia`` (ml) approve versions 1 to 3, and only ``sec``
 version 4; ``acme/nc`` has a non-commercial license, so ``lex`` approves it in the legal capacity. ``mia``
 points ``prod`` at 1, then at 2 with version 3 as a canary for tenant ``beta``, then rolls it back (to 1);
-``sec`` revokes version 3; ``staging`` points at 2 with 1 as a canary for ``beta``. Nodes fetch manifests between the moves: ``node-1`` through ``prod``, ``node-2``
-through ``prod`` for ``beta`` (so it last got the canary, version 3, revoked since), ``node-3`` version 2 by
-its number. In ``globex``: ``gsub`` submits ``globex/llm`` from the same tag as ``acme/llm@1`` (the same
-blobs, in another tenant), ``gsec`` and ``gml`` approve it, ``gml`` promotes it and ``gnode`` fetches it;
-and ``globex/solo``, whose weights no ``acme`` version holds. ``aud-acme`` and ``aud-globex`` audit one
+``sec`` revokes version 3; ``staging`` points at 2 with 1 as a canary for ``beta``. Nodes fetch manifests between the
+moves: ``node-1`` through ``prod``, ``node-2`` through ``prod`` for ``beta`` (so it last got the canary, version 3,
+revoked since), ``node-3`` version 2 by its number. In ``globex``: ``gsub`` submits ``globex/llm`` from the same tag as
+``acme/llm@1`` (the same blobs, in another tenant), ``gsec`` and ``gml`` approve it, ``gml`` promotes it and ``gnode``
+fetches it; and ``globex/solo``, whose weights no ``acme`` version holds. ``aud-acme`` and ``aud-globex`` audit one
 tenant each.
 
 :func:`build` takes any ``httpx.Client`` on the API (a ``TestClient`` in-process, or one on a ``modelreg
@@ -168,7 +168,8 @@ def build(client: httpx.Client, admin_token: str, hub: HfUpstream, shas: dict[st
     for model, numbers in (("acme/llm", (1, 2, 3, 4)), ("acme/nc", (1,))):
         for n in numbers:
             every_acme |= {f["sha256"] for f in w.version(model, n)["files"]}
-    w.globex_only_digest = next(d for p, d in sorted(solo.items()) if d not in every_acme and p.endswith(".safetensors"))
+    w.globex_only_digest = next(d for p, d in sorted(solo.items())
+                                if d not in every_acme and p.endswith(".safetensors"))
     return w
 
 

@@ -20,8 +20,8 @@ from pathlib import Path
 from sqlalchemy import text
 
 from registry.bootstrap import Container, bootstrap, load_settings
-from workers.loop import run_worker_process
 from workers.handler_registry import Handler, HandlerRegistry
+from workers.loop import run_worker_process
 
 
 def append_line(path: str, line: str) -> None:

@@ -20,10 +20,10 @@ from safetensors.numpy import save
 from api.app import create_app
 from registry.bootstrap import ensure_trust_root
 from registry.client.api import RegistryApi
+from registry.domain.chunks import CHUNK_SIZE
 from registry.node.cache import NodeCache
 from registry.node.opener import NodePolicy
 from registry.node.serve_s3 import ChunkSource, S3Server
-from registry.domain.chunks import CHUNK_SIZE
 from tests.support.live_app import serve_in_thread
 from tests.support.registry import make_admin, role_token
 from tests.support.releases import approve_standin, awaiting_version

@@ -20,9 +20,9 @@ import pickle
 import pickletools
 import random
 import struct
-import zlib
 import tarfile
 import zipfile
+import zlib
 from collections.abc import Callable
 
 SAFE, SUSPICIOUS, UNSAFE = "safe", "suspicious", "unsafe"
@@ -193,7 +193,8 @@ def torch_state_dict(mb: float = 0.0) -> dict[str, object]:
         half=torch.ones(2, 2, dtype=torch.float16),
         bf16=torch.ones(4, dtype=torch.bfloat16),
         int8=torch.arange(5, dtype=torch.int8),
-        nested={"layer": {"scale": torch.tensor(2.0, dtype=torch.float64), "steps": torch.tensor([1, 2])}, "names": ["a", "b"]},
+        nested={"layer": {"scale": torch.tensor(2.0, dtype=torch.float64), "steps": torch.tensor([1, 2])},
+                "names": ["a", "b"]},
     )
 
 
@@ -252,7 +253,8 @@ def _zip_headers(data: bytes, name: str) -> tuple[int, int]:
     """Offsets of the local header and the central directory record of member ``name``."""
     info = zipfile.ZipFile(io.BytesIO(data)).getinfo(name)
     raw = name.encode()
-    central = next(i for i in range(len(data)) if data.startswith(b"PK\x01\x02", i) and data[i + 46 : i + 46 + len(raw)] == raw)
+    central = next(i for i in range(len(data))
+                   if data.startswith(b"PK\x01\x02", i) and data[i + 46 : i + 46 + len(raw)] == raw)
     return info.header_offset, central
 
 
@@ -261,7 +263,8 @@ def set_zip_flag(data: bytes, name: str, bit: int) -> bytes:
     local, central = _zip_headers(data, name)
     body = bytearray(data)
     body[local + 6 : local + 8] = (int.from_bytes(body[local + 6 : local + 8], "little") | bit).to_bytes(2, "little")
-    body[central + 8 : central + 10] = (int.from_bytes(body[central + 8 : central + 10], "little") | bit).to_bytes(2, "little")
+    flags = int.from_bytes(body[central + 8 : central + 10], "little") | bit
+    body[central + 8 : central + 10] = flags.to_bytes(2, "little")
     return bytes(body)
 
 
@@ -425,7 +428,8 @@ def npz(compressed: bool) -> bytes:
     import numpy as np
 
     buf = io.BytesIO()
-    arrays = {"w": np.arange(12, dtype=np.float32).reshape(3, 4), "ids": np.arange(5, dtype=np.int64), "mask": np.ones(3, bool)}
+    arrays = {"w": np.arange(12, dtype=np.float32).reshape(3, 4), "ids": np.arange(5, dtype=np.int64),
+              "mask": np.ones(3, bool)}
     (np.savez_compressed if compressed else np.savez)(buf, **arrays)
     return buf.getvalue()
 
@@ -502,12 +506,17 @@ ORDINARY: dict[str, Callable[[], tuple[str, bytes]]] = {
         )
         for p in range(6)
     },
-    "tar_gz_of_files": lambda: ("files.tar.gz", gzip.compress(tar_bytes({"a/config.txt": b"x=1\n", "a/b.dat": bytes(range(256))}), mtime=0)),
-    "ordinary_zip": lambda: ("files.zip", rezip({"docs/": b"", "docs/a.txt": b"hello\n" * 100, "b.dat": bytes(range(256))}, zipfile.ZIP_DEFLATED)),
+    "tar_gz_of_files": lambda: ("files.tar.gz",
+                                gzip.compress(tar_bytes({"a/config.txt": b"x=1\n", "a/b.dat": bytes(range(256))}),
+                                              mtime=0)),
+    "ordinary_zip": lambda: ("files.zip",
+                             rezip({"docs/": b"", "docs/a.txt": b"hello\n" * 100, "b.dat": bytes(range(256))},
+                                   zipfile.ZIP_DEFLATED)),
     "text_file": lambda: ("README.md", b"# A model\n\nclassifies cats\nand dogs.\n"),
     "text_starting_with_c": lambda: ("notes.txt", b"cat\ndog\nbird\n"),
     "json_config": lambda: ("generation_config.json", b'{"temperature": 0.7, "top_p": 0.9}'),
-    "random_binary_tokenizer_model": lambda: ("tokenizer.model", b"\x0a\x0b\x0a\x05<unk>" + random.Random(7).randbytes(8192)),
+    "random_binary_tokenizer_model": lambda: ("tokenizer.model",
+                                              b"\x0a\x0b\x0a\x05<unk>" + random.Random(7).randbytes(8192)),
 }
 
 
@@ -762,7 +771,8 @@ REDTEAM: dict[str, Callable[[], tuple[str, bytes, str]]] = {
     "rebuild_from_type_v2_computed_callable": lambda: ("model.pkl", rebuild_from_type_v2_computed_callable(), UNSAFE),
     "reconstructor_computed_base": lambda: ("model.pkl", reconstructor_computed_base(), UNSAFE),
     "codecs_encode_payload_to_unknown_loader": lambda: ("model.pkl", codecs_encode_payload_to_unknown_loader(), UNSAFE),
-    "bytes_of_int_list_payload_to_unknown_loader": lambda: ("model.pkl", bytes_of_int_list_payload_to_unknown_loader(), UNSAFE),
+    "bytes_of_int_list_payload_to_unknown_loader": lambda: ("model.pkl", bytes_of_int_list_payload_to_unknown_loader(),
+                                                            UNSAFE),
     "torch_load_from_bytes_nested_zip": lambda: ("model.pkl", torch_load_from_bytes_nested_zip(), UNSAFE),
     "next_buffer_out_of_band": lambda: ("model.pkl", next_buffer_out_of_band(), SUSPICIOUS),
     "frame_runs_past_stop": lambda: ("model.pkl", frame_runs_past_stop() + b"\x00" * 4096, SUSPICIOUS),
@@ -827,7 +837,8 @@ def torch_ordinary(kind: str, how: str) -> bytes:
     import torch
 
     obj = _varied_torch_objects()[kind]
-    kwargs: dict[str, object] = {"legacy": {"_use_new_zipfile_serialization": False}, "p2": {"pickle_protocol": 2}, "p4": {"pickle_protocol": 4}}[how]
+    kwargs: dict[str, object] = {"legacy": {"_use_new_zipfile_serialization": False}, "p2": {"pickle_protocol": 2},
+                                 "p4": {"pickle_protocol": 4}}[how]
     buf = io.BytesIO()
     torch.save(obj, buf, **kwargs)  # type: ignore[arg-type]
     return buf.getvalue()
@@ -836,7 +847,8 @@ def torch_ordinary(kind: str, how: str) -> bytes:
 def numpy_pickles() -> bytes:
     import numpy as np
 
-    arrays = {dt: np.zeros(2, dtype=dt) for dt in ["i1", "u2", "i8", "f2", "f8", "c16", "?", "M8[s]", "m8[ms]", "S3", "U2"]}
+    arrays = {dt: np.zeros(2, dtype=dt)
+              for dt in ["i1", "u2", "i8", "f2", "f8", "c16", "?", "M8[s]", "m8[ms]", "S3", "U2"]}
     arrays["structured"] = np.zeros(2, dtype=[("a", "<i4"), ("b", [("c", "f8", (2,))])])
     arrays["scalar"] = np.float32(1.5)  # type: ignore[assignment]
     return pickle.dumps(arrays, protocol=4)
@@ -958,7 +970,8 @@ REDTEAM_ORDINARY.update(
 
 
 def joblib_array_pickle(
-    data: bytes, *, dtype: str = "u1", shape: tuple[int, ...] | None = None, padding: bytes | None = b"\x03\xff\xff\xff",
+    data: bytes, *, dtype: str = "u1", shape: tuple[int, ...] | None = None,
+    padding: bytes | None = b"\x03\xff\xff\xff",
     after: bytes = b"",
 ) -> bytes:
     """A ``joblib.dump({'w': array})`` stream, laid out as joblib writes it (protocol 4, no frames).
@@ -1019,7 +1032,8 @@ REDTEAM_ORDINARY.update(
             "model.joblib", joblib_array_pickle(struct.pack("<4f", 1, 2, 3, 4), dtype="f4", shape=(2, 2))),
         "joblib_array_without_alignment": lambda: ("model.joblib", joblib_array_pickle(bytes(range(32)), padding=None)),
         "joblib_zlib_compressed_array": lambda: (
-            "model.joblib", zlib.compress(joblib_array_pickle(struct.pack("<4f", 1, 2, 3, 4), dtype="f4", shape=(4,)), 3)),
+            "model.joblib",
+            zlib.compress(joblib_array_pickle(struct.pack("<4f", 1, 2, 3, 4), dtype="f4", shape=(4,)), 3)),
         "joblib_lzma_compressed_array": lambda: (
             "model.joblib", lzma.compress(joblib_array_pickle(bytes(16)), format=lzma.FORMAT_ALONE)),
         "text_starting_x_caret": lambda: ("notes.md", b"x^2 + y^2 = r^2\n" * 40),
@@ -1104,7 +1118,8 @@ def load_from_bytes_via_rebuild_from_type_v2() -> bytes:
     )
 
 
-REDTEAM["load_from_bytes_via_rebuild_from_type_v2"] = lambda: ("model.pkl", load_from_bytes_via_rebuild_from_type_v2(), UNSAFE)
+REDTEAM["load_from_bytes_via_rebuild_from_type_v2"] = lambda: ("model.pkl", load_from_bytes_via_rebuild_from_type_v2(),
+                                                               UNSAFE)
 REDTEAM_ORDINARY["tensor_pickled_with_plain_pickle"] = lambda: ("tensors.pkl", tensor_pickled_with_plain_pickle())
 
 

@@ -86,7 +86,8 @@ def start_seaweed(directory: Path, timeout: float = 60.0) -> SeaweedS3:
         [
             weed, "server", f"-dir={directory}", "-ip=127.0.0.1", "-ip.bind=127.0.0.1",
             f"-master.port={master}", f"-volume.port={volume}", "-filer", f"-filer.port={filer}",
-            "-s3", f"-s3.port={s3}", "-s3.port.iceberg=0", "-s3.port.lance=0", f"-s3.config={config}", "-master.telemetry=false",
+            "-s3", f"-s3.port={s3}", "-s3.port.iceberg=0", "-s3.port.lance=0", f"-s3.config={config}",
+            "-master.telemetry=false",
             "-volume.max=0", "-master.volumeSizeLimitMB=256",
         ],
         stdout=log,

@@ -35,7 +35,8 @@ class Server:
 
     def env(self, token: str | None = None) -> dict[str, str]:
         env = dict(os.environ)
-        env.update(MODELREG_URL=self.url, MODELREG_TOKEN=token or self.admin_token, MODELREG_DATA_DIR=str(self.data_dir))
+        env.update(MODELREG_URL=self.url, MODELREG_TOKEN=token or self.admin_token,
+                   MODELREG_DATA_DIR=str(self.data_dir))
         return env
 
     def cli(self, *args: str, token: str | None = None, check: bool = False, timeout: float = 120):

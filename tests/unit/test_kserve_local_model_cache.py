@@ -22,7 +22,8 @@ from registry.domain.refs import parse_ref
 ROOT = Path(__file__).resolve().parents[2]
 KSERVE = ROOT / "deploy" / "kserve"
 CRDS = yaml.safe_load((Path(__file__).parent / "kserve" / "local_model_crds.yaml").read_text())
-QUANTITY = re.compile(r"^(\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))(([KMGTPE]i)|[numkMGTPE]|([eE](\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))))?$")
+QUANTITY = re.compile(r"^(\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))"
+                      r"(([KMGTPE]i)|[numkMGTPE]|([eE](\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))))?$")
 
 
 def _load(name: str) -> dict[str, Any]:
@@ -106,7 +107,8 @@ def test_the_sweeper_runs_on_the_node_group_s_nodes_over_its_volume():
     group, sweeper = _load("local-model-node-group.yaml"), _load("local-model-cache-sweeper.yaml")
     pv = group["spec"]["persistentVolumeSpec"]
     pod = sweeper["spec"]["template"]["spec"]
-    assert pod["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"] == pv["nodeAffinity"]["required"]
+    assert (pod["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+            == pv["nodeAffinity"]["required"])
     (container,) = pod["containers"]
     assert container["command"] == ["modelreg", "cache", "sweep"]
     root = container["args"][0]

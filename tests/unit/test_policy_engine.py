@@ -12,7 +12,13 @@ import pytest
 
 from registry.domain.files import FileEntry
 from registry.domain.policy_input import (
-    Approval, LicenseInfo, ScanVerdict, SourceRef, VersionRef, approval_input, promotion_input,
+    Approval,
+    LicenseInfo,
+    ScanVerdict,
+    SourceRef,
+    VersionRef,
+    approval_input,
+    promotion_input,
 )
 from registry.policy import MAX_INPUT_BYTES, PolicyEngine, default_policy_dir
 from registry.signing.canonical import canonical_json

@@ -13,7 +13,8 @@ ROOT = Path(__file__).resolve().parents[2]
 JUDGE_THEN_SCAN = """
 from registry.policy import PolicyEngine, default_policy_dir
 decision = PolicyEngine.from_directory(default_policy_dir()).approval(
-    {"files": [], "scans": [], "unscanned": [], "approvals": [], "submitter": "a", "license": {"id": "mit", "findings": []}})
+    {"files": [], "scans": [], "unscanned": [], "approvals": [], "submitter": "a",
+     "license": {"id": "mit", "findings": []}})
 assert decision.outcome == "pending", decision
 import modelscan.modelscan  # imports TensorFlow
 print("both loaded")

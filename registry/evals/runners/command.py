@@ -37,8 +37,14 @@ import time
 from pathlib import Path
 from typing import Any
 
-from registry.evals.runners import (RunContext, RunnerError, RunnerResult, RunnerTimeoutError, check_metrics,
-                                    die_with_parent)
+from registry.evals.runners import (
+    RunContext,
+    RunnerError,
+    RunnerResult,
+    RunnerTimeoutError,
+    check_metrics,
+    die_with_parent,
+)
 
 MAX_OUTPUT_BYTES = 32 << 20
 MAX_ARGS = 256
@@ -156,7 +162,7 @@ def _result_file(output: Path) -> Path:
     if output.is_dir():
         found = sorted(p for p in output.rglob("results*.json") if p.is_file())
         if not found:
-            raise RunnerError(f"the command made {{output}} a directory with no results*.json in it")
+            raise RunnerError("the command made {output} a directory with no results*.json in it")
         return found[-1]
     raise RunnerError("the command wrote no output at {output}")
 

@@ -62,10 +62,24 @@ from typing import Any, Iterator
 import httpx
 
 from registry.evals.cases import MAX_TOKENS_LIMIT, Case
-from registry.evals.runners import (RunContext, RunnerError, RunnerResult, RunnerTimeoutError, check_metrics,
-                                    die_with_parent)
-from registry.evals.scoring import DEFAULT_REFUSAL_MARKERS, Price, Reply, ToolCall, aggregate, breakdown, \
-    judge, metric_group
+from registry.evals.runners import (
+    RunContext,
+    RunnerError,
+    RunnerResult,
+    RunnerTimeoutError,
+    check_metrics,
+    die_with_parent,
+)
+from registry.evals.scoring import (
+    DEFAULT_REFUSAL_MARKERS,
+    Price,
+    Reply,
+    ToolCall,
+    aggregate,
+    breakdown,
+    judge,
+    metric_group,
+)
 
 SETTINGS = ("endpoint", "serve", "model", "api_key_env", "concurrency", "request_timeout_s",
             "startup_timeout_s", "max_tokens", "price_per_million", "refusal_markers")

@@ -49,7 +49,8 @@ def test_labels_refuse_invisible_and_separator_characters(api, container, tmp_pa
     r = api.post("/v1/models/acme/m/versions", json={"source": str(tmp_path / "m"), "revision": f"main{char}"})
     assert_invalid_text(r, "revision")
     assert f"U+{ord(char):04X}" in r.text
-    r = api.post("/v1/models/acme/m/versions", json={"source": f"upload:tiny{char}", "files": [upload_weights(api, b"w")]})
+    r = api.post("/v1/models/acme/m/versions",
+                 json={"source": f"upload:tiny{char}", "files": [upload_weights(api, b"w")]})
     assert r.status_code == 422 and r.headers["content-type"] == "application/problem+json", r.text
     assert (r.json()["type"], r.json()["field"]) == (PROBLEM + "invalid-text", "label")
     assert f"U+{ord(char):04X}" in r.json()["detail"]

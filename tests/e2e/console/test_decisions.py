@@ -31,7 +31,7 @@ def test_a_decision_without_the_sessions_csrf_token_is_refused_and_records_nothi
 
 
 def test_approve_and_separation_of_duties_through_the_same_service(client, world, container):
-    number, url = world["number"], f"/ui/models/acme/tiny/versions/{world['number']}"
+    url = f"/ui/models/acme/tiny/versions/{world['number']}"
     sign_in(client, world["tokens"]["sam"])
     page = client.get(url)
     r = client.post(f"{url}/decision", data={"csrf": csrf_of(page.text), "decision": "approve",
@@ -71,7 +71,8 @@ def test_promote_with_a_canary_roll_back_and_a_denied_move_shown_in_words(client
     r = client.post("/ui/models/acme/tiny/aliases", data={"csrf": csrf, "alias": "prod",
                                                            "version": str(world["number"])})
     assert "The alias moved." in r.text
-    r = client.post("/ui/models/acme/tiny/aliases", data={"csrf": csrf, "alias": "prod", "version": str(world["number"]),
+    r = client.post("/ui/models/acme/tiny/aliases",
+                    data={"csrf": csrf, "alias": "prod", "version": str(world["number"]),
                                                            "canary_version": str(second), "canary_tenants": "acme"})
     assert f"(canary @{second} for acme)" in r.text
     r = client.post("/ui/models/acme/tiny/aliases/prod/rollback", data={"csrf": csrf, "comment": "too early"})

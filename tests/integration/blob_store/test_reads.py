@@ -127,7 +127,8 @@ def test_exists_stat_delete_iter_blobs(harness: Harness) -> None:
 
 @pytest.mark.parametrize(
     "bad",
-    ["../etc", "../../etc/passwd", "../" + "a" * 61, BIG_SHA.upper(), BIG_SHA[:-1], BIG_SHA + "0", "", "ab/" + "c" * 61],
+    ["../etc", "../../etc/passwd", "../" + "a" * 61, BIG_SHA.upper(), BIG_SHA[:-1], BIG_SHA + "0", "",
+     "ab/" + "c" * 61],
 )
 def test_digest_validation_rejects_traversal(harness: Harness, bad: str) -> None:
     store = harness.store

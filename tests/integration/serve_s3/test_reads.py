@@ -12,9 +12,9 @@ import pytest
 from botocore.exceptions import ClientError
 from safetensors.numpy import save
 
-from registry.node.serve_s3 import S3Server
 from registry.domain.chunks import CHUNK_SIZE
 from registry.domain.errors import InvalidInputError
+from registry.node.serve_s3 import S3Server
 from tests.support.releases import approve_standin, awaiting_version
 from tests.support.s3_endpoint import (
     BIG,

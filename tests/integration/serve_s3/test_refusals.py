@@ -13,8 +13,8 @@ import httpx
 import pytest
 from botocore.exceptions import ClientError
 
-from registry.node.serve_s3 import ChunkSource
 from registry.domain.chunks import CHUNK_SIZE
+from registry.node.serve_s3 import ChunkSource
 from tests.support.s3_endpoint import (
     BIG,
     M,

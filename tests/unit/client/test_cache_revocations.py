@@ -7,8 +7,8 @@ import threading
 
 import pytest
 
-from registry.node.cache import NodeCache
 from registry.domain.errors import InvalidInputError
+from registry.node.cache import NodeCache
 
 
 def _put(cache: NodeCache, tenant: str, data: bytes) -> tuple[str, int]:

@@ -12,7 +12,6 @@ import os
 
 import pytest
 
-from registry.node.chunks import load_chunk_list, verify_chunk
 from registry.domain.chunks import ChunkHasher
 from registry.domain.errors import (
     ChunkMismatchError,
@@ -21,6 +20,7 @@ from registry.domain.errors import (
     SignatureError,
     SizeMismatchError,
 )
+from registry.node.chunks import load_chunk_list, verify_chunk
 from registry.signing.keys import SigningKey
 from registry.signing.release import release_payload, sign_release, verify_release
 from registry.signing.trust_root import parse_root, root_document, sign_root

@@ -1,5 +1,6 @@
-"""The blob download (into the cache's partial file and DEST's copy) against a real HTTP server, on both reading paths (``http.client`` into the buffer, and
-httpx where a transport is injected), with aligned and unaligned parts, direct and buffered writes."""
+"""The blob download (into the cache's partial file and DEST's copy) against a real HTTP server, on both reading paths
+(``http.client`` into the buffer, and httpx where a transport is injected), with aligned and unaligned parts, direct and
+buffered writes."""
 
 from __future__ import annotations
 
@@ -13,11 +14,11 @@ from pathlib import Path
 import httpx
 import pytest
 
-from registry.node import blobfile
 from registry.client.api import RegistryApi
 from registry.client.errors import NetworkError, TransportError
-from registry.node.download import Buffers, download_blob
 from registry.domain.errors import DigestMismatchError, SizeMismatchError
+from registry.node import blobfile
+from registry.node.download import Buffers, download_blob
 
 BLOBS = {f"b{n}": bytes((i * 31 + n) % 256 for i in range(n)) for n in (1, 4095, 4096, 3 * 4096 + 7, (64 << 10) + 123)}
 

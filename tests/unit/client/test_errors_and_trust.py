@@ -10,10 +10,15 @@ import pytest
 
 from registry.client.api import RegistryApi
 from registry.client.errors import EXIT_CODES, exit_code
-from registry.node.trust import NodeTrust
 from registry.domain.errors import (
-    DigestMismatchError, InvalidPathError, NotApprovedError, ReleaseNotFoundError, RevokedError, SignatureError,
+    DigestMismatchError,
+    InvalidPathError,
+    NotApprovedError,
+    ReleaseNotFoundError,
+    RevokedError,
+    SignatureError,
 )
+from registry.node.trust import NodeTrust
 from registry.signing.keys import SigningKey
 from registry.signing.release import ReleaseExpiredError, ReleaseRollbackError
 from registry.signing.trust_root import RootError, root_document, sign_root

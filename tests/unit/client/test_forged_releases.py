@@ -20,10 +20,10 @@ from typing import Any
 import pytest
 
 from registry.client.errors import BadManifestError, exit_code
-from registry.node.opener import verify_manifest
-from registry.node.trust import NodeTrust
 from registry.domain.errors import InvalidInputError, InvalidPathError, SignatureError
 from registry.domain.refs import parse_ref
+from registry.node.opener import verify_manifest
+from registry.node.trust import NodeTrust
 from registry.signing.dsse import MAX_SIGNATURES
 from registry.signing.keys import SigningKey
 from registry.signing.release import (
@@ -164,7 +164,8 @@ ENVELOPES: list[tuple[str, Callable[[], Any], type, str]] = [
     ("signatures not a list", lambda: _envelope(lambda e: e.__setitem__("signatures", {"sig": "x"})),
      SignatureError, "unsigned"),
     ("more signatures than a node reads", lambda: _envelope(
-        lambda e: e.__setitem__("signatures", e["signatures"] * (MAX_SIGNATURES // 2 + 1))), SignatureError, "malformed"),
+        lambda e: e.__setitem__("signatures", e["signatures"] * (MAX_SIGNATURES // 2 + 1))), SignatureError,
+     "malformed"),
     ("a signature not an object", lambda: _envelope(lambda e: e["signatures"].append("sig")), SignatureError,
      "malformed"),
     ("a keyid not a string", lambda: _envelope(lambda e: e["signatures"][0].__setitem__("keyid", 1)), SignatureError,
@@ -185,10 +186,12 @@ ENVELOPES: list[tuple[str, Callable[[], Any], type, str]] = [
         lambda e: e.__setitem__("signatures", [e["signatures"][0], {**e["signatures"][0], "keyid": ""}])),
      SignatureError, "threshold"),
     ("one key twice under two made-up ids", lambda: _envelope(
-        lambda e: e.__setitem__("signatures", [{**e["signatures"][0], "keyid": "k1"}, {**e["signatures"][0], "keyid": "k2"}])),
+        lambda e: e.__setitem__("signatures",
+                                [{**e["signatures"][0], "keyid": "k1"}, {**e["signatures"][0], "keyid": "k2"}])),
      SignatureError, "threshold"),
     ("one key three times: empty, made-up and its own id", lambda: _envelope(
-        lambda e: e.__setitem__("signatures", [{**e["signatures"][0], "keyid": ""}, {**e["signatures"][0], "keyid": "k"},
+        lambda e: e.__setitem__("signatures",
+                                [{**e["signatures"][0], "keyid": ""}, {**e["signatures"][0], "keyid": "k"},
                                                e["signatures"][0]])),
      SignatureError, "threshold"),
     ("an outsider's signature claiming a trusted key's id", lambda: _envelope(

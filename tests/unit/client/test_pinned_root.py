@@ -14,11 +14,11 @@ import httpx
 import pytest
 
 from registry.client.api import RegistryApi
-from registry.node.cache import NodeCache
 from registry.client.errors import exit_code
+from registry.domain.errors import InvalidInputError
+from registry.node.cache import NodeCache
 from registry.node.opener import NodePolicy, ReleaseOpener
 from registry.node.trust import PINNED_ROOT_VERSION, pinned_root
-from registry.domain.errors import InvalidInputError
 from registry.signing.canonical import canonical_json
 from registry.signing.keys import SigningKey
 from registry.signing.trust_root import RootError, root_document, sign_root

@@ -14,9 +14,9 @@ import hashlib
 import json
 from pathlib import Path
 
+from registry.client.errors import NetworkError
 from registry.node.assemble import RELEASE_FILE, STAGING_PREFIX
 from registry.node.cache import NodeCache
-from registry.client.errors import NetworkError
 from registry.node.sweep import Sweeper, remove_folder
 from registry.signing.keys import SigningKey
 from registry.signing.release import release_payload, sign_release

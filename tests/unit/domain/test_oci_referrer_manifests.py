@@ -6,7 +6,18 @@ import hashlib
 import json
 
 from registry.domain.oci_referrers import (
-    CYCLONEDX, EMPTY_BYTES, EMPTY_DIGEST, IN_TOTO, KINDS, OCI_INDEX, SIGNATURE, Document, Subject, build, index)
+    CYCLONEDX,
+    EMPTY_BYTES,
+    EMPTY_DIGEST,
+    IN_TOTO,
+    KINDS,
+    OCI_INDEX,
+    SIGNATURE,
+    Document,
+    Subject,
+    build,
+    index,
+)
 
 SUBJECT = Subject("sha256:" + "b" * 64, 1234)
 
@@ -16,9 +27,11 @@ def _sha256(data: bytes) -> str:
 
 
 def test_a_referrer_is_an_artifact_with_the_empty_config_one_layer_and_the_subject():
-    doc = Document(CYCLONEDX, "acme-llm-1.cdx.json", b'{"bomFormat":"CycloneDX"}', {"dev.modelreg.version": "acme/llm@1"})
+    doc = Document(CYCLONEDX, "acme-llm-1.cdx.json", b'{"bomFormat":"CycloneDX"}',
+                   {"dev.modelreg.version": "acme/llm@1"})
     ref = build(SUBJECT, doc)
-    assert EMPTY_DIGEST == _sha256(EMPTY_BYTES) == "sha256:44136fa355b3678a1146ad16f7e8649e94fb4fc21fe77e8310c060f61caaff8a"
+    assert EMPTY_DIGEST == _sha256(EMPTY_BYTES) == (
+        "sha256:44136fa355b3678a1146ad16f7e8649e94fb4fc21fe77e8310c060f61caaff8a")
     assert ref.manifest == {
         "schemaVersion": 2, "mediaType": "application/vnd.oci.image.manifest.v1+json", "artifactType": CYCLONEDX,
         "config": {"mediaType": "application/vnd.oci.empty.v1+json", "digest": EMPTY_DIGEST, "size": 2},

@@ -9,7 +9,13 @@ import pytest
 from registry.domain.errors import InvalidInputError
 from registry.domain.files import FileEntry
 from registry.domain.policy_input import (
-    Approval, LicenseInfo, ScanVerdict, SourceRef, VersionRef, approval_input, promotion_input,
+    Approval,
+    LicenseInfo,
+    ScanVerdict,
+    SourceRef,
+    VersionRef,
+    approval_input,
+    promotion_input,
 )
 
 T0 = dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc)

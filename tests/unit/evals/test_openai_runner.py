@@ -11,7 +11,14 @@ import pytest
 from registry.evals.cases import parse_case
 from registry.evals.runners import LoadedEvalSet, RunContext, RunnerError
 from registry.evals.runners.openai import (
-    MAX_CONCURRENCY, OpenAISettings, StreamError, _StreamState, fill_placeholders, parse_settings, request_body, run,
+    MAX_CONCURRENCY,
+    OpenAISettings,
+    StreamError,
+    _StreamState,
+    fill_placeholders,
+    parse_settings,
+    request_body,
+    run,
     sse_data,
 )
 from registry.evals.scoring import DEFAULT_REFUSAL_MARKERS, Price

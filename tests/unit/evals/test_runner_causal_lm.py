@@ -12,8 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from registry.evals.runners import RunContext, RunnerError, check_metrics
-from registry.evals.runners import causal_lm
+from registry.evals.runners import RunContext, RunnerError, causal_lm, check_metrics
 from tests.support.tiny_llm import write_tiny_llm
 
 QUICK = {"texts": {"en": "The capital of France is Paris."}, "max_new_tokens": 3}

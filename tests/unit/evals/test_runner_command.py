@@ -9,8 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from registry.evals.runners import RunContext, RunnerError
-from registry.evals.runners import command
+from registry.evals.runners import RunContext, RunnerError, command
 from tests.support.waiting import wait_until
 
 LM_EVAL_OUTPUT = {

@@ -18,8 +18,7 @@ import numpy as np
 import pytest
 from safetensors.numpy import load_file, save_file
 
-from registry.evals.runners import RunContext, RunnerError, check_metrics
-from registry.evals.runners import sanity
+from registry.evals.runners import RunContext, RunnerError, check_metrics, sanity
 from registry.facts import read_model_facts
 from tests.support.tiny_llm import write_tiny_llm
 

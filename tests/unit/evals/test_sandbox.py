@@ -6,7 +6,6 @@ import io
 import json
 import os
 import struct
-from pathlib import Path
 
 import pytest
 

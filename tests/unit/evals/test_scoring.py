@@ -7,8 +7,19 @@ import pytest
 from registry.evals.cases import parse_case
 from registry.evals.runners import RunnerError, check_metrics
 from registry.evals.scoring import (
-    DEFAULT_REFUSAL_MARKERS, REFUSAL_WINDOW, Price, Reply, ToolCall, aggregate, breakdown, is_refusal, judge,
-    json_equal, metric_group, percentile, score,
+    DEFAULT_REFUSAL_MARKERS,
+    REFUSAL_WINDOW,
+    Price,
+    Reply,
+    ToolCall,
+    aggregate,
+    breakdown,
+    is_refusal,
+    json_equal,
+    judge,
+    metric_group,
+    percentile,
+    score,
 )
 
 WEATHER = {"type": "function", "function": {"name": "get_weather", "parameters": {}}}

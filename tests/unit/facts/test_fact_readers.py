@@ -259,7 +259,8 @@ def test_wrong_json_types_in_config_are_unknown_with_reason(field, value, reason
 def test_a_number_too_large_for_a_float_is_not_stored_as_infinity():
     files = tiny_model_files(0)
     files["config.json"] = files["config.json"].replace(b'"max_position_embeddings": 64',
-                                                        b'"rope_scaling": {"factor": 1e400}, "max_position_embeddings": 64')
+                                                        b'"rope_scaling": {"factor": 1e400}, '
+                                                        b'"max_position_embeddings": 64')
     facts = _facts(files)
     assert "not finite" in facts["architecture"]["rope_scaling"]["unknown"]
     json.dumps(facts, allow_nan=False)
@@ -361,7 +362,8 @@ def test_gguf_metadata_of_the_wrong_types():
         data = open(path, "rb").read()
     facts = _facts({"m.gguf": data})
     a = facts["architecture"]
-    assert a["num_key_value_heads"]["unknown"] == "m.gguf llama.attention.head_count_kv is an array of 2 values, not one number"
+    assert a["num_key_value_heads"]["unknown"] == (
+        "m.gguf llama.attention.head_count_kv is an array of 2 values, not one number")
     assert a["num_hidden_layers"]["unknown"] == "m.gguf llama.block_count is '32' (str)"
     assert facts["weights"]["sets"][0]["file_type"] == "unknown (an array)"
     assert _value(facts["weights"]["parameters"]) == 4
@@ -400,7 +402,8 @@ def test_lone_surrogates_are_not_text():
     files = tiny_model_files(0)
     tok = json.loads(files["tokenizer_config.json"])
     files["tokenizer_config.json"] = json.dumps({**tok, "eos_token": "\ud800", "tokenizer_class": "A\udfff"}).encode()
-    files["config.json"] = _json({**json.loads(files["config.json"]), "quantization_config": {"quant_method": "\ud801"}})
+    files["config.json"] = _json({**json.loads(files["config.json"]),
+                                  "quantization_config": {"quant_method": "\ud801"}})
     facts = _facts(files)
     assert facts["tokenizer"]["eos_token"] == {
         "value": None, "unknown": "tokenizer_config.json eos_token holds a lone surrogate escape: not text"}

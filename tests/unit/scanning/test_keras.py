@@ -177,9 +177,11 @@ def test_gadget_in_inbound_nodes_and_compile_config_is_found():
     [
         ({"module": "my_project.layers", "class_name": "Attention", "config": {}}, "keras.module.custom"),
         (_function("my_project.losses", "focal"), "keras.function.custom"),
-        ({"module": "keras.layers", "class_name": "Dense", "config": {}, "registered_name": "MyPkg>Dense"}, "keras.registered-name.custom"),
+        ({"module": "keras.layers", "class_name": "Dense", "config": {}, "registered_name": "MyPkg>Dense"},
+         "keras.registered-name.custom"),
         ({"module": "keras.backend", "class_name": "Variable", "config": {}}, "keras.module.not-allowed"),
-        ({"module": "keras.layers", "class_name": "StringLookup", "config": {"vocabulary": "/etc/passwd"}}, "keras.layer.external-file"),
+        ({"module": "keras.layers", "class_name": "StringLookup", "config": {"vocabulary": "/etc/passwd"}},
+         "keras.layer.external-file"),
     ],
 )
 def test_custom_code_is_suspicious(obj, rule):
@@ -189,7 +191,8 @@ def test_custom_code_is_suspicious(obj, rule):
 
 
 def test_keras_duplicate_config_member_parser_differential():
-    data = keras_archive(keras_sequential_config(), duplicate_config=json.dumps(_sequential_with(keras_lambda_layer())).encode())
+    data = keras_archive(keras_sequential_config(),
+                         duplicate_config=json.dumps(_sequential_with(keras_lambda_layer())).encode())
     findings = scan_bytes(keras.scan, data, "model.keras")
     assert {"keras.archive.duplicate-member", "keras.layer.lambda"} <= rules(findings)
 

@@ -94,7 +94,8 @@ def test_bytes_torch_load_hands_to_pickle_are_read_as_a_pickle() -> None:
 def test_the_decompressed_stream_of_a_joblib_file_is_unpickled() -> None:
     data = zlib.compress(b"cfoo\nbar\n\xff\xfe")
     scan = _scan("model.joblib", data)
-    assert scan.format == "zlib" and {"name.format-mismatch", "pickle.global.not-allowed"} <= _rules(scan), scan.as_dict()
+    assert scan.format == "zlib", scan.as_dict()
+    assert {"name.format-mismatch", "pickle.global.not-allowed"} <= _rules(scan), scan.as_dict()
 
 
 def test_random_raw_data_named_bin_is_suspicious_never_unsafe() -> None:
@@ -162,7 +163,8 @@ def test_an_executable_is_suspicious_whatever_its_name() -> None:
     elf = b"\x7fELF\x02\x01\x01" + bytes(120)
     for name in ("model.llamafile", "run", "weights.dat"):
         scan = _scan(name, elf)
-        assert scan.format == "executable" and "format.executable" in _rules(scan) and scan.verdict is Verdict.SUSPICIOUS
+        assert scan.format == "executable" and "format.executable" in _rules(scan)
+        assert scan.verdict is Verdict.SUSPICIOUS
 
 
 def test_msgpack_trailing_bytes_and_truncation_are_malformed() -> None:

@@ -72,11 +72,13 @@ def _handmade(header: bytes, body: bytes = b"") -> bytes:
     ("data", "rule"),
     [
         (_handmade(b"{'descr': '<f4', 'fortran_order': False, 'shape': (4,)}\n", b"\x00" * 8), "numpy.data.truncated"),
-        (_handmade(b"{'descr': '<f4', 'fortran_order': False, 'shape': (1,)}\n", b"\x00" * 4 + S.reduce_pickle()), "numpy.data.trailing"),
+        (_handmade(b"{'descr': '<f4', 'fortran_order': False, 'shape': (1,)}\n", b"\x00" * 4 + S.reduce_pickle()),
+         "numpy.data.trailing"),
         (_handmade(b"__import__('os').getcwd()\n"), "numpy.header.invalid"),
         (_handmade(b"{'descr': '<f4', 'shape': (1,)}\n"), "numpy.header.invalid"),
         (b"\x93NUMPY\x01\x00\xff\xff{", "numpy.header.invalid"),
-        (_handmade(b"{'descr': 'object', 'fortran_order': False, 'shape': (1,)}\n", S.reduce_pickle()), "pickle.global.dangerous"),
+        (_handmade(b"{'descr': 'object', 'fortran_order': False, 'shape': (1,)}\n", S.reduce_pickle()),
+         "pickle.global.dangerous"),
     ],
 )
 def test_malformed_or_disguised_npy(data: bytes, rule: str) -> None:

@@ -158,4 +158,5 @@ def test_a_pickle_calling_a_dangerous_callable_is_never_safe(module: str, name: 
         for path in ("model.pkl", "pytorch_model.bin", "notes.txt"):
             scan = scan_stream(path, io.BytesIO(data), len(data))
             assert scan.format == "pickle" and scan.verdict is not Verdict.SAFE, (build.__name__, path, scan.as_dict())
-            assert scan.verdict is Verdict.UNSAFE or (module, name) in MAY_BE_SUSPICIOUS, (build.__name__, path, scan.as_dict())
+            assert scan.verdict is Verdict.UNSAFE or (module, name) in MAY_BE_SUSPICIOUS, (
+                build.__name__, path, scan.as_dict())

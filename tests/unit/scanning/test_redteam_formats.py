@@ -90,7 +90,8 @@ def test_key_assembly_is_unsafe_in_every_carrier(tmp_path, name):
     assert "gguf.chat-template.gadget" in rules(scan_bytes(gguf.scan, path.read_bytes(), "m.gguf"))
     raw = json.dumps(tokenizer_config(template)).encode()
     assert "remote-code.chat-template.gadget" in rules(scan_bytes(remote_code.scan, raw, "tokenizer_config.json"))
-    assert verdict(scan_bytes(remote_code.scan, template.encode(), "additional_chat_templates/tool_use.jinja")) == "unsafe"
+    found = scan_bytes(remote_code.scan, template.encode(), "additional_chat_templates/tool_use.jinja")
+    assert verdict(found) == "unsafe"
 
 
 # --- GGUF ---------------------------------------------------------------------------------------------
@@ -103,7 +104,8 @@ def test_realistic_llama_gguf_is_safe(tmp_path, name, big_endian):
         tmp_path / "m.gguf",
         chat_template=ALL_ORDINARY_TEMPLATES[name],
         big_endian=big_endian,
-        named_templates={"tool_use": MORE_ORDINARY_CHAT_TEMPLATES["hermes_command_r_tools"], "rag": CHAT_TEMPLATE_LLAMA3},
+        named_templates={"tool_use": MORE_ORDINARY_CHAT_TEMPLATES["hermes_command_r_tools"],
+                         "rag": CHAT_TEMPLATE_LLAMA3},
     )
     assert scan_bytes(gguf.scan, path.read_bytes(), "m.gguf") == []
 
@@ -114,7 +116,8 @@ def test_vocab_only_gguf_is_safe(tmp_path):
 
 def test_gguf_chat_template_key_cut_at_nul_is_checked():
     # llama-cpp-python reads keys as C strings: ``tokenizer.chat_template\0x`` is the chat template.
-    data = gguf_raw([gguf_kv_string("general.architecture", "llama"), gguf_kv_string("tokenizer.chat_template\0x", _CYCLER_SSTI)], [])
+    data = gguf_raw([gguf_kv_string("general.architecture", "llama"),
+                     gguf_kv_string("tokenizer.chat_template\0x", _CYCLER_SSTI)], [])
     found = scan_bytes(gguf.scan, data, "m.gguf")
     assert {"gguf.chat-template.gadget", "gguf.metadata.key-nul"} <= rules(found)
     assert verdict(found) == "unsafe"
@@ -179,11 +182,15 @@ def _seq(layer):
     ("layer", "rule"),
     [
         # CVE-2025-8747 shape: keras's own downloader, named by implementation module.
-        ({"module": "keras.src.utils.file_utils", "class_name": "get_file", "config": {"origin": "http://x/p", "fname": "/tmp/p"}}, "keras.module.gadget"),
+        ({"module": "keras.src.utils.file_utils", "class_name": "get_file",
+          "config": {"origin": "http://x/p", "fname": "/tmp/p"}}, "keras.module.gadget"),
         # CVE-2025-9906 shape: the safe-mode switch as a config object.
-        ({"module": "keras.src.saving.serialization_lib", "class_name": "enable_unsafe_deserialization", "config": {}}, "keras.module.gadget"),
-        ({"module": "keras.src.legacy.saving.legacy_h5_format", "class_name": "load_model_from_hdf5", "config": {}}, "keras.module.gadget"),
-        ({"module": "keras.layers", "class_name": "Dense", "registered_name": "Lambda", "config": {}}, "keras.layer.lambda"),
+        ({"module": "keras.src.saving.serialization_lib", "class_name": "enable_unsafe_deserialization", "config": {}},
+         "keras.module.gadget"),
+        ({"module": "keras.src.legacy.saving.legacy_h5_format", "class_name": "load_model_from_hdf5", "config": {}},
+         "keras.module.gadget"),
+        ({"module": "keras.layers", "class_name": "Dense", "registered_name": "Lambda", "config": {}},
+         "keras.layer.lambda"),
         ({"class_name": "keras.layers.Lambda", "config": {}}, "keras.layer.lambda"),
     ],
 )
@@ -195,7 +202,8 @@ def test_keras_src_gadgets_are_unsafe(layer, rule):
 
 def test_keras_src_ops_and_layers_are_ordinary():
     layer = {"module": "keras.src.ops.numpy", "class_name": "Add", "config": {"name": "add"}, "registered_name": None}
-    dense = {"module": "keras.src.layers.core.dense", "class_name": "Dense", "config": {"name": "d", "units": 2}, "registered_name": None}
+    dense = {"module": "keras.src.layers.core.dense", "class_name": "Dense", "config": {"name": "d", "units": 2},
+             "registered_name": None}
     assert keras.check_config(_seq(layer), "config.json") == []
     assert keras.check_config(_seq(dense), "config.json") == []
 
@@ -212,8 +220,9 @@ def test_engine_finds_keras_h5_behind_a_user_block(tmp_path):
 @pytest.mark.parametrize("block", [512, 4096, 131072])
 def test_keras_h5_behind_a_pickle_or_json_user_block_is_unsafe(tmp_path, block):
     """The user block may hold another format entirely; the HDF5 behind it is still read by h5py."""
-    import h5py
     import pickle
+
+    import h5py
 
     path = tmp_path / "model.h5"
     with h5py.File(path, "w", userblock_size=block) as f:
@@ -264,7 +273,8 @@ def test_safetensors_torch_every_dtype_is_safe():
 def test_safetensors_lone_surrogate_escape_is_unsafe(escaped):
     # Python's json accepts ``\ud800``; the Rust reference refuses the header: two readers, two files.
     entry = '{"dtype": "F32", "shape": [1], "data_offsets": [0, 4]}'
-    header = f'{{{escaped}: {entry}}}' if escaped != '"__metadata__"' else f'{{"w": {entry}, "__metadata__": {{"k": "\\udc80"}}}}'
+    header = (f'{{{escaped}: {entry}}}' if escaped != '"__metadata__"'
+              else f'{{"w": {entry}, "__metadata__": {{"k": "\\udc80"}}}}')
     found = scan_bytes(safetensors.scan, safetensors_raw(header.encode(), bytes(4)), "m.safetensors")
     assert rules(found) == {"safetensors.header.encoding"}
 
@@ -291,7 +301,8 @@ def test_hf_configs_are_safe(name):
 
 @pytest.mark.parametrize("name", sorted(ALL_ORDINARY_TEMPLATES))
 def test_tokenizer_configs_with_ordinary_templates_are_safe(name):
-    cfg = tokenizer_config([{"name": "default", "template": ALL_ORDINARY_TEMPLATES[name]}, {"name": "tool_use", "template": CHAT_TEMPLATE_LLAMA3}])
+    cfg = tokenizer_config([{"name": "default", "template": ALL_ORDINARY_TEMPLATES[name]},
+                            {"name": "tool_use", "template": CHAT_TEMPLATE_LLAMA3}])
     raw = json.dumps(cfg, ensure_ascii=False, indent=2).encode()
     assert _engine(raw, "tokenizer_config.json").verdict.value == "safe"
 
@@ -326,7 +337,8 @@ def test_engine_verdicts_over_a_directory_of_ordinary_files_and_attacks(tmp_path
         _write(attacks, f"{name}/chat_template.jinja", template.encode())
     _write(attacks, "nul_key.gguf", gguf_raw([gguf_kv_string("tokenizer.chat_template\0", _CYCLER_SSTI)], []))
     _write(attacks, "ort_mem/model.onnx", onnx_model(external="*/_ORT_MEM_ADDR_/*"))
-    _write(attacks, "keras_get_file.keras", keras_archive(_seq({"module": "keras.src.utils.file_utils", "class_name": "get_file", "config": {}})))
+    _write(attacks, "keras_get_file.keras",
+           keras_archive(_seq({"module": "keras.src.utils.file_utils", "class_name": "get_file", "config": {}})))
 
     for scan in scan_directory(ordinary):
         assert scan.verdict.value == "safe", (scan.path, scan.format, [f.as_dict() for f in scan.findings])

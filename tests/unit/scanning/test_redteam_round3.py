@@ -38,7 +38,8 @@ def test_payload_past_the_prefix_is_found_by_reading_further(build) -> None:  # 
     assert probe_pickle(data[:65536], io.BytesIO(data), len(data))  # ...the stream is not
     scan = _scan("weights.bin", data)
     assert scan.format == "pickle"
-    assert any(f.rule_id == "pickle.call.not-allowed" and "os.getcwd" in f.location for f in scan.findings), scan.as_dict()
+    assert any(f.rule_id == "pickle.call.not-allowed" and "os.getcwd" in f.location
+               for f in scan.findings), scan.as_dict()
 
 
 def test_cut_opcode_that_declares_more_bytes_than_the_file_is_not_a_pickle() -> None:
@@ -146,7 +147,8 @@ def test_joblib_padding_read_as_opcodes_by_plain_pickle_is_scanned() -> None:
 
 def test_joblib_stream_after_the_array_is_interpreted() -> None:
     scan = _scan("model.joblib", S.joblib_payload_after_array_bytes())
-    assert any(f.rule_id == "pickle.call.not-allowed" and "os.getcwd" in f.location for f in scan.findings), scan.as_dict()
+    assert any(f.rule_id == "pickle.call.not-allowed" and "os.getcwd" in f.location
+               for f in scan.findings), scan.as_dict()
 
 
 def test_joblib_array_announcing_more_bytes_than_the_file_fails_closed() -> None:
@@ -304,7 +306,8 @@ def test_keras_h5_behind_a_user_block_past_one_mib_is_checked() -> None:
 def test_keras_typespec_marker_module_is_checked() -> None:
     from registry.scanning.keras import check_config
 
-    evil = {"class_name": "__typespec__", "spec_name": "Popen", "module": "subprocess", "registered_name": None, "config": []}
+    evil = {"class_name": "__typespec__", "spec_name": "Popen", "module": "subprocess", "registered_name": None,
+            "config": []}
     assert "keras.module.dangerous" in {f.rule_id for f in check_config(evil, "config.json")}
     tf_spec = {
         "class_name": "__typespec__", "spec_name": "TensorSpec", "module": "tensorflow.python.framework.tensor",

@@ -73,7 +73,8 @@ def test_python_file_is_suspicious():
 
 
 def test_auto_map_lists_the_modules_it_would_import():
-    config = dict(LLAMA_CONFIG, auto_map={"AutoConfig": "configuration_x.XConfig", "AutoModelForCausalLM": "modeling_x.XForCausalLM"})
+    config = dict(LLAMA_CONFIG,
+                  auto_map={"AutoConfig": "configuration_x.XConfig", "AutoModelForCausalLM": "modeling_x.XForCausalLM"})
     findings = _scan(config, "config.json")
     assert rules(findings) == {"remote-code.auto-map"}
     assert "configuration_x.py" in findings[0].message and "modeling_x.py" in findings[0].message
@@ -81,7 +82,8 @@ def test_auto_map_lists_the_modules_it_would_import():
 
 
 def test_auto_map_to_another_repository_is_flagged_separately():
-    config = dict(LLAMA_CONFIG, auto_map={"AutoModel": "attacker/payload--modeling_x.XModel", "AutoConfig": "configuration_x.C"})
+    config = dict(LLAMA_CONFIG,
+                  auto_map={"AutoModel": "attacker/payload--modeling_x.XModel", "AutoConfig": "configuration_x.C"})
     findings = _scan(config, "config.json")
     assert rules(findings) == {"remote-code.auto-map", "remote-code.auto-map.external-repo"}
     external = next(f for f in findings if f.rule_id == "remote-code.auto-map.external-repo")
@@ -105,14 +107,16 @@ def test_auto_map_module_missing_from_the_version():
 
 
 def test_tokenizer_auto_map_pair_with_null_fast_class():
-    doc = tokenizer_config(auto_map={"AutoTokenizer": ["tokenization_x.XTokenizer", None]}, tokenizer_class="XTokenizer")
+    doc = tokenizer_config(auto_map={"AutoTokenizer": ["tokenization_x.XTokenizer", None]},
+                           tokenizer_class="XTokenizer")
     findings = _scan(doc, "tokenizer_config.json")
     assert rules(findings) == {"remote-code.auto-map"}
     assert "tokenization_x.py" in findings[0].message
 
 
 def test_auto_map_in_processor_config_and_custom_pipelines():
-    assert rules(_scan({"auto_map": {"AutoProcessor": "processing_x.P"}}, "preprocessor_config.json")) == {"remote-code.auto-map"}
+    assert rules(_scan({"auto_map": {"AutoProcessor": "processing_x.P"}}, "preprocessor_config.json")) == {
+        "remote-code.auto-map"}
     config = dict(LLAMA_CONFIG, custom_pipelines={"text-generation": {"impl": "pipeline_x.P", "pt": []}})
     assert rules(_scan(config, "config.json")) == {"remote-code.custom-pipeline"}
 

@@ -15,8 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from registry.scanning import Verdict, scan_directory, scan_stream
-from registry.scanning import savedmodel
+from registry.scanning import Verdict, savedmodel, scan_directory, scan_stream
 from tests.support import format_samples as F
 
 BUILD = r'''
@@ -212,8 +211,10 @@ def test_hand_made_graphs_name_their_ops() -> None:
         _graph(_node("a", "ImmutableConst")): {"tensorflow.op.unsafe"},
         _graph(_node("a", "Identity"), _node("b", "PyFunc")): {"tensorflow.op.unsafe"},
         _graph(_node("a", "PrintV2", {"output_stream": _pb_field(2, 2, b"stderr")})): set(),
-        _graph(_node("a", "PrintV2", {"output_stream": _pb_field(2, 2, b"file:///etc/cron.d/x")})): {"tensorflow.op.print-to-file"},
-        _graph(_node("a", "DecodeProtoV2", {"descriptor_source": _pb_field(2, 2, b"/etc/passwd")})): {"tensorflow.op.proto-descriptor-file"},
+        _graph(_node("a", "PrintV2",
+                     {"output_stream": _pb_field(2, 2, b"file:///etc/cron.d/x")})): {"tensorflow.op.print-to-file"},
+        _graph(_node("a", "DecodeProtoV2",
+                     {"descriptor_source": _pb_field(2, 2, b"/etc/passwd")})): {"tensorflow.op.proto-descriptor-file"},
         _graph(_node("a", "InitializeTableFromTextFileV2")): {"tensorflow.op.suspicious"},
         _graph(_node("a", "SaveV2")): {"tensorflow.op.checkpoint-outside-saver"},
         # A second op field: protobuf keeps the last one, so every one is checked.
@@ -282,7 +283,8 @@ def _library(functions: dict[str, list[bytes]]) -> bytes:
         ("SaveV2", "SaveV2", {"tensorflow.op.checkpoint-outside-saver"}),  # the restore side may not write
     ],
 )
-def test_saver_functions_called_by_op_name_are_on_their_own_side(save_body: str, restore_body: str, want: set[str]) -> None:
+def test_saver_functions_called_by_op_name_are_on_their_own_side(save_body: str, restore_body: str,
+                                                                 want: set[str]) -> None:
     # TF1-era graphs call a library function by using its name as the op; the saver's functions are found so too.
     graph = _graph(_node("save", "save_fn"), _node("restore", "restore_fn")) + _library(
         {"save_fn": [_node("s", save_body)], "restore_fn": [_node("r", restore_body)]}

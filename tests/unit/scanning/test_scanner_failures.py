@@ -52,7 +52,8 @@ def test_samples_are_safe_while_their_scanner_runs(module: str, tmp_path: Path) 
 
 
 @pytest.mark.parametrize("module", sorted(SAMPLES))
-def test_a_scanner_that_raises_makes_the_verdict_error(module: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_scanner_that_raises_makes_the_verdict_error(module: str, tmp_path: Path,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
     name, build = SAMPLES[module]
     data = build(tmp_path)
 

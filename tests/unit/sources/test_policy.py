@@ -1,6 +1,5 @@
 """Which upstreams a submission may name: configured hubs, directories and buckets only."""
 
-from pathlib import Path
 
 import pytest
 

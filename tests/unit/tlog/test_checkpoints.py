@@ -30,7 +30,8 @@ SPEC_TEXT = "example.com/behind-the-sofa\n20852163\nCsUYapGGPo4dkMgIAUqom/Xajj7h
 SPEC_NOTE = (SPEC_TEXT + "\n"
              "\u2014 example.com/behind-the-sofa Az3grlgtzPICa5OS8npVmf1Myq/5IZniMp+ZJurmRDeOoRDe4URYN7u5/Zhcyv2q1gGzGk"
              "u9nTo+zyWE+xeMcTOAYQ8=\n"
-             "\u2014 witness.example.com/w1 jWbPPwAAAABkGFDLEZMHwSRaJNiIDoe9DYn/zXcrtPHeolMI5OWXEhZCB9dlrDJsX3b2oyin1nPZ"
+             "\u2014 witness.example.com/w1 "
+             "jWbPPwAAAABkGFDLEZMHwSRaJNiIDoe9DYn/zXcrtPHeolMI5OWXEhZCB9dlrDJsX3b2oyin1nPZ"
              "qhf5nNo0xUe+mbIUBkBIfZ+qnA==\n").encode()
 
 ORIGIN = "log.modelreg.example/audit"
