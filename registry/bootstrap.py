@@ -32,11 +32,11 @@ if TYPE_CHECKING:
     from registry.policy import PolicyEngine
     from registry.services.manifests import ReleaseCache
     from registry.signing.keyring import KeyRing
-    from registry.workload_identity import WorkloadVerifier
     from registry.signing.keys import SigningKey
     from registry.signing.trust_root import LogTrust
     from registry.storage.base import BlobStore
     from registry.tlog.note import Ed25519Signer
+    from registry.workload_identity import WorkloadVerifier
 
 
 def load_settings(**overrides: object) -> Settings:

@@ -19,8 +19,8 @@ from fastapi import APIRouter, Header, Request, Response
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import StreamingResponse
 from fastapi.routing import APIRoute
-from starlette.concurrency import run_in_threadpool
 from pydantic import Field, ValidationError
+from starlette.concurrency import run_in_threadpool
 
 from api.deps import ContainerDep, PrincipalDep, SessionDep
 from api.params import INT32_MAX, ModelName, TenantName

@@ -14,10 +14,10 @@ from api.deps import BearerTokenDep, ContainerDep, EventWatcherDep
 from api.params import REF_PATTERN, ModelName, TenantName
 from api.problems import AUTHENTICATED, responses
 from api.schemas import ReleasePublic
+from registry import watch
 from registry.auth import AuthenticatedPrincipal, authenticate
 from registry.bootstrap import Container
 from registry.domain.errors import ConflictError, NotFoundError, RegistryError, ServiceUnavailableError
-from registry import watch
 from registry.services import manifests
 
 router = APIRouter(prefix="/v1/models", tags=["releases"])

@@ -25,6 +25,8 @@ from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from api.deps import ContainerDep, SessionDep
 from api.params import AliasName, ModelName, TenantName, VersionNumber
 from api.problems import status_for
+from registry import oidc
+from registry.auth import load_principal
 from registry.console import views
 from registry.console.sessions import (
     SESSION_LIFETIME,
@@ -37,8 +39,6 @@ from registry.console.sessions import (
     sign_in,
     start_session,
 )
-from registry import oidc
-from registry.auth import load_principal
 from registry.db.session import begin_write
 from registry.domain.aliases import make_target
 from registry.domain.errors import (

@@ -6,9 +6,8 @@ Create Date: 2026-11-29 18:49:20.909202
 """
 from typing import Sequence, Union
 
-from alembic import op
 import sqlalchemy as sa
-
+from alembic import op
 
 revision: str = '0001'
 down_revision: Union[str, None] = None

@@ -6,9 +6,8 @@ Create Date: 2026-11-29 18:56:21.673211
 """
 from typing import Sequence, Union
 
-from alembic import op
 import sqlalchemy as sa
-
+from alembic import op
 
 revision: str = '0002'
 down_revision: Union[str, None] = '0001'

@@ -6,8 +6,8 @@ Create Date: 2026-12-01 21:30:00
 """
 from typing import Sequence, Union
 
-from alembic import op
 import sqlalchemy as sa
+from alembic import op
 
 revision: str = "0014"
 down_revision: Union[str, None] = "0013"

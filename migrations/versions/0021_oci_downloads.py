@@ -7,8 +7,8 @@ Create Date: 2026-12-02 05:10:00
 """
 from typing import Sequence, Union
 
-from alembic import op
 import sqlalchemy as sa
+from alembic import op
 
 revision: str = "0021"
 down_revision: Union[str, None] = "0020"

@@ -10,8 +10,8 @@ Create Date: 2026-12-02 16:00:00
 """
 from typing import Sequence, Union
 
-from alembic import op
 import sqlalchemy as sa
+from alembic import op
 
 revision: str = "0024"
 down_revision: Union[str, None] = "0023"

@@ -13,8 +13,8 @@ Create Date: 2026-12-05 07:00:00
 from typing import Sequence, Union
 from urllib.parse import urlsplit
 
-from alembic import op
 import sqlalchemy as sa
+from alembic import op
 
 revision: str = "0028"
 down_revision: Union[str, None] = "0027"

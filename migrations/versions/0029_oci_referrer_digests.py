@@ -10,8 +10,8 @@ Create Date: 2026-12-05 07:00:00
 """
 from typing import Sequence, Union
 
-from alembic import op
 import sqlalchemy as sa
+from alembic import op
 
 revision: str = "0029"
 down_revision: Union[str, None] = "0028"

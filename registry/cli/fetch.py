@@ -8,9 +8,9 @@ Exit codes (the same table as :mod:`registry.client.errors`; a failure prints on
 
 Trust root: ``--trust-root FILE`` (``MODELREG_TRUST_ROOT``), or ``--trust-root-sha256 HEX``
 (``MODELREG_TRUST_ROOT_SHA256``): the sha256 of trust root 1 as the registry serves it (its trust-root
-route, version 1, piped to ``sha256sum``: the README's KServe section), fetched and trusted only if exactly the bytes received hash
-to it, then walked forward to the current root. One of the two is required; with both, the file must
-hash to the pin.
+route, version 1, piped to ``sha256sum``: the README's KServe section), fetched and trusted only if exactly
+the bytes received hash to it, then walked forward to the current root. One of the two is required; with
+both, the file must hash to the pin.
 
 Output: readable lines on stdout (one per phase, then the summary) and, when stderr is a terminal, a
 progress bar there; with ``--json``, JSON lines on stdout instead (``{"event": "phase"}``,
@@ -223,10 +223,10 @@ def _write_fetch_metrics(path: Path, ref_text: str, timings: dict[str, float], e
                          result: dict[str, Any] | None) -> None:
     """The fetch's textfile; a path that cannot be written fails the command, after the fetch's own error."""
     from registry.client.errors import exit_code
-    from registry.node.opener import ref_selector
-    from registry.node.textfile import fetch_samples, write_textfile
     from registry.domain.errors import RegistryError
     from registry.domain.refs import parse_ref
+    from registry.node.opener import ref_selector
+    from registry.node.textfile import fetch_samples, write_textfile
 
     try:
         parsed = parse_ref(ref_text)
@@ -388,8 +388,9 @@ def cache_warm(
                 metrics()
 
             def warmed(result) -> None:
-                _summary(result.as_dict(), as_json, f"{result.model}@{result.ref} -> {result.version}: "
-                                                     f"{result.downloaded_files} downloaded, {result.cached_files} cached")
+                _summary(result.as_dict(), as_json,
+                         f"{result.model}@{result.ref} -> {result.version}: {result.downloaded_files} downloaded, "
+                         f"{result.cached_files} cached")
 
             def refused(ref, exc) -> None:
                 _say(f"{_error_prefix(exit_code(exc)[1])}{ref}: {' '.join(str(exc).split())}", err=True)

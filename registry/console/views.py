@@ -126,7 +126,8 @@ def version_page(session: Session, principal: AuthenticatedPrincipal, tenant: st
              if a.version_id == version.id or a.canary_version_id == version.id]
     fetched = provenance.nodes(session, principal, tenant, name, str(number), limit=50)["nodes"] if audits else None
     return {
-        "version": version, "facts": found, "files_hidden": max(0, len(files) - MAX_FILES_SHOWN), "estimate": estimate.as_dict() if estimate else None,
+        "version": version, "facts": found, "files_hidden": max(0, len(files) - MAX_FILES_SHOWN),
+        "estimate": estimate.as_dict() if estimate else None,
         "submitter": status.submitter, "status": status, "files": files[:MAX_FILES_SHOWN], "scans": findings,
         "evals": results, "eval_rows": eval_rows, "baseline": baseline, "baseline_alias": alias,
         "license_findings": [f.as_dict() for f in version.license_findings],

@@ -36,9 +36,9 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from registry.node.cache import sha256_file
 from registry.client.errors import BadManifestError, DestinationError
 from registry.domain.errors import InvalidPathError, ManifestMismatchError
+from registry.node.cache import sha256_file
 from registry.signing.bundle import SIGNATURE_FILE_NAME, is_ignored
 from registry.signing.release import Release, ReleaseFile
 from registry.statefile import fsync_dir
@@ -220,8 +220,8 @@ def verify_directory(directory: Path, release: Release, *, parallel: int = 4) ->
         todo = sorted((listed[p] for p in listed if p in present), key=lambda f: -f.size)
         mismatched = [m for m in pool.map(check, todo) if m is not None]
     if missing or extra or odd or mismatched:
-        raise ManifestMismatchError(missing=missing, extra=extra, mismatched=sorted(mismatched, key=lambda m: m["path"]),
-                                    not_regular=odd)
+        raise ManifestMismatchError(missing=missing, extra=extra,
+                                    mismatched=sorted(mismatched, key=lambda m: m["path"]), not_regular=odd)
 
 
 def verify_destination(dest: Path, release: Release, bundle: Mapping[str, Any], *, parallel: int = 4) -> None:

@@ -101,7 +101,8 @@ def _open_direct_read(path: Path) -> int | None:
 
 
 def copy_hashed(source: Path, target: Path, *, limit: int) -> tuple[int, str]:
-    """Copy at most about ``limit`` + 1 bytes of ``source`` into the new file ``target``; the bytes copied and their sha256.
+    """Copy at most about ``limit`` + 1 bytes of ``source`` into the new file ``target``; the bytes copied and
+    their sha256.
 
     Each chunk is read into the buffer, hashed there, then written from it: ``target`` holds exactly what
     was hashed, whatever ``source`` does meanwhile. Reads, like writes, bypass the page cache where the

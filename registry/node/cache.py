@@ -27,11 +27,11 @@ Nothing in the cache is trusted. The cache directory is one filesystem tree that
 the node can write, so a fetch never hands out a cached blob's bytes unhashed: :meth:`NodeCache.copy_out`
 copies a blob into DEST and hashes the bytes DEST gets, in one pass (a reflink hashed where the
 filesystem shares extents; elsewhere each chunk read once, hashed in memory and written from there past
-the page cache); a blob whose bytes are not its name is removed and downloaded again. DEST never shares an inode with the cache, so whatever a pod
-writes into its own DEST reaches neither the cache nor another pod. (fs-verity would let the kernel
-refuse the change instead; ext4 here has it off, so the copy is the one mechanism.) Blobs that only
-sit in the cache (``cache warm``) are re-hashed when their last check is older than ``recheck_after``,
-and ``modelreg cache verify`` re-hashes them all on demand.
+the page cache); a blob whose bytes are not its name is removed and downloaded again. DEST never shares an
+inode with the cache, so whatever a pod writes into its own DEST reaches neither the cache nor another pod.
+(fs-verity would let the kernel refuse the change instead; ext4 here has it off, so the copy is the one
+mechanism.) Blobs that only sit in the cache (``cache warm``) are re-hashed when their last check is older
+than ``recheck_after``, and ``modelreg cache verify`` re-hashes them all on demand.
 
 Revocation. The index records which versions the cache holds (:meth:`NodeCache.hold`: tenant, model,
 version, and each file's digest) when a fetch or ``cache warm`` brings a release in. When a version is
@@ -68,10 +68,10 @@ from contextlib import contextmanager
 from datetime import timedelta
 from pathlib import Path
 
-from registry.node.blobfile import copy_hashed
 from registry.domain.errors import DigestMismatchError, InvalidInputError, SizeMismatchError
 from registry.domain.files import is_sha256
 from registry.domain.refs import NAME_RE
+from registry.node.blobfile import copy_hashed
 
 HASH_CHUNK = 128 << 10
 """Bytes per read when hashing a file: small enough that sha256 reads them back from the CPU cache

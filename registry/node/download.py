@@ -35,9 +35,9 @@ from concurrent.futures import Executor, Future
 from pathlib import Path
 
 from registry.client.api import RegistryApi
-from registry.node.blobfile import BlobFile
 from registry.client.errors import NetworkError, TransportError
 from registry.domain.errors import DigestMismatchError, SizeMismatchError
+from registry.node.blobfile import BlobFile
 from registry.statefile import write_atomic
 
 DEFAULT_PART_SIZE = 8 << 20

@@ -27,11 +27,11 @@ from collections.abc import Callable
 from typing import Any
 
 from registry.client.api import RegistryApi
-from registry.node.cache import NodeCache, RevocationReport
 from registry.client.http import RemoteError
 from registry.domain.errors import RegistryError
 from registry.domain.events import TYPE_PREFIX
 from registry.domain.refs import NAME_RE
+from registry.node.cache import NodeCache, RevocationReport
 
 REVOKED = "version.revoked"
 PAGE = 1000

@@ -30,18 +30,13 @@ import threading
 import time
 import urllib.parse
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from collections.abc import Callable
 from typing import Any
 from xml.sax.saxutils import escape
 
 from registry.client.api import RegistryApi
-from registry.node.blobfile import read_whole_file, write_whole_file
-from registry.node.cache import NodeCache, RevocationReport
-from registry.node.chunks import ChunkedFile, fetch_chunk_list, verify_chunk
-from registry.node.opener import NodePolicy, ReleaseOpener
-from registry.node.revocations import RevocationFollower
 from registry.domain.errors import (
     ChunkMismatchError,
     InvalidInputError,
@@ -53,6 +48,11 @@ from registry.domain.errors import (
 )
 from registry.domain.ranges import byte_range
 from registry.domain.refs import parse_ref
+from registry.node.blobfile import read_whole_file, write_whole_file
+from registry.node.cache import NodeCache, RevocationReport
+from registry.node.chunks import ChunkedFile, fetch_chunk_list, verify_chunk
+from registry.node.opener import NodePolicy, ReleaseOpener
+from registry.node.revocations import RevocationFollower
 from registry.signing.release import Release, ReleaseFile
 
 log = logging.getLogger("modelreg.serve_s3")

@@ -42,14 +42,14 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from registry.client.errors import NetworkError, classify
+from registry.domain.errors import IntegrityError, RegistryError, RevokedError, SignatureError
+from registry.domain.refs import NAME_RE
 from registry.node.assemble import RELEASE_FILE, STAGING_PREFIX, read_release_file, verify_directory
 from registry.node.cache import NodeCache
-from registry.client.errors import NetworkError, classify
 from registry.node.opener import verify_recorded
 from registry.node.revocations import RevocationFollower
 from registry.node.trust import NodeTrust
-from registry.domain.errors import IntegrityError, RegistryError, RevokedError, SignatureError
-from registry.domain.refs import NAME_RE
 from registry.signing.bundle import SIGNATURE_FILE_NAME
 from registry.signing.trust_root import TrustRoot
 
@@ -104,8 +104,8 @@ def read_claim(folder: Path) -> Claim | None | str:
     except (KeyError, TypeError, ValueError):
         return "the release record is not a release envelope"
     parts = model.split("/") if isinstance(model, str) else []
-    if issued.tzinfo is None or len(parts) != 2 or not all(NAME_RE.match(p) for p in parts) or not isinstance(ref, str) \
-            or type(version) is not int or version < 1:
+    if (issued.tzinfo is None or len(parts) != 2 or not all(NAME_RE.match(p) for p in parts)
+            or not isinstance(ref, str) or type(version) is not int or version < 1):
         return "the release record names no model version"
     return Claim(dict(envelope), model, ref, version, issued)
 

@@ -36,12 +36,11 @@ from pathlib import Path
 from typing import Any
 
 from registry import statefile
-from registry.node.log_proofs import WitnessPolicy
 from registry.domain.errors import InvalidInputError, RegistryError
+from registry.node.log_proofs import WitnessPolicy
 from registry.signing.trust_root import MAX_ROOT_BYTES, RootError, TrustRoot, parse_root, walk
 from registry.tlog.checkpoint import parse_checkpoint
 from registry.tlog.note import MAX_NOTE_BYTES, parse_note
-
 
 PINNED_ROOT_VERSION = 1
 """The root a ``--trust-root-sha256`` pin names: the first the registry published."""

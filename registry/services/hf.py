@@ -248,7 +248,8 @@ def _revision_file(row: VersionFile) -> RevisionFile:
     return RevisionFile(row.path, row.size, row.sha256, lfs, None if lfs else row.upstream_git_sha1)
 
 
-def record_download(session: Session, principal: AuthenticatedPrincipal, release: ResolvedRevision, *, clock: Clock) -> None:
+def record_download(session: Session, principal: AuthenticatedPrincipal, release: ResolvedRevision, *,
+                    clock: Clock) -> None:
     """Count one file download of ``release`` by ``principal`` (provenance question 8), and commit.
 
     One row per (version, principal, UTC day), upserted: a client's thousand range requests are one row.

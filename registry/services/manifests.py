@@ -1,9 +1,10 @@
 """Release manifests, server side: what a serving node may download for a model's alias or version.
 
 :func:`issue` resolves ``ref`` (an alias, by the canary routing of :func:`registry.domain.aliases.resolve`
-as :func:`registry.services.aliases.resolve` does, in one query; or a version number) for the tenant a request is served for, refuses anything but an
-approved, unrevoked version, and signs a release (:mod:`registry.signing.release`) with a key of the
-newest trust root (:func:`registry.services.trust_roots.release_signer`). Presigned blob URLs travel
+as :func:`registry.services.aliases.resolve` does, in one query; or a version number) for the tenant a request
+is served for, refuses anything but an approved, unrevoked version, and signs a release
+(:mod:`registry.signing.release`) with a key of the newest trust root
+(:func:`registry.services.trust_roots.release_signer`). Presigned blob URLs travel
 beside the signed payload, with the version's OpenSSF bundle (written by the fetch client as
 ``model.sig``).
 
@@ -41,8 +42,8 @@ import base64
 import datetime as dt
 import hashlib
 import re
-from dataclasses import dataclass
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import func, select, text, update

@@ -33,7 +33,6 @@ import datetime as dt
 import json
 import uuid
 from collections.abc import Iterator
-
 from typing import Any
 
 from sqlalchemy import exists, select
@@ -44,9 +43,9 @@ from sqlalchemy.orm import Session, sessionmaker
 from registry.clock import Clock
 from registry.db.models import Model, OciArtifact, OciReferrerDigest, Version
 from registry.db.session import begin_write, is_postgres
-from registry.domain.modelpack import canonical_json
 from registry.domain import modelpack, oci_referrers
 from registry.domain.errors import InvalidInputError, OciBlobUnknownError, OciManifestUnknownError
+from registry.domain.modelpack import canonical_json
 from registry.domain.oci_referrers import (
     CYCLONEDX,
     EVAL_REPORT,
@@ -59,9 +58,9 @@ from registry.domain.oci_referrers import (
     build,
 )
 from registry.services import evals, exports, loaders, oci_serving, scans
+from registry.services.loaders import version_ref
 from registry.services.oci_serving import BlobRef, Pulled, StoredArtifact
 from registry.services.oci_tokens import OciCaller
-from registry.services.loaders import version_ref
 from registry.signing.bundle import PREDICATE_TYPE, SIGNATURE_FILE_NAME
 from registry.storage.base import BlobStore
 

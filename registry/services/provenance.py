@@ -38,8 +38,8 @@ from registry.db.models import (
     Alias,
     AliasMove,
     Approval,
-    EvalResult,
     Download,
+    EvalResult,
     LicenseFinding,
     Model,
     PolicyDecision,
@@ -154,7 +154,8 @@ def _signing_key(session: Session, key_id: str | None) -> dict[str, Any] | None:
     return doc
 
 
-def _files_page(session: Session, version: Version, limit: int, cursor: str | None) -> tuple[list[VersionFile], str | None]:
+def _files_page(session: Session, version: Version, limit: int,
+                cursor: str | None) -> tuple[list[VersionFile], str | None]:
     query = select(VersionFile).where(VersionFile.version_id == version.id)
     after = _cursor(cursor)
     if after is not None:

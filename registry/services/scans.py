@@ -15,7 +15,6 @@ not approved yet is flagged for its reviewers, with an audit event.
 from __future__ import annotations
 
 import logging
-import os
 import shutil
 import tempfile
 import time
@@ -33,12 +32,19 @@ from registry.db.session import begin_write, is_postgres
 from registry.domain.errors import ScanFailedError
 from registry.domain.stages import states_after
 from registry.domain.states import VersionState
+from registry.scanning import (
+    PATH_DEPENDENT_FORMATS,
+    SCANNER_NAME,
+    SCANNER_VERSION,
+    FileScan,
+    Verdict,
+    scan_key,
+    scan_stream,
+)
 from registry.services import lifecycle, revocations
 from registry.services.ports import Ports
 from registry.services.stages import scanning
 from registry.services.stages.scanning import lock_scans_of, ours, results_of, shareable
-from registry.scanning import (PATH_DEPENDENT_FORMATS, SCANNER_NAME, SCANNER_VERSION, FileScan, Verdict, scan_key,
-                               scan_stream)
 from registry.storage.base import BlobStore
 
 log = logging.getLogger(__name__)
@@ -165,7 +171,8 @@ def _record(session: Session, digest: str, key: str, scanned: dict[str, list[tup
     source = shared[0][0] if shared else shareable(rows, key)
     if source is not None:
         done = {r.path for r in rows if ours(r)}
-        scanning.copy_results(session, rows, source, [p for p in _paths_with_key(session, digest, key) if p not in done])
+        scanning.copy_results(session, rows, source,
+                              [p for p in _paths_with_key(session, digest, key) if p not in done])
 
 
 def _settle(session: Session, digest: str, key: str, ports: Ports) -> None:

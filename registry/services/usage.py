@@ -19,11 +19,11 @@ from typing import Any
 from sqlalchemy import String, and_, cast, distinct, func, literal, select
 from sqlalchemy.orm import Session
 
+from registry import jobs
 from registry.auth import AuthenticatedPrincipal, Permission, get_tenant, require
 from registry.clock import Clock
 from registry.db.models import EvalResult, Job, Model, ReleaseIssuance, Version, VersionFile
 from registry.domain.errors import InvalidInputError
-from registry import jobs
 from registry.services import quotas
 
 DEFAULT_PERIOD = dt.timedelta(days=30)

@@ -90,7 +90,8 @@ def verifier_calls(root: Path = ROOT) -> list[str]:
             for node in ast.walk(source_tree.tree(path)):
                 if isinstance(node, ast.Call):
                     func = node.func
-                    name = func.id if isinstance(func, ast.Name) else func.attr if isinstance(func, ast.Attribute) else ""
+                    name = (func.id if isinstance(func, ast.Name)
+                            else func.attr if isinstance(func, ast.Attribute) else "")
                     if name in RELEASE_VERIFIERS:
                         found.append(f"{relative}:{node.lineno} {name}")
     return found

@@ -17,8 +17,18 @@ import pytest
 
 from registry.cli import versions as cli_versions
 from registry.console import views
-from registry.domain.stages import (FAILABLE, PIPELINE, STAGES, Stage, Work, failing_states, running_states,
-                                    states_after, states_in_order, states_of)
+from registry.domain.stages import (
+    FAILABLE,
+    PIPELINE,
+    STAGES,
+    Stage,
+    Work,
+    failing_states,
+    running_states,
+    states_after,
+    states_in_order,
+    states_of,
+)
 from registry.domain.states import LIVE, VersionState
 from registry.services import scans
 from tests.support import source_tree
