@@ -242,7 +242,7 @@ def _approved(container, world) -> None:
             with container.session_factory() as session:
                 approvals_service.decide(session, who, "acme", "tiny", number,
                                          approvals_service.ApprovalRequest(decision="approve", capacity=capacity),
-                                         engine=container.policy, clock=container.clock)
+                                         ports=container.ports)
         world.setdefault("approved", []).append(number)
 
 
@@ -255,7 +255,7 @@ def _approved_by_security(container, world) -> None:
     with container.session_factory() as session:
         approvals_service.decide(session, sec, "acme", "tiny", world["number"],
                                  approvals_service.ApprovalRequest(decision="approve", capacity="security"),
-                                 engine=container.policy, clock=container.clock)
+                                 ports=container.ports)
 
 
 def _promoted_twice(container, world) -> None:
