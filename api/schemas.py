@@ -160,6 +160,10 @@ class VersionDetail(VersionPublic):
     facts: dict[str, Any] | None = Field(
         description="what the headers of the version's files say (weights, architecture, quantization, "
                     "tokenizer); each fact is {value, source} or {value: null, unknown: why}; null until recorded")
+    components: list[dict[str, Any]] | None = Field(
+        None, description="the release unit's components ({name, digest, members}: weights, tokenizer, "
+                          "chat_templates, generation_config, config, prompt_templates, serving_profile, other); "
+                          "null until the files are stored")
 
 
 class ApprovalCreate(Strict):

@@ -8,6 +8,7 @@
 package modelreg.approval
 
 import data.modelreg.evals
+import data.modelreg.unit
 import rego.v1
 
 decision := {
@@ -43,7 +44,7 @@ approved_file(doc, cfg, path) if {
 	path in a.files
 }
 
-unmet_of(doc, cfg) := ((((((((((rejections(doc) | unsafe_files(doc)) | unscanned_files(doc)) | suspicious_files(doc, cfg)) | remote_code(doc, cfg)) | license(doc, cfg)) | license_conflict(doc, cfg)) | license_file_unmatched(doc, cfg)) | capacities(doc, cfg)) | evals.gates(doc, cfg)) | evals.regressions(doc, cfg))
+unmet_of(doc, cfg) := ((((((((((((rejections(doc) | unsafe_files(doc)) | unscanned_files(doc)) | suspicious_files(doc, cfg)) | remote_code(doc, cfg)) | license(doc, cfg)) | license_conflict(doc, cfg)) | license_file_unmatched(doc, cfg)) | capacities(doc, cfg)) | evals.gates(doc, cfg)) | evals.regressions(doc, cfg)) | template_review(doc, cfg)) | unit.evals_required(doc, cfg))
 
 rejections(doc) := {u |
 	some a in doc.approvals
@@ -125,4 +126,12 @@ capacities(doc, cfg) := {u |
 	some c in cfg.required_capacities
 	not approved_as(doc, c)
 	u := {"code": "approval.missing", "message": sprintf("needs an approval by %s", [c]), "capacity": c, "satisfiable": true}
+}
+
+# A chat or prompt template that changed from the unit replaced shapes every prompt the model sees: a
+# security approval must name each file holding one (after reading the rendered diff).
+template_review(doc, cfg) := {u |
+	some path in doc.unit.template_review_files
+	not approved_file(doc, cfg, path)
+	u := {"code": "unit.template-review", "message": concat("", [path, ": a chat or prompt template changed", unit.since(doc), ": a ", cfg.security_capacity, " approval must name it"]), "path": path, "capacity": cfg.security_capacity, "satisfiable": true}
 }

@@ -137,3 +137,38 @@ test_required_capacities_come_from_data if {
 	cfg2 := object.union(cfg, {"required_capacities": ["ml"]})
 	count(approval.unmet_of(with_approvals(clean, [approve("mia", "ml", [])]), cfg2)) == 0
 }
+
+# --- the release unit ------------------------------------------------------------------------------
+
+template_changed := object.union(clean, {"unit": {
+	"components": {"weights": "w", "chat_templates": "t2"},
+	"base": {"version": 3, "reason": "alias:prod", "components": {"weights": "w", "chat_templates": "t1"}},
+	"changed": ["chat_templates"],
+	"template_review_files": ["tokenizer_config.json"],
+	"suites": [],
+}})
+
+test_a_changed_chat_template_needs_a_security_approval_naming_its_file if {
+	codes(with_approvals(template_changed, both)) == {"unit.template-review"}
+	some u in approval.unmet_of(with_approvals(template_changed, both), cfg)
+	u.path == "tokenizer_config.json"
+	u.capacity == "security"
+	u.satisfiable == true
+	contains(u.message, "since version 3 (alias:prod)")
+	codes(with_approvals(template_changed, [approve("sam", "security", ["tokenizer_config.json"]), approve("mia", "ml", [])])) == set()
+}
+
+test_an_ml_approval_naming_the_template_file_does_not_review_it if {
+	codes(with_approvals(template_changed, [approve("sam", "security", []), approve("mia", "ml", ["tokenizer_config.json"])])) == {"unit.template-review"}
+}
+
+test_the_submitter_cannot_review_their_own_template if {
+	codes(with_approvals(template_changed, [approve("alice", "security", ["tokenizer_config.json"]), approve("mia", "ml", [])])) == {"unit.template-review", "approval.missing"}
+}
+
+test_a_tokenizer_change_needs_the_suites_that_apply_on_the_new_unit if {
+	doc := object.union(template_changed, {"unit": object.union(template_changed.unit, {"changed": ["tokenizer"], "template_review_files": [], "suites": ["lm"]})})
+	codes(with_approvals(doc, both)) == {"unit.evals-required"}
+	done := object.union(doc, {"evals": [{"suite": "lm", "suite_version": "v1", "runner": "r", "runner_version": "1", "status": "completed", "reason": null, "metrics": {}}]})
+	codes(with_approvals(done, both)) == set()
+}

@@ -10,6 +10,7 @@
 package modelreg.promotion
 
 import data.modelreg.evals
+import data.modelreg.unit
 import rego.v1
 
 decision := {"unmet": unmet_of(input, data.modelreg.config)}
@@ -25,7 +26,7 @@ may_move(doc, cfg) if {
 	c in alias_capacities(doc.alias, cfg)
 }
 
-unmet_of(doc, cfg) := ((not_permitted(doc, cfg) | not_approved(doc.target, "target")) | not_approved(doc.canary, "canary")) | regressions(doc, cfg)
+unmet_of(doc, cfg) := (((not_permitted(doc, cfg) | not_approved(doc.target, "target")) | not_approved(doc.canary, "canary")) | regressions(doc, cfg)) | unit.evals_required(doc, cfg)
 
 # The target's evals may not regress against the version the alias points at now (the same rule as
 # approval's, whose baseline is `evals.baseline_alias`; here it is the alias moved).

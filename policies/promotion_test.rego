@@ -56,3 +56,11 @@ test_an_alias_moves_away_from_a_revoked_version if {
 	doc := object.union(move(ml, "prod", "approved"), {"current": {"number": 1, "state": "revoked"}})
 	count(promotion.unmet_of(doc, cfg)) == 0
 }
+
+test_a_tokenizer_change_blocks_promotion_until_the_suites_ran_on_the_new_unit if {
+	unit := {"components": {"tokenizer": "t2"}, "base": {"version": 1, "reason": "alias:prod", "components": {"tokenizer": "t1"}}, "changed": ["tokenizer"], "template_review_files": [], "suites": ["lm"]}
+	doc := object.union(move(ml, "prod", "approved"), {"unit": unit, "evals": []})
+	codes(doc) == {"unit.evals-required"}
+	ran := object.union(doc, {"evals": [{"suite": "lm", "suite_version": "v1", "status": "completed", "metrics": {}}]})
+	codes(ran) == set()
+}

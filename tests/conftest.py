@@ -185,3 +185,13 @@ def no_event_loop_left_running(request):
 
 
 BROWSER_TESTS = Path(__file__).resolve().parent / "browser"
+
+
+# --- the order modules reach the workers --------------------------------------------------------
+
+from tests.support.module_order import load_seconds, longest_first  # noqa: E402
+
+
+def pytest_collection_modifyitems(session, config, items):
+    """Longest modules first (``tests/support/module_order.py``): no long module is left for the end."""
+    items[:] = longest_first(items, load_seconds())

@@ -20,7 +20,7 @@ from registry.domain.errors import (
 )
 from registry.domain.files import FileEntry
 from registry.domain.states import shown_state
-from registry.services import chunks, facts, versions
+from registry.services import chunks, facts, units, versions
 
 router = APIRouter(prefix="/v1/models", tags=["models"],
                    responses=responses(*AUTHENTICATED, NotFoundError))
@@ -106,7 +106,16 @@ def list_versions(tenant: TenantName, name: ModelName, session: SessionDep,
 def get_version(tenant: TenantName, name: ModelName, number: VersionNumber, session: SessionDep,
                 principal: PrincipalDep) -> VersionDetail:
     version, found = facts.read_version_with_facts(session, principal, tenant, name, number)
-    return VersionDetail(**version_public(version).model_dump(), facts=found)
+    return VersionDetail(**version_public(version).model_dump(), facts=found,
+                         components=units.components_document(units.components_of(session, version)))
+
+
+@router.get("/{tenant}/{name}/diff/{old}/{new}", responses=responses(InvalidStateError))
+def diff_versions(tenant: TenantName, name: ModelName, old: VersionNumber, new: VersionNumber, session: SessionDep,
+                  principal: PrincipalDep) -> dict[str, Any]:
+    """The release-unit diff from version ``old`` to ``new``: which components changed, member by member,
+    and the files whose chat or prompt templates changed; 409 until both versions' files are stored."""
+    return units.unit_diff(session, principal, tenant, name, old, new)
 
 
 @router.get("/{tenant}/{name}/versions/{number}/signature", responses=responses(InvalidStateError))

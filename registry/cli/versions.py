@@ -188,7 +188,42 @@ def version_show(
     else:
         _print_version(version)
         # A registry older than facts sends no key at all: nothing to say then.
-        _say(*(_facts_lines(facts) if "facts" in version else ()), *(_capacity_lines(estimate) if estimate else ()))
+        _say(*(_facts_lines(facts) if "facts" in version else ()), *_component_lines(version.get("components")),
+             *(_capacity_lines(estimate) if estimate else ()))
+
+
+def _component_lines(components: Any) -> list[str]:
+    if not isinstance(components, list):
+        return []
+    return ["  components:", *(f"    {c.get('name')}: {c.get('digest')} ({c.get('members')} member(s))"
+                               for c in components if isinstance(c, dict))]
+
+
+@app.command("diff")
+def diff(
+    model: str = typer.Argument(..., help="TENANT/NAME"), old: int = typer.Argument(..., min=1),
+    new: int = typer.Argument(..., min=1), url: str = UrlOpt, token: str = TokenOpt, as_json: bool = JsonOpt,
+) -> None:
+    """Show what changed in the release unit from version OLD to NEW: each component (weights, tokenizer,
+    chat templates, generation config, ...) that differs, member by member."""
+    tenant, name = _split_model(model)
+    with _client(url, token) as client:
+        doc = client.diff(tenant, name, old, new)
+    if as_json:
+        _emit(doc, True)
+        return
+    d = doc["diff"]
+    lines = [f"{model}: version {old} -> {new}",
+             f"  changed: {', '.join(d['changed']) or 'nothing'}",
+             f"  unchanged: {', '.join(d['unchanged']) or '-'}"]
+    for c in d["components"]:
+        lines.append(f"  {c['name']} ({c['status']}): {c['old_digest'] or '-'} -> {c['new_digest'] or '-'}")
+        lines += [f"    + {m}" for m in c["members_added"]]
+        lines += [f"    - {m}" for m in c["members_removed"]]
+        lines += [f"    ~ {m}" for m in c["members_changed"]]
+    if doc.get("template_review_files"):
+        lines.append("  templates a security approval must name: " + ", ".join(doc["template_review_files"]))
+    _say(*lines)
 
 
 def _cell(cell: Any) -> str:

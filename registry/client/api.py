@@ -246,6 +246,10 @@ class RegistryApi:
     def version(self, tenant: str, name: str, number: int) -> dict[str, Any]:
         return self.client.get(_version(tenant, name, number))
 
+    def diff(self, tenant: str, name: str, old: int, new: int) -> dict[str, Any]:
+        """The release-unit diff from version ``old`` to ``new`` (``modelreg diff``)."""
+        return self.client.get(f"{_model(tenant, name)}/diff/{int(old)}/{int(new)}")
+
     def signature(self, tenant: str, name: str, number: int) -> dict[str, Any]:
         return self.client.get(f"{_version(tenant, name, number)}/signature")
 

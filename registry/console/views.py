@@ -18,7 +18,7 @@ from registry.domain.errors import PermissionDeniedError, RegistryError
 from registry.domain.stages import running_states, states_in_order
 from registry.domain.states import TRANSITIONS, VersionState
 from registry.policy import PolicyEngine
-from registry.services import aliases, approvals, evals, facts, provenance, revocations, scans, versions
+from registry.services import aliases, approvals, evals, facts, provenance, revocations, scans, units, versions
 from registry.services import audit as audit_service
 from registry.services.stages import evaluating
 
@@ -125,7 +125,13 @@ def version_page(session: Session, principal: AuthenticatedPrincipal, tenant: st
     moved = [a for a in aliases.list_aliases(session, principal, tenant, name)
              if a.version_id == version.id or a.canary_version_id == version.id]
     fetched = provenance.nodes(session, principal, tenant, name, str(number), limit=50)["nodes"] if audits else None
+    components = units.components_of(session, version)
+    base = evaluating.baseline_version(session, version, alias)
     return {
+        "components": components,
+        "unit_diff": (units.diff_document(session, base, version)
+                      if components is not None and base is not None and units.components_of(session, base)
+                      else None),
         "version": version, "facts": found, "files_hidden": max(0, len(files) - MAX_FILES_SHOWN),
         "estimate": estimate.as_dict() if estimate else None,
         "submitter": status.submitter, "status": status, "files": files[:MAX_FILES_SHOWN], "scans": findings,

@@ -138,6 +138,7 @@ class ApprovalInput(TypedDict):
     baseline: dict[str, Any] | None
     approvals: list[ApprovalDoc]
     submitter: str
+    unit: dict[str, Any] | None
 
 
 class PrincipalDoc(TypedDict):
@@ -159,6 +160,7 @@ class PromotionInput(TypedDict):
     current: TargetDoc | None
     evals: list[dict[str, Any]]
     baseline: dict[str, Any] | None
+    unit: dict[str, Any] | None
 
 
 def approval_input(
@@ -173,6 +175,7 @@ def approval_input(
     facts: dict[str, Any] | None = None,
     evals: Iterable[dict[str, Any]] = (),
     baseline: dict[str, Any] | None = None,
+    unit: dict[str, Any] | None = None,
 ) -> ApprovalInput:
     """Build the input of ``policies/approval.rego``.
 
@@ -189,6 +192,8 @@ def approval_input(
         evals: Each suite's eval result (``registry.services.stages.evaluating.policy_evals``), sorted by suite.
         baseline: The completed evals of the version behind the baseline alias, or None
             (``registry.services.stages.evaluating.policy_baseline``).
+        unit: The release unit: components, the unit replaced and what changed, or None until the files
+            are stored (``registry.services.units.policy_unit``).
 
     Raises:
         InvalidInputError: a duplicate file, an unknown verdict or decision, a naive time.
@@ -231,6 +236,7 @@ def approval_input(
         "evals": sorted(evals, key=lambda e: e["suite"]),
         "baseline": baseline,
         "approvals": sorted(approval_docs, key=lambda a: (a["at"], a["principal"], a["capacity"])),
+        "unit": unit,
         "submitter": submitter,
     }
 
@@ -246,6 +252,7 @@ def promotion_input(
     current: tuple[int, str] | None = None,
     evals: Iterable[dict[str, Any]] = (),
     baseline: dict[str, Any] | None = None,
+    unit: dict[str, Any] | None = None,
 ) -> PromotionInput:
     """Build the input of ``policies/promotion.rego``.
 
@@ -259,6 +266,7 @@ def promotion_input(
         current: ``(number, state)`` of the version it points at now, if any.
         evals: The target version's eval results, as in the approval input.
         baseline: The completed evals of the version the alias points at now, or None.
+        unit: The target's release unit against the version the alias points at now (as in the approval input).
     """
 
     def ref(value: tuple[int, str] | None) -> TargetDoc | None:
@@ -272,4 +280,5 @@ def promotion_input(
         "current": ref(current),
         "evals": sorted(evals, key=lambda e: e["suite"]),
         "baseline": baseline,
+        "unit": unit,
     }

@@ -17,12 +17,13 @@ from __future__ import annotations
 from typing import Any, Mapping
 
 from registry.facts import config as config_facts
+from registry.facts import parts as part_facts
 from registry.facts import tokenizer as tokenizer_facts
 from registry.facts import weights as weight_facts
 from registry.facts._cells import MAX_JSON_BYTES, RangeFile, ReadBudget, ReadRange, known, load_json, unknown
 
-READER_VERSION = "1"
-"""Bump when what the readers record changes; stored beside the facts."""
+READER_VERSION = "2"
+"""Bump when what the readers record changes; stored beside the facts. 2: ``parts``."""
 MAX_TOTAL_READ = 512 << 20
 """All the bytes the readers may read for one version (a thousand shards' headers fit easily)."""
 
@@ -40,7 +41,9 @@ def read_model_facts(files: Mapping[str, int], read_range: ReadRange, *,
         budget: Bytes the readers may read in all.
 
     Returns:
-        ``{"reader_version", "weights", "architecture", "quantization", "tokenizer"}``.
+        ``{"reader_version", "weights", "architecture", "quantization", "tokenizer", "parts"}``; ``parts``
+        (``path -> {part: sha256}``) splits the files that hold several components of the release unit
+        (:mod:`registry.facts.parts`).
     """
     spent = ReadBudget(budget)
 
@@ -51,7 +54,8 @@ def read_model_facts(files: Mapping[str, int], read_range: ReadRange, *,
 
     config, config_error = load(config_facts.CONFIG)
     quantize_config, _ = load(config_facts.QUANTIZE_CONFIG)
-    sets, gguf_meta = weight_facts.weight_sets(files, read_range, spent)
+    sets, gguf_metas = weight_facts.weight_sets(files, read_range, spent)
+    gguf_meta = gguf_metas[0] if gguf_metas else None
     quantization, packed = config_facts.quantization(config, quantize_config,
                                                      [s for s in sets if s["format"] == "gguf"])
     if config_error is not None and config_facts.CONFIG not in files and gguf_meta is not None:
@@ -87,6 +91,7 @@ def read_model_facts(files: Mapping[str, int], read_range: ReadRange, *,
         "architecture": architecture,
         "quantization": quantization,
         "tokenizer": tokenizer,
+        "parts": part_facts.read_parts(tok_config, tok_error, gguf_metas),
     })
 
 

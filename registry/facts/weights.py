@@ -53,13 +53,14 @@ def _gguf_wanted(key: str) -> bool:
     return key in _GGUF_SCALARS or not key.startswith("tokenizer.ggml.")
 
 
-def weight_sets(files: Mapping[str, int], read_range: ReadRange, budget: ReadBudget) -> tuple[list[dict], dict | None]:
+def weight_sets(files: Mapping[str, int], read_range: ReadRange,
+                budget: ReadBudget) -> tuple[list[dict], list[dict]]:
     """Read every weight set's headers.
 
     Returns:
         The sets (``format``, ``files``, and either ``tensors``, ``tensor_elements``, ``bytes``,
-        ``dtypes`` (elements per dtype) or ``unknown``), and the kept metadata of the first readable
-        GGUF file with its path (``{"path": ..., "metadata": ..., "array_lengths": ...}``), if any.
+        ``dtypes`` (elements per dtype) or ``unknown``), and the kept metadata of each readable GGUF set's
+        first file with its path (``{"path": ..., "metadata": ..., "array_lengths": ...}``), in path order.
     """
     sets: list[dict] = []
     st = sorted(p for p in files if p.endswith(".safetensors"))
@@ -67,16 +68,16 @@ def weight_sets(files: Mapping[str, int], read_range: ReadRange, budget: ReadBud
         sets.append(_safetensors_index_set(files, read_range, budget))
     elif st:
         sets.append(_read_set("safetensors", st, files, read_range, budget))
-    first_gguf: dict | None = None
+    gguf_metas: list[dict] = []
     for group in _gguf_groups(sorted(p for p in files if p.endswith(".gguf"))):
         result = _read_set("gguf", group, files, read_range, budget)
         meta = result.pop("_metadata", None)
-        if first_gguf is None and meta is not None:
-            first_gguf = meta
+        if meta is not None:
+            gguf_metas.append(meta)
         sets.append(result)
     for s in sets:
         s.pop("_metadata", None)
-    return sets, first_gguf
+    return sets, gguf_metas
 
 
 def formats(files: Mapping[str, int]) -> list[str]:

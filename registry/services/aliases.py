@@ -36,7 +36,7 @@ from registry.domain.policy_input import promotion_input
 from registry.domain.states import VersionState
 from registry.domain.text import MAX_COMMENT_LENGTH, validate_text
 from registry.policy import PolicyEngine
-from registry.services import loaders
+from registry.services import loaders, units
 from registry.services import policy as policy_service
 from registry.services.stages import evaluating
 
@@ -195,6 +195,8 @@ def _move(session: Session, principal: AuthenticatedPrincipal, model: Model, ali
         current=(current.number, current.state) if current else None,
         evals=evaluating.policy_evals(session, main),
         baseline=evaluating.policy_baseline(session, main, alias),
+        unit=units.policy_unit(session, main, current, f"alias:{alias}",
+                               [s.name for s in evaluating.applicable_suites(session, main, policy)[0]]),
     )
     decision = policy_service.decide_promotion(session, main, dict(doc), policy, clock.now())
     if not decision.allowed:

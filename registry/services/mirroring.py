@@ -21,6 +21,7 @@ from registry import jobs
 from registry.db.models import Job, Version, VersionFile
 from registry.db.session import begin_write
 from registry.domain.chunks import ChunkHasher, ChunkList
+from registry.domain.components import components_map, unit_components
 from registry.domain.errors import (
     BlobVanishedError,
     IntegrityError,
@@ -274,6 +275,8 @@ def seal_version(session_factory: sessionmaker[Session], version_id: int, *, por
                 "requested_revision": version.requested_revision,
                 "revision": version.resolved_revision,
                 "files": [e.as_dict() for e in entries],
+                # The release unit's components, from the files and the parts the facts readers split.
+                "components": components_map(unit_components(entries, found.get("parts") or {})),
                 "registry": registry_url,
             }},
         )

@@ -200,3 +200,35 @@ def test_every_page_is_captured_and_its_forms_and_buttons_have_accessible_names(
         phone.close()
     print(f"screenshots of {len(pages) + 1} pages in {shots}")
     assert len(list(shots.glob("*.png"))) >= len(pages) + 1
+
+
+def test_the_version_page_shows_the_release_unit_diff_of_a_chat_template_change(page, server, shots):
+    """Version 2 changes only the chat template inside tokenizer_config.json: the page lists the components,
+    shows the change against prod member by member, and says which file a security approval must name."""
+    files = tiny_model_files(7)
+    config = files["tokenizer_config.json"].replace(b"{% endfor %}", b"{% if 'deploy' in m['content'] %}obey"
+                                                     b"{% endif %}{% endfor %}")
+    assert config != files["tokenizer_config.json"]
+    sam = RegistryApi(server.url, server.tokens["sam"])
+    digest = hashlib.sha256(config).hexdigest()
+    sam.put_blob(TENANT, digest, config, len(config))
+    entries = [e if e["path"] != "tokenizer_config.json" else {**e, "size": len(config), "sha256": digest}
+               for e in server.files]
+    submitted = sam.submit(TENANT, MODEL, {"source": "upload:template-edit", "files": entries, "license": "mit"})
+    number = submitted["version"]
+    deadline = time.monotonic() + 240
+    while (state := server.api.version(TENANT, MODEL, number)["state"]) != "awaiting_approval":
+        assert state not in ("failed", "rejected") and time.monotonic() < deadline, state
+        time.sleep(0.05)
+    sign_in(page, server.tokens["sec"])
+    page.goto(f"/ui/models/{TENANT}/{MODEL}/versions/{number}")
+    unit = page.locator("#release-unit")
+    assert f"Changed since version {server.number} (prod)" in unit.inner_text()
+    rows = unit.locator("#component-diff tbody tr")
+    assert rows.count() == 1
+    assert rows.first.locator("td").all_inner_texts() == [
+        "chat_templates", "changed", "~ tokenizer_config.json#chat_template"]
+    assert "a security approval must name tokenizer_config.json" in unit.inner_text()
+    components = unit.locator("table").first.locator("tbody tr td:first-child").all_inner_texts()
+    assert components == ["weights", "tokenizer", "chat_templates", "generation_config", "config"]
+    page.screenshot(path=shots / "version-unit-diff.png", full_page=True)

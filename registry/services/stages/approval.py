@@ -19,6 +19,7 @@ from registry.domain import policy_input as pi
 from registry.domain.errors import InvalidStateError
 from registry.domain.outcomes import Outcome, Passed, Pending
 from registry.policy import Decision, PolicyEngine
+from registry.services import units
 from registry.services.loaders import version_ref
 from registry.services.policy import decide_approval
 from registry.services.ports import Ports
@@ -85,6 +86,8 @@ def approval_input_for(session: Session, version: Version, engine: PolicyEngine 
         raise InvalidStateError(
             f"{version_ref(version)} is {version.state}: its files are not all stored yet",
             state=version.state)
+    alias = evaluating.baseline_alias(engine)
+    suites = evaluating.applicable_suites(session, version, engine)[0] if engine is not None else []
     return pi.approval_input(
         version=pi.VersionRef(version.model.tenant.name, version.model.name, version.number, version.state),
         source=pi.SourceRef(version.source_kind, version.source_repo, version.resolved_revision),
@@ -95,7 +98,9 @@ def approval_input_for(session: Session, version: Version, engine: PolicyEngine 
         submitter=submitter_of(session, version) or "",
         facts=_facts_for(session, version),
         evals=evaluating.policy_evals(session, version),
-        baseline=evaluating.policy_baseline(session, version, evaluating.baseline_alias(engine)),
+        baseline=evaluating.policy_baseline(session, version, alias),
+        unit=units.policy_unit(session, version, evaluating.baseline_version(session, version, alias),
+                               f"alias:{alias}", [s.name for s in suites]),
     )
 
 

@@ -127,18 +127,25 @@ def baseline_alias(engine: PolicyEngine | None) -> str | None:
     return value if isinstance(value, str) and value else None
 
 
+def baseline_version(session: Session, version: Version, alias: str | None) -> Version | None:
+    """The version behind ``alias`` of the same model, or None (no such alias, or it is this very version)."""
+    if alias is None:
+        return None
+    row = session.scalar(select(Alias).where(Alias.model_id == version.model_id, Alias.name == alias))
+    if row is None or row.version_id == version.id:
+        return None
+    return session.get(Version, row.version_id)
+
+
 def policy_baseline(session: Session, version: Version, alias: str | None) -> dict[str, Any] | None:
     """``input.baseline``: the completed evals of the version behind ``alias`` of the same model, or None.
 
     None when there is no such alias, or it points at this very version. Policies compare a suite's
     metrics only when the baseline's ``suite_version`` equals this version's (like with like).
     """
-    if alias is None:
+    behind = baseline_version(session, version, alias)
+    if behind is None:
         return None
-    row = session.scalar(select(Alias).where(Alias.model_id == version.model_id, Alias.name == alias))
-    if row is None or row.version_id == version.id:
-        return None
-    behind = session.get(Version, row.version_id)
     evals = [{"suite": r.suite, "suite_version": r.suite_version, "metrics": r.metrics}
              for r in results_of(session, behind) if r.status == COMPLETED]
     return {"alias": alias, "version": behind.number, "evals": evals}

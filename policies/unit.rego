@@ -1,0 +1,39 @@
+# The release unit's gates, shared by approval.rego (the unit replaced: the version behind
+# `evals.baseline_alias`) and promotion.rego (the version behind the alias moved).
+#
+# Input: a document with `unit` (null, or {components, base, changed, template_review_files, suites}; see
+# README.md) and `evals` ([{suite, status, ...}]).
+#
+# When a component named in `unit.eval_components` changed from the unit replaced (with no unit replaced,
+# every component is new), every eval suite that applies to the version must have completed on it: a result
+# from another unit never stands in. Approvals cannot satisfy this: a gate is a gate.
+package modelreg.unit
+
+import rego.v1
+
+eval_components(cfg) := object.get(object.get(cfg, "unit", {}), "eval_components", [])
+
+gated_changes(doc, cfg) := [c |
+	some c in doc.unit.changed
+	c in eval_components(cfg)
+]
+
+completed(doc, suite) if {
+	some e in doc.evals
+	e.suite == suite
+	e.status == "completed"
+}
+
+base_of(doc) := object.get(doc.unit, "base", null)
+
+since(doc) := concat("", [" since version ", format_int(base_of(doc).version, 10), " (", base_of(doc).reason, ")"]) if base_of(doc) != null
+
+since(doc) := " (no unit replaced)" if base_of(doc) == null
+
+evals_required(doc, cfg) := {u |
+	changed := gated_changes(doc, cfg)
+	count(changed) > 0
+	some suite in doc.unit.suites
+	not completed(doc, suite)
+	u := {"code": "unit.evals-required", "message": concat("", [concat(", ", changed), " changed", since(doc), ": eval suite ", suite, " must complete on this unit"]), "suite": suite, "components": changed, "capacity": null, "satisfiable": false}
+}

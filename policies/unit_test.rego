@@ -1,0 +1,52 @@
+# Tests of unit.rego, run by tests/unit/test_policy_rego.py (every `test_` rule must be true).
+package modelreg.unit_test
+
+import data.modelreg.unit
+import rego.v1
+
+cfg := {"unit": {"eval_components": ["weights", "tokenizer", "chat_templates"]}}
+
+doc(changed, base, evals) := {"unit": {"components": {}, "base": base, "changed": changed, "template_review_files": [], "suites": ["lm"]}, "evals": evals}
+
+prod := {"version": 3, "reason": "alias:prod", "components": {}}
+
+done := [{"suite": "lm", "status": "completed"}]
+
+codes(d) := {u.code | some u in unit.evals_required(d, cfg)}
+
+test_a_tokenizer_change_needs_the_suites_on_the_new_unit if {
+	us := unit.evals_required(doc(["tokenizer"], prod, []), cfg)
+	{u.code | some u in us} == {"unit.evals-required"}
+	every u in us {
+		u.satisfiable == false
+		u.suite == "lm"
+		contains(u.message, "tokenizer changed since version 3 (alias:prod)")
+	}
+}
+
+test_a_pending_suite_is_not_completed if {
+	codes(doc(["tokenizer"], prod, [{"suite": "lm", "status": "pending"}])) == {"unit.evals-required"}
+}
+
+test_completed_suites_satisfy_it if {
+	codes(doc(["tokenizer", "weights"], prod, done)) == set()
+}
+
+test_an_ungated_change_needs_nothing if {
+	codes(doc(["other", "config"], prod, [])) == set()
+}
+
+test_with_no_unit_replaced_every_gated_component_is_new if {
+	us := unit.evals_required(doc(["weights"], null, []), cfg)
+	every u in us { contains(u.message, "(no unit replaced)") }
+	count(us) == 1
+}
+
+test_no_suites_apply_nothing_to_run if {
+	d := {"unit": {"components": {}, "base": prod, "changed": ["weights"], "template_review_files": [], "suites": []}, "evals": []}
+	codes(d) == set()
+}
+
+test_no_unit_no_gate if {
+	codes({"unit": null, "evals": []}) == set()
+}
