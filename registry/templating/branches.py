@@ -23,6 +23,7 @@ Example:
 from __future__ import annotations
 
 import difflib
+import json
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping
 
@@ -305,12 +306,16 @@ def unparse(node: Any, depth: int = 0) -> str:
         return f"{base}{sep}{node.name}{tail}"
     if isinstance(node, n.Compare):
         return " ".join([u(node.expr)] + [f"{_COMPARE_OPS[o.op]} {u(o.expr)}" for o in node.ops])
-    if isinstance(node, n.And):
-        return f"{u(node.left)} and {u(node.right)}"
-    if isinstance(node, n.Or):
-        return f"{u(node.left)} or {u(node.right)}"
-    if isinstance(node, n.Not):
-        return f"not {u(node.node)}"
+    if isinstance(node, (n.And, n.Or, n.Not)):
+        # Comparisons bind tighter than ``and``/``or``/``not``: only a weaker operand needs parentheses.
+        def b(x: Any) -> str:
+            text = unparse(x, depth + 1)
+            weaker = isinstance(x, n.CondExpr) or (isinstance(x, n.Or) and not isinstance(node, n.Or))
+            return f"({text})" if weaker or (isinstance(node, n.Not) and isinstance(x, (n.And, n.Or))) else text
+
+        if isinstance(node, n.Not):
+            return f"not {b(node.node)}"
+        return f"{b(node.left)} {'and' if isinstance(node, n.And) else 'or'} {b(node.right)}"
     if isinstance(node, n.Neg):
         return f"-{u(node.node)}"
     if isinstance(node, n.CondExpr):
@@ -338,26 +343,35 @@ def _placeholder(role: Any, index: int, part: int | None = None) -> str:
 
 
 def _swap_texts(messages: list[dict]) -> tuple[list[dict], list[tuple[str, str]]]:
-    """The messages with every text replaced by a placeholder, and the (real, placeholder) pairs."""
+    """The messages with every text replaced by a placeholder, and the (real, placeholder) pairs.
+
+    An empty text stays empty: its neutral counterpart is no text at all.
+    """
     pairs: list[tuple[str, str]] = []
     swapped = []
     for i, message in enumerate(messages):
         message = dict(message)
         for key in sorted(CONTENT_KEYS & message.keys()):
             value = message[key]
-            if isinstance(value, str):
+            if isinstance(value, str) and value:
                 message[key] = _placeholder(message.get("role"), i) + ("" if key == "content" else f" {key}")
                 pairs.append((value, message[key]))
             elif isinstance(value, list):
                 blocks = []
                 for j, block in enumerate(value):
-                    if isinstance(block, dict) and isinstance(block.get("text"), str):
+                    if isinstance(block, dict) and isinstance(block.get("text"), str) and block["text"]:
                         block = {**block, "text": _placeholder(message.get("role"), i, j)}
                         pairs.append((value[j]["text"], block["text"]))
                     blocks.append(block)
                 message[key] = blocks
         swapped.append(message)
     return swapped, pairs
+
+
+def _forms(text: str) -> list[str]:
+    """The ways a benign template writes a message's text: as is, trimmed, JSON-escaped, upper or lower case."""
+    return list(dict.fromkeys([text, text.strip(), json.dumps(text, ensure_ascii=False)[1:-1], json.dumps(text)[1:-1],
+                               text.upper(), text.lower()]))
 
 
 def _masked(text: str, strings: Iterable[tuple[int, str]]) -> str:
@@ -412,8 +426,8 @@ def input_dependent_text(template: str, conversations: Iterable[Conversation] = 
             # A text written twice gets one marker, in both renderings, so repeats do not read as differences.
             ids: dict[str, int] = {}
             marks = [(ids.setdefault(r, len(ids)), r, p) for r, p in pairs]
-            masked_real = _masked(real, [(k, r) for k, r, _ in marks])
-            masked_neutral = _masked(neutral, [(k, p) for k, _, p in marks])
+            masked_real = _masked(real, [(k, v) for k, r, _ in marks for v in _forms(r)])
+            masked_neutral = _masked(neutral, [(k, v) for k, _, p in marks for v in _forms(p)])
             if masked_real != masked_neutral:
                 matcher = difflib.SequenceMatcher(None, masked_neutral, masked_real, autojunk=False)
                 for tag, _, _, j1, j2 in matcher.get_opcodes():
