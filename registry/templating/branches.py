@@ -33,6 +33,9 @@ from registry.templating.render import ChatTemplateRenderError, parse_chat_templ
 MAX_CONDITION_CHARS = 300
 MAX_FINDING_TEXT = 300
 MAX_FINDINGS = 64
+MAX_CHAR_DIFF = 16_000
+MAX_LINE_DIFF = 4_000
+_BOUND_REASONS = frozenset({"too-much-work", "output-too-large", "template-too-large"})
 # Fields of a message (or of a content block) that hold what someone wrote.
 CONTENT_KEYS = frozenset({"content", "reasoning_content", "thinking", "reasoning", "text"})
 # String methods whose result still carries the text they were called on.
@@ -428,12 +431,30 @@ def input_dependent_text(template: str, conversations: Iterable[Conversation] = 
             marks = [(ids.setdefault(r, len(ids)), r, p) for r, p in pairs]
             masked_real = _masked(real, [(k, v) for k, r, _ in marks for v in _forms(r)])
             masked_neutral = _masked(neutral, [(k, v) for k, _, p in marks for v in _forms(p)])
-            if masked_real != masked_neutral:
-                matcher = difflib.SequenceMatcher(None, masked_neutral, masked_real, autojunk=False)
-                for tag, _, _, j1, j2 in matcher.get_opcodes():
-                    extra = _unmarked(masked_real[j1:j2]).strip()
-                    if tag in ("replace", "insert") and extra:
-                        found.append(InputDependentText(conversation.name, extra[:MAX_FINDING_TEXT], "extra-text"))
-        if len(found) >= MAX_FINDINGS:
+            found += [InputDependentText(conversation.name, extra[:MAX_FINDING_TEXT], "extra-text")
+                      for extra in _extra_segments(masked_neutral, masked_real)]
+        # A template past a render bound is past it for every conversation: one is enough to show.
+        if len(found) >= MAX_FINDINGS or any(isinstance(o, ChatTemplateRenderError) and o.reason in _BOUND_REASONS
+                                             for o in outcomes):
             break
     return found[:MAX_FINDINGS]
+
+
+def _extra_segments(neutral: str, real: str) -> list[str]:
+    """The stretches of ``real`` that ``neutral`` lacks, by character (by line when the texts are long)."""
+    if neutral == real:
+        return []
+    a: str | list[str]
+    b: str | list[str]
+    if len(neutral) + len(real) <= MAX_CHAR_DIFF:
+        a, b = neutral, real
+    else:
+        # Matching is quadratic at worst: long renderings are compared line by line, and only so far.
+        a, b = neutral.splitlines(keepends=True)[:MAX_LINE_DIFF], real.splitlines(keepends=True)[:MAX_LINE_DIFF]
+    matcher = difflib.SequenceMatcher(None, a, b, autojunk=False)
+    extras = []
+    for tag, _, _, j1, j2 in matcher.get_opcodes():
+        extra = _unmarked("".join(b[j1:j2])).strip()
+        if tag in ("replace", "insert") and extra:
+            extras.append(extra)
+    return extras

@@ -27,9 +27,12 @@ from registry.templating.conversations import STANDARD_CONVERSATIONS
 from registry.templating.render import ChatTemplateRenderError, render_chat_template
 
 MAX_SHOWN_CHARS = 16_000
+MAX_DIFF_INPUT_CHARS = 256_000
 # ``strftime_now`` reports this time in a diff, so two runs of the same diff give the same bytes.
 DIFF_TIME = datetime(2026, 1, 1, 12, 0, 0)
-CONTENT_DEPENDENT = frozenset({"content-branch", "input-dependent-text"})
+# A template whose output depends on message content, or that could not be analysed (fail closed).
+SUSPICIOUS_KINDS = frozenset({"content-branch", "input-dependent-text", "analysis-failed"})
+_BOUND_REASONS = frozenset({"too-much-work", "output-too-large", "template-too-large"})
 
 
 @dataclass(frozen=True)
@@ -98,8 +101,8 @@ class ChatTemplateDiff:
 
     @property
     def suspicious(self) -> bool:
-        """Whether the new template's output depends on the content of messages."""
-        return any(f.kind in CONTENT_DEPENDENT for f in self.findings)
+        """Whether the new template's output depends on the content of messages, or could not be analysed."""
+        return any(f.kind in SUSPICIOUS_KINDS for f in self.findings)
 
     @property
     def changed(self) -> list[str]:
@@ -152,10 +155,14 @@ def _unified(name: str, old: Rendering | None, new: Rendering | None) -> str:
     b = new.shown() if new is not None else ""
     if a == b:
         return ""
-    lines = difflib.unified_diff(a.splitlines(keepends=True), b.splitlines(keepends=True),
+    # Line matching is quadratic at worst; a rendering may be up to 1 MiB.
+    cut = len(a) > MAX_DIFF_INPUT_CHARS or len(b) > MAX_DIFF_INPUT_CHARS
+    lines = difflib.unified_diff(a[:MAX_DIFF_INPUT_CHARS].splitlines(keepends=True),
+                                 b[:MAX_DIFF_INPUT_CHARS].splitlines(keepends=True),
                                  fromfile=f"old/{name}", tofile=f"new/{name}")
     # Like git, say so when a side does not end with a newline rather than gluing two lines together.
-    return "".join(line if line.endswith("\n") else line + "\n\\ No newline at end of file\n" for line in lines)
+    text = "".join(line if line.endswith("\n") else line + "\n\\ No newline at end of file\n" for line in lines)
+    return text + (f"[renderings compared up to {MAX_DIFF_INPUT_CHARS} characters]\n" if cut else "")
 
 
 def _findings(new: str, variables: Mapping[str, Any]) -> list[Finding]:
@@ -184,9 +191,22 @@ def chat_template_diff(old: str | None, new: str | None, *,
         Per conversation both renderings and their diff; findings about ``new``.
     """
     variables = dict(variables or {})
+    # A template past a render bound (loops, output size) is not rendered again: one costly failure is enough.
+    exhausted: dict[str, Rendering] = {}
+
+    def render(side: str, template: str | None, conversation: Any) -> Rendering | None:
+        if side in exhausted:
+            return exhausted[side]
+        rendering = _render(template, conversation, variables)
+        if rendering is not None and rendering.error is not None and rendering.error["reason"] in _BOUND_REASONS:
+            exhausted[side] = Rendering(None, {"reason": rendering.error["reason"],
+                                               "message": f"not rendered after {conversation.name}: "
+                                                          f"{rendering.error['message']}"[:500]})
+        return rendering
+
     conversations = []
     for conversation in STANDARD_CONVERSATIONS:
-        a, b = _render(old, conversation, variables), _render(new, conversation, variables)
+        a, b = render("old", old, conversation), render("new", new, conversation)
         conversations.append(ConversationDiff(conversation.name, conversation.add_generation_prompt, a, b,
                                               _unified(conversation.name, a, b)))
     findings = _findings(new, variables) if new is not None else []

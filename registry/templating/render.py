@@ -40,7 +40,7 @@ MAX_OUTPUT_CHARS = 1 << 20
 # Strings a template builds (``~``, ``*``, ``%``) and iterations of all its loops in one render.
 MAX_BUILT_CHARS = 4 << 20
 MAX_LOOP_STEPS = 2_000_000
-MAX_RENDER_SECONDS = 10.0
+MAX_RENDER_SECONDS = 5.0
 # How deep and how large the messages, tools and variables handed to a template may be.
 MAX_DATA_DEPTH = 32
 MAX_DATA_ITEMS = 200_000

@@ -92,6 +92,18 @@ def test_special_tokens_and_keyword_variables_reach_the_template():
     assert out == "<s>x<think></s>"
 
 
+def test_documents_render_as_transformers_renders_them():
+    template = ("{% if documents %}{% for d in documents %}[{{ loop.index }}] {{ d.title }}: {{ d.text }}\n"
+                "{% endfor %}{% endif %}{% for m in messages %}{{ m.role }}: {{ m.content }}\n{% endfor %}")
+    documents = [{"title": "Paris", "text": "Paris is the capital of France."},
+                 {"title": "Берлин", "text": "Берлин — столица Германии."}]
+    messages = [{"role": "user", "content": "Capitals?"}]
+    ours = render_chat_template(template, messages, documents=documents)
+    assert ours == _tokenizer().apply_chat_template(messages, documents=documents, chat_template=template,
+                                                    tokenize=False)
+    assert ours.startswith("[1] Paris: ")
+
+
 def test_none_fields_are_dropped_and_reasoning_is_aliased_as_transformers_does():
     template = ("{% for m in messages %}{{ m.tool_calls is defined }} {{ m.thinking }}|{{ m.reasoning_content }}"
                 "{% endfor %}")
