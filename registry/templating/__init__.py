@@ -17,7 +17,7 @@ Example:
 
 from registry.templating.branches import ContentBranch, InputDependentText, content_branches, input_dependent_text
 from registry.templating.conversations import STANDARD_CONVERSATIONS, Conversation
-from registry.templating.diff import ChatTemplateDiff, ConversationDiff, Finding, Rendering, chat_template_diff
+from registry.templating.diff import ChatTemplateDiff, ConversationDiff, Rendering, TemplateFinding, chat_template_diff
 from registry.templating.render import (
     MAX_OUTPUT_CHARS,
     ChatTemplateRenderError,
@@ -35,10 +35,10 @@ __all__ = [
     "ContentBranch",
     "Conversation",
     "ConversationDiff",
-    "Finding",
     "InputDependentText",
     "PromptTemplateError",
     "Rendering",
+    "TemplateFinding",
     "chat_template_diff",
     "content_branches",
     "declared_variables",

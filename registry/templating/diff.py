@@ -4,8 +4,8 @@
 keeps, per conversation, both renderings (or why one failed) and a unified diff where they differ. Its
 findings, about the new template, are the content branches (static), the text that appears only for
 some inputs (rendered) and the static check's issues; ``suspicious`` is true when any finding says the
-output depends on what a message says. ``as_dict()`` is JSON-ready and bounded; the same inputs give
-the same bytes.
+output depends on what a message says, or when the new template could not be analysed (fail closed).
+``as_dict()`` is JSON-ready and bounded; the same inputs give the same bytes.
 
 Example:
     >>> t = "{% for m in messages %}{{ m['role'] }}: {{ m['content'] }}\\n{% endfor %}"
@@ -66,7 +66,7 @@ class ConversationDiff:
 
 
 @dataclass(frozen=True)
-class Finding:
+class TemplateFinding:
     """Something about the new template an approver should read.
 
     Attributes:
@@ -97,7 +97,7 @@ class ChatTemplateDiff:
     """The rendered comparison of two chat templates."""
 
     conversations: tuple[ConversationDiff, ...]
-    findings: tuple[Finding, ...]
+    findings: tuple[TemplateFinding, ...]
 
     @property
     def suspicious(self) -> bool:
@@ -165,15 +165,16 @@ def _unified(name: str, old: Rendering | None, new: Rendering | None) -> str:
     return text + (f"[renderings compared up to {MAX_DIFF_INPUT_CHARS} characters]\n" if cut else "")
 
 
-def _findings(new: str, variables: Mapping[str, Any]) -> list[Finding]:
-    found: list[Finding] = []
+def _findings(new: str, variables: Mapping[str, Any]) -> list[TemplateFinding]:
+    found: list[TemplateFinding] = []
     try:
-        found += [Finding("content-branch", f"{b.why}: {b.condition}", line=b.line) for b in content_branches(new)]
+        found += [TemplateFinding("content-branch", f"{b.why}: {b.condition}", line=b.line)
+                  for b in content_branches(new)]
     except ChatTemplateRenderError as exc:
-        found.append(Finding("analysis-failed", f"the template could not be walked: {exc.message[:300]}"))
-    found += [Finding("input-dependent-text", f"{t.why}: {t.text}", conversation=t.conversation)
+        found.append(TemplateFinding("analysis-failed", f"the template could not be walked: {exc.message[:300]}"))
+    found += [TemplateFinding("input-dependent-text", f"{t.why}: {t.text}", conversation=t.conversation)
               for t in input_dependent_text(new, variables=variables)]
-    found += [Finding("static-check", f"{i.kind}: {i.detail}", severity=i.severity.value)
+    found += [TemplateFinding("static-check", f"{i.kind}: {i.detail}", severity=i.severity.value)
               for i in check_template(new)]
     return found
 

@@ -74,11 +74,11 @@ class PromptTemplateError(InvalidInputError):
 
 
 class _Raised(Exception):
-    """What ``raise_exception`` throws; Jinja's TemplateError base keeps transformers' message."""
+    """Marks what ``raise_exception`` throws (a Jinja ``TemplateError``, as in transformers) as the template's own."""
 
 
 class _TooMuchWork(Exception):
-    pass
+    """A render went past a bound on loops, built values or time."""
 
 
 @dataclasses.dataclass
