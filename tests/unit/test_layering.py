@@ -35,6 +35,7 @@ def _imports(package: str) -> dict[str, set[str]]:
     ("registry/sources", {"sqlalchemy", "fastapi"}),
     ("registry/scanning", {"sqlalchemy", "fastapi"}),
     ("registry/evals", {"sqlalchemy", "fastapi", "boto3"}),
+    ("registry/templating", {"sqlalchemy", "fastapi", "boto3", "httpx", "transformers", "torch"}),
     ("registry/client", {"sqlalchemy", "fastapi", "boto3", "api", "workers"}),
     ("registry/node", {"sqlalchemy", "fastapi", "boto3", "api", "workers"}),
     ("registry/tlog", {"sqlalchemy", "fastapi", "boto3", "httpx", "pydantic", "api", "workers"}),
@@ -72,6 +73,14 @@ def test_the_node_and_the_client_hold_no_server_code_and_the_client_no_node_code
     reverse, and neither reaches the server's packages."""
     assert _importing("registry/node", tuple(p + "." for p in SERVER_SIDE)) == {}
     assert _importing("registry/client", tuple(p + "." for p in SERVER_SIDE) + ("registry.node.",)) == {}
+
+
+def test_templating_reaches_only_the_domain_and_the_static_template_check():
+    """registry/templating is pure logic over template text: services, the database and storage stay out."""
+    allowed = ("registry.domain.", "registry.scanning.jinja_check.", "registry.scanning.model.", "registry.templating.")
+    outside = {path: sorted(n for n in names if not n.startswith(allowed))
+               for path, names in _registry_imports("registry/templating").items()}
+    assert {path: names for path, names in outside.items() if names} == {}
 
 
 RELEASE_VERIFIERS = {"verify_release", "verify_manifest", "verify_release_log"}
