@@ -112,10 +112,11 @@ def get_version(tenant: TenantName, name: ModelName, number: VersionNumber, sess
 
 @router.get("/{tenant}/{name}/diff/{old}/{new}", responses=responses(InvalidStateError))
 def diff_versions(tenant: TenantName, name: ModelName, old: VersionNumber, new: VersionNumber, session: SessionDep,
-                  principal: PrincipalDep) -> dict[str, Any]:
+                  principal: PrincipalDep, container: ContainerDep) -> dict[str, Any]:
     """The release-unit diff from version ``old`` to ``new``: which components changed, member by member,
-    and the files whose chat or prompt templates changed; 409 until both versions' files are stored."""
-    return units.unit_diff(session, principal, tenant, name, old, new)
+    the files whose chat or prompt templates changed, and each changed chat template rendered old and new
+    on the standard conversations (``templates``); 409 until both versions' files are stored."""
+    return units.unit_diff(session, principal, tenant, name, old, new, blob_store=container.blob_store)
 
 
 @router.get("/{tenant}/{name}/versions/{number}/signature", responses=responses(InvalidStateError))

@@ -21,6 +21,7 @@ from registry.policy import PolicyEngine
 from registry.services import aliases, approvals, evals, facts, provenance, revocations, scans, units, versions
 from registry.services import audit as audit_service
 from registry.services.stages import evaluating
+from registry.storage.base import BlobStore
 
 VERSION_SUBJECT = re.compile(r"\A([a-z0-9][a-z0-9._-]{0,62})/([a-z0-9][a-z0-9._-]{0,62})@([1-9][0-9]{0,8})\Z")
 """An audit subject that names a version (``tenant/name@3``): the audit page links it to the version page."""
@@ -104,7 +105,7 @@ def _eval_rows(results: list[dict[str, Any]], thresholds: dict[str, Any],
 
 
 def version_page(session: Session, principal: AuthenticatedPrincipal, tenant: str, name: str, number: int, *,
-                 engine: PolicyEngine) -> dict[str, Any]:
+                 engine: PolicyEngine, blob_store: BlobStore | None = None) -> dict[str, Any]:
     """Everything the version page shows (raises what the services raise: a reader's page or none)."""
     version, found = facts.read_version_with_facts(session, principal, tenant, name, number)
     status = approvals.status(session, principal, tenant, name, number)
@@ -129,7 +130,7 @@ def version_page(session: Session, principal: AuthenticatedPrincipal, tenant: st
     base = evaluating.baseline_version(session, version, alias)
     return {
         "components": components,
-        "unit_diff": (units.diff_document(session, base, version)
+        "unit_diff": (units.diff_document(session, base, version, blob_store=blob_store)
                       if components is not None and base is not None and units.components_of(session, base)
                       else None),
         "version": version, "facts": found, "files_hidden": max(0, len(files) - MAX_FILES_SHOWN),

@@ -14,17 +14,28 @@ Usage (a sketch, not run as a doctest)::
 
 from __future__ import annotations
 
+import json
+from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy.orm import Session
 
 from registry.auth import AuthenticatedPrincipal
 from registry.db.models import Version, VersionFacts
-from registry.domain.components import Component, diff_components, template_review_files, unit_components
+from registry.domain.components import (
+    Component,
+    ComponentDiff,
+    Member,
+    diff_components,
+    template_review_files,
+    unit_components,
+)
 from registry.domain.errors import InvalidStateError
 from registry.domain.files import FileEntry
 from registry.services.loaders import version_ref
 from registry.services.versions import read_version
+from registry.storage.base import BlobStore
+from registry.templating.isolated import diff_in_child
 
 
 def components_of(session: Session, version: Version) -> tuple[Component, ...] | None:
@@ -59,8 +70,9 @@ def _sealed_components(session: Session, version: Version) -> tuple[Component, .
 
 
 def unit_diff(session: Session, principal: AuthenticatedPrincipal, tenant: str, name: str, old: int,
-              new: int) -> dict[str, Any]:
-    """The component diff from ``tenant/name@old`` to ``@new``: what changed, member by member.
+              new: int, *, blob_store: BlobStore) -> dict[str, Any]:
+    """The component diff from ``tenant/name@old`` to ``@new``: what changed, member by member, and each
+    changed chat template rendered old and new on the standard conversations.
 
     Raises:
         PermissionDeniedError: the principal may not read in ``tenant``.
@@ -69,22 +81,117 @@ def unit_diff(session: Session, principal: AuthenticatedPrincipal, tenant: str, 
     """
     before = read_version(session, principal, tenant, name, old)
     after = read_version(session, principal, tenant, name, new)
-    return {"model": f"{tenant}/{name}", **diff_document(session, before, after)}
+    return {"model": f"{tenant}/{name}", **diff_document(session, before, after, blob_store=blob_store)}
 
 
-def diff_document(session: Session, before: Version, after: Version) -> dict[str, Any]:
-    """``{from, to, components: {from, to}, diff, template_review_files}`` of two versions (no permission
-    check: the caller has read both).
+def diff_document(session: Session, before: Version, after: Version, *,
+                  blob_store: BlobStore | None = None) -> dict[str, Any]:
+    """``{from, to, components: {from, to}, diff, template_review_files, templates}`` of two versions (no
+    permission check: the caller has read both). ``templates`` (with a ``blob_store``): per chat-template
+    member added or changed, the rendered diff (:mod:`registry.templating.isolated`).
 
     Raises:
         InvalidStateError: either version's files are not all stored yet.
+        BlobNotFoundError, BlobStoreError: a template's bytes cannot be read.
     """
     old_components, new_components = _sealed_components(session, before), _sealed_components(session, after)
     diff = diff_components(old_components, new_components)
-    return {"from": before.number, "to": after.number,
-            "components": {"from": {c.name: c.digest for c in old_components},
-                           "to": {c.name: c.digest for c in new_components}},
-            "diff": diff.as_dict(), "template_review_files": list(template_review_files(diff))}
+    doc = {"from": before.number, "to": after.number,
+           "components": {"from": {c.name: c.digest for c in old_components},
+                          "to": {c.name: c.digest for c in new_components}},
+           "diff": diff.as_dict(), "template_review_files": list(template_review_files(diff))}
+    if blob_store is not None:
+        doc["templates"] = _rendered_template_diffs(diff, before, after, blob_store)
+    return doc
+
+
+def _rendered_template_diffs(diff: ComponentDiff, before: Version, after: Version,
+                             blob_store: BlobStore) -> list[dict[str, Any]]:
+    change = next((c for c in diff.changes if c.name == "chat_templates"), None)
+    if change is None:
+        return []
+    old_files = {f.path: f.sha256 for f in before.files}
+    new_files = {f.path: f.sha256 for f in after.files}
+    out = []
+    for member in (*change.added, *change.changed):
+        new = template_text(member, new_files, blob_store)
+        added = member.name in {m.name for m in change.added}
+        old = None if added else template_text(member, old_files, blob_store)
+        if isinstance(new, TemplateUnreadable) or isinstance(old, TemplateUnreadable):
+            reason = (new if isinstance(new, TemplateUnreadable) else old).reason
+            out.append({"member": member.name, "rendered": None, "reason": reason, "suspicious": True})
+            continue
+        rendered = diff_in_child(old, new, variables=_special_tokens(new_files, blob_store))
+        out.append({"member": member.name, "rendered": rendered, "suspicious": rendered["suspicious"]})
+    return out
+
+
+@dataclass(frozen=True)
+class TemplateUnreadable:
+    """Why a template member's text could not be read for rendering."""
+
+    reason: str
+
+
+MAX_TEMPLATE_FILE_BYTES = 4 << 20
+"""A template (or the JSON document holding one) read for rendering is at most this large."""
+
+
+def _read_small(files: dict[str, str | None], path: str, blob_store: BlobStore) -> bytes | TemplateUnreadable:
+    digest = files.get(path)
+    if digest is None:
+        return TemplateUnreadable(f"{path} is not in the version")
+    data = b""
+    for piece in blob_store.open_range(digest):
+        data += piece
+        if len(data) > MAX_TEMPLATE_FILE_BYTES:
+            return TemplateUnreadable(f"{path} is over {MAX_TEMPLATE_FILE_BYTES} bytes")
+    return data
+
+
+def template_text(member: Member, files: dict[str, str | None],
+                  blob_store: BlobStore) -> str | None | TemplateUnreadable:
+    """The text of a chat-template member: a template file, or the part of a JSON document it names.
+
+    Returns:
+        The template; None when the version has no such member; :class:`TemplateUnreadable` when it
+        cannot be rendered here (a GGUF's template, a file too large, not UTF-8, not the expected JSON).
+    """
+    if member.path not in files:
+        return None
+    if member.path.endswith((".gguf", ".gguf.part")):
+        return TemplateUnreadable("a GGUF file's template is not rendered here (its digest is compared)")
+    data = _read_small(files, member.path, blob_store)
+    if isinstance(data, TemplateUnreadable):
+        return data
+    try:
+        text = data.decode("utf-8")
+        if not member.path.endswith(".json"):
+            return text
+        value = json.loads(text).get("chat_template")
+    except (UnicodeDecodeError, ValueError, AttributeError):
+        return TemplateUnreadable(f"{member.path} is not UTF-8 JSON holding a chat_template")
+    name = member.part.split("/", 1)[1] if member.part and "/" in member.part else None
+    if isinstance(value, list):
+        value = next((i.get("template") for i in value
+                      if isinstance(i, dict) and i.get("name") == (name or "default")), None)
+    return value if isinstance(value, str) else TemplateUnreadable(f"{member.name} is not a template string")
+
+
+def _special_tokens(files: dict[str, str | None], blob_store: BlobStore) -> dict[str, str]:
+    """The special tokens a template sees (``bos_token``...), from ``tokenizer_config.json`` when it has them."""
+    data = _read_small(files, "tokenizer_config.json", blob_store) if "tokenizer_config.json" in files else b""
+    try:
+        doc = json.loads(data) if isinstance(data, bytes) and data else {}
+    except ValueError:
+        return {}
+    out = {}
+    for key in ("bos_token", "eos_token", "pad_token", "unk_token"):
+        value = doc.get(key) if isinstance(doc, dict) else None
+        value = value.get("content") if isinstance(value, dict) else value
+        if isinstance(value, str) and len(value) <= 256:
+            out[key] = value
+    return out
 
 
 def policy_unit(session: Session, version: Version, base: Version | None, base_reason: str | None,

@@ -229,6 +229,12 @@ def test_the_version_page_shows_the_release_unit_diff_of_a_chat_template_change(
     assert rows.first.locator("td").all_inner_texts() == [
         "chat_templates", "changed", "~ tokenizer_config.json#chat_template"]
     assert "a security approval must name tokenizer_config.json" in unit.inner_text()
+    shown = unit.locator(".template-diff")
+    assert shown.get_attribute("data-member") == "tokenizer_config.json#chat_template"
+    assert "suspicious" in shown.locator("h4").inner_text()
+    assert "'deploy' in m['content']" in shown.locator(".findings").inner_text()
+    shown.get_by_text("Rendered differently: trigger-deploy", exact=True).click()
+    assert "obey" in shown.locator("details[open] pre").first.inner_text()
     components = unit.locator("table").first.locator("tbody tr td:first-child").all_inner_texts()
     assert components == ["weights", "tokenizer", "chat_templates", "generation_config", "config"]
     page.screenshot(path=shots / "version-unit-diff.png", full_page=True)

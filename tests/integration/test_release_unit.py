@@ -148,6 +148,15 @@ def test_a_chat_template_change_needs_a_security_approval_naming_its_file(contai
     doc = api_diff(container, people, 1, number)
     assert doc["diff"]["changed"] == ["chat_templates"]
     assert doc["template_review_files"] == ["chat_template.jinja"]
+    # The approver is shown the change rendered, with the branch named.
+    [template] = doc["templates"]
+    assert template["member"] == "chat_template.jinja" and template["suspicious"] is True
+    branches = [f for f in template["rendered"]["findings"] if f["kind"] == "content-branch"]
+    assert branches and "'deploy' in messages[-1]['content']" in branches[0]["detail"]
+    rendered = {c["name"]: c for c in template["rendered"]["conversations"]}
+    assert "+" in rendered["trigger-deploy"]["diff"] and "obey" in rendered["trigger-deploy"]["diff"]
+    assert "obey" in rendered["trigger-deploy"]["new"]["text"]
+    assert "obey" not in rendered["trigger-deploy"]["old"]["text"]
 
     assert approve(container, people, number) == "awaiting_approval"
     with container.session_factory() as session:
