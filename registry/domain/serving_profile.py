@@ -165,7 +165,8 @@ def _refuse(field_name: str, reason: str, **details: Any) -> InvalidServingProfi
 
 def _shown(value: Any) -> str:
     """A hostile value as it may appear in a message: escaped and cut short."""
-    text = printable(value if isinstance(value, str) else repr(value))
+    # Cut before escaping: a megabyte of name costs no more than a short one.
+    text = printable((value if isinstance(value, str) else repr(value))[:4 * MAX_NAME])
     return text if len(text) <= MAX_NAME else text[:MAX_NAME] + "..."
 
 
@@ -218,9 +219,9 @@ def _mapping(value: Any, where: str) -> Mapping[str, Any]:
 
 
 def _only_keys(value: Mapping[str, Any], allowed: tuple[str, ...], where: str) -> None:
-    extra = sorted(_shown(k) for k in value if k not in allowed)
-    if extra:
-        raise _refuse(f"{where}.{extra[0]}" if where else extra[0],
+    extra = min((_shown(k) for k in value if k not in allowed), default=None)
+    if extra is not None:
+        raise _refuse(f"{where}.{extra}" if where else extra,
                       f"unknown field; a serving profile has {', '.join(allowed)} here")
 
 
@@ -358,9 +359,11 @@ def engine_config(profile: ServingProfile, *, chat_template_file: str | None,
                   generation_config_dir: str | None) -> tuple[str, bytes]:
     """The engine's own config file, written beside the unit's files: for vLLM the YAML of ``vllm serve --config``.
 
-    Keys are vLLM's long option names without ``--``, sorted; the model directory is ``vllm serve``'s
-    positional argument, not in the file. A false ``bool`` is left out, or written ``no-NAME: true`` where
-    the engine's default may be true. The same profile and paths always give the same bytes.
+    Keys are vLLM's long option names without ``--``, sorted. The model directory is ``vllm serve``'s
+    positional argument, not in the file; host, port and the served model name stay on the command line too
+    (vLLM lets the command line override the file, so a node never needs to rewrite it). A false ``bool``
+    is left out, or written ``no-NAME: true`` where the engine's default may be true. The same profile and
+    paths always give the same bytes.
 
     Args:
         profile: The validated profile.
@@ -491,7 +494,7 @@ def _gpu_memory(gpus: Mapping[str, Any], gpu_type: str) -> int:
     return memory
 
 
-def fit_profile(profile: ServingProfile, facts: Mapping[str, Any], gpus: Mapping[str, Any], *,
+def fit_profile(profile: ServingProfile, facts: Mapping[str, Any] | None, gpus: Mapping[str, Any], *,
                 runtime_margin_bytes: int) -> CapacityFit:
     """Does the profile fit its GPUs? The seed's memory model at ``max_model_len x max_num_seqs``, per GPU.
 
@@ -515,7 +518,7 @@ def fit_profile(profile: ServingProfile, facts: Mapping[str, Any], gpus: Mapping
 
     Args:
         profile: The validated profile.
-        facts: The version's facts document (``weights`` and ``architecture`` cells).
+        facts: The version's facts document (``weights`` and ``architecture`` cells); None before they are read.
         gpus: The GPU table, policy data ``modelreg.config.gpus``: name -> ``{"memory_bytes": int}``.
         runtime_margin_bytes: Bytes per GPU kept for the runtime (``serving_runtime_margin_bytes``).
 
@@ -526,6 +529,8 @@ def fit_profile(profile: ServingProfile, facts: Mapping[str, Any], gpus: Mapping
     """
     if not _is_int(runtime_margin_bytes) or runtime_margin_bytes < 0:
         raise ValueError(f"runtime_margin_bytes ({runtime_margin_bytes!r}) must be a non-negative integer")
+    if not isinstance(facts, Mapping):
+        facts = {}  # facts not read yet: every figure unknown, so it cannot be shown to fit
     settings = profile.settings
     tp, pp, count = profile.tensor_parallel_size, profile.pipeline_parallel_size, profile.gpu_count
     context, sequences = settings["max_model_len"], settings["max_num_seqs"]

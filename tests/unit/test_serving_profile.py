@@ -382,8 +382,9 @@ def test_unknown_facts_cannot_be_shown_to_fit():
                       head_dim="config.json head_dim is '128' (str), not a positive integer")
     fit = _fit(EXAMPLE, no_shape)
     assert not fit.fits and "KV cache bytes per token (head_dim: config.json head_dim is '128'" in fit.reason
-    nothing = _fit(EXAMPLE, {})
-    assert not nothing.fits and "weight bytes" in nothing.reason and "KV cache" in nothing.reason
+    for nothing in (_fit(EXAMPLE, {}), _fit(EXAMPLE, None)):
+        assert not nothing.fits and nothing.per_gpu_needed is None
+        assert "weight bytes (not recorded)" in nothing.reason and "KV cache bytes per token" in nothing.reason
 
 
 def test_an_unknown_gpu_type_is_refused_naming_the_known_ones():
