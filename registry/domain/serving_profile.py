@@ -342,15 +342,15 @@ def _yaml_scalar(value: Any) -> str:
         # Positional notation: YAML 1.1 (PyYAML) reads "1e-05" as a string.
         text = format(Decimal(repr(value)), "f")
         return text if "." in text else text + ".0"
-    # A JSON string is a YAML double-quoted scalar; control characters never get this far.
+    # A JSON string is a YAML double-quoted scalar; line breaks and control characters never get this far.
     return json.dumps(value, ensure_ascii=False)
 
 
 def _path_argument(value: str | None, where: str) -> str | None:
     if value is None:
         return None
-    if (not isinstance(value, str) or not value.startswith("/") or len(value) > MAX_PATH
-            or any(ord(c) < 0x20 or ord(c) == 0x7F for c in value)):
+    # isprintable() also refuses U+0085 and U+2028, which YAML 1.1 counts as line breaks.
+    if not isinstance(value, str) or not value.startswith("/") or len(value) > MAX_PATH or not value.isprintable():
         raise _refuse(where, f"{_shown(value)} is not an absolute path of at most {MAX_PATH} printable characters")
     return value
 

@@ -276,6 +276,8 @@ def test_values_round_trip_through_yaml():
     ("tool_use", "chat_template.jinja", None, "chat_template_file"),
     (None, None, "/srv/unit\n--trust-remote-code: true", "generation_config_dir"),
     (None, None, "srv/unit", "generation_config_dir"),
+    (None, None, "/srv/unit\u2028tensor-parallel-size: 1", "generation_config_dir"),
+    (None, None, "/srv/" + "u" * 5000, "generation_config_dir"),
 ])
 def test_engine_config_refuses_a_missing_or_unusable_path(template, file, generation_dir, field):
     data = _with("settings.chat_template", template) if template else EXAMPLE
