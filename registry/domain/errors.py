@@ -583,6 +583,28 @@ class PromotionDeniedError(PolicyViolationError):
                          alias=alias, unmet=unmet, bundle_digest=bundle_digest, input_digest=input_digest)
 
 
+class InvalidServingProfileError(InvalidInputError):
+    """A serving profile (``registry/domain/serving_profile.py``) that is malformed, names an unknown engine,
+    setting or GPU type, or holds a value of the wrong type or out of range; ``details['field']`` names the
+    offending field (``engine``, ``gpu.type``, ``settings.max_model_len``...)."""
+
+    code = "invalid-serving-profile"
+
+    def __init__(self, field: str, reason: str, **details: Any) -> None:
+        super().__init__(f"invalid serving profile: {field}: {reason}", field=field, reason=reason, **details)
+
+
+class ServingProfileDoesNotFitError(PolicyViolationError):
+    """A serving profile that cannot be shown to fit its GPUs: the estimate exceeds the budget, or a fact it
+    needs is unknown (failing closed). ``details['arithmetic']`` holds the lines of the computation."""
+
+    code = "serving-profile-does-not-fit"
+
+    def __init__(self, gpu: str, reason: str, *, arithmetic: list[str], **details: Any) -> None:
+        super().__init__(f"the serving profile does not fit {gpu}: {reason}", gpu=gpu, reason=reason,
+                         arithmetic=arithmetic, **details)
+
+
 class NoApprovalToAmendError(ConflictError):
     """File reviews added to an approval the principal never made (no decision of theirs, or a reject)."""
 
