@@ -68,7 +68,6 @@ from registry.db.models import (
 from registry.db.session import begin_write, is_postgres
 from registry.domain import aliases as alias_rules
 from registry.domain import serving
-from registry.domain.components import components_map
 from registry.domain.errors import (
     InvalidInputError,
     InvalidStateError,
@@ -82,7 +81,6 @@ from registry.domain.states import VersionState
 from registry.services import aliases, loaders, tlog
 from registry.services import chunks as chunk_lists
 from registry.services.trust_roots import release_signer
-from registry.services.units import components_of
 from registry.signing.canonical import canonical_json
 from registry.signing.keyring import KeyRing
 from registry.signing.release import release_payload, sign_release
@@ -467,7 +465,6 @@ def _version_release(session: Session, version: Version) -> _VersionRelease:
         fields={"source": {"kind": version.source_kind, "repo": version.source_repo,
                            "revision": version.resolved_revision},
                 "files": files, "license": version.license, "facts": facts,
-                "components": components_map(components_of(session, version) or ()),
                 "statement_digest": statement_digest(version.manifest_bundle),
                 "approval_digest": hashlib.sha256(canonical_json(approval_record(session, version))).hexdigest(),
                 **({"chunks": chunks} if chunks is not None else {})},

@@ -20,7 +20,7 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
-from registry.auth import AuthenticatedPrincipal
+from registry.auth import AuthenticatedPrincipal, Permission, require
 from registry.db.models import Version, VersionFacts
 from registry.domain.components import (
     Component,
@@ -32,10 +32,16 @@ from registry.domain.components import (
 )
 from registry.domain.errors import InvalidStateError
 from registry.domain.files import FileEntry
-from registry.services.loaders import version_ref
-from registry.services.versions import read_version
+from registry.services.loaders import find_version_unchecked, version_ref
 from registry.storage.base import BlobStore
 from registry.templating.isolated import diff_in_child
+
+
+def _read_version(session: Session, principal: AuthenticatedPrincipal, tenant: str, name: str,
+                  number: int) -> Version:
+    """``versions.read_version``, which this module cannot import (versions -> lifecycle -> stages -> units)."""
+    require(principal, tenant, Permission.READ)
+    return find_version_unchecked(session, tenant, name, number)
 
 
 def components_of(session: Session, version: Version) -> tuple[Component, ...] | None:
@@ -57,7 +63,7 @@ def components_document(components: tuple[Component, ...] | None) -> list[dict[s
 def read_components(session: Session, principal: AuthenticatedPrincipal, tenant: str, name: str,
                     number: int) -> tuple[Version, tuple[Component, ...] | None]:
     """The version and its components, after the permission check of reading the version."""
-    version = read_version(session, principal, tenant, name, number)
+    version = _read_version(session, principal, tenant, name, number)
     return version, components_of(session, version)
 
 
@@ -79,8 +85,8 @@ def unit_diff(session: Session, principal: AuthenticatedPrincipal, tenant: str, 
         VersionNotFoundError, ModelNotFoundError, TenantNotFoundError: no such version.
         InvalidStateError: either version's files are not all stored yet.
     """
-    before = read_version(session, principal, tenant, name, old)
-    after = read_version(session, principal, tenant, name, new)
+    before = _read_version(session, principal, tenant, name, old)
+    after = _read_version(session, principal, tenant, name, new)
     return {"model": f"{tenant}/{name}", **diff_document(session, before, after, blob_store=blob_store)}
 
 

@@ -46,7 +46,7 @@ def sha(text: str) -> str:
     ("README.md", "other"),
     ("LICENSE", "other"),
     (".gitattributes", "other"),
-    ("docs/config.json.md", "other"),
+    ("notes/config.json.md", "other"),
 ])
 def test_every_file_falls_in_one_component_by_the_one_table(path, component):
     assert classify(path) == component
