@@ -12,6 +12,7 @@ from sqlalchemy import delete
 from api.app import create_app
 from registry.db.models import VersionFacts
 from registry.db.session import begin_write
+from registry.facts import READER_VERSION
 from registry.services import versions
 from registry.services.versions import SubmitRequest
 from tests.support.live_app import serve_in_thread
@@ -54,13 +55,13 @@ def test_facts_on_the_api_and_in_version_show(live):
     auth = {"Authorization": f"Bearer {token}"}
     body = httpx.get(f"{url}/v1/models/acme/tiny/versions/1", headers=auth).json()
     assert body["facts"]["weights"]["parameters"] == {"value": 6224, "source": "safetensors headers (2 files)"}
-    assert body["facts"]["reader_version"] == "1"
+    assert body["facts"]["reader_version"] == READER_VERSION
     assert httpx.get(f"{url}/v1/models/acme/bare/versions/1", headers=auth).json()["facts"] is None
 
     shown = _cli(url, token, "acme/tiny", "1")
     assert shown.returncode == 0, shown.stderr
     out = shown.stdout
-    assert "  facts (reader 1):" in out
+    assert f"  facts (reader {READER_VERSION}):" in out
     assert "parameters 6224; tensor bytes 24896; dtypes F32 6224" in out
     assert "layers 2, hidden 16, heads 2, KV heads 2, head dim 8" in out
     assert "KV cache per token: 128 bytes fp16, 64 bytes fp8 (mha)" in out

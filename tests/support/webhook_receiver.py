@@ -24,12 +24,16 @@ class Received:
 
 
 class Receiver:
-    """Records POSTs; ``status`` is what it answers, ``delay`` how long it waits first, ``location`` a
-    redirect target (with a 3xx status)."""
+    """Records POSTs; ``status`` is what it answers, ``delay`` how long it waits first, ``hold`` an event it
+    waits for first (at most ``HOLD_SECONDS``, within a delivery's time bound), ``location`` a redirect target
+    (with a 3xx status)."""
+
+    HOLD_SECONDS = 8.0
 
     def __init__(self, port: int = 0) -> None:
         self.status = 204
         self.delay = 0.0
+        self.hold: threading.Event | None = None
         self.location: str | None = None
         self.requests: list[Received] = []
         self._lock = threading.Lock()
@@ -53,6 +57,8 @@ class Receiver:
                                                       receiver.status))
                 if receiver.delay:
                     time.sleep(receiver.delay)
+                if receiver.hold is not None:
+                    receiver.hold.wait(receiver.HOLD_SECONDS)
                 self.send_response(receiver.status)
                 if receiver.location:
                     self.send_header("Location", receiver.location)
