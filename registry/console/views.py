@@ -130,9 +130,9 @@ def version_page(session: Session, principal: AuthenticatedPrincipal, tenant: st
     base = evaluating.baseline_version(session, version, alias)
     return {
         "components": components,
+        # An alias points at an approved, hence sealed, version: the base always has its components.
         "unit_diff": (units.diff_document(session, base, version, blob_store=blob_store)
-                      if components is not None and base is not None and units.components_of(session, base)
-                      else None),
+                      if components is not None and base is not None else None),
         "version": version, "facts": found, "files_hidden": max(0, len(files) - MAX_FILES_SHOWN),
         "estimate": estimate.as_dict() if estimate else None,
         "submitter": status.submitter, "status": status, "files": files[:MAX_FILES_SHOWN], "scans": findings,

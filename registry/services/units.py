@@ -60,13 +60,6 @@ def components_document(components: tuple[Component, ...] | None) -> list[dict[s
     return [{"name": c.name, "digest": c.digest, "members": len(c.members)} for c in components]
 
 
-def read_components(session: Session, principal: AuthenticatedPrincipal, tenant: str, name: str,
-                    number: int) -> tuple[Version, tuple[Component, ...] | None]:
-    """The version and its components, after the permission check of reading the version."""
-    version = _read_version(session, principal, tenant, name, number)
-    return version, components_of(session, version)
-
-
 def _sealed_components(session: Session, version: Version) -> tuple[Component, ...]:
     found = components_of(session, version)
     if found is None:
@@ -107,27 +100,36 @@ def diff_document(session: Session, before: Version, after: Version, *,
                           "to": {c.name: c.digest for c in new_components}},
            "diff": diff.as_dict(), "template_review_files": list(template_review_files(diff))}
     if blob_store is not None:
-        doc["templates"] = _rendered_template_diffs(diff, before, after, blob_store)
+        doc["templates"] = _rendered_template_diffs(session, diff, before, after, blob_store)
     return doc
 
 
-def _rendered_template_diffs(diff: ComponentDiff, before: Version, after: Version,
+MAX_RENDERED_TEMPLATES = 8
+"""Chat templates one diff renders (each in a child process); the rest are listed, not rendered."""
+
+
+def _rendered_template_diffs(session: Session, diff: ComponentDiff, before: Version, after: Version,
                              blob_store: BlobStore) -> list[dict[str, Any]]:
     change = next((c for c in diff.changes if c.name == "chat_templates"), None)
     if change is None:
         return []
     old_files = {f.path: f.sha256 for f in before.files}
     new_files = {f.path: f.sha256 for f in after.files}
+    added = {m.name for m in change.added}
+    tokens = _special_tokens(session, after)
     out = []
-    for member in (*change.added, *change.changed):
-        new = template_text(member, new_files, blob_store)
-        added = member.name in {m.name for m in change.added}
-        old = None if added else template_text(member, old_files, blob_store)
-        if isinstance(new, TemplateUnreadable) or isinstance(old, TemplateUnreadable):
-            reason = (new if isinstance(new, TemplateUnreadable) else old).reason
-            out.append({"member": member.name, "rendered": None, "reason": reason, "suspicious": True})
+    for i, member in enumerate((*change.added, *change.changed)):
+        if i >= MAX_RENDERED_TEMPLATES:
+            out.append({"member": member.name, "rendered": None, "suspicious": True,
+                        "reason": f"over the {MAX_RENDERED_TEMPLATES} templates one diff renders"})
             continue
-        rendered = diff_in_child(old, new, variables=_special_tokens(new_files, blob_store))
+        new = template_text(member, new_files, blob_store)
+        old = None if member.name in added else template_text(member, old_files, blob_store)
+        unreadable = next((t for t in (new, old) if isinstance(t, TemplateUnreadable)), None)
+        if unreadable is not None:
+            out.append({"member": member.name, "rendered": None, "reason": unreadable.reason, "suspicious": True})
+            continue
+        rendered = diff_in_child(old, new, variables=tokens)
         out.append({"member": member.name, "rendered": rendered, "suspicious": rendered["suspicious"]})
     return out
 
@@ -184,18 +186,14 @@ def template_text(member: Member, files: dict[str, str | None],
     return value if isinstance(value, str) else TemplateUnreadable(f"{member.name} is not a template string")
 
 
-def _special_tokens(files: dict[str, str | None], blob_store: BlobStore) -> dict[str, str]:
-    """The special tokens a template sees (``bos_token``...), from ``tokenizer_config.json`` when it has them."""
-    data = _read_small(files, "tokenizer_config.json", blob_store) if "tokenizer_config.json" in files else b""
-    try:
-        doc = json.loads(data) if isinstance(data, bytes) and data else {}
-    except ValueError:
-        return {}
+def _special_tokens(session: Session, version: Version) -> dict[str, str]:
+    """The special tokens a template sees (``bos_token``...), as the facts readers recorded them at seal."""
+    row = session.get(VersionFacts, version.id)
+    cells = (row.facts.get("tokenizer") if row is not None else None) or {}
     out = {}
     for key in ("bos_token", "eos_token", "pad_token", "unk_token"):
-        value = doc.get(key) if isinstance(doc, dict) else None
-        value = value.get("content") if isinstance(value, dict) else value
-        if isinstance(value, str) and len(value) <= 256:
+        value = (cells.get(key) or {}).get("value") if isinstance(cells.get(key), dict) else None
+        if isinstance(value, str):
             out[key] = value
     return out
 

@@ -8,14 +8,12 @@ approvers approve, the auditor traces a blob, every page is captured and checked
 
 from __future__ import annotations
 
-import hashlib
-import time
-
 import pytest
 
 from registry.client.api import RegistryApi
 from tests.support.server import start_server
 from tests.support.tiny_model import tiny_model_files
+from tests.support.uploads import submit_upload, wait_for_state
 
 LABEL = "<script>window.__pwned = 1</script><b>bold</b>"
 TENANT, MODEL = "team", "tiny"
@@ -35,16 +33,9 @@ def server(tmp_path_factory):
         tokens[name] = admin.issue_token(name)["token"]
     files = tiny_model_files(7)
     sam = RegistryApi(s.url, tokens["sam"])
-    entries = []
-    for path, data in files.items():
-        digest = hashlib.sha256(data).hexdigest()
-        sam.put_blob(TENANT, digest, data, len(data))
-        entries.append({"path": path, "size": len(data), "sha256": digest})
-    number = sam.submit(TENANT, MODEL, {"source": f"upload:{LABEL}", "files": entries, "license": "mit"})["version"]
-    deadline = time.monotonic() + 240
-    while (state := admin.version(TENANT, MODEL, number)["state"]) != "awaiting_approval":
-        assert state not in ("failed", "rejected") and time.monotonic() < deadline, state
-        time.sleep(0.05)
+    number = submit_upload(sam, TENANT, MODEL, files, LABEL)
+    wait_for_state(admin, TENANT, MODEL, number)
+    entries = admin.version(TENANT, MODEL, number)["files"]
     s.tokens, s.number, s.files, s.api = tokens, number, entries, admin
     yield s
     s.stop()
@@ -210,16 +201,8 @@ def test_the_version_page_shows_the_release_unit_diff_of_a_chat_template_change(
                                                      b"{% endif %}{% endfor %}")
     assert config != files["tokenizer_config.json"]
     sam = RegistryApi(server.url, server.tokens["sam"])
-    digest = hashlib.sha256(config).hexdigest()
-    sam.put_blob(TENANT, digest, config, len(config))
-    entries = [e if e["path"] != "tokenizer_config.json" else {**e, "size": len(config), "sha256": digest}
-               for e in server.files]
-    submitted = sam.submit(TENANT, MODEL, {"source": "upload:template-edit", "files": entries, "license": "mit"})
-    number = submitted["version"]
-    deadline = time.monotonic() + 240
-    while (state := server.api.version(TENANT, MODEL, number)["state"]) != "awaiting_approval":
-        assert state not in ("failed", "rejected") and time.monotonic() < deadline, state
-        time.sleep(0.05)
+    number = submit_upload(sam, TENANT, MODEL, {**files, "tokenizer_config.json": config}, "template-edit")
+    wait_for_state(server.api, TENANT, MODEL, number)
     sign_in(page, server.tokens["sec"])
     page.goto(f"/ui/models/{TENANT}/{MODEL}/versions/{number}")
     unit = page.locator("#release-unit")

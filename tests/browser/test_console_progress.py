@@ -7,7 +7,6 @@ URL, reloads itself once the version stops moving and shows it awaiting approval
 
 from __future__ import annotations
 
-import hashlib
 import os
 import signal
 import subprocess
@@ -15,6 +14,7 @@ import subprocess
 from registry.client.api import RegistryApi
 from tests.support.server import MODELREG, start_server
 from tests.support.tiny_model import tiny_model_files
+from tests.support.uploads import submit_upload
 
 
 def test_a_running_versions_page_refreshes_itself_until_it_stops(browser, tmp_path, shots):
@@ -23,13 +23,7 @@ def test_a_running_versions_page_refreshes_itself_until_it_stops(browser, tmp_pa
     try:
         admin = RegistryApi(server.url, server.admin_token)
         admin.create_tenant("team")
-        entries = []
-        for path, data in tiny_model_files(11).items():
-            digest = hashlib.sha256(data).hexdigest()
-            admin.put_blob("team", digest, data, len(data))
-            entries.append({"path": path, "size": len(data), "sha256": digest})
-        number = admin.submit("team", "moving",
-                              {"source": "upload:moving", "files": entries, "license": "mit"})["version"]
+        number = submit_upload(admin, "team", "moving", tiny_model_files(11), "moving")
         context = browser.new_context(base_url=server.url)
         page = context.new_page()
         page.goto("/ui/sign-in")

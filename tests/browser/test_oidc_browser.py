@@ -7,9 +7,7 @@ logs in on the provider's own login page, consents, lands in the console, approv
 
 from __future__ import annotations
 
-import hashlib
 import json
-import time
 
 import pytest
 
@@ -17,6 +15,7 @@ from registry.client.api import RegistryApi
 from tests.support.oidc import CONSOLE_CLIENT, start_provider
 from tests.support.server import free_port, start_server
 from tests.support.tiny_model import tiny_model_files
+from tests.support.uploads import submit_upload, wait_for_state
 
 TENANT, MODEL = "team", "tiny"
 
@@ -37,17 +36,8 @@ def server(tmp_path_factory):
             admin.create_principal("sam")
             admin.grant_role("sam", TENANT, "submitter", "")
             sam = RegistryApi(s.url, admin.issue_token("sam")["token"])
-            entries = []
-            for path, data in tiny_model_files(11).items():
-                digest = hashlib.sha256(data).hexdigest()
-                sam.put_blob(TENANT, digest, data, len(data))
-                entries.append({"path": path, "size": len(data), "sha256": digest})
-            s.number = sam.submit(TENANT, MODEL, {"source": "upload:sso", "files": entries,
-                                                  "license": "mit"})["version"]
-            deadline = time.monotonic() + 240
-            while (state := admin.version(TENANT, MODEL, s.number)["state"]) != "awaiting_approval":
-                assert state not in ("failed", "rejected") and time.monotonic() < deadline, state
-                time.sleep(0.05)
+            s.number = submit_upload(sam, TENANT, MODEL, tiny_model_files(11), "sso")
+            wait_for_state(admin, TENANT, MODEL, s.number)
             s.api = admin
             yield s
         finally:

@@ -3,30 +3,21 @@ components and the diff between two uploaded versions that differ only in their 
 
 from __future__ import annotations
 
-import hashlib
 import json
-import time
 
 import pytest
 
 from registry.client.api import RegistryApi
 from tests.support.server import start_server
 from tests.support.tiny_model import tiny_model_files
+from tests.support.uploads import submit_upload, wait_for_state
 
 TENANT, MODEL = "acme", "tiny"
 
 
 def _upload(api: RegistryApi, files: dict[str, bytes], label: str) -> int:
-    entries = []
-    for path, data in files.items():
-        digest = hashlib.sha256(data).hexdigest()
-        api.put_blob(TENANT, digest, data, len(data))
-        entries.append({"path": path, "size": len(data), "sha256": digest})
-    number = api.submit(TENANT, MODEL, {"source": f"upload:{label}", "files": entries, "license": "mit"})["version"]
-    deadline = time.monotonic() + 240
-    while (state := api.version(TENANT, MODEL, number)["state"]) != "awaiting_approval":
-        assert state not in ("failed", "rejected") and time.monotonic() < deadline, state
-        time.sleep(0.05)
+    number = submit_upload(api, TENANT, MODEL, files, label)
+    wait_for_state(api, TENANT, MODEL, number)
     return number
 
 

@@ -22,9 +22,9 @@ from registry.db.models import Principal, Version
 from registry.domain.aliases import make_target
 from registry.domain.errors import PromotionDeniedError
 from registry.domain.states import VersionState
-from registry.services import aliases, approvals, loaders, versions
-from registry.services.versions import SubmitRequest
+from registry.services import aliases, approvals, loaders
 from tests.support.registry import drain, make_admin, role_token
+from tests.support.releases import submit_directory
 from tests.support.tiny_llm import tiny_llm_files
 from workers.handlers import build_handlers
 from workers.loop import Worker
@@ -53,14 +53,7 @@ def _state(container, number: int) -> str:
 
 def submit(container, admin, root: Path, files: dict[str, bytes], *, until: VersionState | None = None) -> int:
     """Submit ``files`` as a directory and run jobs: all of them, or until the version reaches ``until``."""
-    for path, data in files.items():
-        (root / path).parent.mkdir(parents=True, exist_ok=True)
-        (root / path).write_bytes(data)
-    with container.session_factory() as session:
-        version, _ = versions.submit(session, admin, TENANT, NAME, SubmitRequest(source=str(root)),
-                                     open_source=container.open_source, limits=container.limits(),
-                                     ports=container.ports)
-        number = version.number
+    number = submit_directory(container, admin, root, TENANT, NAME, files, run_jobs=False)[1]
     if until is None:
         drain(container)
     else:

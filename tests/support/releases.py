@@ -19,9 +19,9 @@ from tests.support.tiny_model import tiny_model_files
 
 
 def submit_directory(container: Container, admin: AuthenticatedPrincipal, root: Path, tenant: str, name: str,
-                     files: dict[str, bytes]) -> tuple[int, int]:
-    """Write ``files`` under ``root``, submit it and run every job; return the version's id and number
-    (whatever state it reached)."""
+                     files: dict[str, bytes], *, run_jobs: bool = True) -> tuple[int, int]:
+    """Write ``files`` under ``root``, submit it and run every job (unless ``run_jobs`` is false); return the
+    version's id and number (whatever state it reached)."""
     for path, data in files.items():
         (root / path).parent.mkdir(parents=True, exist_ok=True)
         (root / path).write_bytes(data)
@@ -30,7 +30,8 @@ def submit_directory(container: Container, admin: AuthenticatedPrincipal, root: 
                                      open_source=container.open_source, limits=container.limits(),
                                      ports=container.ports)
         version_id, number = version.id, version.number
-    drain(container)
+    if run_jobs:
+        drain(container)
     return version_id, number
 
 
