@@ -172,6 +172,10 @@ class Settings(BaseSettings):
                            "otherwise such an eval fails.")
     eval_read_only_paths: list[Path] = Field(
         default_factory=list, description="More paths every eval runner sees, read-only (a tool's install, a cache).")
+    eval_work_dir: Path | None = Field(
+        None, description="Where evals copy the model, one locked directory per run, swept of killed runs by every "
+                          "worker start and `modelreg gc`; default $TMPDIR/modelreg-evals-<uid>. The workers and gc "
+                          "of one machine must name the same directory.")
 
     egress_allow: list[str] = Field(
         default_factory=list,

@@ -51,7 +51,8 @@ def _scan_blob_dead(c: Container, payload: Payload, error: str, _cause: BaseExce
 def _run_eval(c: Container, payload: Payload) -> None:
     isolation = Isolation(allow_unisolated=c.settings.eval_allow_unisolated,
                           read_only_paths=tuple(str(p) for p in c.settings.eval_read_only_paths))
-    evals.run_eval(c.session_factory, int(payload["result_id"]), ports=c.ports, isolation=isolation)
+    evals.run_eval(c.session_factory, int(payload["result_id"]), ports=c.ports, isolation=isolation,
+                   work_root=c.settings.eval_work_dir)
 
 
 def _run_eval_dead(c: Container, payload: Payload, error: str, _cause: BaseException | None) -> None:

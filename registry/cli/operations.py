@@ -199,7 +199,7 @@ def gc(
     try:
         left = dt.timedelta(hours=older_than_hours)
         swept = container.blob_store.sweep_incomplete(left)
-        eval_dirs = workdirs.sweep()
+        eval_dirs = workdirs.sweep(settings.eval_work_dir)
         report = garbage.collect(container.session_factory, container.blob_store, container.clock,
                                  dt.timedelta(hours=grace_hours), orphan_age=left)
     finally:

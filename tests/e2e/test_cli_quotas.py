@@ -13,6 +13,7 @@ from sqlalchemy import select, update
 from api.app import create_app
 from registry.auth import issue_token
 from registry.db.models import Blob, Principal, Version
+from registry.evals.workdirs import eval_workdir
 from tests.support.live_app import serve_in_thread
 from tests.support.registry import make_admin, role_token
 from tests.support.releases import approve_standin, awaiting_version
@@ -32,7 +33,8 @@ def test_quota_retention_usage_and_gc_from_the_cli(container, tmp_path, signing_
     submitter = role_token(container, "sub", "acme", "submitter")
     settings = container.settings
     server_env = {"MODELREG_DATABASE_URL": settings.database_url, "MODELREG_BLOB_STORE_URL": settings.blob_store_url,
-                  "MODELREG_SIGNING_KEY_PEM": signing_key_pem, "MODELREG_DATA_DIR": str(settings.data_dir)}
+                  "MODELREG_SIGNING_KEY_PEM": signing_key_pem, "MODELREG_DATA_DIR": str(settings.data_dir),
+                  "MODELREG_EVAL_WORK_DIR": str(tmp_path / "evals")}
 
     with serve_in_thread(create_app(container)) as url:
         def cli(*args: str, token: str = tadmin) -> subprocess.CompletedProcess:
@@ -86,9 +88,17 @@ def test_quota_retention_usage_and_gc_from_the_cli(container, tmp_path, signing_
     with container.session_factory() as session:
         three = {f.sha256 for f in session.scalars(select(Version).where(Version.number == 3)).one().files}
         before = set(session.scalars(select(Blob.digest)))
-    young = cli("gc", "--json")
-    assert young.returncode == 0, young.stderr
+    # gc also sweeps the eval root it is configured with: a killed run's copy goes, a live run's stays.
+    evals = tmp_path / "evals"
+    killed = evals / "eval-00000000000000aa"
+    (killed / "model").mkdir(parents=True)
+    (evals / "eval-00000000000000aa.lock").touch()
+    with eval_workdir(evals) as live:
+        young = cli("gc", "--json")
+        assert young.returncode == 0, young.stderr
+        assert live.is_dir()
     assert json.loads(young.stdout)["deleted"] == 0
+    assert json.loads(young.stdout)["eval_dirs_swept"] == 1 and not killed.exists()
     with container.session_factory() as session:
         session.execute(update(Blob).values(last_used_at=dt.datetime.now(dt.timezone.utc) - dt.timedelta(days=2)))
         session.commit()

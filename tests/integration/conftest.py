@@ -18,11 +18,12 @@ DEPLOYMENT_PART_SIZE = 5 * 1024 * 1024
 
 
 @pytest.fixture
-def oci_world(container, tmp_path):
-    """``tests/support/oci_world.py``'s world, served by uvicorn (the OCI endpoint and store tests)."""
-    from tests.support.oci_world import served_world
+def oci_world(container, seeded):
+    """A copy of ``tests/support/oci_world.py``'s world, served by uvicorn (the OCI endpoint and store tests;
+    the module marks itself ``pytest.mark.seeded(builder=build_world)``)."""
+    from tests.support.oci_world import served_copy
 
-    with served_world(container, tmp_path) as w:
+    with served_copy(container, seeded) as w:
         yield w
 
 

@@ -72,6 +72,10 @@ def test_a_worker_killed_mid_eval_leaves_no_runner_and_the_rerun_records_once(de
     deployment.settings.policy_dir = policy
     deployment.settings.local_source_roots = [tmp_path]
     deployment.env["MODELREG_LOCAL_SOURCE_ROOTS"] = json.dumps([str(tmp_path)])
+    # Its own eval root: a worker another test starts meanwhile sweeps the machine's default root, and would
+    # take the killed worker's copy before this test looks at it.
+    work_root = tmp_path / "evals"
+    deployment.env["MODELREG_EVAL_WORK_DIR"] = str(work_root)
     model = tmp_path / "model"
     model.mkdir()
     (model / "config.json").write_text('{"model_type": "slow"}')
@@ -93,6 +97,7 @@ def test_a_worker_killed_mid_eval_leaves_no_runner_and_the_rerun_records_once(de
             kill_worker(first)
         # The runner's model directory is bound at its own path: the copy the killed worker made.
         copy = Path(args[0]).parent
+        assert copy.parent == work_root, f"the eval ran outside MODELREG_EVAL_WORK_DIR: {copy}"
         give_up = time.monotonic() + 30
         while alive(pid) and time.monotonic() < give_up:
             time.sleep(0.02)

@@ -150,6 +150,9 @@ def test_two_api_replicas_and_three_workers_finish_every_version_once(shared_env
             assert time.monotonic() < deadline, f"unfinished after {DEADLINE_SECONDS}s: {states}"
             time.sleep(0.1)
         assert set(states.values()) <= DONE, states
+        # A version's last transition queues the log's integration after the version reads done: the
+        # workers stay until no job is left to run.
+        _wait_for_no_pending_job(pg_url, workers, tmp_path)
 
         replica_series = [_database_series(s) for s in servers]
         assert replica_series[0] == replica_series[1], "replicas disagree on the database series"
@@ -187,6 +190,23 @@ def _check_one_console_session_on_both_replicas(servers: list[Server], token: st
                                   follow_redirects=False)
         assert signed_out.status_code == 303
         assert browser.get(f"{b}/ui/approvals", follow_redirects=False).status_code == 303
+
+
+def _wait_for_no_pending_job(pg_url: str, workers: list[subprocess.Popen], tmp_path) -> None:
+    engine = create_engine(pg_url)
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            with Session(engine) as session:
+                pending = session.scalars(select(Job.kind).where(Job.state.in_(("queued", "running")))).all()
+            if not pending:
+                return
+            for w, worker in enumerate(workers):
+                assert worker.poll() is None, (tmp_path / f"worker-{w}.log").read_text()[-3000:]
+            assert time.monotonic() < deadline, f"jobs still pending after 60 s: {pending}"
+            time.sleep(0.1)
+    finally:
+        engine.dispose()
 
 
 def _check_each_job_ran_once(session: Session) -> None:

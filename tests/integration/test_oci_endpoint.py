@@ -21,12 +21,15 @@ from registry.clock import ManualClock
 from registry.db.models import Principal, RoleBinding, Tenant
 from registry.domain.aliases import make_target
 from registry.services import aliases, identity, provenance
-from tests.support.oci_world import NAME, OCI_MANIFEST, REPO, TENANT
+from tests.support.oci_world import NAME, OCI_MANIFEST, REPO, TENANT, build_world
 from tests.support.oci_world import oras_client as _oras
 from tests.support.oci_world import pulled_files as _pulled
 from tests.support.oci_world import sha256_of as _sha256
 from tests.support.registry import role_token
 from tests.support.releases import approve_standin
+
+# oci_world: a copy of tests/support/oci_world.py's world, built once per worker and database.
+pytestmark = pytest.mark.seeded(builder=build_world)
 
 # --- pulls with a real client -----------------------------------------------------------------------
 

@@ -26,7 +26,10 @@ from registry.cli import main
 from registry.db.models import AuditEvent, Principal
 from registry.domain.oci_referrers import CYCLONEDX, EMPTY_DIGEST, IN_TOTO, OCI_INDEX, SCAN_REPORT, SIGNATURE
 from registry.services import exports, provenance, revocations
-from tests.support.oci_world import REPO, World
+from tests.support.oci_world import REPO, World, build_world
+
+# oci_world: a copy of tests/support/oci_world.py's world, built once per worker and database.
+pytestmark = pytest.mark.seeded(builder=build_world)
 
 OCI_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
 SKOPEO = "/usr/bin/skopeo"

@@ -21,9 +21,19 @@ import oras.client
 import pytest
 
 from tests.support.distribution_registry import distribution_registry, require
-from tests.support.oci_world import REPO, World, oras_client, pulled_files, served_world, sha256_of
+from tests.support.oci_world import (
+    REPO,
+    World,
+    build_world,
+    oras_client,
+    pulled_files,
+    served_copy,
+    served_world,
+    sha256_of,
+)
 
-pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
+# world: a copy of tests/support/oci_world.py's world, built once per worker and database.
+pytestmark = [pytest.mark.filterwarnings("ignore::DeprecationWarning"), pytest.mark.seeded(builder=build_world)]
 
 
 @pytest.fixture(scope="session")
@@ -44,8 +54,9 @@ def _serve(container, tmp_path):
 
 
 @pytest.fixture
-def world(container, tmp_path):
-    yield from _serve(container, tmp_path)
+def world(container, seeded):
+    with served_copy(container, seeded) as w:
+        yield w
 
 
 @pytest.fixture

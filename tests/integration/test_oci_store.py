@@ -34,6 +34,7 @@ from tests.integration.test_oci_endpoint import (  # noqa: F401  (fixtures)
     _pulled,
     _sha256,
 )
+from tests.support.oci_world import build_world
 from tests.support.registry import drain
 from tests.support.releases import approve_standin
 
@@ -43,6 +44,9 @@ INITIALIZER = (
     "from kserve_storage import Storage\n"
     "Storage.download_files([sys.argv[1]], [sys.argv[2]])\n"
 )
+
+# oci_world: a copy of tests/support/oci_world.py's world, built once per worker and database.
+pytestmark = pytest.mark.seeded(builder=build_world)
 
 
 def _untar(data: bytes, root: str = "models/") -> dict[str, bytes]:

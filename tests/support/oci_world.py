@@ -1,5 +1,9 @@
 """The world of the OCI endpoint tests: two tenants' models through the real pipeline, served by uvicorn.
 
+Built once per worker and database and copied for each test (``tests/support/worlds.py``): a module that
+asks for ``oci_world`` marks itself ``pytest.mark.seeded(builder=build_world)``. ``oci_store_world`` (the
+same world on each blob store, SeaweedFS included) builds it afresh in the test's own store.
+
 Tenant ``acme`` holds ``llm``: version 1 approved and promoted to ``prod``, version 2 approved and then
 revoked, version 3 awaiting approval. Tenant ``other`` holds ``secret``, approved. ``node`` is a token of a
 serving node of acme, ``outsider`` one of other's. Shared by ``tests/integration/test_oci_endpoint.py``
@@ -87,7 +91,14 @@ def build_world(container: Container, tmp_path: Path):
 @contextmanager
 def served_world(container: Container, tmp_path: Path) -> Iterator[World]:
     """:func:`build_world` in ``container``, served by uvicorn on loopback while the block runs."""
-    admin, node, outsider, files, other_files = build_world(container, tmp_path)
+    with served_copy(container, build_world(container, tmp_path)) as world:
+        yield world
+
+
+@contextmanager
+def served_copy(container: Container, built: tuple) -> Iterator[World]:
+    """A world :func:`build_world` returned (or the ``seeded`` copy of it), served by uvicorn on loopback."""
+    admin, node, outsider, files, other_files = built
     with serve_in_thread(create_app(container)) as url:
         yield World(container, admin, url, node, outsider, files, other_files)
 
