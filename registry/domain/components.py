@@ -25,6 +25,8 @@ Example:
     ['weights', 'tokenizer', 'other']
     >>> classify("additional_chat_templates/tools.jinja"), classify("model-00001-of-00002.safetensors")
     ('chat_templates', 'weights')
+    >>> classify("prompts/support.jinja"), classify("serving-profile.json"), classify("prompts/a/b.jinja")
+    ('prompt_templates', 'serving_profile', 'other')
 """
 
 from __future__ import annotations
@@ -43,10 +45,20 @@ TEMPLATE_COMPONENTS = frozenset({"chat_templates", "prompt_templates"})
 """Components whose change a security approval must review (they shape every prompt the model sees)."""
 
 TOKENIZER_CONFIG = "tokenizer_config.json"
+PROMPTS_DIR = "prompts/"
+"""Registry-held prompt templates are ``prompts/NAME.jinja`` at the unit's root."""
+PROMPT_SUFFIX = ".jinja"
+SERVING_PROFILE = "serving-profile.json"
+"""The unit's serving profile, at its root: the canonical JSON of ``registry.domain.serving_profile``."""
+UNIT_FILE = "modelreg-unit.json"
+"""What ``modelreg fetch`` writes beside the files: the release's components and digests (never a version file)."""
 
 # (match, value, component): the first rule that matches a file's path decides. ``name`` matches the
-# file's base name, ``suffix`` the end of its base name, ``dir`` a leading directory of its path.
+# file's base name, ``suffix`` the end of its base name, ``dir`` a leading directory of its path, ``path``
+# the whole path, ``prompt`` a ``.jinja`` file directly in that root directory.
 FILE_RULES: tuple[tuple[str, str, str], ...] = (
+    ("prompt", PROMPTS_DIR, "prompt_templates"),
+    ("path", SERVING_PROFILE, "serving_profile"),
     ("dir", "additional_chat_templates/", "chat_templates"),
     ("name", "chat_template.jinja", "chat_templates"),
     ("name", "chat_template.json", "chat_templates"),
@@ -97,7 +109,10 @@ def classify(path: str) -> str:
     base = _base(path)
     for kind, value, component in FILE_RULES:
         if ((kind == "name" and base == value) or (kind == "suffix" and base.endswith(value))
-                or (kind == "dir" and (path.startswith(value) or f"/{value}" in path))):
+                or (kind == "dir" and (path.startswith(value) or f"/{value}" in path))
+                or (kind == "path" and path == value)
+                or (kind == "prompt" and path.startswith(value) and "/" not in path[len(value):]
+                    and path.endswith(PROMPT_SUFFIX))):
             return component
     return "other"
 
