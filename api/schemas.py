@@ -21,6 +21,7 @@ from registry.domain.text import (
     FreeText,
     Label,
 )
+from registry.domain.unit_parts import MAX_PART_BYTES, MAX_PROMPTS
 from registry.services.identity import CAPACITY_REQUIRED
 from registry.sources.filters import MAX_GLOB_LENGTH, MAX_GLOBS
 
@@ -121,6 +122,22 @@ class VersionCreate(Strict):
         "(llama3.1) or other:<name>; an unrecognized one is refused (unrecognized-license)"))
 
 
+PromptName = Annotated[str, Field(max_length=64)]
+
+
+class VersionDerive(Strict):
+    """``POST .../versions/{number}/derive``: the parts the new unit changes; every other file is the base's."""
+
+    prompts: dict[PromptName, Annotated[str, Field(max_length=MAX_PART_BYTES)]] = Field(
+        default_factory=dict, max_length=MAX_PROMPTS,
+        description="name -> Jinja text: prompt templates added or replaced (stored at prompts/NAME.jinja)")
+    remove_prompts: list[PromptName] = Field(default_factory=list, max_length=MAX_PROMPTS)
+    serving_profile: dict[str, Any] | None = Field(None, description=(
+        "{engine, gpu: {type, count}, settings: {...}}: the engine settings the unit serves with, checked against "
+        "its GPUs (refused with the arithmetic when it does not fit); stored as serving-profile.json"))
+    remove_serving_profile: StrictBool = False
+
+
 class FilePublic(BaseModel):
     path: str
     size: int
@@ -154,6 +171,7 @@ class VersionPublic(BaseModel):
     files: list[FilePublic]
     progress: dict[str, int]
     revocation: RevocationPublic | None = Field(None, description="set once the version is revoked")
+    derived_from: int | None = Field(None, description="the version of the same model this unit was derived from")
 
 
 class VersionDetail(VersionPublic):
@@ -164,6 +182,10 @@ class VersionDetail(VersionPublic):
         None, description="the release unit's components ({name, digest, members}: weights, tokenizer, "
                           "chat_templates, generation_config, config, prompt_templates, serving_profile, other); "
                           "null until the files are stored")
+    unit_parts: dict[str, Any] | None = Field(
+        None, description="the registry-held parts: prompts [{name, variables}], serving_profile {engine, gpu, "
+                          "settings, digest, capacity: {fits, per_gpu_needed, per_gpu_budget, arithmetic, reason}}, "
+                          "error (a part that does not check); null when the unit holds none")
 
 
 class ApprovalCreate(Strict):

@@ -9,7 +9,7 @@ from fastapi import APIRouter, Response, status
 from api.deps import ContainerDep, PrincipalDep, SessionDep
 from api.params import ModelName, Sha256Hex, TenantName, VersionNumber
 from api.problems import AUTHENTICATED, responses
-from api.schemas import FilePublic, RevocationPublic, VersionCreate, VersionDetail, VersionPublic
+from api.schemas import FilePublic, RevocationPublic, VersionCreate, VersionDerive, VersionDetail, VersionPublic
 from registry.db.models import Version
 from registry.domain.errors import (
     ConflictError,
@@ -17,10 +17,11 @@ from registry.domain.errors import (
     InvalidStateError,
     LimitExceededError,
     NotFoundError,
+    PolicyViolationError,
 )
 from registry.domain.files import FileEntry
 from registry.domain.states import shown_state
-from registry.services import chunks, facts, units, versions
+from registry.services import chunks, derive, facts, units, versions
 
 router = APIRouter(prefix="/v1/models", tags=["models"],
                    responses=responses(*AUTHENTICATED, NotFoundError))
@@ -60,6 +61,7 @@ def version_public(v: Version) -> VersionPublic:
         },
         revocation=RevocationPublic(at=v.revoked_at, by=v.revoked_by or "", reason=v.revoke_reason or "")
         if v.revoked_at is not None else None,
+        derived_from=v.derived_from.number if v.derived_from is not None else None,
     )
 
 
@@ -96,6 +98,29 @@ def submit_version(
     return version_public(version)
 
 
+@router.post("/{tenant}/{name}/versions/{number}/derive", status_code=status.HTTP_202_ACCEPTED,
+             response_model=VersionPublic,
+             responses={200: {"model": VersionPublic, "description": "the version these parts made from it before"},
+                        **responses(InvalidInputError, ConflictError, PolicyViolationError)})
+def derive_version(
+    tenant: TenantName, name: ModelName, number: VersionNumber, body: VersionDerive, response: Response,
+    session: SessionDep, principal: PrincipalDep, container: ContainerDep,
+) -> VersionPublic:
+    """Derive a new version of the unit from version ``number``: new prompt templates or serving profile, every
+    other file shared by digest (nothing uploaded or mirrored again). 202 with the new version; 200 with the one
+    the same parts made before. A serving profile that does not fit its GPUs is refused with the arithmetic."""
+    version, created = derive.derive(
+        session, principal, tenant, name, number,
+        derive.DeriveRequest(prompts=body.prompts, remove_prompts=tuple(body.remove_prompts),
+                             serving_profile=body.serving_profile, remove_serving_profile=body.remove_serving_profile),
+        blob_store=container.blob_store, limits=container.limits(), ports=container.ports)
+    if not created:
+        response.status_code = status.HTTP_200_OK
+    response.headers["Location"] = f"/v1/models/{tenant}/{name}/versions/{version.number}"
+    session.refresh(version)
+    return version_public(version)
+
+
 @router.get("/{tenant}/{name}/versions", response_model=list[VersionPublic])
 def list_versions(tenant: TenantName, name: ModelName, session: SessionDep,
                   principal: PrincipalDep) -> list[VersionPublic]:
@@ -104,10 +129,12 @@ def list_versions(tenant: TenantName, name: ModelName, session: SessionDep,
 
 @router.get("/{tenant}/{name}/versions/{number}", response_model=VersionDetail)
 def get_version(tenant: TenantName, name: ModelName, number: VersionNumber, session: SessionDep,
-                principal: PrincipalDep) -> VersionDetail:
+                principal: PrincipalDep, container: ContainerDep) -> VersionDetail:
     version, found = facts.read_version_with_facts(session, principal, tenant, name, number)
     return VersionDetail(**version_public(version).model_dump(), facts=found,
-                         components=units.components_document(units.components_of(session, version)))
+                         components=units.components_document(units.components_of(session, version)),
+                         unit_parts=units.unit_parts_document(session, version, blob_store=container.blob_store,
+                                                              policy_data=container.policy.data()))
 
 
 @router.get("/{tenant}/{name}/diff/{old}/{new}", responses=responses(InvalidStateError))

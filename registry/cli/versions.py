@@ -1,6 +1,6 @@
-"""The ``modelreg`` command: submitting, showing and scanning versions.
+"""The ``modelreg`` command: submitting, deriving, showing and scanning versions.
 
-``submit``, ``version``, ``scan``, ``rescan``.
+``submit``, ``derive``, ``diff``, ``version``, ``scan``, ``rescan``.
 """
 
 from __future__ import annotations
@@ -30,6 +30,9 @@ from registry.domain.states import VersionState
 
 # `submit --wait` waits until the version needs a person (approval) or has ended.
 WAIT_DONE_STATES = frozenset(s.value for s in VersionState) - {s.value for s in running_states()}
+PROMPT_HELP = "NAME=FILE: a prompt template (Jinja) the unit holds as prompts/NAME.jinja (repeatable)"
+PROFILE_HELP = ("a serving profile, YAML or JSON: {engine: vllm, gpu: {type, count}, settings: {max_model_len, "
+                "max_num_seqs, ...}}; checked against its GPUs, held as serving-profile.json")
 
 
 @app.command()
@@ -46,12 +49,15 @@ def submit(
         True, "--upload/--no-upload",
         help="send a local directory's files through the API (default); --no-upload makes the server read "
              "the path itself, which it allows only under its MODELREG_LOCAL_SOURCE_ROOTS"),
+    prompt: list[str] = typer.Option([], "--prompt", help=PROMPT_HELP),
+    serving_profile: Optional[Path] = typer.Option(None, "--serving-profile", help=PROFILE_HELP),
     wait: bool = typer.Option(False, "--wait", help="wait until the version is scanned (awaiting approval) or failed"),
     timeout: float = typer.Option(3600.0, "--timeout", help="seconds --wait waits at most"),
     url: str = UrlOpt, token: str = TokenOpt, as_json: bool = JsonOpt,
 ) -> None:
     """Submit a model version; with --wait, show progress and exit non-zero if it fails."""
     tenant, name = _split_model(model)
+    prompts, profile = _read_parts(prompt, serving_profile)
     if license is not None:
         # Checked here too, so a directory is not uploaded for a submission the registry will refuse.
         from registry.domain.licenses import normalize_license
@@ -60,12 +66,16 @@ def submit(
         if declared.id is None:
             raise CliError(f"license {license!r} is not recognized: {declared.problem}")
     local = "://" not in source or source.startswith("file://")
+    if (prompts or profile is not None) and not (local and upload):
+        raise CliError("--prompt and --serving-profile go with a local directory sent with --upload; for a hub or "
+                       "bucket source, submit it, then `modelreg derive` the parts onto the version")
     if local and "://" not in source:
         # A relative directory is resolved here: the server has another working directory.
         source = str(Path(source).resolve())
     with _client(url, token) as client:
         if local and upload:
-            body = _upload_directory(client, tenant, source, include, exclude, quiet=as_json)
+            body = _upload_directory(client, tenant, source, include, exclude, quiet=as_json,
+                                     parts=_part_files(prompts, profile))
         else:
             body = {"source": source, "revision": revision, "include": include, "exclude": exclude,
                     "hf_endpoint": hf_endpoint}
@@ -83,8 +93,11 @@ def submit(
 
 
 def _upload_directory(client: Any, tenant: str, source: str, include: list[str], exclude: list[str],
-                      quiet: bool) -> dict[str, Any]:
-    """Hash a local directory here, upload the blobs the registry lacks, and describe the version."""
+                      quiet: bool, parts: dict[str, bytes] | None = None) -> dict[str, Any]:
+    """Hash a local directory here, upload the blobs the registry lacks, and describe the version; ``parts``
+    (path -> bytes: prompt templates, the serving profile) are added, in place of the directory's own."""
+    import hashlib
+
     from registry.domain.text import MAX_LABEL_LENGTH, label_problem
     from registry.sources.local import LocalDirectorySource
 
@@ -102,8 +115,106 @@ def _upload_directory(client: Any, tenant: str, source: str, include: list[str],
             _say(f"uploading {f.path} ({f.size} bytes)", err=True)
         with open(directory / f.path, "rb") as data:
             client.put_blob(tenant, f.sha256, data, f.size)
-    return {"source": f"upload:{directory.name}",
-            "files": [{"path": f.path, "size": f.size, "sha256": f.sha256} for f in snapshot.files]}
+    files = {f.path: {"path": f.path, "size": f.size, "sha256": f.sha256} for f in snapshot.files}
+    for path, data in (parts or {}).items():
+        digest = hashlib.sha256(data).hexdigest()
+        if not client.has_blob(tenant, digest):
+            client.put_blob(tenant, digest, data, len(data))
+        files[path] = {"path": path, "size": len(data), "sha256": digest}
+    return {"source": f"upload:{directory.name}", "files": [files[p] for p in sorted(files)]}
+
+
+def _read_parts(prompts: list[str], profile_file: Path | None) -> tuple[dict[str, str], dict[str, Any] | None]:
+    """``--prompt NAME=FILE`` and ``--serving-profile FILE`` read: name -> text, and the profile document."""
+    import yaml
+
+    from registry.domain.errors import InvalidInputError
+    from registry.domain.unit_parts import prompt_path
+
+    texts: dict[str, str] = {}
+    for option in prompts:
+        name, eq, file = option.partition("=")
+        if not eq or not file:
+            raise CliError(f"--prompt {option!r}: give NAME=FILE")
+        try:
+            prompt_path(name)
+        except InvalidInputError as exc:
+            raise CliError(f"--prompt {option!r}: {exc.message}") from None
+        if name in texts:
+            raise CliError(f"--prompt {name!r} is given twice")
+        texts[name] = _read_text(Path(file), f"--prompt {name}")
+    if profile_file is None:
+        return texts, None
+    try:
+        document = yaml.safe_load(_read_text(profile_file, "--serving-profile"))
+    except yaml.YAMLError as exc:
+        raise CliError(f"--serving-profile {profile_file}: not YAML or JSON ({str(exc).splitlines()[0]})") from None
+    if not isinstance(document, dict):
+        raise CliError(f"--serving-profile {profile_file}: a profile is a mapping (engine, gpu, settings)")
+    return texts, document
+
+
+def _read_text(path: Path, what: str) -> str:
+    try:
+        return path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise CliError(f"{what}: cannot read {path}: {exc.strerror}") from None
+    except UnicodeDecodeError:
+        raise CliError(f"{what}: {path} is not UTF-8 text") from None
+
+
+def _part_files(prompts: dict[str, str], profile: dict[str, Any] | None) -> dict[str, bytes]:
+    """The files the parts become in a submission (the registry checks them again when it seals)."""
+    from registry.domain.components import SERVING_PROFILE
+    from registry.domain.errors import InvalidInputError
+    from registry.domain.serving_profile import parse_serving_profile
+    from registry.domain.unit_parts import prompt_path
+
+    files = {prompt_path(name): text.encode("utf-8") for name, text in prompts.items()}
+    if profile is not None:
+        try:
+            files[SERVING_PROFILE] = parse_serving_profile(profile).canonical_json().encode()
+        except InvalidInputError as exc:
+            raise CliError(exc.message) from None
+    return files
+
+
+@app.command()
+def derive(
+    ref: str = typer.Argument(..., help="TENANT/NAME@VERSION: the unit to derive from"),
+    prompt: list[str] = typer.Option([], "--prompt", help=PROMPT_HELP),
+    remove_prompt: list[str] = typer.Option([], "--remove-prompt", help="NAME: leave this prompt template out"),
+    serving_profile: Optional[Path] = typer.Option(None, "--serving-profile", help=PROFILE_HELP),
+    no_serving_profile: bool = typer.Option(False, "--no-serving-profile", help="leave the serving profile out"),
+    wait: bool = typer.Option(False, "--wait", help="wait until the version is scanned (awaiting approval) or failed"),
+    timeout: float = typer.Option(3600.0, "--timeout", help="seconds --wait waits at most"),
+    url: str = UrlOpt, token: str = TokenOpt, as_json: bool = JsonOpt,
+) -> None:
+    """Make a new version of a unit with new prompt templates or a new serving profile; every other file is
+    shared with VERSION by digest (nothing is uploaded or mirrored again). A profile that does not fit its GPUs
+    is refused with the arithmetic."""
+    from registry.domain.errors import InvalidRefError
+    from registry.domain.refs import parse_ref
+
+    try:
+        parsed = parse_ref(ref)
+    except InvalidRefError as exc:
+        raise CliError(exc.message) from None
+    if parsed.version is None:
+        raise CliError(f"{ref!r}: name the version to derive from, TENANT/NAME@VERSION")
+    prompts, profile = _read_parts(prompt, serving_profile)
+    body: dict[str, Any] = {"prompts": prompts, "remove_prompts": remove_prompt,
+                            "serving_profile": profile, "remove_serving_profile": no_serving_profile}
+    with _client(url, token) as client:
+        version = client.derive(parsed.tenant, parsed.name, parsed.version, body)
+        if wait:
+            version = _wait_for(client, version, timeout, show_progress=not as_json)
+    if as_json:
+        _emit(version, True)
+    else:
+        _print_version(version)
+    if version["state"] == "failed":
+        raise typer.Exit(1)
 
 
 def _wait_for(client: Any, version: dict[str, Any], timeout: float, show_progress: bool) -> dict[str, Any]:
@@ -135,6 +246,11 @@ def _print_version(v: dict[str, Any]) -> None:
     src = v["source"]
     lines.append(f"  source: {src['kind']} {src['repo']}"
                  f" {v.get('requested_revision') or ''} -> {v.get('resolved_revision') or '?'}")
+    if v.get("derived_from") is not None:
+        lines.append(f"  derived from: version {v['derived_from']}")
+    arithmetic = (v.get("failure_detail") or {}).get("arithmetic")
+    if isinstance(arithmetic, list):
+        lines += [f"    {line}" for line in arithmetic]
     if "licenses" in v:  # absent from servers older than the license findings
         lines += _license_lines(v["licenses"])
     for f in v.get("files", []):
@@ -189,7 +305,28 @@ def version_show(
         _print_version(version)
         # A registry older than facts sends no key at all: nothing to say then.
         _say(*(_facts_lines(facts) if "facts" in version else ()), *_component_lines(version.get("components")),
-             *(_capacity_lines(estimate) if estimate else ()))
+             *_unit_part_lines(version.get("unit_parts")), *(_capacity_lines(estimate) if estimate else ()))
+
+
+def _unit_part_lines(parts: Any) -> list[str]:
+    """The registry-held parts: prompt templates and their variables, the serving profile and its arithmetic."""
+    if not isinstance(parts, dict):
+        return []
+    lines = [f"  prompt template {p.get('name')}: variables {', '.join(p.get('variables') or []) or '-'}"
+             for p in parts.get("prompts") or [] if isinstance(p, dict)]
+    profile = parts.get("serving_profile")
+    if isinstance(profile, dict):
+        gpu = _obj(profile.get("gpu"))
+        lines.append(f"  serving profile: {profile.get('engine')} on {gpu.get('count')} x {gpu.get('type')} "
+                     f"(sha256:{profile.get('digest')})")
+        capacity = _obj(profile.get("capacity"))
+        if capacity:
+            lines.append(f"    capacity: {'fits' if capacity.get('fits') else 'DOES NOT FIT'}")
+            lines += [f"      {line}" for line in capacity.get("arithmetic") or []]
+    error = parts.get("error")
+    if isinstance(error, dict):
+        lines.append(f"  unit parts refused: {error.get('message')}")
+    return lines
 
 
 def _component_lines(components: Any) -> list[str]:

@@ -229,6 +229,10 @@ class RegistryApi:
         return self.client.post(f"{_model(tenant, name)}/versions", json=body,
                                 timeout=httpx.Timeout(30.0, read=3600.0))
 
+    def derive(self, tenant: str, name: str, number: int, body: dict[str, Any]) -> dict[str, Any]:
+        """A new version of the unit from version ``number`` with new parts (``modelreg derive``)."""
+        return self.client.post(f"{_version(tenant, name, number)}/derive", json=body)
+
     def has_blob(self, tenant: str, digest: str) -> bool:
         """Whether ``tenant`` owns the blob already (an uploader skips it)."""
         try:

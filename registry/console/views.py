@@ -127,7 +127,7 @@ def version_page(session: Session, principal: AuthenticatedPrincipal, tenant: st
              if a.version_id == version.id or a.canary_version_id == version.id]
     fetched = provenance.nodes(session, principal, tenant, name, str(number), limit=50)["nodes"] if audits else None
     components = units.components_of(session, version)
-    base = evaluating.baseline_version(session, version, alias)
+    base, _how = evaluating.replaced_unit(session, version, alias)
     return {
         "components": components,
         # An alias points at an approved, hence sealed, version: the base always has its components.

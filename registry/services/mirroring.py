@@ -25,15 +25,18 @@ from registry.domain.components import components_map, unit_components
 from registry.domain.errors import (
     BlobVanishedError,
     IntegrityError,
+    InvalidInputError,
     NotFoundError,
+    PolicyViolationError,
     QuotaExceededError,
     RegistryError,
     UpstreamError,
 )
 from registry.domain.files import FileEntry, validate_file_list
-from registry.domain.outcomes import Passed
+from registry.domain.outcomes import Failed, Passed
 from registry.domain.source_uris import submission_uri
 from registry.domain.states import VersionState
+from registry.domain.unit_parts import MAX_PART_BYTES, check_parts, is_held_part, serving_config
 from registry.services import chunks, facts, licenses, lifecycle, quotas
 from registry.services.blobs import grant_blob, owned_blobs
 from registry.services.lifecycle import fail_version
@@ -236,6 +239,26 @@ def _with_path(exc: RegistryError, path: str) -> RegistryError:
     return exc
 
 
+def _check_held_parts(files: list[VersionFile], found: dict, ports: Ports) -> RegistryError | None:
+    """Why the unit's prompt templates or serving profile are refused (``registry/domain/unit_parts.py``), or
+    None; read from the store before any lock (each part is small: a larger one is refused unread)."""
+    held = [f for f in files if is_held_part(f.path)]
+    if not held:
+        return None
+    try:
+        data = {}
+        for f in held:
+            if f.size > MAX_PART_BYTES:
+                raise InvalidInputError(f"{f.path} is {f.size} bytes; a registry-held part is at most "
+                                        f"{MAX_PART_BYTES}", reason="part-too-large", path=f.path)
+            data[f.path] = b"".join(ports.blob_store.open_range(f.sha256, 0, f.size))
+        gpus, margin = serving_config(ports.policy.data())
+        check_parts(data, found, gpus, runtime_margin_bytes=margin)
+    except (InvalidInputError, PolicyViolationError) as exc:
+        return exc
+    return None
+
+
 def seal_version(session_factory: sessionmaker[Session], version_id: int, *, ports: Ports,
                  registry_url: str | None = None) -> None:
     """Job: freeze the file list, record what the files say (facts, licenses) and sign it with the ports'
@@ -249,6 +272,7 @@ def seal_version(session_factory: sessionmaker[Session], version_id: int, *, por
         if any(f.sha256 is None for f in version.files):
             raise NotFoundError(f"version {version_id} still has files to mirror")
         found = facts.collect_facts([(f.path, f.size, f.sha256) for f in version.files], blob_store)
+        refused = _check_held_parts(version.files, found, ports)
         session.rollback()
 
         begin_write(session)
@@ -259,6 +283,12 @@ def seal_version(session_factory: sessionmaker[Session], version_id: int, *, por
         if any(f.sha256 is None for f in files):
             raise NotFoundError(f"version {version_id} still has files to mirror")
         facts.store_facts(session, version, found, clock=clock)
+        if refused is not None:
+            # A prompt template or serving profile the unit may not hold: the version fails, with the reason
+            # (a serving profile that does not fit shows its arithmetic).
+            lifecycle.fail(session, version, Failed.from_error(refused))
+            session.commit()
+            return
         # Blobs this mirror found stored (put read nothing) that have no chunk list yet get one by a job.
         chunks.queue_missing(session, {f.sha256 for f in files}, ports)
         # A few bounded reads (README front matter, LICENSE files) of files now known to be stored.

@@ -30,8 +30,9 @@ from registry.domain.components import (
     template_review_files,
     unit_components,
 )
-from registry.domain.errors import InvalidStateError
+from registry.domain.errors import InvalidInputError, InvalidStateError
 from registry.domain.files import FileEntry
+from registry.domain.unit_parts import MAX_PART_BYTES, check_parts, is_held_part, serving_config
 from registry.services.loaders import find_version_unchecked, version_ref
 from registry.storage.base import BlobStore
 from registry.templating.isolated import diff_in_child
@@ -58,6 +59,31 @@ def components_document(components: tuple[Component, ...] | None) -> list[dict[s
     if components is None:
         return None
     return [{"name": c.name, "digest": c.digest, "members": len(c.members)} for c in components]
+
+
+def unit_parts_document(session: Session, version: Version, *, blob_store: BlobStore,
+                        policy_data: dict[str, Any]) -> dict[str, Any] | None:
+    """The unit's registry-held parts as ``version show`` prints them: each prompt template's variables, the
+    serving profile and its capacity arithmetic against the operator's GPU table (``fits`` false shown, not
+    raised), or ``error`` when a part does not check. None when the unit holds none, or they are not stored.
+    """
+    held = [f for f in version.files if is_held_part(f.path)]
+    if not held or any(f.sha256 is None for f in held):
+        return None
+    gpus, margin = serving_config(policy_data)
+    row = session.get(VersionFacts, version.id)
+    try:
+        data = {}
+        for f in held:
+            if f.size > MAX_PART_BYTES:
+                raise InvalidInputError(f"{f.path} is {f.size} bytes; a registry-held part is at most "
+                                        f"{MAX_PART_BYTES}")
+            data[f.path] = b"".join(blob_store.open_range(f.sha256, 0, f.size))
+        parts = check_parts(data, row.facts if row is not None else None, gpus, runtime_margin_bytes=margin,
+                            require_fit=False)
+    except InvalidInputError as exc:
+        return {"prompts": [], "serving_profile": None, "error": {"type": exc.code, "message": exc.message}}
+    return {**parts.as_dict(), "error": None}
 
 
 def _sealed_components(session: Session, version: Version) -> tuple[Component, ...]:

@@ -403,10 +403,13 @@ def submit_uploaded(
     limits: Limits,
     ports: Ports,
     license: str | None = None,
+    derived_from: Version | None = None,
 ) -> tuple[Version, bool]:
     """Submit a version whose files were uploaded beforehand (``PUT /v1/blobs/sha256/{digest}``).
 
     The revision is the sha256 of the file list, so the same directory uploaded twice is one version.
+    ``derived_from``: the version of the same model this unit was derived from (``registry.services.derive``);
+    it is part of the source's key, so the same parts derived from another version are another version.
 
     Raises:
         LimitExceededError: more files than a version may hold (refused before any lookup).
@@ -444,6 +447,9 @@ def submit_uploaded(
                         files=tuple(UpstreamFile(path=e.path, size=e.size, sha256=e.sha256) for e in entries))
     model = _lock_or_create_model(session, tenant_id, name)
     key = source_key("upload", label, None, snapshot.revision, (), ())
+    if derived_from is not None and derived_from.model_id != model.id:
+        session.rollback()
+        raise InvalidInputError("a unit is derived from a version of the same model", reason="derive-other-model")
     existing = session.scalar(select(Version).where(
         Version.model_id == model.id, Version.source_key == key, Version.state.in_([s.value for s in LIVE]),
         Version.deleted_at.is_(None)))
@@ -452,13 +458,14 @@ def submit_uploaded(
         return existing, False
     version = Version(model_id=model.id, number=model.next_version, state=VersionState.SUBMITTED.value,
                       source_kind="upload", source_repo=label, include=[], exclude=[], submitted_by=principal.id,
-                      declared_license=license)
+                      declared_license=license, derived_from_id=None if derived_from is None else derived_from.id)
     model.next_version += 1
     session.add(version)
     session.flush()
     ref = f"{tenant}/{name}@{version.number}"
     audit.append(session, actor=principal.name, action="version.submitted", subject=ref, tenant=tenant,
-                 details={"source": f"upload:{label}", "files": len(entries)})
+                 details={"source": f"upload:{label}", "files": len(entries),
+                          **({} if derived_from is None else {"derived_from": derived_from.number})})
     accept_snapshot(session, version, snapshot, limits, ports, stored={e.path: e.sha256 for e in entries},
                     held=True)
     session.commit()

@@ -37,6 +37,22 @@ def oci_store_world(store_container, tmp_path):
 
 
 @pytest.fixture
+def people(container):
+    """acme's administrator and one approver in each capacity (``tests/support/release_unit.py``)."""
+    from tests.support.release_unit import make_people
+
+    return make_people(container)
+
+
+@pytest.fixture
+def in_prod(container, people, tmp_path) -> dict[str, bytes]:
+    """Version 1 of acme/llm (the tiny Llama) evaluated, approved and in ``prod``; its files."""
+    from tests.support.release_unit import put_in_prod
+
+    return put_in_prod(container, people, tmp_path)
+
+
+@pytest.fixture
 def release_world(container, seeded):
     """A copy of ``tests/support/release_world.py``'s world behind the API: ``(client, tokens, admin)``.
 

@@ -179,6 +179,9 @@ RULES: dict[tuple[str, str], Rule] = {
     ("GET", "/v1/models/{tenant}/{name}/versions/{number}"): Rule("read", 200),
     ("GET", "/v1/models/{tenant}/{name}/versions/{number}/signature"): Rule("read", 200),
     ("GET", "/v1/models/{tenant}/{name}/versions/{number}/scans"): Rule("read", 200),
+    ("POST", "/v1/models/{tenant}/{name}/versions/{number}/derive"): Rule(
+        "submit", 202, lambda w, t: {"json": {"prompts": {"greeting": w.fresh("Hello {{ name }} ")}}},
+        path={"number": lambda w, t: str(w.approved(t)[0])}),
     ("GET", "/v1/models/{tenant}/{name}/diff/{old}/{new}"): Rule(
         "read", 200, path={"old": lambda w, t: str(w.approved(t)[0]), "new": lambda w, t: str(w.approved(t)[1])}),
     # Chunk lists are served as the release's blob URLs are: of an approved version, to readers and nodes.

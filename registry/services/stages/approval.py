@@ -99,8 +99,8 @@ def approval_input_for(session: Session, version: Version, engine: PolicyEngine 
         facts=_facts_for(session, version),
         evals=evaluating.policy_evals(session, version),
         baseline=evaluating.policy_baseline(session, version, alias),
-        unit=units.policy_unit(session, version, evaluating.baseline_version(session, version, alias),
-                               f"alias:{alias}", [s.name for s in suites]),
+        unit=units.policy_unit(session, version, *evaluating.replaced_unit(session, version, alias),
+                               [s.name for s in suites]),
     )
 
 

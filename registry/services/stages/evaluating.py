@@ -137,6 +137,14 @@ def baseline_version(session: Session, version: Version, alias: str | None) -> V
     return session.get(Version, row.version_id)
 
 
+def replaced_unit(session: Session, version: Version, alias: str | None) -> tuple[Version | None, str]:
+    """The unit ``version`` replaces, for the component diff: the version it was derived from (its lineage),
+    else the one behind ``alias``; and how it was chosen (``derived``, ``alias:prod``)."""
+    if version.derived_from_id is not None:
+        return session.get(Version, version.derived_from_id), "derived"
+    return baseline_version(session, version, alias), f"alias:{alias}"
+
+
 def policy_baseline(session: Session, version: Version, alias: str | None) -> dict[str, Any] | None:
     """``input.baseline``: the completed evals of the version behind ``alias`` of the same model, or None.
 

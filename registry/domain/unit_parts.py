@@ -1,0 +1,161 @@
+"""The registry-held parts of a release unit, checked: prompt templates and the serving profile.
+
+A unit may hold, beside what its upstream published, named prompt templates at ``prompts/NAME.jinja`` and
+a serving profile at ``serving-profile.json`` (``registry/domain/components.py`` fixes the places). They
+arrive through ``modelreg derive`` (checked before the version exists, so a bad part is a 422 at once) or
+as files of a submission (checked when the version is sealed, and the version fails with the same error).
+Either way :func:`check_parts` decides, from the parts' bytes and the version's facts:
+
+- each prompt template is UTF-8 Jinja that parses in the sandbox and reaches for no Python internals; its
+  declared variables are the ones it reads (``registry.templating.declared_variables``);
+- the serving profile is the canonical JSON of a valid profile (``parse_serving_profile``), so its digest
+  names what is served, and it fits its GPUs (``fit_profile``, with the operator's GPU table and runtime
+  margin from the policy data); refused with the arithmetic when it does not.
+
+Example:
+    >>> prompt_path("support"), prompt_name("prompts/support.jinja"), prompt_name("prompts/a/b.jinja")
+    ('prompts/support.jinja', 'support', None)
+    >>> check_parts({"prompts/hi.jinja": b"Hello {{ name }}"}, None, {}, runtime_margin_bytes=0).prompts
+    {'hi': ['name']}
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+from registry.domain.components import PROMPT_SUFFIX, PROMPTS_DIR, SERVING_PROFILE, classify
+from registry.domain.errors import InvalidInputError, InvalidServingProfileError
+from registry.domain.serving_profile import CapacityFit, ServingProfile, fit_profile, parse_serving_profile
+
+MAX_PROMPTS = 64
+"""Prompt templates one unit may hold."""
+MAX_PART_BYTES = 256 * 1024
+"""Bytes of one registry-held part (a template is at most the sandbox's character bound anyway)."""
+_PROMPT_NAME_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_-]{0,63}$")
+
+
+def prompt_path(name: str) -> str:
+    """Where the prompt template ``name`` lives in a unit.
+
+    Raises:
+        InvalidInputError: ``name`` is not 1-64 letters, digits, ``_`` or ``-`` (not starting with ``-``).
+    """
+    if not isinstance(name, str) or not _PROMPT_NAME_RE.match(name):
+        raise InvalidInputError(f"prompt template name {str(name)[:80]!r} must be 1-64 letters, digits, '_' or '-' "
+                                "(not starting with '-')", reason="bad-prompt-name")
+    return f"{PROMPTS_DIR}{name}{PROMPT_SUFFIX}"
+
+
+def prompt_name(path: str) -> str | None:
+    """The prompt template's name if ``path`` is one (``prompts/NAME.jinja`` with a valid name), else None."""
+    if not path.startswith(PROMPTS_DIR) or not path.endswith(PROMPT_SUFFIX):
+        return None
+    name = path[len(PROMPTS_DIR):-len(PROMPT_SUFFIX)]
+    return name if _PROMPT_NAME_RE.match(name) else None
+
+
+def is_held_part(path: str) -> bool:
+    """Whether ``path`` is where a registry-held part lives (what :func:`check_parts` must be given): the
+    places the components table gives ``prompt_templates`` and ``serving_profile``."""
+    return classify(path) in ("prompt_templates", "serving_profile")
+
+
+@dataclass(frozen=True)
+class UnitParts:
+    """A unit's checked registry-held parts.
+
+    Attributes:
+        prompts: name -> the variables the template reads, sorted.
+        profile: The serving profile, or None.
+        fit: How the profile fits its GPUs (the arithmetic), or None without a profile.
+    """
+
+    prompts: dict[str, list[str]] = field(default_factory=dict)
+    profile: ServingProfile | None = None
+    fit: CapacityFit | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"prompts": [{"name": n, "variables": v} for n, v in sorted(self.prompts.items())],
+                "serving_profile": None if self.profile is None else {
+                    **self.profile.as_dict(), "digest": self.profile.digest,
+                    "capacity": None if self.fit is None else self.fit.as_dict()}}
+
+
+def _text(path: str, data: bytes) -> str:
+    if len(data) > MAX_PART_BYTES:
+        raise InvalidInputError(f"{path} is {len(data)} bytes; a registry-held part is at most {MAX_PART_BYTES}",
+                                reason="part-too-large", path=path)
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise InvalidInputError(f"{path} is not UTF-8 text", reason="part-not-text", path=path) from None
+
+
+def profile_document(text: str, path: str = SERVING_PROFILE) -> Any:
+    """The JSON document of a serving profile file (bounded, duplicate keys refused)."""
+    def no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+        keys = [k for k, _ in pairs]
+        if len(set(keys)) != len(keys):
+            raise InvalidServingProfileError("document", "a key appears twice")
+        return dict(pairs)
+
+    try:
+        return json.loads(text, object_pairs_hook=no_duplicates)
+    except (ValueError, RecursionError):
+        raise InvalidServingProfileError("document", f"{path} is not a JSON document") from None
+
+
+def check_parts(parts: Mapping[str, bytes], facts: Mapping[str, Any] | None, gpus: Mapping[str, Any], *,
+                runtime_margin_bytes: int, require_fit: bool = True) -> UnitParts:
+    """Check a unit's registry-held parts (every path :func:`is_held_part` names, with its bytes).
+
+    Args:
+        parts: path -> bytes of the unit's ``prompts/*.jinja`` and ``serving-profile.json``.
+        facts: The unit's facts document (the capacity gate's weight and attention figures), or None.
+        gpus: The GPU table (policy data ``modelreg.config.gpus``).
+        runtime_margin_bytes: Bytes per GPU kept for the runtime (``serving_runtime_margin_bytes``).
+        require_fit: Raise when the profile does not fit (a gate); False: return the fit, to show it.
+
+    Raises:
+        InvalidInputError: a part too large, not UTF-8, a bad prompt name, too many prompts.
+        PromptTemplateError: a prompt template that does not parse or reaches for Python internals.
+        InvalidServingProfileError: a profile that is not valid, or not in its canonical JSON form.
+        ServingProfileDoesNotFitError: a profile that does not fit its GPUs (the arithmetic in its details).
+    """
+    from registry.templating import declared_variables
+
+    prompts: dict[str, list[str]] = {}
+    names = sorted(p for p in parts if p != SERVING_PROFILE)
+    if len(names) > MAX_PROMPTS:
+        raise InvalidInputError(f"{len(names)} prompt templates; a unit holds at most {MAX_PROMPTS}",
+                                reason="too-many-prompts")
+    for path in names:
+        name = prompt_name(path)
+        if name is None:
+            raise InvalidInputError(f"{path[:200]}: a prompt template's name is 1-64 letters, digits, '_' or '-' "
+                                    "(not starting with '-')", reason="bad-prompt-name")
+        prompts[name] = declared_variables(_text(path, parts[path]))
+    profile = fit = None
+    if SERVING_PROFILE in parts:
+        text = _text(SERVING_PROFILE, parts[SERVING_PROFILE])
+        profile = parse_serving_profile(profile_document(text))
+        if text != profile.canonical_json():
+            raise InvalidServingProfileError("document", f"{SERVING_PROFILE} must be the profile's canonical JSON "
+                                                         "(modelreg submit and derive write it so)")
+        fit = fit_profile(profile, facts, gpus, runtime_margin_bytes=runtime_margin_bytes)
+        if require_fit:
+            fit.require()
+    return UnitParts(prompts, profile, fit)
+
+
+def serving_config(policy_data: Mapping[str, Any]) -> tuple[Mapping[str, Any], int]:
+    """The GPU table and runtime margin of the policy data (``modelreg.config``); empty and 0 when absent."""
+    config = policy_data.get("modelreg", {}).get("config", {}) if isinstance(policy_data, Mapping) else {}
+    config = config if isinstance(config, Mapping) else {}
+    gpus = config.get("gpus")
+    margin = config.get("serving_runtime_margin_bytes")
+    return (gpus if isinstance(gpus, Mapping) else {},
+            margin if isinstance(margin, int) and not isinstance(margin, bool) and margin >= 0 else 0)
