@@ -53,7 +53,6 @@ from sqlalchemy.orm import Session
 from registry.auth import AuthenticatedPrincipal, Permission, require
 from registry.clock import Clock
 from registry.db.models import Principal, Version, VersionFacts
-from registry.domain import bom_schema
 from registry.domain.errors import InvalidInputError, InvalidStateError
 from registry.domain.exports import ExportFormat
 from registry.domain.source_uris import DEFAULT_HF_ENDPOINT, hub_endpoint, upstream_resource_uri
@@ -193,6 +192,10 @@ def validate_bom(content: bytes | str) -> None:
     Raises:
         BomSchemaError: the first violation, with its JSON path.
     """
+    # Imported here: jsonschema's format checker compiles an IRI grammar on import (a second of CPU), which
+    # every API and worker process would pay at start although few ever build a BOM.
+    from registry.domain import bom_schema
+
     error = bom_schema.first_error(json.loads(content))
     if error is not None:
         raise BomSchemaError(error.message, error.json_path)
