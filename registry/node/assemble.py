@@ -47,7 +47,7 @@ from registry.domain.components import NODE_WRITTEN_FILES, UNIT_FILE
 from registry.domain.errors import InvalidPathError, ManifestMismatchError, RegistryError
 from registry.node.cache import sha256_file
 from registry.node.unit import check_parts, part_mismatches, unit_files
-from registry.signing.bundle import SIGNATURE_FILE_NAME, is_ignored
+from registry.signing.bundle import SIGNATURE_FILE_NAME, bundle_ignore_paths, is_ignored
 from registry.signing.release import Release, ReleaseFile
 from registry.statefile import fsync_dir
 
@@ -310,7 +310,8 @@ def check_bundle_matches(bundle: Mapping[str, Any], release: Release) -> None:
     """The bundle is the one the release names (``statement_digest``) and lists the release's files.
 
     Raises:
-        BadManifestError: another statement, or other files (``model_signing verify`` would fail on DEST).
+        BadManifestError: another statement, or other files, or a release carrying its unit whose bundle does not
+            ignore the unit files (``model_signing verify`` would fail on DEST).
     """
     try:
         payload = base64.b64decode(bundle["dsseEnvelope"]["payload"], validate=True)
@@ -323,6 +324,10 @@ def check_bundle_matches(bundle: Mapping[str, Any], release: Release) -> None:
         raise BadManifestError(f"the signature bundle's statement ({digest[:16]}...) is not the one the release "
                                "names", expected=release.payload.get("statement_digest"), actual=digest)
     signed = {f.path: f.sha256 for f in release.files if not is_ignored(f.path)}
+    if release.components is not None and not set(NODE_WRITTEN_FILES) <= set(bundle_ignore_paths(bundle)):
+        # The unit files written beside the release would be extra files to model_signing verify.
+        raise BadManifestError("the release carries its unit, but its signature bundle does not ignore the files "
+                               "fetch writes for it", written=list(NODE_WRITTEN_FILES))
     if resources != signed:
         raise BadManifestError("the signature bundle lists other files than the release",
                                only_bundle=sorted(set(resources) - set(signed)),
