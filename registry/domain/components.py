@@ -36,6 +36,7 @@ from dataclasses import dataclass
 from typing import Any, Iterable, Mapping, Sequence
 
 from registry.domain.files import WEIGHT_FORMATS, FileEntry
+from registry.domain.serving_profile import ENGINE_CONFIG_FILES
 
 COMPONENTS: tuple[str, ...] = ("weights", "tokenizer", "chat_templates", "generation_config", "config",
                                "prompt_templates", "serving_profile", "other")
@@ -52,6 +53,12 @@ SERVING_PROFILE = "serving-profile.json"
 """The unit's serving profile, at its root: the canonical JSON of ``registry.domain.serving_profile``."""
 UNIT_FILE = "modelreg-unit.json"
 """What ``modelreg fetch`` writes beside the files: the release's components and digests (never a version file)."""
+UNIT_CHAT_TEMPLATE_FILE = "modelreg-chat-template.jinja"
+"""Where ``modelreg fetch`` writes the chat template a serving profile names, for the engine config to point at."""
+NODE_WRITTEN_FILES: tuple[str, ...] = (UNIT_FILE, UNIT_CHAT_TEMPLATE_FILE, *sorted(ENGINE_CONFIG_FILES.values()))
+"""Every name ``modelreg fetch`` may write beside a unit's files. Sealing adds them to the signed bundle's
+``ignore_paths`` (so ``model_signing verify`` on DEST sees only the signed files) unless the version lists one
+of them itself; a release carries its components (and a node writes these files) only for such a version."""
 
 # (match, value, component): the first rule that matches a file's path decides. ``name`` matches the
 # file's base name, ``suffix`` the end of its base name, ``dir`` a leading directory of its path, ``path``

@@ -191,7 +191,7 @@ def verify_manifest(envelope: Mapping[str, Any], bundle: Mapping[str, Any], *, r
     selector = ref_selector(ref)
     release = verify_release(envelope, trust.root, now=now, model=ref.model, ref=selector,
                              min_serial=trust.serial(ref.model, selector))
-    check_reserved(release.files)
+    check_reserved(release.files, unit=release.components is not None)
     check_bundle_matches(bundle, release)
     _verify_logged(release, log, trust, consistency)
     return release
@@ -223,6 +223,6 @@ def verify_recorded(envelope: Mapping[str, Any], bundle: Mapping[str, Any], root
         SignatureError, ReleaseMismatchError, InvalidPathError, BadManifestError: as named.
     """
     release = verify_release(envelope, root, now=issued, model=model, ref=ref)
-    check_reserved(release.files)
+    check_reserved(release.files, unit=release.components is not None)
     check_bundle_matches(bundle, release)
     return release

@@ -68,6 +68,7 @@ from registry.db.models import (
 from registry.db.session import begin_write, is_postgres
 from registry.domain import aliases as alias_rules
 from registry.domain import serving
+from registry.domain.components import UNIT_FILE, components_map
 from registry.domain.errors import (
     InvalidInputError,
     InvalidStateError,
@@ -81,6 +82,8 @@ from registry.domain.states import VersionState
 from registry.services import aliases, loaders, tlog
 from registry.services import chunks as chunk_lists
 from registry.services.trust_roots import release_signer
+from registry.services.units import components_of
+from registry.signing.bundle import bundle_ignore_paths
 from registry.signing.canonical import canonical_json
 from registry.signing.keyring import KeyRing
 from registry.signing.release import release_payload, sign_release
@@ -461,13 +464,21 @@ def _version_release(session: Session, version: Version) -> _VersionRelease:
     facts_row = session.get(VersionFacts, version.id)
     facts = None if facts_row is None else {**facts_row.facts, "reader_version": facts_row.reader_version}
     chunks = chunk_lists.release_chunks(session, [(f["path"], f["sha256"]) for f in files])
+    unit: dict[str, Any] = {}
+    # Only a version sealed as a unit: its bundle lets model_signing verify skip what the node writes beside it.
+    if UNIT_FILE in bundle_ignore_paths(version.manifest_bundle):
+        components = components_of(session, version)
+        if components is not None:
+            recorded, listed = (facts or {}).get("parts") or {}, {f["path"] for f in files}
+            unit = {"components": components_map(components),
+                    "parts": {path: named for path, named in recorded.items() if path in listed}}
     return _VersionRelease(
         fields={"source": {"kind": version.source_kind, "repo": version.source_repo,
                            "revision": version.resolved_revision},
                 "files": files, "license": version.license, "facts": facts,
                 "statement_digest": statement_digest(version.manifest_bundle),
                 "approval_digest": hashlib.sha256(canonical_json(approval_record(session, version))).hexdigest(),
-                **({"chunks": chunks} if chunks is not None else {})},
+                **({"chunks": chunks} if chunks is not None else {}), **unit},
         bundle=version.manifest_bundle, chunked=chunks is not None)
 
 

@@ -21,7 +21,7 @@ from registry import jobs
 from registry.db.models import Job, Version, VersionFile
 from registry.db.session import begin_write
 from registry.domain.chunks import ChunkHasher, ChunkList
-from registry.domain.components import components_map, unit_components
+from registry.domain.components import NODE_WRITTEN_FILES, components_map, unit_components
 from registry.domain.errors import (
     BlobVanishedError,
     IntegrityError,
@@ -44,7 +44,7 @@ from registry.services.loaders import lock_version_unchecked
 from registry.services.ports import Ports
 from registry.services.stages.mirroring import queue_sealing
 from registry.services.versions import Limits, SourceOpener, accept_snapshot
-from registry.signing.bundle import build_model_statement, sign_model_bundle
+from registry.signing.bundle import build_model_statement, is_ignored, sign_model_bundle
 from registry.signing.canonical import canonical_json
 from registry.sources.base import UpstreamFile
 from registry.storage.base import BlobStore
@@ -309,6 +309,10 @@ def seal_version(session_factory: sessionmaker[Session], version_id: int, *, por
                 "components": components_map(unit_components(entries, found.get("parts") or {})),
                 "registry": registry_url,
             }},
+            # What fetch writes beside the files, so model_signing verify on DEST sees only the signed files;
+            # a version listing one of those names itself keeps the old statement (and gets no unit files).
+            extra_ignore_paths=() if any(is_ignored(e.path, NODE_WRITTEN_FILES) for e in entries)
+            else NODE_WRITTEN_FILES,
         )
         bundle = sign_model_bundle(statement, signing_key)
         version.manifest_bundle = bundle

@@ -19,6 +19,7 @@ Example:
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
 import os
@@ -65,6 +66,7 @@ def build_model_statement(
     model_name: str,
     files: Sequence[FileEntry] | Sequence[tuple[str, str]],
     extra_predicate: Mapping[str, Any] | None = None,
+    extra_ignore_paths: Sequence[str] = (),
 ) -> dict[str, Any]:
     """Build the in-toto statement of a model's files, in the OpenSSF model-signing v1.0 format.
 
@@ -78,20 +80,28 @@ def build_model_statement(
             listed like any other.
         extra_predicate: modelreg's own predicate fields (revision, registry); model_signing 1.x
             ignores fields it does not know. May not replace ``resources`` or ``serialization``.
+        extra_ignore_paths: Paths ``model_signing verify`` skips besides :data:`IGNORE_PATHS` (what a node
+            writes beside the files); none of ``files`` may be one of them or lie under one.
 
     Returns:
         The statement, resources sorted by path, subject digest the sha256 of their raw digests.
 
     Raises:
         InvalidPathError: a path is not a clean relative path, or is duplicated.
-        InvalidInputError: a digest is not lower-case hex sha256, the name is empty, or
-            ``extra_predicate`` collides with a reserved field.
+        InvalidInputError: a digest is not lower-case hex sha256, the name is empty,
+            ``extra_predicate`` collides with a reserved field, or a file is under ``extra_ignore_paths``.
     """
     if not isinstance(model_name, str) or not model_name:
         raise InvalidInputError("a model statement needs a non-empty model name")
     entries = [f if isinstance(f, FileEntry) else FileEntry(f[0], 0, f[1]) for f in files]
     # validate_file_list checks paths and digests and sorts by path; sizes are not part of the format.
     entries = [e for e in validate_file_list(entries) if not is_ignored(e.path)]
+    for path in extra_ignore_paths:
+        validate_path(path)
+    hidden = [e.path for e in entries if is_ignored(e.path, extra_ignore_paths)]
+    if hidden:
+        # model_signing verify would skip them, and then report them missing.
+        raise InvalidInputError(f"files {hidden[:8]} lie under paths the statement would ignore", files=hidden[:8])
     predicate: dict[str, Any] = dict(extra_predicate or {})
     reserved = {"resources", "serialization"} & set(predicate)
     if reserved:
@@ -103,7 +113,7 @@ def build_model_statement(
         "method": "files",
         "hash_type": "sha256",
         "allow_symlinks": False,
-        "ignore_paths": list(IGNORE_PATHS),
+        "ignore_paths": [*IGNORE_PATHS, *(p for p in extra_ignore_paths if p not in IGNORE_PATHS)],
     }
     return {
         "_type": STATEMENT_TYPE,
@@ -177,6 +187,16 @@ def _check_statement(statement: Any) -> dict[str, str]:
             actual=actual_root,
         )
     return digests
+
+
+def bundle_ignore_paths(bundle: Mapping[str, Any] | None) -> tuple[str, ...]:
+    """The ``ignore_paths`` a bundle's statement gives ``model_signing verify`` (empty when it cannot be read)."""
+    try:
+        statement = json.loads(base64.b64decode(bundle["dsseEnvelope"]["payload"]))  # type: ignore[index]
+        paths = statement["predicate"]["serialization"]["ignore_paths"]
+    except (KeyError, TypeError, ValueError):
+        return ()
+    return tuple(p for p in paths if isinstance(p, str)) if isinstance(paths, list) else ()
 
 
 def sign_model_bundle(statement: Mapping[str, Any], key: SigningKey) -> dict[str, Any]:

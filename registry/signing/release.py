@@ -18,6 +18,16 @@ and, once the chunk digests of every file are recorded (docs/adr/0013-chunk-dige
 which a node streaming ranges checks each chunk list against (``registry/node/chunks.py``). Beside
 ``files``, not in it: a directory fetched before the lists were recorded still holds the same ``files``.
 
+A version sealed as a release unit (its bundle ignores what a node writes beside the files, ADR 0016) adds::
+
+     "components": {"weights": "<sha256>", "tokenizer": "<sha256>", "chat_templates": "<sha256>", ...},
+     "parts": {"tokenizer_config.json": {"chat_template": "<sha256>", "without_chat_template": "<sha256>"}}
+
+``components`` is each component's digest (``registry/domain/components.py``); ``parts`` the recorded parts
+of its split files. :func:`verify_release` recomputes the components from the signed ``files`` and ``parts``
+and refuses a release whose digests differ; the node then checks each ``tokenizer_config.json``'s parts
+against its verified bytes (``registry/node/unit.py``). A release without them has neither key.
+
 ``tenant`` is the tenant the release was resolved for (a canary tenant gets the canary version). The
 ``serial`` only grows per model and ref; a node refuses a lower one than it accepted before (rollback), an
 expired release (freeze), any path that is not clean and relative, and a file list with a path twice.
@@ -48,8 +58,9 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from registry.domain.chunks import check_chunk_size
+from registry.domain.components import COMPONENTS, components_map, unit_components
 from registry.domain.errors import IntegrityError, InvalidInputError, InvalidPathError, SignatureError
-from registry.domain.files import SHA256_RE, validate_path
+from registry.domain.files import SHA256_RE, FileEntry, validate_path
 from registry.signing.canonical import canonical_json
 from registry.signing.dsse import sign_envelope, verify_envelope
 from registry.signing.keys import SigningKey
@@ -60,6 +71,9 @@ RELEASE_TYPE = "https://modelreg.dev/release/v1"
 MAX_RELEASE_BYTES = 8 << 20
 """The largest release envelope a node reads (100,000 files fit)."""
 MAX_FILES = 100_000
+MAX_PARTS_PER_FILE = 128
+"""Parts one split file may have in a release (the facts readers record at most 64 named templates and two more)."""
+MAX_PART_NAME = 256
 MAX_CLOCK_SKEW = dt.timedelta(hours=1)
 """How far a release's ``issued_at`` may be ahead of the node's clock. Further means the node's clock is
 behind, and a clock behind would take a release that expired long ago for a fresh one: refused."""
@@ -107,6 +121,10 @@ class Release:
     expires_at: dt.datetime
     files: tuple[ReleaseFile, ...]
     payload: dict[str, Any]
+    components: Mapping[str, str] | None = None
+    """``{component: digest}``, checked against ``files`` and ``parts``; None when the release carries no unit."""
+    parts: Mapping[str, Mapping[str, str]] | None = None
+    """``{path: {part: sha256}}`` of the split files (None exactly when ``components`` is)."""
 
     @property
     def total_size(self) -> int:
@@ -116,9 +134,11 @@ class Release:
 def release_payload(*, model: str, ref: str, tenant: str, version: int, source: Mapping[str, Any],
                     files: Sequence[Mapping[str, Any]], license: str | None, facts: Mapping[str, Any] | None,
                     statement_digest: str, approval_digest: str, serial: int, issued_at: dt.datetime,
-                    expires_at: dt.datetime, chunks: Mapping[str, Mapping[str, Any]] | None = None) -> dict[str, Any]:
+                    expires_at: dt.datetime, chunks: Mapping[str, Mapping[str, Any]] | None = None,
+                    components: Mapping[str, str] | None = None,
+                    parts: Mapping[str, Mapping[str, str]] | None = None) -> dict[str, Any]:
     """The payload of a release (files sorted by path); ``chunks`` (per path: chunk size and root) only
-    when given."""
+    when given, and ``components`` with ``parts`` (the release unit) only when given."""
     payload = {"_type": RELEASE_TYPE, "model": model, "ref": ref, "tenant": tenant, "version": version,
             "source": dict(source),
             "files": [{"path": f["path"], "size": f["size"], "sha256": f["sha256"]}
@@ -130,6 +150,9 @@ def release_payload(*, model: str, ref: str, tenant: str, version: int, source: 
     if chunks is not None:
         payload["chunks"] = {path: {"chunk_size": c["chunk_size"], "root": c["root"]}
                              for path, c in sorted(chunks.items())}
+    if components is not None:
+        payload["components"] = dict(components)
+        payload["parts"] = {path: dict(sorted(named.items())) for path, named in sorted((parts or {}).items())}
     return payload
 
 
@@ -193,6 +216,41 @@ def _with_chunks(doc: Mapping[str, Any], files: list[ReleaseFile]) -> tuple[Rele
     return tuple(out)
 
 
+def _unit(doc: Mapping[str, Any], files: Sequence[ReleaseFile]
+          ) -> tuple[dict[str, str] | None, dict[str, dict[str, str]] | None]:
+    """The release unit's ``components`` and ``parts``, shape-checked and recomputed from the signed files.
+
+    Raises:
+        SignatureError: one without the other, a malformed value (``reason`` ``malformed``), or component
+            digests that the signed files and parts do not give (``reason`` ``components``).
+    """
+    components, parts = doc.get("components"), doc.get("parts")
+    if components is None and parts is None:
+        return None, None
+    if not isinstance(components, dict) or not isinstance(parts, dict):
+        raise SignatureError("the release's components and parts are objects, both or neither", reason="malformed")
+    if len(components) > len(COMPONENTS) or not all(
+            name in COMPONENTS and isinstance(digest, str) and SHA256_RE.match(digest)
+            for name, digest in components.items()):
+        raise SignatureError(f"the release's components map the names {', '.join(COMPONENTS)} to sha256 digests",
+                             reason="malformed")
+    listed = {f.path for f in files}
+    if not set(parts) <= listed:
+        raise SignatureError("the release's parts name a file it does not list", reason="malformed")
+    for path, named in parts.items():
+        if not isinstance(named, dict) or not 0 < len(named) <= MAX_PARTS_PER_FILE or not all(
+                isinstance(part, str) and 0 < len(part) <= MAX_PART_NAME and isinstance(digest, str)
+                and SHA256_RE.match(digest) for part, digest in named.items()):
+            raise SignatureError(f"the release's parts of {path!r} are not at most {MAX_PARTS_PER_FILE} part names "
+                                 "with sha256 digests", reason="malformed", path=path)
+    computed = components_map(unit_components([FileEntry(f.path, f.size, f.sha256) for f in files], parts))
+    if computed != components:
+        differ = sorted(name for name in set(computed) | set(components) if computed.get(name) != components.get(name))
+        raise SignatureError(f"the release's component digests are not those of its files and parts: "
+                             f"{', '.join(differ)} differ", reason="components", components=differ)
+    return dict(components), {path: dict(named) for path, named in parts.items()}
+
+
 def verify_release(envelope: Mapping[str, Any], root: TrustRoot, *, now: dt.datetime, model: str, ref: str,
                    min_serial: int | None = None) -> Release:
     """Check a release envelope as a node must before downloading a byte.
@@ -209,6 +267,7 @@ def verify_release(envelope: Mapping[str, Any], root: TrustRoot, *, now: dt.date
         ReleaseRollbackError: ``serial`` is lower than ``min_serial``.
         ReleaseMismatchError: another model or ref.
         InvalidPathError: a file path that is not clean and relative, or one listed twice.
+        SignatureError: (``reason`` ``components``) component digests its files and parts do not give.
     """
     payload = verify_envelope(envelope, root.keys, RELEASE_PAYLOAD_TYPE, threshold=root.threshold)
     if len(payload) > MAX_RELEASE_BYTES:
@@ -239,4 +298,6 @@ def verify_release(envelope: Mapping[str, Any], root: TrustRoot, *, now: dt.date
     tenant = doc.get("tenant")
     if not isinstance(tenant, str):
         raise SignatureError("the release names no tenant", reason="malformed")
-    return Release(model, ref, tenant, version, serial, issued_at, expires_at, _files(doc), doc)
+    files = _files(doc)
+    components, parts = _unit(doc, files)
+    return Release(model, ref, tenant, version, serial, issued_at, expires_at, files, doc, components, parts)

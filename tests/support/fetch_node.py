@@ -70,13 +70,15 @@ class Node:
 
     def release(self, *, ref: str = "prod", serial: int = 1, expires: dt.datetime | None = None,
                 files: list[dict] | None = None, keys: list[SigningKey] | None = None,
-                root_version: int = 1, version: int = 1, log: dict | None = None) -> dict:
+                root_version: int = 1, version: int = 1, log: dict | None = None, unit: dict | None = None) -> dict:
+        """Sign and serve a release; ``unit`` (``{"components", "parts"}``) makes it carry its release unit."""
         payload = release_payload(
             model="acme/tiny", ref=ref, tenant="acme", version=version,
             source={"kind": "local", "repo": "tiny", "revision": self.revision},
             files=files if files is not None else self.files, license="apache-2.0", facts=None,
             statement_digest=self.statement_digest, approval_digest="d" * 64, serial=serial,
-            issued_at=NOW - dt.timedelta(minutes=1), expires_at=expires or NOW + dt.timedelta(hours=1))
+            issued_at=NOW - dt.timedelta(minutes=1), expires_at=expires or NOW + dt.timedelta(hours=1),
+            **(unit or {}))
         envelope = sign_release(payload, keys or [self.key])
         store = self.container.blob_store
         transport = {f["path"]: self.standin.transport_url(store.presign_get(f["sha256"], dt.timedelta(hours=1)))

@@ -20,7 +20,9 @@ from typing import Any
 import pytest
 
 from registry.client.errors import BadManifestError, exit_code
+from registry.domain.components import NODE_WRITTEN_FILES, components_map, unit_components
 from registry.domain.errors import InvalidInputError, InvalidPathError, SignatureError
+from registry.domain.files import FileEntry
 from registry.domain.refs import parse_ref
 from registry.node.opener import verify_manifest
 from registry.node.trust import NodeTrust
@@ -373,3 +375,79 @@ def test_the_unaltered_release_passes():
     release = check(copy.deepcopy(_signed()))
     assert (release.model, release.ref, release.version, release.serial) == ("acme/tiny", "prod", 3, 7)
     assert [f.path for f in release.files] == ["config.json", "weights/model.safetensors"]
+
+
+# --- the release unit: components and parts re-signed malformed, or not those of the files --------------
+
+UNIT_FILES = [*FILES, {"path": "tokenizer_config.json", "size": 2, "sha256": hashlib.sha256(b"{}").hexdigest()}]
+UNIT_PARTS = {"tokenizer_config.json": {"chat_template": "1" * 64, "without_chat_template": "2" * 64}}
+UNIT_COMPONENTS = components_map(unit_components([FileEntry(**f) for f in UNIT_FILES], UNIT_PARTS))
+
+
+def _unit_bundle(ignore: tuple[str, ...]) -> tuple[dict[str, Any], str]:
+    statement = json.dumps({"predicate": {
+        "resources": [{"name": f["path"], "digest": f["sha256"]} for f in UNIT_FILES],
+        "serialization": {"ignore_paths": ["model.sig", ".git", *ignore]}}}).encode()
+    return {"dsseEnvelope": {"payload": base64.b64encode(statement).decode()}}, hashlib.sha256(statement).hexdigest()
+
+
+UNIT_BUNDLE, UNIT_STATEMENT = _unit_bundle(NODE_WRITTEN_FILES)
+
+
+def _unit_release(components: Any = UNIT_COMPONENTS, parts: Any = UNIT_PARTS, files: list[dict] = UNIT_FILES,
+                  statement: str = UNIT_STATEMENT) -> dict[str, Any]:
+    payload = _payload(files=files, statement_digest=statement, components=components, parts=parts)
+    if components is None:
+        payload.pop("components")
+    if parts is None:
+        payload.pop("parts")
+    return _signed(payload)
+
+
+def test_a_release_carrying_its_unit_exposes_the_checked_components_and_parts():
+    release = check(_unit_release(), bundle=UNIT_BUNDLE)
+    assert release.components == UNIT_COMPONENTS and release.parts == UNIT_PARTS
+    assert set(UNIT_COMPONENTS) == {"config", "weights", "tokenizer", "chat_templates"}
+    assert check(_signed()).components is None  # a release without the keys: as before
+
+
+MALFORMED_UNITS = {
+    "components without parts": {"parts": None},
+    "parts without components": {"components": None},
+    "components not an object": {"components": ["weights"]},
+    "an unknown component": {"components": {**UNIT_COMPONENTS, "backdoor": "0" * 64}},
+    "a digest not hex": {"components": {**UNIT_COMPONENTS, "weights": "Z" * 64}},
+    "parts of an unlisted file": {"parts": {**UNIT_PARTS, "other.json": {"chat_template": "1" * 64}}},
+    "parts not an object": {"parts": {"tokenizer_config.json": ["chat_template"]}},
+    "too many parts": {"parts": {"tokenizer_config.json": {f"chat_template/{i}": "1" * 64 for i in range(129)}}},
+    "a part digest not hex": {"parts": {"tokenizer_config.json": {"chat_template": "x"}}},
+}
+
+
+@pytest.mark.parametrize("case", sorted(MALFORMED_UNITS))
+def test_a_malformed_release_unit_is_refused(case):
+    with pytest.raises(SignatureError) as caught:
+        check(_unit_release(**MALFORMED_UNITS[case]), bundle=UNIT_BUNDLE)
+    assert caught.value.details["reason"] == "malformed"
+
+
+@pytest.mark.parametrize("change", [
+    {"components": {**UNIT_COMPONENTS, "tokenizer": "0" * 64}},
+    {"components": {k: v for k, v in UNIT_COMPONENTS.items() if k != "chat_templates"}},
+    {"parts": {"tokenizer_config.json": {**UNIT_PARTS["tokenizer_config.json"], "chat_template": "3" * 64}}},
+], ids=["a digest changed", "a component left out", "a part changed under the same digests"])
+def test_component_digests_that_are_not_those_of_the_signed_files_and_parts_are_refused(change):
+    with pytest.raises(SignatureError) as caught:
+        check(_unit_release(**change), bundle=UNIT_BUNDLE)
+    assert caught.value.details["reason"] == "components" and "differ" in str(caught.value)
+    assert exit_code(caught.value) == (10, "signature")
+
+
+def test_a_unit_whose_bundle_does_not_ignore_the_written_files_or_that_lists_one_is_refused():
+    old_bundle, old_statement = _unit_bundle(())
+    with pytest.raises(BadManifestError, match="does not ignore"):
+        check(_unit_release(statement=old_statement), bundle=old_bundle)
+    listed = [*UNIT_FILES, {"path": "modelreg-unit.json", "size": 2, "sha256": "0" * 64}]
+    components = components_map(unit_components([FileEntry(**f) for f in listed], UNIT_PARTS))
+    with pytest.raises(InvalidPathError):
+        check(_unit_release(components=components, files=listed), bundle=UNIT_BUNDLE)

@@ -22,6 +22,7 @@ from registry.signing.bundle import (
     BUNDLE_MEDIA_TYPE,
     IN_TOTO_PAYLOAD_TYPE,
     build_model_statement,
+    bundle_ignore_paths,
     sign_model_bundle,
     verify_model_bundle,
     verify_model_directory,
@@ -281,3 +282,13 @@ def test_directory_check_starts_with_the_signature(model_dir, key):
     bundle = sign_model_bundle(_statement(), SigningKey.generate())
     with pytest.raises(SignatureError):
         verify_model_directory(model_dir, bundle, key.public_key)
+
+
+def test_extra_ignore_paths_are_in_the_statement_and_may_not_hide_a_listed_file():
+    key = SigningKey.generate()
+    statement = build_model_statement("tiny", [("config.json", "ab" * 32)], extra_ignore_paths=("modelreg-unit.json",))
+    assert statement["predicate"]["serialization"]["ignore_paths"][-1] == "modelreg-unit.json"
+    assert bundle_ignore_paths(sign_model_bundle(statement, key))[-1] == "modelreg-unit.json"
+    assert bundle_ignore_paths({"dsseEnvelope": {"payload": "not base64 json"}}) == ()
+    with pytest.raises(InvalidInputError, match="would ignore"):
+        build_model_statement("tiny", [("modelreg-unit.json", "ab" * 32)], extra_ignore_paths=("modelreg-unit.json",))
