@@ -4,7 +4,7 @@ A version is one release unit. Its files fall into components: ``weights``, ``to
 ``chat_templates``, ``generation_config``, ``config``, ``prompt_templates``, ``serving_profile`` and
 ``other``. :data:`FILE_RULES` is the one table that classifies a file by its path. Two kinds of file hold
 more than one component, and are split into *parts* read from their content when the version is sealed
-(``registry/facts/parts.py``):
+(``registry/domain/parts.py``):
 
 - ``tokenizer_config.json``: its ``chat_template`` (a string, or named templates) belongs to
   ``chat_templates``; the rest of the document (canonical JSON without that key) to ``tokenizer``.

@@ -16,8 +16,8 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
+from registry.domain import parts as part_facts
 from registry.facts import config as config_facts
-from registry.facts import parts as part_facts
 from registry.facts import tokenizer as tokenizer_facts
 from registry.facts import weights as weight_facts
 from registry.facts._cells import MAX_JSON_BYTES, RangeFile, ReadBudget, ReadRange, known, load_json, unknown
@@ -43,7 +43,7 @@ def read_model_facts(files: Mapping[str, int], read_range: ReadRange, *,
     Returns:
         ``{"reader_version", "weights", "architecture", "quantization", "tokenizer", "parts"}``; ``parts``
         (``path -> {part: sha256}``) splits the files that hold several components of the release unit
-        (:mod:`registry.facts.parts`).
+        (:mod:`registry.domain.parts`).
     """
     spent = ReadBudget(budget)
 

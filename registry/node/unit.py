@@ -4,7 +4,7 @@ A release that carries its unit (``components`` and ``parts``, checked against i
 :func:`registry.signing.release.verify_release`) gets, once its files' bytes are verified:
 
 - :func:`part_mismatches`: each ``tokenizer_config.json``'s parts, read again from its bytes
-  (:func:`registry.facts.parts.tokenizer_config_parts`), must be the signed ones; a chat template part the
+  (:func:`registry.domain.parts.tokenizer_config_parts`), must be the signed ones; a chat template part the
   registry signed for other text than the file holds is refused. A GGUF file's parts are not read again
   here: the only GGUF reader is the server's scanner, which a node does not import; the file's bytes are
   checked whole, and its parts only name digests inside them.
@@ -38,8 +38,8 @@ from registry.domain.components import (
     classify,
 )
 from registry.domain.errors import InvalidServingProfileError, ManifestMismatchError
+from registry.domain.parts import tokenizer_config_parts
 from registry.domain.serving_profile import engine_config, parse_serving_profile
-from registry.facts.parts import tokenizer_config_parts
 from registry.signing.release import Release
 
 MAX_UNIT_FILE_BYTES = 32 << 20

@@ -22,7 +22,7 @@ from api.app import create_app
 from registry.domain.aliases import make_target
 from registry.domain.components import components_map, unit_components
 from registry.domain.files import FileEntry
-from registry.facts.parts import read_parts
+from registry.domain.parts import read_parts
 from registry.services import aliases
 from registry.templating import STANDARD_CONVERSATIONS, ChatTemplateRenderError, render_chat_template
 from tests.support.live_app import serve_in_thread

@@ -16,7 +16,7 @@ from registry.domain.components import (
     unit_components,
 )
 from registry.domain.files import FileEntry
-from registry.facts.parts import gguf_parts, read_parts, tokenizer_config_parts
+from registry.domain.parts import gguf_parts, read_parts, tokenizer_config_parts
 
 
 def sha(text: str) -> str:
