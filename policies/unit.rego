@@ -6,7 +6,7 @@
 #
 # When a component named in `unit.eval_components` changed from the unit replaced (with no unit replaced,
 # every component is new), every eval suite that applies to the version must have completed on it: a result
-# from another unit never stands in. Approvals cannot satisfy this: a gate is a gate.
+# from another unit (its `components` differ from the unit's) never stands in. Approvals cannot satisfy this: a gate is a gate.
 package modelreg.unit
 
 import rego.v1
@@ -22,7 +22,14 @@ completed(doc, suite) if {
 	some e in doc.evals
 	e.suite == suite
 	e.status == "completed"
+	ran_on_this_unit(doc, e)
 }
+
+# An eval record names the component digests it ran on; one recorded before records did counts for its own
+# version (a version's files never change).
+ran_on_this_unit(doc, e) if object.get(e, "components", null) == null
+
+ran_on_this_unit(doc, e) if e.components == doc.unit.components
 
 base_of(doc) := object.get(doc.unit, "base", null)
 

@@ -28,6 +28,16 @@ test_a_pending_suite_is_not_completed if {
 	codes(doc(["tokenizer"], prod, [{"suite": "lm", "status": "pending"}])) == {"unit.evals-required"}
 }
 
+test_a_result_that_ran_on_another_unit_does_not_count if {
+	d := {"unit": {"components": {"weights": "a"}, "base": prod, "changed": ["weights"], "template_review_files": [], "suites": ["lm"]}, "evals": [{"suite": "lm", "status": "completed", "components": {"weights": "b"}}]}
+	codes(d) == {"unit.evals-required"}
+}
+
+test_a_result_that_ran_on_this_unit_counts if {
+	d := {"unit": {"components": {"weights": "a"}, "base": prod, "changed": ["weights"], "template_review_files": [], "suites": ["lm"]}, "evals": [{"suite": "lm", "status": "completed", "components": {"weights": "a"}}]}
+	codes(d) == set()
+}
+
 test_completed_suites_satisfy_it if {
 	codes(doc(["tokenizer", "weights"], prod, done)) == set()
 }

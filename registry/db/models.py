@@ -641,6 +641,9 @@ class EvalResult(Base):
     created_at: Mapped[dt.datetime]
     finished_at: Mapped[dt.datetime | None]
     isolated: Mapped[bool | None]
+    components: Mapped[dict[str, Any] | None]
+    """The unit's component digests when the run was queued (``{component: digest}``): an eval result names the
+    unit it ran on, and the policies count it only for that unit. None for results recorded before."""
     """Whether the runner ran shut in (its own mount and network namespaces); None: it never started."""
 
 

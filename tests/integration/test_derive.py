@@ -107,6 +107,8 @@ def test_a_prompt_template_change_runs_the_suites_on_the_new_unit(container, peo
         v3 = session.scalar(select(Version).where(Version.number == 3))
         evals = session.scalars(select(EvalResult).where(EvalResult.version_id == v3.id)).all()
     assert [(e.suite, e.status) for e in evals] == [("sanity", "completed")]
+    # The record names the unit it ran on: the new prompt's digest, not the old one's.
+    assert evals[0].components == doc["components"]["to"] != doc["components"]["from"]
     # Removing the template is a change too, and names nothing to review (no template added or altered).
     removed = _derive(container, token, 3, {"remove_prompts": ["support"]})
     assert removed.status_code == 202, removed.text
