@@ -31,6 +31,8 @@ import re
 import shlex
 import subprocess
 import sys
+from collections.abc import Callable
+from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
@@ -48,6 +50,8 @@ BIN = Path(sys.executable).parent
 
 # KServe's constants and defaults (pkg/constants/constants.go, config/configmap/inferenceservice.yaml).
 INIT_CONTAINER_NAME = "storage-initializer"
+USER_CONTAINER_NAME = "kserve-container"
+STORAGE_URI_ENV = "STORAGE_URI"
 MODEL_MOUNT = "/mnt/models"
 MODEL_VOLUME = "kserve-provision-location"
 DEFAULT_STORAGE_INITIALIZER = {"image": "kserve/storage-initializer:latest", "memoryRequest": "100Mi",
@@ -96,9 +100,21 @@ def strategic_merge(base: dict, patch: dict) -> dict:
     return merged
 
 
+def predictor_storage_uri(isvc: dict) -> str:
+    """The storage URI KServe gives the predictor's storage initializer: the model spec's ``storageUri``, or
+    for a custom predictor the ``STORAGE_URI`` env var of its ``kserve-container``
+    (``pkg/apis/serving/v1beta1/predictor_custom.go``, ``GetStorageUri``)."""
+    predictor = isvc["spec"]["predictor"]
+    if "model" in predictor:
+        return predictor["model"]["storageUri"]
+    (container,) = [c for c in predictor["containers"] if c["name"] == USER_CONTAINER_NAME]
+    (uri,) = [e["value"] for e in container.get("env", []) if e["name"] == STORAGE_URI_ENV]
+    return uri
+
+
 def injected_init_container(storage_container: dict, isvc: dict) -> dict:
     """The init container KServe's webhook puts in the predictor Pod (see the module docstring)."""
-    storage_uri = isvc["spec"]["predictor"]["model"]["storageUri"]
+    storage_uri = predictor_storage_uri(isvc)
     cfg = DEFAULT_STORAGE_INITIALIZER
     container = {
         "name": INIT_CONTAINER_NAME, "image": cfg["image"], "args": [storage_uri, MODEL_MOUNT],
@@ -137,14 +153,19 @@ def manifests() -> tuple[dict, dict]:
 
 @pytest.fixture(scope="module")
 def cluster(manifests, tmp_path_factory):
-    """A live registry holding the InferenceService's model, trusting an issuer that binds its service account."""
-    _, isvc = manifests
-    uri = isvc["spec"]["predictor"]["model"]["storageUri"]
+    with live_cluster(manifests[1], tmp_path_factory.mktemp("kserve")) as world:
+        yield world
+
+
+@contextmanager
+def live_cluster(isvc: dict, work: Path, files_of: Callable[[int], dict[str, bytes]] = seed_files):
+    """A live registry holding the InferenceService's model (version N's files: ``files_of(N)``, ``prod`` -> 1),
+    trusting an issuer that binds its service account."""
+    uri = predictor_storage_uri(isvc)
     tenant, model = uri.removeprefix("modelreg://").split("@")[0].split("/")
     assert tenant == TENANT
-    work = tmp_path_factory.mktemp("kserve")
     data_dir = work / "data"
-    seed_release(data_dir, 0, model=model)
+    seed_release(data_dir, 0, model=model, files_of=files_of)
     admin = admin_token(data_dir)
     with KubeIssuer() as issuer:
         server = start_server(data_dir, extra_env={"MODELREG_WORKLOAD_ISSUERS": json.dumps(
@@ -216,7 +237,9 @@ def test_the_storage_initializer_fills_mnt_models_with_the_verified_release(mani
     result, models, _ = run_pod(manifests, cluster, "pod-a")
     assert result.returncode == 0, result.stdout + result.stderr
     expected = seed_files(1)  # prod -> 1
-    assert sorted(p.name for p in models.iterdir()) == sorted([".git", "model.sig", *expected])
+    # modelreg-unit.json: every release now carries its unit (ADR 0016); this one has no serving profile.
+    assert sorted(p.name for p in models.iterdir()) == sorted([".git", "model.sig", "modelreg-unit.json",
+                                                               *expected])
     for path, data in expected.items():
         assert hashlib.sha256((models / path).read_bytes()).hexdigest() == hashlib.sha256(data).hexdigest()
     assert json.loads((models / "model.sig").read_text())["dsseEnvelope"]

@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+from collections.abc import Callable
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -18,10 +19,12 @@ def seed_files(number: int) -> dict[str, bytes]:
             "model.safetensors": b"\x08\x00\x00\x00\x00\x00\x00\x00{}      "}
 
 
-def seed_release(data_dir: Path, clients: int, database_url: str | None = None, model: str = MODEL) -> list[str]:
+def seed_release(data_dir: Path, clients: int, database_url: str | None = None, model: str = MODEL,
+                 files_of: Callable[[int], dict[str, bytes]] = seed_files) -> list[str]:
     """Seed the database of ``data_dir`` (SQLite there, unless ``database_url``); return the node tokens.
 
-    ``model`` names the model (``acme/<model>``) when a test's manifests name another than ``llm``."""
+    ``model`` names the model (``acme/<model>``) when a test's manifests name another than ``llm``;
+    ``files_of`` gives version N's files (default :func:`seed_files`), e.g. a release unit's."""
     from registry.auth import issue_token
     from registry.db.models import Principal, RoleBinding, Tenant
     from registry.domain.aliases import make_target
@@ -33,7 +36,7 @@ def seed_release(data_dir: Path, clients: int, database_url: str | None = None, 
     with _opened(data_dir, database_url, migrate=True) as container:
         admin = make_admin(container, TENANT)
         for number in (1, 2):
-            files = seed_files(number)
+            files = files_of(number)
             entries = []
             with container.session_factory() as session:
                 for path, data in files.items():

@@ -140,10 +140,13 @@ def test_nodes_use_projected_service_account_tokens_and_the_static_token_stays_t
                     _token_file_is_projected(c, _projected_token_volumes(pod), f"{path}:{c['name']}")
                     uses_file.add(path.name)
         elif doc["kind"] == "ClusterStorageContainer" and doc["spec"]["workloadType"] == "initContainer":
-            (isvc,) = [d for _, d in _documents() if d["kind"] == "InferenceService"]
-            predictor = isvc["spec"]["predictor"]
-            assert predictor.get("serviceAccountName")
-            _token_file_is_projected(doc["spec"]["container"], _projected_token_volumes(predictor), str(path))
+            isvcs = [d for _, d in _documents() if d["kind"] == "InferenceService"]
+            assert isvcs
+            for isvc in isvcs:  # KServe injects the container into each one's Pod
+                predictor = isvc["spec"]["predictor"]
+                assert predictor.get("serviceAccountName")
+                _token_file_is_projected(doc["spec"]["container"], _projected_token_volumes(predictor),
+                                         f"{path} in {isvc['metadata']['name']}")
             uses_file.add(path.name)
         if doc["kind"] in ("Pod", "DaemonSet", "ClusterStorageContainer"):
             assert "secretKeyRef: {name: modelreg-node-token" in path.read_text(), f"{path}: no fallback"
@@ -158,11 +161,24 @@ def test_kserve_selects_the_modelreg_storage_container_by_uri_prefix():
         assert d["apiVersion"] == "serving.kserve.io/v1alpha1"
         assert d["spec"]["container"]["name"] == "storage-initializer"
         assert d["spec"]["supportedUriFormats"] == [{"prefix": "modelreg://"}]
-    (isvc,) = [doc for _, doc in _documents() if doc["kind"] == "InferenceService"]
-    uri = isvc["spec"]["predictor"]["model"]["storageUri"]
-    assert uri.startswith("modelreg://")
-    ref = parse_ref(uri)
-    assert (ref.tenant, ref.name) == ("acme", "tiny-llm")
+    isvcs = [doc for _, doc in _documents() if doc["kind"] == "InferenceService"]
+    assert len(isvcs) == 2
+    for isvc in isvcs:
+        uri = _storage_uri(isvc)
+        assert uri.startswith("modelreg://")
+        ref = parse_ref(uri)
+        assert (ref.tenant, ref.name) == ("acme", "tiny-llm")
+
+
+def _storage_uri(isvc: dict) -> str:
+    """The predictor's storage URI as KServe reads it: the model spec's ``storageUri``, or the ``STORAGE_URI``
+    env var of a custom predictor's ``kserve-container``."""
+    predictor = isvc["spec"]["predictor"]
+    if "model" in predictor:
+        return predictor["model"]["storageUri"]
+    (container,) = [c for c in predictor["containers"] if c["name"] == "kserve-container"]
+    (uri,) = [e["value"] for e in container["env"] if e["name"] == "STORAGE_URI"]
+    return uri
 
 
 def test_the_dockerfile_copies_what_the_package_needs():
