@@ -85,3 +85,20 @@ def test_unique_items_agrees_on_random_documents():
     for _ in range(500):
         items = [value(0) for _ in range(rng.randrange(2, 5))]
         assert (len({canonical_item(i) for i in items}) == len(items)) == Draft7Validator(UNIQUE).is_valid(items), items
+
+
+@pytest.mark.parametrize("spoil", [
+    lambda files: files[1500]["hashes"][0].update(alg="SHA-257"),
+    lambda files: files[1500]["properties"][0].update(value=8),
+    lambda files: files[1500]["properties"].append({"name": "modelreg:size", "value": "8", "x": 1}),
+    lambda files: files[1500].update(type="folder"),
+], ids=["bad-enum", "number-for-string", "unknown-field", "bad-type"])
+def test_a_bad_item_after_many_equal_or_alike_valid_ones_is_still_found(spoil):
+    """Items that passed are remembered (the sizes repeat, so do the hashes' algorithms), and an item unlike
+    any that passed, however close, is checked in full: the verdict is the stock validator's."""
+    document = _bom(2000)
+    spoil(document["components"][0]["components"])
+    assert not _stock(document)
+    error = first_error(document)
+    assert error is not None and error.json_path.startswith("$.components[0].components[1500]"), error
+
