@@ -131,8 +131,15 @@ _LinearDraft7 = extend(Draft7Validator, validators={"uniqueItems": _unique_items
 
 @functools.cache
 def _validator() -> Validator:
+    schema, registry = schema_and_registry()
+    return _LinearDraft7(schema, registry=registry, format_checker=Draft7Validator.FORMAT_CHECKER)
+
+
+@functools.cache
+def schema_and_registry() -> tuple[dict[str, Any], Registry]:
+    """The strict 1.6 schema and the registry of the three schemas it refers to, read once per process."""
     # The schema files and their registry are those cyclonedx-python-lib's JsonStrictValidator builds (the
-    # strict 1.6 document and the three it refers to); reading and compiling them is done once per process.
+    # strict 1.6 document and the three it refers to).
     with open(_res.BOM_JSON_STRICT[SchemaVersion.V1_6]) as bom, open(_res.SPDX_JSON) as spdx, open(_res.JSF) as jsf, \
             open(_res.CRYPTOGRAPHY_DEFS) as cdefs:
         registry = Registry().with_resources([
@@ -140,4 +147,4 @@ def _validator() -> Validator:
             (f"{_SCHEMA_PREFIX}cryptography-defs.SNAPSHOT.schema.json", DRAFT7.create_resource(json.load(cdefs))),
             (f"{_SCHEMA_PREFIX}jsf-0.82.SNAPSHOT.schema.json", DRAFT7.create_resource(json.load(jsf))),
         ])
-        return _LinearDraft7(json.load(bom), registry=registry, format_checker=Draft7Validator.FORMAT_CHECKER)
+        return json.load(bom), registry
