@@ -5,7 +5,8 @@
 20,000 files (one component each) that is 200 million comparisons, minutes of CPU per BOM. Here the same
 schema files, the same draft and the same format checker are used, with one keyword replaced:
 ``uniqueItems`` hashes a canonical form of each item, in which two items are equal exactly when JSON Schema
-says they are (``1`` equals ``1.0``, ``true`` does not equal ``1``, object keys are unordered).
+says they are (``1`` equals ``1.0``, ``true`` does not equal ``1``, object keys are unordered):
+:func:`equality_key`, written by the C JSON encoder, with :func:`canonical_item` as its plain statement.
 
 Two more keywords are replaced to make the check of a big BOM several times cheaper, without changing a
 verdict (``jsonschema`` spends most of its time on bookkeeping per node):
@@ -73,13 +74,38 @@ def canonical_item(value: Any) -> Any:
     raise TypeError(f"not a JSON value: {type(value).__name__}")
 
 
+class _NotFinite(Exception):
+    pass
+
+
+def _not_finite(constant: str) -> Any:
+    raise _NotFinite(constant)
+
+
+def _number(text: str) -> int | float:
+    value = float(text)
+    return int(value) if value.is_integer() else value
+
+
+def equality_key(value: Any) -> Any:
+    """:func:`canonical_item`'s equality, several times faster: the value written by the C encoder (keys sorted),
+    read back with every integral float as the int it equals (``1.0`` -> ``1``, exact: ``int(1e17)`` equals
+    ``1e17`` as Python and JSON Schema compare them) and written again. A value holding NaN or an infinity
+    (which equal nothing) falls back to :func:`canonical_item`."""
+    written = json.dumps(value, sort_keys=True)
+    try:
+        return json.dumps(json.loads(written, parse_float=_number, parse_constant=_not_finite), sort_keys=True)
+    except _NotFinite:
+        return canonical_item(value)
+
+
 def _unique_items(validator: Validator, unique: bool, instance: Any,
                   schema: dict[str, Any]) -> Iterator[ValidationError]:
     if not unique or not validator.is_type(instance, "array"):
         return
     seen: set[Any] = set()
     for item in instance:
-        key = canonical_item(item)
+        key = equality_key(item)
         if key in seen:
             yield ValidationError(f"{instance!r:.200} has non-unique elements")
             return
