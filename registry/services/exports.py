@@ -4,7 +4,12 @@
   (group = tenant, name = model, version = the version number; the purl ``pkg:huggingface/org/name@rev`` of
   a Hugging Face upstream, none for the other sources; the resolved license; the upstream at its resolved
   revision as an external reference; facts, scans, approvals and eval failures as ``modelreg:*``
-  properties), with one ``file`` sub-component per file carrying its SHA-256. The library does not model
+  properties), with one ``data`` sub-component per component of the release unit
+  (``registry/domain/components.py``: bom-ref ``component:NAME``, the component digest as its SHA-256, each
+  member as a ``modelreg:member`` property ``<sha256>  <member>``, the lines the digest hashes) and one
+  ``file`` sub-component per file carrying its SHA-256. The file components' JSON is written directly, in
+  the order and form ``cyclonedx-python-lib`` writes them (as library objects, 20,000 files took ~20 s to
+  sort and serialize); ``reference=True`` builds them with the library, to compare. The library does not model
   ``modelCard``, so it is added to the serialized JSON here (:func:`model_card`: parameters from the facts
   and the README's front matter, performance metrics from the completed evals, considerations from the
   README's sections), and the whole document is validated with the library's strict 1.6 JSON validator
