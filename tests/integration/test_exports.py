@@ -28,6 +28,7 @@ from registry.auth import load_principal
 from registry.clock import ManualClock
 from registry.db.models import Principal
 from registry.domain.errors import InvalidInputError, InvalidStateError, PermissionDeniedError
+from registry.domain.serving_profile import parse_serving_profile
 from registry.services import approvals, evals, exports, units, versions
 from registry.services.versions import SubmitRequest
 from registry.signing.dsse import pae
@@ -63,8 +64,9 @@ Never use it to decide about people.
 # Registry-held parts of the unit, beside the tiny Llama's chat template, generation config, tokenizer and weights.
 UNIT_PARTS = {
     "prompts/support.jinja": b"You are acme's support assistant. {{ question }}\n",
-    "serving-profile.json": json.dumps({"engine": "vllm", "gpu": {"type": "H100-80GB", "count": 1},
-                                        "settings": {"max_model_len": 2048, "max_num_seqs": 8}}).encode(),
+    "serving-profile.json": parse_serving_profile({
+        "engine": "vllm", "gpu": {"type": "L4", "count": 1},
+        "settings": {"max_model_len": 512, "max_num_seqs": 4}}).canonical_json().encode(),
 }
 
 
