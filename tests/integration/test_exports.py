@@ -12,6 +12,7 @@ import base64
 import datetime as dt
 import hashlib
 import json
+import uuid
 
 import pytest
 from cryptography.exceptions import InvalidSignature
@@ -24,9 +25,11 @@ from sqlalchemy import select
 
 from api.app import create_app
 from registry.auth import load_principal
+from registry.clock import ManualClock
 from registry.db.models import Principal
 from registry.domain.errors import InvalidInputError, InvalidStateError, PermissionDeniedError
-from registry.services import approvals, evals, exports, versions
+from registry.domain.serving_profile import parse_serving_profile
+from registry.services import approvals, evals, exports, units, versions
 from registry.services.versions import SubmitRequest
 from registry.signing.dsse import pae
 from tests.support.registry import make_admin, role_token
@@ -58,6 +61,14 @@ Two layers: it knows nothing.
 Never use it to decide about people.
 """
 
+# Registry-held parts of the unit, beside the tiny Llama's chat template, generation config, tokenizer and weights.
+UNIT_PARTS = {
+    "prompts/support.jinja": b"You are acme's support assistant. {{ question }}\n",
+    "serving-profile.json": parse_serving_profile({
+        "engine": "vllm", "gpu": {"type": "L4", "count": 1},
+        "settings": {"max_model_len": 512, "max_num_seqs": 4}}).canonical_json().encode(),
+}
+
 
 def principal(container, name: str):
     with container.session_factory() as session:
@@ -68,7 +79,7 @@ def principal(container, name: str):
 def built(container, tmp_path):
     """acme/tiny@1: sealed, scanned, evaluated and approved through the services; its files by path."""
     admin = make_admin(container)
-    files = {**tiny_llm_files(), "README.md": README}
+    files = {**tiny_llm_files(), "README.md": README, **UNIT_PARTS}
     number = awaiting_version(container, admin, tmp_path / "m", TENANT, NAME, files=files)
     for name, capacity in (("sec", "security"), ("mia", "ml")):
         role_token(container, name, TENANT, "approver", capacity)
@@ -98,7 +109,7 @@ def test_the_cyclonedx_bom_validates_and_carries_hashes_license_and_the_model_ca
     [model] = doc["components"]
     assert (model["type"], model["group"], model["name"], model["version"]) == (
         "machine-learning-model", TENANT, NAME, str(number))
-    hashes = {c["name"]: c["hashes"] for c in model["components"]}
+    hashes = {c["name"]: c["hashes"] for c in model["components"] if c["type"] == "file"}
     assert hashes == {path: [{"alg": "SHA-256", "content": hashlib.sha256(data).hexdigest()}]
                       for path, data in files.items()}
     assert model["licenses"] == [{"license": {"id": "MIT", "acknowledgement": "concluded"}}]
@@ -120,6 +131,53 @@ def test_the_cyclonedx_bom_validates_and_carries_hashes_license_and_the_model_ca
     assert card["considerations"]["useCases"] == ["Smoke tests of serving stacks."]
     assert card["considerations"]["technicalLimitations"] == ["Two layers: it knows nothing."]
     assert card["considerations"]["ethicalConsiderations"] == [{"name": "Never use it to decide about people."}]
+
+
+def test_the_bom_lists_each_unit_component_with_the_digest_the_version_shows_and_its_members(container, built):
+    number, files = built
+    done = export(container, principal(container, "aud"), "cyclonedx", number)
+    assert JsonStrictValidator(SchemaVersion.V1_6).validate_str(done.content.decode()) is None
+    [model] = done.document()["components"]
+    listed = {c["bom-ref"]: c for c in model["components"] if c["type"] == "data"}
+    with TestClient(create_app(container)) as client:
+        shown = client.get(f"/v1/models/{TENANT}/{NAME}/versions/{number}",
+                           headers={"Authorization": f"Bearer {role_token(container, 'ann', TENANT, 'submitter')}"})
+    assert shown.status_code == 200, shown.text
+    shown_digests = {c["name"]: c["digest"] for c in shown.json()["components"]}
+    with container.session_factory() as session:
+        version = versions.read_version(session, principal(container, "aud"), TENANT, NAME, number)
+        unit = units.components_of(session, version)
+    assert shown_digests == {c.name: c.digest for c in unit}
+    assert {"chat_templates", "config", "generation_config", "prompt_templates", "serving_profile", "tokenizer",
+            "weights"} <= shown_digests.keys()
+    assert set(listed) == {f"component:{name}" for name in shown_digests}
+    for component in unit:
+        entry = listed[f"component:{component.name}"]
+        assert (entry["name"], entry["hashes"]) == (component.name, [{"alg": "SHA-256", "content": component.digest}])
+        members = [p["value"] for p in entry["properties"] if p["name"] == "modelreg:member"]
+        assert sorted(members) == sorted(f"{m.sha256}  {m.name}" for m in component.members)
+        # An auditor recomputes the digest from the listed members alone (the lines sorted by member).
+        lines = sorted(members, key=lambda line: line.split("  ", 1)[1])
+        assert hashlib.sha256("".join(f"{line}\n" for line in lines).encode()).hexdigest() == component.digest
+    prompt_members = [p["value"] for p in listed["component:prompt_templates"]["properties"]]
+    assert prompt_members == [f"{hashlib.sha256(files['prompts/support.jinja']).hexdigest()}  prompts/support.jinja"]
+    profile = [p["value"] for p in listed["component:serving_profile"]["properties"]]
+    assert profile == [f"{hashlib.sha256(files['serving-profile.json']).hexdigest()}  serving-profile.json"]
+
+
+def test_the_file_components_written_directly_are_byte_for_byte_what_the_library_writes(container, built):
+    # The library builds every file component as an object (the reference); the default writes their JSON.
+    serial = uuid.UUID(int=7)
+    clock = ManualClock(dt.datetime(2026, 12, 1, 12, tzinfo=dt.timezone.utc))
+    with container.session_factory() as session:
+        version = versions.read_version(session, principal(container, "aud"), TENANT, NAME, built[0])
+        fast, again, slow = (exports.cyclonedx_bom(session, version, blob_store=container.blob_store, clock=clock,
+                                                   serial_number=serial, reference=reference)
+                             for reference in (False, False, True))
+    assert fast == again == slow
+    [model] = json.loads(fast)["components"]
+    assert {p["name"] for c in model["components"] if c["type"] == "file" for p in c["properties"]} >= {
+        "modelreg:size", "modelreg:scan:verdict", "modelreg:scan"}
 
 
 def test_a_planted_invalid_model_card_field_is_caught_by_the_validator(container, built):

@@ -11,7 +11,7 @@ from cyclonedx.schema import SchemaVersion
 from cyclonedx.validation.json import JsonStrictValidator
 from jsonschema.validators import Draft7Validator
 
-from registry.domain.bom_schema import canonical_item, first_error
+from registry.domain.bom_schema import canonical_item, equality_key, first_error
 
 UNIQUE = {"type": "array", "uniqueItems": True}
 
@@ -65,10 +65,13 @@ def test_a_bom_of_many_files_is_checked_and_a_duplicate_found_with_its_path_and_
     [1, 1.0], [True, 1], [False, 0], [None, False], [{"a": 1, "b": 2}, {"b": 2, "a": 1}],
     [{"a": [1, 2]}, {"a": [2, 1]}], [[1, [True]], [1.0, [1]]], ["1", 1], [{"a": 1}, {"a": 1.0}],
     [0.5, 0.5], [[], {}], [{"a": None}, {}], [[{"x": True}], [{"x": True}]],
+    [10**17, 1e17], [10**17 + 1, 1e17], [-0.0, 0], [1e300, 10**300], [0.1, 0.30000000000000004 - 0.2],
+    [{"a": "é"}, {"a": "\u00e9"}], [{"a": 1.5, "b": [2.0]}, {"b": [2], "a": 1.5}],
 ])
-def test_unique_items_agrees_with_json_schema_equality(items):
+@pytest.mark.parametrize("key", [canonical_item, equality_key])
+def test_unique_items_agrees_with_json_schema_equality(items, key):
     stock = Draft7Validator(UNIQUE).is_valid(items)
-    ours = len({canonical_item(i) for i in items}) == len(items)
+    ours = len({key(i) for i in items}) == len(items)
     assert ours == stock, items
 
 
@@ -84,4 +87,23 @@ def test_unique_items_agrees_on_random_documents():
 
     for _ in range(500):
         items = [value(0) for _ in range(rng.randrange(2, 5))]
-        assert (len({canonical_item(i) for i in items}) == len(items)) == Draft7Validator(UNIQUE).is_valid(items), items
+        stock = Draft7Validator(UNIQUE).is_valid(items)
+        assert (len({canonical_item(i) for i in items}) == len(items)) == stock, items
+        assert (len({equality_key(i) for i in items}) == len(items)) == stock, items
+
+
+@pytest.mark.parametrize("spoil", [
+    lambda files: files[1500]["hashes"][0].update(alg="SHA-257"),
+    lambda files: files[1500]["properties"][0].update(value=8),
+    lambda files: files[1500]["properties"].append({"name": "modelreg:size", "value": "8", "x": 1}),
+    lambda files: files[1500].update(type="folder"),
+], ids=["bad-enum", "number-for-string", "unknown-field", "bad-type"])
+def test_a_bad_item_after_many_equal_or_alike_valid_ones_is_still_found(spoil):
+    """Items that passed are remembered (the sizes repeat, so do the hashes' algorithms), and an item unlike
+    any that passed, however close, is checked in full: the verdict is the stock validator's."""
+    document = _bom(2000)
+    spoil(document["components"][0]["components"])
+    assert not _stock(document)
+    error = first_error(document)
+    assert error is not None and error.json_path.startswith("$.components[0].components[1500]"), error
+
