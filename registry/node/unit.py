@@ -15,9 +15,12 @@ A release that carries its unit (``components`` and ``parts``, checked against i
   the profile names. The same release, files and DEST always give the same bytes, so a DEST is checked by
   writing them again in memory and comparing.
 
-Example:
-    >>> sorted(unit_files(release, staging, Path("/mnt/models")))  # doctest: +SKIP
-    ['modelreg-chat-template.jinja', 'modelreg-unit.json', 'vllm-config.yaml']
+Example (the template a profile names is found where transformers looks first):
+    >>> import tempfile
+    >>> root = Path(tempfile.mkdtemp())
+    >>> _ = (root / "tokenizer_config.json").write_text('{"chat_template": [{"name": "tool_use", "template": "T"}]}')
+    >>> named_chat_template(root, {"tokenizer_config.json"}, "tool_use")
+    'T'
 """
 
 from __future__ import annotations
