@@ -84,12 +84,7 @@ def submit(
         version = client.submit(tenant, name, body)
         if wait:
             version = _wait_for(client, version, timeout, show_progress=not as_json)
-    if as_json:
-        _emit(version, True)
-    else:
-        _print_version(version)
-    if version["state"] == "failed":
-        raise typer.Exit(1)
+    _show_submitted(version, as_json)
 
 
 def _upload_directory(client: Any, tenant: str, source: str, include: list[str], exclude: list[str],
@@ -209,6 +204,11 @@ def derive(
         version = client.derive(parsed.tenant, parsed.name, parsed.version, body)
         if wait:
             version = _wait_for(client, version, timeout, show_progress=not as_json)
+    _show_submitted(version, as_json)
+
+
+def _show_submitted(version: dict[str, Any], as_json: bool) -> None:
+    """Print a submitted or derived version; exit 1 when it failed."""
     if as_json:
         _emit(version, True)
     else:

@@ -23,6 +23,7 @@ from registry.domain.aliases import make_target
 from registry.domain.components import components_map, unit_components
 from registry.domain.files import FileEntry
 from registry.domain.parts import read_parts
+from registry.domain.serving_profile import parse_serving_profile
 from registry.services import aliases
 from registry.templating import STANDARD_CONVERSATIONS, ChatTemplateRenderError, render_chat_template
 from tests.support.live_app import serve_in_thread
@@ -40,8 +41,13 @@ SPECIAL_TEMPLATE = ("{{ bos_token }}{% for m in messages %}<|{{ m['role'] }}|>{{
 @pytest.fixture
 def live(container, tmp_path):
     admin = make_admin(container, TENANT)
-    one = dict(tiny_llm_files())
-    two = {**one, "chat_template.jinja": SPECIAL_TEMPLATE.encode()}
+    # Every component but the weights and config differs between the two units, registry-held parts included.
+    one = {**tiny_llm_files(), "prompts/support.jinja": b"Help {{ customer }}.\n",
+           "serving-profile.json": _profile(128)}
+    two = {**one, "chat_template.jinja": SPECIAL_TEMPLATE.encode(), "serving-profile.json": _profile(256),
+           "prompts/support.jinja": b"Help {{ customer }}, briefly.\n",
+           "generation_config.json": _edited(one["generation_config.json"], temperature=0.25),
+           "tokenizer_config.json": _edited(one["tokenizer_config.json"], model_max_length=256)}
     numbers = [awaiting_version(container, admin, tmp_path / f"v{i}", TENANT, NAME, files=files)
                for i, files in ((1, one), (2, two))]
     for number in numbers:
@@ -56,6 +62,15 @@ def live(container, tmp_path):
                "MODELREG_CACHE": str(tmp_path / "cache")}
         yield {"url": url, "env": env, "token": token, "admin": admin, "numbers": numbers, "files": (one, two),
                "tmp": tmp_path, "container": container, "auditor": auditor}
+
+
+def _profile(max_model_len: int) -> bytes:
+    return parse_serving_profile({"engine": "vllm", "gpu": {"type": "L4", "count": 1}, "settings": {
+        "max_model_len": max_model_len, "max_num_seqs": 4}}).canonical_json().encode()
+
+
+def _edited(document: bytes, **changes) -> bytes:
+    return json.dumps({**json.loads(document), **changes}).encode()
 
 
 def move(container, admin, number: int) -> None:
@@ -160,7 +175,8 @@ def _released_components(live, number: int) -> dict[str, str]:
 
 def test_one_alias_move_and_one_rollback_move_every_component(live):
     one, two = (_released_components(live, n) for n in live["numbers"])
-    assert {k for k in one if one[k] != two[k]} == {"chat_templates"}
+    assert {k for k in one if one[k] != two[k]} == {"tokenizer", "chat_templates", "generation_config",
+                                                    "prompt_templates", "serving_profile"}
     seen = []
     for label, action in (("before", None), ("moved", "move"), ("rolled-back", "rollback")):
         if action == "move":
