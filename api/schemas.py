@@ -122,7 +122,7 @@ class VersionCreate(Strict):
         "(llama3.1) or other:<name>; an unrecognized one is refused (unrecognized-license)"))
 
 
-PromptName = Annotated[str, Field(max_length=64)]
+PromptName = Annotated[str, Field(max_length=64, pattern=r"^[A-Za-z0-9_][A-Za-z0-9_-]{0,63}$")]
 
 
 class VersionDerive(Strict):

@@ -61,7 +61,7 @@ def version_public(v: Version) -> VersionPublic:
         },
         revocation=RevocationPublic(at=v.revoked_at, by=v.revoked_by or "", reason=v.revoke_reason or "")
         if v.revoked_at is not None else None,
-        derived_from=v.derived_from.number if v.derived_from is not None else None,
+        derived_from=v.derived_from,
     )
 
 
@@ -134,7 +134,7 @@ def get_version(tenant: TenantName, name: ModelName, number: VersionNumber, sess
     return VersionDetail(**version_public(version).model_dump(), facts=found,
                          components=units.components_document(units.components_of(session, version)),
                          unit_parts=units.unit_parts_document(session, version, blob_store=container.blob_store,
-                                                              policy_data=container.policy.data()))
+                                                              policy_data=lambda: container.policy.data()))
 
 
 @router.get("/{tenant}/{name}/diff/{old}/{new}", responses=responses(InvalidStateError))

@@ -1,4 +1,9 @@
-"""versions.derived_from_id: the version a derived unit was made from (``modelreg derive``), its lineage
+"""versions.derived_from: the number of the version of the same model a derived unit was made from
+(``modelreg derive``), its lineage
+
+A plain integer column, not a foreign key: versions are never deleted as rows, and on SQLite a column with a
+reference can only be dropped by copying the table, which drops the table every other table refers to (and
+cascades the deletes). This one is added and dropped in place on both databases.
 
 Revision ID: 0031
 Revises: 0030
@@ -14,26 +19,11 @@ down_revision: Union[str, None] = "0030"
 branch_labels: Union[str, Sequence[str], None] = None
 depends_on: Union[str, Sequence[str], None] = None
 
-BigId = sa.BigInteger().with_variant(sa.Integer(), "sqlite")
-
-
-FK = "fk_versions_derived_from_id_versions"
-
 
 def upgrade() -> None:
-    if op.get_bind().dialect.name == "sqlite":
-        # A plain ADD COLUMN with its named reference inline (SQLite allows it for a nullable column): a batch
-        # copy of versions would drop a table every other table refers to, and SQLite has no ADD CONSTRAINT.
-        op.execute(f"ALTER TABLE versions ADD COLUMN derived_from_id INTEGER CONSTRAINT {FK} REFERENCES versions (id)")
-        return
-    op.add_column("versions", sa.Column("derived_from_id", BigId, nullable=True))
-    op.create_foreign_key(FK, "versions", "versions", ["derived_from_id"], ["id"])
+    op.add_column("versions", sa.Column("derived_from", sa.Integer(), nullable=True))
 
 
 def downgrade() -> None:
-    if op.get_bind().dialect.name == "sqlite":
-        with op.batch_alter_table("versions") as batch:  # the copy leaves the column and its reference out
-            batch.drop_column("derived_from_id")
-        return
-    op.drop_constraint(FK, "versions", type_="foreignkey")
-    op.drop_column("versions", "derived_from_id")
+    # SQLite 3.35 and later drop a plain column in place (no batch copy of versions).
+    op.execute("ALTER TABLE versions DROP COLUMN derived_from")

@@ -21,5 +21,5 @@ def upgrade() -> None:
 
 
 def downgrade() -> None:
-    with op.batch_alter_table("eval_results") as batch:
-        batch.drop_column("components")
+    # In place on both databases (SQLite 3.35 and later): a batch copy would drop a table others refer to.
+    op.execute("ALTER TABLE eval_results DROP COLUMN components")

@@ -203,12 +203,12 @@ class Version(Base):
     provenance still answers), it is never served again, and its blobs no longer count as referenced
     (``registry/services/gc.py``)."""
     deleted_by: Mapped[str | None] = mapped_column(String(128))
-    derived_from_id: Mapped[int | None] = mapped_column(ForeignKey("versions.id"))
-    """The version of the same model this one was derived from (``modelreg derive``): its lineage, and the
-    unit it replaces in the approval's component diff."""
+    derived_from: Mapped[int | None] = mapped_column(Integer)
+    """The number of the version of the same model this one was derived from (``modelreg derive``): its
+    lineage, and the unit it replaces in the approval's component diff. A number, not a reference: versions
+    are never deleted as rows, and a plain column is dropped on SQLite without copying the table."""
 
     model: Mapped[Model] = relationship()
-    derived_from: Mapped["Version | None"] = relationship(remote_side="Version.id")
     files: Mapped[list["VersionFile"]] = relationship(
         back_populates="version", order_by="VersionFile.path", cascade="all, delete-orphan"
     )

@@ -35,6 +35,7 @@ MAX_PROMPTS = 64
 MAX_PART_BYTES = 256 * 1024
 """Bytes of one registry-held part (a template is at most the sandbox's character bound anyway)."""
 _PROMPT_NAME_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_-]{0,63}$")
+_CONTROL_RE = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
 
 
 def prompt_path(name: str) -> str:
@@ -89,9 +90,14 @@ def _text(path: str, data: bytes) -> str:
         raise InvalidInputError(f"{path} is {len(data)} bytes; a registry-held part is at most {MAX_PART_BYTES}",
                                 reason="part-too-large", path=path)
     try:
-        return data.decode("utf-8")
+        text = data.decode("utf-8")
     except UnicodeDecodeError:
         raise InvalidInputError(f"{path} is not UTF-8 text", reason="part-not-text", path=path) from None
+    control = _CONTROL_RE.search(text)
+    if control is not None:
+        raise InvalidInputError(f"{path} holds control character U+{ord(control.group()):04X} at {control.start()} "
+                                "(a template is text: tabs and line breaks only)", reason="part-not-text", path=path)
+    return text
 
 
 def profile_document(text: str, path: str = SERVING_PROFILE) -> Any:

@@ -43,6 +43,7 @@ from registry.services.lifecycle import fail_version
 from registry.services.loaders import lock_version_unchecked
 from registry.services.ports import Ports
 from registry.services.stages.mirroring import queue_sealing
+from registry.services.stages.scanning import lock_scans_of
 from registry.services.versions import Limits, SourceOpener, accept_snapshot
 from registry.signing.bundle import build_model_statement, is_ignored, sign_model_bundle
 from registry.signing.canonical import canonical_json
@@ -273,9 +274,15 @@ def seal_version(session_factory: sessionmaker[Session], version_id: int, *, por
             raise NotFoundError(f"version {version_id} still has files to mirror")
         found = facts.collect_facts([(f.path, f.size, f.sha256) for f in version.files], blob_store)
         refused = _check_held_parts(version.files, found, ports)
+        digests = sorted({f.sha256 for f in version.files})
         session.rollback()
 
         begin_write(session)
+        # The files' scan locks first, rows after: the scanning stage this seal starts takes them anyway,
+        # and a scan job holding one waits for rows this transaction locks (the version's, the audit head),
+        # which deadlocked the two on PostgreSQL when the locks were taken the other way round.
+        for digest in digests:
+            lock_scans_of(session, digest)
         version = lock_version_unchecked(session, version_id)
         if version is None or version.state != VersionState.MIRRORING.value:
             return

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
 from sqlalchemy.orm import Session
 
@@ -62,15 +62,16 @@ def components_document(components: tuple[Component, ...] | None) -> list[dict[s
 
 
 def unit_parts_document(session: Session, version: Version, *, blob_store: BlobStore,
-                        policy_data: dict[str, Any]) -> dict[str, Any] | None:
+                        policy_data: Callable[[], dict[str, Any]]) -> dict[str, Any] | None:
     """The unit's registry-held parts as ``version show`` prints them: each prompt template's variables, the
     serving profile and its capacity arithmetic against the operator's GPU table (``fits`` false shown, not
     raised), or ``error`` when a part does not check. None when the unit holds none, or they are not stored.
+    ``policy_data`` is called only then (the policy engine is not loaded for a unit without parts).
     """
     held = [f for f in version.files if is_held_part(f.path)]
     if not held or any(f.sha256 is None for f in held):
         return None
-    gpus, margin = serving_config(policy_data)
+    gpus, margin = serving_config(policy_data())
     row = session.get(VersionFacts, version.id)
     try:
         data = {}

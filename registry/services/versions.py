@@ -458,7 +458,7 @@ def submit_uploaded(
         return existing, False
     version = Version(model_id=model.id, number=model.next_version, state=VersionState.SUBMITTED.value,
                       source_kind="upload", source_repo=label, include=[], exclude=[], submitted_by=principal.id,
-                      declared_license=license, derived_from_id=None if derived_from is None else derived_from.id)
+                      declared_license=license, derived_from=None if derived_from is None else derived_from.number)
     model.next_version += 1
     session.add(version)
     session.flush()

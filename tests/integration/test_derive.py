@@ -142,6 +142,7 @@ def test_a_serving_profile_that_does_not_fit_its_gpu_is_refused_with_the_arithme
     ({"prompts": {"bad name": "x"}}, 422, "invalid-input"),
     ({"prompts": {"evil": "{{ ''.__class__.__mro__ }}"}}, 422, "prompt-template"),
     ({"prompts": {"broken": "{% if %}"}}, 422, "prompt-template"),
+    ({"prompts": {"nul": "Hi\x00 {{ name }}"}}, 422, "invalid-input"),
     ({"remove_prompts": ["absent"]}, 422, "invalid-input"),
     ({"serving_profile": {"engine": "vllm", "gpu": {"type": "Z80", "count": 1},
                           "settings": {"max_model_len": 8, "max_num_seqs": 1}}}, 422, "invalid-serving-profile"),

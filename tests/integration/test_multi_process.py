@@ -165,7 +165,7 @@ def test_two_api_replicas_and_three_workers_finish_every_version_once(shared_env
     engine = create_engine(pg_url)
     try:
         with Session(engine) as session:
-            _check_each_job_ran_once(session)
+            _check_each_job_ran_once(session, _worker_warnings(tmp_path))
             _check_each_transition_is_one_event(session, submitted)
             _check_no_scan_or_eval_twice(session)
             report = audit.verify(session)
@@ -209,12 +209,22 @@ def _wait_for_no_pending_job(pg_url: str, workers: list[subprocess.Popen], tmp_p
         engine.dispose()
 
 
-def _check_each_job_ran_once(session: Session) -> None:
+def _worker_warnings(tmp_path) -> str:
+    """The workers' warnings and errors (a failed attempt's traceback, a lost lease), for a failure message."""
+    lines = []
+    for log in sorted(tmp_path.glob("worker-*.log")):
+        text = log.read_text(errors="replace").splitlines()
+        lines += [f"{log.name}: {line}" for i, line in enumerate(text)
+                  if " WARNING " in line or " ERROR " in line or (i and " ERROR " in text[i - 1])]
+    return "\n".join(lines)[-6000:]
+
+
+def _check_each_job_ran_once(session: Session, warnings: str = "") -> None:
     jobs = session.scalars(select(Job)).all()
     assert jobs
     unfinished = [(j.kind, j.state, j.attempts, j.last_error) for j in jobs
                   if j.state != "succeeded" or j.attempts != 1]
-    assert not unfinished, f"jobs that did not run exactly once to completion: {unfinished}"
+    assert not unfinished, f"jobs that did not run exactly once to completion: {unfinished}\n{warnings}"
     # Each version was sealed by one job, and the work was shared: no single worker took it all.
     seals = Counter(j.payload["version_id"] for j in jobs if j.kind == "seal_version")
     assert sorted(seals.values()) == [1] * VERSIONS, seals

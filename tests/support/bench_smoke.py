@@ -18,6 +18,9 @@ BENCH = REPO / "bench"
 
 SMOKE: dict[str, tuple[list[str], list[str]]] = {
     # script: (tiny arguments, patterns its output must hold: the figures it exists to print)
+    "bom.py": (["--files", "200", "--rounds", "1"],
+               [r"a version of 205 files",
+                r"round 1: old [\d.]+ s, new [\d.]+ s, old/new [\d.]+x \([\d.]+ MB, identical\)"]),
     "chunks.py": (["--mib", "8", "--rounds", "1"],
                   [r"round 1: 8 MiB  plain [\d.]+ s wall [\d.]+ s cpu  \|  tap [\d.]+ s wall [\d.]+ s cpu  \|  "
                    r"ratio wall [\d.]+x, cpu [\d.]+x"]),
@@ -62,7 +65,7 @@ GROUPS: dict[str, list[str]] = {
     # The registry's own endpoints.
     "registry": ["log.py", "manifest.py", "oci.py", "oci_referrers.py"],
     # The pipeline and its storage.
-    "pipeline": ["chunks.py", "mirror.py", "queue.py", "scan.py"],
+    "pipeline": ["bom.py", "chunks.py", "mirror.py", "queue.py", "scan.py"],
 }
 
 

@@ -145,8 +145,10 @@ def baseline_version(session: Session, version: Version, alias: str | None) -> V
 def replaced_unit(session: Session, version: Version, alias: str | None) -> tuple[Version | None, str]:
     """The unit ``version`` replaces, for the component diff: the version it was derived from (its lineage),
     else the one behind ``alias``; and how it was chosen (``derived``, ``alias:prod``)."""
-    if version.derived_from_id is not None:
-        return session.get(Version, version.derived_from_id), "derived"
+    if version.derived_from is not None:
+        parent = session.scalar(select(Version).where(Version.model_id == version.model_id,
+                                                      Version.number == version.derived_from))
+        return parent, "derived"
     return baseline_version(session, version, alias), f"alias:{alias}"
 
 
