@@ -25,7 +25,14 @@ from registry.domain.components import SERVING_PROFILE
 from registry.domain.errors import ConflictError, InvalidInputError
 from registry.domain.files import FileEntry
 from registry.domain.serving_profile import parse_serving_profile
-from registry.domain.unit_parts import MAX_PROMPTS, check_parts, is_held_part, prompt_path, serving_config
+from registry.domain.unit_parts import (
+    MAX_PART_BYTES,
+    MAX_PROMPTS,
+    check_parts,
+    is_held_part,
+    prompt_path,
+    serving_config,
+)
 from registry.services import versions
 from registry.services.loaders import find_version_unchecked
 from registry.services.ports import Ports
@@ -144,4 +151,8 @@ def _removed(files: Mapping[str, FileEntry], request: DeriveRequest) -> list[str
 
 
 def _read(blob_store: BlobStore, entry: FileEntry) -> bytes:
+    """A part the base holds, read whole: refused unread when it is larger than a part may be."""
+    if entry.size > MAX_PART_BYTES:
+        raise InvalidInputError(f"{entry.path} is {entry.size} bytes; a registry-held part is at most "
+                                f"{MAX_PART_BYTES}", reason="part-too-large", path=entry.path)
     return b"".join(blob_store.open_range(entry.sha256, 0, entry.size))

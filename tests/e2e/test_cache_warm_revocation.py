@@ -108,7 +108,7 @@ def test_a_revoked_version_leaves_the_warm_node_cache_within_5_seconds(server, t
     shared, own_first = _digests(FIRST) & _digests(SECOND), _digests(FIRST) - _digests(SECOND)
     assert shared and own_first
     root = tmp_path / "root.json"
-    root.write_text(httpx.get(f"{server.url}/v1/trust-root").text)
+    root.write_text(httpx.get(f"{server.url}/v1/trust-root", timeout=30).text)
     cache, prom = tmp_path / "node-cache", tmp_path / "warm.prom"
     env = {**server.env(server.tokens["node-1"]), "MODELREG_CACHE": str(cache)}
     warm = subprocess.Popen([MODELREG, "cache", "warm", "team/tiny@prod", "team/tiny@stable", "--trust-root",

@@ -66,7 +66,7 @@ def test_fetch_accepts_a_logged_release_keeps_its_checkpoint_and_checks_the_next
     token = role_token(container, "node-1", "acme", "node")
     with serve_in_thread(create_app(container)) as url:
         root_file = tmp_path / "root.json"
-        root_file.write_text(httpx.get(f"{url}/v1/trust-root").text)
+        root_file.write_text(httpx.get(f"{url}/v1/trust-root", timeout=30).text)
         log = parse_root(json.loads(root_file.read_text())).log
         assert log.origin == ORIGIN and log.witnesses == (witness.vkey,) and log.quorum == 1
         env = {**os.environ, "MODELREG_URL": url, "MODELREG_TOKEN": token, "MODELREG_TRUST_ROOT": str(root_file),

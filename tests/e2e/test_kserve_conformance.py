@@ -207,7 +207,7 @@ def run_pod(manifests, cluster, name: str) -> tuple[subprocess.CompletedProcess,
         mounts.append((host, mount["mountPath"], not mount.get("readOnly", False)))
 
     # The cluster's values that are the test's: the registry's URL and the sha256 of its trust root 1.
-    pin = hashlib.sha256(httpx.get(f"{server.url}/v1/trust-root/1").content).hexdigest()
+    pin = hashlib.sha256(httpx.get(f"{server.url}/v1/trust-root/1", timeout=30).content).hexdigest()
     cluster_values = {"MODELREG_URL": server.url, "MODELREG_TRUST_ROOT_SHA256": pin}
     env = {"PATH": f"{BIN}:/usr/local/bin:/usr/bin:/bin", "HOME": "/home/modelreg", "HOSTNAME": name,
            **image["env"]}
@@ -244,7 +244,7 @@ def test_the_storage_initializer_fills_mnt_models_with_the_verified_release(mani
         assert hashlib.sha256((models / path).read_bytes()).hexdigest() == hashlib.sha256(data).hexdigest()
     assert json.loads((models / "model.sig").read_text())["dsseEnvelope"]
     server = cluster["server"]
-    pin = hashlib.sha256(httpx.get(f"{server.url}/v1/trust-root/1").content).hexdigest()
+    pin = hashlib.sha256(httpx.get(f"{server.url}/v1/trust-root/1", timeout=30).content).hexdigest()
     verified = subprocess.run([MODELREG, "verify", str(models), "--trust-root-sha256", pin, "--url", server.url],
                               env={k: v for k, v in os.environ.items() if not k.startswith("MODELREG_")},
                               capture_output=True, text=True, timeout=120)

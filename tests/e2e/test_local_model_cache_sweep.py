@@ -40,7 +40,7 @@ class Node:
         self.root = tmp / "volume"
         (self.root / "models").mkdir(parents=True)
         self.trust_root = tmp / "root.json"
-        self.trust_root.write_text(httpx.get(f"{server.url}/v1/trust-root").text)
+        self.trust_root.write_text(httpx.get(f"{server.url}/v1/trust-root", timeout=30).text)
         self.env = {**server.env(token), "MODELREG_TRUST_ROOT": str(self.trust_root)}
 
     def folder(self, uri: str) -> Path:

@@ -53,7 +53,7 @@ def registry(tmp_path):
 def node_env(request, registry, tmp_path) -> dict[str, str]:
     """The environment of a node program: the registry, the pinned trust root, and the identity."""
     root = tmp_path / "root.json"
-    root.write_text(httpx.get(f"{registry.url}/v1/trust-root").text)
+    root.write_text(httpx.get(f"{registry.url}/v1/trust-root", timeout=30).text)
     env = {**registry.env(registry.node_token), "MODELREG_TRUST_ROOT": str(root)}
     if request.param == "service-account":
         token_file = tmp_path / "sa-token"

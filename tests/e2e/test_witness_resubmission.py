@@ -66,7 +66,7 @@ def test_a_witness_down_at_approval_cosigns_on_resubmission_and_the_release_then
 
         with serve_in_thread(create_app(container)) as url:
             root_file = tmp_path / "root.json"
-            root_file.write_text(httpx.get(f"{url}/v1/trust-root").text)
+            root_file.write_text(httpx.get(f"{url}/v1/trust-root", timeout=30).text)
             log = parse_root(json.loads(root_file.read_text())).log
             env = {**os.environ, "MODELREG_URL": url, "MODELREG_TOKEN": token,
                    "MODELREG_TRUST_ROOT": str(root_file), "MODELREG_CACHE": str(tmp_path / "cache")}

@@ -43,7 +43,7 @@ def node(container, tmp_path):
     token = role_token(container, "node-1", "acme", "node")
     with serve_in_thread(create_app(container)) as url:
         root = tmp_path / "root.json"
-        root.write_text(httpx.get(f"{url}/v1/trust-root").text)
+        root.write_text(httpx.get(f"{url}/v1/trust-root", timeout=30).text)
         with RegistryApi(url, token) as api:
             yield {"url": url, "api": api, "root": root, "admin": admin, "numbers": numbers,
                    "cache_dir": tmp_path / "cache"}

@@ -42,7 +42,7 @@ def node(container, tmp_path):
         import httpx
 
         root = tmp_path / "root.json"
-        root.write_text(httpx.get(f"{url}/v1/trust-root").text)
+        root.write_text(httpx.get(f"{url}/v1/trust-root", timeout=30).text)
         env = {**os.environ, "MODELREG_URL": url, "MODELREG_TOKEN": token, "MODELREG_TRUST_ROOT": str(root),
                "MODELREG_CACHE": str(tmp_path / "cache")}
         yield {"url": url, "env": env, "root": root, "admin": admin, "numbers": numbers, "tmp": tmp_path}
@@ -105,7 +105,7 @@ def test_fetch_walks_a_key_rotation_from_the_pinned_root(node, tmp_path, contain
     assert rotated.returncode == 0, rotated.stderr
     import httpx
 
-    assert httpx.get(f"{node['url']}/v1/trust-root").json() != json.loads(node["root"].read_text())
+    assert httpx.get(f"{node['url']}/v1/trust-root", timeout=30).json() != json.loads(node["root"].read_text())
     done = run(node["env"], "fetch", "acme/tiny@prod", str(tmp_path / "dest"), "--json")
     assert done.returncode == 0, done.stderr
     assert json.loads(node["root"].read_text())["payload"]  # the pinned file is never rewritten

@@ -57,7 +57,7 @@ def live(container, tmp_path):
     auditor = role_token(container, "aud", TENANT, "auditor")
     with serve_in_thread(create_app(container)) as url:
         root = tmp_path / "root.json"
-        root.write_text(httpx.get(f"{url}/v1/trust-root").text)
+        root.write_text(httpx.get(f"{url}/v1/trust-root", timeout=30).text)
         env = {**os.environ, "MODELREG_URL": url, "MODELREG_TOKEN": token, "MODELREG_TRUST_ROOT": str(root),
                "MODELREG_CACHE": str(tmp_path / "cache")}
         yield {"url": url, "env": env, "token": token, "admin": admin, "numbers": numbers, "files": (one, two),

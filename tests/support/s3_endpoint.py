@@ -58,7 +58,7 @@ def served_endpoint(store_container, tmp_path) -> Iterator[dict]:
     token = role_token(container, "node-1", T, "node")
     with serve_in_thread(create_app(container)) as url:
         root = tmp_path / "root.json"
-        root.write_text(httpx.get(f"{url}/v1/trust-root").text)
+        root.write_text(httpx.get(f"{url}/v1/trust-root", timeout=30).text)
         with RegistryApi(url, token) as api:
             cache = NodeCache(tmp_path / "cache")
             source = ChunkSource(api, cache, policy=NodePolicy(root), max_chunks=4)

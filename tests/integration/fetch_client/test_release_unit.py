@@ -85,7 +85,7 @@ def test_the_registrys_release_names_the_unit_and_fetch_writes_it_beside_the_fil
             "serving_profile"} <= set(shown)
     upstream = node.standin.upstream
     root = node.tmp / "registry-root.json"
-    root.write_text(httpx.get(f"{upstream}/v1/trust-root").text)
+    root.write_text(httpx.get(f"{upstream}/v1/trust-root", timeout=30).text)
     env = {k: v for k, v in os.environ.items() if k != "MODELREG_CACHE"}
     env.update(MODELREG_URL=upstream, MODELREG_TOKEN=role_token(node.container, "node-1", "acme", "node"))
     dest = node.tmp / "mnt" / "unit"

@@ -41,7 +41,7 @@ def test_a_rotation_signed_by_both_roots_is_walked_and_kept_in_the_cache_only_af
 def _served_root_sha256(node, version: int = 1) -> str:
     import httpx
 
-    return hashlib.sha256(httpx.get(f"{node.standin.url}/v1/trust-root/{version}").content).hexdigest()
+    return hashlib.sha256(httpx.get(f"{node.standin.url}/v1/trust-root/{version}", timeout=30).content).hexdigest()
 
 
 def test_a_trust_root_pinned_by_sha256_is_fetched_from_the_registry_and_walked_forward(node):
