@@ -24,7 +24,7 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any, Callable, Iterable, Mapping
 
 from registry.domain.components import PROMPT_SUFFIX, PROMPTS_DIR, SERVING_PROFILE, classify
 from registry.domain.errors import InvalidInputError, InvalidServingProfileError
@@ -62,6 +62,31 @@ def is_held_part(path: str) -> bool:
     """Whether ``path`` is where a registry-held part lives (what :func:`check_parts` must be given): the
     places the components table gives ``prompt_templates`` and ``serving_profile``."""
     return classify(path) in ("prompt_templates", "serving_profile")
+
+
+def read_held_parts(files: Iterable[Any], read: Callable[[str, int], bytes],
+                    given: Mapping[str, bytes] | None = None) -> dict[str, bytes]:
+    """The bytes of the unit's registry-held parts (what :func:`check_parts` takes), counted and sized before a
+    byte is read: more prompt templates than a unit may hold, or a part larger than a part may be, is refused
+    unread (a hostile upstream may list thousands).
+
+    Args:
+        files: The unit's files (anything with ``path``, ``size`` and ``sha256``).
+        read: ``(sha256, size) -> bytes`` from the blob store.
+        given: path -> bytes of parts already in hand (a derive's new ones): not read again.
+
+    Raises:
+        InvalidInputError: too many prompt templates, or a part too large.
+    """
+    given = given or {}
+    held = [f for f in files if is_held_part(f.path)]
+    if sum(f.path != SERVING_PROFILE for f in held) > MAX_PROMPTS:
+        raise InvalidInputError(f"a unit holds at most {MAX_PROMPTS} prompt templates", reason="too-many-prompts")
+    for f in held:
+        if f.path not in given and f.size > MAX_PART_BYTES:
+            raise InvalidInputError(f"{f.path} is {f.size} bytes; a registry-held part is at most {MAX_PART_BYTES}",
+                                    reason="part-too-large", path=f.path)
+    return {f.path: given[f.path] if f.path in given else read(f.sha256, f.size) for f in held}
 
 
 @dataclass(frozen=True)

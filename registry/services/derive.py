@@ -26,11 +26,10 @@ from registry.domain.errors import ConflictError, InvalidInputError
 from registry.domain.files import FileEntry
 from registry.domain.serving_profile import parse_serving_profile
 from registry.domain.unit_parts import (
-    MAX_PART_BYTES,
     MAX_PROMPTS,
     check_parts,
-    is_held_part,
     prompt_path,
+    read_held_parts,
     serving_config,
 )
 from registry.services import versions
@@ -96,8 +95,8 @@ def derive(session: Session, principal: AuthenticatedPrincipal, tenant: str, nam
         del files[path]
     for path, data in new_parts.items():
         files[path] = FileEntry(path, len(data), _sha256(data))
-    held = {path: new_parts[path] if path in new_parts else _read(blob_store, files[path])
-            for path in files if is_held_part(path)}
+    held = read_held_parts(files.values(), lambda digest, size: b"".join(blob_store.open_range(digest, 0, size)),
+                           given=new_parts)
     facts_row = session.get(VersionFacts, base.id)
     gpus, margin = serving_config(ports.policy.data())
     check_parts(held, facts_row.facts if facts_row is not None else None, gpus, runtime_margin_bytes=margin)
@@ -148,11 +147,3 @@ def _removed(files: Mapping[str, FileEntry], request: DeriveRequest) -> list[str
             raise InvalidInputError("the base has no serving profile to remove", reason="derive-no-such-part")
         removed.append(SERVING_PROFILE)
     return removed
-
-
-def _read(blob_store: BlobStore, entry: FileEntry) -> bytes:
-    """A part the base holds, read whole: refused unread when it is larger than a part may be."""
-    if entry.size > MAX_PART_BYTES:
-        raise InvalidInputError(f"{entry.path} is {entry.size} bytes; a registry-held part is at most "
-                                f"{MAX_PART_BYTES}", reason="part-too-large", path=entry.path)
-    return b"".join(blob_store.open_range(entry.sha256, 0, entry.size))

@@ -36,7 +36,7 @@ from registry.domain.files import FileEntry, validate_file_list
 from registry.domain.outcomes import Failed, Passed
 from registry.domain.source_uris import submission_uri
 from registry.domain.states import VersionState
-from registry.domain.unit_parts import MAX_PART_BYTES, check_parts, is_held_part, serving_config
+from registry.domain.unit_parts import check_parts, is_held_part, read_held_parts, serving_config
 from registry.services import chunks, facts, licenses, lifecycle, quotas
 from registry.services.blobs import grant_blob, owned_blobs
 from registry.services.lifecycle import fail_version
@@ -243,16 +243,10 @@ def _with_path(exc: RegistryError, path: str) -> RegistryError:
 def _check_held_parts(files: list[VersionFile], found: dict, ports: Ports) -> RegistryError | None:
     """Why the unit's prompt templates or serving profile are refused (``registry/domain/unit_parts.py``), or
     None; read from the store before any lock (each part is small: a larger one is refused unread)."""
-    held = [f for f in files if is_held_part(f.path)]
-    if not held:
+    if not any(is_held_part(f.path) for f in files):
         return None
     try:
-        data = {}
-        for f in held:
-            if f.size > MAX_PART_BYTES:
-                raise InvalidInputError(f"{f.path} is {f.size} bytes; a registry-held part is at most "
-                                        f"{MAX_PART_BYTES}", reason="part-too-large", path=f.path)
-            data[f.path] = b"".join(ports.blob_store.open_range(f.sha256, 0, f.size))
+        data = read_held_parts(files, lambda digest, size: b"".join(ports.blob_store.open_range(digest, 0, size)))
         gpus, margin = serving_config(ports.policy.data())
         check_parts(data, found, gpus, runtime_margin_bytes=margin)
     except (InvalidInputError, PolicyViolationError) as exc:

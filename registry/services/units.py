@@ -32,7 +32,7 @@ from registry.domain.components import (
 )
 from registry.domain.errors import InvalidInputError, InvalidStateError
 from registry.domain.files import FileEntry
-from registry.domain.unit_parts import MAX_PART_BYTES, check_parts, is_held_part, serving_config
+from registry.domain.unit_parts import check_parts, is_held_part, read_held_parts, serving_config
 from registry.services.loaders import find_version_unchecked, version_ref
 from registry.storage.base import BlobStore
 from registry.templating.isolated import diff_in_child
@@ -74,12 +74,7 @@ def unit_parts_document(session: Session, version: Version, *, blob_store: BlobS
     gpus, margin = serving_config(policy_data())
     row = session.get(VersionFacts, version.id)
     try:
-        data = {}
-        for f in held:
-            if f.size > MAX_PART_BYTES:
-                raise InvalidInputError(f"{f.path} is {f.size} bytes; a registry-held part is at most "
-                                        f"{MAX_PART_BYTES}")
-            data[f.path] = b"".join(blob_store.open_range(f.sha256, 0, f.size))
+        data = read_held_parts(held, lambda digest, size: b"".join(blob_store.open_range(digest, 0, size)))
         parts = check_parts(data, row.facts if row is not None else None, gpus, runtime_margin_bytes=margin,
                             require_fit=False)
     except InvalidInputError as exc:
