@@ -225,6 +225,57 @@ class BlobVersionsPublic(BaseModel):
     next_cursor: str | None
 
 
+class ComponentRow(BaseModel):
+    name: str
+    digest: str
+    members: int = Field(description="how many files (or parts of files) the component holds")
+
+
+class VersionComponentsPublic(VersionHead):
+    components: list[ComponentRow]
+
+
+class ComponentVersionRow(BaseModel):
+    model: str
+    version: int
+    state: str
+    component: str
+    derived_from: int | None
+    sealed_at: str | None
+
+
+class ComponentVersionsPublic(BaseModel):
+    digest: str
+    component: str | None
+    versions: list[ComponentVersionRow]
+    next_cursor: str | None
+
+
+class ComponentChangeRow(BaseModel):
+    move: int
+    at: str | None
+    action: str
+    by: str
+    comment: str
+    from_version: int | None
+    to_version: int
+    from_digest: str | None = Field(description="the component's digest before the move (None: absent)")
+    to_digest: str | None = Field(description="its digest after the move (None: the version moved to lacks it)")
+    approvals: list[DecisionRow] = Field(description="every decision on the version moved to")
+    security_approvals: list[DecisionRow] = Field(description="its approvals in the security capacity")
+
+
+class ComponentHistoryPublic(BaseModel):
+    model: str
+    alias: str
+    component: str
+    version: int
+    digest: str | None = Field(description="the component's digest in the version the alias serves now")
+    security_capacity: str
+    changes: list[ComponentChangeRow]
+    next_cursor: str | None
+
+
 class AuditLogCheck(Strict):
     """The auditor's saved checkpoints, as ``GET /v1/audit/checkpoints`` served them."""
 

@@ -132,7 +132,7 @@ def get_version(tenant: TenantName, name: ModelName, number: VersionNumber, sess
                 principal: PrincipalDep, container: ContainerDep) -> VersionDetail:
     version, found = facts.read_version_with_facts(session, principal, tenant, name, number)
     return VersionDetail(**version_public(version).model_dump(), facts=found,
-                         components=units.components_document(units.components_of(session, version)),
+                         components=units.components_document(session, version),
                          unit_parts=units.unit_parts_document(session, version, blob_store=container.blob_store,
                                                               policy_data=lambda: container.policy.data()))
 

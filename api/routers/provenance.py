@@ -16,6 +16,8 @@ from api.schemas_provenance import (
     AuditLogCheck,
     AuditLogPublic,
     BlobVersionsPublic,
+    ComponentHistoryPublic,
+    ComponentVersionsPublic,
     EvalsPublic,
     FilesPublic,
     LicensePublic,
@@ -23,6 +25,7 @@ from api.schemas_provenance import (
     OriginPublic,
     RevokedNodesPublic,
     ScansPublic,
+    VersionComponentsPublic,
 )
 from registry.domain.errors import IntegrityError, NotFoundError
 from registry.services import provenance
@@ -31,6 +34,8 @@ router = APIRouter(prefix="/v1/provenance", tags=["provenance"], responses=respo
 
 Ref = Annotated[str, Query(pattern=REF_PATTERN, description="an alias (prod...) or a version number")]
 Limit = Annotated[int, Query(ge=1, le=provenance.MAX_PAGE, description="most rows of this page")]
+ComponentName = Annotated[str, Path(pattern=r"^[a-z_]{1,32}$",
+                                    description="a release-unit component: weights, tokenizer, chat_templates...")]
 Cursor = Annotated[str | None, Query(pattern=r"^[A-Za-z0-9_-]+$", max_length=1500,
                                      description="the next_cursor of the page before (opaque)")]
 
@@ -105,6 +110,34 @@ def blob(digest: Annotated[Sha256Hex, Path()], session: SessionDep, principal: P
          limit: Limit = 1000, cursor: Cursor = None) -> dict:
     """The versions, of any model of the tenants you audit, that hold the blob, with its path in each."""
     return provenance.versions_with_blob(session, principal, digest, limit=limit, cursor=cursor)
+
+
+@router.get("/{tenant}/{name}/components", response_model=VersionComponentsPublic)
+def components(tenant: TenantName, name: ModelName, ref: Ref, session: SessionDep, principal: PrincipalDep) -> dict:
+    """The version's release-unit components (name, digest, member count) as recorded at seal."""
+    return provenance.version_components(session, principal, tenant, name, ref)
+
+
+@router.get("/components/sha256:{digest}", response_model=ComponentVersionsPublic)
+def component(digest: Annotated[Sha256Hex, Path()], session: SessionDep, principal: PrincipalDep,
+              component: Annotated[str | None, Query(pattern=r"^[a-z_]{1,32}$",
+                                                     description="only this component (weights...)")] = None,
+              limit: Limit = 1000, cursor: Cursor = None) -> dict:
+    """The versions, of any model of the tenants you audit, with a release-unit component of this digest
+    ("which units share these weights"); 404 ``component-not-found`` when none has."""
+    return provenance.versions_with_component(session, principal, digest, component=component, limit=limit,
+                                              cursor=cursor)
+
+
+@router.get("/{tenant}/{name}/aliases/{alias}/components/{component}", response_model=ComponentHistoryPublic)
+def component_history(tenant: TenantName, name: ModelName, alias: AliasName, component: ComponentName,
+                      session: SessionDep, principal: PrincipalDep, container: ContainerDep,
+                      limit: Limit = 1000, cursor: Cursor = None) -> dict:
+    """Each move of the alias after which the component of the version it serves changed digest: when, by whom,
+    from which version to which, and who approved the version moved to (its security approvals apart); a page of
+    the alias's moves at a time."""
+    return provenance.component_history(session, principal, tenant, name, alias, component,
+                                        engine=container.policy, limit=limit, cursor=cursor)
 
 
 @router.post("/audit-log", response_model=AuditLogPublic, responses=responses(*AUTHENTICATED, IntegrityError))

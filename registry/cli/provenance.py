@@ -186,6 +186,68 @@ def blob(digest: str = typer.Argument(..., help="sha256:<64 hex digits>"),
           or ["no version you audit holds it"])
 
 
+def _component_digest(client: Any, target: str, component: Optional[str]) -> tuple[str, Optional[str]]:
+    """The hex digest (and the component it is of, if named) that ``provenance component`` asks about: given as
+    ``sha256:HEX``, or the ``component`` of ``TENANT/NAME@REF``."""
+    from registry.domain.files import SHA256_RE
+
+    if target.startswith("sha256:"):
+        hex_digest = target.removeprefix("sha256:")
+        if not SHA256_RE.match(hex_digest):
+            raise CliError(f"{target[:80]!r}: name a component digest as sha256:<64 lower-case hex digits>")
+        return hex_digest, component
+    if component is None:
+        raise CliError(f"{target[:80]!r}: name a digest (sha256:...) or a version and its component, "
+                       "as TENANT/NAME@prod weights")
+    doc = client.provenance_components(*_split_ref(target))
+    digest = next((c["digest"] for c in doc["components"] if c["name"] == component), None)
+    if digest is None:
+        held = ", ".join(c["name"] for c in doc["components"]) or "none (not sealed)"
+        raise CliError(f"{doc['model']}@{doc['version']} has no {component[:40]!r} component; it has: {held}")
+    return digest, component
+
+
+@provenance_app.command("component")
+def component(target: str = typer.Argument(..., help="sha256:<digest>, or TENANT/NAME@REF"),
+              name: Optional[str] = typer.Argument(None, metavar="[COMPONENT]",
+                                                   help="weights, tokenizer, chat_templates, ... (with a ref: "
+                                                        "the component whose digest to look for)"),
+              url: str = UrlOpt, token: str = TokenOpt, as_json: bool = JsonOpt) -> None:
+    """Which versions, of the tenants you audit, share a release-unit component ("which units share these
+    weights"): by its digest, or by a version's component (acme/llm@prod weights)."""
+    with _client(url, token) as client:
+        hex_digest, named = _component_digest(client, target, name)
+        doc = _all_pages(lambda c: client.provenance_component(hex_digest, component=named, cursor=c), "versions")
+    _emit(doc, as_json, [f"{v['model']}@{v['version']} ({v['state']}): {v['component']}"
+                         f"{'' if v['derived_from'] is None else ', derived from ' + str(v['derived_from'])}"
+                         for v in doc["versions"]])
+
+
+@provenance_app.command("component-history")
+def component_history(model: str = typer.Argument(..., help="TENANT/NAME"),
+                      alias: str = typer.Argument(..., metavar="ALIAS"),
+                      name: str = typer.Argument(..., metavar="COMPONENT",
+                                                 help="weights, tokenizer, chat_templates, prompt_templates, ..."),
+                      url: str = UrlOpt, token: str = TokenOpt, as_json: bool = JsonOpt) -> None:
+    """When the component an alias serves changed (each move that changed its digest: when, by whom, from which
+    version to which) and who approved the version that brought the change."""
+    tenant, model_name = _split_model(model)
+    with _client(url, token) as client:
+        doc = _all_pages(lambda c: client.provenance_component_history(tenant, model_name, alias, name, cursor=c),
+                         "changes")
+    now = doc["digest"][:12] if doc["digest"] else "(none)"
+    lines = [f"{doc['model']}@{doc['alias']} -> {doc['version']}: {doc['component']} {now}"]
+    for c in doc["changes"]:
+        lines.append(f"  {c['at']} {c['action']} by {c['by']}: {c['from_version'] or '-'} -> {c['to_version']} "
+                     f"({(c['from_digest'] or '(none)')[:12]} -> {(c['to_digest'] or '(none)')[:12]})")
+        lines += [f"    {a['decision']} by {a['principal']} as {a['capacity']} at {a['at']}" for a in c["approvals"]]
+        if not c["security_approvals"]:
+            lines.append(f"    no {doc['security_capacity']} approval")
+    if not doc["changes"]:
+        lines.append(f"  no move of {doc['alias']} changed its {doc['component']}")
+    _emit(doc, as_json, lines)
+
+
 @provenance_app.command("audit-log")
 def audit_log(checkpoints: Path = typer.Option(..., "--checkpoints",
                                                help="JSON file of checkpoints saved "

@@ -387,6 +387,22 @@ class RegistryApi:
         params = {k: v for k, v in (("limit", limit), ("cursor", cursor)) if v is not None}
         return self.client.get(f"/v1/provenance/blobs/sha256:{_seg(digest)}", params=params)
 
+    def provenance_components(self, tenant: str, name: str, ref: str) -> dict[str, Any]:
+        return self._provenance(tenant, name, "components", ref)
+
+    def provenance_component(self, digest: str, *, component: str | None = None, limit: int = 1000,
+                             cursor: str | None = None) -> dict[str, Any]:
+        """``digest``: 64 hex digits (without ``sha256:``); ``component``: only versions whose component of
+        that name has it."""
+        params = {k: v for k, v in (("component", component), ("limit", limit), ("cursor", cursor)) if v is not None}
+        return self.client.get(f"/v1/provenance/components/sha256:{_seg(digest)}", params=params)
+
+    def provenance_component_history(self, tenant: str, name: str, alias: str, component: str, *,
+                                     limit: int = 1000, cursor: str | None = None) -> dict[str, Any]:
+        params = {k: v for k, v in (("limit", limit), ("cursor", cursor)) if v is not None}
+        return self.client.get(f"/v1/provenance/{_seg(tenant)}/{_seg(name)}/aliases/{_seg(alias)}/components/"
+                               f"{_seg(component)}", params=params)
+
     def provenance_audit_log(self, checkpoints: list[Any]) -> dict[str, Any]:
         return self.client.post("/v1/provenance/audit-log", json={"checkpoints": checkpoints})
 

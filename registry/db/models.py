@@ -485,6 +485,32 @@ class VersionFacts(Base):
     recorded_at: Mapped[dt.datetime] = mapped_column(default=utcnow)
 
 
+class VersionComponent(Base):
+    """One component of a version's release unit (``registry/domain/components.py``), recorded when the version
+    is sealed: what version detail, ``modelreg diff``, the policies, releases and exports read, and what the
+    auditors' "which units share these weights" looks up by ``digest``. A version sealed before the table got
+    its rows from migration 0033 (``detail`` null there).
+    """
+
+    __tablename__ = "version_components"
+    __table_args__ = (UniqueConstraint("version_id", "name"),
+                      Index("ix_version_components_digest_id", "digest", "id"))
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True)
+    version_id: Mapped[int] = mapped_column(ForeignKey("versions.id", ondelete="CASCADE"))
+    name: Mapped[str] = mapped_column(String(32))
+    digest: Mapped[str] = mapped_column(String(64))
+    member_count: Mapped[int] = mapped_column(Integer)
+    members: Mapped[list[Any]] = mapped_column(deferred=True)
+    """``[[path, sha256, part or null], ...]`` sorted by member name; loaded only where members are needed (a
+    weights component lists every shard)."""
+    detail: Mapped[dict[str, Any] | None]
+    """A registry-held part as checked at seal, so version detail reads no part blob: ``prompt_templates``
+    ``{"prompts": {name: [variables]}}``, ``serving_profile`` ``{"profile": {...}}`` (the capacity arithmetic's
+    input with the facts and today's GPU table), or ``{"error": {"type", "message"}}`` when the parts were refused.
+    None for every other component, and for parts recorded by migration 0033 (their blobs are read instead)."""
+
+
 class LicenseFinding(Base):
     """One place a version's license was read from, or one conflict between two of them.
 

@@ -522,6 +522,13 @@ class AliasNotFoundError(NotFoundError):
         super().__init__(f"model {model!r} has no alias {alias!r}", model=model, alias=alias)
 
 
+class ComponentNotFoundError(NotFoundError):
+    """No version the caller may see has a release-unit component with this digest, or the version named has
+    no such component."""
+
+    code = "component-not-found"
+
+
 class RevokedError(ConflictError):
     """An alias points at a revoked version: it does not resolve until it is moved.
 

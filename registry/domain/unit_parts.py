@@ -34,6 +34,8 @@ MAX_PROMPTS = 64
 """Prompt templates one unit may hold."""
 MAX_PART_BYTES = 256 * 1024
 """Bytes of one registry-held part (a template is at most the sandbox's character bound anyway)."""
+HELD_COMPONENTS = frozenset({"prompt_templates", "serving_profile"})
+"""The components whose members are registry-held parts (checked by :func:`check_parts`)."""
 _PROMPT_NAME_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_-]{0,63}$")
 _CONTROL_RE = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
 
@@ -61,7 +63,7 @@ def prompt_name(path: str) -> str | None:
 def is_held_part(path: str) -> bool:
     """Whether ``path`` is where a registry-held part lives (what :func:`check_parts` must be given): the
     places the components table gives ``prompt_templates`` and ``serving_profile``."""
-    return classify(path) in ("prompt_templates", "serving_profile")
+    return classify(path) in HELD_COMPONENTS
 
 
 def read_held_parts(files: Iterable[Any], read: Callable[[str, int], bytes],

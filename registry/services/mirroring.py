@@ -36,8 +36,8 @@ from registry.domain.files import FileEntry, validate_file_list
 from registry.domain.outcomes import Failed, Passed
 from registry.domain.source_uris import submission_uri
 from registry.domain.states import VersionState
-from registry.domain.unit_parts import check_parts, is_held_part, read_held_parts, serving_config
-from registry.services import chunks, facts, licenses, lifecycle, quotas
+from registry.domain.unit_parts import UnitParts, check_parts, is_held_part, read_held_parts, serving_config
+from registry.services import chunks, facts, licenses, lifecycle, quotas, units
 from registry.services.blobs import grant_blob, owned_blobs
 from registry.services.lifecycle import fail_version
 from registry.services.loaders import lock_version_unchecked
@@ -240,18 +240,25 @@ def _with_path(exc: RegistryError, path: str) -> RegistryError:
     return exc
 
 
-def _check_held_parts(files: list[VersionFile], found: dict, ports: Ports) -> RegistryError | None:
-    """Why the unit's prompt templates or serving profile are refused (``registry/domain/unit_parts.py``), or
-    None; read from the store before any lock (each part is small: a larger one is refused unread)."""
+def _held_parts(files: list[VersionFile], found: dict,
+                ports: Ports) -> tuple[UnitParts | None, InvalidInputError | PolicyViolationError | None]:
+    """The unit's prompt templates and serving profile checked (``registry/domain/unit_parts.py``), and why the
+    unit is refused (a part that does not check, a profile that does not fit), or None; read from the store
+    before any lock (each part is small: a larger one is refused unread)."""
     if not any(is_held_part(f.path) for f in files):
-        return None
+        return UnitParts(), None
     try:
         data = read_held_parts(files, lambda digest, size: b"".join(ports.blob_store.open_range(digest, 0, size)))
         gpus, margin = serving_config(ports.policy.data())
-        check_parts(data, found, gpus, runtime_margin_bytes=margin)
+        parts = check_parts(data, found, gpus, runtime_margin_bytes=margin, require_fit=False)
     except (InvalidInputError, PolicyViolationError) as exc:
-        return exc
-    return None
+        return None, exc
+    try:
+        if parts.fit is not None:
+            parts.fit.require()
+    except PolicyViolationError as exc:
+        return parts, exc
+    return parts, None
 
 
 def seal_version(session_factory: sessionmaker[Session], version_id: int, *, ports: Ports,
@@ -267,7 +274,7 @@ def seal_version(session_factory: sessionmaker[Session], version_id: int, *, por
         if any(f.sha256 is None for f in version.files):
             raise NotFoundError(f"version {version_id} still has files to mirror")
         found = facts.collect_facts([(f.path, f.size, f.sha256) for f in version.files], blob_store)
-        refused = _check_held_parts(version.files, found, ports)
+        parts, refused = _held_parts(version.files, found, ports)
         digests = sorted({f.sha256 for f in version.files})
         session.rollback()
 
@@ -284,6 +291,12 @@ def seal_version(session_factory: sessionmaker[Session], version_id: int, *, por
         if any(f.sha256 is None for f in files):
             raise NotFoundError(f"version {version_id} still has files to mirror")
         facts.store_facts(session, version, found, clock=clock)
+        entries = validate_file_list(FileEntry(f.path, f.size, f.sha256) for f in files)
+        # The release unit's components, from the files and the parts the facts readers split: recorded once here,
+        # read by every later question (version detail, diff, policy, releases, provenance).
+        components = unit_components(entries, found.get("parts") or {})
+        units.record_components(session, version, components, parts=parts,
+                                parts_error=refused if parts is None else None)
         if refused is not None:
             # A prompt template or serving profile the unit may not hold: the version fails, with the reason
             # (a serving profile that does not fit shows its arithmetic).
@@ -294,7 +307,6 @@ def seal_version(session_factory: sessionmaker[Session], version_id: int, *, por
         chunks.queue_missing(session, {f.sha256 for f in files}, ports)
         # A few bounded reads (README front matter, LICENSE files) of files now known to be stored.
         licenses.record_licenses(session, version, blob_store)
-        entries = validate_file_list(FileEntry(f.path, f.size, f.sha256) for f in files)
         statement = build_model_statement(
             f"{version.model.tenant.name}/{version.model.name}",
             entries,
@@ -306,8 +318,7 @@ def seal_version(session_factory: sessionmaker[Session], version_id: int, *, por
                 "requested_revision": version.requested_revision,
                 "revision": version.resolved_revision,
                 "files": [e.as_dict() for e in entries],
-                # The release unit's components, from the files and the parts the facts readers split.
-                "components": components_map(unit_components(entries, found.get("parts") or {})),
+                "components": components_map(components),
                 "registry": registry_url,
             }},
             # What fetch writes beside the files, so model_signing verify on DEST sees only the signed files;

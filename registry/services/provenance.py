@@ -6,11 +6,13 @@ answer says so (``ref.canary``) and the canary version is asked about with its o
 version is answered like any other: its history does not go away with it.
 
 Who may ask: the auditors (``audit``) of the model's tenant, and administrators. The questions that name
-no model (:func:`versions_with_blob`, :func:`check_audit_log`) are for the auditors of any tenant, and the
-blob question answers only from the tenants the caller audits. Authorization is checked before anything is
-read, so a refusal reads the same whether what was named exists or not.
+no model (:func:`versions_with_blob`, :func:`versions_with_component`, :func:`check_audit_log`) are for the
+auditors of any tenant, and the blob and component questions answer only from the tenants the caller
+audits. Authorization is checked before anything is read, so a refusal reads the same whether what was
+named exists or not.
 
-Lists that can grow long (files, scans, alias moves, nodes, versions holding a blob) come a page at a time:
+Lists that can grow long (files, scans, alias moves, nodes, versions holding a blob or a release-unit component,
+a component's changes under an alias) come a page at a time:
 ``limit`` rows after ``cursor`` (the ``next_cursor`` of the page before, None at the end).
 
 Usage (a sketch, not run as a doctest)::
@@ -47,12 +49,15 @@ from registry.db.models import (
     ReleaseIssuance,
     Tenant,
     Version,
+    VersionComponent,
     VersionFile,
 )
 from registry.domain import aliases as alias_rules
+from registry.domain.components import COMPONENTS
 from registry.domain.errors import (
     AliasNotFoundError,
     AuditChainError,
+    ComponentNotFoundError,
     InvalidInputError,
     LimitExceededError,
     PermissionDeniedError,
@@ -61,7 +66,7 @@ from registry.domain.files import SHA256_RE
 from registry.domain.serving import Channel
 from registry.domain.states import VersionState
 from registry.policy import PolicyEngine
-from registry.services import evals, loaders, scans, trust_roots
+from registry.services import evals, loaders, scans, trust_roots, units
 from registry.services.manifests import VERSION_REF_RE, statement_digest
 from registry.signing.keys import VerifyingKey
 from registry.signing.trust_root import ALGORITHM
@@ -513,6 +518,117 @@ def versions_with_blob(session: Session, principal: AuthenticatedPrincipal, dige
             "versions": [{"model": f"{t}/{m}", "version": v.number, "state": v.state, "path": f.path,
                           "size": f.size} for f, v, m, t in page],
             "next_cursor": encode_cursor(page[-1][0].id) if len(rows) > limit else None}
+
+
+# --- release-unit components ---------------------------------------------------------------------
+
+
+def _check_component(component: str) -> None:
+    if component not in COMPONENTS:
+        raise InvalidInputError(f"{str(component)[:40]!r} is no component; one of {', '.join(COMPONENTS)}",
+                                field="component", known=list(COMPONENTS))
+
+
+def version_components(session: Session, principal: AuthenticatedPrincipal, tenant: str, name: str,
+                       ref: str) -> dict[str, Any]:
+    """The version's release-unit components as recorded at seal: name, digest, member count (none until it
+    is sealed)."""
+    version, named = _version_of(session, principal, tenant, name, ref)
+    return {**_head(version, named), "components": units.components_document(session, version) or []}
+
+
+def versions_with_component(session: Session, principal: AuthenticatedPrincipal, digest: str, *,
+                            component: str | None = None, limit: int = 1000,
+                            cursor: str | None = None) -> dict[str, Any]:
+    """Question 11: "which units share these weights": the versions, of any model of the tenants ``principal``
+    audits, with a release-unit component of ``digest`` (only a ``component`` of that name, if given), oldest
+    seal first. Versions of tenants it does not audit are never named, nor counted.
+
+    Raises:
+        PermissionDeniedError: ``principal`` audits no tenant.
+        InvalidInputError: a malformed digest, an unknown component name, a bad cursor or limit.
+        ComponentNotFoundError: no version the caller audits has such a component.
+    """
+    _check_page(limit)
+    tenants = audited_tenants(principal)
+    if not isinstance(digest, str) or not SHA256_RE.match(digest):
+        raise InvalidInputError("a component digest is sha256:<64 lower-case hex digits>", field="digest")
+    if component is not None:
+        _check_component(component)
+    query = (select(VersionComponent.id, VersionComponent.name, Version, Model.name, Tenant.name)
+             .join(Version, Version.id == VersionComponent.version_id).join(Model, Model.id == Version.model_id)
+             .join(Tenant, Tenant.id == Model.tenant_id)
+             .where(VersionComponent.digest == digest, VersionComponent.id > _int_cursor(cursor)))
+    if component is not None:
+        query = query.where(VersionComponent.name == component)
+    if tenants is not None:
+        query = query.where(Tenant.name.in_(tenants))
+    rows = session.execute(query.order_by(VersionComponent.id).limit(limit + 1)).all()
+    if not rows and cursor is None:
+        raise ComponentNotFoundError(f"no version you audit has a {component or 'component'} sha256:{digest}",
+                                     digest=f"sha256:{digest}", component=component)
+    page = rows[:limit]
+    return {"digest": f"sha256:{digest}", "component": component,
+            "versions": [{"model": f"{t}/{m}", "version": v.number, "state": v.state, "component": c,
+                          "derived_from": v.derived_from, "sealed_at": _iso(v.sealed_at)}
+                         for _, c, v, m, t in page],
+            "next_cursor": encode_cursor(page[-1][0]) if len(rows) > limit else None}
+
+
+def component_history(session: Session, principal: AuthenticatedPrincipal, tenant: str, name: str, alias: str,
+                      component: str, *, engine: PolicyEngine | None = None, limit: int = 1000,
+                      cursor: str | None = None) -> dict[str, Any]:
+    """Question 12: "when did prod's chat template last change, who approved it": each move of the alias after
+    which the ``component`` of the version it serves to everyone (its main version; canaries aside) has another
+    digest than before: when, how (promote, rollback) and by whom, from which version to which, both digests,
+    and every decision on the version moved to (who, capacity, when), its security approvals apart. The alias's
+    moves are walked oldest first, ``limit`` moves a page (a page may hold no change; ``next_cursor`` goes on).
+
+    Raises:
+        PermissionDeniedError: ``principal`` audits no such tenant.
+        InvalidInputError: a bad alias or component name, a bad cursor or limit.
+        ModelNotFoundError, AliasNotFoundError.
+    """
+    _check_page(limit)
+    require(principal, tenant, Permission.AUDIT)
+    alias_rules.validate_alias_name(alias)
+    _check_component(component)
+    after = _int_cursor(cursor)
+    model = loaders.load_model_unchecked(session, tenant, name)
+    row = session.scalar(select(Alias).where(Alias.model_id == model.id, Alias.name == alias))
+    if row is None:
+        raise AliasNotFoundError(f"{tenant}/{name}", alias)
+    moves = list(session.scalars(select(AliasMove).where(AliasMove.alias_id == row.id, AliasMove.id > after)
+                                 .order_by(AliasMove.id).limit(limit + 1)))
+    page = moves[:limit]
+    numbers = {n for m in page for n in (m.from_version, m.to_version) if n is not None} | {row.version.number}
+    ids, digests = {}, {}
+    for number, version_id, digest in session.execute(
+            select(Version.number, Version.id, VersionComponent.digest)
+            .outerjoin(VersionComponent, (VersionComponent.version_id == Version.id)
+                       & (VersionComponent.name == component))
+            .where(Version.model_id == model.id, Version.number.in_(numbers))):
+        ids[number], digests[number] = version_id, digest
+    changes = [m for m in page if digests.get(m.from_version) != digests.get(m.to_version)]
+    decided: dict[int, list[Approval]] = {}
+    for a in session.scalars(select(Approval).where(Approval.version_id.in_({ids[m.to_version] for m in changes}))
+                             .order_by(Approval.at, Approval.id)):
+        decided.setdefault(a.version_id, []).append(a)
+    security = str(_config(engine).get("security_capacity", "security"))
+
+    def change(m: AliasMove) -> dict[str, Any]:
+        approvals = decided.get(ids[m.to_version], [])
+        return {"move": m.id, "at": _iso(m.at), "action": m.action, "by": m.actor, "comment": m.comment,
+                "from_version": m.from_version, "to_version": m.to_version,
+                "from_digest": digests.get(m.from_version), "to_digest": digests.get(m.to_version),
+                "approvals": [_approval_doc(a) for a in approvals],
+                "security_approvals": [_approval_doc(a) for a in approvals
+                                       if a.capacity == security and a.decision == "approve"]}
+
+    return {"model": f"{tenant}/{name}", "alias": alias, "component": component, "version": row.version.number,
+            "digest": digests.get(row.version.number), "security_capacity": security,
+            "changes": [change(m) for m in changes],
+            "next_cursor": encode_cursor(page[-1].id) if len(moves) > limit else None}
 
 
 # --- the audit log ---------------------------------------------------------------------------------

@@ -1,9 +1,10 @@
 """The release unit of a version: its components and how they differ from the unit it replaces.
 
-A version is one unit; its components (``registry/domain/components.py``) come from its files and the
-parts sealing recorded with its facts. :func:`components_of` is the one place they are read;
-:func:`unit_diff` compares two versions of a model (``modelreg diff``), and :func:`policy_unit` is the
-``unit`` the approval and promotion policies judge: the components, the unit replaced (``base``) and what
+A version is one unit; its components (``registry/domain/components.py``) are recorded when it is sealed
+(:func:`record_components`, table ``version_components``), with what version detail shows of its registry-held
+parts, so no read computes them again or opens a part's blob. :func:`components_of` is the one place they
+are read; :func:`unit_diff` compares two versions of a model (``modelreg diff``), and :func:`policy_unit` is
+the ``unit`` the approval and promotion policies judge: the components, the unit replaced (``base``) and what
 changed, the files whose templates a security approval must name, and the suites that evaluate it.
 
 Usage (a sketch, not run as a doctest)::
@@ -16,23 +17,31 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, Iterable
 
-from sqlalchemy.orm import Session
+from sqlalchemy import delete, select
+from sqlalchemy.orm import Session, undefer
 
 from registry.auth import AuthenticatedPrincipal, Permission, require
-from registry.db.models import Version, VersionFacts
+from registry.db.models import Version, VersionComponent, VersionFacts
 from registry.domain.components import (
+    COMPONENTS,
     Component,
     ComponentDiff,
     Member,
     diff_components,
     template_review_files,
-    unit_components,
 )
-from registry.domain.errors import InvalidInputError, InvalidStateError
-from registry.domain.files import FileEntry
-from registry.domain.unit_parts import check_parts, is_held_part, read_held_parts, serving_config
+from registry.domain.errors import InvalidInputError, InvalidStateError, RegistryError
+from registry.domain.serving_profile import fit_profile, parse_serving_profile
+from registry.domain.unit_parts import (
+    HELD_COMPONENTS,
+    UnitParts,
+    check_parts,
+    is_held_part,
+    read_held_parts,
+    serving_config,
+)
 from registry.services.loaders import find_version_unchecked, version_ref
 from registry.storage.base import BlobStore
 from registry.templating.isolated import diff_in_child
@@ -45,29 +54,95 @@ def _read_version(session: Session, principal: AuthenticatedPrincipal, tenant: s
     return find_version_unchecked(session, tenant, name, number)
 
 
+def record_components(session: Session, version: Version, components: Iterable[Component], *,
+                      parts: UnitParts | None = None, parts_error: RegistryError | None = None) -> None:
+    """Record the sealed version's components (replacing any an earlier attempt of its seal recorded).
+
+    Args:
+        components: The unit's components, from its files and the parts its facts split.
+        parts: Its registry-held parts as :func:`check_parts` read them (prompt variables, the profile).
+        parts_error: Why its registry-held parts were refused, recorded on their components instead.
+    """
+    session.execute(delete(VersionComponent).where(VersionComponent.version_id == version.id))
+    for c in components:
+        session.add(VersionComponent(
+            version_id=version.id, name=c.name, digest=c.digest, member_count=len(c.members),
+            members=[[m.path, m.sha256, m.part] for m in c.members], detail=_part_detail(c.name, parts, parts_error)))
+    session.flush()
+
+
+def _part_detail(name: str, parts: UnitParts | None, error: RegistryError | None) -> dict[str, Any] | None:
+    if name not in HELD_COMPONENTS:
+        return None
+    if error is not None or parts is None:
+        shown = error or InvalidInputError("the unit's registry-held parts were not checked")
+        return {"error": {"type": shown.code, "message": shown.message}}
+    if name == "prompt_templates":
+        return {"prompts": parts.prompts}
+    return {"profile": None if parts.profile is None else parts.profile.as_dict()}
+
+
+def _recorded(session: Session, version: Version, *, members: bool) -> list[VersionComponent]:
+    query = select(VersionComponent).where(VersionComponent.version_id == version.id)
+    if members:
+        query = query.options(undefer(VersionComponent.members))
+    order = {name: i for i, name in enumerate(COMPONENTS)}
+    return sorted(session.scalars(query), key=lambda r: (order.get(r.name, len(order)), r.name))
+
+
 def components_of(session: Session, version: Version) -> tuple[Component, ...] | None:
-    """The version's components, or None while its files are not all stored (no unit yet)."""
-    if any(f.sha256 is None for f in version.files):
+    """The version's components as recorded at seal, or None until it is sealed (no unit yet)."""
+    rows = _recorded(session, version, members=True)
+    if not rows:
         return None
-    row = session.get(VersionFacts, version.id)
-    parts = (row.facts.get("parts") if row is not None else None) or {}
-    return unit_components([FileEntry(f.path, f.size, f.sha256) for f in version.files], parts)
+    return tuple(Component(r.name, r.digest, tuple(Member(path, sha256, part) for path, sha256, part in r.members))
+                 for r in rows)
 
 
-def components_document(components: tuple[Component, ...] | None) -> list[dict[str, Any]] | None:
-    """What ``version show`` and the API list: each component's name, digest and member count."""
-    if components is None:
+def components_document(session: Session, version: Version) -> list[dict[str, Any]] | None:
+    """What ``version show`` and the API list: each component's name, digest and member count (the members
+    themselves are not read)."""
+    rows = _recorded(session, version, members=False)
+    if not rows:
         return None
-    return [{"name": c.name, "digest": c.digest, "members": len(c.members)} for c in components]
+    return [{"name": r.name, "digest": r.digest, "members": r.member_count} for r in rows]
 
 
 def unit_parts_document(session: Session, version: Version, *, blob_store: BlobStore,
                         policy_data: Callable[[], dict[str, Any]]) -> dict[str, Any] | None:
     """The unit's registry-held parts as ``version show`` prints them: each prompt template's variables, the
-    serving profile and its capacity arithmetic against the operator's GPU table (``fits`` false shown, not
-    raised), or ``error`` when a part does not check. None when the unit holds none, or they are not stored.
-    ``policy_data`` is called only then (the policy engine is not loaded for a unit without parts).
+    serving profile and its capacity arithmetic against the operator's GPU table today (``fits`` false shown,
+    not raised), or ``error`` when the parts were refused. None when the unit holds none, or is not sealed.
+
+    Read from the recorded components (no part blob is opened), except for a unit sealed before they held the
+    parts' detail (migration 0033), whose parts are read from the store, bounded. ``policy_data`` is called
+    only for a unit with a serving profile (the policy engine is not loaded for others).
     """
+    held = [r for r in _recorded(session, version, members=False) if r.name in HELD_COMPONENTS]
+    if not held:
+        return None
+    if any(r.detail is None for r in held):
+        return _parts_read_from_blobs(session, version, blob_store=blob_store, policy_data=policy_data)
+    error = next((r.detail["error"] for r in held if "error" in r.detail), None)
+    if error is not None:
+        return {"prompts": [], "serving_profile": None, "error": error}
+    prompts = next((r.detail.get("prompts") or {} for r in held if r.name == "prompt_templates"), {})
+    document = next((r.detail.get("profile") for r in held if r.name == "serving_profile"), None)
+    profile = fit = None
+    if document is not None:
+        row = session.get(VersionFacts, version.id)
+        gpus, margin = serving_config(policy_data())
+        try:
+            profile = parse_serving_profile(document)
+        except InvalidInputError as exc:  # a profile sealed under rules since tightened
+            return {"prompts": [], "serving_profile": None, "error": {"type": exc.code, "message": exc.message}}
+        fit = fit_profile(profile, row.facts if row is not None else None, gpus, runtime_margin_bytes=margin)
+    return {**UnitParts(prompts, profile, fit).as_dict(), "error": None}
+
+
+def _parts_read_from_blobs(session: Session, version: Version, *, blob_store: BlobStore,
+                           policy_data: Callable[[], dict[str, Any]]) -> dict[str, Any] | None:
+    """:func:`unit_parts_document` of a unit whose parts' detail migration 0033 could not record."""
     held = [f for f in version.files if is_held_part(f.path)]
     if not held or any(f.sha256 is None for f in held):
         return None
@@ -85,7 +160,7 @@ def unit_parts_document(session: Session, version: Version, *, blob_store: BlobS
 def _sealed_components(session: Session, version: Version) -> tuple[Component, ...]:
     found = components_of(session, version)
     if found is None:
-        raise InvalidStateError(f"{version_ref(version)} is {version.state}: its files are not all stored yet",
+        raise InvalidStateError(f"{version_ref(version)} is {version.state}: it is not sealed yet (no unit)",
                                 state=version.state)
     return found
 
@@ -98,7 +173,7 @@ def unit_diff(session: Session, principal: AuthenticatedPrincipal, tenant: str, 
     Raises:
         PermissionDeniedError: the principal may not read in ``tenant``.
         VersionNotFoundError, ModelNotFoundError, TenantNotFoundError: no such version.
-        InvalidStateError: either version's files are not all stored yet.
+        InvalidStateError: either version is not sealed yet.
     """
     before = _read_version(session, principal, tenant, name, old)
     after = _read_version(session, principal, tenant, name, new)
@@ -112,7 +187,7 @@ def diff_document(session: Session, before: Version, after: Version, *,
     member added or changed, the rendered diff (:mod:`registry.templating.isolated`).
 
     Raises:
-        InvalidStateError: either version's files are not all stored yet.
+        InvalidStateError: either version is not sealed yet.
         BlobNotFoundError, BlobStoreError: a template's bytes cannot be read.
     """
     old_components, new_components = _sealed_components(session, before), _sealed_components(session, after)
@@ -231,7 +306,7 @@ def policy_unit(session: Session, version: Version, base: Version | None, base_r
         suites: The names of the eval suites that apply to ``version``.
 
     Returns:
-        None while the version's files are not all stored; else ``{components, base, changed,
+        None until the version is sealed; else ``{components, base, changed,
         template_review_files, suites}``. With no base every component counts as changed, and no
         template is a *change* to review (a first version's templates are checked by the scanners).
     """
