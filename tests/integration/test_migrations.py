@@ -1,5 +1,7 @@
 """The schema comes from Alembic, and Alembic agrees with the models (on both databases)."""
 
+import json
+
 from sqlalchemy import inspect
 
 from registry.db import migrate
@@ -126,5 +128,56 @@ def test_0028_gives_each_issuer_of_one_host_its_own_node_principal(empty_databas
             names = {n for _, n, _ in conn.execute(query)}
         assert names == {"sa:serving/fetcher@oidc.eks.example.com",
                          "sa:serving/fetcher@kubernetes.default.svc.cluster.local"}
+    finally:
+        engine.dispose()
+
+
+def test_0033_records_the_components_of_versions_whose_seal_ran(empty_database_url):
+    """Versions sealed (or refused at seal) before components were recorded get the rows their files and recorded
+    parts give, as the registry computed them on every read before; a version awaiting its seal gets none."""
+    from sqlalchemy import text
+
+    from registry.domain.components import unit_components
+    from registry.domain.files import FileEntry
+
+    engine = make_engine(empty_database_url)
+    weights, config, tok, template, rest = "a" * 64, "b" * 64, "c" * 64, "d" * 64, "e" * 64
+    parts = {"tokenizer_config.json": {"chat_template": template, "without_chat_template": rest}}
+    files = [FileEntry("model.safetensors", 8, weights), FileEntry("config.json", 2, config),
+             FileEntry("tokenizer_config.json", 3, tok)]
+    try:
+        migrate.upgrade(engine, "0032")
+        now = "2026-11-01 00:00:00"
+        with engine.begin() as conn:
+            for statement in [
+                "INSERT INTO tenants (id, name, created_at) VALUES (1, 'acme', :now)",
+                "INSERT INTO models (id, tenant_id, name, next_version, created_at) VALUES (1, 1, 'm', 4, :now)",
+                # 1 sealed with parts recorded, 2 refused at seal (facts, no seal time), 3 awaiting its seal.
+                "INSERT INTO versions (id, model_id, number, state, source_kind, source_repo, include, exclude, "
+                "created_at, updated_at, sealed_at) VALUES "
+                "(1, 1, 1, 'approved', 'upload', 'x', '[]', '[]', :now, :now, :now), "
+                "(2, 1, 2, 'failed', 'upload', 'x', '[]', '[]', :now, :now, NULL), "
+                "(3, 1, 3, 'mirroring', 'upload', 'x', '[]', '[]', :now, :now, NULL)",
+                "INSERT INTO version_files (id, version_id, path, size, sha256) VALUES "
+                + ", ".join(f"({v * 10 + i}, {v}, '{f.path}', {f.size}, '{f.sha256}')"
+                            for v in (1, 2, 3) for i, f in enumerate(files)),
+                "INSERT INTO version_facts (version_id, reader_version, facts, recorded_at) VALUES "
+                f"(1, '1', '{json.dumps({'parts': parts})}', :now), (2, '1', '{{}}', :now)",
+            ]:
+                conn.execute(text(statement), {"now": now} if ":now" in statement else {})
+        migrate.upgrade(engine)
+        with engine.connect() as conn:
+            rows = conn.execute(text("SELECT version_id, name, digest, member_count, members FROM version_components "
+                                     "ORDER BY version_id, id")).all()
+        recorded = {}
+        for version_id, name, digest, count, members in rows:
+            members = json.loads(members) if isinstance(members, str) else members
+            assert count == len(members)
+            recorded.setdefault(version_id, {})[name] = digest
+        assert set(recorded) == {1, 2}
+        assert recorded[1] == {c.name: c.digest for c in unit_components(files, parts)}
+        # Without recorded parts the tokenizer config counts whole in both components it may hold.
+        assert recorded[2] == {c.name: c.digest for c in unit_components(files, {})}
+        assert recorded[1]["chat_templates"] != recorded[2]["chat_templates"]
     finally:
         engine.dispose()

@@ -38,6 +38,7 @@ from api.app import create_app
 from registry.auth import authenticate, issue_token, load_principal
 from registry.db.models import EvalResult, Model, Principal, Version, WebhookSubscription
 from registry.domain.aliases import make_target
+from registry.domain.components import Member, component_digest
 from registry.domain.files import FileEntry
 from registry.net.egress import EgressPolicy
 from registry.services import aliases, approvals, evals, identity, node_bindings, versions
@@ -266,6 +267,12 @@ RULES: dict[tuple[str, str], Rule] = {
     ("GET", "/v1/provenance/{tenant}/{name}/aliases/{alias}"): Rule("audit", 200, lambda w, t: w.released(t)),
     ("GET", "/v1/provenance/revoked-nodes"): Rule("audit", 200, tenant_query),
     ("GET", "/v1/provenance/blobs/sha256:{digest}"): Rule(AUDITS_ANY_TENANT, 200),
+    ("GET", "/v1/provenance/{tenant}/{name}/components"): Rule("audit", 200, lambda w, t: version_ref()),
+    # The "other" component of sub/notes.txt, in versions of both tenants: each auditor finds its own tenant's.
+    ("GET", "/v1/provenance/components/sha256:{digest}"): Rule(AUDITS_ANY_TENANT, 200,
+                                                               path={"digest": lambda w, t: w.shared_component()}),
+    ("GET", "/v1/provenance/{tenant}/{name}/aliases/{alias}/components/{component}"): Rule(
+        "audit", 200, lambda w, t: w.released(t), path={"component": lambda w, t: "config"}),
     ("POST", "/v1/provenance/audit-log"): Rule(AUDITS_ANY_TENANT, 200, lambda w, t: {"json": {"checkpoints": []}}),
     ("GET", "/ui/sign-in"): Rule(PUBLIC, 200, console=True),
     ("POST", "/ui/sign-in"): Rule(SIGNS_IN, 303, console=True),
@@ -397,6 +404,11 @@ class World:
         with self.container.session_factory() as session:
             aliases.promote(session, self.root, tenant, self.model[tenant], "prod", make_target(number),
                             policy=self.container.policy, clock=self.container.clock)
+
+    def shared_component(self) -> str:
+        """The digest of the ``other`` component (``sub/notes.txt`` alone) of approved versions in both tenants."""
+        self.approved(OWN), self.approved(OTHER)
+        return component_digest([Member("sub/notes.txt", NOTES_DIGEST.removeprefix("sha256:"))])
 
     def promotion(self, tenant: str) -> dict[str, Any]:
         return {"json": {"version": self.approved(tenant)[0], "comment": "matrix"}}
