@@ -30,10 +30,8 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-import importlib.util
 import json
 import re
-import sys
 from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
@@ -46,18 +44,17 @@ if TYPE_CHECKING:
 
 
 def _regopy() -> Any:
-    """The regopy module, loaded on first use, after TensorFlow when TensorFlow is installed.
+    """The regopy module, loaded on first use.
 
-    The two share a process in one order only: TensorFlow imported after regopy aborts the process
-    (``free(): invalid pointer``), the other way round works. modelscan imports TensorFlow on its
-    first scan, in the same worker (and ``serve``) process that judges versions, so it goes first.
+    TensorFlow imported after regopy aborts the process (``free(): invalid pointer``; the other order
+    works). The registry never imports TensorFlow itself: modelscan, which does, runs in a child
+    process when regopy is already loaded (``registry.scanning.modelscan_adapter.needs_child``).
+    Importing TensorFlow here would cost every registry process seconds of start-up where it is installed.
     """
-    if "regopy" not in sys.modules and importlib.util.find_spec("tensorflow") is not None:
-        import tensorflow  # noqa: F401
-
     import regopy
 
     return regopy
+
 
 MAX_INPUT_BYTES = 4 << 20
 """Largest policy input (canonical JSON) evaluated; above it the decision denies."""

@@ -7,6 +7,12 @@ the verdict that gates a version is ours. Its issues become findings ``modelscan
 errors (including the ``.npy`` scanner failing under numpy 2) become ``error`` findings, never a
 clean result.
 
+modelscan imports TensorFlow when it is installed, and TensorFlow imported after regopy aborts the
+process (``free(): invalid pointer``). A registry process loads regopy to judge versions, so when
+regopy is already loaded and TensorFlow is installed but not yet imported, the one-file scan runs in
+``python -m registry.scanning.modelscan_adapter`` instead, under a memory and time limit
+(:func:`needs_child`). Where TensorFlow is absent (production images) modelscan runs in-process.
+
 Usage (a sketch, not run as a doctest)::
 
     scans = scan_path_with_modelscan(Path("models/bert"))
@@ -16,9 +22,13 @@ Usage (a sketch, not run as a doctest)::
 from __future__ import annotations
 
 import copy
+import importlib.util
+import json
 import logging
 import os
 import shutil
+import subprocess
+import sys
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -38,6 +48,11 @@ EXTENSION_FOR_FORMAT = {
     "hdf5": ".h5",
 }
 """Extension under which modelscan looks at a blob whose format we sniffed."""
+
+CHILD_MEMORY_BYTES = 4 << 30
+"""Address space a scanning child may map (TensorFlow's import alone maps about 1.5 GiB)."""
+CHILD_TIME_LIMIT_SECONDS = 300.0
+MAX_CHILD_RESULT_BYTES = 8 << 20
 
 _SEVERITY = {"CRITICAL": Severity.UNSAFE, "HIGH": Severity.UNSAFE, "MEDIUM": Severity.SUSPICIOUS,
              "LOW": Severity.SUSPICIOUS}
@@ -125,8 +140,21 @@ def _collect(ms: Any, root: Path, names: list[str], single: str | None, fmt: dic
     return [scans[n] for n in sorted(scans)]
 
 
-def scan_file_with_modelscan(path: Path, *, name: str | None = None, fmt: str | None = None) -> FileScan:
-    """Run modelscan over one file.
+def needs_child() -> bool:
+    """True when modelscan must not run in this process: regopy is loaded and TensorFlow, installed, is not.
+
+    Example:
+        >>> isinstance(needs_child(), bool)
+        True
+    """
+    if "tensorflow" in sys.modules or "regopy" not in sys.modules:
+        return False
+    return importlib.util.find_spec("tensorflow") is not None
+
+
+def scan_file_with_modelscan(path: Path, *, name: str | None = None, fmt: str | None = None,
+                             isolated: bool | None = None) -> FileScan:
+    """Run modelscan over one file, in this process or (``isolated``; default :func:`needs_child`) in a child.
 
     When the file's extension is not one modelscan scans but our sniffed format maps to one
     (a pickle stored as a content-addressed blob, say), modelscan is shown a link to it named
@@ -136,11 +164,14 @@ def scan_file_with_modelscan(path: Path, *, name: str | None = None, fmt: str | 
         path: the file.
         name: the name to report (defaults to the file's name).
         fmt: our sniffed format, used to choose the extension modelscan needs.
+        isolated: run in a child process; a child that fails or overruns gives an ``error`` finding.
 
     Returns:
         modelscan's result as a FileScan with ``scanner="modelscan"``.
     """
     name = name or path.name
+    if needs_child() if isolated is None else isolated:
+        return _scan_in_child(path, name, fmt)
     want = EXTENSION_FOR_FORMAT.get(fmt or "")
     with tempfile.TemporaryDirectory(prefix="modelreg-modelscan-") as tmp:
         target = path
@@ -152,10 +183,41 @@ def scan_file_with_modelscan(path: Path, *, name: str | None = None, fmt: str | 
                 shutil.copyfile(path, target)
         ms, crash = _run(target)
         if ms is None:
-            return FileScan(name, fmt or "unknown",
-                            [Finding("modelscan.error", Severity.ERROR, name, f"modelscan crashed: {crash}")], SCANNER,
-                            _safe_version())
+            return _crashed(name, fmt, f"modelscan crashed: {crash}")
         return _collect(ms, target.parent, [name], name, {name: fmt or "unknown"})[0]
+
+
+def _crashed(name: str, fmt: str | None, message: str) -> FileScan:
+    return FileScan(name, fmt or "unknown", [Finding("modelscan.error", Severity.ERROR, name, message)], SCANNER,
+                    _safe_version())
+
+
+def _scan_in_child(path: Path, name: str, fmt: str | None) -> FileScan:
+    """:func:`scan_file_with_modelscan` in ``python -m registry.scanning.modelscan_adapter`` (limited)."""
+    def limit() -> None:  # runs in the child before exec
+        import resource
+
+        resource.setrlimit(resource.RLIMIT_AS, (CHILD_MEMORY_BYTES, CHILD_MEMORY_BYTES))
+
+    request = json.dumps({"path": str(path.absolute()), "name": name, "format": fmt})
+    env = {k: v for k, v in os.environ.items() if k in ("PATH", "PYTHONPATH", "LANG", "LC_ALL", "HOME", "TMPDIR")}
+    env["TF_CPP_MIN_LOG_LEVEL"] = "3"
+    try:
+        done = subprocess.run([sys.executable, "-m", "registry.scanning.modelscan_adapter"], input=request.encode(),
+                              capture_output=True, timeout=CHILD_TIME_LIMIT_SECONDS, preexec_fn=limit, env=env,
+                              check=False)
+    except subprocess.TimeoutExpired:
+        return _crashed(name, fmt, f"modelscan took longer than {CHILD_TIME_LIMIT_SECONDS:g} s")
+    if done.returncode != 0 or len(done.stdout) > MAX_CHILD_RESULT_BYTES:
+        tail = done.stderr.decode("utf-8", "replace").strip().splitlines()[-1:] or ["no output"]
+        return _crashed(name, fmt, f"modelscan's process failed (exit {done.returncode}): {tail[0][:300]}")
+    try:
+        doc = json.loads(done.stdout)
+        findings = [Finding(f["rule_id"], Severity(f["severity"]), f["location"], f["message"])
+                    for f in doc["findings"]]
+        return FileScan(doc["path"], doc["format"], findings, SCANNER, str(doc["scanner_version"]))
+    except (ValueError, KeyError, TypeError):
+        return _crashed(name, fmt, "modelscan's process gave no readable result")
 
 
 def scan_path_with_modelscan(root: Path, formats: dict[str, str] | None = None) -> list[FileScan]:
@@ -171,12 +233,7 @@ def scan_path_with_modelscan(root: Path, formats: dict[str, str] | None = None) 
     names = sorted(p.relative_to(root).as_posix() for p in root.rglob("*") if p.is_file() and not p.is_symlink())
     ms, crash = _run(root)
     if ms is None:
-        return [
-            FileScan(n, (formats or {}).get(n, "unknown"),
-                     [Finding("modelscan.error", Severity.ERROR, n, f"modelscan crashed: {crash}")],
-                     SCANNER, _safe_version())
-            for n in names
-        ]
+        return [_crashed(n, (formats or {}).get(n), f"modelscan crashed: {crash}") for n in names]
     return _collect(ms, root, names, None, formats or {})
 
 
@@ -185,3 +242,13 @@ def _safe_version() -> str:
         return modelscan_version()
     except ImportError:
         return ""
+
+
+def _main() -> None:
+    request = json.loads(sys.stdin.buffer.read())
+    scan = scan_file_with_modelscan(Path(request["path"]), name=request["name"], fmt=request["format"], isolated=False)
+    sys.stdout.write(json.dumps(scan.as_dict()))
+
+
+if __name__ == "__main__":
+    _main()

@@ -37,19 +37,16 @@ def oci_store_world(store_container, tmp_path):
 
 
 @pytest.fixture
-def people(container):
-    """acme's administrator and one approver in each capacity (``tests/support/release_unit.py``)."""
-    from tests.support.release_unit import make_people
-
-    return make_people(container)
+def people(seeded):
+    """acme's administrator and one approver in each capacity, of the module's seeded release-unit world
+    (``pytestmark = pytest.mark.seeded(builder=build_in_prod)``, ``tests/support/release_unit.py``)."""
+    return seeded["people"]
 
 
 @pytest.fixture
-def in_prod(container, people, tmp_path) -> dict[str, bytes]:
-    """Version 1 of acme/llm (the tiny Llama) evaluated, approved and in ``prod``; its files."""
-    from tests.support.release_unit import put_in_prod
-
-    return put_in_prod(container, people, tmp_path)
+def in_prod(seeded) -> dict[str, bytes]:
+    """Version 1 of acme/llm (the tiny Llama) evaluated, approved and in ``prod`` in that world; its files."""
+    return seeded["files"]
 
 
 @pytest.fixture

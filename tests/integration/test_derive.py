@@ -16,7 +16,9 @@ from registry.db.models import EvalResult, Job, ScanResult, Version
 from registry.domain.serving_profile import parse_serving_profile
 from registry.services import approvals
 from tests.support.registry import drain
-from tests.support.release_unit import NAME, TENANT, api_diff, approve, submit
+from tests.support.release_unit import NAME, TENANT, api_diff, approve, build_in_prod, submit
+
+pytestmark = pytest.mark.seeded(builder=build_in_prod)
 
 SUPPORT = "You help {{ customer }} with {{ topic }}.\n"
 FITS = {"engine": "vllm", "gpu": {"type": "L4", "count": 1}, "settings": {"max_model_len": 512, "max_num_seqs": 4}}

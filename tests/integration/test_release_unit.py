@@ -19,7 +19,9 @@ from registry.domain.errors import PromotionDeniedError
 from registry.domain.states import VersionState
 from registry.services import aliases, approvals
 from tests.support.registry import drain
-from tests.support.release_unit import NAME, TENANT, api_diff, approve, edited, promote, submit
+from tests.support.release_unit import NAME, TENANT, api_diff, approve, build_in_prod, edited, promote, submit
+
+pytestmark = pytest.mark.seeded(builder=build_in_prod)
 
 
 def test_a_tokenizer_only_change_is_a_tokenizer_change_and_blocks_promotion_until_the_suites_ran(

@@ -1,7 +1,9 @@
 """The release-unit tests' world: acme/llm (the tiny transformers Llama) with an approver in each capacity,
 submitted as a directory, approved by all three and promoted to ``prod``; and the API's diff of two versions.
 
-The fixtures ``people`` and ``in_prod`` (``tests/integration/conftest.py``) build it per test.
+:func:`build_in_prod` builds it once per worker and database; a module marked
+``pytest.mark.seeded(builder=build_in_prod)`` gets a copy per test through the fixtures ``people`` and
+``in_prod`` (``tests/integration/conftest.py``).
 """
 
 from __future__ import annotations
@@ -88,6 +90,12 @@ def put_in_prod(container, people, tmp_path) -> dict[str, bytes]:
     assert approve(container, people, 1) == "approved"
     promote(container, people, 1)
     return files
+
+
+def build_in_prod(container, root: Path) -> dict:
+    """The seeded world: ``{"people": make_people(...), "files": put_in_prod(...)}`` (sources under ``root``)."""
+    people = make_people(container)
+    return {"people": people, "files": put_in_prod(container, people, root)}
 
 
 def api_diff(container, people, old: int, new: int) -> dict:

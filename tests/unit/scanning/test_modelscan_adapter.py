@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import io
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -54,3 +56,33 @@ def test_modelscan_misses_bypasses_that_we_flag(tmp_path: Path) -> None:
         if scan_file_with_modelscan(path, name=name).verdict not in (Verdict.UNSAFE, Verdict.SUSPICIOUS):
             missed.append(sample)
     assert {"pip_main", "cprofile_run", "gzip_pickle_joblib"} <= set(missed), missed
+
+
+def test_a_scan_in_a_child_process_records_what_one_in_process_does(tmp_path: Path) -> None:
+    blob = tmp_path / ("ef" * 32)
+    blob.write_bytes(S.reduce_pickle())
+    here = scan_file_with_modelscan(blob, name="model.bin", fmt="pickle", isolated=False)
+    there = scan_file_with_modelscan(blob, name="model.bin", fmt="pickle", isolated=True)
+    assert there.as_dict() == here.as_dict() and there.verdict is Verdict.UNSAFE
+    gone = scan_file_with_modelscan(tmp_path / "missing", name="gone.pkl", fmt="pickle", isolated=True)
+    assert gone.verdict is Verdict.ERROR and gone.findings[0].rule_id == "modelscan.error"
+
+
+def test_a_process_that_judged_a_version_scans_with_modelscan_and_never_imports_tensorflow(tmp_path: Path) -> None:
+    # TensorFlow imported after regopy aborts the process (free(): invalid pointer); modelscan imports it.
+    # A worker loads the policy (regopy) and then scans: the scan must go to a child, this process must live
+    # and stay without TensorFlow (whose import costs every registry process seconds where it is installed).
+    (tmp_path / "evil.pkl").write_bytes(S.reduce_pickle())
+    script = (
+        "import sys\n"
+        "from pathlib import Path\n"
+        "from registry.policy import PolicyEngine, default_policy_dir\n"
+        "PolicyEngine.from_directory(default_policy_dir())\n"
+        "from registry.scanning.modelscan_adapter import scan_file_with_modelscan\n"
+        f"scan = scan_file_with_modelscan(Path({str(tmp_path / 'evil.pkl')!r}), fmt='pickle')\n"
+        "print(scan.verdict.value, 'tensorflow' in sys.modules)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300,
+                          cwd=Path(__file__).resolve().parents[3])
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split() == ["unsafe", "False"]
