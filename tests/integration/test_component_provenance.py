@@ -23,8 +23,10 @@ from registry.db.models import Principal, VersionComponent
 from registry.services import aliases
 from tests.support.live_app import serve_in_thread
 from tests.support.registry import drain, make_admin, role_token
-from tests.support.release_unit import NAME, TENANT, approve, promote, submit
+from tests.support.release_unit import NAME, TENANT, approve, build_in_prod, promote, submit
 from tests.support.releases import submit_directory
+
+pytestmark = pytest.mark.seeded(builder=build_in_prod)
 
 SUPPORT = "You help {{ customer }} with {{ topic }}.\n"
 FITS = {"engine": "vllm", "gpu": {"type": "L4", "count": 1}, "settings": {"max_model_len": 512, "max_num_seqs": 4}}
