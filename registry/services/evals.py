@@ -41,7 +41,7 @@ from registry.domain.errors import (
 )
 from registry.domain.states import VersionState
 from registry.evals import sandbox, workdirs
-from registry.evals.cases import MAX_EVALSET_BYTES, parse_cases
+from registry.evals.cases import MAX_EVALSET_BYTES, parse_cases, prompt_templates_read
 from registry.evals.suites import EVALSET_NAME
 from registry.scanning import SCANNER_NAME, SCANNER_VERSION
 from registry.services import lifecycle
@@ -147,11 +147,13 @@ def add_evalset(session: Session, principal: AuthenticatedPrincipal, name: str, 
     row = EvalSet(name=name, number=number, digest=put.digest, size=put.size, cases=len(cases),
                   categories=dict(sorted(Counter(c.category for c in cases).items())),
                   languages=dict(sorted(Counter(c.language for c in cases).items())),
-                  description=description, created_by=principal.name, created_at=clock.now())
+                  prompt_templates=prompt_templates_read(cases), description=description, created_by=principal.name,
+                  created_at=clock.now())
     session.add(row)
     session.flush()
     audit.append(session, actor=principal.name, action="evalset.added", subject=f"evalset:{name}@{number}",
-                 tenant=None, details={"digest": put.digest, "cases": len(cases), "categories": row.categories})
+                 tenant=None, details={"digest": put.digest, "cases": len(cases), "categories": row.categories,
+                                       "prompt_templates": row.prompt_templates})
     session.commit()
     return row, True
 
