@@ -34,7 +34,8 @@ Metrics (:func:`aggregate`), all lowercase ``<group>.<name>``; a category slug i
 ``all.pass_rate``
 ``requests.total``                     requests made (one per case, never retried)
 ``requests.failed``                    requests that failed (HTTP error, timeout, broken stream,
-                                       tool-call arguments that are not JSON)
+                                       tool-call arguments that are not JSON), and cases not sent
+                                       (:func:`unsent`: a prompt template missing or not rendering)
 ``requests.usage_missing``             requests that succeeded without reporting token usage
 ``latency.ttft_ms_p50``, ``_p95``      time to first token (first text or tool-call delta), ms,
                                        over every request that received one

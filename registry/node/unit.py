@@ -12,8 +12,9 @@ A release that carries its unit (``components`` and ``parts``, checked against i
   :data:`registry.domain.components.NODE_WRITTEN_FILES`): ``modelreg-unit.json`` (model, ref, version, the
   components' digests, the prompt templates' names, the serving profile's digest) and, with a
   ``serving-profile.json``, the engine's own config file (absolute paths inside DEST) and the chat template
-  the profile names. The same release, files and DEST always give the same bytes, so a DEST is checked by
-  writing them again in memory and comparing.
+  the profile names (:func:`serving_files`, which the ``openai`` eval runner calls too, so a suite serves the
+  unit with the very files fetch writes). The same release, files and DEST always give the same bytes, so a
+  DEST is checked by writing them again in memory and comparing.
 
 Example (the template a profile names is found where transformers looks first):
     >>> import tempfile
