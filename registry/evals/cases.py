@@ -103,7 +103,7 @@ class Case:
     tools: tuple[dict[str, Any], ...] = ()
     max_tokens: int | None = None
     prompt: PromptRef | None = None
-    """A prompt template still to render into ``messages`` (:func:`registry.evals.prompts.render_case`)."""
+    """A prompt template still to render into ``messages`` (``registry.evals.prompts.UnitPrompts.render_case``)."""
 
     @property
     def prompt_chars(self) -> int:
@@ -272,7 +272,7 @@ def _variable_name(name: str) -> bool:
 
 
 def _messages(case_id: str, value: Any, prompt: PromptRef | None) -> tuple[dict[str, Any], ...]:
-    if value is None and prompt is not None and prompt.role == "user":
+    if value in (None, []) and prompt is not None and prompt.role == "user":
         return ()  # the rendered prompt is the whole conversation
     if not isinstance(value, list) or not 1 <= len(value) <= MAX_MESSAGES - (prompt is not None):
         raise EvalSetError(f"{case_id}: messages is a list of 1 to {MAX_MESSAGES} messages"

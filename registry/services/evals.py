@@ -311,7 +311,7 @@ def result_doc(row: EvalResult, *, cases: bool = False) -> dict[str, Any]:
            "runner_version": row.runner_version, "status": row.status, "reason": row.reason, "error": row.error,
            "metrics": row.metrics, "breakdown": row.breakdown, "cases_recorded": len(row.cases),
            "cases_failed": failed_cases, "log_digest": row.log_digest, "duration_ms": row.duration_ms,
-           "isolated": row.isolated,
+           "isolated": row.isolated, "components": row.components,
            "evalsets": row.definition.get("evalsets", []), "settings": row.definition.get("settings", {}),
            "created_at": row.created_at.isoformat(),
            "finished_at": row.finished_at.isoformat() if row.finished_at else None}

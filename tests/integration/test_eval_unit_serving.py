@@ -16,7 +16,7 @@ import json
 
 import pytest
 
-from registry.services import approvals, derive
+from registry.services import approvals, derive, evals
 from tests.support.eval_unit import MARKED, PROFILE, build_world, chat_result, derive_from_1, requests_seen
 from tests.support.registry import drain
 from tests.support.release_unit import NAME, TENANT
@@ -56,6 +56,9 @@ def test_the_server_gets_the_units_engine_config_and_chat_template_and_cases_its
     assert chat.metrics["requests.failed"] == 1 and chat.metrics["support.passed"] == 2
     # The record names the unit it ran on, registry-held parts included.
     assert chat.components == components
+    with container.session_factory() as session:
+        shown = evals.version_eval(session, world["admin"], TENANT, NAME, 1, "chat")
+    assert shown["components"] == components
     assert {"weights", "chat_templates", "prompt_templates", "serving_profile"} <= set(components)
     number = derive_from_1(container, derive.DeriveRequest(remove_serving_profile=True))
     drain(container)

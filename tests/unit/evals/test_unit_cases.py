@@ -45,6 +45,7 @@ def test_a_case_names_a_prompt_template_as_its_user_or_system_message(unit):
     assert rendered.prompt is None and rendered.prompt_chars == len("You help Ann with billing.Hello?")
     assert prompt_templates_read([alone, system, case(messages=[{"role": "user", "content": "q"}])]) == ["support"]
     assert alone.as_dict()["prompt"] == {"template": "support", "variables": variables, "role": "user"}
+    assert parse_case(alone.as_dict()) == alone and parse_case(system.as_dict()) == system
 
 
 @pytest.mark.parametrize("fields, message", [
