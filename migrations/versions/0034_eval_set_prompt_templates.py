@@ -2,7 +2,7 @@
 the suites that read it again (null for eval sets added before, whose cases could render none)
 
 Revision ID: 0034
-Revises: 0032
+Revises: 0033
 Create Date: 2026-12-06 05:00:00
 """
 from typing import Sequence, Union
@@ -11,7 +11,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision: str = "0034"
-down_revision: Union[str, None] = "0032"
+down_revision: Union[str, None] = "0033"
 branch_labels: Union[str, Sequence[str], None] = None
 depends_on: Union[str, Sequence[str], None] = None
 
