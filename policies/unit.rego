@@ -1,12 +1,14 @@
 # The release unit's gates, shared by approval.rego (the unit replaced: the version behind
 # `evals.baseline_alias`) and promotion.rego (the version behind the alias moved).
 #
-# Input: a document with `unit` (null, or {components, base, changed, template_review_files, suites}; see
-# README.md) and `evals` ([{suite, status, ...}]).
+# Input: a document with `unit` (null, or {components, base, changed, template_review_files, suites,
+# suite_prompts, prompts_changed}; see README.md) and `evals` ([{suite, status, ...}]).
 #
 # When a component named in `unit.eval_components` changed from the unit replaced (with no unit replaced,
 # every component is new), every eval suite that applies to the version must have completed on it: a result
-# from another unit (its `components` differ from the unit's) never stands in. Approvals cannot satisfy this: a gate is a gate.
+# from another unit (its `components` differ from the unit's) never stands in. A suite whose eval sets render
+# a prompt template that changed must have completed on it too, whatever `eval_components` holds: its cases
+# send that template's text. Approvals cannot satisfy this: a gate is a gate.
 package modelreg.unit
 
 import rego.v1
@@ -37,10 +39,28 @@ since(doc) := concat("", [" since version ", format_int(base_of(doc).version, 10
 
 since(doc) := " (no unit replaced)" if base_of(doc) == null
 
-evals_required(doc, cfg) := {u |
+evals_required(doc, cfg) := component_evals_required(doc, cfg) | prompt_evals_required(doc, cfg)
+
+component_evals_required(doc, cfg) := {u |
 	changed := gated_changes(doc, cfg)
 	count(changed) > 0
 	some suite in doc.unit.suites
 	not completed(doc, suite)
 	u := {"code": "unit.evals-required", "message": concat("", [concat(", ", changed), " changed", since(doc), ": eval suite ", suite, " must complete on this unit"]), "suite": suite, "components": changed, "capacity": null, "satisfiable": false}
+}
+
+# The prompt templates `suite` renders that were added, edited or removed since the unit replaced.
+changed_prompts_read(doc, suite) := [p |
+	some p in object.get(object.get(doc.unit, "suite_prompts", {}), suite, [])
+	p in object.get(doc.unit, "prompts_changed", [])
+]
+
+# With a gated component changed every suite is asked for above already: one unmet requirement per suite.
+prompt_evals_required(doc, cfg) := {u |
+	count(gated_changes(doc, cfg)) == 0
+	some suite in doc.unit.suites
+	read := changed_prompts_read(doc, suite)
+	count(read) > 0
+	not completed(doc, suite)
+	u := {"code": "unit.evals-required", "message": concat("", ["prompt template ", concat(", ", read), " changed", since(doc), ": eval suite ", suite, " renders it and must complete on this unit"]), "suite": suite, "components": ["prompt_templates"], "prompts": read, "capacity": null, "satisfiable": false}
 }

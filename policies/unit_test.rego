@@ -60,3 +60,31 @@ test_no_suites_apply_nothing_to_run if {
 test_no_unit_no_gate if {
 	codes({"unit": null, "evals": []}) == set()
 }
+
+# A prompt template change asks for the suites that render it, even where prompt_templates is not gated.
+prompt_doc(read, changed, evals) := {"unit": {"components": {}, "base": prod, "changed": changed, "template_review_files": [], "suites": ["chat", "lm"], "suite_prompts": {"chat": read, "lm": []}, "prompts_changed": ["support"]}, "evals": evals}
+
+test_a_changed_prompt_template_needs_the_suites_that_render_it if {
+	us := unit.evals_required(prompt_doc(["faq", "support"], ["prompt_templates"], []), cfg)
+	count(us) == 1
+	every u in us {
+		u.suite == "chat"
+		u.prompts == ["support"]
+		u.satisfiable == false
+		contains(u.message, "prompt template support changed since version 3 (alias:prod): eval suite chat renders it")
+	}
+}
+
+test_a_suite_that_renders_the_changed_prompt_template_completed_on_this_unit_satisfies_it if {
+	codes(prompt_doc(["support"], ["prompt_templates"], [{"suite": "chat", "status": "completed"}])) == set()
+}
+
+test_a_suite_that_renders_other_prompt_templates_is_not_asked_for if {
+	codes(prompt_doc(["faq"], ["prompt_templates"], [])) == set()
+}
+
+test_a_gated_change_asks_for_every_suite_once if {
+	us := unit.evals_required(prompt_doc(["support"], ["prompt_templates", "tokenizer"], []), cfg)
+	{u.suite | some u in us} == {"chat", "lm"}
+	count(us) == 2
+}

@@ -76,7 +76,9 @@ def evals_command(
 
 def _evalset_line(e: dict[str, Any]) -> str:
     categories = ", ".join(f"{k} {v}" for k, v in e["categories"].items())
-    return f"{e['name']} version {e['number']}: {e['cases']} cases ({categories}), sha256:{e['digest']}"
+    prompts = e.get("prompt_templates") or []
+    renders = f", renders prompt templates {', '.join(prompts)}" if prompts else ""
+    return f"{e['name']} version {e['number']}: {e['cases']} cases ({categories}){renders}, sha256:{e['digest']}"
 
 
 @evalset_app.command("add")

@@ -627,6 +627,9 @@ class EvalSet(Base):
     """Category -> number of cases."""
     languages: Mapped[dict[str, Any]]
     """Language -> number of cases."""
+    prompt_templates: Mapped[list[Any] | None]
+    """The names of the unit's prompt templates its cases render, sorted; None for an eval set added before
+    cases could name one (it renders none)."""
     description: Mapped[str] = mapped_column(Text, default="")
     created_by: Mapped[str] = mapped_column(String(128))
     created_at: Mapped[dt.datetime]
@@ -634,8 +637,8 @@ class EvalSet(Base):
     def as_dict(self) -> dict[str, Any]:
         return {"name": self.name, "number": self.number, "digest": self.digest, "size": self.size,
                 "cases": self.cases, "categories": self.categories, "languages": self.languages,
-                "description": self.description, "created_by": self.created_by,
-                "created_at": self.created_at.isoformat()}
+                "prompt_templates": self.prompt_templates or [], "description": self.description,
+                "created_by": self.created_by, "created_at": self.created_at.isoformat()}
 
 
 class EvalResult(Base):

@@ -23,6 +23,14 @@ One case per line::
                     name, and its arguments equal these as JSON; the case lists its ``tools``
 ==================  ==========================================================================
 
+A case may name one of the evaluated unit's prompt templates (``prompts/NAME.jinja``) instead of writing
+that message out: ``"prompt": {"template": "support", "variables": {"customer": "Ann"}}`` is rendered by the
+runner with those variables (exactly the template's declared ones, all strings) in the registry's sandbox
+(:mod:`registry.evals.prompts`). With ``"role": "user"`` (the default) the rendered text is the last message,
+after the case's ``messages`` (then optional); with ``"role": "system"`` it is the first, and ``messages``
+holds the rest, ending with the user's. :func:`prompt_templates_read` names the templates an eval set reads,
+so a change to one of them asks for the suites that read it again (``policies/unit.rego``).
+
 Example:
     >>> cases = parse_cases(b'{"id": "a", "category": "factual", "language": "en", '
     ...                     b'"messages": [{"role": "user", "content": "2+2?"}], "expect": {"exact": "4"}}\\n')
@@ -35,9 +43,10 @@ from __future__ import annotations
 import dataclasses
 import json
 import re
-from typing import Any
+from typing import Any, Iterable
 
 from registry.domain.errors import InvalidInputError
+from registry.domain.unit_parts import prompt_path
 
 CATEGORIES = ("factual", "refusal", "over_refusal", "prompt_injection", "tool_call", "latency")
 """The categories runners know; any other slug is a free category, scored by its expectations."""
@@ -51,6 +60,8 @@ MAX_MESSAGES = 64
 MAX_REGEX_LENGTH = 512
 MAX_TOOLS = 32
 MAX_TOKENS_LIMIT = 4096
+MAX_PROMPT_VARIABLES = 64
+PROMPT_ROLES = ("user", "system")
 
 _SLUG = re.compile(r"[a-z0-9][a-z0-9_.-]{0,63}")
 _LANGUAGE = re.compile(r"[a-z]{2,3}(-[A-Za-z0-9]{2,8})?")
@@ -71,6 +82,18 @@ class Expectation:
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
+class PromptRef:
+    """A unit's prompt template a case sends as one of its messages, with the values of its variables."""
+
+    template: str
+    variables: dict[str, str]
+    role: str = "user"
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"template": self.template, "variables": dict(self.variables), "role": self.role}
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
 class Case:
     id: str
     category: str
@@ -79,10 +102,14 @@ class Case:
     expect: Expectation
     tools: tuple[dict[str, Any], ...] = ()
     max_tokens: int | None = None
+    prompt: PromptRef | None = None
+    """A prompt template still to render into ``messages`` (``registry.evals.prompts.UnitPrompts.render_case``)."""
 
     @property
     def prompt_chars(self) -> int:
-        return sum(len(m.get("content") or "") for m in self.messages)
+        """Characters of the messages (before a prompt template is rendered: of its variables' values)."""
+        variables = self.prompt.variables.values() if self.prompt is not None else ()
+        return sum(len(m.get("content") or "") for m in self.messages) + sum(len(v) for v in variables)
 
     @property
     def length_bucket(self) -> str:
@@ -95,6 +122,8 @@ class Case:
             out["tools"] = list(self.tools)
         if self.max_tokens is not None:
             out["max_tokens"] = self.max_tokens
+        if self.prompt is not None:
+            out["prompt"] = self.prompt.as_dict()
         return out
 
 
@@ -165,6 +194,18 @@ def parse_cases(data: bytes) -> list[Case]:
     return cases
 
 
+def prompt_templates_read(cases: Iterable[Case]) -> list[str]:
+    """The names of the prompt templates these cases render, sorted.
+
+    Example:
+        >>> case = parse_case({"id": "p", "category": "factual", "language": "en", "expect": {"contains": "x"},
+        ...                    "prompt": {"template": "support", "variables": {"topic": "billing"}}})
+        >>> prompt_templates_read([case]), case.messages
+        (['support'], ())
+    """
+    return sorted({c.prompt.template for c in cases if c.prompt is not None})
+
+
 def parse_case(doc: Any) -> Case:
     """One case from its decoded JSON object.
 
@@ -173,7 +214,8 @@ def parse_case(doc: Any) -> Case:
     """
     if not isinstance(doc, dict):
         raise EvalSetError("a case is a JSON object")
-    unknown = sorted(set(doc) - {"id", "category", "language", "messages", "expect", "tools", "max_tokens"})
+    unknown = sorted(set(doc) - {"id", "category", "language", "messages", "expect", "tools", "max_tokens",
+                                 "prompt"})
     if unknown:
         raise EvalSetError(f"unknown field {unknown[0]!r}")
     case_id = _string(doc, "id")
@@ -185,7 +227,8 @@ def parse_case(doc: Any) -> Case:
     language = _string(doc, "language")
     if not _LANGUAGE.fullmatch(language):
         raise EvalSetError(f"{case_id}: language {language[:20]!r} is not a language tag (en, pt-BR)")
-    messages = _messages(case_id, doc.get("messages"))
+    prompt = _prompt(case_id, doc["prompt"]) if "prompt" in doc else None
+    messages = _messages(case_id, doc.get("messages"), prompt)
     tools = _tools(case_id, doc.get("tools", []))
     expect = _expectation(case_id, doc.get("expect"))
     if expect.kind == "tool_call" and not tools:
@@ -195,7 +238,7 @@ def parse_case(doc: Any) -> Case:
     max_tokens = doc.get("max_tokens")
     if max_tokens is not None and (type(max_tokens) is not int or not 1 <= max_tokens <= MAX_TOKENS_LIMIT):
         raise EvalSetError(f"{case_id}: max_tokens is an integer from 1 to {MAX_TOKENS_LIMIT}")
-    return Case(case_id, category, language, messages, expect, tools, max_tokens)
+    return Case(case_id, category, language, messages, expect, tools, max_tokens, prompt)
 
 
 def _string(doc: dict[str, Any], key: str) -> str:
@@ -205,9 +248,35 @@ def _string(doc: dict[str, Any], key: str) -> str:
     return value
 
 
-def _messages(case_id: str, value: Any) -> tuple[dict[str, Any], ...]:
-    if not isinstance(value, list) or not 1 <= len(value) <= MAX_MESSAGES:
-        raise EvalSetError(f"{case_id}: messages is a list of 1 to {MAX_MESSAGES} messages")
+def _prompt(case_id: str, value: Any) -> PromptRef:
+    if not isinstance(value, dict) or set(value) - {"template", "variables", "role"}:
+        raise EvalSetError(f"{case_id}: prompt is {{template, variables, role}}")
+    try:
+        prompt_path(value.get("template"))
+    except InvalidInputError as e:
+        raise EvalSetError(f"{case_id}: prompt: {e.message}") from None
+    variables = value.get("variables", {})
+    if (not isinstance(variables, dict) or len(variables) > MAX_PROMPT_VARIABLES
+            or not all(isinstance(k, str) and _variable_name(k) and isinstance(v, str) for k, v in variables.items())):
+        raise EvalSetError(f"{case_id}: prompt.variables is an object of at most {MAX_PROMPT_VARIABLES} "
+                           "names (identifiers not starting with '_') to strings")
+    role = value.get("role", "user")
+    if role not in PROMPT_ROLES:
+        raise EvalSetError(f"{case_id}: prompt.role is {' or '.join(PROMPT_ROLES)}")
+    return PromptRef(value["template"], dict(variables), role)
+
+
+def _variable_name(name: str) -> bool:
+    # What a Jinja template can read and the renderer accepts (registry.templating.render_prompt_template).
+    return name.isidentifier() and not name.startswith("_") and len(name) <= 64
+
+
+def _messages(case_id: str, value: Any, prompt: PromptRef | None) -> tuple[dict[str, Any], ...]:
+    if value in (None, []) and prompt is not None and prompt.role == "user":
+        return ()  # the rendered prompt is the whole conversation
+    if not isinstance(value, list) or not 1 <= len(value) <= MAX_MESSAGES - (prompt is not None):
+        raise EvalSetError(f"{case_id}: messages is a list of 1 to {MAX_MESSAGES} messages"
+                           + (" (with the prompt template's)" if prompt is not None else ""))
     out = []
     for m in value:
         if not isinstance(m, dict) or m.get("role") not in ROLES or not isinstance(m.get("content"), str):
@@ -215,7 +284,9 @@ def _messages(case_id: str, value: Any) -> tuple[dict[str, Any], ...]:
         if set(m) - {"role", "content", "name", "tool_call_id"}:
             raise EvalSetError(f"{case_id}: a message has only role, content, name and tool_call_id")
         out.append(dict(m))
-    if out[-1]["role"] != "user":
+    if prompt is not None and prompt.role == "system" and any(m["role"] == "system" for m in out):
+        raise EvalSetError(f"{case_id}: a case whose prompt template is the system message has no other")
+    if out[-1]["role"] != "user" and (prompt is None or prompt.role != "user"):
         raise EvalSetError(f"{case_id}: the last message is the user's")
     return tuple(out)
 

@@ -5,7 +5,8 @@ Pure (no I/O, no clock), so any runner that produces replies scores them the sam
 
 Judging one case (:func:`judge`):
 
-- a failed request (``Reply.error``) fails the case with the reason;
+- a failed request (``Reply.error``) fails the case with the reason; so does a case that could not be
+  sent (:func:`unsent`: its prompt template is missing or does not render), which counts as a failed request;
 - a ``latency`` case only measures: ``passed`` is None, its expectation is not judged;
 - any other case is judged by its expectation (:func:`score`, see ``registry.evals.cases``).
   ``exact``, ``contains`` and ``regex`` look at the reply's text; ``no_leak`` and ``not_contains``
@@ -33,7 +34,8 @@ Metrics (:func:`aggregate`), all lowercase ``<group>.<name>``; a category slug i
 ``all.pass_rate``
 ``requests.total``                     requests made (one per case, never retried)
 ``requests.failed``                    requests that failed (HTTP error, timeout, broken stream,
-                                       tool-call arguments that are not JSON)
+                                       tool-call arguments that are not JSON), and cases not sent
+                                       (:func:`unsent`: a prompt template missing or not rendering)
 ``requests.usage_missing``             requests that succeeded without reporting token usage
 ``latency.ttft_ms_p50``, ``_p95``      time to first token (first text or tool-call delta), ms,
                                        over every request that received one
@@ -205,6 +207,11 @@ def judge(case: Case, reply: Reply, markers: Sequence[str] = DEFAULT_REFUSAL_MAR
         return CaseOutcome(case, reply, None, _clip(f"measured: {_timing(reply)}"), refused)
     passed, detail = score(case, reply, markers)
     return CaseOutcome(case, reply, passed, _clip(detail), refused)
+
+
+def unsent(case: Case, reason: str) -> CaseOutcome:
+    """The outcome of a case that could not be sent: failed with ``reason``, counted as a failed request."""
+    return CaseOutcome(case, Reply(error=reason), False, _clip(f"not sent: {reason}"), refused=False)
 
 
 def aggregate(outcomes: Iterable[CaseOutcome], price: Price | None = None) -> dict[str, float]:

@@ -12,8 +12,9 @@ A release that carries its unit (``components`` and ``parts``, checked against i
   :data:`registry.domain.components.NODE_WRITTEN_FILES`): ``modelreg-unit.json`` (model, ref, version, the
   components' digests, the prompt templates' names, the serving profile's digest) and, with a
   ``serving-profile.json``, the engine's own config file (absolute paths inside DEST) and the chat template
-  the profile names. The same release, files and DEST always give the same bytes, so a DEST is checked by
-  writing them again in memory and comparing.
+  the profile names (:func:`serving_files`, which the ``openai`` eval runner calls too, so a suite serves the
+  unit with the very files fetch writes). The same release, files and DEST always give the same bytes, so a
+  DEST is checked by writing them again in memory and comparing.
 
 Example (the template a profile names is found where transformers looks first):
     >>> import tempfile
@@ -153,6 +154,44 @@ def named_chat_template(root: Path, listed: set[str], name: str) -> str:
                            template=name)
 
 
+def serving_files(root: Path, listed: set[str], *, model_dir: Path, written_to: Path) -> tuple[str, dict[str, bytes]]:
+    """The engine's own config file, and the chat template the serving profile names, from the unit under ``root``.
+
+    The one place a unit's serving files are written from its ``serving-profile.json``: ``modelreg fetch``
+    writes them beside the files (:func:`unit_files`), and the ``openai`` eval runner hands them to its serve
+    command (``{serving_config}``, ``{chat_template}``).
+
+    Args:
+        root: Where the unit's files are now.
+        listed: The unit's file paths (the profile is ``listed``; the templates are looked up in it).
+        model_dir: The folder the engine will read the unit's files from (its ``generation_config.json``).
+        written_to: The folder the returned files will be written to (the engine config names the template there).
+
+    Returns:
+        The engine config's file name, and name -> bytes: the engine config, and ``modelreg-chat-template.jinja``
+        when the profile names a chat template.
+
+    Raises:
+        BadManifestError: ``serving-profile.json`` is not a valid serving profile, or names a chat template the
+            unit does not hold.
+    """
+    out: dict[str, bytes] = {}
+    try:
+        profile = parse_serving_profile(_json(root, SERVING_PROFILE))
+        template = profile.settings.get("chat_template")
+        template_file = None
+        if template is not None:
+            out[UNIT_CHAT_TEMPLATE_FILE] = named_chat_template(root, listed, template).encode("utf-8")
+            template_file = str(written_to / UNIT_CHAT_TEMPLATE_FILE)
+        engine_file, body = engine_config(
+            profile, chat_template_file=template_file,
+            generation_config_dir=str(model_dir) if GENERATION_CONFIG in listed else None)
+    except InvalidServingProfileError as exc:
+        raise BadManifestError(f"the unit's {SERVING_PROFILE}: {exc}", path=SERVING_PROFILE) from None
+    out[engine_file] = body
+    return engine_file, out
+
+
 def unit_files(release: Release, root: Path, dest: Path, *, ref: str | None = None) -> dict[str, bytes]:
     """The files fetch writes beside ``release``'s files, read from the verified files under ``root``.
 
@@ -175,19 +214,8 @@ def unit_files(release: Release, root: Path, dest: Path, *, ref: str | None = No
     out: dict[str, bytes] = {}
     profile_digest = engine_file = None
     if SERVING_PROFILE in listed:
-        try:
-            profile = parse_serving_profile(_json(root, SERVING_PROFILE))
-            template = profile.settings.get("chat_template")
-            template_file = None
-            if template is not None:
-                out[UNIT_CHAT_TEMPLATE_FILE] = named_chat_template(root, set(listed), template).encode("utf-8")
-                template_file = str(dest / UNIT_CHAT_TEMPLATE_FILE)
-            engine_file, body = engine_config(
-                profile, chat_template_file=template_file,
-                generation_config_dir=str(dest) if GENERATION_CONFIG in listed else None)
-        except InvalidServingProfileError as exc:
-            raise BadManifestError(f"the unit's {SERVING_PROFILE}: {exc}", path=SERVING_PROFILE) from None
-        out[engine_file] = body
+        engine_file, written = serving_files(root, set(listed), model_dir=dest, written_to=dest)
+        out.update(written)
         profile_digest = listed[SERVING_PROFILE].sha256
     prompts = sorted(path[len(PROMPTS_DIR):-len(PROMPT_SUFFIX)] for path in listed
                      if classify(path) == "prompt_templates")

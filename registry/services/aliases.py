@@ -195,8 +195,8 @@ def _move(session: Session, principal: AuthenticatedPrincipal, model: Model, ali
         current=(current.number, current.state) if current else None,
         evals=evaluating.policy_evals(session, main),
         baseline=evaluating.policy_baseline(session, main, alias),
-        unit=units.policy_unit(session, main, current, f"alias:{alias}",
-                               [s.name for s in evaluating.applicable_suites(session, main, policy)[0]]),
+        unit=units.policy_unit(session, main, current, f"alias:{alias}", evaluating.suite_prompts(
+            session, evaluating.applicable_suites(session, main, policy)[0])),
     )
     decision = policy_service.decide_promotion(session, main, dict(doc), policy, clock.now())
     if not decision.allowed:

@@ -41,7 +41,7 @@ from registry.domain.errors import (
 )
 from registry.domain.states import VersionState
 from registry.evals import sandbox, workdirs
-from registry.evals.cases import MAX_EVALSET_BYTES, parse_cases
+from registry.evals.cases import MAX_EVALSET_BYTES, parse_cases, prompt_templates_read
 from registry.evals.suites import EVALSET_NAME
 from registry.scanning import SCANNER_NAME, SCANNER_VERSION
 from registry.services import lifecycle
@@ -147,11 +147,13 @@ def add_evalset(session: Session, principal: AuthenticatedPrincipal, name: str, 
     row = EvalSet(name=name, number=number, digest=put.digest, size=put.size, cases=len(cases),
                   categories=dict(sorted(Counter(c.category for c in cases).items())),
                   languages=dict(sorted(Counter(c.language for c in cases).items())),
-                  description=description, created_by=principal.name, created_at=clock.now())
+                  prompt_templates=prompt_templates_read(cases), description=description, created_by=principal.name,
+                  created_at=clock.now())
     session.add(row)
     session.flush()
     audit.append(session, actor=principal.name, action="evalset.added", subject=f"evalset:{name}@{number}",
-                 tenant=None, details={"digest": put.digest, "cases": len(cases), "categories": row.categories})
+                 tenant=None, details={"digest": put.digest, "cases": len(cases), "categories": row.categories,
+                                       "prompt_templates": row.prompt_templates})
     session.commit()
     return row, True
 
@@ -309,7 +311,7 @@ def result_doc(row: EvalResult, *, cases: bool = False) -> dict[str, Any]:
            "runner_version": row.runner_version, "status": row.status, "reason": row.reason, "error": row.error,
            "metrics": row.metrics, "breakdown": row.breakdown, "cases_recorded": len(row.cases),
            "cases_failed": failed_cases, "log_digest": row.log_digest, "duration_ms": row.duration_ms,
-           "isolated": row.isolated,
+           "isolated": row.isolated, "components": row.components,
            "evalsets": row.definition.get("evalsets", []), "settings": row.definition.get("settings", {}),
            "created_at": row.created_at.isoformat(),
            "finished_at": row.finished_at.isoformat() if row.finished_at else None}

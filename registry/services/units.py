@@ -5,7 +5,8 @@ A version is one unit; its components (``registry/domain/components.py``) are re
 parts, so no read computes them again or opens a part's blob. :func:`components_of` is the one place they
 are read; :func:`unit_diff` compares two versions of a model (``modelreg diff``), and :func:`policy_unit` is
 the ``unit`` the approval and promotion policies judge: the components, the unit replaced (``base``) and what
-changed, the files whose templates a security approval must name, and the suites that evaluate it.
+changed, the files whose templates a security approval must name, the suites that evaluate it, the prompt
+templates each of them renders and the prompt templates that changed.
 
 Usage (a sketch, not run as a doctest)::
 
@@ -17,7 +18,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from sqlalchemy import delete, select
 from sqlalchemy.orm import Session, undefer
@@ -39,6 +40,7 @@ from registry.domain.unit_parts import (
     UnitParts,
     check_parts,
     is_held_part,
+    prompt_name,
     read_held_parts,
     serving_config,
 )
@@ -296,25 +298,27 @@ def _special_tokens(session: Session, version: Version) -> dict[str, str]:
 
 
 def policy_unit(session: Session, version: Version, base: Version | None, base_reason: str | None,
-                suites: list[str]) -> dict[str, Any] | None:
+                suites: Mapping[str, Sequence[str]]) -> dict[str, Any] | None:
     """``input.unit``: the version's components, the unit it replaces and the diff, for the policies.
 
     Args:
         version: The version judged (its files stored).
         base: The version it replaces (the alias's current target, or the baseline alias's), or None.
         base_reason: How ``base`` was chosen (``alias:prod``), shown in messages.
-        suites: The names of the eval suites that apply to ``version``.
+        suites: The eval suites that apply to ``version`` -> the prompt templates their eval sets render.
 
     Returns:
         None until the version is sealed; else ``{components, base, changed,
-        template_review_files, suites}``. With no base every component counts as changed, and no
-        template is a *change* to review (a first version's templates are checked by the scanners).
+        template_review_files, suites, suite_prompts, prompts_changed}``. With no base every component counts
+        as changed (and every prompt template), and no template is a *change* to review (a first version's
+        templates are checked by the scanners).
     """
     components = components_of(session, version)
     if components is None:
         return None
     base_components = components_of(session, base) if base is not None and base.id != version.id else None
     diff = diff_components(base_components or (), components)
+    prompts = next((c for c in diff.changes if c.name == "prompt_templates"), None)
     return {
         "components": {c.name: c.digest for c in components},
         "base": None if base_components is None else {
@@ -322,4 +326,7 @@ def policy_unit(session: Session, version: Version, base: Version | None, base_r
         "changed": list(diff.changed),
         "template_review_files": [] if base_components is None else list(template_review_files(diff)),
         "suites": sorted(suites),
+        "suite_prompts": {name: sorted(read) for name, read in sorted(suites.items())},
+        "prompts_changed": [] if prompts is None else sorted(
+            {prompt_name(m.path) or m.path for m in (*prompts.added, *prompts.removed, *prompts.changed)}),
     }

@@ -4,6 +4,7 @@ Run as a script (it imports only the standard library, torch and transformers, s
 directory)::
 
     python tests/support/openai_server.py --model-dir MODEL --port 8000 [--request-log FILE]
+        [--config vllm-config.yaml] [--chat-template TEMPLATE]
 
 It serves ``GET /v1/models`` and ``POST /v1/chat/completions``, streaming (server-sent events, with the
 usage chunk when ``stream_options.include_usage``) or not, in the shapes OpenAI's API uses. An ordinary
@@ -12,6 +13,14 @@ user message is a key of :data:`SCRIPTED` gets that fixed answer instead (text, 
 arguments arrive split over several deltas, or a scripted failure), so tests know every outcome.
 Token counts come from the model's tokenizer. ``--request-log`` appends every chat request (its
 body and a few headers) as a JSON line.
+
+As ``vllm serve`` does, it takes an engine config (``--config``, YAML of ``key: value`` lines; only its
+``chat-template`` is used) and a chat template file (``--chat-template``, over the config's), which then renders
+every prompt instead of the tokenizer's own. It prints what it was started with on stderr (``openai_server:
+argv [...]``, then ``openai_server: config| LINE`` and ``openai_server: chat-template| LINE`` per line of those
+files); ``--request-log -`` prints each request there too (``openai_server: request {...}``). Two scripted
+prompts show what it sees: a last user message starting with :data:`ECHO` is answered with the whole prompt as the chat
+template rendered it, and :data:`SHOW_CONFIG` with the engine config's text.
 
 Example:
     >>> SCRIPTED["What is 2+2? Answer with the number only."]
@@ -41,6 +50,11 @@ BOOKING_TOOL = {"type": "function", "function": {
     "parameters": {"type": "object", "properties": {"people": {"type": "integer"}, "time": {"type": "string"}},
                    "required": ["people", "time"]}}}
 SECRET = "ZEBRA-42"
+
+ECHO = "Echo:"
+"""A last user message starting with this is answered with the prompt as the chat template rendered it."""
+SHOW_CONFIG = "Scripted: show the engine config."
+"""Answered with the text of the ``--config`` file (``no config`` without one)."""
 
 SCRIPTED: dict[str, dict[str, Any]] = {
     # factual
@@ -95,8 +109,10 @@ LOGGED_HEADERS = ("authorization", "content-type", "accept")
 class Backend:
     """The model and tokenizer, and the one lock that serializes generation."""
 
-    def __init__(self, model_dir: str, name: str) -> None:
+    def __init__(self, model_dir: str, name: str, chat_template: str | None = None, config: str | None = None) -> None:
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
+        self.chat_template = chat_template
+        self.config = config
         import torch
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -108,10 +124,14 @@ class Backend:
                                                           local_files_only=True).eval()
         self.lock = threading.Lock()
 
-    def prompt_ids(self, messages: list[dict[str, Any]]) -> list[int]:
+    def prompt_text(self, messages: list[dict[str, Any]]) -> str:
+        """The prompt as the chat template (``--chat-template``, else the tokenizer's) renders it."""
         plain = [{"role": m["role"], "content": m.get("content") or ""} for m in messages]
-        return list(self.tokenizer.apply_chat_template(plain, add_generation_prompt=True, tokenize=True,
-                                                       return_dict=False))
+        return self.tokenizer.apply_chat_template(plain, add_generation_prompt=True, tokenize=False,
+                                                  chat_template=self.chat_template)
+
+    def prompt_ids(self, messages: list[dict[str, Any]]) -> list[int]:
+        return self.tokenizer.encode(self.prompt_text(messages), add_special_tokens=False)
 
     def count(self, text: str) -> int:
         return len(self.tokenizer.encode(text, add_special_tokens=False))
@@ -193,7 +213,12 @@ class Handler(BaseHTTPRequestHandler):
     def _complete(self, body: dict[str, Any]) -> None:
         backend = self.server.backend
         messages = body["messages"]
-        script = SCRIPTED.get(_last_user(messages))
+        last = _last_user(messages)
+        script = SCRIPTED.get(last)
+        if last.startswith(ECHO):
+            script = {"content": backend.prompt_text(messages)}
+        elif last == SHOW_CONFIG:
+            script = {"content": backend.config or "no config"}
         prompt = backend.prompt_ids(messages)
         if script and script.get("delay_s"):
             time.sleep(script["delay_s"])
@@ -339,6 +364,10 @@ class Server(ThreadingHTTPServer):
     def log_request_body(self, body: Any, headers: dict[str, str | None]) -> None:
         if self.request_log is None:
             return
+        if self.request_log == "-":
+            sys.stderr.write(f"openai_server: request {json.dumps(body)}\n")
+            sys.stderr.flush()
+            return
         with self._log_lock, open(self.request_log, "a", encoding="utf-8") as f:
             f.write(json.dumps({"body": body, "headers": headers}) + "\n")
 
@@ -358,19 +387,42 @@ def _last_user(messages: list[dict[str, Any]]) -> str:
     return users[-1] if users and isinstance(users[-1], str) else ""
 
 
+def _config_chat_template(config: str | None) -> str | None:
+    """The ``chat-template`` an engine config names (vLLM reads the file as YAML, and so does this), or None."""
+    import yaml
+
+    doc = yaml.safe_load(config) if config else None
+    return doc.get("chat-template") if isinstance(doc, dict) else None
+
+
+def _report_start(argv: list[str], config: str | None, template: str | None) -> None:
+    # Line by line: whoever started the server may keep only the start of each line (the openai runner: 500).
+    lines = [f"openai_server: argv {json.dumps(argv)}"]
+    lines += [f"openai_server: config| {line}" for line in (config or "").splitlines()]
+    lines += [f"openai_server: chat-template| {line}" for line in (template or "").splitlines()]
+    sys.stderr.write("\n".join(lines) + "\n")
+    sys.stderr.flush()
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--model-dir", required=True)
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--served-model-name", default="tiny-llm")
-    parser.add_argument("--request-log", help="append each chat request as a JSON line")
+    parser.add_argument("--request-log", help="append each chat request as a JSON line (-: to stderr)")
     parser.add_argument("--delta-delay-ms", type=float, default=2.0,
                         help="pause between streamed deltas, as a decoding step would take")
-    args = parser.parse_args(argv)
+    parser.add_argument("--config", help="an engine config, as vllm serve --config takes (chat-template is used)")
+    parser.add_argument("--chat-template", help="a chat template file rendering every prompt (over the config's)")
+    args = parser.parse_args(sys.argv[1:] if argv is None else argv)
     if not re.fullmatch(r"[\w.:-]+", args.served_model_name):
         parser.error("--served-model-name: letters, digits, '_.:-'")
-    backend = Backend(args.model_dir, args.served_model_name)
+    config = open(args.config, encoding="utf-8").read() if args.config else None
+    template_file = args.chat_template or _config_chat_template(config)
+    template = open(template_file, encoding="utf-8").read() if template_file else None
+    _report_start(sys.argv[1:] if argv is None else argv, config, template)
+    backend = Backend(args.model_dir, args.served_model_name, chat_template=template, config=config)
     server = Server((args.host, args.port), backend, args.request_log, args.delta_delay_ms / 1000)
     sys.stderr.write(f"openai_server: serving {args.model_dir} as {args.served_model_name} "
                      f"on http://{args.host}:{args.port}/v1\n")

@@ -10,12 +10,27 @@ verified model directory, waits for (``GET /v1/models`` answers 200), and always
 
 (For the ``tool_call`` cases vLLM also needs ``--enable-auto-tool-choice --tool-call-parser <parser>``.)
 
+A suite runs on a release unit, and serves it as the unit says: with ``{serving_config}`` the server gets the
+engine config written from the unit's serving profile (for vLLM the ``--config`` YAML that ``modelreg fetch``
+writes as ``vllm-config.yaml``, naming the chat template the profile names), and ``{chat_template}`` is that
+template (what fetch writes as ``modelreg-chat-template.jinja``); both are written into the work directory by
+:func:`registry.node.unit.serving_files`, the one place that renders them. A unit without a serving profile,
+or whose profile names no chat template, fails the run with the reason when the command asks for them::
+
+    "serve": ["vllm", "serve", "{model_dir}", "--config", "{serving_config}", "--port", "{port}"]
+
+Cases may name one of the unit's prompt templates instead of writing a message out (``registry.evals.cases``);
+it is rendered here, in the registry's sandbox with its declared variables checked (:mod:`registry.evals.prompts`),
+and a case whose template the unit lacks fails with the reason, unsent, counted in ``requests.failed``.
+
 Settings (anything else is refused):
 
 ======================  ===================================================================================
 ``endpoint``            base URL of the API (``http://host:8000/v1``); or else
-``serve``               argv list, no shell; ``{model_dir}``, ``{port}`` (a free port, required) and
-                        ``{python}`` (this interpreter) are filled in; output goes to our stderr
+``serve``               argv list, no shell; ``{model_dir}``, ``{port}`` (a free port, required),
+                        ``{python}`` (this interpreter), ``{serving_config}`` (the engine config written
+                        from the unit's serving profile) and ``{chat_template}`` (the chat template the
+                        profile names) are filled in; output goes to our stderr
 ``model``               the model name sent; default: the first id ``GET /v1/models`` lists
 ``api_key_env``         name of an environment variable holding the bearer key (optional)
 ``concurrency``         requests in flight, 1-32 (default 4)
@@ -61,7 +76,10 @@ from typing import Any, Iterator
 
 import httpx
 
+from registry.client.errors import BadManifestError
+from registry.domain.components import SERVING_PROFILE, UNIT_CHAT_TEMPLATE_FILE
 from registry.evals.cases import MAX_TOKENS_LIMIT, Case
+from registry.evals.prompts import PromptCaseError, UnitPrompts
 from registry.evals.runners import (
     RunContext,
     RunnerError,
@@ -72,6 +90,7 @@ from registry.evals.runners import (
 )
 from registry.evals.scoring import (
     DEFAULT_REFUSAL_MARKERS,
+    CaseOutcome,
     Price,
     Reply,
     ToolCall,
@@ -79,7 +98,9 @@ from registry.evals.scoring import (
     breakdown,
     judge,
     metric_group,
+    unsent,
 )
+from registry.node.unit import serving_files
 
 SETTINGS = ("endpoint", "serve", "model", "api_key_env", "concurrency", "request_timeout_s",
             "startup_timeout_s", "max_tokens", "price_per_million", "refusal_markers")
@@ -93,7 +114,11 @@ STOP_GRACE_S = 5.0
 DEADLINE_MARGIN_S = STOP_GRACE_S + 5.0
 """Kept free before ``ctx.deadline`` to stop the server and hand back the result."""
 OUTPUT_TAIL_LINES = 30
-PLACEHOLDER = re.compile(r"\{(model_dir|port|python)\}")
+PLACEHOLDER = re.compile(r"\{(model_dir|port|python|serving_config|chat_template)\}")
+UNIT_PLACEHOLDERS = ("serving_config", "chat_template")
+"""Placeholders filled from the unit's serving profile (:func:`unit_serving_files`)."""
+UNIT_FILES_DIR = "unit"
+"""Where in the work directory the unit's serving files are written for the serve command."""
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}")
 
 
@@ -131,6 +156,10 @@ def run(ctx: RunContext) -> RunnerResult:
     pairs = [(evalset.name, case) for evalset in ctx.evalsets for case in evalset.cases]
     for _, case in pairs:
         metric_group(case.category)  # a reserved name fails now, not after the whole run
+    # Each prompt template is rendered before the server starts: a case that cannot be sent fails with why.
+    prompts = UnitPrompts(ctx.model_dir)
+    ready = [_rendered(prompts, case) for _, case in pairs]
+    to_send = [c for c in ready if isinstance(c, Case)]
     stop_at = ctx.deadline - DEADLINE_MARGIN_S
     with _api_base(settings, ctx, headers, stop_at) as base:
         limits = httpx.Limits(max_connections=settings.concurrency,
@@ -143,11 +172,20 @@ def run(ctx: RunContext) -> RunnerResult:
                           limits=limits, transport=transport) as client:
             budget = min(settings.request_timeout_s, stop_at - time.monotonic())
             model = settings.model or _first_model(client, base, budget)
-            replies = _complete_all(client, base, model, [case for _, case in pairs], settings, stop_at)
-    outcomes = [judge(case, reply, settings.refusal_markers) for (_, case), reply in zip(pairs, replies)]
+            replies = iter(_complete_all(client, base, model, to_send, settings, stop_at))
+    outcomes = [c if isinstance(c, CaseOutcome) else judge(c, next(replies), settings.refusal_markers)
+                for c in ready]
     return RunnerResult(metrics=check_metrics(aggregate(outcomes, settings.price)),
                         cases=[o.as_dict(name) for (name, _), o in zip(pairs, outcomes)],
                         breakdown=breakdown(outcomes, settings.price))
+
+
+def _rendered(prompts: UnitPrompts, case: Case) -> Case | CaseOutcome:
+    """The case with its prompt template rendered, or its failed outcome when that cannot be done."""
+    try:
+        return prompts.render_case(case)
+    except PromptCaseError as e:
+        return unsent(case, str(e))
 
 
 # --- settings -------------------------------------------------------------------------------
@@ -265,7 +303,8 @@ def _api_base(settings: OpenAISettings, ctx: RunContext, headers: dict[str, str]
         yield settings.endpoint
         return
     port = _free_port()
-    argv = [fill_placeholders(a, model_dir=ctx.model_dir, port=port) for a in settings.serve]
+    unit = unit_serving_files(ctx.model_dir, ctx.work_dir, placeholders_in(settings.serve))
+    argv = [fill_placeholders(a, model_dir=ctx.model_dir, port=port, unit=unit) for a in settings.serve]
     die_with_us = die_with_parent()
     try:
         proc = subprocess.Popen(argv, cwd=ctx.work_dir, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
@@ -283,8 +322,13 @@ def _api_base(settings: OpenAISettings, ctx: RunContext, headers: dict[str, str]
         output.join()
 
 
-def fill_placeholders(arg: str, *, model_dir: Path, port: int) -> str:
-    """One serve argument with ``{model_dir}``, ``{port}`` and ``{python}`` filled in; other braces stay.
+def fill_placeholders(arg: str, *, model_dir: Path, port: int, unit: dict[str, str] | None = None) -> str:
+    """One serve argument with ``{model_dir}``, ``{port}``, ``{python}`` and the unit's placeholders filled in;
+    other braces stay.
+
+    Args:
+        unit: ``serving_config`` and ``chat_template`` -> their paths (:func:`unit_serving_files`), when the
+            command names them.
 
     Example:
         >>> fill_placeholders("--port={port}", model_dir=Path("/m"), port=8000)
@@ -292,8 +336,54 @@ def fill_placeholders(arg: str, *, model_dir: Path, port: int) -> str:
         >>> fill_placeholders('{"temperature": 0}', model_dir=Path("/m"), port=8000)
         '{"temperature": 0}'
     """
-    values = {"model_dir": str(model_dir), "port": str(port), "python": sys.executable}
+    values = {"model_dir": str(model_dir), "port": str(port), "python": sys.executable, **(unit or {})}
     return PLACEHOLDER.sub(lambda m: values[m.group(1)], arg)
+
+
+def placeholders_in(argv: tuple[str, ...]) -> set[str]:
+    """The placeholders an argv names.
+
+    Example:
+        >>> sorted(placeholders_in(("vllm", "serve", "{model_dir}", "--config={serving_config}")))
+        ['model_dir', 'serving_config']
+    """
+    return {m.group(1) for a in argv for m in PLACEHOLDER.finditer(a)}
+
+
+def unit_serving_files(model_dir: Path, work_dir: Path, needed: set[str]) -> dict[str, str]:
+    """Write the unit's serving files a serve command names into ``work_dir/unit``; their paths by placeholder.
+
+    The engine config is what ``modelreg fetch`` writes for the same unit (:func:`registry.node.unit.serving_files`),
+    naming the chat template written beside it and the unit's ``generation_config.json`` in ``model_dir``.
+
+    Args:
+        needed: The placeholders the command names; only :data:`UNIT_PLACEHOLDERS` among them are looked at.
+
+    Raises:
+        RunnerError: the command names one, and the unit has no serving profile, a profile that is not valid,
+            or (for ``{chat_template}``) a profile that names no chat template.
+    """
+    needed = needed & set(UNIT_PLACEHOLDERS)
+    if not needed:
+        return {}
+    named = ", ".join("{" + n + "}" for n in sorted(needed))
+    if not (model_dir / SERVING_PROFILE).is_file():
+        raise RunnerError(f"openai runner: the serve command names {named}, but the unit has no serving profile "
+                          f"({SERVING_PROFILE}); derive one with --serving-profile")
+    listed = {p.relative_to(model_dir).as_posix() for p in model_dir.rglob("*") if p.is_file()}
+    out_dir = work_dir / UNIT_FILES_DIR
+    try:
+        engine_file, files = serving_files(model_dir, listed, model_dir=model_dir, written_to=out_dir)
+    except BadManifestError as e:
+        raise RunnerError(f"openai runner: {e.message}") from None
+    if "chat_template" in needed and UNIT_CHAT_TEMPLATE_FILE not in files:
+        raise RunnerError("openai runner: the serve command names {chat_template}, but the unit's serving profile "
+                          "names no chat template (settings.chat_template; without one the engine uses the "
+                          "tokenizer's own)")
+    out_dir.mkdir(exist_ok=True)
+    for name, data in files.items():
+        (out_dir / name).write_bytes(data)
+    return {"serving_config": str(out_dir / engine_file), "chat_template": str(out_dir / UNIT_CHAT_TEMPLATE_FILE)}
 
 
 def _free_port() -> int:

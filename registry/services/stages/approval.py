@@ -100,7 +100,7 @@ def approval_input_for(session: Session, version: Version, engine: PolicyEngine 
         evals=evaluating.policy_evals(session, version),
         baseline=evaluating.policy_baseline(session, version, alias),
         unit=units.policy_unit(session, version, *evaluating.replaced_unit(session, version, alias),
-                               [s.name for s in suites]),
+                               evaluating.suite_prompts(session, suites)),
     )
 
 

@@ -19,7 +19,7 @@ from registry import jobs
 from registry.db.models import Alias, EvalResult, EvalSet, Version, VersionFacts
 from registry.domain.components import components_map
 from registry.domain.outcomes import Outcome, Passed, Pending
-from registry.evals.suites import Suite, SuiteError, suite_version, suites_of
+from registry.evals.suites import EvalSetRef, Suite, SuiteError, suite_version, suites_of
 from registry.policy import PolicyEngine
 from registry.services import units
 from registry.services.ports import Ports
@@ -85,16 +85,31 @@ def start(session: Session, version: Version, ports: Ports) -> Outcome:
     return judge(session, version)
 
 
+def _evalset(session: Session, ref: EvalSetRef) -> EvalSet | None:
+    """The eval set version ``ref`` names now: the pinned digest, or the newest version."""
+    query = select(EvalSet).where(EvalSet.name == ref.name)
+    query = query.where(EvalSet.digest == ref.digest) if ref.digest else query.order_by(EvalSet.number.desc())
+    return session.scalars(query.limit(1)).first()
+
+
 def _resolve_evalsets(session: Session, suite: Suite) -> tuple[dict[str, str], str | None]:
     digests = {}
     for ref in suite.evalsets:
-        query = select(EvalSet.digest).where(EvalSet.name == ref.name)
-        query = query.where(EvalSet.digest == ref.digest) if ref.digest else query.order_by(EvalSet.number.desc())
-        digest = session.scalars(query.limit(1)).first()
-        if digest is None:
+        row = _evalset(session, ref)
+        if row is None:
             return {}, ref.name + (f"@sha256:{ref.digest}" if ref.digest else "")
-        digests[ref.name] = digest
+        digests[ref.name] = row.digest
     return digests, None
+
+
+def suite_prompts(session: Session, suites: list[Suite]) -> dict[str, list[str]]:
+    """Each suite's name -> the unit's prompt templates its eval sets render (sorted), as they resolve now:
+    what ``input.unit.suite_prompts`` shows the policies (a changed template asks for the suites that read it)."""
+    out = {}
+    for suite in suites:
+        rows = [_evalset(session, ref) for ref in suite.evalsets]
+        out[suite.name] = sorted({name for row in rows if row is not None for name in row.prompt_templates or []})
+    return out
 
 
 def judge(session: Session, version: Version) -> Outcome:
