@@ -173,6 +173,22 @@ def provenance_blob_probe(w: World) -> None:
     assert held.text.replace(acme_only, "<d>") == never.text.replace(NEVER, "<d>")
 
 
+def provenance_component_probe(w: World) -> None:
+    """globex's auditor asks which versions hold a component only acme has: the answer of a digest nobody holds."""
+    def digests(tenant: str) -> dict[str, str]:
+        r = w.get(f"{tenant}-auditor", f"/v1/provenance/{tenant}/{M}/components", params={"ref": "1"})
+        assert r.status_code == 200, r.text
+        return {c["name"]: c["digest"] for c in r.json()["components"]}
+
+    theirs = set(digests(B).values())
+    acme_only = next(d for _, d in sorted(digests(A).items()) if d not in theirs)
+    assert w.get(f"{A}-auditor", f"/v1/provenance/components/sha256:{acme_only}").json()["versions"]
+    held = w.get(f"{B}-auditor", f"/v1/provenance/components/sha256:{acme_only}")
+    never = w.get(f"{B}-auditor", f"/v1/provenance/components/sha256:{NEVER}")
+    assert held.status_code == never.status_code == 404
+    assert held.text.replace(acme_only, "<d>") == never.text.replace(NEVER, "<d>")
+
+
 def console_provenance_probe(w: World) -> None:
     acme_only = w.only(A)
     assert sign_in(w.client, w.tokens[f"{B}-auditor"]).status_code == 303
@@ -318,8 +334,9 @@ CROSS_TENANT: dict[tuple[str, str], Callable[[World], None]] = {
     )},
     **{("GET", f"/v1/provenance/{{tenant}}/{{name}}/{q}"):
        provenance_ref_probe(f"/v1/provenance/{{tenant}}/{{name}}/{q}")
-       for q in ("origin", "files", "scans", "evals", "license", "approvals", "nodes")},
+       for q in ("origin", "files", "scans", "evals", "license", "approvals", "nodes", "components")},
     ("GET", "/v1/provenance/blobs/sha256:{digest}"): provenance_blob_probe,
+    ("GET", "/v1/provenance/components/sha256:{digest}"): provenance_component_probe,
     ("GET", "/ui/provenance"): console_provenance_probe,
     **{(method, "/v2/{tenant}/{name}/manifests/{reference}"): oci_manifest_probe(method) for method in ("GET", "HEAD")},
     **{(method, "/v2/{tenant}/{name}/blobs/{digest}"): oci_blob_probe(method) for method in ("GET", "HEAD")},

@@ -222,8 +222,11 @@ def _worker_warnings(tmp_path) -> str:
 def _check_each_job_ran_once(session: Session, warnings: str = "") -> None:
     jobs = session.scalars(select(Job)).all()
     assert jobs
+    # The audit log's integration is one standing job, queued again (attempts back to 0) whenever the log has
+    # work, such as a checkpoint falling due: re-armed after the workers' last run, it waits, run by no one.
     unfinished = [(j.kind, j.state, j.attempts, j.last_error) for j in jobs
-                  if j.state != "succeeded" or j.attempts != 1]
+                  if (j.state != "succeeded" or j.attempts != 1)
+                  and (j.kind, j.state, j.attempts) != ("integrate_audit_log", "queued", 0)]
     assert not unfinished, f"jobs that did not run exactly once to completion: {unfinished}\n{warnings}"
     # Each version was sealed by one job, and the work was shared: no single worker took it all.
     seals = Counter(j.payload["version_id"] for j in jobs if j.kind == "seal_version")

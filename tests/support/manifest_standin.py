@@ -17,8 +17,11 @@ When the real endpoint lands, tests point the client at the registry itself inst
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
+import socket
+import struct
 import threading
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -57,6 +60,7 @@ class Standin:
         self.server.daemon_threads = True
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self._cut: socket.socket | None = None
 
     def __enter__(self) -> "Standin":
         self.thread.start()
@@ -65,6 +69,33 @@ class Standin:
     def __exit__(self, *exc: object) -> None:
         self.server.shutdown()
         self.server.server_close()
+        if self._cut is not None:
+            with contextlib.suppress(OSError):
+                self._cut.shutdown(socket.SHUT_RDWR)  # wakes the thread in accept()
+            self._cut.close()
+
+    def cut_network(self) -> None:
+        """Stop answering: every connection to this port is reset from now on. The port stays held (a
+        closed port could be taken by another test's server, SeaweedFS say, which would answer instead)."""
+        port = self.server.server_address[1]
+        self.server.shutdown()
+        self.server.server_close()
+        listener = socket.socket()
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        listener.bind(("127.0.0.1", port))
+        listener.listen(64)
+        self._cut = listener
+
+        def reset_all() -> None:
+            while True:
+                try:
+                    conn, _ = listener.accept()
+                except OSError:
+                    return  # closed by __exit__
+                conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+                conn.close()
+
+        threading.Thread(target=reset_all, daemon=True).start()
 
     def transport_url(self, presigned: str) -> str:
         """A presigned blob URL of the registry, through this proxy."""

@@ -34,8 +34,7 @@ def _not_approved(node) -> None:
 
 def _network(node) -> None:
     node.release()
-    node.standin.server.shutdown()
-    node.standin.server.server_close()
+    node.standin.cut_network()
 
 
 @pytest.mark.parametrize("attack,code,kind", [
