@@ -5,7 +5,10 @@ runs alone at the end while the other workers idle (run 1 of 2026-12-05: the las
 six of its 28 minutes). Handing out the longest first (longest-processing-time scheduling) leaves the
 short ones to fill the end. ``tests/module_seconds.json`` holds each module's measured seconds (the sum of
 its tests' setup, call and teardown, SQLite and PostgreSQL together); a module it does not list (a new
-one) counts as short. The order is the same in every worker process (xdist compares collections).
+one) counts as short. The order is the same in every worker process (xdist compares collections). xdist's own
+reordering of modules by their number of tests (``--loadscope-reorder``, its default) would undo it: the
+suite runs with ``--no-loadscope-reorder`` (pyproject's ``addopts``; run H of 2026-12-06 ended on one-test
+modules of two minutes, schemathesis among them).
 
 Refresh the measurements from a run's JUnit report::
 
