@@ -130,13 +130,15 @@ def hub():
 
 @pytest.fixture(params=["local", pytest.param("s3", marks=pytest.mark.s3)])
 def store_container(request, container):
-    """The container with its blob store: the local directory, or a bucket on SeaweedFS."""
+    """The container with its blob store: the local directory, or a bucket on SeaweedFS (holding a copy of the
+    seeded world's bucket for a test that asks for ``seeded``)."""
     if request.param == "s3":
-        from registry.storage import S3BlobStore
-
         server = request.getfixturevalue("s3_server")
         bucket = request.getfixturevalue("s3_bucket")
-        container.__dict__["blob_store"] = S3BlobStore(server.client(), bucket, "registry", 5 * 1024 * 1024)
+        world_bucket = worlds.bucket_for_test(request)
+        if world_bucket is not None:
+            server.copy_bucket(world_bucket, bucket)
+        container.__dict__["blob_store"] = server.blob_store(bucket)
     return container
 
 

@@ -124,6 +124,7 @@ def empty_database_url(request, tmp_path):
     name = f"modelreg_migrate_{uuid.uuid4().hex[:12]}"
     with psycopg.connect(dbsupport._psycopg_dsn(dbsupport.PG_ADMIN_URL), autocommit=True) as conn:
         conn.execute(f'CREATE DATABASE "{name}"')
+        dbsupport.no_flush_wait(conn, name)
     url = make_url(dbsupport.PG_ADMIN_URL).set(database=name).render_as_string(hide_password=False)
     yield url
     dbsupport.drop_pg_database(url)

@@ -1,6 +1,9 @@
 """Test databases: a fresh PostgreSQL database per run, and a migrated SQLite file copied per test.
 
-Both schemas come from ``alembic upgrade head``, never ``create_all``.
+Both schemas come from ``alembic upgrade head``, never ``create_all``. Test databases on PostgreSQL commit
+without waiting for the WAL flush (``synchronous_commit = off``, set on the database, so the API and worker
+processes a test starts get it too): a commit stays atomic and ordered, only a crash of the PostgreSQL server
+itself could lose the last ones, which no test does. It saves about 2 ms per commit (``fsync`` on this disk).
 """
 
 from __future__ import annotations
@@ -11,7 +14,6 @@ import uuid
 from pathlib import Path
 
 import psycopg
-from sqlalchemy import text
 from sqlalchemy.engine import make_url
 
 from registry.db import migrate
@@ -35,11 +37,17 @@ def create_pg_database() -> str:
     name = f"modelreg_test_{os.getpid()}_{uuid.uuid4().hex[:8]}"
     with psycopg.connect(_psycopg_dsn(PG_ADMIN_URL), autocommit=True) as conn:
         conn.execute(f'CREATE DATABASE "{name}"')
+        no_flush_wait(conn, name)
     url = make_url(PG_ADMIN_URL).set(database=name).render_as_string(hide_password=False)
     engine = make_engine(url)
     migrate.upgrade(engine)
     engine.dispose()
     return url
+
+
+def no_flush_wait(conn: psycopg.Connection, database: str) -> None:
+    """Connections to ``database`` commit without waiting for the WAL flush (see the module's comment)."""
+    conn.execute(f'ALTER DATABASE "{database}" SET synchronous_commit = off')
 
 
 def drop_pg_database(url: str) -> None:
@@ -49,12 +57,22 @@ def drop_pg_database(url: str) -> None:
 
 
 def truncate_all(url: str) -> None:
-    """Empty every table (ids restart) between tests; real commits by workers make rollback useless."""
-    engine = make_engine(url)
-    tables = ", ".join(f'"{t.name}"' for t in Base.metadata.sorted_tables)
-    with engine.begin() as conn:
-        conn.execute(text(f"TRUNCATE {tables} RESTART IDENTITY CASCADE"))
-    engine.dispose()
+    """Empty every table and restart its ids between tests (real commits by workers make rollback useless).
+
+    ``DELETE`` rather than ``TRUNCATE``: a test leaves a few rows in a few of the 40-odd tables, and
+    ``TRUNCATE`` gives every table and index a new file (0.3 to 0.6 s each time, against 5 to 12 ms). Foreign
+    keys are not checked meanwhile (``session_replication_role``; the tests' role is a superuser), so the
+    order does not matter; only the sequences a test used are restarted (``last_value`` is set)."""
+    tables = [t.name for t in Base.metadata.sorted_tables]
+    with psycopg.connect(_psycopg_dsn(url)) as conn, conn.transaction():
+        conn.execute("SET LOCAL session_replication_role = replica")
+        for table in reversed(tables):
+            conn.execute(f'DELETE FROM "{table}"')
+        used = conn.execute(
+            "SELECT format('%I.%I', schemaname, sequencename), start_value FROM pg_sequences "
+            "WHERE last_value IS NOT NULL").fetchall()
+        for sequence, start in used:
+            conn.execute("SELECT setval(%s::regclass, %s, false)", (sequence, start))
 
 
 def create_sqlite_template(directory: Path) -> Path:

@@ -1,6 +1,7 @@
 """A ``modelreg serve-s3`` endpoint in front of the live API, and what its tests read it with: acme/llm@1 (a
 safetensors file over two chunks) approved, serve-s3 in a thread with a node cache, boto3 and SigV4-signed
-requests, and the node cache's chunks. ``tests/integration/serve_s3/conftest.py``'s ``endpoint`` builds it."""
+requests, and the node cache's chunks. ``tests/integration/serve_s3/conftest.py``'s ``endpoint`` serves it over
+a copy of the seeded world ``build_endpoint_world`` (built once per worker, database and blob store)."""
 
 from __future__ import annotations
 
@@ -46,25 +47,30 @@ def s3_client(url: str, key: str = KEY, secret: str = SECRET):
                         config=Config(s3={"addressing_style": "path"}, retries={"max_attempts": 1}))
 
 
-@contextlib.contextmanager
-def served_endpoint(store_container, tmp_path) -> Iterator[dict]:
-    """acme/llm@1 approved; serve-s3 in a thread in front of the live API, with a node cache."""
-    container = store_container
+def build_endpoint_world(container, root) -> dict:
+    """The seeded world (``tests/support/worlds.py``): acme/llm@1 approved through the real pipeline, the trust
+    root as ``modelreg serve`` makes it at start, a node token."""
     admin = make_admin(container, T)
     files = model_files()
-    awaiting_version(container, admin, tmp_path / "m", T, M, files=files)
+    awaiting_version(container, admin, root / "m", T, M, files=files)
     approve_standin(container, T, M, 1)
     ensure_trust_root(container)  # as `modelreg serve` does at start: the newest root names the log
-    token = role_token(container, "node-1", T, "node")
+    return {"admin": admin, "files": files, "token": role_token(container, "node-1", T, "node")}
+
+
+@contextlib.contextmanager
+def served_endpoint(store_container, seeded: dict, tmp_path) -> Iterator[dict]:
+    """serve-s3 in a thread in front of the live API over the seeded world, with a node cache."""
+    container = store_container
     with serve_in_thread(create_app(container)) as url:
         root = tmp_path / "root.json"
         root.write_text(httpx.get(f"{url}/v1/trust-root", timeout=30).text)
-        with RegistryApi(url, token) as api:
+        with RegistryApi(url, seeded["token"]) as api:
             cache = NodeCache(tmp_path / "cache")
             source = ChunkSource(api, cache, policy=NodePolicy(root), max_chunks=4)
             with running(source) as s3_url:
-                yield {"url": s3_url, "files": files, "cache": cache, "source": source,
-                       "container": container, "admin": admin, "tmp_path": tmp_path}
+                yield {"url": s3_url, "files": seeded["files"], "cache": cache, "source": source,
+                       "container": container, "admin": seeded["admin"], "tmp_path": tmp_path}
 
 
 @contextlib.contextmanager

@@ -63,6 +63,19 @@ class SeaweedS3:
             config=Config(s3={"addressing_style": "path"}, retries={"max_attempts": 3}),
         )
 
+    def blob_store(self, bucket: str):
+        """The registry's blob store in ``bucket`` (under the prefix ``registry``), as the tests configure it."""
+        from registry.storage import S3BlobStore
+
+        return S3BlobStore(self.client(), bucket, "registry", 5 * 1024 * 1024)
+
+    def copy_bucket(self, source: str, target: str) -> None:
+        """Copy every object of ``source`` into ``target`` (server-side copies)."""
+        client = self.client()
+        for page in client.get_paginator("list_objects_v2").paginate(Bucket=source):
+            for item in page.get("Contents", []):
+                client.copy_object(Bucket=target, Key=item["Key"], CopySource={"Bucket": source, "Key": item["Key"]})
+
     def stop(self) -> None:
         # SIGKILL at once: weed takes about 25 s to leave on SIGTERM, so the 3 s grace only ever ran out
         # before the kill, and its data is the test session's temporary directory.

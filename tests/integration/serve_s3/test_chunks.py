@@ -9,15 +9,20 @@ import logging
 import threading
 import time
 
+import pytest
+
 from registry.domain.chunks import CHUNK_SIZE
 from tests.support.s3_endpoint import (
     BIG,
     M,
     T,
+    build_endpoint_world,
     cached_chunks,
     s3_client,
     wait_cached,
 )
+
+pytestmark = pytest.mark.seeded(builder=build_endpoint_world)
 
 
 def test_parallel_ranges_over_one_chunk_fetch_it_once(endpoint, monkeypatch):

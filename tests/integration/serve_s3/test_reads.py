@@ -22,6 +22,7 @@ from tests.support.s3_endpoint import (
     SECRET,
     M,
     T,
+    build_endpoint_world,
     chunk_digests,
     s3_client,
     s3_error_code,
@@ -29,6 +30,8 @@ from tests.support.s3_endpoint import (
     wait_cached,
 )
 from tests.support.tiny_model import tiny_model_files
+
+pytestmark = pytest.mark.seeded(builder=build_endpoint_world)
 
 
 def test_list_head_and_ranged_gets_answer_the_releases_bytes_and_cache_the_chunks(endpoint):

@@ -19,6 +19,7 @@ from tests.support.s3_endpoint import (
     BIG,
     M,
     T,
+    build_endpoint_world,
     cached_chunks,
     chunk_digests,
     flip_stored_byte,
@@ -28,6 +29,8 @@ from tests.support.s3_endpoint import (
     signed_get,
     wait_cached,
 )
+
+pytestmark = pytest.mark.seeded(builder=build_endpoint_world)
 
 
 def test_a_chunk_served_while_its_version_was_revoked_is_not_left_in_the_node_cache(endpoint, monkeypatch):
