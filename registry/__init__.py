@@ -13,3 +13,10 @@ Where to start:
 
 ``docs/architecture.md`` has the map; nothing here imports ``api/`` or ``workers/``.
 """
+
+import sys as _sys
+
+# httpx imports its own command-line tool (click, rich, pygments: 60 to 100 ms of CPU) whenever click is
+# installed, which uvicorn brings. modelreg never runs ``httpx.main``; marking the module absent makes httpx
+# define its stub instead, for every process that imports modelreg (the CLI, the API, the workers, the node).
+_sys.modules.setdefault("httpx._main", None)

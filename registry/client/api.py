@@ -31,8 +31,7 @@ from registry.client.http import RegistryClient, RemoteError
 from registry.client.token_file import TokenFile
 from registry.client.transfer import USER_AGENT, RangeReader, check_range_answer, redact
 from registry.domain.errors import ChunksNotRecordedError, RegistryError, SizeMismatchError
-from registry.signing.release import MAX_RELEASE_BYTES
-from registry.signing.trust_root import MAX_ROOT_BYTES
+from registry.domain.limits import MAX_RELEASE_BYTES, MAX_ROOT_BYTES
 
 MAX_MANIFEST_RESPONSE_BYTES = 2 * MAX_RELEASE_BYTES + (4 << 20)
 """The manifest response: the envelope (base64, so 4/3 of the payload), transport URLs and the bundle."""

@@ -37,8 +37,9 @@ from typing import Any
 
 from registry import statefile
 from registry.domain.errors import InvalidInputError, RegistryError
+from registry.domain.limits import MAX_ROOT_BYTES
 from registry.node.log_proofs import WitnessPolicy
-from registry.signing.trust_root import MAX_ROOT_BYTES, RootError, TrustRoot, parse_root, walk
+from registry.signing.trust_root import RootError, TrustRoot, parse_root, walk
 from registry.tlog.checkpoint import parse_checkpoint
 from registry.tlog.note import MAX_NOTE_BYTES, parse_note
 

@@ -61,6 +61,7 @@ from registry.domain.chunks import check_chunk_size
 from registry.domain.components import COMPONENTS, components_map, unit_components
 from registry.domain.errors import IntegrityError, InvalidInputError, InvalidPathError, SignatureError
 from registry.domain.files import SHA256_RE, FileEntry, validate_path
+from registry.domain.limits import MAX_RELEASE_BYTES
 from registry.signing.canonical import canonical_json
 from registry.signing.dsse import sign_envelope, verify_envelope
 from registry.signing.keys import SigningKey
@@ -68,8 +69,6 @@ from registry.signing.trust_root import TrustRoot
 
 RELEASE_PAYLOAD_TYPE = "application/vnd.modelreg.release+json"
 RELEASE_TYPE = "https://modelreg.dev/release/v1"
-MAX_RELEASE_BYTES = 8 << 20
-"""The largest release envelope a node reads (100,000 files fit)."""
 MAX_FILES = 100_000
 MAX_PARTS_PER_FILE = 128
 """Parts one split file may have in a release (the facts readers record at most 64 named templates and two more)."""

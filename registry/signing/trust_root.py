@@ -47,8 +47,6 @@ from registry.tlog.note import Ed25519Verifier, parse_verifier_key
 ROOT_PAYLOAD_TYPE = "application/vnd.modelreg.root+json"
 ROOT_TYPE = "https://modelreg.dev/root/v1"
 ALGORITHM = "ecdsa-p256-sha256"
-MAX_ROOT_BYTES = 64 << 10
-"""The largest root document a node reads (an envelope with a handful of keys is a few kilobytes)."""
 MAX_ROTATIONS = 256
 """The most versions one walk moves forward (python-tuf's bound): a server cannot keep a node busy."""
 MAX_KEYS = 16
