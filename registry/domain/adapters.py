@@ -243,12 +243,13 @@ def _check_config(adapter: AdapterInput, base_names: Collection[str], out: _Coll
         out.refuse("adapter.config-invalid", f"{ADAPTER_CONFIG} is not a JSON object", path=ADAPTER_CONFIG)
         return None
     peft_type = doc.get("peft_type")
-    usable = True
     if not isinstance(peft_type, str) or peft_type not in LORA_FAMILY:
+        # Another type's fields mean other things: nothing more of it is judged.
         out.refuse("adapter.peft-type", f"peft_type {_show(peft_type)} is not one of the LoRA family "
                                         f"({', '.join(LORA_FAMILY)})", peft_type=_show(peft_type),
                    accepted=list(LORA_FAMILY))
-        usable = False
+        return None
+    usable = True
     raw_targets = doc.get("target_modules")
     found_targets: tuple[str, ...] | str | None = None
     if isinstance(raw_targets, str) and raw_targets:
@@ -374,11 +375,11 @@ def _check_module(config: _Config, module: str, factors: Mapping[str, tuple[str,
     for factor, (name, spec) in sorted(factors.items()):
         want = expect.get(factor)
         if isinstance(want, str):
-            out.refuse("adapter.shape", f"tensor {name}: {want}", tensor=name, shape=list(spec.shape))
+            out.refuse("adapter.shape", f"tensor {name}: {want}", tensor=name, module=module, shape=list(spec.shape))
         elif want is not None and tuple(spec.shape) != want:
             out.refuse("adapter.shape", f"tensor {name} is {_dims(spec.shape)}; the base's {module} "
-                       f"({_dims(weight.shape)}) needs {_dims(want)}", tensor=name, shape=list(spec.shape),
-                       expected=list(want))
+                       f"({_dims(weight.shape)}) needs {_dims(want)}", tensor=name, module=module,
+                       shape=list(spec.shape), expected=list(want))
     for needed in _required(config.peft_type, factors, embedding):
         out.refuse("adapter.tensor-missing", f"{module} has no {needed} tensor beside {first}", module=module,
                    missing=needed)
