@@ -58,13 +58,9 @@ MAX_HEADER_BYTES = 32 << 20
 MAX_BASE_HEADER_BYTES = 256 << 20
 """The base's headers read for one check, in all (a model of many shards reads a few MB)."""
 
-_UNUSABLE = {
-    VersionState.SUBMITTED.value: ("not-sealed", "it is not sealed yet"),
-    VersionState.MIRRORING.value: ("not-sealed", "it is not sealed yet"),
-    VersionState.FAILED.value: ("failed", "it failed"),
-    VersionState.REJECTED.value: ("rejected", "it was rejected"),
-    VersionState.REVOKED.value: ("revoked", "it was revoked"),
-}
+_ENDED = {VersionState.FAILED.value: "it failed", VersionState.REJECTED.value: "it was rejected",
+          VersionState.REVOKED.value: "it was revoked"}
+"""The outcomes after which a version is no base (the state is the refusal's ``reason``)."""
 
 
 @dataclass(frozen=True)
@@ -151,9 +147,10 @@ def _require_usable(base: Version, *, adapter_model: str | None = None) -> None:
     ref = version_ref(base)
     if base.deleted_at is not None:
         raise AdapterBaseUnusableError(ref, "deleted", "a retention rule deleted it")
-    if base.state in _UNUSABLE or base.sealed_at is None:
-        reason, message = _UNUSABLE.get(base.state, ("not-sealed", "it is not sealed yet"))
-        raise AdapterBaseUnusableError(ref, reason, message, state=base.state)
+    if base.state in _ENDED:
+        raise AdapterBaseUnusableError(ref, base.state, _ENDED[base.state], state=base.state)
+    if base.sealed_at is None:
+        raise AdapterBaseUnusableError(ref, "not-sealed", "it is not sealed yet", state=base.state)
     if base.adapter_binding is not None:
         raise AdapterBaseUnusableError(ref, "adapter", "it is an adapter itself (an adapter binds to a base model)")
     if adapter_model is not None and adapter_model == f"{base.model.tenant.name}/{base.model.name}":
