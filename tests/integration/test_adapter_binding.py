@@ -13,7 +13,7 @@ import json
 import pytest
 from sqlalchemy import select
 
-from registry.db.models import AdapterBinding, Principal, RoleBinding, Tenant
+from registry.db.models import AdapterBinding, EvalResult, Principal, RoleBinding, Tenant
 from registry.domain.errors import AdapterBindingMismatchError, SignatureError
 from registry.services import adapters, revocations, versions
 from registry.services.versions import SubmitRequest
@@ -84,6 +84,9 @@ def test_an_adapter_is_bound_to_its_bases_weights_checked_signed_and_approved(co
         scans = client.get(f"/v1/models/{TENANT}/{ADAPTER}/versions/1/scans", headers=auth(sam)).json()
     assert {f["path"]: f["verdict"] for f in scans["files"]} == {
         "adapter_config.json": "safe", "adapter_model.safetensors": "safe"}
+    with container.session_factory() as session:
+        evals = session.scalars(select(EvalResult).where(EvalResult.version_id == version.id)).all()
+        assert [(e.suite, e.status) for e in evals] == [("sanity", "completed")]
     assert approve_adapter(container, people, 1) == "approved"
 
 
