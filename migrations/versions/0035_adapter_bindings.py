@@ -1,5 +1,6 @@
 """adapter_bindings: an adapter version bound to its base version and the digest of the base's weights component
-(issue 34), looked up by that digest ("which adapters are bound to these weights")
+(issue 34), looked up by that digest ("which adapters are bound to these weights"); and versions looked up by
+the digest of their signed statement (``adapter_of: sha256:...`` names a base so)
 
 A table of its own rather than columns on versions: only adapters have a row, and it is created and dropped on
 both databases without copying versions (which every other table refers to).
@@ -38,9 +39,11 @@ def upgrade() -> None:
     )
     op.create_index(op.f("ix_adapter_bindings_base_version_id"), "adapter_bindings", ["base_version_id"])
     op.create_index(op.f("ix_adapter_bindings_weights_digest"), "adapter_bindings", ["weights_digest"])
+    op.create_index("ix_versions_manifest_digest", "versions", ["manifest_digest"])
 
 
 def downgrade() -> None:
+    op.drop_index("ix_versions_manifest_digest", table_name="versions")
     op.drop_index(op.f("ix_adapter_bindings_weights_digest"), table_name="adapter_bindings")
     op.drop_index(op.f("ix_adapter_bindings_base_version_id"), table_name="adapter_bindings")
     op.drop_table("adapter_bindings")

@@ -160,6 +160,8 @@ class Version(Base):
             postgresql_where=text("state NOT IN ('failed', 'rejected', 'revoked') AND deleted_at IS NULL"),
             sqlite_where=text("state NOT IN ('failed', 'rejected', 'revoked') AND deleted_at IS NULL"),
         ),
+        # A base version named by its statement digest (an adapter's ``adapter_of: sha256:...``).
+        Index("ix_versions_manifest_digest", "manifest_digest"),
     )
 
     id: Mapped[int] = mapped_column(BigId, primary_key=True)

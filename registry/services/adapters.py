@@ -33,7 +33,6 @@ from registry.domain.errors import (
     AdapterBaseNotFoundError,
     AdapterBaseUnusableError,
     AdapterBindingMismatchError,
-    AliasNotFoundError,
     InvalidInputError,
     InvalidRefError,
     NotFoundError,
@@ -125,7 +124,7 @@ def _by_ref(session: Session, principal: AuthenticatedPrincipal, tenant: str, te
         return find_version_unchecked(session, parsed.tenant, parsed.name, parsed.version)
     except RevokedError as exc:
         raise AdapterBaseUnusableError(text, "revoked", exc.message) from None
-    except (NotFoundError, AliasNotFoundError) as exc:
+    except NotFoundError as exc:
         raise AdapterBaseNotFoundError(text, exc.message) from None
 
 

@@ -206,6 +206,7 @@ def test_0035_adds_adapter_bindings_looked_up_by_weights_digest_and_drops_them_i
         migrate.upgrade(engine)
         indexes = {i["name"]: i["column_names"] for i in inspect(engine).get_indexes("adapter_bindings")}
         assert indexes["ix_adapter_bindings_weights_digest"] == ["weights_digest"]
+        assert "ix_versions_manifest_digest" in {i["name"] for i in inspect(engine).get_indexes("versions")}
         with engine.begin() as conn:
             conn.execute(text("INSERT INTO adapter_bindings (version_id, base_version_id, weights_digest, "
                               "base_manifest_digest, requested, created_at) VALUES "
@@ -219,6 +220,7 @@ def test_0035_adds_adapter_bindings_looked_up_by_weights_digest_and_drops_them_i
             config.attributes["connection"] = conn
             command.downgrade(config, "0034")
         assert "adapter_bindings" not in inspect(engine).get_table_names()
+        assert "ix_versions_manifest_digest" not in {i["name"] for i in inspect(engine).get_indexes("versions")}
         with engine.connect() as conn:
             assert conn.execute(text("SELECT count(*) FROM versions")).scalar() == 2
         migrate.upgrade(engine)
