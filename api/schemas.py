@@ -9,6 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictBool
 
 from api.params import NAME_PATTERN, ByteCount, PrincipalName, TenantName, VersionNumber
 from registry.auth import Role
+from registry.domain.adapters import MAX_BASE_REF_LENGTH
 from registry.domain.aliases import MAX_CANARY_TENANTS
 from registry.domain.events import NAMES as EVENT_TYPE_NAMES
 from registry.domain.files import MAX_PATH_LENGTH
@@ -120,6 +121,11 @@ class VersionCreate(Strict):
     license: FreeText(MAX_LICENSE_LENGTH) | None = Field(None, description=(
         "a license the submitter declares: an SPDX id or expression (Apache-2.0, MIT OR Apache-2.0), a Hub id "
         "(llama3.1) or other:<name>; an unrecognized one is refused (unrecognized-license)"))
+    adapter_of: FreeText(MAX_BASE_REF_LENGTH) | None = Field(None, description=(
+        "the version is a LoRA adapter of this base version: TENANT/NAME@N, TENANT/NAME@ALIAS (resolved now) or "
+        "sha256:<hex> (the base version's manifest_digest). The base must be readable, sealed, not revoked and no "
+        "adapter itself (adapter-base-not-found, adapter-base-unusable); the adapter is bound to its weights "
+        "digest and checked against it when sealed (adapter-incompatible)"))
 
 
 PromptName = Annotated[str, Field(max_length=64, pattern=r"^[A-Za-z0-9_][A-Za-z0-9_-]{0,63}$")]
@@ -172,6 +178,11 @@ class VersionPublic(BaseModel):
     progress: dict[str, int]
     revocation: RevocationPublic | None = Field(None, description="set once the version is revoked")
     derived_from: int | None = Field(None, description="the version of the same model this unit was derived from")
+    adapter_of: dict[str, Any] | None = Field(None, description=(
+        "set for a LoRA adapter: the base it is bound to and signed with, {model, version, weights_digest (the "
+        "base's weights component), manifest_digest (the base's signed statement)}, what was asked for "
+        "(requested), and the check against the base at seal (check: {peft_type, refusals, findings}; null "
+        "until sealed)"))
 
 
 class VersionDetail(VersionPublic):

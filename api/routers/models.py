@@ -12,6 +12,7 @@ from api.problems import AUTHENTICATED, responses
 from api.schemas import FilePublic, RevocationPublic, VersionCreate, VersionDerive, VersionDetail, VersionPublic
 from registry.db.models import Version
 from registry.domain.errors import (
+    AdapterBaseUnusableError,
     ConflictError,
     InvalidInputError,
     InvalidStateError,
@@ -21,7 +22,7 @@ from registry.domain.errors import (
 )
 from registry.domain.files import FileEntry
 from registry.domain.states import shown_state
-from registry.services import chunks, derive, facts, units, versions
+from registry.services import adapters, chunks, derive, facts, units, versions
 
 router = APIRouter(prefix="/v1/models", tags=["models"],
                    responses=responses(*AUTHENTICATED, NotFoundError))
@@ -62,12 +63,13 @@ def version_public(v: Version) -> VersionPublic:
         revocation=RevocationPublic(at=v.revoked_at, by=v.revoked_by or "", reason=v.revoke_reason or "")
         if v.revoked_at is not None else None,
         derived_from=v.derived_from,
+        adapter_of=adapters.binding_document(v),
     )
 
 
 @router.post("/{tenant}/{name}/versions", status_code=status.HTTP_202_ACCEPTED, response_model=VersionPublic,
              responses={200: {"model": VersionPublic, "description": "the live version of the same source"},
-                        **responses(LimitExceededError)})
+                        **responses(LimitExceededError, NotFoundError, AdapterBaseUnusableError)})
 def submit_version(
     tenant: TenantName, name: ModelName, body: VersionCreate, response: Response, session: SessionDep,
     principal: PrincipalDep, container: ContainerDep,
@@ -79,7 +81,7 @@ def submit_version(
         version, created = versions.submit_uploaded(
             session, principal, tenant, name, [FileEntry(f.path, f.size, f.sha256) for f in body.files],
             label=body.source.removeprefix("upload:") or "upload", limits=container.limits(),
-            ports=container.ports, license=body.license,
+            ports=container.ports, license=body.license, adapter_of=body.adapter_of,
         )
     elif body.files is not None:
         raise InvalidInputError("`files` goes only with an upload: source", field="files")
@@ -88,7 +90,7 @@ def submit_version(
             session, principal, tenant, name,
             versions.SubmitRequest(source=body.source, revision=body.revision, include=tuple(body.include),
                                    exclude=tuple(body.exclude), hf_endpoint=body.hf_endpoint,
-                                   license=body.license),
+                                   license=body.license, adapter_of=body.adapter_of),
             open_source=container.open_source, limits=container.limits(), ports=container.ports,
         )
     if not created:

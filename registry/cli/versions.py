@@ -51,12 +51,18 @@ def submit(
              "the path itself, which it allows only under its MODELREG_LOCAL_SOURCE_ROOTS"),
     prompt: list[str] = typer.Option([], "--prompt", help=PROMPT_HELP),
     serving_profile: Optional[Path] = typer.Option(None, "--serving-profile", help=PROFILE_HELP),
+    adapter_of: Optional[str] = typer.Option(
+        None, "--adapter-of", help="the version is a LoRA adapter (PEFT) of this base version: TENANT/NAME@N, "
+                                   "TENANT/NAME@ALIAS or the base's digest sha256:...; bound to its weights digest "
+                                   "and checked against it when sealed"),
     wait: bool = typer.Option(False, "--wait", help="wait until the version is scanned (awaiting approval) or failed"),
     timeout: float = typer.Option(3600.0, "--timeout", help="seconds --wait waits at most"),
     url: str = UrlOpt, token: str = TokenOpt, as_json: bool = JsonOpt,
 ) -> None:
     """Submit a model version; with --wait, show progress and exit non-zero if it fails."""
     tenant, name = _split_model(model)
+    if adapter_of is not None:
+        _check_base_ref(adapter_of)
     prompts, profile = _read_parts(prompt, serving_profile)
     if license is not None:
         # Checked here too, so a directory is not uploaded for a submission the registry will refuse.
@@ -81,10 +87,31 @@ def submit(
                     "hf_endpoint": hf_endpoint}
         if license is not None:
             body["license"] = license
+        if adapter_of is not None:
+            body["adapter_of"] = adapter_of
         version = client.submit(tenant, name, body)
         if wait:
             version = _wait_for(client, version, timeout, show_progress=not as_json)
     _show_submitted(version, as_json)
+
+
+def _check_base_ref(text: str) -> None:
+    """Refuse a malformed ``--adapter-of`` here, before a directory is uploaded (the registry checks it again)."""
+    import re
+
+    from registry.domain.errors import InvalidRefError
+    from registry.domain.refs import parse_ref
+
+    if text.startswith("sha256:"):
+        if not re.fullmatch(r"sha256:[0-9a-f]{64}", text):
+            raise CliError(f"--adapter-of {text[:80]!r}: a digest is sha256: and 64 lower-case hex digits")
+        return
+    try:
+        ref = parse_ref(text)
+    except InvalidRefError as exc:
+        raise CliError(f"--adapter-of: {exc.message}") from None
+    if ref.version is None and ref.alias is None:
+        raise CliError(f"--adapter-of {text!r}: name the base version, TENANT/NAME@VERSION or TENANT/NAME@ALIAS")
 
 
 def _upload_directory(client: Any, tenant: str, source: str, include: list[str], exclude: list[str],
@@ -248,6 +275,7 @@ def _print_version(v: dict[str, Any]) -> None:
                  f" {v.get('requested_revision') or ''} -> {v.get('resolved_revision') or '?'}")
     if v.get("derived_from") is not None:
         lines.append(f"  derived from: version {v['derived_from']}")
+    lines += _adapter_lines(v.get("adapter_of"), v.get("failure_detail"))
     arithmetic = (v.get("failure_detail") or {}).get("arithmetic")
     if isinstance(arithmetic, list):
         lines += [f"    {line}" for line in arithmetic]
@@ -256,6 +284,23 @@ def _print_version(v: dict[str, Any]) -> None:
     for f in v.get("files", []):
         lines.append(f"  {f['sha256'] or '(pending)':64}  {f['size']:>12}  {f['path']}")
     _say(*lines)
+
+
+def _adapter_lines(binding: Any, failure: Any) -> list[str]:
+    """An adapter's base (the signed binding), and what the check against it refused or found."""
+    if not isinstance(binding, dict):
+        return []
+    lines = [f"  adapter of: {binding.get('model')}@{binding.get('version')} "
+             f"(weights sha256:{binding.get('weights_digest')})"]
+    check = binding.get("check") if isinstance(binding.get("check"), dict) else {}
+    reasons = (failure or {}).get("reasons") if isinstance(failure, dict) else None
+    for reason in reasons if isinstance(reasons, list) else check.get("refusals") or []:
+        if isinstance(reason, dict):
+            lines.append(f"    refused: {reason.get('code')}: {reason.get('message')}")
+    for finding in check.get("findings") or []:
+        if isinstance(finding, dict):
+            lines.append(f"    note: {finding.get('code')}: {finding.get('message')}")
+    return lines
 
 
 def _license_lines(licenses: dict[str, Any]) -> list[str]:

@@ -160,6 +160,8 @@ class Version(Base):
             postgresql_where=text("state NOT IN ('failed', 'rejected', 'revoked') AND deleted_at IS NULL"),
             sqlite_where=text("state NOT IN ('failed', 'rejected', 'revoked') AND deleted_at IS NULL"),
         ),
+        # A base version named by its statement digest (an adapter's ``adapter_of: sha256:...``).
+        Index("ix_versions_manifest_digest", "manifest_digest"),
     )
 
     id: Mapped[int] = mapped_column(BigId, primary_key=True)
@@ -215,6 +217,10 @@ class Version(Base):
     license_findings: Mapped[list["LicenseFinding"]] = relationship(
         order_by="LicenseFinding.id", cascade="all, delete-orphan", passive_deletes=True
     )
+    adapter_binding: Mapped["AdapterBinding | None"] = relationship(
+        foreign_keys="AdapterBinding.version_id", cascade="all, delete-orphan", passive_deletes=True,
+        lazy="selectin")
+    """Set when the version is an adapter: the base version it is bound to (``registry/services/adapters.py``)."""
 
 
 class VersionFile(Base):
@@ -509,6 +515,29 @@ class VersionComponent(Base):
     ``{"prompts": {name: [variables]}}``, ``serving_profile`` ``{"profile": {...}}`` (the capacity arithmetic's
     input with the facts and today's GPU table), or ``{"error": {"type", "message"}}`` when the parts were refused.
     None for every other component, and for parts recorded by migration 0033 (their blobs are read instead)."""
+
+
+class AdapterBinding(Base):
+    """An adapter version bound to its base version (issue 34): the base's version and the digest of its
+    ``weights`` component when the adapter was submitted, signed in the adapter's statement at seal. One row per
+    adapter version; "which adapters are bound to these weights" looks up ``weights_digest``.
+    """
+
+    __tablename__ = "adapter_bindings"
+
+    version_id: Mapped[int] = mapped_column(ForeignKey("versions.id", ondelete="CASCADE"), primary_key=True)
+    base_version_id: Mapped[int] = mapped_column(ForeignKey("versions.id"), index=True)
+    weights_digest: Mapped[str] = mapped_column(String(64), index=True)
+    """The base's ``weights`` component digest (``registry/domain/components.py``)."""
+    base_manifest_digest: Mapped[str] = mapped_column(String(64))
+    """The digest of the base's signed statement: the very base version, as ``sha256:`` refs name it."""
+    requested: Mapped[str] = mapped_column(String(256))
+    """What the submitter named (``acme/llm@3``, ``acme/llm@prod``, ``sha256:...``), before it was resolved."""
+    check: Mapped[dict[str, Any] | None]
+    """The compatibility check's outcome at seal (``AdapterCheck.as_dict()``); null until the seal ran."""
+    created_at: Mapped[dt.datetime] = mapped_column(default=utcnow)
+
+    base: Mapped[Version] = relationship(foreign_keys=[base_version_id])
 
 
 class LicenseFinding(Base):

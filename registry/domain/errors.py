@@ -612,6 +612,52 @@ class ServingProfileDoesNotFitError(PolicyViolationError):
                          arithmetic=arithmetic, **details)
 
 
+class AdapterBaseNotFoundError(NotFoundError):
+    """``adapter_of`` names no version the submitter may read: no such model, version, alias or digest, or one in
+    a tenant the submitter cannot read (which is not told apart, so nobody learns what another tenant holds)."""
+
+    code = "adapter-base-not-found"
+
+    def __init__(self, ref: str, why: str = "") -> None:
+        super().__init__(f"no base version {ref!r} you may read" + (f": {why}" if why else ""), ref=ref)
+
+
+class AdapterBaseUnusableError(ConflictError):
+    """``adapter_of`` names a version that cannot be a base; ``details['reason']`` says why: ``not-sealed``,
+    ``failed``, ``rejected``, ``revoked``, ``deleted``, ``adapter`` (it is an adapter itself), ``no-weights``
+    or ``same-model`` (an adapter is a version of its own model)."""
+
+    code = "adapter-base-unusable"
+
+    def __init__(self, base: str, reason: str, message: str, **details: Any) -> None:
+        super().__init__(f"{base} cannot be an adapter's base: {message}", base=base, reason=reason, **details)
+
+
+class AdapterIncompatibleError(PolicyViolationError):
+    """An adapter that does not fit its bound base (``registry/domain/adapters.py``): ``details['reasons']`` lists
+    every refusal ``{code, message, ...}`` (the first 50; ``total`` counts them), ``details['findings']`` what was
+    only told (a ``base_model_name_or_path`` naming another model, a pickle whose tensors are unchecked)."""
+
+    code = "adapter-incompatible"
+
+    def __init__(self, base: str, reasons: list[dict[str, Any]], findings: list[dict[str, Any]], *,
+                 total: int) -> None:
+        first = reasons[0]["message"] if reasons else "no reason given"
+        more = f" (and {total - 1} more)" if total > 1 else ""
+        super().__init__(f"the adapter does not fit its base {base}: {first}{more}", base=base, reasons=reasons,
+                         findings=findings, total=total)
+
+
+class AdapterBindingMismatchError(IntegrityError):
+    """An adapter version's recorded binding to its base differs from the one its signature covers."""
+
+    code = "adapter-binding-mismatch"
+
+    def __init__(self, version: str, *, signed: Any, recorded: Any) -> None:
+        super().__init__(f"{version}'s binding to its base is not the one its signature covers", version=version,
+                         signed=signed, recorded=recorded)
+
+
 class NoApprovalToAmendError(ConflictError):
     """File reviews added to an approval the principal never made (no decision of theirs, or a reject)."""
 

@@ -105,9 +105,12 @@ def derive(session: Session, principal: AuthenticatedPrincipal, tenant: str, nam
         versions.upload_blob(session, principal, tenant, _sha256(data), iter([data]), len(data),
                              blob_store=blob_store)
     base = find_version_unchecked(session, tenant, name, number)
+    # A unit derived from an adapter is an adapter of the same base version.
+    binding = base.adapter_binding
     return versions.submit_uploaded(session, principal, tenant, name, sorted(files.values(), key=lambda e: e.path),
                                     label=f"derived from {ref}", limits=limits, ports=ports,
-                                    license=base.declared_license, derived_from=base)
+                                    license=base.declared_license, derived_from=base,
+                                    adapter_of=None if binding is None else f"sha256:{binding.base_manifest_digest}")
 
 
 def _sha256(data: bytes) -> str:

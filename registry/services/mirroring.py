@@ -37,7 +37,7 @@ from registry.domain.outcomes import Failed, Passed
 from registry.domain.source_uris import submission_uri
 from registry.domain.states import VersionState
 from registry.domain.unit_parts import UnitParts, check_parts, is_held_part, read_held_parts, serving_config
-from registry.services import chunks, facts, licenses, lifecycle, quotas, units
+from registry.services import adapters, chunks, facts, licenses, lifecycle, quotas, units
 from registry.services.blobs import grant_blob, owned_blobs
 from registry.services.lifecycle import fail_version
 from registry.services.loaders import lock_version_unchecked
@@ -275,6 +275,8 @@ def seal_version(session_factory: sessionmaker[Session], version_id: int, *, por
             raise NotFoundError(f"version {version_id} still has files to mirror")
         found = facts.collect_facts([(f.path, f.size, f.sha256) for f in version.files], blob_store)
         parts, refused = _held_parts(version.files, found, ports)
+        # An adapter's config and tensors against its base's: headers read now, judged under the lock.
+        adapter_check = adapters.check_files(version, blob_store)
         digests = sorted({f.sha256 for f in version.files})
         session.rollback()
 
@@ -297,9 +299,12 @@ def seal_version(session_factory: sessionmaker[Session], version_id: int, *, por
         components = unit_components(entries, found.get("parts") or {})
         units.record_components(session, version, components, parts=parts,
                                 parts_error=refused if parts is None else None)
+        if refused is None:
+            refused = adapters.conclude_check(session, version, adapter_check)
         if refused is not None:
-            # A prompt template or serving profile the unit may not hold: the version fails, with the reason
-            # (a serving profile that does not fit shows its arithmetic).
+            # A prompt template or serving profile the unit may not hold, or an adapter that does not fit its base
+            # (every reason listed): the version fails, with the reason (a serving profile that does not fit shows
+            # its arithmetic).
             lifecycle.fail(session, version, Failed.from_error(refused))
             session.commit()
             return
@@ -320,6 +325,9 @@ def seal_version(session_factory: sessionmaker[Session], version_id: int, *, por
                 "files": [e.as_dict() for e in entries],
                 "components": components_map(components),
                 "registry": registry_url,
+                # An adapter's binding to its base version and the base's weights digest, signed with its files.
+                **({} if version.adapter_binding is None
+                   else {"adapter_of": adapters.statement_binding(version)}),
             }},
             # What fetch writes beside the files, so model_signing verify on DEST sees only the signed files;
             # a version listing one of those names itself keeps the old statement (and gets no unit files).

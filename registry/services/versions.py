@@ -49,7 +49,7 @@ from registry.domain.text import (
     validate_label,
     validate_text,
 )
-from registry.services import chunks, gc, licenses, lifecycle, quotas
+from registry.services import adapters, chunks, gc, licenses, lifecycle, quotas
 from registry.services.blobs import grant_blob, owned_blobs
 from registry.services.loaders import find_version_unchecked, load_model_unchecked
 from registry.services.ports import Ports
@@ -68,6 +68,8 @@ class SubmitRequest:
     hf_endpoint: str | None = None
     license: str | None = None
     """A license the submitter declares (an SPDX id or expression, a Hub id, or ``other:<name>``)."""
+    adapter_of: str | None = None
+    """The base version this version is an adapter of (``registry/services/adapters.py``), or None."""
 
     def validate(self) -> None:
         """Refuse free text that is too long or holds control or bidirectional characters (globs are
@@ -190,10 +192,15 @@ def read_signature(session: Session, principal: AuthenticatedPrincipal, tenant: 
 # --- submitting ------------------------------------------------------------------------------
 
 
-def source_key(kind: str, repo: str, endpoint: str | None, revision: str, include: tuple, exclude: tuple) -> str:
-    """What makes two submissions the same version: source, pinned revision and file selection."""
+def source_key(kind: str, repo: str, endpoint: str | None, revision: str, include: tuple, exclude: tuple,
+               adapter_of: str | None = None) -> str:
+    """What makes two submissions the same version: source, pinned revision and file selection, and for an
+    adapter the base it is bound to (``adapter_of``: the base's statement digest; absent for other versions, so
+    their keys stay what they were)."""
     body = {"kind": kind, "repo": repo, "endpoint": endpoint, "revision": revision,
             "include": sorted(include), "exclude": sorted(exclude)}
+    if adapter_of is not None:
+        body["adapter_of"] = adapter_of
     return hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()
 
 
@@ -244,11 +251,14 @@ def submit(
         TenantNotFoundError: no such tenant.
         QuotaExceededError: the files the tenant does not own yet would take it over its quota
             (their declared sizes); nothing is created.
+        AdapterBaseNotFoundError, AdapterBaseUnusableError: ``request.adapter_of`` names no usable base.
     """
     require(principal, tenant, Permission.SUBMIT)
     validate_name("model", name)
     request.validate()
     tenant_row = get_tenant(session, tenant)
+    base = None if request.adapter_of is None else adapters.resolve_base(session, principal, tenant, name,
+                                                                         request.adapter_of)
     kind, locator = parse_source_uri(request.source)
     source = open_source(request.source, request.hf_endpoint, request.include, request.exclude)
     try:
@@ -265,7 +275,7 @@ def submit(
     model = _lock_or_create_model(session, tenant_row.id, name)
     if snapshot is not None:
         key = source_key(snapshot.source_kind, snapshot.repo, _endpoint(source), snapshot.revision,
-                         request.include, request.exclude)
+                         request.include, request.exclude, adapters.key_of(base))
         existing = session.scalar(
             select(Version).where(Version.model_id == model.id, Version.source_key == key,
                                   Version.state.in_([s.value for s in LIVE]), Version.deleted_at.is_(None))
@@ -296,10 +306,13 @@ def submit(
     session.add(version)
     session.flush()
     ref = f"{tenant}/{name}@{version.number}"
+    if base is not None:
+        adapters.bind(session, version, base)
     audit.append(session, actor=principal.name, action="version.submitted", subject=ref, tenant=tenant,
                  details={"source": request.source, "requested_revision": request.revision,
                           "include": list(request.include), "exclude": list(request.exclude),
-                          "declared_license": request.license})
+                          "declared_license": request.license,
+                          **({} if base is None else {"adapter_of": adapters.statement_binding(version)})})
     if snapshot is not None:
         accept_snapshot(session, version, snapshot, limits, ports)
     elif isinstance(resolve_error, UpstreamError):
@@ -404,15 +417,18 @@ def submit_uploaded(
     ports: Ports,
     license: str | None = None,
     derived_from: Version | None = None,
+    adapter_of: str | None = None,
 ) -> tuple[Version, bool]:
     """Submit a version whose files were uploaded beforehand (``PUT /v1/blobs/sha256/{digest}``).
 
     The revision is the sha256 of the file list, so the same directory uploaded twice is one version.
     ``derived_from``: the version of the same model this unit was derived from (``registry.services.derive``);
     it is part of the source's key, so the same parts derived from another version are another version.
+    ``adapter_of``: the base version the upload is an adapter of (``registry/services/adapters.py``).
 
     Raises:
         LimitExceededError: more files than a version may hold (refused before any lookup).
+        AdapterBaseNotFoundError, AdapterBaseUnusableError: ``adapter_of`` names no usable base.
         InvalidInputError: a bad path or digest.
         BlobsNotUploadedError: files whose blobs the tenant has not uploaded or mirrored itself.
         SizeMismatchError: a file whose size differs from its stored blob's.
@@ -427,6 +443,7 @@ def submit_uploaded(
                                  files=len(files), limit=limits.max_files)
     entries = validate_file_list(files)
     tenant_id = get_tenant(session, tenant).id
+    base = None if adapter_of is None else adapters.resolve_base(session, principal, tenant, name, adapter_of)
     begin_write(session)
     # Held until the version's files are committed: a blob garbage collection took is missing here,
     # and the client uploads it again.
@@ -446,7 +463,7 @@ def submit_uploaded(
                         revision=hashlib.sha256(listing).hexdigest(),
                         files=tuple(UpstreamFile(path=e.path, size=e.size, sha256=e.sha256) for e in entries))
     model = _lock_or_create_model(session, tenant_id, name)
-    key = source_key("upload", label, None, snapshot.revision, (), ())
+    key = source_key("upload", label, None, snapshot.revision, (), (), adapters.key_of(base))
     if derived_from is not None and derived_from.model_id != model.id:
         session.rollback()
         raise InvalidInputError("a unit is derived from a version of the same model", reason="derive-other-model")
@@ -462,10 +479,13 @@ def submit_uploaded(
     model.next_version += 1
     session.add(version)
     session.flush()
+    if base is not None:
+        adapters.bind(session, version, base)
     ref = f"{tenant}/{name}@{version.number}"
     audit.append(session, actor=principal.name, action="version.submitted", subject=ref, tenant=tenant,
                  details={"source": f"upload:{label}", "files": len(entries),
-                          **({} if derived_from is None else {"derived_from": derived_from.number})})
+                          **({} if derived_from is None else {"derived_from": derived_from.number}),
+                          **({} if base is None else {"adapter_of": adapters.statement_binding(version)})})
     accept_snapshot(session, version, snapshot, limits, ports, stored={e.path: e.sha256 for e in entries},
                     held=True)
     session.commit()
@@ -519,8 +539,10 @@ def accept_snapshot(session: Session, version: Version, snapshot: Snapshot, limi
     version.upstream_card = licenses.bounded_card(snapshot.card)
     card = licenses.card_license(version.upstream_card)
     version.license = card.id if card is not None else None
+    binding = version.adapter_binding
     version.source_key = source_key(snapshot.source_kind, snapshot.repo, version.source_endpoint,
-                                    snapshot.revision, tuple(version.include), tuple(version.exclude))
+                                    snapshot.revision, tuple(version.include), tuple(version.exclude),
+                                    None if binding is None else binding.base_manifest_digest)
     if stored is None:
         stored = _already_stored(session, version.model.tenant_id, snapshot.files)
     # Locked until this transaction commits the references; a blob garbage-collected meanwhile is

@@ -108,7 +108,8 @@ def test_every_error_status_is_a_problem(spec):
 @pytest.mark.parametrize("label, statuses", [
     ("POST /v1/tenants", {"401", "403", "409", "422"}),
     ("GET /v1/models/{tenant}/{name}/versions/{number}", {"401", "403", "404", "422"}),
-    ("POST /v1/models/{tenant}/{name}/versions", {"401", "403", "404", "413", "422"}),
+    # 409: an adapter's base that cannot be bound (adapter-base-unusable).
+    ("POST /v1/models/{tenant}/{name}/versions", {"401", "403", "404", "409", "413", "422"}),
     ("PUT /v1/blobs/sha256/{digest}", {"401", "403", "404", "413", "422", "502"}),
     ("GET /v1/blobs/sha256/{digest}", {"403", "404", "416", "422", "502"}),
     ("GET /readyz", {"503"}),

@@ -181,3 +181,49 @@ def test_0033_records_the_components_of_versions_whose_seal_ran(empty_database_u
         assert recorded[1]["chat_templates"] != recorded[2]["chat_templates"]
     finally:
         engine.dispose()
+
+
+def test_0035_adds_adapter_bindings_looked_up_by_weights_digest_and_drops_them_in_place(empty_database_url):
+    """An adapter's binding (version, base version, the base's weights digest) is a table of its own: added with an
+    index on the digest, and dropped again without touching the versions it refers to."""
+    from alembic import command
+    from sqlalchemy import text
+
+    engine = make_engine(empty_database_url)
+    try:
+        migrate.upgrade(engine, "0034")
+        now = "2026-11-01 00:00:00"
+        with engine.begin() as conn:
+            for statement in [
+                "INSERT INTO tenants (id, name, created_at) VALUES (1, 'acme', :now)",
+                "INSERT INTO models (id, tenant_id, name, next_version, created_at) VALUES "
+                "(1, 1, 'llm', 2, :now), (2, 1, 'llm-support', 2, :now)",
+                "INSERT INTO versions (id, model_id, number, state, source_kind, source_repo, include, exclude, "
+                "created_at, updated_at) VALUES (1, 1, 1, 'approved', 'upload', 'x', '[]', '[]', :now, :now), "
+                "(2, 2, 1, 'submitted', 'upload', 'y', '[]', '[]', :now, :now)",
+            ]:
+                conn.execute(text(statement), {"now": now})
+        migrate.upgrade(engine)
+        indexes = {i["name"]: i["column_names"] for i in inspect(engine).get_indexes("adapter_bindings")}
+        assert indexes["ix_adapter_bindings_weights_digest"] == ["weights_digest"]
+        assert "ix_versions_manifest_digest" in {i["name"] for i in inspect(engine).get_indexes("versions")}
+        with engine.begin() as conn:
+            conn.execute(text("INSERT INTO adapter_bindings (version_id, base_version_id, weights_digest, "
+                              "base_manifest_digest, requested, created_at) VALUES "
+                              "(2, 1, :w, :m, 'acme/llm@1', :now)"), {"w": "a" * 64, "m": "b" * 64, "now": now})
+        with engine.connect() as conn:
+            bound = conn.execute(text("SELECT version_id FROM adapter_bindings WHERE weights_digest = :w"),
+                                 {"w": "a" * 64}).scalars().all()
+        assert bound == [2]
+        config = migrate.alembic_config(str(engine.url))
+        with engine.begin() as conn:
+            config.attributes["connection"] = conn
+            command.downgrade(config, "0034")
+        assert "adapter_bindings" not in inspect(engine).get_table_names()
+        assert "ix_versions_manifest_digest" not in {i["name"] for i in inspect(engine).get_indexes("versions")}
+        with engine.connect() as conn:
+            assert conn.execute(text("SELECT count(*) FROM versions")).scalar() == 2
+        migrate.upgrade(engine)
+        assert "adapter_bindings" in inspect(engine).get_table_names()
+    finally:
+        engine.dispose()
