@@ -62,6 +62,7 @@ def create_app(container: Container) -> FastAPI:
 def _optional_routers():
     """Routers of the model lifecycle; imported here so health and identity work on their own."""
     from api.routers import (
+        admission,
         aliases,
         approvals,
         blobs,
@@ -75,6 +76,7 @@ def _optional_routers():
         oci,
         provenance,
         quotas,
+        receipts,
         revocations,
         scans,
         tlog,
@@ -83,4 +85,5 @@ def _optional_routers():
 
     return [models.router, approvals.router, keys.router, scans.router, blobs.router, aliases.router,
             revocations.router, manifests.router, evals.router, events.router, exports.router, hf.router,
-            provenance.router, quotas.router, webhooks.router, oci.router, tlog.router]
+            provenance.router, quotas.router, webhooks.router, oci.router, tlog.router, admission.router,
+            receipts.router]

@@ -50,6 +50,7 @@ STATUS_BY_ERROR: list[tuple[type[errors.RegistryError], int]] = [
     (errors.IntegrityError, 422),
     (errors.UpstreamError, 502),
     (errors.ServiceUnavailableError, 503),
+    (errors.TooManyRequestsError, 429),
     (errors.RegistryError, 400),
 ]
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import datetime as dt
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StrictBool
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, StrictBool
 
 from api.params import NAME_PATTERN, ByteCount, PrincipalName, TenantName, VersionNumber
 from registry.auth import Role
@@ -29,6 +29,23 @@ from registry.sources.filters import MAX_GLOB_LENGTH, MAX_GLOBS
 # A body's integers are JSON integers: pydantic's lax mode reads true, "1" and 1.0 as 1 (issue 18).
 StrictVersionNumber = Annotated[VersionNumber, Field(strict=True)]
 StrictByteCount = Annotated[ByteCount, Field(strict=True)]
+
+
+def _rfc3339_text(value: Any) -> Any:
+    # Lax pydantic reads a number as seconds since the epoch; a body's time is the RFC 3339 string it documents.
+    if not isinstance(value, str):
+        raise ValueError("a date-time is an RFC 3339 string")
+    return value
+
+
+def _with_offset(value: dt.datetime) -> dt.datetime:
+    if value.tzinfo is None:
+        raise ValueError("a date-time needs its offset (Z or +hh:mm)")
+    return value
+
+
+# A point in time in a request body: an RFC 3339 string with its offset.
+ZonedDateTime = Annotated[dt.datetime, BeforeValidator(_rfc3339_text), AfterValidator(_with_offset)]
 
 
 class Strict(BaseModel):

@@ -205,8 +205,46 @@ class RevokedNodeRow(BaseModel):
     revocation: RevocationNote
 
 
+class RunningPlace(BaseModel):
+    """A place holding the version now, as its reporter said (``registry/services/receipts.py``)."""
+
+    program: str = Field(description="fetch, cache-warm, serve-s3, cache-sweep, cluster-watch or admission")
+    principal: str = Field(description="the node identity that reported it")
+    node: str | None = Field(description="the node it is on (a pod's node), when known")
+    reporter_node: str | None
+    place: dict[str, Any] = Field(description="where: path (node, path), bucket (node, bucket, prefix) or pod "
+                                              "(namespace, pod, uid, volume)")
+    since: str = Field(description="when it was first reported held")
+    last_reported_at: str
+    reporter_last_report_at: str
+    stale: bool = Field(description="its reporter has not reported for longer than the registry's stale period")
+
+
+class RunningGroup(BaseModel):
+    key: str | None = Field(description="the node, namespace or namespace/pod; null: places that are no pod")
+    since: str
+    stale: bool = Field(description="every place of the group is stale")
+    places: list[RunningPlace]
+
+
+class RunningPublic(VersionHead):
+    by: str
+    revocation: RevocationNote | None
+    stale_after_seconds: float
+    places: list[RunningPlace]
+    groups: list[RunningGroup]
+    next_cursor: str | None
+
+
+class HoldingRevokedPlace(RunningPlace):
+    model: str
+    version: int
+
+
 class RevokedNodesPublic(BaseModel):
     tenant: str
+    holding: list[HoldingRevokedPlace] = Field(description="places reporting that they hold a revoked version "
+                                                           "now (first page only)")
     nodes: list[RevokedNodeRow]
     next_cursor: str | None
 
@@ -274,6 +312,41 @@ class ComponentHistoryPublic(BaseModel):
     security_capacity: str
     changes: list[ComponentChangeRow]
     next_cursor: str | None
+
+
+class BoundAdapterRow(BaseModel):
+    model: str
+    version: int
+    state: str
+    base: dict[str, Any] = Field(description="the base version the adapter names: {model, version}")
+    requested: str = Field(description="what the submitter named as the base (acme/llm@prod, sha256:...)")
+    peft_type: str | None = Field(description="the PEFT type the check at seal read (LORA...); None before the seal")
+    sealed_at: str | None
+
+
+class BoundAdaptersPublic(BaseModel):
+    digest: str = Field(description="the base weights component digest asked about")
+    adapters: list[BoundAdapterRow]
+    next_cursor: str | None
+
+
+class AdapterRefPublic(RefPublic):
+    version: int | None = Field(description="the version named (None: the alias pointed at none at that time)")
+    move: int | None = Field(None, description="with at: the alias move that set what it served then")
+
+
+class AdapterBasePublic(BaseModel):
+    model: str
+    at: str | None = Field(description="the time asked about (UTC), or None: now")
+    version: int | None = Field(description="the adapter version (None: the alias did not exist then)")
+    state: str | None
+    ref: AdapterRefPublic
+    base: dict[str, Any] | None = Field(description="{model, version, weights_digest, manifest_digest, requested, "
+                                                    "state}: the base the adapter is bound to (state None unless "
+                                                    "you may read the base's tenant)")
+    evals: list[dict[str, Any]] = Field(description="the adapter's eval results that ran on that base")
+    elsewhere: list[dict[str, Any]] = Field(description="{suite, status, ran_on} of results that ran on another "
+                                                        "base or on none: they cover nothing")
 
 
 class AuditLogCheck(Strict):

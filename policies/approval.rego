@@ -7,6 +7,7 @@
 # call them with their own documents (rego-cpp 1.5.2 crashes on `with input as`).
 package modelreg.approval
 
+import data.modelreg.adapters
 import data.modelreg.evals
 import data.modelreg.unit
 import rego.v1
@@ -44,7 +45,7 @@ approved_file(doc, cfg, path) if {
 	path in a.files
 }
 
-unmet_of(doc, cfg) := ((((((((((((rejections(doc) | unsafe_files(doc)) | unscanned_files(doc)) | suspicious_files(doc, cfg)) | remote_code(doc, cfg)) | license(doc, cfg)) | license_conflict(doc, cfg)) | license_file_unmatched(doc, cfg)) | capacities(doc, cfg)) | evals.gates(doc, cfg)) | evals.regressions(doc, cfg)) | template_review(doc, cfg)) | unit.evals_required(doc, cfg))
+unmet_of(doc, cfg) := (((((((((((((rejections(doc) | unsafe_files(doc)) | unscanned_files(doc)) | suspicious_files(doc, cfg)) | remote_code(doc, cfg)) | license(doc, cfg)) | license_conflict(doc, cfg)) | license_file_unmatched(doc, cfg)) | capacities(doc, cfg)) | evals.gates(doc, cfg)) | evals.regressions(doc, cfg)) | template_review(doc, cfg)) | unit.evals_required(doc, cfg)) | adapters.eval_base(doc))
 
 rejections(doc) := {u |
 	some a in doc.approvals

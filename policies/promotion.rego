@@ -6,9 +6,11 @@
 # it is empty.
 # Admins move any alias; otherwise the principal needs one of the capacities data.json lists for the
 # alias (`promotion_capacities[alias]`, else `promotion_capacities.default`). Whoever moves it, the
-# target (and a canary) must be an approved version: not pending, rejected or revoked.
+# target (and a canary) must be an approved version: not pending, rejected or revoked; an adapter's evals must have
+# run on the base it is bound to (adapters.rego).
 package modelreg.promotion
 
+import data.modelreg.adapters
 import data.modelreg.evals
 import data.modelreg.unit
 import rego.v1
@@ -26,7 +28,7 @@ may_move(doc, cfg) if {
 	c in alias_capacities(doc.alias, cfg)
 }
 
-unmet_of(doc, cfg) := (((not_permitted(doc, cfg) | not_approved(doc.target, "target")) | not_approved(doc.canary, "canary")) | regressions(doc, cfg)) | unit.evals_required(doc, cfg)
+unmet_of(doc, cfg) := ((((not_permitted(doc, cfg) | not_approved(doc.target, "target")) | not_approved(doc.canary, "canary")) | regressions(doc, cfg)) | unit.evals_required(doc, cfg)) | adapters.eval_base(doc)
 
 # The target's evals may not regress against the version the alias points at now (the same rule as
 # approval's, whose baseline is `evals.baseline_alias`; here it is the alias moved).

@@ -2,7 +2,9 @@
 
 Each event stores the hash of the event before it; its own hash covers its id, time, actor, action,
 subject, tenant, details and that previous hash. ``append`` runs in the caller's transaction, so an
-event exists exactly when the change it records is committed. ``verify`` recomputes the chain and
+event exists exactly when the change it records is committed; ``append_many`` appends a batch of events
+under one lock of the head and one insert (a caller recording N things pays for one append, not N).
+``verify`` recomputes the chain and
 names the first event that was altered, removed or reordered; the head row (last id and hash,
 updated with each append) catches the removal of the newest events.
 
@@ -17,6 +19,7 @@ service's transaction, which holds no signing key and should not wait for a sign
 Usage (a sketch, not run as a doctest)::
 
     append(session, actor="alice", action="version.submitted", subject="acme/llama@3")
+    append_many(session, [Entry("bob", "version.approved", "acme/llama@3", "acme"), ...])
     saved = [checkpoint(session, key).as_dict()]
     verify(session, checkpoints=saved, keys=key.public_key)  # raises AuditChainError
 """
@@ -30,10 +33,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Iterator
 
-from sqlalchemy import select, text
+from sqlalchemy import insert, select, text
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.exc import IntegrityError as SAIntegrityError
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import Session, make_transient_to_detached
 
 from registry.db.models import AuditCheckpoint, AuditEvent, AuditHead, utcnow
 from registry.db.session import begin_write, is_postgres
@@ -45,7 +48,7 @@ from registry.tlog import events as log_events
 
 GENESIS = "0" * 64
 NOTIFY_CHANNEL = "modelreg_events"
-"""PostgreSQL: each append notifies this channel with the event's id (see registry.watch)."""
+"""PostgreSQL: each append notifies this channel with its (last) event's id (see registry.watch)."""
 # The actor of the registry's own actions; no principal may take this name.
 SYSTEM_ACTOR = "system"
 _HEAD_ID = 1
@@ -102,6 +105,17 @@ def _encode(body: dict[str, Any]) -> bytes:
     return log_events.encode_body(body)
 
 
+@dataclass(frozen=True, slots=True)
+class Entry:
+    """One event to append (:func:`append_many`): everything but its id, time and hashes."""
+
+    actor: str
+    action: str
+    subject: str
+    tenant: str | None = None
+    details: Mapping[str, Any] | None = None
+
+
 def append(
     session: Session,
     *,
@@ -111,10 +125,57 @@ def append(
     tenant: str | None = None,
     details: dict[str, Any] | None = None,
 ) -> AuditEvent:
-    """Append one event in the caller's transaction (the caller commits).
+    """Append one event in the caller's transaction (the caller commits): :func:`append_many` of one."""
+    return append_many(session, [Entry(actor, action, subject, tenant, details)])[0]
 
-    Appends are serialized by a lock on the head row, so concurrent transactions form one chain.
+
+def append_many(session: Session, entries: Sequence[Entry]) -> list[AuditEvent]:
+    """Append ``entries`` in order, as consecutive events, in the caller's transaction (the caller commits).
+
+    Appends are serialized by a lock on the head row, so concurrent transactions form one chain. A batch takes
+    that lock once, chains its events in memory, inserts them in one bulk statement and moves the head once; on
+    PostgreSQL it sends one notification, the last event's id (:mod:`registry.watch` reads every event past its
+    head when notified). Each event is hashed exactly as if it had been appended alone.
+
+    Returns:
+        The events, in ``entries``' order, persistent in ``session``.
     """
+    if not entries:
+        return []
+    head = _lock_head(session)
+    # Microsecond precision survives both databases, so the hash recomputes identically.
+    at = utcnow()
+    prev_hash, next_id = head.last_hash, head.last_event_id + 1
+    rows: list[dict[str, Any]] = []
+    for entry in entries:
+        details = json.loads(json.dumps(dict(entry.details or {}), default=str))
+        row = {"id": next_id, "at": at, "actor": entry.actor, "action": entry.action, "subject": entry.subject,
+               "tenant": entry.tenant, "details": details, "prev_hash": prev_hash}
+        row["hash"] = prev_hash = event_hash(**row)
+        rows.append(row)
+        next_id += 1
+    # The table, not the mapped class: the ORM's bulk insert would split the rows wherever a None (a tenant) comes
+    # and goes, one statement per run.
+    session.execute(insert(AuditEvent.__table__), rows)
+    head.last_event_id, head.last_hash = rows[-1]["id"], prev_hash
+    session.flush()
+    if is_postgres(session):
+        # Delivered when this transaction commits, never before nor on rollback: the API processes'
+        # watchers (registry.watch) wake the long-polls these events concern.
+        session.execute(text("SELECT pg_notify(:channel, :id)"),
+                        {"channel": NOTIFY_CHANNEL, "id": str(rows[-1]["id"])})
+    events = []
+    for row in rows:
+        event = AuditEvent(**row)
+        # Inserted above: the session takes it as loaded from the database, not as one more to insert.
+        make_transient_to_detached(event)
+        session.add(event)
+        events.append(event)
+    return events
+
+
+def _lock_head(session: Session) -> AuditHead:
+    """The chain's head row, locked until the transaction ends (created, at genesis, if there is none)."""
     head_query = select(AuditHead).where(AuditHead.id == _HEAD_ID)
     if is_postgres(session):
         # The head row must exist before it can be locked: otherwise two first appends both see
@@ -128,32 +189,7 @@ def append(
     if head is None:
         head = AuditHead(id=_HEAD_ID, last_event_id=0, last_hash=GENESIS)
         session.add(head)
-    details = json.loads(json.dumps(details or {}, default=str))
-    # Microsecond precision survives both databases, so the hash recomputes identically.
-    at = utcnow()
-    event = AuditEvent(
-        id=head.last_event_id + 1,
-        at=at,
-        actor=actor,
-        action=action,
-        subject=subject,
-        tenant=tenant,
-        details=details,
-        prev_hash=head.last_hash,
-    )
-    event.hash = event_hash(
-        id=event.id, at=at, actor=actor, action=action, subject=subject, tenant=tenant,
-        details=details, prev_hash=event.prev_hash,
-    )
-    session.add(event)
-    head.last_event_id = event.id
-    head.last_hash = event.hash
-    session.flush()
-    if is_postgres(session):
-        # Delivered when this transaction commits, never before nor on rollback: the API processes'
-        # watchers (registry.watch) wake the long-polls this event concerns.
-        session.execute(text("SELECT pg_notify(:channel, :id)"), {"channel": NOTIFY_CHANNEL, "id": str(event.id)})
-    return event
+    return head
 
 
 def events(session: Session, *, tenant: str | None = None, after: int = 0, limit: int = 100,

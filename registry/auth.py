@@ -1,7 +1,8 @@
 """Principals, roles, tenants and tokens; permission checks as plain functions.
 
 Roles are held per tenant: ``submitter``, ``approver`` (with a capacity such as ``security``,
-``legal`` or ``ml``), ``auditor``, ``node`` (fetch only) and ``admin``. A principal flagged
+``legal`` or ``ml``), ``auditor``, ``node`` (fetch only) and ``admin``; ``admission`` (an admission
+webhook's) is held in a tenant but asks for reviews of every namespace. A principal flagged
 ``is_admin`` administers every tenant. Tokens are random strings shown once; only their sha256 is
 stored. The API and the CLI call the same ``require`` checks.
 
@@ -56,6 +57,9 @@ class Role(str, enum.Enum):
     AUDITOR = "auditor"
     NODE = "node"
     ADMIN = "admin"
+    ADMISSION = "admission"
+    """System-wide: held in any tenant, it lets an admission webhook ask for reviews
+    (``registry/services/admission.py``); it grants no permission in the tenant itself."""
 
 
 class Permission(str, enum.Enum):
@@ -73,6 +77,7 @@ ROLE_PERMISSIONS: dict[Role, frozenset[Permission]] = {
     Role.AUDITOR: frozenset({Permission.READ, Permission.AUDIT}),
     Role.NODE: frozenset({Permission.FETCH}),
     Role.ADMIN: frozenset(Permission),
+    Role.ADMISSION: frozenset(),
 }
 
 

@@ -31,6 +31,7 @@ if TYPE_CHECKING:
     from registry.console.sessions import SessionKey
     from registry.policy import PolicyEngine
     from registry.services.manifests import ReleaseCache
+    from registry.services.receipts import ReportRateLimiter
     from registry.signing.keyring import KeyRing
     from registry.signing.keys import SigningKey
     from registry.signing.trust_root import LogTrust
@@ -137,6 +138,13 @@ class Container:
         from registry.services.manifests import ReleaseCache
 
         return ReleaseCache()
+
+    @cached_property
+    def receipt_limiter(self) -> "ReportRateLimiter":
+        """Receipt reports per principal per minute (``receipts_rate_per_minute``), counted in this process."""
+        from registry.services.receipts import ReportRateLimiter
+
+        return ReportRateLimiter(self.settings.receipts_rate_per_minute)
 
     @cached_property
     def policy(self) -> "PolicyEngine":

@@ -102,6 +102,31 @@ class Decision:
         return {**dataclasses.asdict(self), "allowed": self.allowed}
 
 
+ADMISSION_OUTCOMES = ("allowed", "denied", "warned")
+MAX_KEPT_ADMISSION_DECISIONS = 4096
+"""Admission decisions kept per input digest (the set is emptied when full)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class AdmissionDecision:
+    """The admission policy's answer for one review.
+
+    Attributes:
+        tenant: The tenant the namespace serves (None: none).
+        mode: ``enforce``, ``warn`` or ``off``.
+        references: One ``{outcome, rule}`` per reference of the input, in its order (empty on ``error``).
+        bundle_digest, input_digest: As :class:`Decision`'s.
+        error: Why the policy failed: every reference is then denied, rule ``policy.error``.
+    """
+
+    tenant: str | None
+    mode: str
+    references: list[dict[str, Any]]
+    bundle_digest: str
+    input_digest: str
+    error: str | None = None
+
+
 class PolicyEvaluationError(Exception):
     """The policy cannot decide (it does not load, fails or answers nonsense): a reason to deny.
 
@@ -159,6 +184,7 @@ class PolicyEngine:
         self.directory = directory
         self.bundle = bundle
         self.load_error = load_error
+        self._admission_kept: dict[str, AdmissionDecision] = {}
 
     @classmethod
     def from_directory(cls, directory: Path | str) -> PolicyEngine:
@@ -204,13 +230,23 @@ class PolicyEngine:
         """
         if self.bundle is None:
             raise PolicyEvaluationError(self.load_error or "no policy bundle")
+        return self.interpreter_of({**self.bundle.modules, **(extra_modules or {})})
+
+    def interpreter_of(self, modules: dict[str, str]) -> "Interpreter":
+        """A fresh interpreter with ``modules`` and the bundle's data.json loaded.
+
+        Raises:
+            PolicyEvaluationError: a module or data.json that does not load (the reason says which).
+        """
+        if self.bundle is None:
+            raise PolicyEvaluationError(self.load_error or "no policy bundle")
         regopy = _regopy()
         RegoError = regopy.RegoError  # noqa: N806
         rego = regopy.Interpreter()
         # Without this a failing built-in (a type error, a bad regex) silently makes its rule
         # undefined, which could drop an unmet requirement: surface it as an error instead.
         rego.strict_built_in_errors = True
-        for name, source in {**self.bundle.modules, **(extra_modules or {})}.items():
+        for name, source in modules.items():
             if _WITH_RE.search(source):
                 raise PolicyEvaluationError(f"{name} uses `with`, which regopy cannot evaluate safely")
             try:
@@ -254,6 +290,59 @@ class PolicyEngine:
             ``allowed``, ``denied`` or (the policy failed) ``error``.
         """
         return self._decide("promotion", input_doc)
+
+    def admission(self, input_doc: dict[str, Any]) -> AdmissionDecision:
+        """Decide the model references of one admission review (``data.modelreg.admission.decision``).
+
+        Only ``admission.rego`` and ``data.json`` are loaded (an admission review must answer in
+        milliseconds), and a decision is kept per input digest: the policy is a function of its input and
+        the bundle, so the same review is answered again without evaluating. Never raises: a policy that
+        fails, or answers one verdict per reference that is not ``{outcome, rule}``, gives an ``error``
+        decision, which denies every reference (fail closed).
+
+        Args:
+            input_doc: Built by :func:`registry.services.admission.policy_input`.
+        """
+        try:
+            encoded = canonical_json(input_doc)
+        except InvalidInputError as exc:
+            return AdmissionDecision(None, "enforce", [], self.bundle_digest, "", error=str(exc))
+        input_digest = hashlib.sha256(encoded).hexdigest()
+        kept = self._admission_kept.get(input_digest)
+        if kept is not None:
+            return kept
+        try:
+            decision = self._admission(input_doc, encoded, input_digest)
+        except PolicyEvaluationError as exc:
+            return AdmissionDecision(None, "enforce", [], self.bundle_digest, input_digest, error=str(exc))
+        if len(self._admission_kept) >= MAX_KEPT_ADMISSION_DECISIONS:
+            self._admission_kept.clear()
+        self._admission_kept[input_digest] = decision
+        return decision
+
+    def _admission(self, input_doc: dict[str, Any], encoded: bytes, input_digest: str) -> AdmissionDecision:
+        if self.load_error is not None or self.bundle is None:
+            raise PolicyEvaluationError(self.load_error or "no policy bundle")
+        if len(encoded) > MAX_INPUT_BYTES:
+            raise PolicyEvaluationError(f"policy input is {len(encoded)} bytes, more than {MAX_INPUT_BYTES}")
+        source = self.bundle.modules.get("admission.rego")
+        if source is None:
+            raise PolicyEvaluationError(f"admission.rego is missing from {self.directory}")
+        rego = self.interpreter_of({"admission.rego": source})
+        rego.set_input_term(encoded.decode("utf-8"))
+        where = "data.modelreg.admission.decision"
+        result = _query(rego, where)
+        references = result.get("references") if isinstance(result, dict) else None
+        if not isinstance(references, list) or len(references) != len(input_doc.get("references", ())):
+            raise PolicyEvaluationError(f"{where} gives no verdict per reference")
+        for verdict in references:
+            if not (isinstance(verdict, dict) and verdict.get("outcome") in ADMISSION_OUTCOMES
+                    and isinstance(verdict.get("rule"), str)):
+                raise PolicyEvaluationError(f"{where} holds {str(verdict)[:200]}, not an outcome and a rule")
+        tenant, mode = result.get("tenant"), result.get("mode")
+        if not (tenant is None or isinstance(tenant, str)) or mode not in ("enforce", "warn", "off"):
+            raise PolicyEvaluationError(f"{where} names no tenant and mode")
+        return AdmissionDecision(tenant, mode, references, self.bundle_digest, input_digest)
 
     def _decide(self, kind: Kind, input_doc: dict[str, Any]) -> Decision:
         try:

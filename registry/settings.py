@@ -195,6 +195,11 @@ class Settings(BaseSettings):
     webhook_delivery_threads: int = Field(
         4, ge=1, le=64, description="Threads per worker process that deliver webhooks (only webhooks).")
 
+    receipts_stale_after_seconds: float = Field(
+        900.0, gt=0, description="A place whose node program has not reported for this long is shown stale.")
+    receipts_rate_per_minute: int = Field(
+        120, ge=1, le=100_000, description="Receipt reports one principal may send per minute (per API process).")
+
     job_lease_seconds: float = 60.0
     job_max_attempts: int = Field(5, ge=1, description="Attempts of a job before it is dead.")
     job_backoff_base_seconds: float = 2.0

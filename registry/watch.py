@@ -9,10 +9,11 @@ finds new audit rows and resolves the futures of exactly the keys those rows nam
 - ``tenant:acme`` (or ``global`` for a row of no tenant) and ``any``: for event-stream readers;
 - ``trust_root`` for a trust root published or rotated: every release waiter holds it.
 
-How it learns of them: on PostgreSQL, ``registry.audit.append`` sends ``pg_notify('modelreg_events', id)``
-in the appending transaction (delivered on commit only), and the watcher LISTENs on one dedicated
-connection; it also reads past its head every ``safety_poll_seconds`` in case a notification is lost (a
-connection dropped, an event written without one). On SQLite it reads past its head every
+How it learns of them: on PostgreSQL, ``registry.audit.append`` (and ``append_many``, once a batch) sends
+``pg_notify('modelreg_events', id)`` with the newest id it appended, in the appending transaction (delivered on
+commit only), and the watcher LISTENs on one dedicated connection and reads every event past its head; it
+also reads past its head every ``safety_poll_seconds`` in case a notification is lost (a connection dropped,
+an event written without one). On SQLite it reads past its head every
 ``poll_seconds``: one cheap query per interval per process, whatever the number of waiters.
 
 A waiter passes ``since``, the watcher's :attr:`~EventWatcher.head` taken *before* it read the state it

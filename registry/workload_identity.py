@@ -8,9 +8,10 @@ per ``refresh_interval``), ``iss``, ``aud``, ``exp``, ``nbf`` and ``iat``. The `
 name the namespace and service account; :func:`authenticate_workload` maps them through the
 ``node_bindings`` an administrator made (``modelreg node bind``) to a principal named
 ``sa:<namespace>/<service account>@<issuer>`` (the issuer URL without its scheme: EKS and GKE serve many
-clusters' issuers from one host, told apart by the path) that holds only the ``node`` role in the bound
-tenants: one principal per (issuer, namespace, service account). Bindings are read on every request:
-one removed refuses the next request.
+clusters' issuers from one host, told apart by the path) that holds only the binding's role in each bound
+tenant: ``node`` (a serving node), or ``admission`` (the admission webhook, ``modelreg node bind --role
+admission``; :data:`BINDING_ROLES`): one principal per (issuer, namespace, service account). Bindings are read
+on every request: one removed refuses the next request.
 
 The claims the kube-apiserver mints (``pkg/serviceaccount/claims.go``)::
 
@@ -49,6 +50,9 @@ FETCH_TIMEOUT_SECONDS = 5.0
 _DNS_LABEL_RE = re.compile(r"\A[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?\Z")
 _DNS_SUBDOMAIN_RE = re.compile(r"\A[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?\Z")
 SERVICE_ACCOUNT_PREFIX = "system:serviceaccount:"
+BINDING_ROLES = {"node": Role.NODE, "admission": Role.ADMISSION}
+"""The roles a service account may be bound to (``node_bindings.role``); no other: a projected token never holds
+a role that submits, approves or administers."""
 PRINCIPAL_NAME_MAX = 128
 
 
@@ -315,8 +319,8 @@ def _identity(issuer: str, claims: dict[str, Any]) -> WorkloadIdentity:
 
 
 def authenticate_workload(session: Session, verifier: WorkloadVerifier | None, token: str) -> AuthenticatedPrincipal:
-    """The node principal a projected token stands for: verified, then mapped through the bindings as
-    they are now (nothing about the mapping is cached past this request).
+    """The principal a projected token stands for: verified, then mapped through the bindings as they are now
+    (nothing about the mapping is cached past this request), holding each binding's role in its tenant.
 
     Raises:
         WorkloadTokenRejectedError: no issuer is configured, the token fails a check, or no binding
@@ -337,19 +341,23 @@ def authenticate_workload(session: Session, verifier: WorkloadVerifier | None, t
     principal = bindings[0].principal
     if principal.disabled:
         raise _refused("disabled", f"principal {principal.name} is disabled", principal=principal.name)
-    return AuthenticatedPrincipal(
-        id=principal.id, name=principal.name, is_admin=False,
-        roles={b.tenant.name: frozenset({(Role.NODE, "")}) for b in bindings})
+    roles: dict[str, frozenset[tuple[Role, str]]] = {}
+    for b in bindings:
+        role = BINDING_ROLES.get(b.role)
+        if role is not None:  # a role not known here grants nothing
+            roles[b.tenant.name] = roles.get(b.tenant.name, frozenset()) | {(role, "")}
+    return AuthenticatedPrincipal(id=principal.id, name=principal.name, is_admin=False, roles=roles)
 
 
 def bound_node_principal(session: Session, principal: Principal) -> AuthenticatedPrincipal | None:
-    """The node principal ``principal`` is with the bindings it has now (the ``node`` role in each bound
-    tenant), as :func:`authenticate_workload` makes it; None when it is disabled or bound to no tenant. For
-    credentials exchanged for a service-account token (an OCI pull token), which name the principal only."""
+    """The node principal ``principal`` is with the node bindings it has now (the ``node`` role in each tenant
+    it is bound to as a node; an ``admission`` binding gives none), as :func:`authenticate_workload` makes it;
+    None when it is disabled or bound as a node to no tenant. For credentials exchanged for a service-account
+    token (an OCI pull token), which name the principal only."""
     if principal.disabled:
         return None
     tenants = list(session.scalars(select(Tenant.name).join(NodeBinding, NodeBinding.tenant_id == Tenant.id)
-                                   .where(NodeBinding.principal_id == principal.id)))
+                                   .where(NodeBinding.principal_id == principal.id, NodeBinding.role == "node")))
     if not tenants:
         return None
     return AuthenticatedPrincipal(id=principal.id, name=principal.name, is_admin=False,

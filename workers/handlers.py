@@ -62,7 +62,7 @@ def _run_eval_dead(c: Container, payload: Payload, error: str, _cause: BaseExcep
 def _build_oci_artifacts(c: Container, payload: Payload) -> None:
     oci_builds.build_artifacts(c.session_factory, int(payload["version_id"]), blob_store=c.blob_store, clock=c.clock)
     oci_referrers.record_version(c.session_factory, int(payload["version_id"]), blob_store=c.blob_store,
-                                 clock=c.clock)
+                                 clock=c.clock, signer=oci_referrers.signer_of(c.keyring.primary))
 def _record_chunks(c: Container, payload: Payload) -> None:
     chunks.record_blob_chunks(c.session_factory, payload["digest"], ports=c.ports)
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Callable, Coroutine
+from functools import partial
 from typing import Annotated, Any
 from urllib.parse import quote, urlencode
 
@@ -106,7 +107,8 @@ router = APIRouter(prefix="/hf", tags=["hugging face"], route_class=HfRoute,
 def model_info(tenant: TenantName, name: ModelName, session: SessionDep, principal: PrincipalDep,
                container: ContainerDep) -> HfModelInfoPublic:
     """The repository at `main` (the `prod` alias): `sha` and every file (`siblings`)."""
-    return _info(hf.resolve(session, principal, tenant, name, hf.DEFAULT_BRANCH), container)
+    release = hf.resolve(session, principal, tenant, name, hf.DEFAULT_BRANCH, blob_store=container.blob_store)
+    return _info(release, container)
 
 
 @router.get("/api/models/{tenant}/{name}/revision/{revision}", response_model=HfModelInfoPublic,
@@ -114,7 +116,8 @@ def model_info(tenant: TenantName, name: ModelName, session: SessionDep, princip
 def model_info_at(tenant: TenantName, name: ModelName, revision: Revision, session: SessionDep,
                   principal: PrincipalDep, container: ContainerDep) -> HfModelInfoPublic:
     """The repository at a revision: an alias, a version number or a commit, of an approved version."""
-    return _info(hf.resolve(session, principal, tenant, name, revision), container)
+    return _info(hf.resolve(session, principal, tenant, name, revision, blob_store=container.blob_store),
+                 container)
 
 
 def _info(release: ResolvedRevision, container) -> HfModelInfoPublic:
@@ -159,7 +162,7 @@ def tree_under(tenant: TenantName, name: ModelName, revision: Revision, path: Fi
 
 def _tree(tenant: str, name: str, revision: str, path: str, request: Request, response: Response, session,
           principal, container, recursive: bool, cursor: int) -> list[HfTreeEntryPublic]:
-    release = hf.resolve(session, principal, tenant, name, revision)
+    release = hf.resolve(session, principal, tenant, name, revision, blob_store=container.blob_store)
     page = hf.tree_page(release, path, recursive=recursive, cursor=cursor,
                         page_size=container.settings.hf_tree_page_size, blob_store=container.blob_store)
     if page.next_cursor is not None:
@@ -215,7 +218,8 @@ async def paths_info(tenant: TenantName, name: ModelName, revision: Revision, re
                      principal: PrincipalDep, container: ContainerDep) -> list[HfTreeEntryPublic]:
     """The files and folders among `paths` (others are left out, as the Hub does); what `HfFileSystem.info` asks."""
     # Before the body is read: a caller who may not read the repository is refused without sending it.
-    release = await run_in_threadpool(hf.resolve, session, principal, tenant, name, revision)
+    release = await run_in_threadpool(partial(hf.resolve, blob_store=container.blob_store), session, principal,
+                                      tenant, name, revision)
     body = await _paths_info_body(request)
     entries = await run_in_threadpool(hf.paths_info, release, body.paths, container.blob_store)
     return [_tree_entry(e) for e in entries]
@@ -236,7 +240,7 @@ _FILE_HEADERS = {
 def head_file(tenant: TenantName, name: ModelName, revision: Revision, path: FilePath, session: SessionDep,
               principal: PrincipalDep, container: ContainerDep) -> Response:
     """What `hf_hub_download` asks first: commit, ETag and size of a file."""
-    release = hf.resolve(session, principal, tenant, name, revision)
+    release = hf.resolve(session, principal, tenant, name, revision, blob_store=container.blob_store)
     f = hf.describe(release.file(path), container.blob_store)
     return Response(status_code=200, headers={**_file_headers(release, f), "Content-Length": str(f.size)})
 
@@ -249,8 +253,9 @@ def get_file(tenant: TenantName, name: ModelName, revision: Revision, path: File
              principal: PrincipalDep, container: ContainerDep,
              range_header: str | None = Header(None, alias="Range")) -> Response:
     """A file's bytes; one `Range: bytes=a-b` gives a 206 (resumed downloads, safetensors header reads)."""
-    release = hf.resolve(session, principal, tenant, name, revision)
-    f = hf.describe(release.file(path), container.blob_store)
+    release = hf.resolve(session, principal, tenant, name, revision, blob_store=container.blob_store)
+    served = release.file(path)
+    f = hf.describe(served, container.blob_store)
     requested = byte_range(range_header, f.size)
     start, end = requested or (0, f.size)
     headers = {**_file_headers(release, f), "Content-Length": str(end - start)}
@@ -259,7 +264,7 @@ def get_file(tenant: TenantName, name: ModelName, revision: Revision, path: File
     hf.record_download(session, principal, release, clock=container.clock)
     # The version's bytes are read only now: the database session is done with.
     session.close()
-    return StreamingResponse(container.blob_store.open_range(f.sha256, start, end),
+    return StreamingResponse(hf.read_range(served, container.blob_store, start, end),
                              status_code=206 if requested else 200, headers=headers,
                              media_type="application/octet-stream")
 

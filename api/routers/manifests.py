@@ -133,8 +133,10 @@ async def get_manifest(
 ) -> Response:
     """The signed release manifest of ``ref`` (role ``node``, or ``read`` in the tenant).
 
-    Only approved, unrevoked versions are released: 409 ``revoked`` or ``not-approved`` otherwise. Each
-    200 answer is recorded (principal, version, serial, time) for provenance.
+    Only approved, unrevoked versions are released: 409 ``revoked`` or ``not-approved`` otherwise. An
+    adapter's release names the base it is served with (``adapter_of``); 409 ``adapter-base-moved`` when its
+    base's alias of the same name points at other weights, ``adapter-base-revoked`` when its base is revoked.
+    Each 200 answer is recorded (principal, version, serial, time) for provenance.
     """
     settings = container.settings
     kwargs = dict(tenant=tenant, name=name, ref=ref, for_tenant=for_tenant,
@@ -166,8 +168,9 @@ async def get_manifest(
 
 
 def _watch_keys(tenant: str, name: str, issued: manifests.Issued) -> set[str]:
-    """What may change this release: the alias (when ``ref`` is one), the version served, the trust root."""
-    keys = {watch.subject_key(tenant, name, issued.version), watch.TRUST_ROOT}
+    """What may change this release: the alias (when ``ref`` is one), the version served, the trust root, and
+    for an adapter its base's alias and versions."""
+    keys = {watch.subject_key(tenant, name, issued.version), watch.TRUST_ROOT, *issued.watch.also}
     if issued.watch.alias is not None:
         keys.add(watch.subject_key(tenant, name, issued.watch.alias))
     return keys

@@ -1,10 +1,10 @@
-"""Node bindings: Kubernetes service accounts of trusted issuers as a tenant's serving nodes.
-Administrators only (checked in the service)."""
+"""Node bindings: Kubernetes service accounts of trusted issuers as a tenant's serving nodes, or its admission
+webhook (``role``). Administrators only (checked in the service)."""
 
 from __future__ import annotations
 
 import datetime as dt
-from typing import Annotated
+from typing import Annotated, Literal
 
 from fastapi import APIRouter, Query, status
 from pydantic import BaseModel, ConfigDict, Field
@@ -13,7 +13,7 @@ from api.deps import ContainerDep, PrincipalDep, SessionDep
 from api.params import TenantName
 from api.problems import AUTHENTICATED, responses
 from registry.db.models import NodeBinding
-from registry.domain.errors import InvalidInputError, NotFoundError
+from registry.domain.errors import AlreadyExistsError, InvalidInputError, NotFoundError
 from registry.domain.text import FreeText
 from registry.services import node_bindings
 
@@ -31,6 +31,8 @@ class NodeBindingCreate(BaseModel):
     namespace: FreeText(63) = _NAMESPACE
     service_account: FreeText(253) = _ACCOUNT
     tenant: TenantName
+    role: Literal["node", "admission"] = Field("node", description="what its tokens may do in the tenant: fetch "
+                                                                   "releases (node) or ask admission reviews")
 
 
 class NodeBindingPublic(BaseModel):
@@ -38,6 +40,7 @@ class NodeBindingPublic(BaseModel):
     namespace: str
     service_account: str
     tenant: str
+    role: str = Field(description="node or admission")
     principal: str = Field(description="the node principal its tokens authenticate as (provenance names it)")
     created_by: str
     created_at: dt.datetime
@@ -45,17 +48,17 @@ class NodeBindingPublic(BaseModel):
 
 def _public(b: NodeBinding) -> NodeBindingPublic:
     return NodeBindingPublic(issuer=b.issuer, namespace=b.namespace, service_account=b.service_account,
-                             tenant=b.tenant.name, principal=b.principal.name, created_by=b.created_by,
+                             tenant=b.tenant.name, role=b.role, principal=b.principal.name, created_by=b.created_by,
                              created_at=b.created_at)
 
 
 @router.post("", response_model=NodeBindingPublic, status_code=status.HTTP_201_CREATED,
-             responses=responses(*AUTHENTICATED, InvalidInputError, NotFoundError))
+             responses=responses(*AUTHENTICATED, InvalidInputError, NotFoundError, AlreadyExistsError))
 def bind(body: NodeBindingCreate, session: SessionDep, principal: PrincipalDep,
          container: ContainerDep) -> NodeBindingPublic:
     binding = node_bindings.bind(session, principal, issuer=body.issuer, namespace=body.namespace,
                                  service_account=body.service_account, tenant=body.tenant,
-                                 trusted=container.settings.workload_issuers)
+                                 trusted=container.settings.workload_issuers, role=body.role)
     return _public(binding)
 
 

@@ -15,7 +15,7 @@ import datetime as dt
 import re
 from collections.abc import Callable, Coroutine
 from typing import Annotated, Any
-from urllib.parse import urlencode
+from urllib.parse import urlencode, urlsplit
 
 from fastapi import APIRouter, Depends, Form, Header, Query, Request, Response
 from fastapi.exceptions import RequestValidationError
@@ -29,14 +29,13 @@ from api.ranges import byte_range, content_range
 from registry.auth import AuthenticatedPrincipal, authenticate
 from registry.domain import errors
 from registry.domain.errors import AuthenticationError, RegistryError
-from registry.domain.modelpack import OCI_MANIFEST
 from registry.domain.oci_referrers import OCI_INDEX, index
 from registry.services import oci_referrers, oci_serving, oci_tokens
 from registry.services.oci_tokens import OciCaller
 from registry.storage import LocalBlobStore
 
 API_VERSION = {"Docker-Distribution-API-Version": "registry/2.0"}
-ACCEPTABLE = {OCI_MANIFEST, "*/*", "application/*"}
+WILDCARDS = {"*/*", "application/*"}
 MAX_ACCEPT = 8192
 """The most characters of ``Accept`` read, all lines together."""
 REPOSITORY_PATH = re.compile(r"\A/v2/([^/]+/[^/]+)/(?:manifests|blobs|tags|referrers)/")
@@ -280,11 +279,12 @@ def get_manifest(tenant: TenantName, name: ModelName, reference: str, request: R
                  caller: CallerDep, container: ContainerDep) -> Response:
     """A version's manifest by tag (version number, alias) or digest: the exact bytes its digest names."""
     pulled = oci_referrers.manifest_or_referrer(session, caller, tenant, name, reference,
-                                                blob_store=container.blob_store, clock=container.clock)
-    if not _accepts_oci_manifest(request.headers.getlist("accept")):
-        raise errors.OciManifestUnknownError(
-            f"{tenant}/{name}", reference[:80], f"the manifest is {OCI_MANIFEST}, which Accept does not name")
+                                                blob_store=container.blob_store, clock=container.clock,
+                                                signer=_signer(container), host=_registry_host(request, container))
     art = pulled.artifact
+    if not _accepts(request.headers.getlist("accept"), art.media_type):
+        raise errors.OciManifestUnknownError(
+            f"{tenant}/{name}", reference[:80], f"the manifest is {art.media_type}, which Accept does not name")
     headers = {"Docker-Content-Digest": art.manifest_digest, "ETag": f'"{art.manifest_digest}"',
                "Content-Length": str(len(art.manifest_bytes))}
     if request.method == "HEAD":
@@ -293,13 +293,25 @@ def get_manifest(tenant: TenantName, name: ModelName, reference: str, request: R
     return Response(art.manifest_bytes, status_code=200, headers=headers, media_type=art.media_type)
 
 
-def _accepts_oci_manifest(lines: list[str]) -> bool:
-    """Whether the ``Accept`` header names the OCI manifest type (or none is sent). Every line counts: a
-    client may send the header several times (the distribution-spec conformance suite does, index type first)."""
+def _registry_host(request: Request, container: ContainerDep) -> str:
+    """The registry's host as a ``.sig`` payload names it: the configured public URL's, else the one asked (a
+    Host header is the caller's to choose: with a public URL set, it never names the signed reference)."""
+    public_url = container.settings.public_url
+    return urlsplit(public_url).netloc if public_url else request.url.netloc
+
+
+def _signer(container: ContainerDep) -> oci_referrers.ManifestSigner:
+    return oci_referrers.signer_of(container.keyring.primary)
+
+
+def _accepts(lines: list[str], media_type: str) -> bool:
+    """Whether the ``Accept`` header names ``media_type`` (the OCI manifest's, or the index's of the referrers
+    tag schema) or a wildcard, or none is sent. Every line counts: a client may send the header several times
+    (the distribution-spec conformance suite does, index type first)."""
     if sum(map(len, lines)) > MAX_ACCEPT:
         raise errors.InvalidInputError(f"the Accept header is over {MAX_ACCEPT} characters", field="accept")
     types = [t for t in (part.split(";")[0].strip().lower() for line in lines for part in line.split(",")) if t]
-    return not types or any(t in ACCEPTABLE for t in types)
+    return not types or any(t in WILDCARDS or t == media_type for t in types)
 
 
 @router.api_route("/{tenant}/{name}/blobs/{digest}", methods=["GET", "HEAD"])
@@ -309,7 +321,8 @@ def get_blob(tenant: TenantName, name: ModelName, digest: str, request: Request,
     """A blob a released version of this repository references: a file's bytes from the store, a stored config,
     a tar layer generated around files' bytes, or a referrer's document."""
     found = oci_referrers.blob_or_referrer(session, caller, tenant, name, digest, blob_store=container.blob_store,
-                                           clock=container.clock)
+                                           clock=container.clock, signer=_signer(container),
+                                           host=_registry_host(request, container))
     requested = byte_range(range_header, found.size) if request.method == "GET" else None
     start, end = requested or (0, found.size)
     headers = {"Docker-Content-Digest": found.digest, "Content-Length": str(end - start), "Accept-Ranges": "bytes",
@@ -351,7 +364,7 @@ def get_referrers(tenant: TenantName, name: ModelName, digest: str, session: Ses
     """The referrers of a version's model manifest (its signature, ML-BOM, provenance, scan and eval reports):
     an image index, filtered by ``artifactType`` when asked (and then saying so in ``OCI-Filters-Applied``)."""
     found = oci_referrers.referrers(session, caller, tenant, name, digest, blob_store=container.blob_store,
-                                    clock=container.clock)
+                                    clock=container.clock, signer=_signer(container))
     artifact_type = artifact_type or None
     headers = {"OCI-Filters-Applied": "artifactType"} if artifact_type is not None else {}
     return Response(index(found, artifact_type=artifact_type), status_code=200, headers=headers,

@@ -11,11 +11,13 @@ from api.deps import ContainerDep, PrincipalDep, SessionDep
 from api.params import REF_PATTERN, AliasName, ModelName, Sha256Hex, TenantName
 from api.problems import AUTHENTICATED, responses
 from api.schemas_provenance import (
+    AdapterBasePublic,
     AliasHistoryPublic,
     ApprovalsPublic,
     AuditLogCheck,
     AuditLogPublic,
     BlobVersionsPublic,
+    BoundAdaptersPublic,
     ComponentHistoryPublic,
     ComponentVersionsPublic,
     EvalsPublic,
@@ -24,11 +26,12 @@ from api.schemas_provenance import (
     NodesPublic,
     OriginPublic,
     RevokedNodesPublic,
+    RunningPublic,
     ScansPublic,
     VersionComponentsPublic,
 )
-from registry.domain.errors import IntegrityError, NotFoundError
-from registry.services import provenance
+from registry.domain.errors import IntegrityError, NotAnAdapterError, NotFoundError
+from registry.services import provenance, provenance_adapters
 
 router = APIRouter(prefix="/v1/provenance", tags=["provenance"], responses=responses(*AUTHENTICATED, NotFoundError))
 
@@ -98,11 +101,26 @@ def nodes(tenant: TenantName, name: ModelName, ref: Ref, session: SessionDep, pr
     return provenance.nodes(session, principal, tenant, name, ref, limit=limit, cursor=cursor)
 
 
+@router.get("/{tenant}/{name}/running", response_model=RunningPublic)
+def running(tenant: TenantName, name: ModelName, ref: Ref, session: SessionDep, principal: PrincipalDep,
+            container: ContainerDep,
+            by: Annotated[str, Query(pattern="^(node|namespace|pod)$", description="group by")] = "node",
+            limit: Limit = 1000, cursor: Cursor = None) -> dict:
+    """Where the version runs now: every place holding it (node programs, cluster watch, admissions), grouped,
+    with since when and whether its reporter went quiet."""
+    return provenance.running(session, principal, tenant, name, ref, by=by, now=container.clock.now(),
+                              stale_after=container.settings.receipts_stale_after_seconds, limit=limit,
+                              cursor=cursor)
+
+
 @router.get("/revoked-nodes", response_model=RevokedNodesPublic)
 def revoked_nodes(tenant: Annotated[TenantName, Query()], session: SessionDep, principal: PrincipalDep,
-                  limit: Limit = 1000, cursor: Cursor = None) -> dict:
-    """The principals whose last received release of a model of the tenant is of a version revoked since."""
-    return provenance.revoked_nodes(session, principal, tenant, limit=limit, cursor=cursor)
+                  container: ContainerDep, limit: Limit = 1000, cursor: Cursor = None) -> dict:
+    """The principals whose last received release of a model of the tenant is of a version revoked since,
+    and the places that report holding such a version now."""
+    return provenance.revoked_nodes(session, principal, tenant, limit=limit, cursor=cursor,
+                                    now=container.clock.now(),
+                                    stale_after=container.settings.receipts_stale_after_seconds)
 
 
 @router.get("/blobs/sha256:{digest}", response_model=BlobVersionsPublic)
@@ -138,6 +156,24 @@ def component_history(tenant: TenantName, name: ModelName, alias: AliasName, com
     the alias's moves at a time."""
     return provenance.component_history(session, principal, tenant, name, alias, component,
                                         engine=container.policy, limit=limit, cursor=cursor)
+
+
+@router.get("/adapters/sha256:{digest}", response_model=BoundAdaptersPublic)
+def adapters(digest: Annotated[Sha256Hex, Path()], session: SessionDep, principal: PrincipalDep,
+             limit: Limit = 1000, cursor: Cursor = None) -> dict:
+    """The adapter versions, of any model of the tenants you audit, bound to base weights of this digest (a
+    ``weights`` component digest): "which adapters are bound to these weights"."""
+    return provenance_adapters.adapters_bound_to(session, principal, digest, limit=limit, cursor=cursor)
+
+
+@router.get("/{tenant}/{name}/adapter-base", response_model=AdapterBasePublic,
+            responses=responses(NotAnAdapterError))
+def adapter_base(tenant: TenantName, name: ModelName, ref: Ref, session: SessionDep, principal: PrincipalDep,
+                 at: Annotated[dt.datetime | None, Query(description="ISO 8601 with a zone: of the version the "
+                                                                     "alias served then")] = None) -> dict:
+    """The base an adapter version (or the one an alias serves, now or at a time) is bound to, its weights digest,
+    and the adapter's eval results that ran on it; 409 ``not-an-adapter`` for a version bound to no base."""
+    return provenance_adapters.adapter_base(session, principal, tenant, name, ref, at=at)
 
 
 @router.post("/audit-log", response_model=AuditLogPublic, responses=responses(*AUTHENTICATED, IntegrityError))

@@ -327,7 +327,9 @@ def _version(opened: OpenedSession, session: Any, container: Any, tenant: str, n
         return _error(opened, error, back)
     response = _page(opened, "version.html",
                      lambda: views.version_page(session, opened.principal, tenant, name, number,
-                                                engine=container.policy, blob_store=container.blob_store),
+                                                engine=container.policy, blob_store=container.blob_store,
+                                                now=container.clock.now(),
+                                                stale_after=container.settings.receipts_stale_after_seconds),
                      title=f"{tenant}/{name}@{number}", tenant=tenant, name=name, number=number, notice=notice,
                      error=error.message if error else None, pending=pending)
     if error is not None and response.status_code == 200:

@@ -20,7 +20,9 @@ import typer
 from typer.exceptions import TyperException
 
 from registry.cli import (  # noqa: F401 (commands)
+    admission,
     approvals,
+    cluster,
     evals,
     fetch,
     identity,

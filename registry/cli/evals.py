@@ -36,6 +36,10 @@ def _eval_lines(result: dict[str, Any]) -> list[str]:
             took += ", NOT isolated"
         lines.append(f"  {e['suite']}: {e['status']}{why}, {e['runner']} {e['runner_version']}{took}, "
                      f"{e['cases_failed']} of {e['cases_recorded']} cases failed")
+        ran = e.get("ran_on")
+        if isinstance(ran, dict):
+            lines.append(f"    on base {ran.get('base_model')}@{ran.get('base_version')} "
+                         f"(weights sha256:{ran.get('base_weights_digest')})")
         lines += [f"    {name} = {_metric(value)}" for name, value in sorted(e["metrics"].items())]
     return lines
 

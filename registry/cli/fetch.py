@@ -4,7 +4,12 @@ Exit codes (the same table as :mod:`registry.client.errors`; a failure prints on
 ``error: <kind>: <what>``, or ``error: <what>`` for a plain error):
 
     0 ok; 1 error; 2 usage; 10 signature (also a trust root that is not the pinned one); 11 expired;
-    12 rollback; 13 digest; 14 revoked; 15 not-approved; 16 network; 17 destination; 18 manifest.
+    12 rollback; 13 digest; 14 revoked; 15 not-approved; 16 network; 17 destination; 18 manifest; 19 log;
+    20 adapter-base (an adapter's base alias moved to other weights, or the base fetched is not the bound one).
+
+An adapter (a version bound to a base, ADR 0018) is fetched into ``DEST/<adapter name>``, the directory vLLM's
+filesystem LoRA resolver reads, its ``adapter_config.json`` saying the base's served name; ``--with-base`` puts
+the base, verified against the adapter's release, into ``DEST/<base name>`` first.
 
 Trust root: ``--trust-root FILE`` (``MODELREG_TRUST_ROOT``), or ``--trust-root-sha256 HEX``
 (``MODELREG_TRUST_ROOT_SHA256``): the sha256 of trust root 1 as the registry serves it (its trust-root
@@ -43,7 +48,9 @@ from registry.cli._base import CliError, JsonOpt, TokenFileOpt, TokenOpt, UrlOpt
 EXIT_HELP = ("Exit codes: 0 ok, 1 error, 2 usage (or DEST inside --cache), 10 signature (or a trust root "
              "that does not hash to --trust-root-sha256), 11 expired, "
              "12 rollback, 13 digest, 14 revoked, 15 not-approved, 16 network, 17 destination (DEST holds "
-             "something else), 18 manifest (bad path or bundle), 19 log (not proven in the verifiable log).")
+             "something else), 18 manifest (bad path or bundle), 19 log (not proven in the verifiable log), "
+             "20 adapter-base (an adapter's base alias moved to other weights, or the base fetched is not the "
+             "one the adapter is bound to).")
 
 cache_app = typer.Typer(help="The node cache of fetched blobs.", no_args_is_help=True)
 app.add_typer(cache_app, name="cache")
@@ -138,13 +145,17 @@ def fetch(
         None, "--metrics-textfile", envvar="MODELREG_METRICS_TEXTFILE",
         help="Write the phase timings and outcome here for the node exporter's textfile collector "
              "(a *.prom file in its directory; written atomically, also when the fetch fails)."),
+    with_base: bool = typer.Option(False, "--with-base", help="REF is an adapter: also fetch the base its release "
+                                   "names (verified against it) into DEST/<base name>, before the adapter."),
     url: str = UrlOpt, token: str = TokenOpt, token_file: Optional[str] = TokenFileOpt,
     as_json: bool = JsonOpt,
 ) -> None:
     """Fetch the approved release REF into DEST, verified against the pinned trust root.
 
     With --cache, through the node cache; without, straight into a staging directory inside DEST
-    (every byte still hashed before DEST shows it), writing nothing outside DEST.
+    (every byte still hashed before DEST shows it), writing nothing outside DEST. An adapter goes into
+    DEST/<adapter name> (vLLM's filesystem resolver layout), its adapter_config.json naming its base's
+    served name; with --with-base its base into DEST/<base name>.
     """
     from registry.node.fetch import fetch as fetch_ref
     from registry.node.opener import NodePolicy
@@ -160,11 +171,12 @@ def fetch(
             try:
                 policy = NodePolicy(trust_root, trust_root_sha256, _witness_policy(witness, witness_quorum))
                 result = fetch_ref(ref, dest, api=api, policy=policy, cache=node_cache, parallel=parallel,
-                                   part_size=parse_size(part_size) or 1, reporter=reporter)
+                                   part_size=parse_size(part_size) or 1, reporter=reporter, with_base=with_base)
             except BaseException as exc:
                 if metrics_textfile is not None:
                     _write_fetch_metrics(metrics_textfile, ref, reporter.timings, exc, None)
                 raise
+            _report_fetched(api, result)
         if metrics_textfile is not None:
             _write_fetch_metrics(metrics_textfile, ref, result.timings, None, result.as_dict())
         times = ", ".join(f"{k} {v:.2f}s" for k, v in result.timings.items())
@@ -175,11 +187,37 @@ def fetch(
             what += (f" ({result.rejected_cached_files} cached blob(s) did not match their digest: "
                      "downloaded again)")
         resolved_from = _say_resolved(ref, result, as_json)
+        adapter = ""
+        if result.adapter_of is not None:
+            bound = result.adapter_of
+            adapter = (f"; adapter of {bound['model']}@{bound['version']} (served as {bound['served_name']}"
+                       + (f", fetched into {result.base['dest']}" if result.base else "") + ")")
         _summary({**result.as_dict(), "resolved_from": resolved_from}, as_json,
-                 f"{result.model}@{result.version} (serial {result.serial}) in {dest}: {result.files} files, "
-                 f"{what}; {times}")
+                 f"{result.model}@{result.version} (serial {result.serial}) in {result.dest}: {result.files} files, "
+                 f"{what}{adapter}; {times}")
 
     _run(body)
+
+
+def _say_receipts(line: str) -> None:
+    _say(f"warning: {line}", err=True)
+
+
+def _report_fetched(api, result) -> None:
+    """Tell the registry DEST holds the release (and, with --with-base, its base its own folder): best effort."""
+    from registry.node.receipts import ReceiptSender
+
+    fetched = [(result.model, result.version, result.dest)]
+    if result.base:
+        fetched.append((result.base.get("model"), result.base.get("version"), result.base.get("dest")))
+    for model, version, where in fetched:
+        if not where or not isinstance(model, str) or "/" not in model:
+            continue
+        path = str(Path(where).resolve())
+        receipts = ReceiptSender(api, "fetch", scope=path, on_problem=_say_receipts)
+        tenant, name = model.split("/", 1)
+        receipts.hold(tenant, name, int(version), where="path", path=path)
+        receipts.report()
 
 
 def _witness_policy(keys: Optional[list[str]], quorum: Optional[int]):
@@ -361,6 +399,7 @@ def cache_warm(
     from registry.domain.refs import parse_ref
     from registry.node.opener import NodePolicy, ReleaseOpener
     from registry.node.progress import Reporter
+    from registry.node.receipts import ReceiptSender
     from registry.node.revocations import RevocationFollower
     from registry.node.warm import keep_warm, warm_once_each
 
@@ -396,17 +435,39 @@ def cache_warm(
                 _say(f"{_error_prefix(exit_code(exc)[1])}{ref}: {' '.join(str(exc).split())}", err=True)
 
             opener = ReleaseOpener(api, policy, state_dir=node_cache.root)
-            follower = RevocationFollower(api, node_cache, on_revoked=revoked, on_cursor=metrics,
+            cached_at = str(node_cache.root.resolve())
+            receipts = ReceiptSender(api, "cache-warm", scope=cached_at, on_problem=_say_receipts)
+
+            def held(result) -> None:
+                tenant, name = result.model.split("/", 1)
+                receipts.hold(tenant, name, result.version, where="path", path=cached_at)
+                receipts.report()
+
+            def revoked_and_dropped(report) -> None:
+                revoked(report)
+                receipts.drop_version(report.tenant, report.model, report.version)
+                receipts.report()
+
+            follower = RevocationFollower(api, node_cache, on_revoked=revoked_and_dropped, on_cursor=metrics,
                                           on_problem=events_failed)
             metrics()
             if once:
-                warm_once_each(parsed, opener=opener, cache=node_cache, follower=follower, on_result=warmed,
+                warm_once_each(parsed, opener=opener, cache=node_cache, follower=follower,
+                               on_result=lambda result: (warmed(result), held(result)),
                                parallel=parallel, reporter=reporter)
                 return
-            keep_warm(parsed, opener=opener, cache=node_cache, follower=follower, wait=wait,
-                      on_result=lambda ref, result: _summary(result.as_dict(), as_json,
-                                                             f"{ref} -> {result.version} cached"),
-                      on_refused=refused, stop=threading.Event(), parallel=parallel, reporter=reporter)
+            stop = threading.Event()
+            receipts.keep_reporting(stop)
+
+            def kept_warm(ref, result) -> None:
+                _summary(result.as_dict(), as_json, f"{ref} -> {result.version} cached")
+                held(result)
+
+            try:
+                keep_warm(parsed, opener=opener, cache=node_cache, follower=follower, wait=wait,
+                          on_result=kept_warm, on_refused=refused, stop=stop, parallel=parallel, reporter=reporter)
+            finally:
+                stop.set()
 
     _run(body)
 
@@ -440,6 +501,7 @@ def cache_sweep(
     else 14 when one was revoked, else 16 when the event stream, a release's question or the trust root walk
     failed, else 0.
     """
+    from registry.node.receipts import ReceiptSender
     from registry.node.revocations import RevocationFollower
     from registry.node.sweep import Sweeper, keep_sweeping, sweep_once
 
@@ -466,8 +528,11 @@ def cache_sweep(
                               ask_release=ask_release, parallel=parallel, remove_unattributed=remove_unattributed,
                               on_problem=problem)
 
+            receipts = ReceiptSender(api, "cache-sweep", scope=str(root.resolve()), on_problem=_say_receipts)
+
             def sweep(full: bool) -> list:
                 findings = sweeper.sweep(full=full)
+                _report_swept(receipts, findings, full)
                 for f in findings:
                     if f.event != "ok":
                         _report(f, as_json)
@@ -495,6 +560,21 @@ def cache_sweep(
     _run(body)
 
 
+def _report_swept(receipts, findings: list, full: bool) -> None:
+    """What a sweep removed is dropped; after a full sweep, the folders it verified are what it holds."""
+    for f in findings:
+        if not f.model or f.version is None or "/" not in f.model:
+            continue
+        tenant, name = f.model.split("/", 1)
+        place = {"where": "path", "path": str(Path(f.folder).resolve())}
+        if f.removed:
+            receipts.drop(tenant, name, f.version, **place)
+        elif f.event == "ok":
+            receipts.hold(tenant, name, f.version, **place)
+    # A partial sweep looked at some folders only: it drops what it removed, and drops nothing else.
+    receipts.report(snapshot=full)
+
+
 def _report(finding, as_json: bool) -> None:
     if as_json:
         typer.echo(json.dumps({"event": finding.event, **{k: v for k, v in finding.as_dict().items()
@@ -503,6 +583,16 @@ def _report(finding, as_json: bool) -> None:
     what = f"{finding.model}@{finding.version} in {finding.folder}" if finding.model else finding.folder
     action = "removed" if finding.removed else "left alone"
     _say(f"{finding.event} {what}: {finding.reason or 'ok'} ({action})")
+
+
+def _served(receipts, tenant: str, name: str, version: int) -> None:
+    """serve-s3 serves ``tenant/name@version`` (bucket: the tenant, under the model's prefix): report it once."""
+    place = {"where": "bucket", "bucket": tenant, "prefix": f"{name}@"}
+    if receipts.holds(tenant, name, version, **place):
+        return
+    receipts.hold(tenant, name, version, **place)
+    # Not in the request being answered: the registry's answer is no reason to keep a reader waiting.
+    threading.Thread(target=receipts.report, daemon=True, name="receipts").start()
 
 
 @app.command("serve-s3", epilog=EXIT_HELP)
@@ -526,6 +616,7 @@ def serve_s3(
     revoked version (the event stream) stops being served within seconds, ranges in flight included.
     """
     from registry.node.opener import NodePolicy
+    from registry.node.receipts import ReceiptSender
     from registry.node.serve_s3 import ChunkSource, S3Server, keys_from_env, serve
 
     def body() -> None:
@@ -535,12 +626,26 @@ def serve_s3(
             raise CliError("serve-s3 needs MODELREG_S3_ACCESS_KEY_ID and MODELREG_S3_SECRET_ACCESS_KEY")
         node_cache = _cache(cache, cache_high, cache_low)
         with _api(url, token, token_file) as api:
-            server = S3Server(host, port, ChunkSource(api, node_cache, policy=policy, max_chunks=max_chunks), keys)
+            listening_on = f"{host}:{port}"
+            receipts = ReceiptSender(api, "serve-s3", scope=listening_on, on_problem=_say_receipts)
+            source = ChunkSource(api, node_cache, policy=policy, max_chunks=max_chunks,
+                                 on_opened=lambda tenant, name, version: _served(receipts, tenant, name, version))
+            server = S3Server(host, port, source, keys)
             listening = f"http://{host}:{server.server_address[1]}"
             if as_json:
                 typer.echo(json.dumps({"url": listening, "max_chunks": max_chunks}))
             else:
                 _say(f"serve-s3 listening on {listening}")
-            serve(server, api, say=lambda line: _say(line, err=True))
+            stop = threading.Event()
+            receipts.keep_reporting(stop)
+
+            def revoked(tenant: str, name: str, version: int) -> None:
+                receipts.drop_version(tenant, name, version)
+                receipts.report()
+
+            try:
+                serve(server, api, say=lambda line: _say(line, err=True), on_revoked=revoked)
+            finally:
+                stop.set()
 
     _run(body)

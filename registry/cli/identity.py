@@ -160,13 +160,19 @@ _AccountOpt = typer.Option(..., "--service-account", help="the service account's
 
 @node_app.command("bind")
 def node_bind(issuer: str = _IssuerOpt, namespace: str = _NamespaceOpt, service_account: str = _AccountOpt,
-              tenant: str = typer.Option(..., "--tenant"), url: str = UrlOpt, token: str = TokenOpt,
-              as_json: bool = JsonOpt) -> None:
-    """Let pods of NAMESPACE/SERVICE-ACCOUNT fetch TENANT's releases with their projected token."""
+              tenant: str = typer.Option(..., "--tenant"),
+              role: str = typer.Option("node", "--role", help="node (fetch TENANT's releases) or admission (the "
+                                                              "admission webhook: ask admission reviews)"),
+              url: str = UrlOpt, token: str = TokenOpt, as_json: bool = JsonOpt) -> None:
+    """Let pods of NAMESPACE/SERVICE-ACCOUNT fetch TENANT's releases with their projected token (--role admission:
+    let the admission webhook running as it ask admission reviews)."""
+    if role not in ("node", "admission"):
+        raise CliError(f"--role {role!r}: node or admission")
     with _client(url, token) as client:
-        bound = client.bind_node(issuer=issuer, namespace=namespace, service_account=service_account, tenant=tenant)
+        bound = client.bind_node(issuer=issuer, namespace=namespace, service_account=service_account, tenant=tenant,
+                                 role=role)
     _emit(bound, as_json, f"bound {namespace}/{service_account} of {issuer} to tenant {tenant} "
-                          f"as {bound['principal']}")
+                          f"as {bound['principal']} (role {bound.get('role', role)})")
 
 
 @node_app.command("unbind")
@@ -183,8 +189,9 @@ def node_unbind(issuer: str = _IssuerOpt, namespace: str = _NamespaceOpt, servic
 @node_app.command("bindings")
 def node_bindings(tenant: Optional[str] = typer.Option(None, "--tenant", help="only this tenant's"),
                   url: str = UrlOpt, token: str = TokenOpt, as_json: bool = JsonOpt) -> None:
-    """List the service accounts bound as serving nodes."""
+    """List the service accounts bound as serving nodes or admission webhooks."""
     with _client(url, token) as client:
         bindings = client.node_bindings(tenant)
     _emit(bindings, as_json, [f"{b['tenant']} {b['namespace']}/{b['service_account']} {b['issuer']} "
-                              f"({b['principal']})" for b in bindings] or ["no node bindings"])
+                              f"({b['principal']}, role {b.get('role', 'node')})" for b in bindings]
+          or ["no node bindings"])

@@ -161,14 +161,61 @@ def nodes(ref: str = typer.Argument(..., help="TENANT/NAME@VERSION or TENANT/NAM
                                         f"{n['last_at']}" for n in doc["nodes"])])
 
 
+def _describe_place(p: dict[str, Any]) -> str:
+    place = p["place"]
+    if place.get("where") == "pod":
+        where = f"pod {place.get('namespace')}/{place.get('pod')} volume {place.get('volume')}"
+    elif place.get("where") == "bucket":
+        where = f"bucket {place.get('bucket')}/{place.get('prefix') or ''} on {place.get('node')}"
+    else:
+        where = f"{place.get('path')} on {place.get('node')}"
+    stale = " (STALE: its reporter went quiet)" if p["stale"] else ""
+    return (f"{where}: {p['program']} as {p['principal']}, since {p['since']}, "
+            f"last reported {p['last_reported_at']}{stale}")
+
+
+@provenance_app.command("running")
+def running(ref: str = typer.Argument(..., help="TENANT/NAME@VERSION or TENANT/NAME@ALIAS"),
+            by: str = typer.Option("node", "--by", help="group by node, namespace or pod"),
+            url: str = UrlOpt, token: str = TokenOpt, as_json: bool = JsonOpt) -> None:
+    """Where a version runs now: every place holding it (node programs, cluster watch, admitted pods), grouped,
+    with since when; places whose reporter went quiet are shown stale."""
+    if by not in ("node", "namespace", "pod"):
+        raise CliError(f"--by {by[:40]!r}: one of node, namespace, pod")
+    tenant, name, r = _split_ref(ref)
+    pages: list[dict[str, Any]] = []
+    with _client(url, token) as client:
+
+        def page(cursor: Optional[str]) -> dict[str, Any]:
+            pages.append(client.provenance_running(tenant, name, r, by=by, cursor=cursor))
+            return pages[-1]
+
+        doc = _all_pages(page, "places")
+    groups: dict[Any, dict[str, Any]] = {}
+    for page in pages:
+        for g in page["groups"]:
+            into = groups.setdefault(g["key"], {**g, "places": []})
+            into["since"], into["stale"] = min(into["since"], g["since"]), into["stale"] and g["stale"]
+            into["places"].extend(g["places"])
+    doc["groups"] = list(groups.values())
+    lines = [_named(doc) + (f" (revoked {doc['revocation']['at']})" if doc.get("revocation") else "")]
+    for g in doc["groups"]:
+        lines.append(f"  {by} {g['key'] if g['key'] is not None else '(not a pod)'}: since {g['since']}"
+                     + (" (stale)" if g["stale"] else ""))
+        lines.extend(f"    {_describe_place(p)}" for p in g["places"])
+    _emit(doc, as_json, lines if doc["places"] else [*lines, "  held nowhere, as far as any node reports"])
+
+
 @provenance_app.command("revoked-nodes")
 def revoked_nodes(tenant: str = typer.Option(..., "--tenant", help="the tenant whose models to look at"),
                   url: str = UrlOpt, token: str = TokenOpt, as_json: bool = JsonOpt) -> None:
     """Principals whose last received version of a model of the tenant is revoked now."""
     with _client(url, token) as client:
         doc = _all_pages(lambda c: client.provenance_revoked_nodes(tenant, cursor=c), "nodes")
-    _emit(doc, as_json, [f"{n['principal']}: {n['model']}@{n['version']} (revoked {n['revocation']['at']}), "
-                         f"last received {n['last_received_at']}" for n in doc["nodes"]] or ["none"])
+    _emit(doc, as_json, [*(f"{n['principal']}: {n['model']}@{n['version']} (revoked {n['revocation']['at']}), "
+                           f"last received {n['last_received_at']}" for n in doc["nodes"]),
+                         *(f"still held: {p['model']}@{p['version']} at {_describe_place(p)}"
+                           for p in doc.get("holding", ()))] or ["none"])
 
 
 @provenance_app.command("blob")
@@ -245,6 +292,44 @@ def component_history(model: str = typer.Argument(..., help="TENANT/NAME"),
             lines.append(f"    no {doc['security_capacity']} approval")
     if not doc["changes"]:
         lines.append(f"  no move of {doc['alias']} changed its {doc['component']}")
+    _emit(doc, as_json, lines)
+
+
+@provenance_app.command("adapters")
+def adapters(target: str = typer.Argument(..., help="sha256:<weights digest>, or TENANT/NAME@REF (its weights)"),
+             url: str = UrlOpt, token: str = TokenOpt, as_json: bool = JsonOpt) -> None:
+    """Which adapters, of the tenants you audit, are bound to a base's weights: by the weights component's digest,
+    or by a base version or alias (acme/llm@prod)."""
+    with _client(url, token) as client:
+        hex_digest, _ = _component_digest(client, target, None if target.startswith("sha256:") else "weights")
+        doc = _all_pages(lambda c: client.provenance_adapters(hex_digest, cursor=c), "adapters")
+    _emit(doc, as_json, [f"{a['model']}@{a['version']} ({a['state']}): bound to {a['base']['model']}@"
+                         f"{a['base']['version']} (asked for {a['requested']})" for a in doc["adapters"]]
+          or [f"no adapter you audit is bound to weights {doc['digest']}"])
+
+
+@provenance_app.command("adapter-base")
+def adapter_base(ref: str = typer.Argument(..., help="TENANT/NAME@ALIAS or TENANT/NAME@VERSION of an adapter"),
+                 at: Optional[str] = typer.Option(None, "--at", help="ISO 8601 time with a zone: of the version "
+                                                                     "the alias served then"),
+                 url: str = UrlOpt, token: str = TokenOpt, as_json: bool = JsonOpt) -> None:
+    """Which base an adapter (the version an alias serves, now or --at a time) is bound to, its weights digest, and
+    the eval results that ran on it."""
+    tenant, name, r = _split_ref(ref)
+    with _client(url, token) as client:
+        doc = client.provenance_adapter_base(tenant, name, r, at=at)
+    when = f" at {doc['at']}" if doc["at"] else ""
+    if doc["version"] is None:
+        _emit(doc, as_json, f"{doc['model']}@{r}{when}: the alias pointed at no version then")
+        return
+    base = doc["base"]
+    lines = [f"{_named(doc)}{when}",
+             f"  bound to {base['model']}@{base['version']}: weights sha256:{base['weights_digest']}"
+             + (f" ({base['state']})" if base["state"] else "")]
+    lines += [f"  {e['suite']}: {e['status']} on it, {e['runner']} {e['runner_version']}" for e in doc["evals"]]
+    lines += [f"  {e['suite']}: {e['status']}, NOT on this base (it covers nothing)" for e in doc["elsewhere"]]
+    if not doc["evals"]:
+        lines.append("  no eval result ran on it")
     _emit(doc, as_json, lines)
 
 

@@ -183,9 +183,11 @@ class RegistryApi:
     def revoke_token(self, token_id: int) -> None:
         self.client.delete(f"/v1/tokens/{int(token_id)}")
 
-    def bind_node(self, *, issuer: str, namespace: str, service_account: str, tenant: str) -> dict[str, Any]:
+    def bind_node(self, *, issuer: str, namespace: str, service_account: str, tenant: str,
+                  role: str = "node") -> dict[str, Any]:
         return self.client.post("/v1/node-bindings", json={
-            "issuer": issuer, "namespace": namespace, "service_account": service_account, "tenant": tenant})
+            "issuer": issuer, "namespace": namespace, "service_account": service_account, "tenant": tenant,
+            "role": role})
 
     def unbind_node(self, *, issuer: str, namespace: str, service_account: str, tenant: str) -> None:
         self.client.delete("/v1/node-bindings", params={
@@ -377,6 +379,14 @@ class RegistryApi:
         params = {k: v for k, v in (("at", at), ("limit", limit), ("cursor", cursor)) if v is not None}
         return self.client.get(f"/v1/provenance/{_seg(tenant)}/{_seg(name)}/aliases/{_seg(alias)}", params=params)
 
+    def provenance_running(self, tenant: str, name: str, ref: str, *, by: str = "node", limit: int = 1000,
+                           cursor: str | None = None) -> dict[str, Any]:
+        return self._provenance(tenant, name, "running", ref, by=by, limit=limit, cursor=cursor)
+
+    def report_receipts(self, body: dict[str, Any]) -> dict[str, Any]:
+        """Say which releases this node program holds and dropped (``POST /v1/receipts``)."""
+        return self.client.post("/v1/receipts", json=body)
+
     def provenance_revoked_nodes(self, tenant: str, *, limit: int = 1000, cursor: str | None = None) -> dict[str, Any]:
         params = {k: v for k, v in (("tenant", tenant), ("limit", limit), ("cursor", cursor)) if v is not None}
         return self.client.get("/v1/provenance/revoked-nodes", params=params)
@@ -401,6 +411,14 @@ class RegistryApi:
         params = {k: v for k, v in (("limit", limit), ("cursor", cursor)) if v is not None}
         return self.client.get(f"/v1/provenance/{_seg(tenant)}/{_seg(name)}/aliases/{_seg(alias)}/components/"
                                f"{_seg(component)}", params=params)
+
+    def provenance_adapters(self, digest: str, *, limit: int = 1000, cursor: str | None = None) -> dict[str, Any]:
+        """``digest``: 64 hex digits (without ``sha256:``) of a base's ``weights`` component."""
+        params = {k: v for k, v in (("limit", limit), ("cursor", cursor)) if v is not None}
+        return self.client.get(f"/v1/provenance/adapters/sha256:{_seg(digest)}", params=params)
+
+    def provenance_adapter_base(self, tenant: str, name: str, ref: str, *, at: str | None = None) -> dict[str, Any]:
+        return self._provenance(tenant, name, "adapter-base", ref, at=at)
 
     def provenance_audit_log(self, checkpoints: list[Any]) -> dict[str, Any]:
         return self.client.post("/v1/provenance/audit-log", json={"checkpoints": checkpoints})
@@ -445,6 +463,15 @@ class RegistryApi:
                                 json={"keep_previous_seconds": keep_previous_seconds})
 
     # --- serving nodes ---------------------------------------------------------------------------
+
+    def admission_review(self, body: dict[str, Any]) -> dict[str, Any]:
+        """The registry's decision on an object's model references (``POST /v1/admission/reviews``)."""
+        return self.client.post("/v1/admission/reviews", json=body)
+
+    def admission_answered(self, body: dict[str, Any]) -> dict[str, Any]:
+        """Report reviews the webhook answered from its own proof (``POST /v1/admission/answered``): how many the
+        registry recorded, and why it refused each other."""
+        return self.client.post("/v1/admission/answered", json=body)
 
     def events(self, after: int, *, types: tuple[str, ...] = (), limit: int = 100,
                wait: float | None = None) -> EventPage:

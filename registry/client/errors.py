@@ -23,6 +23,10 @@ code  kind            meaning
 19    log             the release is not proven in the verifiable log the trust root names: no proof,
                       a proof that does not verify, a checkpoint not signed or cosigned as required,
                       or one that does not extend the checkpoint this node accepted before
+20    adapter-base    an adapter is not served with its base: the base model's alias moved to other
+                      weights than the adapter is bound to (the registry refuses, until an adapter bound
+                      to the new base is approved and its alias moved), or the base release the node
+                      fetched is not the one the adapter's release names
 ====  ==============  =======================================================================
 
 Example:
@@ -39,6 +43,8 @@ from typing import Any
 # The refusals the server and the client share are the domain's own classes (one code, one class); the
 # domain's errors module imports nothing but the standard library.
 from registry.domain.errors import (
+    AdapterBaseMismatchError,
+    AdapterBaseMovedError,
     IntegrityError,
     InvalidInputError,
     InvalidPathError,
@@ -59,7 +65,7 @@ from registry.domain.errors import (
 EXIT_CODES: dict[str, int] = {
     "ok": 0, "error": 1, "usage": 2, "signature": 10, "expired": 11, "rollback": 12, "digest": 13,
     "revoked": 14, "not-approved": 15, "network": 16, "destination": 17, "manifest": 18,
-    "log": 19,
+    "log": 19, "adapter-base": 20,
 }
 
 
@@ -95,7 +101,7 @@ class TransportError(NetworkError):
 
 # Problem types the manifest endpoint answers with (the last segment of the RFC 9457 ``type``).
 # Kept in one place so the server's names and the node's exit codes cannot drift apart silently.
-REVOKED_PROBLEMS = frozenset({"revoked", "version-revoked"})
+REVOKED_PROBLEMS = frozenset({"revoked", "version-revoked", "adapter-base-revoked"})
 NOT_APPROVED_PROBLEMS = frozenset({"not-approved", "version-not-approved", "not-released", "invalid-state",
                                    "not-awaiting-approval"})
 
@@ -106,6 +112,8 @@ def from_problem(status: int, problem_code: str, message: str, details: dict[str
         return RevokedError.from_wire(message, **details)
     if problem_code in NOT_APPROVED_PROBLEMS:
         return NotApprovedError.from_wire(message, **details)
+    if problem_code == AdapterBaseMovedError.code:
+        return AdapterBaseMovedError.from_wire(message, **details)
     details = {**details, "status": status}
     if status >= 500:
         return NetworkError(message, **details)
@@ -122,6 +130,8 @@ def classify(exc: BaseException) -> str:
 
     if isinstance(exc, RootError):
         return "expired" if exc.details.get("reason") == "expired" else "signature"
+    if isinstance(exc, AdapterBaseMovedError | AdapterBaseMismatchError):
+        return "adapter-base"
     if isinstance(exc, ReleaseExpiredError):
         return "expired"
     if isinstance(exc, ReleaseRollbackError):

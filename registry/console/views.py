@@ -105,7 +105,8 @@ def _eval_rows(results: list[dict[str, Any]], thresholds: dict[str, Any],
 
 
 def version_page(session: Session, principal: AuthenticatedPrincipal, tenant: str, name: str, number: int, *,
-                 engine: PolicyEngine, blob_store: BlobStore | None = None) -> dict[str, Any]:
+                 engine: PolicyEngine, blob_store: BlobStore | None = None, now: dt.datetime | None = None,
+                 stale_after: float = 900.0) -> dict[str, Any]:
     """Everything the version page shows (raises what the services raise: a reader's page or none)."""
     version, found = facts.read_version_with_facts(session, principal, tenant, name, number)
     status = approvals.status(session, principal, tenant, name, number)
@@ -126,10 +127,15 @@ def version_page(session: Session, principal: AuthenticatedPrincipal, tenant: st
     moved = [a for a in aliases.list_aliases(session, principal, tenant, name)
              if a.version_id == version.id or a.canary_version_id == version.id]
     fetched = provenance.nodes(session, principal, tenant, name, str(number), limit=50)["nodes"] if audits else None
+    # Where it runs now (receipts), for auditors: the first page of places, grouped by node.
+    where_running = (provenance.running(session, principal, tenant, name, str(number), limit=50,
+                                        now=now or dt.datetime.now(dt.timezone.utc), stale_after=stale_after)
+                     if audits else None)
     components = units.components_of(session, version)
     base, _how = evaluating.replaced_unit(session, version, alias)
     return {
         "components": components,
+        "where_running": where_running,
         # An alias points at an approved, hence sealed, version: the base always has its components.
         "unit_diff": (units.diff_document(session, base, version, blob_store=blob_store)
                       if components is not None and base is not None else None),

@@ -699,10 +699,14 @@ class EvalResult(Base):
     created_at: Mapped[dt.datetime]
     finished_at: Mapped[dt.datetime | None]
     isolated: Mapped[bool | None]
+    """Whether the runner ran shut in (its own mount and network namespaces); None: it never started."""
     components: Mapped[dict[str, Any] | None]
     """The unit's component digests when the run was queued (``{component: digest}``): an eval result names the
     unit it ran on, and the policies count it only for that unit. None for results recorded before."""
-    """Whether the runner ran shut in (its own mount and network namespaces); None: it never started."""
+    ran_on: Mapped[dict[str, Any] | None]
+    """For an adapter, the base the run was for (``registry/services/adapter_evals.py``: the base version and its
+    weights digest, the adapter's weights digest): the policies count the result only for that base. None for a
+    version that is no adapter, and for results recorded before (migration 0036)."""
 
 
 class TrustRootRecord(Base):
@@ -889,8 +893,8 @@ class WebhookDelivery(Base):
 class NodeBinding(Base):
     """An administrator's word that a Kubernetes service account of a trusted issuer is a serving node of a
     tenant: a projected token of ``(issuer, namespace, service_account)`` authenticates as ``principal``
-    (named ``sa:<namespace>/<service account>@<issuer without its scheme>``) holding only the ``node`` role in
-    ``tenant``.
+    (named ``sa:<namespace>/<service account>@<issuer without its scheme>``) holding only ``role`` in
+    ``tenant``: ``node`` (a serving node), or ``admission`` (an admission webhook; ``BINDING_ROLES``).
     See ``registry/workload_identity.py``."""
 
     __tablename__ = "node_bindings"
@@ -907,6 +911,7 @@ class NodeBinding(Base):
     principal_id: Mapped[int] = mapped_column(ForeignKey("principals.id", ondelete="CASCADE"), index=True)
     created_by: Mapped[str] = mapped_column(String(128))
     created_at: Mapped[dt.datetime] = mapped_column(default=utcnow)
+    role: Mapped[str] = mapped_column(String(16), default="node", server_default="node")
 
     tenant: Mapped[Tenant] = relationship()
     principal: Mapped[Principal] = relationship()
@@ -922,6 +927,9 @@ class OciArtifact(Base):
         UniqueConstraint("version_id", "shape"),
         UniqueConstraint("model_id", "manifest_digest"),
         Index("ix_oci_artifacts_model_config", "model_id", "config_digest"),
+        # A kubelet's image-volume digest, model unknown (registry/services/image_digests.py).
+        Index("ix_oci_artifacts_manifest_digest", "manifest_digest"),
+        Index("ix_oci_artifacts_config_digest", "config_digest"),
     )
 
     id: Mapped[int] = mapped_column(BigId, primary_key=True)
@@ -973,3 +981,60 @@ class OciTarLayer(Base):
     digest: Mapped[str] = mapped_column(String(71))
     size: Mapped[int] = mapped_column(BigInteger)
     paths: Mapped[list[str]] = mapped_column(JSON)
+
+
+class ReceiptReporter(Base):
+    """One reporter of receipts: a node program (``fetch``, ``cache-warm``...) run by a principal on a node, for
+    one scope (a cache root, a bucket...), and when it last reported. A place whose reporter has been silent
+    longer than ``receipts_stale_after_seconds`` is shown stale (``registry/services/receipts.py``)."""
+
+    __tablename__ = "receipt_reporters"
+    __table_args__ = (UniqueConstraint("principal", "program", "node", "scope"),)
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True)
+    principal: Mapped[str] = mapped_column(String(128))
+    program: Mapped[str] = mapped_column(String(16))
+    node: Mapped[str] = mapped_column(String(253))
+    scope: Mapped[str] = mapped_column(String(256))
+    first_report_at: Mapped[dt.datetime]
+    last_report_at: Mapped[dt.datetime]
+
+
+class Receipt(Base):
+    """A place holding a version, as its reporter says: a folder or bucket of a node, or a pod's volume. One
+    row per (principal, place, version); ``since`` is when it was first held (again, after a drop),
+    ``dropped_at`` set once it is not. ``alerted_at`` is when its ``version.still_running`` event was appended
+    (once per place per revocation)."""
+
+    __tablename__ = "receipts"
+    __table_args__ = (
+        UniqueConstraint("principal", "place_digest", "version_id"),
+        Index("ix_receipts_version_held", "version_id", "dropped_at"),
+        Index("ix_receipts_reporter_held", "reporter_id", "dropped_at"),
+    )
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True)
+    reporter_id: Mapped[int] = mapped_column(ForeignKey("receipt_reporters.id", ondelete="CASCADE"))
+    version_id: Mapped[int] = mapped_column(ForeignKey("versions.id", ondelete="CASCADE"))
+    principal: Mapped[str] = mapped_column(String(128))
+    program: Mapped[str] = mapped_column(String(16))
+    place_digest: Mapped[str] = mapped_column(String(64))
+    """The sha256 of the place's key (``path:<node>:<path>``, ``pod:<ns>/<pod>/<uid>/<volume>``...)."""
+    place: Mapped[dict[str, Any]] = mapped_column(JSON)
+    node: Mapped[str] = mapped_column(String(253))
+    namespace: Mapped[str | None] = mapped_column(String(253), nullable=True)
+    pod: Mapped[str | None] = mapped_column(String(253), nullable=True)
+    since: Mapped[dt.datetime]
+    last_reported_at: Mapped[dt.datetime]
+    dropped_at: Mapped[dt.datetime | None] = mapped_column(nullable=True)
+    alerted_at: Mapped[dt.datetime | None] = mapped_column(nullable=True)
+
+
+class AdmissionAnsweredUid(Base):
+    """The request uid of a review the webhook answered from its proof and reported, once recorded: a batch sent
+    again after a timeout records none of them twice. Kept a day (``admission.ANSWERED_UIDS_KEPT``)."""
+
+    __tablename__ = "admission_answered_uids"
+
+    uid: Mapped[str] = mapped_column(String(64), primary_key=True)
+    recorded_at: Mapped[dt.datetime] = mapped_column(index=True)

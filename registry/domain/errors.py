@@ -658,6 +658,58 @@ class AdapterBindingMismatchError(IntegrityError):
                          signed=signed, recorded=recorded)
 
 
+class NotAnAdapterError(ConflictError):
+    """A question about an adapter's base, asked of a version that is no adapter (it is bound to no base)."""
+
+    code = "not-an-adapter"
+
+    def __init__(self, version: str) -> None:
+        super().__init__(f"{version} is no adapter: it is bound to no base", version=version)
+
+
+
+class AdapterBaseMovedError(ConflictError):
+    """An adapter asked for through one of its aliases, whose base model's alias of the same name now points at
+    a version with other weights than the ones the adapter is bound to (the serving rule, ADR 0018): it is not
+    served until an adapter version bound to the new base is approved and the adapter's alias moved to it."""
+
+    code = "adapter-base-moved"
+
+    def __init__(self, adapter: str, adapter_version: int, *, bound_base: str, bound_weights: str, base_alias: str,
+                 base_version: int, base_weights: str | None) -> None:
+        super().__init__(
+            f"{adapter} (version {adapter_version}) is bound to the weights of {bound_base} "
+            f"(sha256:{bound_weights[:12]}...), but {base_alias} now points at version {base_version}, whose "
+            f"weights are other (sha256:{(base_weights or 'none')[:12]}...): approve an adapter version bound to "
+            f"that base and move {adapter} to it",
+            adapter=adapter, adapter_version=adapter_version, bound_base=bound_base, bound_weights=bound_weights,
+            base_alias=base_alias, base_version=base_version, base_weights=base_weights)
+
+
+class AdapterBaseRevokedError(RevokedError):
+    """An adapter whose base (the version it is bound to, or the one it would be served with) is revoked:
+    revocation follows the binding. A :class:`RevokedError`, so a node exits as for a revoked version."""
+
+    code = "adapter-base-revoked"
+
+    def __init__(self, adapter: str, adapter_version: int, base: str, base_version: int, reason: str) -> None:
+        RegistryError.__init__(
+            self, f"{adapter} (version {adapter_version}) is not served: its base {base}@{base_version} was "
+                  f"revoked: {reason}",
+            model=adapter, version=adapter_version, base=base, base_version=base_version, reason=reason)
+
+
+class AdapterBaseMismatchError(IntegrityError):
+    """A node's check: the base release it fetched is not the one the adapter's signed release names
+    (``adapter_of``: model, version, statement digest, weights digest); ``details['differ']`` lists which."""
+
+    code = "adapter-base-mismatch"
+
+    def __init__(self, adapter: str, base: str, differ: list[str]) -> None:
+        super().__init__(f"the release of {adapter} names another base than the release of {base} the node "
+                         f"fetched: {', '.join(differ)} differ", adapter=adapter, base=base, differ=differ)
+
+
 class NoApprovalToAmendError(ConflictError):
     """File reviews added to an approval the principal never made (no decision of theirs, or a reject)."""
 
@@ -851,3 +903,22 @@ class OAuthGrantError(InvalidInputError):
 
     def __init__(self, error: str, description: str) -> None:
         super().__init__(description, error=error)
+
+
+class TooManyRequestsError(RegistryError):
+    """The caller asked too often: ask again after ``retry_after`` seconds (the API answers 429 with
+    ``Retry-After``)."""
+
+    code = "too-many-requests"
+
+
+class ReceiptsRateLimitedError(TooManyRequestsError):
+    """A principal sent more receipt reports in a minute than the registry takes (``receipts_rate_per_minute``)."""
+
+    code = "receipts-rate-limited"
+
+    def __init__(self, principal: str, per_minute: int, retry_after: int) -> None:
+        super().__init__(f"{principal!r} sent more than {per_minute} receipt reports in a minute; "
+                         f"send again in {retry_after} s", principal=principal, per_minute=per_minute,
+                         retry_after=retry_after)
+        self.retry_after = retry_after

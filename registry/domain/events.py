@@ -76,6 +76,14 @@ def _failed_for_quota(details: Mapping[str, Any]) -> bool:
     return details.get("reason") == "quota_exceeded"
 
 
+def _of_a_tenant(details: Mapping[str, Any]) -> bool:
+    # A review of a namespace that serves no tenant is in the audit log only: as an event it would be global,
+    # read by every principal.
+    return bool(details.get("tenant"))
+
+
+_ADMISSION_KEYS = ("namespace", "mode", "outcome", "object", "references", "answered")
+
 APPROVED_ACTION = "version.approved"
 """The audit action of a version entering ``approved``: the event a release is proven by (ADR 0011)."""
 ALIAS_MOVE_ACTIONS = ("alias.promoted", "alias.rolled_back")
@@ -92,13 +100,20 @@ CATALOGUE: tuple[EventType, ...] = (
     EventType("version.rejected", "version.rejected", ("state", "capacity")),
     EventType("version.failed", "version.failed", ("state", "reason", "path")),
     EventType("quota.exceeded", "version.failed", ("used", "limit", "needed"), _failed_for_quota, True),
-    EventType("version.revoked", "version.revoked", ("state", "reason", "aliases")),
+    EventType("version.revoked", "version.revoked", ("state", "reason", "aliases", "adapters", "adapters_total")),
+    EventType("version.still_running", "version.still_running",
+              ("program", "principal", "node", "place", "since", "last_reported_at",
+               "more_places", "listed", "list_with")),
     EventType("version.deleted", "version.deleted", ("reason",)),
     EventType("alias.promoted", "alias.promoted", ("from", "to", "from_canary", "to_canary")),
     EventType("alias.canaried", "alias.promoted", ("from", "to", "from_canary", "to_canary"),
               lambda details: details.get("to_canary") is not None, True),
     EventType("alias.rolled_back", "alias.rolled_back", ("from", "to", "from_canary", "to_canary")),
+    EventType("adapter.unservable", "adapter.unservable", ("reason", "adapter_version", "base", "base_version",
+                                                          "weights_digest", "base_weights_digest", "canary")),
     EventType("trust_root.rotated", "trust_root.rotated", ("version", "key_ids", "threshold")),
+    EventType("admission.decided", "admission.decided", _ADMISSION_KEYS, _of_a_tenant),
+    EventType("admission.denied", "admission.denied", _ADMISSION_KEYS, _of_a_tenant),
 )
 """Every event type, in the order a consumer reads about them; a type may be read from two actions."""
 

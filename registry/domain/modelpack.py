@@ -82,6 +82,12 @@ ANNOTATION_FILE_METADATA = "org.cncf.model.file.metadata+json"
 ANNOTATION_UNTESTED = "org.cncf.model.file.mediatype.untested"
 ANNOTATION_TITLE = "org.opencontainers.image.title"
 ANNOTATION_CREATED = "org.opencontainers.image.created"
+ANNOTATION_ADAPTER_BASE = "dev.modelreg.adapter.base"
+"""On an adapter's manifest: its bound base's manifest in the same shape, ``<tenant>/<model>@sha256:<hex>`` (a
+reference on this registry). ModelPack has no field for a base model; OCI's ``org.opencontainers.image.base.*``
+means an image whose layers this one's start with, which an adapter's do not."""
+ANNOTATION_ADAPTER_BASE_WEIGHTS = "dev.modelreg.adapter.base.weights-digest"
+"""On an adapter's manifest: ``sha256:<hex>``, the digest of its base's ``weights`` component it is bound to."""
 
 WEIGHT_SUFFIXES = tuple(WEIGHT_FORMATS)
 WEIGHT_CONFIG_SUFFIXES = (".json", ".yaml", ".yml", ".jinja", ".model", ".tiktoken", ".spm", ".vocab", ".toml")
@@ -118,6 +124,8 @@ class PackInput:
     """When the version was sealed: ``createdAt``, and every file's ``mtime``."""
     files: tuple[PackFile, ...]
     facts: dict[str, Any] | None
+    annotations: tuple[tuple[str, str], ...] = ()
+    """More annotations of the manifest, sorted by key (an adapter's base: :data:`ANNOTATION_ADAPTER_BASE`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -345,8 +353,9 @@ def build(pack: PackInput, read: Read | None = None) -> Artifact:
         "config": {"mediaType": CONFIG, "digest": config_digest, "size": len(config_bytes)},
         "layers": layers,
     }
-    if created is not None:
-        manifest["annotations"] = {ANNOTATION_CREATED: created}
+    annotations = _manifest_annotations(pack, created)
+    if annotations:
+        manifest["annotations"] = annotations
     return _artifact(manifest, config_bytes, config_digest, tars)
 
 
@@ -376,9 +385,14 @@ def build_image(pack: PackInput, read: Read) -> Artifact:
         "config": {"mediaType": IMAGE_CONFIG, "digest": config_digest, "size": len(config_bytes)},
         "layers": [{"mediaType": IMAGE_LAYER, "digest": t.digest, "size": t.size} for t in tars],
     }
-    if pack.created_at is not None:
-        manifest["annotations"] = {ANNOTATION_CREATED: _rfc3339(pack.created_at)}
+    annotations = _manifest_annotations(pack, _rfc3339(pack.created_at) if pack.created_at is not None else None)
+    if annotations:
+        manifest["annotations"] = annotations
     return _artifact(manifest, config_bytes, config_digest, tars)
+
+
+def _manifest_annotations(pack: PackInput, created: str | None) -> dict[str, str]:
+    return {**({ANNOTATION_CREATED: created} if created is not None else {}), **dict(pack.annotations)}
 
 
 def _artifact(manifest: dict[str, Any], config_bytes: bytes, config_digest: str,

@@ -139,6 +139,7 @@ class ApprovalInput(TypedDict):
     approvals: list[ApprovalDoc]
     submitter: str
     unit: dict[str, Any] | None
+    adapter_of: dict[str, Any] | None
 
 
 class PrincipalDoc(TypedDict):
@@ -161,6 +162,7 @@ class PromotionInput(TypedDict):
     evals: list[dict[str, Any]]
     baseline: dict[str, Any] | None
     unit: dict[str, Any] | None
+    adapter_of: dict[str, Any] | None
 
 
 def approval_input(
@@ -176,6 +178,7 @@ def approval_input(
     evals: Iterable[dict[str, Any]] = (),
     baseline: dict[str, Any] | None = None,
     unit: dict[str, Any] | None = None,
+    adapter_of: dict[str, Any] | None = None,
 ) -> ApprovalInput:
     """Build the input of ``policies/approval.rego``.
 
@@ -194,6 +197,9 @@ def approval_input(
             (``registry.services.stages.evaluating.policy_baseline``).
         unit: The release unit: components, the unit replaced and what changed, or None until the files
             are stored (``registry.services.units.policy_unit``).
+        adapter_of: For a LoRA adapter, the base its signed statement binds it to (``{model, version,
+            weights_digest, manifest_digest}``, ``registry.services.loaders.statement_binding``); None
+            for a version that is no adapter.
 
     Raises:
         InvalidInputError: a duplicate file, an unknown verdict or decision, a naive time.
@@ -238,6 +244,7 @@ def approval_input(
         "approvals": sorted(approval_docs, key=lambda a: (a["at"], a["principal"], a["capacity"])),
         "unit": unit,
         "submitter": submitter,
+        "adapter_of": adapter_of,
     }
 
 
@@ -253,6 +260,7 @@ def promotion_input(
     evals: Iterable[dict[str, Any]] = (),
     baseline: dict[str, Any] | None = None,
     unit: dict[str, Any] | None = None,
+    adapter_of: dict[str, Any] | None = None,
 ) -> PromotionInput:
     """Build the input of ``policies/promotion.rego``.
 
@@ -267,6 +275,7 @@ def promotion_input(
         evals: The target version's eval results, as in the approval input.
         baseline: The completed evals of the version the alias points at now, or None.
         unit: The target's release unit against the version the alias points at now (as in the approval input).
+        adapter_of: For a LoRA adapter, the base the target is bound to (as in the approval input).
     """
 
     def ref(value: tuple[int, str] | None) -> TargetDoc | None:
@@ -281,4 +290,5 @@ def promotion_input(
         "evals": sorted(evals, key=lambda e: e["suite"]),
         "baseline": baseline,
         "unit": unit,
+        "adapter_of": adapter_of,
     }

@@ -4,7 +4,8 @@ A unit may hold, beside what its upstream published, named prompt templates at `
 a serving profile at ``serving-profile.json`` (``registry/domain/components.py`` fixes the places). They
 arrive through ``modelreg derive`` (checked before the version exists, so a bad part is a 422 at once) or
 as files of a submission (checked when the version is sealed, and the version fails with the same error).
-Either way :func:`check_parts` decides, from the parts' bytes and the version's facts:
+Either way ``registry.services.units.check_parts`` decides, from the parts' bytes and the version's facts, with
+what this module reads of them:
 
 - each prompt template is UTF-8 Jinja that parses in the sandbox and reaches for no Python internals; its
   declared variables are the ones it reads (``registry.templating.declared_variables``);
@@ -15,8 +16,6 @@ Either way :func:`check_parts` decides, from the parts' bytes and the version's 
 Example:
     >>> prompt_path("support"), prompt_name("prompts/support.jinja"), prompt_name("prompts/a/b.jinja")
     ('prompts/support.jinja', 'support', None)
-    >>> check_parts({"prompts/hi.jinja": b"Hello {{ name }}"}, None, {}, runtime_margin_bytes=0).prompts
-    {'hi': ['name']}
 """
 
 from __future__ import annotations
@@ -28,7 +27,7 @@ from typing import Any, Callable, Iterable, Mapping
 
 from registry.domain.components import PROMPT_SUFFIX, PROMPTS_DIR, SERVING_PROFILE, classify
 from registry.domain.errors import InvalidInputError, InvalidServingProfileError
-from registry.domain.serving_profile import CapacityFit, ServingProfile, fit_profile, parse_serving_profile
+from registry.domain.serving_profile import CapacityFit, ServingProfile
 
 MAX_PROMPTS = 64
 """Prompt templates one unit may hold."""
@@ -112,7 +111,7 @@ class UnitParts:
                     "capacity": None if self.fit is None else self.fit.as_dict()}}
 
 
-def _text(path: str, data: bytes) -> str:
+def part_text(path: str, data: bytes) -> str:
     if len(data) > MAX_PART_BYTES:
         raise InvalidInputError(f"{path} is {len(data)} bytes; a registry-held part is at most {MAX_PART_BYTES}",
                                 reason="part-too-large", path=path)
@@ -139,49 +138,6 @@ def profile_document(text: str, path: str = SERVING_PROFILE) -> Any:
         return json.loads(text, object_pairs_hook=no_duplicates)
     except (ValueError, RecursionError):
         raise InvalidServingProfileError("document", f"{path} is not a JSON document") from None
-
-
-def check_parts(parts: Mapping[str, bytes], facts: Mapping[str, Any] | None, gpus: Mapping[str, Any], *,
-                runtime_margin_bytes: int, require_fit: bool = True) -> UnitParts:
-    """Check a unit's registry-held parts (every path :func:`is_held_part` names, with its bytes).
-
-    Args:
-        parts: path -> bytes of the unit's ``prompts/*.jinja`` and ``serving-profile.json``.
-        facts: The unit's facts document (the capacity gate's weight and attention figures), or None.
-        gpus: The GPU table (policy data ``modelreg.config.gpus``).
-        runtime_margin_bytes: Bytes per GPU kept for the runtime (``serving_runtime_margin_bytes``).
-        require_fit: Raise when the profile does not fit (a gate); False: return the fit, to show it.
-
-    Raises:
-        InvalidInputError: a part too large, not UTF-8, a bad prompt name, too many prompts.
-        PromptTemplateError: a prompt template that does not parse or reaches for Python internals.
-        InvalidServingProfileError: a profile that is not valid, or not in its canonical JSON form.
-        ServingProfileDoesNotFitError: a profile that does not fit its GPUs (the arithmetic in its details).
-    """
-    from registry.templating import declared_variables
-
-    prompts: dict[str, list[str]] = {}
-    names = sorted(p for p in parts if p != SERVING_PROFILE)
-    if len(names) > MAX_PROMPTS:
-        raise InvalidInputError(f"{len(names)} prompt templates; a unit holds at most {MAX_PROMPTS}",
-                                reason="too-many-prompts")
-    for path in names:
-        name = prompt_name(path)
-        if name is None:
-            raise InvalidInputError(f"{path[:200]}: a prompt template's name is 1-64 letters, digits, '_' or '-' "
-                                    "(not starting with '-')", reason="bad-prompt-name")
-        prompts[name] = declared_variables(_text(path, parts[path]))
-    profile = fit = None
-    if SERVING_PROFILE in parts:
-        text = _text(SERVING_PROFILE, parts[SERVING_PROFILE])
-        profile = parse_serving_profile(profile_document(text))
-        if text != profile.canonical_json():
-            raise InvalidServingProfileError("document", f"{SERVING_PROFILE} must be the profile's canonical JSON "
-                                                         "(modelreg submit and derive write it so)")
-        fit = fit_profile(profile, facts, gpus, runtime_margin_bytes=runtime_margin_bytes)
-        if require_fit:
-            fit.require()
-    return UnitParts(prompts, profile, fit)
 
 
 def serving_config(policy_data: Mapping[str, Any]) -> tuple[Mapping[str, Any], int]:

@@ -44,17 +44,30 @@ def _write(path: Path, doc: dict[str, Any]) -> None:
 
 def _run(spec: dict[str, Any]) -> dict[str, Any]:
     from registry.evals.cases import parse_cases
-    from registry.evals.runners import MAX_CASE_DETAIL, RUNNERS, LoadedEvalSet, RunContext, RunnerError, check_metrics
+    from registry.evals.runners import (
+        MAX_CASE_DETAIL,
+        RUNNERS,
+        AdapterOnBase,
+        LoadedEvalSet,
+        RunContext,
+        RunnerError,
+        check_metrics,
+    )
 
     evalsets = []
     for entry in spec["evalsets"]:
         cases = parse_cases(Path(entry["path"]).read_bytes())
         evalsets.append(LoadedEvalSet(entry["name"], entry["digest"], tuple(cases)))
+    adapter = spec.get("adapter")
+    if adapter is not None:
+        adapter = AdapterOnBase(adapter["name"], adapter["base"],
+                                Path(adapter["base_dir"]) if adapter.get("base_dir") else None)
     ctx = RunContext(model_dir=Path(spec["model_dir"]), settings=spec["settings"], evalsets=tuple(evalsets),
                      work_dir=Path(spec["work_dir"]), facts=spec.get("facts"),
                      trust_remote_code=bool(spec.get("trust_remote_code")),
                      deadline=time.monotonic() + float(spec["timeout_s"]),
-                     endpoint_socket=Path(spec["endpoint_socket"]) if spec.get("endpoint_socket") else None)
+                     endpoint_socket=Path(spec["endpoint_socket"]) if spec.get("endpoint_socket") else None,
+                     adapter=adapter)
     result = RUNNERS[spec["runner"]].load()(ctx)
     metrics = check_metrics(result.metrics)
     breakdown = {axis: {key: check_metrics(values, f"breakdown.{axis}.{key}") for key, values in groups.items()}
@@ -83,7 +96,9 @@ def _isolate(spec: dict[str, Any]) -> str | None:
     from registry.evals import isolation
 
     shut_in = spec["isolation"]
-    read_only = [spec["model_dir"], *sorted({str(Path(e["path"]).parent) for e in spec["evalsets"]}),
+    base_dir = (spec.get("adapter") or {}).get("base_dir")
+    read_only = [spec["model_dir"], *([base_dir] if base_dir else []),
+                 *sorted({str(Path(e["path"]).parent) for e in spec["evalsets"]}),
                  *isolation.python_paths(), *shut_in["read_only"]]
     try:
         isolation.isolate(shut_in["root"], read_only=read_only, writable=[spec["work_dir"]])

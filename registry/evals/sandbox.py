@@ -9,8 +9,9 @@ and refusing any whose bytes differ from the recorded digest, then makes the tre
 - an environment built from nothing but an allow-list (no ``MODELREG_*``, no cloud or hub
   credentials), with ``HOME`` and ``TMPDIR`` in a private temp directory and the hubs offline;
 - its output (both streams) captured as the eval's log, bounded;
-- its own user, mount and network namespaces (:mod:`registry.evals.isolation`): it sees the model,
-  the eval sets, its work directory and the Python that runs it, and no network but loopback. The one
+- its own user, mount and network namespaces (:mod:`registry.evals.isolation`): it sees the model
+  (for an adapter, the adapter and the base it is bound to), the eval sets, its work directory and the Python
+  that runs it, and no network but loopback. The one
   endpoint a suite names (an ``openai`` suite's ``endpoint``) is reached through a Unix socket in the
   work directory that :class:`EndpointRelay` joins to that host and port alone. Where the kernel
   refuses namespaces the run fails with reason ``unisolated``, unless :class:`Isolation` allows it;
@@ -44,6 +45,7 @@ from typing import Any, Iterable
 
 from registry.domain.errors import DigestMismatchError, InvalidPathError
 from registry.evals import child
+from registry.evals.runners import AdapterOnBase
 from registry.storage.base import BlobStore
 
 # Variables a runner may see from the worker's environment; everything else is dropped.
@@ -148,13 +150,15 @@ def scrubbed_env(work_dir: Path, settings: dict[str, Any]) -> dict[str, str]:
 
 def run_runner(definition: dict[str, Any], model_dir: Path, evalsets: list[dict[str, str]], *,
                facts: dict[str, Any] | None, work_root: Path, trust_remote_code: bool = False,
-               isolation: Isolation = Isolation()) -> Outcome:
+               isolation: Isolation = Isolation(), adapter: AdapterOnBase | None = None) -> Outcome:
     """Run the suite ``definition`` (see :meth:`registry.evals.suites.Suite.definition`) on ``model_dir``.
 
     Args:
         evalsets: ``{"name", "digest", "path"}`` of each eval set's verified bytes on disk.
         work_root: where the runner's private temp directory is made (and removed afterwards).
         isolation: the operator's isolation settings.
+        adapter: set when ``model_dir`` holds a LoRA adapter: its name and its base (``base_dir``, verified and
+            read-only like ``model_dir``, when the suite loads it).
     """
     timeout_s = float(definition["timeout_s"])
     work_dir = Path(tempfile.mkdtemp(prefix="run-", dir=work_root))
@@ -172,6 +176,9 @@ def run_runner(definition: dict[str, Any], model_dir: Path, evalsets: list[dict[
             # The runner's own deadline comes a little early, so it can stop what it started.
             "timeout_s": max(1.0, timeout_s - min(KILL_GRACE_S, timeout_s / 10)),
             "endpoint_socket": str(work_dir / ENDPOINT_SOCKET) if relay else None,
+            "adapter": None if adapter is None else {
+                "name": adapter.name, "base": adapter.base_ref,
+                "base_dir": str(adapter.base_dir) if adapter.base_dir is not None else None},
             "isolation": {"root": str(root_dir), "allow_unisolated": isolation.allow_unisolated,
                           "read_only": [str(Path(p).resolve()) for p in isolation.read_only_paths],
                           "status_fd": status_write},

@@ -9,7 +9,8 @@ IPv6 addresses are judged by the IPv4 address inside them.
 
 :func:`post` connects to the very address that was checked (a second DNS answer, a rebinding, is never
 asked for), sends the Host and TLS server name of the URL's host, follows no redirect, and bounds the
-connect time, the whole exchange and the bytes of the answer it reads.
+connect time, the whole exchange and the bytes of the answer it reads. A :class:`Poster` does the same for
+a run of POSTs, keeping the connection to a checked address open between them.
 
 Example:
     >>> policy = EgressPolicy.from_entries(["127.0.0.1/32"])
@@ -200,6 +201,8 @@ class _PinnedHTTPConnection(http.client.HTTPConnection):
 
     def connect(self) -> None:
         self.sock = socket.create_connection((self._address, self.port), self.timeout)
+        # Requests follow answers on a kept-alive connection: no Nagle wait on a small one.
+        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
 
 class _PinnedHTTPSConnection(http.client.HTTPSConnection):
@@ -212,60 +215,180 @@ class _PinnedHTTPSConnection(http.client.HTTPSConnection):
 
     def connect(self) -> None:
         raw = socket.create_connection((self._address, self.port), self.timeout)
+        raw.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self.sock = self._tls.wrap_socket(raw, server_hostname=self.host)
+
+
+class _Watchdog:
+    """Runs an action (cutting an exchange) once its deadline passes unless disarmed first; one thread, started
+    at the first arming, serves every exchange of a :class:`Poster` (a thread per exchange costs a scheduler
+    round trip to start, as much as the exchange itself on a busy machine)."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._deadline: float | None = None
+        self._action: Callable[[], None] | None = None
+        self._closed = False
+        self._thread: threading.Thread | None = None
+
+    def arm(self, seconds: float, action: Callable[[], None]) -> None:
+        with self._cond:
+            self._deadline, self._action = time.monotonic() + seconds, action
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="egress-watchdog", daemon=True)
+                self._thread.start()
+            self._cond.notify()
+
+    def disarm(self) -> None:
+        """After this returns the action does not run (it runs under the same lock)."""
+        with self._cond:
+            self._deadline = self._action = None
+
+    def close(self) -> None:
+        with self._cond:
+            self._closed = True
+            self._deadline = self._action = None
+            self._cond.notify()
+
+    def _run(self) -> None:
+        with self._cond:
+            while not self._closed:
+                if self._deadline is None or self._action is None:
+                    self._cond.wait()
+                    continue
+                left = self._deadline - time.monotonic()
+                if left > 0:
+                    self._cond.wait(left)
+                    continue
+                action, self._deadline, self._action = self._action, None, None
+                action()
+
+
+# A kept-alive connection the server closed while it was idle fails the next request at once, before any answer.
+_STALE_CONNECTION_ERRORS = (http.client.RemoteDisconnected, BrokenPipeError, ConnectionResetError,
+                            ConnectionAbortedError)
+
+
+class Poster:
+    """POSTs to checked targets, keeping the connection open between them (a run of deliveries to one receiver).
+
+    Each exchange has the bounds of :func:`post`. The connection is used again while the next target has the
+    same scheme, host, port and checked address and the server kept it open (HTTP/1.1, its answer read to the
+    end); otherwise it is closed and a new one made. A request on a kept connection that the server had closed
+    meanwhile fails before any answer: it is sent once more on a new connection, within the exchange's time
+    bound. Use it as a context manager (leaving closes the connection and ends the watchdog thread that cuts
+    an exchange at its time bound), from one thread at a time.
+    """
+
+    def __init__(self, *, connect_timeout: float, total_timeout: float, max_response_bytes: int,
+                 tls_context: ssl.SSLContext | None = None) -> None:
+        self.connect_timeout = connect_timeout
+        self.total_timeout = total_timeout
+        self.max_response_bytes = max_response_bytes
+        self._tls_context = tls_context
+        self._conn: http.client.HTTPConnection | None = None
+        self._opened_for: tuple[str, str, int, str] | None = None
+        self._watchdog = _Watchdog()
+        self.connections = 0
+        """How many connections it opened (so far)."""
+
+    def __enter__(self) -> Poster:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+        self._watchdog.close()
+
+    def close(self) -> None:
+        """Close the kept connection (a later POST opens another)."""
+        if self._conn is not None:
+            self._conn.close()
+        self._conn = self._opened_for = None
+
+    def _connection(self, target: Target) -> tuple[http.client.HTTPConnection, bool]:
+        """The open connection for ``target`` and True, or a new one (not connected yet) and False."""
+        key = (target.scheme, target.host, target.port, target.addresses[0])
+        if self._conn is not None and self._opened_for == key and self._conn.sock is not None:
+            return self._conn, True
+        self.close()
+        timeout = min(self.connect_timeout, self.total_timeout)
+        if target.scheme == "https":
+            self._conn = _PinnedHTTPSConnection(target.host, target.port, key[3], timeout,
+                                                self._tls_context or ssl.create_default_context())
+        else:
+            self._conn = _PinnedHTTPConnection(target.host, target.port, key[3], timeout)
+        self._opened_for = key
+        return self._conn, False
+
+    def post(self, target: Target, body: bytes, headers: dict[str, str]) -> Answer:
+        """POST ``body`` to a checked target, at its first address; never raises for the network's failures."""
+        started = time.monotonic()
+        conn, kept = self._connection(target)
+        answer, stale = self._exchange(conn, target, body, headers, started, self.total_timeout)
+        if stale and kept:
+            self.close()
+            conn, _ = self._connection(target)
+            answer, _ = self._exchange(conn, target, body, headers, started,
+                                       max(0.05, self.total_timeout - (time.monotonic() - started)))
+        return answer
+
+    def _exchange(self, conn: http.client.HTTPConnection, target: Target, body: bytes, headers: dict[str, str],
+                  started: float, budget: float) -> tuple[Answer, bool]:
+        """One request and its answer within ``budget`` seconds; and whether it failed as a stale connection
+        does. The connection is closed after it unless the server keeps it open and its answer was read whole."""
+        cut = threading.Event()
+        keep = False
+
+        def _cut() -> None:
+            cut.set()
+            sock = conn.sock
+            if sock is not None:
+                try:
+                    sock.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+
+        self._watchdog.arm(budget, _cut)
+        try:
+            if conn.sock is None:
+                conn.connect()
+                self.connections += 1
+            remaining = max(0.05, budget - (time.monotonic() - started))
+            conn.sock.settimeout(remaining)
+            conn.request("POST", target.path, body=body, headers={**headers, "Content-Length": str(len(body))})
+            response = conn.getresponse()
+            data = bytearray()
+            while len(data) <= self.max_response_bytes:
+                chunk = response.read(min(65536, self.max_response_bytes + 1 - len(data)))
+                if not chunk:
+                    break
+                data += chunk
+            status = response.status
+            if cut.is_set():
+                raise TimeoutError("the exchange took too long")
+            if len(data) > self.max_response_bytes:
+                return Answer(status, bytes(data[:self.max_response_bytes]),
+                              f"answer over {self.max_response_bytes} bytes (cut)", time.monotonic() - started), False
+            keep = response.isclosed() and not response.will_close
+            return Answer(status, bytes(data), None, time.monotonic() - started), False
+        except (OSError, http.client.HTTPException, ValueError) as exc:
+            error = f"timed out after {self.total_timeout:g}s" if cut.is_set() else f"{type(exc).__name__}: {exc}"
+            stale = not cut.is_set() and isinstance(exc, _STALE_CONNECTION_ERRORS)
+            return Answer(None, b"", error[:500], time.monotonic() - started), stale
+        finally:
+            self._watchdog.disarm()
+            if not keep:
+                conn.close()
 
 
 def post(target: Target, body: bytes, headers: dict[str, str], *, connect_timeout: float, total_timeout: float,
          max_response_bytes: int, tls_context: ssl.SSLContext | None = None) -> Answer:
-    """POST ``body`` to a checked target, at its first address; never raises for the network's failures.
+    """POST ``body`` to a checked target, at its first address, on a connection of its own (closed after);
+    never raises for the network's failures.
 
     The exchange is cut at ``total_timeout`` whatever the server does (a slow drip of headers included),
     at most ``max_response_bytes`` of the answer are read, and a redirect is an answer like any other.
     """
-    started = time.monotonic()
-    address = target.addresses[0]
-    timeout = min(connect_timeout, total_timeout)
-    if target.scheme == "https":
-        conn: http.client.HTTPConnection = _PinnedHTTPSConnection(
-            target.host, target.port, address, timeout, tls_context or ssl.create_default_context())
-    else:
-        conn = _PinnedHTTPConnection(target.host, target.port, address, timeout)
-    cut = threading.Event()
-
-    def _cut() -> None:
-        cut.set()
-        sock = conn.sock
-        if sock is not None:
-            try:
-                sock.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
-
-    watchdog = threading.Timer(total_timeout, _cut)
-    watchdog.daemon = True
-    watchdog.start()
-    try:
-        conn.connect()
-        remaining = max(0.05, total_timeout - (time.monotonic() - started))
-        conn.sock.settimeout(remaining)
-        conn.request("POST", target.path, body=body, headers={**headers, "Content-Length": str(len(body))})
-        response = conn.getresponse()
-        data = bytearray()
-        while len(data) <= max_response_bytes:
-            chunk = response.read(min(65536, max_response_bytes + 1 - len(data)))
-            if not chunk:
-                break
-            data += chunk
-        status = response.status
-        if cut.is_set():
-            raise TimeoutError("the exchange took too long")
-        if len(data) > max_response_bytes:
-            return Answer(status, bytes(data[:max_response_bytes]), f"answer over {max_response_bytes} bytes (cut)",
-                          time.monotonic() - started)
-        return Answer(status, bytes(data), None, time.monotonic() - started)
-    except (OSError, http.client.HTTPException, ValueError) as exc:
-        error = f"timed out after {total_timeout:g}s" if cut.is_set() else f"{type(exc).__name__}: {exc}"
-        return Answer(None, b"", error[:500], time.monotonic() - started)
-    finally:
-        watchdog.cancel()
-        conn.close()
+    with Poster(connect_timeout=connect_timeout, total_timeout=total_timeout, max_response_bytes=max_response_bytes,
+                tls_context=tls_context) as poster:
+        return poster.post(target, body, headers)

@@ -12,6 +12,10 @@ engine's config (and the chat template it names). Its bundle's ``ignore_paths`` 
 ``model_signing verify`` still sees exactly the signed files; the release may list none of them itself.
 DEST counts them as its own, and a no-op or ``modelreg verify`` writes them again in memory and compares.
 
+An adapter's release (``adapter_of``) gets its ``adapter_config.json`` rewritten with its base's served name,
+the signed original kept under ``.git/`` (:mod:`registry.node.adapters`): a no-op or ``modelreg verify``
+hashes the original against the release and compares the config with the rewrite of it.
+
 Atomicity. The fetch writes every file (a copy, never a link to the cache: see
 :mod:`registry.node.cache`) into a staging directory beside DEST, on DEST's filesystem, then:
 
@@ -45,6 +49,7 @@ from typing import Any
 from registry.client.errors import BadManifestError, DestinationError
 from registry.domain.components import NODE_WRITTEN_FILES, UNIT_FILE
 from registry.domain.errors import InvalidPathError, ManifestMismatchError, RegistryError
+from registry.node import adapters
 from registry.node.cache import sha256_file
 from registry.node.unit import check_parts, part_mismatches, unit_files
 from registry.signing.bundle import SIGNATURE_FILE_NAME, bundle_ignore_paths, is_ignored
@@ -123,9 +128,10 @@ def holds_release(dest: Path, release: Release) -> bool:
     present, odd = scan_directory(dest)
     # The unit files are compared by their bytes when DEST is re-hashed (verify_destination); here by name.
     written = [p for p in present if p in NODE_WRITTEN_FILES] if release.components is not None else []
-    if odd or sorted(present) != expected_paths(release.files, written) or (written and UNIT_FILE not in written):
+    if odd or sorted(present) != expected_paths(release.files, [*written, *adapters.written_paths(release)]) \
+            or (written and UNIT_FILE not in written):
         return False
-    return all(present[f.path].st_size == f.size for f in release.files)
+    return all(present[adapters.listed_path(release, f.path)].st_size == f.size for f in release.files)
 
 
 def stored_ref(dest: Path) -> str | None:
@@ -163,11 +169,13 @@ def _stage(staging: Path, dest: Path, release: Release, place: Callable[[Path], 
     for name, data in written.items():
         (staging / name).write_bytes(data)
         (staging / name).chmod(0o444)
+    # An adapter: its config given its base's served name, the signed one kept aside.
+    adapters.rewrite(release, staging)
     (staging / SIGNATURE_FILE_NAME).write_text(json.dumps(bundle, indent=2))
     (staging / RELEASE_FILE).parent.mkdir(parents=True, exist_ok=True)
     (staging / RELEASE_FILE).write_text(json.dumps({"envelope": dict(envelope)}, indent=2))
     present, odd = scan_directory(staging)
-    wanted = expected_paths(release.files, written)
+    wanted = expected_paths(release.files, [*written, *adapters.written_paths(release)])
     if odd or sorted(present) != wanted:
         raise ManifestMismatchError(missing=sorted(set(wanted) - set(present)),
                                     extra=sorted(set(present) - set(wanted)), mismatched=[], not_regular=odd)
@@ -239,25 +247,31 @@ def verify_directory(directory: Path, release: Release, *, parallel: int = 4, re
     """
     present, odd = scan_directory(directory)
     listed = {f.path: f for f in release.files}
+    kept = {path: adapters.listed_path(release, path) for path in listed}
 
     def check(f: ReleaseFile) -> dict[str, str] | None:
-        path = directory / f.path
-        if present[f.path].st_size != f.size:
-            return {"path": f.path, "expected": f.sha256, "actual": f"size {present[f.path].st_size}"}
-        actual = sha256_file(path)
-        return None if actual == f.sha256 else {"path": f.path, "expected": f.sha256, "actual": actual}
+        where = kept[f.path]
+        if present[where].st_size != f.size:
+            return {"path": where, "expected": f.sha256, "actual": f"size {present[where].st_size}"}
+        actual = sha256_file(directory / where)
+        return None if actual == f.sha256 else {"path": where, "expected": f.sha256, "actual": actual}
 
     with ThreadPoolExecutor(max_workers=max(1, parallel)) as pool:
         # The largest first, so the pool is not left waiting on one big file at the end.
-        todo = sorted((listed[p] for p in listed if p in present), key=lambda f: -f.size)
+        todo = sorted((listed[p] for p in listed if kept[p] in present), key=lambda f: -f.size)
         mismatched = [m for m in pool.map(check, todo) if m is not None]
-    written: list[str] = []
+    signed = adapters.SIGNED_ADAPTER_CONFIG
+    if adapters.is_adapter(release) and signed in present and not any(m["path"] == signed for m in mismatched):
+        # The signed config verified: the one served must be exactly its rewrite, nothing else.
+        mismatched += adapters.rewrite_mismatches(release, directory)
+    written: list[str] = [*adapters.written_paths(release)]
     if release.components is not None:
-        if mismatched or any(p not in present for p in listed):
+        if mismatched or any(kept[p] not in present for p in listed):
             # The unit's files follow from bytes already found wrong: counted by name, not compared.
-            written = [p for p in present if p in NODE_WRITTEN_FILES]
+            written += [p for p in present if p in NODE_WRITTEN_FILES]
         else:
-            written, mismatched = _unit_differences(directory, release, present, ref)
+            unit_written, mismatched = _unit_differences(directory, release, present, ref)
+            written += unit_written
     wanted = set(expected_paths(release.files, written))
     missing = sorted(wanted - set(present))
     extra = sorted(set(present) - wanted)

@@ -17,6 +17,10 @@ writable paths are DEST and /tmp) the same path runs with no cache: each blob is
 into its file in DEST's staging directory (written from the buffers the hash takes, as with a cache),
 so nothing is written outside DEST; nothing is kept for the next fetch (no cached blob, no walked root,
 no serial).
+
+An adapter's release (``adapter_of``) goes into ``DEST/<adapter name>``, its config given its base's served
+name, and with ``--with-base`` its base into ``DEST/<base name>`` first (:func:`fetch_adapter`,
+:mod:`registry.node.adapters`).
 """
 
 from __future__ import annotations
@@ -30,9 +34,10 @@ from pathlib import Path
 from typing import Any
 
 from registry.client.api import RegistryApi
-from registry.client.errors import BadManifestError, DestinationInCacheError
+from registry.client.errors import BadManifestError, DestinationError, DestinationInCacheError
 from registry.domain.errors import InvalidInputError, RevokedError
 from registry.domain.refs import ModelRef, parse_ref
+from registry.node import adapters
 from registry.node.assemble import assemble, destination_is_release, verify_destination
 from registry.node.cache import NodeCache, copy_verified
 from registry.node.download import DEFAULT_PART_SIZE, MAX_PART_SIZE, SPARE_BUFFERS, Buffers, download_blob
@@ -63,6 +68,10 @@ class FetchResult:
     links: int = 0  # always 0: DEST never shares an inode with the cache (kept for readers of --json)
     copies: int = 0
     timings: dict[str, float] = dataclasses.field(default_factory=dict)
+    adapter_of: dict[str, Any] | None = None
+    """An adapter's release: the base it is served with (its release's signed ``adapter_of``)."""
+    base: dict[str, Any] | None = None
+    """With ``--with-base``: what the base's fetch did (its own result, ``dest`` its directory)."""
 
     def as_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -241,15 +250,21 @@ def place_release(opened: OpenedRelease, *, tenant: str, dest: Path, cache: Node
 
 def fetch(ref_text: str, dest: Path, *, api: RegistryApi, policy: NodePolicy, cache: NodeCache | None = None,
           parallel: int = DEFAULT_PARALLEL, part_size: int = DEFAULT_PART_SIZE,
-          reporter: Reporter | None = None) -> FetchResult:
-    """``modelreg fetch``: the release opened (:class:`ReleaseOpener`), then :func:`place_release`.
+          reporter: Reporter | None = None, with_base: bool = False) -> FetchResult:
+    """``modelreg fetch``: the release opened (:class:`ReleaseOpener`), then :func:`place_release`; an
+    adapter's release into ``DEST/<adapter name>`` (:func:`fetch_adapter`).
+
+    Args:
+        with_base: the release must be an adapter's: its base is fetched too, into ``DEST/<base name>``.
 
     Raises:
         InvalidRefError: REF names no alias or version.
+        InvalidInputError: ``with_base`` for a release that is no adapter's (nothing fetched).
         DestinationInCacheError: DEST is inside the node cache, or holds it.
         InvalidInputError, RootError: the trust root cannot be read, or is not the pinned one.
-        RevokedError, NotApprovedError, ReleaseNotFoundError, NetworkError: from the registry.
-        Anything :meth:`ReleaseOpener.verify` and :func:`place_release` raise.
+        RevokedError, NotApprovedError, ReleaseNotFoundError, NetworkError: from the registry
+            (``AdapterBaseMovedError``: an adapter whose base alias moved to other weights).
+        Anything :meth:`ReleaseOpener.verify`, :func:`fetch_adapter` and :func:`place_release` raise.
     """
     reporter = reporter or Reporter()
     ref = parse_ref(ref_text)
@@ -263,8 +278,52 @@ def fetch(ref_text: str, dest: Path, *, api: RegistryApi, policy: NodePolicy, ca
         assert response is not None  # no ETag was sent, so no 304
     with reporter.phase("verify"):
         opened = opener.verify(ref, response, trust)
+    if opened.release.adapter_of is not None:
+        return fetch_adapter(opened, dest, opener=opener, cache=cache, with_base=with_base, parallel=parallel,
+                             part_size=part_size, reporter=reporter)
+    if with_base:
+        raise InvalidInputError(f"{opened.release.model}@{opened.release.ref} is no adapter: --with-base fetches "
+                                "an adapter's base beside it")
     return place_release(opened, tenant=ref.tenant, dest=dest, cache=cache, api=api, parallel=parallel,
                          part_size=part_size, reporter=reporter)
+
+
+def fetch_adapter(opened: OpenedRelease, dest: Path, *, opener: ReleaseOpener, cache: NodeCache | None,
+                  with_base: bool, parallel: int = DEFAULT_PARALLEL, part_size: int = DEFAULT_PART_SIZE,
+                  reporter: Reporter | None = None) -> FetchResult:
+    """An opened adapter's release into ``DEST/<adapter name>`` (:mod:`registry.node.adapters`), and with
+    ``with_base`` its base's into ``DEST/<base name>`` first: the base's release asked for by the version the
+    adapter's names, opened with the same trust, and checked against its ``adapter_of`` before any download
+    (:meth:`ReleaseOpener.open_base`).
+
+    Raises:
+        AdapterBaseMismatchError: the base release is not the one the adapter's release names (nothing fetched).
+        DestinationError: DEST exists and is not a directory, or a directory in it holds something else.
+        Anything :meth:`ReleaseOpener.verify` and :func:`place_release` raise.
+    """
+    reporter = reporter or Reporter()
+    release = opened.release
+    bound = release.adapter_of
+    assert bound is not None
+    base: OpenedRelease | None = None
+    if with_base:
+        with reporter.phase("base"):
+            base = opener.open_base(opened)
+    dest = Path(dest)
+    if dest.is_symlink() or (dest.exists() and not dest.is_dir()):
+        raise DestinationError(f"{dest} exists and is not a directory", dest=str(dest))
+    base_result = None
+    if base is not None:
+        # The base first: a resolver never finds the adapter without the base it is bound to.
+        base_result = place_release(base, tenant=bound.tenant, dest=dest / adapters.base_dir_name(release),
+                                    cache=cache, api=opener.api, parallel=parallel, part_size=part_size,
+                                    reporter=reporter)
+    result = place_release(opened, tenant=release.model.split("/", 1)[0],
+                           dest=dest / adapters.adapter_dir_name(release),
+                           cache=cache, api=opener.api, parallel=parallel, part_size=part_size, reporter=reporter)
+    result.adapter_of = bound.as_dict()
+    result.base = base_result.as_dict() if base_result is not None else None
+    return result
 
 
 def warm_once(ref: ModelRef, *, opener: ReleaseOpener, cache: NodeCache, etag: str | None, wait: float | None,

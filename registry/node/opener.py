@@ -15,6 +15,9 @@ checks a manifest in one order, each step before any byte of the release is fetc
    cosigned by the root's witnesses and by the node's own (``--witness``, ``--witness-quorum``), and
    extending the checkpoint this node kept.
 
+An adapter's release names its base (``adapter_of``); :meth:`ReleaseOpener.open_base` opens the base's
+release through the same steps, with the same trust, and holds it against that name before either is used.
+
 Opening persists nothing. The caller does its work (DEST assembled, the blobs cached, the release put in
 front of S3 readers) and only then calls :meth:`OpenedRelease.accept`, which writes the roots walked, the
 serial and the checkpoint: a root or serial is never kept for a release that was not used (tough's
@@ -45,7 +48,7 @@ from registry.domain.refs import ModelRef
 from registry.node.assemble import check_bundle_matches, check_reserved
 from registry.node.log_proofs import WitnessPolicy, verify_release_log
 from registry.node.trust import NodeTrust, check_trust_options, pinned_root
-from registry.signing.release import Release, verify_release
+from registry.signing.release import Release, check_base_release, verify_release
 from registry.signing.trust_root import TrustRoot
 
 
@@ -179,6 +182,27 @@ class ReleaseOpener:
         release = verify_manifest(response.envelope, response.signature_bundle, ref=ref, trust=trust, now=now,
                                   log=response.log, consistency=self.api.log_consistency)
         return OpenedRelease(release, response, trust)
+
+
+    def open_base(self, adapter: OpenedRelease) -> OpenedRelease:
+        """The base an opened adapter's release names (``adapter_of``): its release asked for by the version
+        number named, verified with the adapter's trust, and held against ``adapter_of``
+        (:func:`registry.signing.release.check_base_release`) before anything is downloaded.
+
+        Raises:
+            ValueError: ``adapter`` is no adapter's release.
+            AdapterBaseMismatchError: the base release is not the one the adapter's release names.
+            RevokedError, NotApprovedError, ReleaseNotFoundError, NetworkError: the registry refused the base.
+            Anything :meth:`verify` raises.
+        """
+        bound = adapter.release.adapter_of
+        if bound is None:
+            raise ValueError(f"{adapter.release.model}@{adapter.release.ref} is no adapter's release")
+        response = self.api.manifest(bound.tenant, bound.name, str(bound.version))
+        assert response is not None  # no ETag was sent, so no 304
+        base = self.verify(ModelRef(bound.tenant, bound.name, version=bound.version), response, adapter.trust)
+        check_base_release(adapter.release, base.release)
+        return base
 
 
 def verify_manifest(envelope: Mapping[str, Any], bundle: Mapping[str, Any], *, ref: ModelRef, trust: NodeTrust,

@@ -8,6 +8,12 @@ version lists stay) and tells ``on_revoked``. The cursor is saved in the cache's
 events before it were applied, so a revocation made while the warmer was down is applied at its
 restart, and an event applied twice (a crash between the two) does nothing the second time.
 
+Revocation follows an adapter's binding (ADR 0018): a revoked base's ``version.revoked`` names the adapter
+versions of its tenant bound to it (``adapters``), and every bound adapter version gets an
+``adapter.unservable`` event (``reason`` ``base-revoked``) in its own tenant; the follower reads both and
+drops those adapters as it drops the base (:func:`revocations_of`). An ``adapter.unservable`` for a base
+alias that moved names an alias, not a version, and is no revocation: the registry refuses that release.
+
 A cache with no cursor yet reads the revocations from the start of the stream: reading to the head is
 what a first start must do anyway, and applying every past revocation is what keeps a version revoked
 before the warmer first ran (but cached by a ``fetch``) out of the cache.
@@ -17,10 +23,17 @@ Example:
     ...                "data": {"tenant": "acme", "model": "tiny", "version": 3}})
     ('acme', 'tiny', 3)
     >>> revocation_of({"type": "dev.modelreg.version.revoked", "data": {"tenant": "../x", "version": 3}})
+    >>> revocations_of({"type": "dev.modelreg.version.revoked",
+    ...                 "data": {"tenant": "acme", "model": "llm", "version": 1, "adapters": ["acme/llm-support@2"]}})
+    [('acme', 'llm', 1), ('acme', 'llm-support', 2)]
+    >>> revocations_of({"type": "dev.modelreg.adapter.unservable",
+    ...                 "data": {"tenant": "acme", "model": "llm-support", "version": 2, "reason": "base-revoked"}})
+    [('acme', 'llm-support', 2)]
 """
 
 from __future__ import annotations
 
+import re
 import threading
 import time
 from collections.abc import Callable
@@ -34,8 +47,12 @@ from registry.domain.refs import NAME_RE
 from registry.node.cache import NodeCache, RevocationReport
 
 REVOKED = "version.revoked"
+UNSERVABLE = "adapter.unservable"
+"""An adapter left unservable by its base: a revocation of the adapter version when its base was revoked."""
 PAGE = 1000
 """Events asked for per read (the server's most)."""
+MAX_LISTED = 1000
+"""Adapters read from one event's list at most (the registry lists 100)."""
 WAIT_SECONDS = 25
 """The long poll asked of the server; well under any proxy's idle timeout."""
 MIN_INTERVAL = 1.0
@@ -43,6 +60,15 @@ MIN_INTERVAL = 1.0
 MAX_BACKOFF = 30.0
 REFUSED_BACKOFF = 60.0
 """Seconds between tries while the registry refuses the node's token (401, 403)."""
+
+_VERSION_REF = re.compile(r"\A([^/@]+)/([^/@]+)@([1-9][0-9]{0,8})\Z")
+
+
+def _named(tenant: Any, model: Any, version: Any) -> tuple[str, str, int] | None:
+    if (isinstance(tenant, str) and NAME_RE.match(tenant) and isinstance(model, str) and NAME_RE.match(model)
+            and type(version) is int and version >= 1):
+        return tenant, model, version
+    return None
 
 
 def revocation_of(event: Any) -> tuple[str, str, int] | None:
@@ -52,11 +78,31 @@ def revocation_of(event: Any) -> tuple[str, str, int] | None:
     data = event.get("data")
     if not isinstance(data, dict):
         return None
-    tenant, model, version = data.get("tenant"), data.get("model"), data.get("version")
-    if not (isinstance(tenant, str) and NAME_RE.match(tenant) and isinstance(model, str) and NAME_RE.match(model)
-            and type(version) is int and version >= 1):
-        return None
-    return tenant, model, version
+    return _named(data.get("tenant"), data.get("model"), data.get("version"))
+
+
+def revocations_of(event: Any) -> list[tuple[str, str, int]]:
+    """Every ``(tenant, model, version)`` an event revokes: a ``version.revoked``'s version and the adapters it
+    lists (of its own tenant), or the adapter version of an ``adapter.unservable`` whose base was revoked.
+    Anything malformed is passed over."""
+    if not isinstance(event, dict) or not isinstance(event.get("data"), dict):
+        return []
+    data = event["data"]
+    if event.get("type") == TYPE_PREFIX + UNSERVABLE:
+        named = _named(data.get("tenant"), data.get("model"), data.get("version"))
+        return [named] if named is not None and data.get("reason") == "base-revoked" else []
+    revoked = revocation_of(event)
+    if revoked is None:
+        return []
+    found = [revoked]
+    listed = data.get("adapters")
+    for ref in (listed if isinstance(listed, list) else [])[:MAX_LISTED]:
+        match = _VERSION_REF.match(ref) if isinstance(ref, str) else None
+        # Only the revoked base's own tenant: another tenant's adapters come in that tenant's own events.
+        named = _named(match[1], match[2], int(match[3])) if match else None
+        if named is not None and named[0] == revoked[0]:
+            found.append(named)
+    return found
 
 
 class RevocationFollower:
@@ -80,6 +126,8 @@ class RevocationFollower:
         self.wait = wait
         self.clock = clock
         self.key = f"events.cursor {api.client.url}"
+        self.types: tuple[str, ...] = (REVOKED, UNSERVABLE)
+        """The event types read (``version.revoked`` alone from a registry that knows no other)."""
         self.failing: str | None = None
         """Why the last read failed (a refused token: the registry's answer), None once a read succeeded."""
 
@@ -98,14 +146,20 @@ class RevocationFollower:
             RemoteError, NetworkError, RegistryError: the read failed (nothing was applied or saved).
         """
         after = self.cursor
-        page = self.api.events(after, types=(REVOKED,), limit=PAGE, wait=self.wait)
+        try:
+            page = self.api.events(after, types=self.types, limit=PAGE, wait=self.wait)
+        except RemoteError as exc:
+            if exc.status != 422 or UNSERVABLE not in str(exc) or UNSERVABLE not in self.types:
+                raise
+            # A registry from before adapters were bound refuses the type it does not know: follow the rest.
+            self.on_problem(f"the registry does not know {UNSERVABLE} events: following {REVOKED} alone")
+            self.types = (REVOKED,)
+            page = self.api.events(after, types=self.types, limit=PAGE, wait=self.wait)
         for event in page.events:
-            named = revocation_of(event)
-            if named is None:
-                continue
-            report = self.cache.remove_revoked(*named)
-            if report.held and (report.newly_revoked or report.removed):
-                self.on_revoked(report)
+            for named in revocations_of(event):
+                report = self.cache.remove_revoked(*named)
+                if report.held and (report.newly_revoked or report.removed):
+                    self.on_revoked(report)
         recovered, self.failing = self.failing is not None, None
         if page.cursor != after or not self.cache.state(self.key) or recovered:
             self.cache.set_state(self.key, str(page.cursor))

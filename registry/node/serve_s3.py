@@ -204,8 +204,10 @@ class ChunkSource:
     """
 
     def __init__(self, api: RegistryApi, cache: NodeCache | None, *, policy: NodePolicy,
-                 max_chunks: int = DEFAULT_MAX_CHUNKS) -> None:
+                 max_chunks: int = DEFAULT_MAX_CHUNKS,
+                 on_opened: Callable[[str, str, int], None] | None = None) -> None:
         self.api, self.cache, self.policy = api, cache, policy
+        self.on_opened = on_opened  # told of each release verified and served (its receipts)
         self.opener = ReleaseOpener(api, policy, state_dir=cache.root if cache is not None else None)
         self.max_chunks = max_chunks
         self.slots = threading.BoundedSemaphore(max_chunks)
@@ -252,6 +254,8 @@ class ChunkSource:
                             if any(f.path == p and f.sha256 == c.entry.sha256 for f in release.files)}
         with self._lock:
             self._releases[key] = opened
+        if self.on_opened is not None:
+            self.on_opened(ref.tenant, ref.name, release.version)
         return opened
 
     def revoke(self, tenant: str, name: str, version: int) -> None:
@@ -595,9 +599,11 @@ def keys_from_env(environ: dict[str, str] | None = None) -> dict[str, str]:
     return {access: secret} if access and secret else {}
 
 
-def serve(server: S3Server, api: RegistryApi, *, say: Callable[[str], None]) -> None:
+def serve(server: S3Server, api: RegistryApi, *, say: Callable[[str], None],
+          on_revoked: Callable[[str, str, int], None] | None = None) -> None:
     """Answer requests until Ctrl-C while following the registry's revocations: a revoked version the
-    endpoint serves stops being served (ranges in flight included) as its event arrives."""
+    endpoint serves stops being served (ranges in flight included) as its event arrives (and ``on_revoked``
+    is told)."""
     source = server.source
     if source.cache is None:
         raise ValueError("serve-s3 keeps the revocations it follows in its node cache: give it one")
@@ -605,6 +611,8 @@ def serve(server: S3Server, api: RegistryApi, *, say: Callable[[str], None]) -> 
     def revoked(report: RevocationReport) -> None:
         source.revoke(report.tenant, report.model, report.version)
         say(f"revoked {report.tenant}/{report.model}@{report.version}: no longer served")
+        if on_revoked is not None:
+            on_revoked(report.tenant, report.model, report.version)
 
     follower = RevocationFollower(api, source.cache, on_revoked=revoked,
                                   on_problem=lambda line: say(f"error: revocations: {line}"))

@@ -6,7 +6,8 @@ holds one fetch (the last one): give each init container or pod its own file nam
 
 Series (labels ``model="tenant/name"`` and ``ref``, the alias or version asked for):
 
-- ``modelreg_fetch_phase_seconds{phase}``: manifest, verify, download, assemble (the phases that ran);
+- ``modelreg_fetch_phase_seconds{phase}``: manifest, verify, base (an adapter's base release, with
+  ``--with-base``), download, assemble (the phases that ran);
 - ``modelreg_fetch_success``: 1 or 0, and ``modelreg_fetch_outcome{outcome}`` 1 for the outcome
   (``ok`` or the failure kind of the exit code table: ``revoked``, ``signature``, ``network``...);
 - ``modelreg_fetch_timestamp_seconds``: when the fetch ended;

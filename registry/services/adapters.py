@@ -46,7 +46,7 @@ from registry.scanning import safetensors
 from registry.scanning._formatio import DuplicateKeyError, strict_json_loads
 from registry.scanning.model import Severity
 from registry.services import aliases
-from registry.services.loaders import find_version_unchecked, version_ref
+from registry.services.loaders import find_version_unchecked, statement_binding, version_ref
 from registry.signing.bundle import verify_model_bundle
 from registry.signing.keys import VerifyingKey
 from registry.storage.base import BlobStore
@@ -179,16 +179,6 @@ def key_of(base: BaseChoice | None) -> str | None:
 
 
 # --- reading a binding ----------------------------------------------------------------------------------
-
-
-def statement_binding(version: Version) -> dict[str, Any] | None:
-    """What ``version``'s signed statement says of its base (``predicate.modelreg.adapter_of``), or None."""
-    binding = version.adapter_binding
-    if binding is None:
-        return None
-    base = binding.base
-    return {"model": f"{base.model.tenant.name}/{base.model.name}", "version": base.number,
-            "weights_digest": binding.weights_digest, "manifest_digest": binding.base_manifest_digest}
 
 
 def binding_document(version: Version) -> dict[str, Any] | None:

@@ -3,8 +3,10 @@
 Every move (promote or rollback) is judged by the promotion policy (``policies/promotion.rego``,
 through :func:`registry.services.policy.decide_promotion`, which stores the decision with its bundle
 and input digests) and, when allowed, changes the alias, appends its history row and its audit event
-in one transaction. A denied move stores only the decision. The rules themselves (alias values,
-resolution, which move a rollback undoes) are pure, in :mod:`registry.domain.aliases`.
+in one transaction (with an ``adapter.unservable`` event for each adapter alias of the same name the
+move leaves unservable, :mod:`registry.services.adapter_serving`). A denied move stores only the
+decision. The rules themselves (alias values, resolution, which move a rollback undoes) are pure, in
+:mod:`registry.domain.aliases`.
 
 Who may move an alias is the policy's to say; the service first requires the ``approve`` permission
 in the tenant (admins hold it), because only approvers carry the capacities the policy reads, so a
@@ -36,7 +38,7 @@ from registry.domain.policy_input import promotion_input
 from registry.domain.states import VersionState
 from registry.domain.text import MAX_COMMENT_LENGTH, validate_text
 from registry.policy import PolicyEngine
-from registry.services import loaders, units
+from registry.services import adapter_serving, loaders, units
 from registry.services import policy as policy_service
 from registry.services.stages import evaluating
 
@@ -197,6 +199,7 @@ def _move(session: Session, principal: AuthenticatedPrincipal, model: Model, ali
         baseline=evaluating.policy_baseline(session, main, alias),
         unit=units.policy_unit(session, main, current, f"alias:{alias}", evaluating.suite_prompts(
             session, evaluating.applicable_suites(session, main, policy)[0])),
+        adapter_of=loaders.statement_binding(main),
     )
     decision = policy_service.decide_promotion(session, main, dict(doc), policy, clock.now())
     if not decision.allowed:
@@ -232,6 +235,8 @@ def _move(session: Session, principal: AuthenticatedPrincipal, model: Model, ali
                  details={"from": before.version if before else None, "from_canary": canary_doc(before),
                           "to": target.version, "to_canary": canary_doc(target), "comment": comment,
                           "bundle_digest": decision.bundle_digest, "input_digest": decision.input_digest})
+    # In the same transaction: an adapter alias this move leaves unservable is told on the event stream.
+    adapter_serving.after_alias_move(session, model, alias, principal.name)
     session.commit()
     session.refresh(row)
     return row

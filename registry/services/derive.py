@@ -27,7 +27,6 @@ from registry.domain.files import FileEntry
 from registry.domain.serving_profile import parse_serving_profile
 from registry.domain.unit_parts import (
     MAX_PROMPTS,
-    check_parts,
     prompt_path,
     read_held_parts,
     serving_config,
@@ -35,6 +34,7 @@ from registry.domain.unit_parts import (
 from registry.services import versions
 from registry.services.loaders import find_version_unchecked
 from registry.services.ports import Ports
+from registry.services.units import check_parts
 from registry.storage.base import BlobStore
 
 

@@ -7,6 +7,9 @@ unsafe or unscanned file, not flagged), materializes its files hash-checked, run
 subprocess (:mod:`registry.evals.sandbox`) outside any transaction, stores the log as a blob, and
 records the outcome only over a ``pending`` result: a job run twice (its worker died after the run)
 records once. When no result is pending any more the version moves on to ``awaiting_approval``.
+A LoRA adapter runs on the base it is bound to (:mod:`registry.services.adapter_evals`): the base is held to
+the binding and checked like the version (no unsafe or unscanned file), and copied out beside the adapter for
+the suites that load it; the result records the base it ran on (``ran_on``).
 
 Usage (a sketch, not run as a doctest)::
 
@@ -16,6 +19,7 @@ Usage (a sketch, not run as a doctest)::
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import io
 import logging
@@ -42,9 +46,10 @@ from registry.domain.errors import (
 from registry.domain.states import VersionState
 from registry.evals import sandbox, workdirs
 from registry.evals.cases import MAX_EVALSET_BYTES, parse_cases, prompt_templates_read
+from registry.evals.runners import AdapterOnBase, needs_base
 from registry.evals.suites import EVALSET_NAME
 from registry.scanning import SCANNER_NAME, SCANNER_VERSION
-from registry.services import lifecycle
+from registry.services import adapter_evals, lifecycle
 from registry.services.blobs import grant_blob, record_blob
 from registry.services.loaders import find_version_unchecked, lock_version_unchecked, version_ref
 from registry.services.ports import Ports
@@ -231,20 +236,36 @@ def run_eval(session_factory: sessionmaker[Session], result_id: int, *, ports: P
         facts = facts_of(session, version)
         definition = dict(row.definition)
         evalsets = [(e["name"], e["digest"]) for e in definition.get("evalsets", [])]
-    if unsafe is not None:
+        # A result queued before results named their base (migration 0036) runs on the bound base now, and says so.
+        ran_on = row.ran_on if row.ran_on is not None else adapter_evals.ran_on(session, version)
+        base, refused = adapter_evals.base_for_run(session, version, ran_on)
+        if base is not None and unsafe is None:
+            unsafe = _unsafe_reason(session, base.version)
+            unsafe = None if unsafe is None else f"its base {base.adapter.base_ref}: {unsafe}"
+        adapter = base.adapter if base is not None else None
+        base_files = base.files if base is not None and needs_base(row.runner, definition.get("settings")) else None
+    if refused is not None:
+        outcome = sandbox.failed(*refused)
+    elif unsafe is not None:
         outcome = sandbox.failed("unsafe", f"not evaluated: {unsafe}")
     else:
-        outcome = _run_outside_transaction(files, evalsets, definition, facts, blob_store, work_root, isolation)
-    _record(session_factory, result_id, outcome, _store_log(blob_store, outcome.log), ports=ports)
+        outcome = _run_outside_transaction(files, evalsets, definition, facts, blob_store, work_root, isolation,
+                                           adapter=adapter, base_files=base_files)
+    _record(session_factory, result_id, outcome, _store_log(blob_store, outcome.log), ports=ports, ran_on=ran_on)
 
 
 def _run_outside_transaction(files: list[tuple[str, str]], evalsets: list[tuple[str, str]],
                              definition: dict[str, Any], facts: dict[str, Any] | None, blob_store: BlobStore,
-                             work_root: Path | None, isolation: sandbox.Isolation) -> sandbox.Outcome:
+                             work_root: Path | None, isolation: sandbox.Isolation, *,
+                             adapter: AdapterOnBase | None = None,
+                             base_files: list[tuple[str, str]] | None = None) -> sandbox.Outcome:
     # The copy lives in a locked run directory: if this worker is killed, the next sweep removes it.
     with workdirs.eval_workdir(work_root) as root:
         try:
             model_dir = sandbox.materialize(files, blob_store, root / "model")
+            if adapter is not None and base_files is not None:
+                adapter = dataclasses.replace(adapter, base_dir=sandbox.materialize(base_files, blob_store,
+                                                                                    root / "base"))
             # Eval-set names are slugs (no "/"): one directory holds them all, each hash-checked.
             sets_dir = sandbox.materialize([(f"{name}.jsonl", digest) for name, digest in evalsets], blob_store,
                                            root / "evalsets")
@@ -254,7 +275,7 @@ def _run_outside_transaction(files: list[tuple[str, str]], evalsets: list[tuple[
             return sandbox.failed("integrity", f"a stored blob does not match its digest: {e.message}")
         # trust_remote_code stays off: remote code needs a security approval, which comes after evals.
         return sandbox.run_runner(definition, model_dir, sets, facts=facts, work_root=root, trust_remote_code=False,
-                                  isolation=isolation)
+                                  isolation=isolation, adapter=adapter)
 
 
 def _store_log(blob_store: BlobStore, log_bytes: bytes) -> str | None:
@@ -264,7 +285,7 @@ def _store_log(blob_store: BlobStore, log_bytes: bytes) -> str | None:
 
 
 def _record(session_factory: sessionmaker[Session], result_id: int, outcome: sandbox.Outcome,
-            log_digest: str | None, *, ports: Ports) -> None:
+            log_digest: str | None, *, ports: Ports, ran_on: dict[str, Any] | None = None) -> None:
     with session_factory() as session:
         begin_write(session)
         row = session.get(EvalResult, result_id)
@@ -285,11 +306,13 @@ def _record(session_factory: sessionmaker[Session], result_id: int, outcome: san
         row.cases = result.get("cases", [])
         row.log_digest, row.duration_ms, row.finished_at = log_digest, outcome.duration_ms, ports.clock.now()
         row.isolated = outcome.isolated
+        if row.ran_on is None:
+            row.ran_on = ran_on
         tenant = version.model.tenant.name
         audit.append(session, actor="system", action="version.eval.recorded", subject=version_ref(version),
                      tenant=tenant, details={"suite": row.suite, "suite_version": row.suite_version,
                                              "status": row.status, "reason": row.reason,
-                                             "isolated": row.isolated,
+                                             "isolated": row.isolated, "ran_on": row.ran_on,
                                              "metrics": dict(list(row.metrics.items())[:50])})
         session.flush()
         if version.state == VersionState.EVALUATING.value:
@@ -311,7 +334,7 @@ def result_doc(row: EvalResult, *, cases: bool = False) -> dict[str, Any]:
            "runner_version": row.runner_version, "status": row.status, "reason": row.reason, "error": row.error,
            "metrics": row.metrics, "breakdown": row.breakdown, "cases_recorded": len(row.cases),
            "cases_failed": failed_cases, "log_digest": row.log_digest, "duration_ms": row.duration_ms,
-           "isolated": row.isolated, "components": row.components,
+           "isolated": row.isolated, "components": row.components, "ran_on": row.ran_on,
            "evalsets": row.definition.get("evalsets", []), "settings": row.definition.get("settings", {}),
            "created_at": row.created_at.isoformat(),
            "finished_at": row.finished_at.isoformat() if row.finished_at else None}

@@ -14,6 +14,11 @@
   and the README's front matter, performance metrics from the completed evals, considerations from the
   README's sections), and the whole document is validated with the library's strict 1.6 JSON validator
   before it is returned: a document that fails is a bug (:class:`BomSchemaError`, a 500), never served.
+  A LoRA adapter's BOM also names the base it is bound to (issue 34): a second ``machine-learning-model``
+  component (bom-ref ``base-model``: group, name and version of the base version, its statement digest as a
+  property) holding its ``weights`` component as a ``data`` component whose SHA-256 is the bound weights digest,
+  and a ``dependencies`` entry from the adapter (``model``) to it; the adapter's performance metrics name the
+  base they ran on in their slice (``on=acme/llm@1``).
 - ``slsa``: an in-toto Statement v1 whose subjects are the version's files (path and sha256), predicate
   ``https://slsa.dev/provenance/v1`` (the submission as external parameters, the policy and signed-manifest
   digests as internal ones, the upstream at its resolved revision as the resolved dependency; mirroring
@@ -191,16 +196,22 @@ def cyclonedx_bom(session: Session, version: Version, *, blob_store: BlobStore, 
         external_references=_upstream_refs(version), components=parts,
         properties=_model_properties(session, version, facts, card, eval_docs))
     tool = Component(type=ComponentType.APPLICATION, name="modelreg", version=_modelreg_version())
-    bom = Bom(components=[model], metadata=BomMetaData(timestamp=clock.now(), tools=ToolRepository(components=[tool])),
+    base = _base_component(version)
+    bom = Bom(components=[model, *([base] if base is not None else [])],
+              metadata=BomMetaData(timestamp=clock.now(), tools=ToolRepository(components=[tool])),
               **({"serial_number": serial_number} if serial_number is not None else {}))
+    if base is not None:
+        bom.register_dependency(model, [base])
     document = json.loads(JsonV1Dot6(bom).output_as_string())
+    # The library sorts top-level components too: find the version's own by its bom-ref.
+    own = next(c for c in document["components"] if c["bom-ref"] == "model")
     if not reference and version.files:
         # The library sorts nested components by type, then name: the unit's ``data`` components (already in
         # the document, which places the ``components`` key) before the ``file`` ones, those by path.
-        document["components"][0].setdefault("components", []).extend([
+        own.setdefault("components", []).extend([
             _file_component_json(f.path, f.sha256, f.size, scan_docs.get(f.path))
             for f in sorted(version.files, key=lambda f: f.path)])
-    document["components"][0]["modelCard"] = model_card(facts, card, _body(readme), eval_docs)
+    own["modelCard"] = model_card(facts, card, _body(readme), eval_docs)
     content = json.dumps(document, indent=2).encode()
     validate_bom(content)
     return content
@@ -275,6 +286,9 @@ def _performance_metrics(eval_docs: list[dict[str, Any]]) -> list[dict[str, str]
         if doc["status"] != evals.COMPLETED:
             continue
         where = f"suite={doc['suite']} runner={doc['runner']}@{doc['runner_version']}"
+        ran_on = doc.get("ran_on")
+        if isinstance(ran_on, dict):
+            where += f" on={ran_on.get('base_model')}@{ran_on.get('base_version')}"
         slices = [(where, doc["metrics"])]
         for dimension, groups in sorted((doc.get("breakdown") or {}).items()):
             if isinstance(groups, dict):
@@ -302,6 +316,10 @@ def _model_properties(session: Session, version: Version, facts: dict[str, Any] 
         ("modelreg:sealed-at", version.sealed_at.isoformat() if version.sealed_at else None),
         ("modelreg:revoked", version.revoke_reason if version.revoked_at else None),
     ]
+    binding = version.adapter_binding
+    if binding is not None:
+        pairs += [("modelreg:adapter-of", version_ref(binding.base)),
+                  ("modelreg:adapter-of:weights-digest", binding.weights_digest)]
     for finding in version.license_findings:
         pairs.append((f"modelreg:license:{finding.source}", finding.normalized or f"unrecognized: {finding.problem}"))
     for fact in ("formats", "parameters", "dtypes", "tensor_bytes"):
@@ -320,6 +338,25 @@ def _model_properties(session: Session, version: Version, facts: dict[str, Any] 
     for key in ("base_model", "language", "library_name"):
         pairs += [(f"modelreg:card:{key}", value) for value in _texts(card.get(key), 256)]
     return [Property(name=k, value=v if isinstance(v, str) else json.dumps(v)) for k, v in pairs if v is not None]
+
+
+def _base_component(version: Version) -> Component | None:
+    """An adapter's base as its BOM names it (None for a version that is no adapter): the base version, holding
+    its ``weights`` component with the bound digest, what the adapter's signed statement binds it to."""
+    binding = version.adapter_binding
+    if binding is None:
+        return None
+    base = binding.base
+    weights = Component(type=ComponentType.DATA, name="weights", bom_ref="base-model:component:weights",
+                        description=UNIT_COMPONENT_DESCRIPTION, hashes=[_sha256(binding.weights_digest)])
+    return Component(
+        type=ComponentType.MACHINE_LEARNING_MODEL, bom_ref="base-model", group=base.model.tenant.name,
+        name=base.model.name, version=str(base.number), purl=_purl(base), external_references=_upstream_refs(base),
+        description="the base model this LoRA adapter is bound to: the adapter's signed statement names this "
+                    "version and the digest of its weights component",
+        components=[weights],
+        properties=[Property(name="modelreg:manifest:digest", value=binding.base_manifest_digest),
+                    Property(name="modelreg:adapter-of:requested", value=binding.requested)])
 
 
 def _unit_component(component: UnitComponent) -> Component:

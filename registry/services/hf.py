@@ -22,10 +22,15 @@ Decisions a reader might question (see also ``docs/hf-endpoint.md``):
   the canary tenants (besides read or fetch in the model's tenant); everyone else gets its main version.
 - **Folders** have no git tree here; a folder's ``oid`` is a sha1 over the paths and sha256 digests of the
   files below it, so it changes exactly when they do.
+- **Adapters** (a version bound to a base, ``registry/services/adapters.py``) are served only while their base
+  is (``registry/services/adapter_bases.py``), and their ``adapter_config.json`` is served with
+  ``base_model_name_or_path`` = the base's repository id and ``revision`` = the bound base version's commit
+  (``registry/domain/adapter_config.py``), so PEFT loads exactly the bound weights through this endpoint. Every
+  answer describes the served bytes (size, sha256, git blob id); the stored, signed bytes are unchanged.
 
 Usage (a sketch, not run as a doctest)::
 
-    release = resolve(session, principal, "acme", "llm", "prod")
+    release = resolve(session, principal, "acme", "llm", "prod", blob_store=store)
     page = tree_page(release, "", recursive=True, cursor=0, page_size=1000,
                      blob_store=store)
     [e.path for e in page.entries]
@@ -38,7 +43,7 @@ import hashlib
 import re
 import threading
 from collections import OrderedDict
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Literal
@@ -50,6 +55,8 @@ from registry.auth import AuthenticatedPrincipal
 from registry.clock import Clock
 from registry.db.models import Alias, Model, Version, VersionFile
 from registry.domain import serving
+from registry.domain.adapter_config import AdapterConfigUnservableError, with_base
+from registry.domain.adapters import ADAPTER_CONFIG, MAX_CONFIG_BYTES
 from registry.domain.errors import (
     AliasNotFoundError,
     InvalidInputError,
@@ -61,7 +68,7 @@ from registry.domain.errors import (
 )
 from registry.domain.refs import ALIAS_RE
 from registry.domain.serving import Channel
-from registry.services import aliases, downloads, loaders
+from registry.services import adapter_bases, aliases, downloads, loaders
 from registry.storage.base import BlobStore
 
 DEFAULT_BRANCH = "main"
@@ -81,6 +88,8 @@ COMMIT_RE = re.compile(r"\A[0-9a-f]{40}\Z")
 NUMBER_RE = re.compile(r"\A[1-9][0-9]{0,9}\Z")
 INT32_MAX = 2**31 - 1
 SHA1_CACHE_SIZE = 100_000
+SERVED_CONFIG_CACHE_SIZE = 4096
+"""Adapters' served ``adapter_config.json`` kept per process (each at most ``MAX_CONFIG_BYTES``, most a few KB)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,6 +102,9 @@ class RevisionFile:
     lfs: bool
     known_git_sha1: str | None = None
     """The git blob sha1 the mirror checked the bytes against, when the upstream published one."""
+    content: bytes | None = None
+    """The bytes served when the registry derives them from the stored ones (an adapter's ``adapter_config.json``
+    naming its base); ``size``, ``sha256`` and ``known_git_sha1`` are then theirs. None: the stored blob's bytes."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -168,16 +180,19 @@ class TreePage:
 
 
 def resolve(session: Session, principal: AuthenticatedPrincipal, tenant: str, name: str,
-            revision: str) -> ResolvedRevision:
+            revision: str, *, blob_store: BlobStore) -> ResolvedRevision:
     """The released version ``revision`` of ``tenant/name`` names, for ``principal``.
 
     Args:
         revision: An alias, ``main`` (the ``prod`` alias), a version number, or a version's commit.
+        blob_store: Where an adapter's ``adapter_config.json`` is read, to be served naming its base.
 
     Raises:
         PermissionDeniedError: neither ``read`` nor ``fetch`` in ``tenant``.
         TenantNotFoundError, ModelNotFoundError: no such repository.
-        ReleaseNotFoundError: the revision names no version, or one not approved, or a revoked or deleted one.
+        ReleaseNotFoundError: the revision names no version, or one not approved, or a revoked or deleted one,
+            or an adapter whose base is not served (``registry/services/adapter_bases.py``).
+        BlobNotFoundError: the store lost an adapter's ``adapter_config.json``.
     """
     refusal = serving.caller_refusal(principal.name, principal.permissions(tenant), tenant)
     if refusal is not None:
@@ -188,10 +203,12 @@ def resolve(session: Session, principal: AuthenticatedPrincipal, tenant: str, na
     refusal = serving.release_refusal(loaders.release_facts(version), Channel.HF, revision)
     if refusal is not None:
         raise refusal
+    files = tuple(_revision_file(f) for f in sorted(version.files, key=lambda f: f.path))
+    if version.adapter_binding is not None:
+        files = _adapter_files(session, principal, version, repo_id, revision, files, blob_store)
     return ResolvedRevision(
         repo_id=repo_id, revision=revision, commit=commit_of(version), version=version.number,
-        files=tuple(_revision_file(f) for f in sorted(version.files, key=lambda f: f.path)),
-        sealed_at=version.sealed_at, license=version.license, version_id=version.id,
+        files=files, sealed_at=version.sealed_at, license=version.license, version_id=version.id,
     )
 
 
@@ -248,6 +265,81 @@ def _revision_file(row: VersionFile) -> RevisionFile:
     return RevisionFile(row.path, row.size, row.sha256, lfs, None if lfs else row.upstream_git_sha1)
 
 
+def alias_named(revision: str, *, hub_names: bool = True) -> str | None:
+    """The alias ``revision`` names as :func:`version_named` reads it (``main`` is ``prod`` with ``hub_names``),
+    or None for a version number (or, with ``hub_names``, a commit)."""
+    if hub_names and COMMIT_RE.match(revision):
+        return None
+    if NUMBER_RE.match(revision) and int(revision) <= INT32_MAX:
+        return None
+    return DEFAULT_ALIAS if hub_names and revision == DEFAULT_BRANCH else revision
+
+
+def _adapter_files(session: Session, principal: AuthenticatedPrincipal, version: Version, repo_id: str,
+                   revision: str, files: tuple[RevisionFile, ...], blob_store: BlobStore) -> tuple[RevisionFile, ...]:
+    """An adapter's files as served: refused while its base is not served (or, asked by alias, while the base's
+    alias of that name gives other weights), its ``adapter_config.json`` naming the bound base by this endpoint's
+    repository id and commit (a pure function of the signed statement)."""
+    reason = adapter_bases.base_refusal(version)
+    alias = alias_named(revision)
+    if reason is None and alias is not None:
+        reason = adapter_bases.alias_refusal(session, principal, version, alias)
+    if reason is not None:
+        raise ReleaseNotFoundError(repo_id, revision, reason)
+    base = version.adapter_binding.base
+    base_repo = f"{base.model.tenant.name}/{base.model.name}"
+    # The base's commit is taken from the binding's signed base statement digest, as commit_of would from the base.
+    base_commit = version.adapter_binding.base_manifest_digest[:40]
+    served = []
+    for f in files:
+        if f.path == ADAPTER_CONFIG:
+            try:
+                content = _SERVED_CONFIGS.get(f, base_repo, base_commit, blob_store)
+            except AdapterConfigUnservableError as exc:
+                raise ReleaseNotFoundError(repo_id, revision, f"its {ADAPTER_CONFIG} cannot be served: {exc}") \
+                    from None
+            f = served_file(f.path, content)
+        served.append(f)
+    return tuple(served)
+
+
+def served_file(path: str, content: bytes) -> RevisionFile:
+    """A file whose served bytes are ``content`` (derived by the registry), described by them alone."""
+    return RevisionFile(path, len(content), hashlib.sha256(content).hexdigest(), is_lfs(path, len(content)),
+                        git_blob_sha1(content), content)
+
+
+class _ServedConfigCache:
+    """An adapter's served ``adapter_config.json`` per (stored sha256, base repository, base commit): a pure
+    function of them, so computing it once per process is as good as every time."""
+
+    def __init__(self, maxsize: int) -> None:
+        self._maxsize = maxsize
+        self._known: OrderedDict[tuple[str, str, str], bytes] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, stored: RevisionFile, base_repo: str, base_commit: str, blob_store: BlobStore) -> bytes:
+        key = (stored.sha256, base_repo, base_commit)
+        with self._lock:
+            if key in self._known:
+                self._known.move_to_end(key)
+                return self._known[key]
+        if stored.size > MAX_CONFIG_BYTES:
+            raise AdapterConfigUnservableError(f"{ADAPTER_CONFIG} is {stored.size} bytes, over {MAX_CONFIG_BYTES}")
+        original = b"".join(blob_store.open_range(stored.sha256, 0, stored.size))
+        if hashlib.sha256(original).hexdigest() != stored.sha256:
+            raise AdapterConfigUnservableError(f"the stored {ADAPTER_CONFIG} is not the signed one")
+        served = with_base(original, base_name=base_repo, base_revision=base_commit)
+        with self._lock:
+            self._known[key] = served
+            while len(self._known) > self._maxsize:
+                self._known.popitem(last=False)
+        return served
+
+
+_SERVED_CONFIGS = _ServedConfigCache(SERVED_CONFIG_CACHE_SIZE)
+
+
 def record_download(session: Session, principal: AuthenticatedPrincipal, release: ResolvedRevision, *,
                     clock: Clock) -> None:
     """Count one file download of ``release`` by ``principal`` (provenance question 8), and commit.
@@ -278,6 +370,14 @@ def describe(release_file: RevisionFile, blob_store: BlobStore) -> HfFile:
 def describe_all(release: ResolvedRevision, blob_store: BlobStore) -> list[HfFile]:
     """Every file of the release, described (the siblings of the repository info)."""
     return [describe(f, blob_store) for f in release.files]
+
+
+def read_range(release_file: RevisionFile, blob_store: BlobStore, start: int, end: int) -> Iterator[bytes]:
+    """The served bytes ``[start, end)`` of a file: the derived ones where the registry derives them, else the
+    store's."""
+    if release_file.content is not None:
+        return iter((release_file.content[start:end],))
+    return blob_store.open_range(release_file.sha256, start, end)
 
 
 def git_blob_sha1(data: bytes) -> str:

@@ -12,6 +12,8 @@ Usage (a sketch, not run as a doctest)::
 
 from __future__ import annotations
 
+from typing import Any
+
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
@@ -70,6 +72,18 @@ def lock_version_unchecked(session: Session, version_id: int) -> Version | None:
 def version_ref(version: Version) -> str:
     """``tenant/model@number``: how a version is named in audit subjects and messages."""
     return f"{version.model.tenant.name}/{version.model.name}@{version.number}"
+
+
+def statement_binding(version: Version) -> dict[str, Any] | None:
+    """What an adapter version's signed statement says of its base (``predicate.modelreg.adapter_of``: ``{model,
+    version, weights_digest, manifest_digest}``), read from its binding; None for a version that is no adapter.
+    The approval and promotion policies read the same document as ``input.adapter_of``."""
+    binding = version.adapter_binding
+    if binding is None:
+        return None
+    base = binding.base
+    return {"model": f"{base.model.tenant.name}/{base.model.name}", "version": base.number,
+            "weights_digest": binding.weights_digest, "manifest_digest": binding.base_manifest_digest}
 
 
 def tenant_of(version: Version) -> str:

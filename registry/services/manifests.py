@@ -26,6 +26,9 @@ Decisions a reader might question:
   stored serial and the newest root's number, and the issuance insert.
 - A long poll issues again only when the process's event watcher (:mod:`registry.watch`) sees an
   audit event naming its alias or the version served, or a trust root change; it polls nothing itself.
+- An adapter's release names the base it is served with (``adapter_of``, decided by
+  :func:`registry.services.adapter_serving.served_base`, which refuses it when the base moved or was
+  revoked). Its serial follows the base's alias too, and its long poll wakes on the base's events.
 
 Usage (a sketch, not run as a doctest)::
 
@@ -39,6 +42,7 @@ Usage (a sketch, not run as a doctest)::
 from __future__ import annotations
 
 import base64
+import dataclasses
 import datetime as dt
 import hashlib
 import re
@@ -79,7 +83,7 @@ from registry.domain.errors import (
 from registry.domain.events import ALIAS_MOVE_ACTIONS, APPROVED_ACTION
 from registry.domain.serving import Channel, ReleaseFacts
 from registry.domain.states import VersionState
-from registry.services import aliases, loaders, tlog
+from registry.services import adapter_serving, aliases, loaders, tlog
 from registry.services import chunks as chunk_lists
 from registry.services.trust_roots import release_signer
 from registry.services.units import components_of
@@ -129,6 +133,8 @@ class WatchKey:
     model_id: int
     alias: str | None
     version_id: int
+    also: tuple[str, ...] = ()
+    """More audit subjects that change the release (an adapter's base alias and versions)."""
 
 
 @dataclass(frozen=True)
@@ -215,8 +221,11 @@ def issue_to(session: Session, principals: Sequence[AuthenticatedPrincipal], ten
         InvalidInputError: ``ref`` is neither an alias name nor a version number.
         TenantNotFoundError, ModelNotFoundError, AliasNotFoundError, VersionNotFoundError: nothing by that name
             (``for_tenant`` included).
-        RevokedError: the version the ref gives this tenant is revoked.
-        NotApprovedError: it is not approved.
+        RevokedError: the version the ref gives this tenant is revoked (``AdapterBaseRevokedError``: an
+            adapter whose base is).
+        NotApprovedError: it is not approved (or an adapter's base is not).
+        AdapterBaseMovedError: an adapter asked for through an alias whose base model's alias of that name
+            points at other weights than the bound ones.
         VersionDeletedError: retention deleted it (checked by :mod:`registry.domain.serving`, as all three are).
         NoSigningKeyError: the registry holds no key of the newest trust root.
         ReleaseNotLoggedError: the trust root names the log and it cannot prove this release yet (503).
@@ -238,7 +247,16 @@ def issue_to(session: Session, principals: Sequence[AuthenticatedPrincipal], ten
     refusal = serving.release_refusal(facts, Channel.MANIFEST, ref, is_alias=found.is_alias)
     if refusal is not None:
         raise refusal
-    watch = WatchKey(found.model_id, ref if found.is_alias else None, found.version_id)
+    parts = cache.version_release(session, found.version_id)
+    base = None
+    if parts.binding is not None:
+        base = adapter_serving.served_base(session, parts.binding, ref, is_alias=found.is_alias,
+                                           for_tenant=for_tenant)
+        # The serial moves when the base served does: a node then takes the new release, never an old one.
+        found = dataclasses.replace(found, target_digest=_digest({"target": found.target_digest,
+                                                                  "base": base.target}))
+    watch = WatchKey(found.model_id, ref if found.is_alias else None, found.version_id,
+                     base.watch if base is not None else ())
     root, key = release_signer(session, keyring, expires_in=config.root_expiry, clock=clock, cache=cache.roots,
                                newest_version=found.root_version)
     if found.serial is not None and found.serial_digest == found.target_digest:
@@ -247,7 +265,10 @@ def issue_to(session: Session, principals: Sequence[AuthenticatedPrincipal], ten
             session.rollback()
             return Issued(etag, found.serial, found.number, None, watch)
     now = clock.now()
-    parts = cache.version_release(session, found.version_id)
+    adapter_of = None
+    if base is not None:
+        statement = cache.version_release(session, base.version_id).fields["statement_digest"]
+        adapter_of = base.document(statement)
     # Proven before anything is recorded: a release the log cannot prove yet is answered 503, not issued.
     log = _log_proof(session, tenant, name, ref, found, config, now) if root.log is not None else None
     begin_write(session)
@@ -262,7 +283,7 @@ def issue_to(session: Session, principals: Sequence[AuthenticatedPrincipal], ten
     session.commit()
     ttl = config.alias_ttl if found.is_alias else config.version_ttl
     payload = release_payload(model=model_ref, ref=ref, tenant=for_tenant, version=found.number, serial=serial,
-                              issued_at=now, expires_at=now + ttl, **parts.fields)
+                              issued_at=now, expires_at=now + ttl, adapter_of=adapter_of, **parts.fields)
     body = {"envelope": sign_release(payload, [key]),
             "transport": {f["path"]: blob_store.presign_get(f["sha256"], config.url_ttl)
                           for f in parts.fields["files"]},
@@ -457,6 +478,8 @@ class _VersionRelease:
     bundle: dict[str, Any] | None
     chunked: bool = True
     """Whether ``fields`` holds every file's chunk root (``chunks``); a release omits them until then."""
+    binding: adapter_serving.BoundBase | None = None
+    """An adapter's binding to its base (None for anything else): it never changes either."""
 
 
 def _version_release(session: Session, version: Version) -> _VersionRelease:
@@ -479,7 +502,8 @@ def _version_release(session: Session, version: Version) -> _VersionRelease:
                 "statement_digest": statement_digest(version.manifest_bundle),
                 "approval_digest": hashlib.sha256(canonical_json(approval_record(session, version))).hexdigest(),
                 **({"chunks": chunks} if chunks is not None else {}), **unit},
-        bundle=version.manifest_bundle, chunked=chunks is not None)
+        bundle=version.manifest_bundle, chunked=chunks is not None,
+        binding=adapter_serving.binding_of(session, version))
 
 
 def statement_digest(bundle: dict[str, Any] | None) -> str:

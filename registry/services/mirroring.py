@@ -36,7 +36,7 @@ from registry.domain.files import FileEntry, validate_file_list
 from registry.domain.outcomes import Failed, Passed
 from registry.domain.source_uris import submission_uri
 from registry.domain.states import VersionState
-from registry.domain.unit_parts import UnitParts, check_parts, is_held_part, read_held_parts, serving_config
+from registry.domain.unit_parts import UnitParts, is_held_part, read_held_parts, serving_config
 from registry.services import adapters, chunks, facts, licenses, lifecycle, quotas, units
 from registry.services.blobs import grant_blob, owned_blobs
 from registry.services.lifecycle import fail_version
@@ -250,7 +250,7 @@ def _held_parts(files: list[VersionFile], found: dict,
     try:
         data = read_held_parts(files, lambda digest, size: b"".join(ports.blob_store.open_range(digest, 0, size)))
         gpus, margin = serving_config(ports.policy.data())
-        parts = check_parts(data, found, gpus, runtime_margin_bytes=margin, require_fit=False)
+        parts = units.check_parts(data, found, gpus, runtime_margin_bytes=margin, require_fit=False)
     except (InvalidInputError, PolicyViolationError) as exc:
         return None, exc
     try:

@@ -1,5 +1,6 @@
-"""Node bindings: which Kubernetes service accounts of a trusted issuer are serving nodes of a tenant
-(administrators only). The token side is ``registry/workload_identity.py``.
+"""Node bindings: which Kubernetes service accounts of a trusted issuer are serving nodes of a tenant, or its
+admission webhook (the ``admission`` role), administrators only. The token side is
+``registry/workload_identity.py``.
 
 A binding makes (once) the principal ``sa:<namespace>/<service account>@<issuer>`` (the issuer URL without
 its scheme: one principal per issuer, namespace and service account); provenance
@@ -16,9 +17,9 @@ from registry import audit
 from registry.auth import AuthenticatedPrincipal, get_tenant, require_admin
 from registry.db.models import NodeBinding, Principal, Tenant
 from registry.db.session import begin_write
-from registry.domain.errors import InvalidInputError, NotFoundError
+from registry.domain.errors import AlreadyExistsError, InvalidInputError, NotFoundError
 from registry.settings import WorkloadIssuer
-from registry.workload_identity import principal_name, validate_subject
+from registry.workload_identity import BINDING_ROLES, principal_name, validate_subject
 
 
 def _check_issuer(issuer: str, trusted: list[WorkloadIssuer]) -> None:
@@ -29,21 +30,31 @@ def _check_issuer(issuer: str, trusted: list[WorkloadIssuer]) -> None:
 
 
 def bind(session: Session, actor: AuthenticatedPrincipal, *, issuer: str, namespace: str, service_account: str,
-         tenant: str, trusted: list[WorkloadIssuer]) -> NodeBinding:
-    """Bind a service account to the node role of ``tenant``; binding it again returns the binding.
+         tenant: str, trusted: list[WorkloadIssuer], role: str = "node") -> NodeBinding:
+    """Bind a service account to ``role`` (``node`` or ``admission``) in ``tenant``; binding it again to the same
+    role returns the binding.
 
     Raises:
         PermissionDeniedError: ``actor`` is no administrator.
-        InvalidInputError: an untrusted issuer, a bad namespace or service account name.
+        InvalidInputError: an untrusted issuer, a bad namespace or service account name, another role.
         TenantNotFoundError: no such tenant.
+        AlreadyExistsError: the service account is bound to the other role in ``tenant`` (unbind it first).
     """
     require_admin(actor)
+    if role not in BINDING_ROLES:
+        raise InvalidInputError(f"role {role!r}: a service account is bound as {' or '.join(BINDING_ROLES)}",
+                                field="role")
     _check_issuer(issuer, trusted)
     validate_subject(issuer, namespace, service_account)
     begin_write(session)
     tenant_row = get_tenant(session, tenant)
     existing = _find(session, issuer, namespace, service_account, tenant_row)
     if existing is not None:
+        if existing.role != role:
+            raise AlreadyExistsError(f"{namespace}/{service_account} of {issuer} is bound as {existing.role} in "
+                                     f"tenant {tenant!r}: unbind it first to bind it as {role}",
+                                     issuer=issuer, namespace=namespace, service_account=service_account,
+                                     tenant=tenant, role=existing.role)
         return existing
     name = principal_name(issuer, namespace, service_account)
     principal = session.scalar(select(Principal).where(Principal.name == name))
@@ -52,11 +63,12 @@ def bind(session: Session, actor: AuthenticatedPrincipal, *, issuer: str, namesp
         session.add(principal)
         session.flush()
     binding = NodeBinding(issuer=issuer, namespace=namespace, service_account=service_account,
-                          tenant_id=tenant_row.id, principal_id=principal.id, created_by=actor.name)
+                          tenant_id=tenant_row.id, principal_id=principal.id, created_by=actor.name, role=role)
     session.add(binding)
     session.flush()
     audit.append(session, actor=actor.name, action="node.bound", subject=f"principal/{name}", tenant=tenant,
-                 details={"issuer": issuer, "namespace": namespace, "service_account": service_account})
+                 details={"issuer": issuer, "namespace": namespace, "service_account": service_account,
+                          "role": role})
     session.commit()
     return binding
 
@@ -79,7 +91,8 @@ def unbind(session: Session, actor: AuthenticatedPrincipal, *, issuer: str, name
     name = binding.principal.name
     session.delete(binding)
     audit.append(session, actor=actor.name, action="node.unbound", subject=f"principal/{name}", tenant=tenant,
-                 details={"issuer": issuer, "namespace": namespace, "service_account": service_account})
+                 details={"issuer": issuer, "namespace": namespace, "service_account": service_account,
+                          "role": binding.role})
     session.commit()
 
 

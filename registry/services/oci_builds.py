@@ -7,6 +7,10 @@ the files' sha256) and queues the ``build_oci_artifacts`` job in the approving t
 tar layers. Serving (``registry/services/oci_serving.py``) returns the stored bytes. Every recorded time comes
 from the clock it is handed (the ports'), never the machine's.
 
+An adapter's manifests name its bound base (:func:`adapter_annotations`): each shape carries the digest of the
+base's manifest of the same shape, so the base's shape is stored first (the build job builds the base's
+artifacts before the adapter's; a base not approved yet leaves the job to be retried).
+
 Usage (a sketch, not run as a doctest)::
 
     on_approved(session, version, container.ports)   # in the approving transaction
@@ -25,10 +29,10 @@ from registry.clock import Clock
 from registry.db.models import Job, OciArtifact, OciTarLayer, Version, VersionFacts, VersionFile
 from registry.db.session import begin_write
 from registry.domain import modelpack, serving
-from registry.domain.errors import OciManifestTooLargeError
+from registry.domain.errors import OciManifestTooLargeError, ServiceUnavailableError
 from registry.domain.modelpack import Artifact, PackFile, PackInput
 from registry.jobs import JobKind, enqueue_job
-from registry.services.loaders import release_facts
+from registry.services.loaders import release_facts, version_ref
 from registry.services.ports import Ports
 from registry.storage.base import BlobStore
 
@@ -47,7 +51,10 @@ def on_approved(session: Session, version: Version, ports: Ports) -> None:
 def store_raw_if_cheap(session: Session, version: Version, *, clock: Clock) -> OciArtifact | None:
     """Store the raw shape where it needs no reads; None where it needs them, or is over 4 MiB (the job
     then fails saying so, and the tag answers with that reason: approval itself never fails for it)."""
-    pack = pack_input(session, version)
+    annotations = adapter_annotations(session, version, modelpack.RAW, clock=clock)
+    if annotations is None:
+        return None
+    pack = pack_input(session, version, annotations)
     if modelpack.raw_needs_reads(pack):
         return None
     try:
@@ -65,8 +72,10 @@ def enqueue_build(session: Session, version: Version, *, clock: Clock) -> Job:
                        tenant=version.model.tenant.name, run_after=version.sealed_at or clock.now())
 
 
-def pack_input(session: Session, version: Version) -> PackInput:
-    """What the artifacts of ``version`` are built from: its files, seal, source and recorded facts."""
+def pack_input(session: Session, version: Version,
+               annotations: tuple[tuple[str, str], ...] = ()) -> PackInput:
+    """What the artifacts of ``version`` are built from: its files, seal, source and recorded facts, and the
+    manifest's further ``annotations`` (:func:`adapter_annotations`)."""
     facts = session.get(VersionFacts, version.id)
     files = session.execute(select(VersionFile.path, VersionFile.size, VersionFile.sha256)
                             .where(VersionFile.version_id == version.id, VersionFile.sha256.is_not(None)))
@@ -74,7 +83,26 @@ def pack_input(session: Session, version: Version) -> PackInput:
         repository=f"{version.model.tenant.name}/{version.model.name}", version=version.number,
         revision=version.resolved_revision, license=version.license, source_url=_source_url(version),
         created_at=version.sealed_at, files=tuple(PackFile(*f) for f in files),
-        facts=facts.facts if facts is not None else None)
+        facts=facts.facts if facts is not None else None, annotations=annotations)
+
+
+def adapter_annotations(session: Session, version: Version, shape: str, *,
+                        clock: Clock) -> tuple[tuple[str, str], ...] | None:
+    """The annotations naming an adapter's bound base on its ``shape`` manifest: the base's stored manifest of
+    that shape (``tenant/model@sha256:...``) and the bound weights digest; ``()`` for a version that is no
+    adapter. None while the base's manifest of that shape is not stored: a raw one that needs no reads is
+    stored now when the base is served, anything else is the build job's (:func:`build_artifacts`)."""
+    binding = version.adapter_binding
+    if binding is None:
+        return ()
+    base = binding.base
+    row = stored(session, base.id, shape)
+    if row is None and shape == modelpack.RAW and serving.unreleased(release_facts(base)) is None:
+        row = store_raw_if_cheap(session, base, clock=clock)
+    if row is None:
+        return None
+    return ((modelpack.ANNOTATION_ADAPTER_BASE, f"{base.model.tenant.name}/{base.model.name}@{row.manifest_digest}"),
+            (modelpack.ANNOTATION_ADAPTER_BASE_WEIGHTS, f"sha256:{binding.weights_digest}"))
 
 
 def _source_url(version: Version) -> str | None:
@@ -97,24 +125,42 @@ def build_artifacts(session_factory: sessionmaker[Session], version_id: int, *, 
     after a crash (each run stores in one transaction), changes nothing. The files are read once each,
     streamed from the store, outside any transaction. A version no longer released is left alone.
 
+    An adapter's base has its artifacts built first (this same function): the adapter's manifests name them.
+
     Raises:
         OciManifestTooLargeError: a manifest over 4 MiB even with the small files packed (not retried).
         BlobNotFoundError: a file's bytes are gone from the store.
+        ServiceUnavailableError: an adapter whose base's manifests are not stored (the base is not approved yet):
+            retried, and revived by a pull once the job is dead.
     """
     with session_factory() as session:
         version = session.get(Version, version_id)
         if version is None or serving.unreleased(release_facts(version)) is not None:
             return
+        base_id = version.adapter_binding.base_version_id if version.adapter_binding is not None else None
+    if base_id is not None:
+        build_artifacts(session_factory, base_id, blob_store=blob_store, clock=clock)
+    with session_factory() as session:
+        version = session.get(Version, version_id)
+        if version is None or serving.unreleased(release_facts(version)) is not None:
+            return
         missing = [shape for shape in (modelpack.RAW, modelpack.IMAGE) if stored(session, version_id, shape) is None]
-        pack = pack_input(session, version)
-        ref = f"{pack.repository}:{version.number}"
+        packs = {}
+        for shape in missing:
+            annotations = adapter_annotations(session, version, shape, clock=clock)
+            if annotations is None:
+                raise ServiceUnavailableError(f"{version_ref(version)}'s {shape} manifest names its base's, which "
+                                              "is not built: the base is not approved (yet)", version_id=version_id)
+            packs[shape] = pack_input(session, version, annotations)
+        session.commit()
+        ref = f"{version.model.tenant.name}/{version.model.name}:{version.number}"
     if not missing:
         return
 
     def read(f: PackFile) -> Iterator[bytes]:
         return blob_store.open_range(f.sha256, 0, f.size)
 
-    built = {shape: _build(version, pack, shape, read, ref=ref) for shape in missing}
+    built = {shape: _build(version, packs[shape], shape, read, ref=ref) for shape in missing}
     with session_factory() as session:
         begin_write(session)
         version = session.get(Version, version_id)

@@ -3,7 +3,8 @@
 A repository is a model (``tenant/name``); each released version (approved, unrevoked, not deleted:
 :mod:`registry.domain.serving`, the rule every channel asks) is a CNCF ModelPack artifact
 (``registry/domain/modelpack.py``) whose tags are its number and the aliases that give it to the caller, and an
-image-shaped artifact under the same tags with ``-image``. Both are built once, when the version is approved
+image-shaped artifact under the same tags with ``-image`` (an adapter only while its base is served, and its
+manifests name the base's: ``registry/services/adapter_bases.py``). Both are built once, when the version is approved
 (``registry/services/oci_builds.py``); serving returns the stored bytes. Its layers are the version's files,
 served from the blob store as stored, or tar layers generated around them (:func:`tar_range`). Readers and
 serving nodes of the tenant (``read`` or ``fetch``) may pull, as through ``/hf``; who the caller is, and which
@@ -45,7 +46,7 @@ from registry.domain.modelpack import PackFile, TarLayer
 from registry.domain.serving import Channel
 from registry.domain.states import VersionState
 from registry.jobs import DEAD
-from registry.services import downloads, hf, loaders
+from registry.services import adapter_bases, downloads, hf, loaders
 from registry.services.loaders import release_facts
 from registry.services.oci_builds import enqueue_build, store_raw_if_cheap, stored
 from registry.services.oci_tokens import OciCaller
@@ -163,6 +164,12 @@ def manifest(session: Session, caller: OciCaller, tenant: str, name: str, refere
     refusal = serving.release_refusal(release_facts(version), Channel.OCI, reference)
     if refusal is not None:
         raise refusal
+    base_refusal = adapter_bases.base_refusal(version)
+    alias = hf.alias_named(tag, hub_names=False)
+    if base_refusal is None and alias is not None:
+        base_refusal = adapter_bases.alias_refusal(session, caller.principal, version, alias)
+    if base_refusal is not None:
+        raise OciManifestUnknownError(repository, reference, base_refusal)
     return _pulled(session, model, version, shape, reference, clock=clock)
 
 
@@ -174,9 +181,11 @@ def record_pull(session: Session, caller: OciCaller, pulled: Pulled, *, clock: C
 
 
 def _released_query(model: Model):
-    # registry.domain.serving.unreleased as one query: what listings and blobs answer for is the same set.
+    # registry.domain.serving.unreleased as one query, and an adapter only beside a served base
+    # (adapter_bases): what listings, digests, blobs and referrers answer for is the same set.
     return select(Version).where(Version.model_id == model.id, Version.state == VersionState.APPROVED.value,
-                                 Version.deleted_at.is_(None), Version.manifest_digest.is_not(None))
+                                 Version.deleted_at.is_(None), Version.manifest_digest.is_not(None),
+                                 adapter_bases.served_base_clause())
 
 
 def _released_ids(model: Model):
@@ -312,7 +321,10 @@ def tags(session: Session, caller: OciCaller, tenant: str, name: str, *, n: int 
             version = hf.version_named(session, caller.principal, model, f"{tenant}/{name}", alias, hub_names=False)
         except ReleaseNotFoundError:
             continue
-        if serving.unreleased(release_facts(version)) is None and TAG_RE.match(alias):
+        # The released set's rule (an adapter's base included), as the version numbers above; an adapter's
+        # alias also needs the base's alias of that name to give the bound weights.
+        if (version.id in released and TAG_RE.match(alias)
+                and adapter_bases.alias_refusal(session, caller.principal, version, alias) is None):
             names.add(alias)
             if version.id in imaged and TAG_RE.match(alias + IMAGE_SUFFIX):
                 names.add(alias + IMAGE_SUFFIX)
@@ -362,9 +374,18 @@ def released_raw(session: Session, model: Model, *, manifest_digest: str | None 
     """The stored raw shapes of ``model``'s released versions (the referrers' subjects), newest first; only
     the one of ``manifest_digest`` when given, only those of ``version_ids`` (ids or a select of them) when
     given. The caller checked the pull (:func:`require_pull`)."""
+    return released_shapes(session, model, manifest_digest=manifest_digest, version_ids=version_ids,
+                           shapes=(modelpack.RAW,))
+
+
+def released_shapes(session: Session, model: Model, *, manifest_digest: str | None = None, version_ids: Any = None,
+                    shapes: tuple[str, ...] = (modelpack.RAW, modelpack.IMAGE)) -> Iterator[Pulled]:
+    """:func:`released_raw` for every stored shape in ``shapes`` (the raw one first within a version): the
+    image-shaped manifest has its own referrers (its signature and ML-BOM)."""
     query = (select(OciArtifact, Version.number).join(Version, OciArtifact.version_id == Version.id)
-             .where(OciArtifact.model_id == model.id, OciArtifact.shape == modelpack.RAW,
-                    Version.id.in_(_released_ids(model))).order_by(Version.number.desc()))
+             .where(OciArtifact.model_id == model.id, OciArtifact.shape.in_(shapes),
+                    Version.id.in_(_released_ids(model)))
+             .order_by(Version.number.desc(), (OciArtifact.shape == modelpack.IMAGE).asc()))
     if manifest_digest is not None:
         query = query.where(OciArtifact.manifest_digest == manifest_digest)
     if version_ids is not None:

@@ -66,7 +66,7 @@ from registry.domain.files import SHA256_RE
 from registry.domain.serving import Channel
 from registry.domain.states import VersionState
 from registry.policy import PolicyEngine
-from registry.services import evals, loaders, scans, trust_roots, units
+from registry.services import evals, loaders, receipts, scans, trust_roots, units
 from registry.services.manifests import VERSION_REF_RE, statement_digest
 from registry.signing.keys import VerifyingKey
 from registry.signing.trust_root import ALGORITHM
@@ -317,12 +317,7 @@ def alias_history(session: Session, principal: AuthenticatedPrincipal, tenant: s
             # Within a day of year 1 or 9999: before every move, or after every one.
             at = (dt.datetime.min if at.year == 1 else dt.datetime.max).replace(tzinfo=dt.timezone.utc)
     after = _int_cursor(cursor)
-    model = loaders.load_model_unchecked(session, tenant, name)
-    row = session.scalar(select(Alias).where(Alias.model_id == model.id, Alias.name == alias))
-    if row is None:
-        raise AliasNotFoundError(f"{tenant}/{name}", alias)
-    moves = list(session.scalars(select(AliasMove).where(AliasMove.alias_id == row.id, AliasMove.id > after)
-                                 .order_by(AliasMove.id).limit(limit + 1)))
+    _, row, moves = _alias_moves(session, tenant, name, alias, after, limit)
     doc: dict[str, Any] = {
         "model": f"{tenant}/{name}", "alias": alias, "version": row.version.number,
         "canary": None if row.canary_version is None else {"version": row.canary_version.number,
@@ -445,11 +440,60 @@ def fetched_by(session: Session, principal: AuthenticatedPrincipal, tenant: str,
                          for m, v, first, last, n in rows]}
 
 
+RUNNING_BY = ("node", "namespace", "pod")
+
+
+def _group_key(place: Mapping[str, Any], node: str | None, by: str) -> str | None:
+    if by == "node":
+        return node
+    if place.get("where") != "pod":
+        return None
+    return place.get("namespace") if by == "namespace" else f"{place.get('namespace')}/{place.get('pod')}"
+
+
+def running(session: Session, principal: AuthenticatedPrincipal, tenant: str, name: str, ref: str, *,
+            by: str = "node", now: dt.datetime, stale_after: float, limit: int = 1000,
+            cursor: str | None = None) -> dict[str, Any]:
+    """Question 12: "is version V still running anywhere, and since when?": every place holding it now, as node
+    programs, ``cluster watch`` and admission decisions reported it (:mod:`registry.services.receipts`), grouped
+    by node, namespace or pod (a place that is no pod is in the group ``null`` then), with since-when and
+    whether its reporter has gone quiet (``stale``: shown, never dropped). A page of places at a time.
+
+    Raises:
+        PermissionDeniedError: ``principal`` audits no such tenant.
+        InvalidInputError: an unknown grouping, a bad ref, cursor or limit.
+    """
+    _check_page(limit)
+    if by not in RUNNING_BY:
+        raise InvalidInputError(f"by: one of {', '.join(RUNNING_BY)}", field="by")
+    version, named = _version_of(session, principal, tenant, name, ref)
+    rows = receipts.held_places(session, [version.id], after=_int_cursor(cursor), limit=limit + 1)
+    page = rows[:limit]
+    places = [receipts.place_public(r, p, now, stale_after) for r, p in page]
+    groups: dict[str | None, dict[str, Any]] = {}
+    for place in places:
+        key = _group_key(place["place"], place["node"] or place["reporter_node"], by)
+        group = groups.setdefault(key, {"key": key, "since": place["since"], "stale": True, "places": []})
+        group["since"] = min(group["since"], place["since"])
+        group["stale"] = group["stale"] and place["stale"]
+        group["places"].append(place)
+    revocation = None
+    if version.state == VersionState.REVOKED.value:
+        revocation = {"at": _iso(version.revoked_at), "by": version.revoked_by, "reason": version.revoke_reason}
+    return {**_head(version, named), "by": by, "revocation": revocation, "stale_after_seconds": stale_after,
+            "places": places,
+            "groups": sorted(groups.values(), key=lambda g: (g["key"] is None, g["key"] or "")),
+            "next_cursor": encode_cursor(page[-1][0].id) if len(rows) > limit else None}
+
+
 def revoked_nodes(session: Session, principal: AuthenticatedPrincipal, tenant: str, *, limit: int = 1000,
-                  cursor: str | None = None) -> dict[str, Any]:
+                  cursor: str | None = None, now: dt.datetime | None = None,
+                  stale_after: float = 900.0) -> dict[str, Any]:
     """Question 8b: the principals whose last received release of a model of ``tenant`` is of a version
     revoked now: per (principal, model), the last issuance, when the version is revoked. Ordered by principal
-    and model, a page at a time."""
+    and model, a page at a time. The first page also lists ``holding``: the places that report holding a
+    revoked version now (the receipts :func:`running` answers from; the first :data:`MAX_PAGE`)."""
+    now = now or dt.datetime.now(dt.timezone.utc)
     _check_page(limit)
     require(principal, tenant, Permission.AUDIT)
     tenant_row = get_tenant(session, tenant)
@@ -471,7 +515,14 @@ def revoked_nodes(session: Session, principal: AuthenticatedPrincipal, tenant: s
                             | ((ReleaseIssuance.principal == who) & (ReleaseIssuance.model > model)))
     rows = session.execute(query.order_by(ReleaseIssuance.principal, ReleaseIssuance.model).limit(limit + 1)).all()
     page = rows[:limit]
-    return {"tenant": tenant,
+    revoked = list(session.scalars(select(Version).join(Model, Model.id == Version.model_id)
+                                   .where(Model.tenant_id == tenant_row.id,
+                                          Version.state == VersionState.REVOKED.value)))
+    by_id = {v.id: v for v in revoked}
+    holding = [{"model": f"{tenant}/{by_id[r.version_id].model.name}", "version": by_id[r.version_id].number,
+                **receipts.place_public(r, p, now, stale_after)}
+               for r, p in receipts.held_places(session, sorted(by_id), limit=MAX_PAGE)] if cursor is None else []
+    return {"tenant": tenant, "holding": holding,
             "nodes": [{"principal": i.principal, "model": i.model, "version": i.version, "ref": i.ref,
                        "for_tenant": i.for_tenant, "last_received_at": _iso(i.at), "serial": i.serial,
                        "revocation": {"at": _iso(v.revoked_at), "by": v.revoked_by, "reason": v.revoke_reason}}
@@ -594,12 +645,7 @@ def component_history(session: Session, principal: AuthenticatedPrincipal, tenan
     alias_rules.validate_alias_name(alias)
     _check_component(component)
     after = _int_cursor(cursor)
-    model = loaders.load_model_unchecked(session, tenant, name)
-    row = session.scalar(select(Alias).where(Alias.model_id == model.id, Alias.name == alias))
-    if row is None:
-        raise AliasNotFoundError(f"{tenant}/{name}", alias)
-    moves = list(session.scalars(select(AliasMove).where(AliasMove.alias_id == row.id, AliasMove.id > after)
-                                 .order_by(AliasMove.id).limit(limit + 1)))
+    model, row, moves = _alias_moves(session, tenant, name, alias, after, limit)
     page = moves[:limit]
     numbers = {n for m in page for n in (m.from_version, m.to_version) if n is not None} | {row.version.number}
     ids, digests = {}, {}
@@ -629,6 +675,19 @@ def component_history(session: Session, principal: AuthenticatedPrincipal, tenan
             "digest": digests.get(row.version.number), "security_capacity": security,
             "changes": [change(m) for m in changes],
             "next_cursor": encode_cursor(page[-1].id) if len(moves) > limit else None}
+
+
+def _alias_moves(session: Session, tenant: str, name: str, alias: str, after: int,
+                 limit: int) -> tuple[Model, Alias, list[AliasMove]]:
+    """The model, its alias and the alias's moves after the move ``after``, oldest first: ``limit`` and one
+    more (which tells that a next page exists)."""
+    model = loaders.load_model_unchecked(session, tenant, name)
+    row = session.scalar(select(Alias).where(Alias.model_id == model.id, Alias.name == alias))
+    if row is None:
+        raise AliasNotFoundError(f"{tenant}/{name}", alias)
+    moves = list(session.scalars(select(AliasMove).where(AliasMove.alias_id == row.id, AliasMove.id > after)
+                                 .order_by(AliasMove.id).limit(limit + 1)))
+    return model, row, moves
 
 
 # --- the audit log ---------------------------------------------------------------------------------

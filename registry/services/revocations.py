@@ -4,6 +4,10 @@ A revoked version keeps its rows (what it was, who revoked it, when, why), moves
 :func:`registry.services.lifecycle.revoke` (event ``version.revoked``), and from then on the
 promotion policy refuses any alias move to it, and an alias still pointing at it does not resolve
 (:class:`registry.domain.errors.RevokedError`, naming the version and the reason) until it is moved.
+The approved adapter versions bound to it are no longer served either (revocation follows the binding):
+the event names those of its tenant, and each gets an ``adapter.unservable`` event in its own tenant
+(:mod:`registry.services.adapter_serving`). Every place still holding it gets a ``version.still_running`` event
+(:mod:`registry.services.receipts`).
 
 Who may revoke: administrators of the tenant, and its ``security`` approvers. A rescan that turns a
 file unsafe revokes the approved versions holding it as the system (:func:`revoke_as_system`).
@@ -22,7 +26,7 @@ from registry.db.models import Alias, Version
 from registry.db.session import begin_write
 from registry.domain.errors import InvalidInputError, PermissionDeniedError
 from registry.domain.text import MAX_COMMENT_LENGTH, validate_text
-from registry.services import lifecycle
+from registry.services import adapter_serving, lifecycle, receipts
 from registry.services.loaders import load_model_unchecked, load_version_unchecked
 
 REVOKING_CAPACITY = "security"
@@ -75,6 +79,12 @@ def _revoke(session: Session, version: Version, actor: str, reason: str, clock: 
             details: dict[str, Any]) -> None:
     pointing = sorted(session.scalars(select(Alias.name).where(
         or_(Alias.version_id == version.id, Alias.canary_version_id == version.id))))
+    adapters = adapter_serving.bound_adapters(session, version)
     version.revoked_at, version.revoked_by, version.revoke_reason = clock.now(), actor, reason
-    # The aliases still pointing at it are named: they stop resolving until someone moves them.
-    lifecycle.revoke(session, version, actor, {"reason": reason, "aliases": pointing, **details})
+    # The aliases still pointing at it are named: they stop resolving until someone moves them. So are the
+    # adapters bound to it: revocation follows the binding, and nodes drop them with it.
+    lifecycle.revoke(session, version, actor, {"reason": reason, "aliases": pointing,
+                                               **adapter_serving.listed_in_revocation(version, adapters), **details})
+    adapter_serving.after_base_revoked(session, version, adapters, actor, reason)
+    # Every place still holding it is named at once, after the revocation in the stream (issue 36).
+    receipts.alert_still_running(session, version, now=clock.now())

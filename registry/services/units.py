@@ -27,26 +27,71 @@ from registry.auth import AuthenticatedPrincipal, Permission, require
 from registry.db.models import Version, VersionComponent, VersionFacts
 from registry.domain.components import (
     COMPONENTS,
+    SERVING_PROFILE,
     Component,
     ComponentDiff,
     Member,
     diff_components,
     template_review_files,
 )
-from registry.domain.errors import InvalidInputError, InvalidStateError, RegistryError
+from registry.domain.errors import InvalidInputError, InvalidServingProfileError, InvalidStateError, RegistryError
 from registry.domain.serving_profile import fit_profile, parse_serving_profile
 from registry.domain.unit_parts import (
     HELD_COMPONENTS,
+    MAX_PROMPTS,
     UnitParts,
-    check_parts,
     is_held_part,
+    part_text,
+    profile_document,
     prompt_name,
     read_held_parts,
     serving_config,
 )
 from registry.services.loaders import find_version_unchecked, version_ref
 from registry.storage.base import BlobStore
+from registry.templating import declared_variables
 from registry.templating.isolated import diff_in_child
+
+
+def check_parts(parts: Mapping[str, bytes], facts: Mapping[str, Any] | None, gpus: Mapping[str, Any], *,
+                runtime_margin_bytes: int, require_fit: bool = True) -> UnitParts:
+    """Check a unit's registry-held parts (every path ``unit_parts.is_held_part`` names, with its bytes).
+
+    Args:
+        parts: path -> bytes of the unit's ``prompts/*.jinja`` and ``serving-profile.json``.
+        facts: The unit's facts document (the capacity gate's weight and attention figures), or None.
+        gpus: The GPU table (policy data ``modelreg.config.gpus``).
+        runtime_margin_bytes: Bytes per GPU kept for the runtime (``serving_runtime_margin_bytes``).
+        require_fit: Raise when the profile does not fit (a gate); False: return the fit, to show it.
+
+    Raises:
+        InvalidInputError: a part too large, not UTF-8, a bad prompt name, too many prompts.
+        PromptTemplateError: a prompt template that does not parse or reaches for Python internals.
+        InvalidServingProfileError: a profile that is not valid, or not in its canonical JSON form.
+        ServingProfileDoesNotFitError: a profile that does not fit its GPUs (the arithmetic in its details).
+    """
+    prompts: dict[str, list[str]] = {}
+    names = sorted(p for p in parts if p != SERVING_PROFILE)
+    if len(names) > MAX_PROMPTS:
+        raise InvalidInputError(f"{len(names)} prompt templates; a unit holds at most {MAX_PROMPTS}",
+                                reason="too-many-prompts")
+    for path in names:
+        name = prompt_name(path)
+        if name is None:
+            raise InvalidInputError(f"{path[:200]}: a prompt template's name is 1-64 letters, digits, '_' or '-' "
+                                    "(not starting with '-')", reason="bad-prompt-name")
+        prompts[name] = declared_variables(part_text(path, parts[path]))
+    profile = fit = None
+    if SERVING_PROFILE in parts:
+        text = part_text(SERVING_PROFILE, parts[SERVING_PROFILE])
+        profile = parse_serving_profile(profile_document(text))
+        if text != profile.canonical_json():
+            raise InvalidServingProfileError("document", f"{SERVING_PROFILE} must be the profile's canonical JSON "
+                                                         "(modelreg submit and derive write it so)")
+        fit = fit_profile(profile, facts, gpus, runtime_margin_bytes=runtime_margin_bytes)
+        if require_fit:
+            fit.require()
+    return UnitParts(prompts, profile, fit)
 
 
 def _read_version(session: Session, principal: AuthenticatedPrincipal, tenant: str, name: str,

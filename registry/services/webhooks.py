@@ -5,13 +5,17 @@ nobody else sees that they exist (a subscription they may not manage is "not fou
 
 Delivery (``deliver``, the ``deliver_webhook`` job, one per subscription): each subscription has a durable
 cursor into the audit log (:mod:`registry.services.events`), starting at the stream's head when it is
-made. The job sends the events after the cursor one at a time, in order; the cursor moves past an event
-only once its receiver answered 2xx, by a compare-and-set, so a worker killed mid-delivery leaves the
-cursor where it was and the event is sent again with the same ``webhook-id``. A failed event is tried
-again after an exponential delay with jitter, the same event, until ``retry_for`` has passed since its
-first failure; then the subscription is paused with the reason (``webhook.paused`` in the audit log) and
-waits for ``redeliver``. The network work happens outside any transaction, through the egress guard
-(:mod:`registry.net.egress`), which is checked at subscription time and again at every delivery.
+made. The job sends the events after the cursor one at a time, in order, in batches: it reads up to
+:data:`EVENTS_PER_BATCH` events in one query, sends them one after another on one kept-alive connection
+(:class:`registry.net.egress.Poster`; a request starts only once the one before was answered 2xx), then
+records every attempt and moves the cursor past the ones answered 2xx in one transaction, by a
+compare-and-set. So a worker killed mid-batch leaves the cursor where it was and those events are sent
+again with the same ``webhook-id`` (at least once, in order, never skipped). A failed event ends its batch;
+it is tried again after an exponential delay with jitter, the same event, until ``retry_for`` has passed
+since its first failure; then the subscription is paused with the reason (``webhook.paused`` in the audit
+log) and waits for ``redeliver``. The network work happens outside any transaction, through the egress
+guard (:mod:`registry.net.egress`), which is checked at subscription time and again at every batch (its
+requests all go to the address checked then).
 
 Noticing new events (``arm_due``): workers call it every ``webhook_poll_seconds``. It moves the cursor of
 each subscription with nothing to read in its tenant up to the head (one statement), and queues the job of
@@ -63,10 +67,15 @@ MAX_SUBSCRIPTIONS_PER_TENANT = 100
 MAX_PINGS_IN_FLIGHT = 5
 """The most test pings a tenant may have waiting to be sent (``send_test``)."""
 MAX_DELIVERIES_PAGE = 500
-EVENTS_PER_RUN = 100
+EVENTS_PER_RUN = 1000
 """The most events one job run delivers: then it ends, and the next tick queues it again."""
 RUN_SECONDS = 30.0
 """...or after this long, so a worker thread turns to other subscriptions now and then."""
+EVENTS_PER_BATCH = 100
+"""The most events sent between two records: read in one query, recorded in one transaction."""
+BATCH_SECONDS = 1.0
+"""A batch sends no new event after this long, so the records (and the cursor) lag the receiver by about this
+at most (and one exchange: ``webhook_timeout_seconds``)."""
 _PAGE = 200
 _MAX_PAGES = 10
 
@@ -300,26 +309,34 @@ def body_of(cloudevent: dict[str, Any]) -> bytes:
     return json.dumps(cloudevent, separators=(",", ":"), sort_keys=True, ensure_ascii=False).encode()
 
 
-def _send(url: str, message_id: str, body: bytes, secrets: list[str], config: DeliveryConfig,
-          clock: Clock) -> egress.Answer:
-    started = time.monotonic()
+def _poster(config: DeliveryConfig) -> egress.Poster:
+    return egress.Poster(connect_timeout=config.connect_timeout, total_timeout=config.total_timeout,
+                         max_response_bytes=config.max_response_bytes)
+
+
+def _checked(url: str, config: DeliveryConfig) -> egress.Target | egress.Answer:
+    """The URL checked by the guard now, or the refusal as a failed answer."""
     try:
-        target = config.egress.check(url)
+        return config.egress.check(url)
     except egress.EgressRefusedError as exc:
-        return egress.Answer(None, b"", f"refused by the egress guard: {exc}"[:1000], time.monotonic() - started)
+        return egress.Answer(None, b"", f"refused by the egress guard: {exc}"[:1000], 0.0)
+
+
+def _send(poster: egress.Poster, target: egress.Target, message_id: str, body: bytes, secrets: list[str],
+          clock: Clock) -> egress.Answer:
+    """One signed POST (signed now: the timestamp is this attempt's)."""
     signed = hooks.headers(message_id, int(clock.now().timestamp()), body, secrets)
-    return egress.post(target, body, signed, connect_timeout=config.connect_timeout,
-                       total_timeout=config.total_timeout, max_response_bytes=config.max_response_bytes)
+    return poster.post(target, body, signed)
 
 
-def _record(session: Session, sub_id: int, event_id: str, event_type: str, attempt: int, answer: egress.Answer,
-            now: dt.datetime) -> None:
+def _delivery_row(sub_id: int, event_id: str, event_type: str, attempt: int, answer: egress.Answer,
+                  at: dt.datetime) -> WebhookDelivery:
     error = answer.error
     if error is None and not answer.ok:
         error = f"answered {answer.status}"
-    session.add(WebhookDelivery(subscription_id=sub_id, event_id=event_id, event_type=event_type, attempt=attempt,
-                                status_code=answer.status, error=error[:1000] if error else None,
-                                duration_ms=int(answer.duration * 1000), at=now))
+    return WebhookDelivery(subscription_id=sub_id, event_id=event_id, event_type=event_type, attempt=attempt,
+                           status_code=answer.status, error=error[:1000] if error else None,
+                           duration_ms=int(answer.duration * 1000), at=at)
 
 
 def send_test(session: Session, principal: AuthenticatedPrincipal, subscription_id: int, *,
@@ -354,8 +371,8 @@ def send_test(session: Session, principal: AuthenticatedPrincipal, subscription_
     return delivery
 
 
-def _send_pings(session_factory: sessionmaker[Session], subscription_id: int, *, config: DeliveryConfig,
-                clock: Clock) -> int:
+def _send_pings(session_factory: sessionmaker[Session], subscription_id: int, *, poster: egress.Poster,
+                config: DeliveryConfig, clock: Clock) -> int:
     """Send the subscription's pending test pings, oldest first, and record each answer; returns how many.
     A ping sent twice (a run killed before recording it) carries the same ``webhook-id``."""
     sent = 0
@@ -369,7 +386,9 @@ def _send_pings(session_factory: sessionmaker[Session], subscription_id: int, *,
                 return sent
             ping_id, event, url, secrets = ping.id, ping.pending_event, sub.url, signing_secrets(sub, clock.now())
             session.rollback()
-        answer = _send(url, event["id"], body_of(event), secrets, config, clock)
+        target = _checked(url, config)
+        answer = target if isinstance(target, egress.Answer) else \
+            _send(poster, target, event["id"], body_of(event), secrets, clock)
         error = answer.error if answer.error is not None or answer.ok else f"answered {answer.status}"
         with session_factory() as session:
             begin_write(session)
@@ -385,9 +404,9 @@ def _send_pings(session_factory: sessionmaker[Session], subscription_id: int, *,
 
 @dataclass(frozen=True, slots=True)
 class _Pending:
-    """The next event of a subscription, and where its cursor goes once it is delivered."""
+    """An undelivered event of a subscription, and where its cursor goes once it is delivered."""
 
-    event: catalogue.Event | None
+    event: catalogue.Event
     cursor: int
     part: int
 
@@ -399,12 +418,17 @@ def _selected(sub: WebhookSubscription, row: AuditEvent) -> list[catalogue.Event
             and hooks.selects_model(sub.model_glob, e.data.get("model"))]
 
 
-def _next_event(session: Session, sub: WebhookSubscription) -> _Pending:
-    """The first undelivered event after the cursor, with the cursor after it; or no event and the cursor
-    to move to (past rows that select nothing, up to the head)."""
+def _next_events(session: Session, sub: WebhookSubscription, limit: int) -> tuple[list[_Pending], int]:
+    """Up to ``limit`` undelivered events after the cursor, in order, each with the cursor after it; and, when
+    there are none, the cursor to move to (past rows that select nothing, up to the head).
+
+    An audit row may mean several events: after one that is not its row's last the cursor is (the row's id
+    less one, the index of the next), so the row is read again from there.
+    """
     actions = sorted({t.action for t in catalogue.CATALOGUE if t.name in set(sub.types)})
     newest = head(session)
-    after, part = sub.cursor, sub.cursor_part
+    after, skip = sub.cursor, sub.cursor_part
+    found: list[_Pending] = []
     for _ in range(_MAX_PAGES):
         rows = list(session.scalars(
             select(AuditEvent).where(AuditEvent.id > after, AuditEvent.action.in_(actions),
@@ -412,14 +436,19 @@ def _next_event(session: Session, sub: WebhookSubscription) -> _Pending:
             .order_by(AuditEvent.id).limit(_PAGE)))
         for row in rows:
             chosen = _selected(sub, row)
-            if part < len(chosen):
+            for part in range(skip, len(chosen)):
                 last = part + 1 == len(chosen)
-                return _Pending(chosen[part], row.id if last else sub.cursor, 0 if last else part + 1)
-            part = 0
+                found.append(_Pending(chosen[part], row.id if last else row.id - 1, 0 if last else part + 1))
+                if len(found) == limit:
+                    return found, found[-1].cursor
+            # The cursor's part counts in the first row after it that selects anything.
+            skip = 0 if chosen else skip
+        if found:
+            return found, found[-1].cursor
         if len(rows) < _PAGE:
-            return _Pending(None, max(after, newest, rows[-1].id if rows else 0), 0)
+            return found, max(after, newest, rows[-1].id if rows else 0)
         after = rows[-1].id
-    return _Pending(None, after, 0)
+    return found, after
 
 
 def _move_cursor(session: Session, subscription_id: int, old: tuple[int, int], new: tuple[int, int],
@@ -433,45 +462,77 @@ def _move_cursor(session: Session, subscription_id: int, old: tuple[int, int], n
     return result.rowcount == 1
 
 
+@dataclass(frozen=True, slots=True)
+class _Sent:
+    """One attempt of a batch: the event, its attempt number, the answer and when it came."""
+
+    pending: _Pending
+    attempt: int
+    answer: egress.Answer
+    at: dt.datetime
+
+
+def _send_batch(poster: egress.Poster, url: str, batch: list[_Pending], secrets: list[str], first_attempt: int,
+                config: DeliveryConfig, clock: Clock) -> list[_Sent]:
+    """Send ``batch`` in order, each once its predecessor was answered 2xx; stop at the first failure or after
+    :data:`BATCH_SECONDS`. Returns the attempts made (all answered 2xx but perhaps the last)."""
+    target = _checked(url, config)
+    if isinstance(target, egress.Answer):
+        return [_Sent(batch[0], first_attempt, target, clock.now())]
+    sent: list[_Sent] = []
+    started = time.monotonic()
+    for pending in batch:
+        event = pending.event
+        answer = _send(poster, target, event.id, body_of(event.as_cloudevent()), secrets, clock)
+        sent.append(_Sent(pending, first_attempt if not sent else 1, answer, clock.now()))
+        if not answer.ok or time.monotonic() - started >= BATCH_SECONDS:
+            break
+    return sent
+
+
 def deliver(session_factory: sessionmaker[Session], subscription_id: int, *, config: DeliveryConfig,
             clock: Clock) -> int:
-    """The ``deliver_webhook`` job: send the subscription's events after its cursor, in order, until it is
-    caught up, an event fails (its retry is scheduled, or the subscription paused), or the run's share
-    (:data:`EVENTS_PER_RUN`, :data:`RUN_SECONDS`) is used. Idempotent; returns the events delivered."""
-    _send_pings(session_factory, subscription_id, config=config, clock=clock)
+    """The ``deliver_webhook`` job: send the subscription's events after its cursor, in order, in batches,
+    until it is caught up, an event fails (its retry is scheduled, or the subscription paused), or the run's
+    share (:data:`EVENTS_PER_RUN`, :data:`RUN_SECONDS`) is used. Idempotent; returns the events delivered."""
     delivered = 0
     started = time.monotonic()
-    while delivered < EVENTS_PER_RUN and time.monotonic() - started < RUN_SECONDS:
-        with session_factory() as session:
-            begin_write(session)
-            sub = session.get(WebhookSubscription, subscription_id)
-            now = clock.now()
-            if sub is None or sub.status != hooks.ACTIVE or (sub.next_attempt_at and sub.next_attempt_at > now):
-                return delivered
-            old = (sub.cursor, sub.cursor_part)
-            pending = _next_event(session, sub)
-            if pending.event is None:
-                if pending.cursor > sub.cursor:
-                    _move_cursor(session, subscription_id, old, (pending.cursor, 0))
+    with _poster(config) as poster:
+        _send_pings(session_factory, subscription_id, poster=poster, config=config, clock=clock)
+        while delivered < EVENTS_PER_RUN and time.monotonic() - started < RUN_SECONDS:
+            with session_factory() as session:
+                begin_write(session)
+                sub = session.get(WebhookSubscription, subscription_id)
+                now = clock.now()
+                if sub is None or sub.status != hooks.ACTIVE or (sub.next_attempt_at and sub.next_attempt_at > now):
+                    return delivered
+                old = (sub.cursor, sub.cursor_part)
+                batch, cursor = _next_events(session, sub, min(EVENTS_PER_BATCH, EVENTS_PER_RUN - delivered))
+                if not batch:
+                    if cursor > sub.cursor:
+                        _move_cursor(session, subscription_id, old, (cursor, 0))
+                    session.commit()
+                    return delivered
+                url, first_attempt, secrets = sub.url, sub.failed_attempts + 1, signing_secrets(sub, now)
+                session.rollback()
+            sent = _send_batch(poster, url, batch, secrets, first_attempt, config, clock)
+            ok = [s for s in sent if s.answer.ok]
+            with session_factory() as session:
+                begin_write(session)
+                session.add_all([_delivery_row(subscription_id, s.pending.event.id, s.pending.event.type, s.attempt,
+                                               s.answer, s.at) for s in sent])
+                if ok:
+                    moved = (ok[-1].pending.cursor, ok[-1].pending.part)
+                    if _move_cursor(session, subscription_id, old, moved, failing_since=None, failed_attempts=0,
+                                    next_attempt_at=None, last_error=None):
+                        delivered += len(ok)
+                        old = moved
+                if len(ok) < len(sent):
+                    failed = sent[-1]
+                    _failed(session, subscription_id, old, failed.pending.event, failed.answer, config, failed.at)
                 session.commit()
+            if len(ok) < len(sent):
                 return delivered
-            event, url, attempt = pending.event, sub.url, sub.failed_attempts + 1
-            secrets = signing_secrets(sub, now)
-            session.rollback()
-        answer = _send(url, event.id, body_of(event.as_cloudevent()), secrets, config, clock)
-        with session_factory() as session:
-            begin_write(session)
-            now = clock.now()
-            _record(session, subscription_id, event.id, event.type, attempt, answer, now)
-            if answer.ok:
-                _move_cursor(session, subscription_id, old, (pending.cursor, pending.part), failing_since=None,
-                             failed_attempts=0, next_attempt_at=None, last_error=None)
-                session.commit()
-                delivered += 1
-                continue
-            _failed(session, subscription_id, old, event, answer, config, now)
-            session.commit()
-            return delivered
     return delivered
 
 

@@ -27,6 +27,7 @@ from registry.statefile import create_exclusive
 
 _CURVE = "secp256r1"
 _ALGORITHM = ec.ECDSA(hashes.SHA256())
+_DETERMINISTIC = ec.ECDSA(hashes.SHA256(), deterministic_signing=True)
 
 
 def _require_p256(key: ec.EllipticCurvePrivateKey | ec.EllipticCurvePublicKey | object) -> None:
@@ -204,6 +205,19 @@ class SigningKey:
     def sign(self, data: bytes) -> bytes:
         """Sign ``data`` with ECDSA/SHA-256 and return the DER-encoded signature."""
         return self._key.sign(data, _ALGORITHM)
+
+    def sign_deterministic(self, data: bytes) -> bytes:
+        """Sign ``data`` with deterministic ECDSA/SHA-256 (RFC 6979): the same key and bytes always give the
+        same signature, for documents whose digest must not change between requests (``/v2``'s signatures).
+
+        Raises:
+            InvalidKeyError: the OpenSSL ``cryptography`` is built with lacks RFC 6979 (before 3.2).
+        """
+        try:
+            return self._key.sign(data, _DETERMINISTIC)
+        except UnsupportedAlgorithm:
+            raise InvalidKeyError("deterministic ECDSA (RFC 6979) needs cryptography built with OpenSSL >= 3.2") \
+                from None
 
     def __repr__(self) -> str:
         return f"SigningKey(key_id={self.key_id[:16]}...)"

@@ -23,6 +23,18 @@ A version sealed as a release unit (its bundle ignores what a node writes beside
      "components": {"weights": "<sha256>", "tokenizer": "<sha256>", "chat_templates": "<sha256>", ...},
      "parts": {"tokenizer_config.json": {"chat_template": "<sha256>", "without_chat_template": "<sha256>"}}
 
+An adapter's release (a version bound to a base version, ADR 0017) names the base it is served with (ADR 0018)::
+
+     "adapter_of": {"model": "acme/llm", "ref": "prod", "version": 3, "bound_version": 1,
+                    "weights_digest": "<sha256>", "statement_digest": "<sha256>", "served_name": "acme/llm"}
+
+``ref`` is the base's alias the adapter is served through (or the base version's number), ``version`` the base
+version served and ``bound_version`` the one the adapter is bound to (the same weights); ``statement_digest`` is
+the served base's ``statement_digest`` (its own release says it), ``weights_digest`` the bound weights, and
+``served_name`` the name a serving engine serves the base under (what a node writes into the adapter's
+``adapter_config.json``). A node that fetches the base checks its release against them
+(:func:`check_base_release`). A release of anything else has no ``adapter_of``.
+
 ``components`` is each component's digest (``registry/domain/components.py``); ``parts`` the recorded parts
 of its split files. :func:`verify_release` recomputes the components from the signed ``files`` and ``parts``
 and refuses a release whose digests differ; the node then checks each ``tokenizer_config.json``'s parts
@@ -57,9 +69,16 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from registry.domain.adapter_config import check_served_name
 from registry.domain.chunks import check_chunk_size
 from registry.domain.components import COMPONENTS, components_map, unit_components
-from registry.domain.errors import IntegrityError, InvalidInputError, InvalidPathError, SignatureError
+from registry.domain.errors import (
+    AdapterBaseMismatchError,
+    IntegrityError,
+    InvalidInputError,
+    InvalidPathError,
+    SignatureError,
+)
 from registry.domain.files import SHA256_RE, FileEntry, validate_path
 from registry.domain.limits import MAX_RELEASE_BYTES
 from registry.signing.canonical import canonical_json
@@ -73,6 +92,10 @@ MAX_FILES = 100_000
 MAX_PARTS_PER_FILE = 128
 """Parts one split file may have in a release (the facts readers record at most 64 named templates and two more)."""
 MAX_PART_NAME = 256
+MAX_ADAPTER_REF = 256
+"""Characters of ``adapter_of``'s model and ref."""
+ADAPTER_CONFIG = "adapter_config.json"
+"""An adapter release lists it: the node writes its base's served name into it."""
 MAX_CLOCK_SKEW = dt.timedelta(hours=1)
 """How far a release's ``issued_at`` may be ahead of the node's clock. Further means the node's clock is
 behind, and a clock behind would take a release that expired long ago for a fresh one: refused."""
@@ -109,6 +132,30 @@ class ReleaseFile:
     """The sha256 of the file's chunk list (its chunks' 32-byte digests, concatenated), or None."""
 
 
+@dataclasses.dataclass(frozen=True, slots=True)
+class AdapterOf:
+    """What an adapter's release says of the base it is served with (module docstring)."""
+
+    model: str
+    ref: str
+    version: int
+    bound_version: int
+    weights_digest: str
+    statement_digest: str
+    served_name: str
+
+    @property
+    def tenant(self) -> str:
+        return self.model.split("/", 1)[0]
+
+    @property
+    def name(self) -> str:
+        return self.model.split("/", 1)[1]
+
+    def as_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
 @dataclasses.dataclass(frozen=True)
 class Release:
     model: str
@@ -124,6 +171,8 @@ class Release:
     """``{component: digest}``, checked against ``files`` and ``parts``; None when the release carries no unit."""
     parts: Mapping[str, Mapping[str, str]] | None = None
     """``{path: {part: sha256}}`` of the split files (None exactly when ``components`` is)."""
+    adapter_of: AdapterOf | None = None
+    """The base an adapter's release is served with; None for a release of anything but an adapter."""
 
     @property
     def total_size(self) -> int:
@@ -135,9 +184,11 @@ def release_payload(*, model: str, ref: str, tenant: str, version: int, source: 
                     statement_digest: str, approval_digest: str, serial: int, issued_at: dt.datetime,
                     expires_at: dt.datetime, chunks: Mapping[str, Mapping[str, Any]] | None = None,
                     components: Mapping[str, str] | None = None,
-                    parts: Mapping[str, Mapping[str, str]] | None = None) -> dict[str, Any]:
+                    parts: Mapping[str, Mapping[str, str]] | None = None,
+                    adapter_of: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """The payload of a release (files sorted by path); ``chunks`` (per path: chunk size and root) only
-    when given, and ``components`` with ``parts`` (the release unit) only when given."""
+    when given, ``components`` with ``parts`` (the release unit) only when given, and ``adapter_of`` (an
+    adapter's base) only when given."""
     payload = {"_type": RELEASE_TYPE, "model": model, "ref": ref, "tenant": tenant, "version": version,
             "source": dict(source),
             "files": [{"path": f["path"], "size": f["size"], "sha256": f["sha256"]}
@@ -152,6 +203,8 @@ def release_payload(*, model: str, ref: str, tenant: str, version: int, source: 
     if components is not None:
         payload["components"] = dict(components)
         payload["parts"] = {path: dict(sorted(named.items())) for path, named in sorted((parts or {}).items())}
+    if adapter_of is not None:
+        payload["adapter_of"] = dict(adapter_of)
     return payload
 
 
@@ -250,6 +303,64 @@ def _unit(doc: Mapping[str, Any], files: Sequence[ReleaseFile]
     return dict(components), {path: dict(named) for path, named in parts.items()}
 
 
+def _adapter_of(doc: Mapping[str, Any], files: Sequence[ReleaseFile]) -> AdapterOf | None:
+    """An adapter release's ``adapter_of``, shape-checked (None when the release has none).
+
+    Raises:
+        SignatureError: (``reason`` ``malformed``) a value of the wrong shape, or an adapter release that lists
+            no ``adapter_config.json``.
+    """
+    found = doc.get("adapter_of")
+    if found is None:
+        return None
+    if not isinstance(found, dict) or set(found) != {f.name for f in dataclasses.fields(AdapterOf)}:
+        raise SignatureError("the release's adapter_of is not an object of "
+                             f"{', '.join(f.name for f in dataclasses.fields(AdapterOf))}", reason="malformed")
+    model, ref = found["model"], found["ref"]
+    digests = (found["weights_digest"], found["statement_digest"])
+    numbers = (found["version"], found["bound_version"])
+    try:
+        check_served_name(found["served_name"])
+    except InvalidInputError:
+        raise SignatureError("the release's adapter_of.served_name is no served name", reason="malformed") from None
+    if not (isinstance(model, str) and 0 < len(model) <= MAX_ADAPTER_REF and model.count("/") == 1
+            and "@" not in model and all(model.split("/")) and isinstance(ref, str)
+            and 0 < len(ref) <= MAX_ADAPTER_REF and "/" not in ref and "@" not in ref
+            and all(type(n) is int and n >= 1 for n in numbers)
+            and all(isinstance(d, str) and SHA256_RE.match(d) for d in digests)):
+        raise SignatureError("the release's adapter_of names no base version and digests", reason="malformed")
+    if ADAPTER_CONFIG not in {f.path for f in files}:
+        raise SignatureError(f"an adapter's release lists no {ADAPTER_CONFIG}", reason="malformed")
+    return AdapterOf(**found)
+
+
+def base_weights_digest(release: Release) -> str | None:
+    """The digest of a release's ``weights`` component: signed in ``components``, else computed from its files."""
+    if release.components is not None:
+        return release.components.get("weights")
+    computed = components_map(unit_components([FileEntry(f.path, f.size, f.sha256) for f in release.files], {}))
+    return computed.get("weights")
+
+
+def check_base_release(adapter: Release, base: Release) -> None:
+    """An adapter's release against the base release a node fetched with it: the same model and version, the
+    statement its ``adapter_of`` names, and the bound weights. Return nothing when they agree.
+
+    Raises:
+        ValueError: ``adapter`` is no adapter's release.
+        AdapterBaseMismatchError: naming every field that differs.
+    """
+    bound = adapter.adapter_of
+    if bound is None:
+        raise ValueError(f"{adapter.model}@{adapter.ref} is no adapter's release")
+    differ = [name for name, ok in (
+        ("model", base.model == bound.model), ("version", base.version == bound.version),
+        ("statement_digest", base.payload.get("statement_digest") == bound.statement_digest),
+        ("weights_digest", base_weights_digest(base) == bound.weights_digest)) if not ok]
+    if differ:
+        raise AdapterBaseMismatchError(f"{adapter.model}@{adapter.ref}", f"{base.model}@{base.ref}", differ)
+
+
 def verify_release(envelope: Mapping[str, Any], root: TrustRoot, *, now: dt.datetime, model: str, ref: str,
                    min_serial: int | None = None) -> Release:
     """Check a release envelope as a node must before downloading a byte.
@@ -266,7 +377,8 @@ def verify_release(envelope: Mapping[str, Any], root: TrustRoot, *, now: dt.date
         ReleaseRollbackError: ``serial`` is lower than ``min_serial``.
         ReleaseMismatchError: another model or ref.
         InvalidPathError: a file path that is not clean and relative, or one listed twice.
-        SignatureError: (``reason`` ``components``) component digests its files and parts do not give.
+        SignatureError: (``reason`` ``components``) component digests its files and parts do not give; (``reason``
+            ``malformed``) an ``adapter_of`` of the wrong shape.
     """
     payload = verify_envelope(envelope, root.keys, RELEASE_PAYLOAD_TYPE, threshold=root.threshold)
     if len(payload) > MAX_RELEASE_BYTES:
@@ -299,4 +411,6 @@ def verify_release(envelope: Mapping[str, Any], root: TrustRoot, *, now: dt.date
         raise SignatureError("the release names no tenant", reason="malformed")
     files = _files(doc)
     components, parts = _unit(doc, files)
-    return Release(model, ref, tenant, version, serial, issued_at, expires_at, files, doc, components, parts)
+    adapter_of = _adapter_of(doc, files)
+    return Release(model, ref, tenant, version, serial, issued_at, expires_at, files, doc, components, parts,
+                   adapter_of)

@@ -1,5 +1,5 @@
-"""The benchmarks of the registry's endpoints (log, manifest, oci, oci_referrers) run to their end with tiny
-sizes.
+"""The benchmarks of the registry's endpoints (admission, log, manifest, oci, oci_referrers) run to their end
+with tiny sizes.
 
 The table and the runner are ``tests/support/bench_smoke.py``'s.
 """

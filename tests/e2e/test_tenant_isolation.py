@@ -189,6 +189,26 @@ def provenance_component_probe(w: World) -> None:
     assert held.text.replace(acme_only, "<d>") == never.text.replace(NEVER, "<d>")
 
 
+def provenance_adapter_base_probe(w: World) -> None:
+    """Which base an adapter ran on: acme's auditor is told acme's model is no adapter; globex's, nothing."""
+    path = f"/v1/provenance/{A}/{M}/adapter-base"
+    _problem(w.get(f"{A}-auditor", path, params={"ref": "1"}), 409, "not-an-adapter")
+    _problem(w.get(f"{B}-auditor", path, params={"ref": "1"}), 403, "permission-denied")
+
+
+def provenance_adapters_probe(w: World) -> None:
+    """globex's auditor asks which adapters are bound to weights only acme has: the answer of weights nobody has
+    (who binds adapters to them is tested with adapters, tests/integration/test_adapter_provenance.py)."""
+    r = w.get(f"{A}-auditor", f"/v1/provenance/{A}/{M}/components", params={"ref": "1"})
+    assert r.status_code == 200, r.text
+    weights = next(c["digest"] for c in r.json()["components"] if c["name"] == "weights").removeprefix("sha256:")
+    assert w.get(f"{A}-auditor", f"/v1/provenance/adapters/sha256:{weights}").status_code == 200
+    held = w.get(f"{B}-auditor", f"/v1/provenance/adapters/sha256:{weights}")
+    never = w.get(f"{B}-auditor", f"/v1/provenance/adapters/sha256:{NEVER}")
+    assert held.status_code == never.status_code == 200
+    assert held.text.replace(weights, "<d>") == never.text.replace(NEVER, "<d>")
+
+
 def console_provenance_probe(w: World) -> None:
     acme_only = w.only(A)
     assert sign_in(w.client, w.tokens[f"{B}-auditor"]).status_code == 303
@@ -258,8 +278,8 @@ def _oci_error(r, status: int, code: str) -> None:
 
 
 def oci_manifest_probe(method: str) -> Callable[[World], None]:
-    """globex's node pulls acme's manifest (by tag and digest) and acme's digest under its own repository:
-    each the answer of a repository or digest nobody holds."""
+    """globex's node pulls acme's manifest (by tag and digest, and its signature and referrers-index tags) and
+    acme's digest under its own repository: each the answer of a repository or digest nobody holds."""
     def probe(w: World) -> None:
         def ask(who: str, tenant: str, name: str, ref: str):
             return w.client.request(method, f"/v2/{tenant}/{name}/manifests/{ref}",
@@ -268,15 +288,18 @@ def oci_manifest_probe(method: str) -> Callable[[World], None]:
         own = ask(f"{A}-node", A, M, "prod")
         assert own.status_code == 200, own.text[:300]
         digest = own.headers["Docker-Content-Digest"]
-        for ref in ("prod", digest):
+        hexdigest = digest.removeprefix("sha256:")
+        # The digest, cosign's signature tag and the referrers tag schema's index tag of acme's manifest.
+        forms = ("sha256:{}", "sha256-{}.sig", "sha256-{}")
+        for ref in ("prod", *(form.format(hexdigest) for form in forms)):
             held, nobody = ask(f"{B}-node", A, M, ref), ask(f"{B}-node", A, "nobody-has-this", ref)
             _oci_error(held, 403, "DENIED")
             assert (held.status_code, held.content) == (nobody.status_code, nobody.content)
-        held = ask(f"{B}-node", B, M, digest)
-        never = ask(f"{B}-node", B, M, f"sha256:{NEVER}")
-        _oci_error(held, 404, "MANIFEST_UNKNOWN")
-        assert (held.content.replace(digest.encode(), b"<d>")
-                == never.content.replace(f"sha256:{NEVER}".encode(), b"<d>"))
+        for form in forms:
+            held = ask(f"{B}-node", B, M, form.format(hexdigest))
+            never = ask(f"{B}-node", B, M, form.format(NEVER))
+            _oci_error(held, 404, "MANIFEST_UNKNOWN")
+            assert held.content.replace(hexdigest.encode(), b"<d>") == never.content.replace(NEVER.encode(), b"<d>")
 
     return probe
 
@@ -334,9 +357,11 @@ CROSS_TENANT: dict[tuple[str, str], Callable[[World], None]] = {
     )},
     **{("GET", f"/v1/provenance/{{tenant}}/{{name}}/{q}"):
        provenance_ref_probe(f"/v1/provenance/{{tenant}}/{{name}}/{q}")
-       for q in ("origin", "files", "scans", "evals", "license", "approvals", "nodes", "components")},
+       for q in ("origin", "files", "scans", "evals", "license", "approvals", "nodes", "components", "running")},
     ("GET", "/v1/provenance/blobs/sha256:{digest}"): provenance_blob_probe,
     ("GET", "/v1/provenance/components/sha256:{digest}"): provenance_component_probe,
+    ("GET", "/v1/provenance/{tenant}/{name}/adapter-base"): provenance_adapter_base_probe,
+    ("GET", "/v1/provenance/adapters/sha256:{digest}"): provenance_adapters_probe,
     ("GET", "/ui/provenance"): console_provenance_probe,
     **{(method, "/v2/{tenant}/{name}/manifests/{reference}"): oci_manifest_probe(method) for method in ("GET", "HEAD")},
     **{(method, "/v2/{tenant}/{name}/blobs/{digest}"): oci_blob_probe(method) for method in ("GET", "HEAD")},
@@ -379,6 +404,23 @@ def test_cross_tenant(world):
         except AssertionError as e:
             failed[route] = str(e)[:400]
     assert failed == {}
+
+
+def test_receipts_are_taken_only_for_the_reporters_tenants(world):
+    """``POST /v1/receipts`` names its models in the body (no naming route parameter): globex's node may not say
+    it holds acme's version, and learns nothing of what acme has (a model acme has, one nobody has: the same)."""
+    def report(who: str, model: str, version: int = 1):
+        return world.client.post("/v1/receipts", headers=world.auth(who), json={
+            "program": "fetch", "node": "n1", "places": [
+                {"model": model, "version": version, "where": "path", "path": "/srv/m"}]})
+
+    assert report(f"{A}-node", f"{A}/{M}").status_code == 200
+    held, nobody = report(f"{B}-node", f"{A}/{M}"), report(f"{B}-node", f"{A}/nobody-has-this", 99)
+    _problem(held, 403, "permission-denied")
+    assert (held.status_code, held.json()["detail"]) == (nobody.status_code, nobody.json()["detail"])
+    _problem(report(f"{A}-auditor", f"{A}/{M}"), 403, "permission-denied")  # auditors read, nodes report
+    running = world.get(f"{A}-auditor", f"/v1/provenance/{A}/{M}/running", params={"ref": "1"}).json()
+    assert [p["principal"] for p in running["places"]] == [f"{A}-node"]
 
 
 # --- fast paths whose state changed underneath ---------------------------------------------------

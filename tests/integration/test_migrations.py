@@ -227,3 +227,47 @@ def test_0035_adds_adapter_bindings_looked_up_by_weights_digest_and_drops_them_i
         assert "adapter_bindings" in inspect(engine).get_table_names()
     finally:
         engine.dispose()
+
+
+def test_0036_adds_the_base_an_eval_ran_on_and_drops_it_in_place(empty_database_url):
+    """An eval result's ``ran_on`` (the base an adapter's eval ran on) is a column added empty: results recorded
+    before ran on the adapter alone and name no base; dropped again, the results stay."""
+    from alembic import command
+    from sqlalchemy import text
+
+    engine = make_engine(empty_database_url)
+    try:
+        migrate.upgrade(engine, "0035")
+        now = "2026-11-01 00:00:00"
+        with engine.begin() as conn:
+            for statement in [
+                "INSERT INTO tenants (id, name, created_at) VALUES (1, 'acme', :now)",
+                "INSERT INTO models (id, tenant_id, name, next_version, created_at) VALUES "
+                "(1, 1, 'llm-support', 2, :now)",
+                "INSERT INTO versions (id, model_id, number, state, source_kind, source_repo, include, exclude, "
+                "created_at, updated_at) VALUES (1, 1, 1, 'awaiting_approval', 'upload', 'x', '[]', '[]', :now, :now)",
+                "INSERT INTO eval_results (id, version_id, suite, suite_version, runner, runner_version, definition, "
+                "status, metrics, breakdown, cases, created_at) VALUES "
+                "(1, 1, 'sanity', 'v', 'weights-sanity', '1.1.0', '{}', 'completed', '{}', '{}', '[]', :now)",
+            ]:
+                conn.execute(text(statement), {"now": now})
+        migrate.upgrade(engine)
+        assert "ran_on" in {c["name"] for c in inspect(engine).get_columns("eval_results")}
+        with engine.connect() as conn:
+            assert conn.execute(text("SELECT ran_on FROM eval_results")).scalars().all() == [None]
+        ran_on = {"base_model": "acme/llm", "base_version": 1, "base_weights_digest": "a" * 64,
+                  "adapter_weights_digest": "b" * 64}
+        with engine.begin() as conn:
+            conn.execute(text(f"UPDATE eval_results SET ran_on = '{json.dumps(ran_on)}'"))
+        with engine.connect() as conn:
+            stored = conn.execute(text("SELECT ran_on FROM eval_results")).scalar()
+        assert (json.loads(stored) if isinstance(stored, str) else stored) == ran_on
+        config = migrate.alembic_config(str(engine.url))
+        with engine.begin() as conn:
+            config.attributes["connection"] = conn
+            command.downgrade(config, "0035")
+        assert "ran_on" not in {c["name"] for c in inspect(engine).get_columns("eval_results")}
+        with engine.connect() as conn:
+            assert conn.execute(text("SELECT count(*) FROM eval_results")).scalar() == 1
+    finally:
+        engine.dispose()

@@ -69,10 +69,15 @@ def _miss(container, caller) -> None:
     with container.session_factory() as session:
         with pytest.raises(OciManifestUnknownError):
             oci_referrers.manifest_or_referrer(session, caller, TENANT, NAME, MISSING, blob_store=container.blob_store,
-                                               clock=container.clock)
+                                               clock=container.clock, **_signing(container))
         with pytest.raises(OciBlobUnknownError):
             oci_referrers.blob_or_referrer(session, caller, TENANT, NAME, MISSING, blob_store=container.blob_store,
-                                           clock=container.clock)
+                                           clock=container.clock, **_signing(container))
+
+
+def _signing(container) -> dict:
+    """The registry's key and the host a ``/v2`` caller asked (the ``.sig`` payload names it)."""
+    return {"signer": oci_referrers.signer_of(container.keyring.primary), "host": "registry.test"}
 
 
 def _released(container) -> set[int]:
@@ -85,7 +90,9 @@ def _released(container) -> set[int]:
 def test_a_miss_builds_nothing_and_costs_the_same_with_one_or_four_released_versions(world, tmp_path):
     container, admin, counted = world
     caller = _caller(container)
-    kinds = 5  # the most documents one version has (signature, BOM, provenance, scans, evals)
+    # The most documents one version has: of its raw manifest six (model-signing bundle, the registry's
+    # Sigstore bundle, BOM, provenance, scans, evals), of its image-shaped manifest two (bundle, BOM).
+    kinds = 8
     # The first lookup records what was approved with no worker running (as before revision 0029), a bounded
     # few versions at a time.
     counted.reset()
@@ -122,9 +129,11 @@ def test_a_miss_builds_nothing_and_costs_the_same_with_one_or_four_released_vers
     counted.reset()
     with container.session_factory() as session:
         pulled = oci_referrers.manifest_or_referrer(session, caller, TENANT, NAME, recorded[0],
-                                                    blob_store=container.blob_store, clock=container.clock)
+                                                    blob_store=container.blob_store, clock=container.clock,
+                                                    **_signing(container))
         assert pulled.referrer and pulled.artifact.manifest_digest == recorded[0]
         found = oci_referrers.blob_or_referrer(session, caller, TENANT, NAME, recorded[1],
-                                               blob_store=container.blob_store, clock=container.clock)
+                                               blob_store=container.blob_store, clock=container.clock,
+                                               **_signing(container))
         assert found.digest == recorded[1]
     assert 0 < counted.built <= 2 * kinds

@@ -9,6 +9,7 @@ also on local and S3.
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
 import shutil
@@ -69,12 +70,17 @@ def test_the_referrers_index_lists_each_document_and_oras_pulls_each_by_digest(o
     assert "oci-filters-applied" not in r.headers
     index = r.json()
     assert (index["schemaVersion"], index["mediaType"]) == (2, OCI_INDEX)
-    by_type = {d["artifactType"]: d for d in index["manifests"]}
-    assert {SIGNATURE, CYCLONEDX, IN_TOTO, SCAN_REPORT} <= set(by_type)
+    # Two Sigstore bundles (the model-signing DSSE one and the registry's message signature over the manifest),
+    # told apart as cosign's bundle spec says, by their dev.sigstore.bundle.content annotation.
+    by_kind = {(d["artifactType"], d["annotations"].get("dev.sigstore.bundle.content")): d
+               for d in index["manifests"]}
+    assert len(by_kind) == len(index["manifests"])
+    assert {(SIGNATURE, "dsse-envelope"), (SIGNATURE, "message-signature"), (CYCLONEDX, None), (IN_TOTO, None),
+            (SCAN_REPORT, None)} <= set(by_kind)
     client = oras.client.OrasClient(hostname=w.host, insecure=True)
     client.auth.set_basic_auth("anyone", w.node)
     pulled: dict[str, bytes] = {}
-    for artifact_type, descriptor in by_type.items():
+    for (artifact_type, content), descriptor in by_kind.items():
         assert descriptor["mediaType"] == OCI_MANIFEST
         assert descriptor["annotations"]["dev.modelreg.version"] == f"{REPO}@1"
         manifest = client.get_manifest(f"{w.host}/{REPO}@{descriptor['digest']}")
@@ -82,16 +88,19 @@ def test_the_referrers_index_lists_each_document_and_oras_pulls_each_by_digest(o
         assert (manifest["artifactType"], manifest.get("annotations")) == (artifact_type, descriptor["annotations"])
         assert manifest["subject"] == {"mediaType": OCI_MANIFEST, "digest": subject, "size": subject_size}
         assert manifest["config"]["digest"] == EMPTY_DIGEST and len(manifest["layers"]) == 1
-        out = tmp_path / artifact_type.replace("/", "_")
+        out = tmp_path / f"{artifact_type.replace('/', '_')}-{content}"
         client.pull(target=f"{w.host}/{REPO}@{descriptor['digest']}", outdir=str(out))
         (path,) = [p for p in out.rglob("*") if p.is_file()]
         assert path.name == manifest["layers"][0]["annotations"]["org.opencontainers.image.title"]
         assert _sha256(path.read_bytes()) == manifest["layers"][0]["digest"]
-        pulled[artifact_type] = path.read_bytes()
+        pulled[artifact_type if content is None else content] = path.read_bytes()
     with w.http(_sysadmin_token(w)) as http:
         # The signature is the version's bundle (fetch's model.sig), the provenance names every file.
-        assert json.loads(pulled[SIGNATURE]) == http.get(f"/v1/models/{REPO}/versions/1/signature").json()
+        assert json.loads(pulled["dsse-envelope"]) == http.get(f"/v1/models/{REPO}/versions/1/signature").json()
         assert http.get(f"/v2/{REPO}/blobs/{EMPTY_DIGEST}").content == b"{}"
+    # The registry's bundle signs the subject itself (verified by @sigstore/verify: test_oci_signatures.py).
+    digest = json.loads(pulled["message-signature"])["messageSignature"]["messageDigest"]
+    assert "sha256:" + base64.b64decode(digest["digest"]).hex() == subject
     exports.validate_bom(pulled[CYCLONEDX])
     statement = json.loads(pulled[IN_TOTO])
     assert {s["name"]: "sha256:" + s["digest"]["sha256"] for s in statement["subject"]} == \

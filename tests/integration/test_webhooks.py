@@ -4,7 +4,8 @@ Events are real audit events of the catalogue (appended as the services append t
 ``standardwebhooks`` library verifies every signature (and rejects a replayed or altered delivery), the
 ``cloudevents`` library parses every body. What is checked: order and no loss per subscription, a
 receiver down for a while getting everything after it returns, pausing after the retry window and
-resuming, secret rotation, one slow receiver not delaying another, the egress guard, who may do what.
+resuming, secret rotation, one slow receiver not delaying another, a burst sent in batches on one kept-alive
+connection, the egress guard, who may do what.
 """
 
 from __future__ import annotations
@@ -274,6 +275,93 @@ def test_model_globs_and_types_choose_the_events_and_derived_events_keep_their_o
     assert receiver.ids() == [str(scanned.id), f"{scanned.id}.version.awaiting_approval"]
     assert [verified(hook["secret"], r)["type"] for r in receiver.requests] == [
         "dev.modelreg.version.scanned", "dev.modelreg.version.awaiting_approval"]
+    # A row the glob passes over, then one meaning two events, delivered one at a time (a failure between).
+    with container.session_factory() as session:
+        audit.append(session, actor="system", action="version.scanned", subject=f"{T}/mistral@2", tenant=T,
+                     details={"state": "awaiting_approval"})
+        again = audit.append(session, actor="system", action="version.scanned", subject=f"{T}/llama-7b@2",
+                             tenant=T, details={"state": "awaiting_approval"})
+        session.commit()
+    receiver.requests.clear()
+    receiver.status = 204
+    with container.session_factory() as session:
+        sub = session.get(WebhookSubscription, hook["id"])
+        batch, _ = webhooks._next_events(session, sub, 1)
+        assert [p.event.id for p in batch] == [str(again.id)]
+        sub.cursor, sub.cursor_part = batch[0].cursor, batch[0].part
+        session.commit()
+    deliver_all(container)
+    assert receiver.ids() == [f"{again.id}.version.awaiting_approval"]
+
+
+def still_running_burst(container, count: int) -> list[int]:
+    """What one revocation of a version held in ``count`` places appends: a ``version.still_running`` each."""
+    with container.session_factory() as session:
+        begin_write(session)
+        rows = [audit.append(session, actor="sec", action="version.still_running", subject=f"{T}/llm@1", tenant=T,
+                             details={"program": "cache-warm", "principal": f"node-{n}", "node": f"node-{n:05d}",
+                                      "place": {"where": "path", "path": "/var/cache/modelreg"}})
+                for n in range(count)]
+        session.commit()
+        return [row.id for row in rows]
+
+
+def test_a_burst_arrives_in_order_each_signed_once_with_one_delivery_record_each(api, container, receiver):
+    client, tokens = api
+    hook = subscribe(client, tokens["admin"], receiver.url, types=["version.still_running"])
+    count = 2 * webhooks.EVENTS_PER_BATCH + 7  # three batches, the last one short
+    ids = [str(i) for i in still_running_burst(container, count)]
+    deliver_all(container)
+
+    assert receiver.ids() == ids  # in order, each once
+    bodies = [verified(hook["secret"], r) for r in receiver.requests]
+    assert [b["data"]["node"] for b in bodies] == [f"node-{n:05d}" for n in range(count)]
+    assert {b["type"] for b in bodies} == {"dev.modelreg.version.still_running"}
+    # One kept-alive connection carried them all.
+    assert receiver.connections == 1
+    records = call(client, tokens["admin"], "GET", f"/v1/webhooks/{hook['id']}/deliveries",
+                   params={"limit": 500}).json()
+    assert [d["event_id"] for d in reversed(records)] == ids
+    assert {(d["attempt"], d["state"], d["status_code"]) for d in records} == {(1, "delivered", 204)}
+    assert call(client, tokens["admin"], "GET", f"/v1/webhooks/{hook['id']}").json()["cursor"] == int(ids[-1])
+    deliver_all(container)
+    assert len(receiver.requests) == count
+
+
+def test_a_failure_inside_a_batch_stops_it_there_and_the_rest_follow_the_retry_in_order(
+        api, container, clock, receiver):
+    client, tokens = api
+    hook = subscribe(client, tokens["admin"], receiver.url, types=["version.still_running"])
+    ids = [str(i) for i in still_running_burst(container, 30)]
+    receiver.answers = {10: 503}
+    deliver_all(container)
+    assert receiver.ids() == ids[:10] and receiver.ids(accepted=True) == ids[:9]
+    sub = call(client, tokens["admin"], "GET", f"/v1/webhooks/{hook['id']}").json()
+    assert sub["cursor"] == int(ids[8]) and sub["failed_attempts"] == 1 and sub["last_error"] == "answered 503"
+    deliver_all(container)
+    assert receiver.ids() == ids[:10]  # its retry waits for its time
+    clock.advance(seconds=10)
+    deliver_all(container)
+    assert receiver.ids(accepted=True) == ids
+    records = list(reversed(call(client, tokens["admin"], "GET", f"/v1/webhooks/{hook['id']}/deliveries",
+                                 params={"limit": 500}).json()))
+    assert [(d["event_id"], d["attempt"], d["status_code"]) for d in records] == (
+        [(i, 1, 204) for i in ids[:9]] + [(ids[9], 1, 503), (ids[9], 2, 204)] + [(i, 1, 204) for i in ids[10:]])
+
+
+def test_a_receiver_closing_kept_connections_unannounced_gets_every_event_once(api, container, receiver):
+    client, tokens = api
+    hook = subscribe(client, tokens["admin"], receiver.url, types=["version.still_running"])
+    receiver.drop_kept = True
+    ids = [str(i) for i in still_running_burst(container, 12)]
+    deliver_all(container)
+    # Each request after the first finds its kept connection closed and is sent again on a new one.
+    assert receiver.ids() == ids
+    assert receiver.connections == len(ids)
+    for r in receiver.requests:
+        verified(hook["secret"], r)
+    records = call(client, tokens["admin"], "GET", f"/v1/webhooks/{hook['id']}/deliveries").json()
+    assert {(d["attempt"], d["state"]) for d in records} == {(1, "delivered")} and len(records) == len(ids)
 
 
 def test_one_slow_receiver_never_delays_another_subscription(api, container):
@@ -288,8 +376,10 @@ def test_one_slow_receiver_never_delays_another_subscription(api, container):
         stop = threading.Event()
         threads = start_webhooks(container, stop, threads=2, poll_interval=0.02)
         try:
+            # Until the quick receiver has all three and the slow one holds the first (which of the two
+            # subscriptions a thread takes first is the scheduler's: the slow one's first request may come last).
             deadline = time.monotonic() + slow.HOLD_SECONDS - 1
-            while quick.ids(accepted=True) != ids and time.monotonic() < deadline:
+            while (quick.ids(accepted=True), slow.ids()) != (ids, ids[:1]) and time.monotonic() < deadline:
                 time.sleep(0.02)
             # The quick receiver has all three while the slow one is still answering the first.
             assert quick.ids(accepted=True) == ids

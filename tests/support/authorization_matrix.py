@@ -266,6 +266,20 @@ RULES: dict[tuple[str, str], Rule] = {
     ("GET", "/v1/provenance/{tenant}/{name}/nodes"): Rule("audit", 200, lambda w, t: version_ref()),
     ("GET", "/v1/provenance/{tenant}/{name}/aliases/{alias}"): Rule("audit", 200, lambda w, t: w.released(t)),
     ("GET", "/v1/provenance/revoked-nodes"): Rule("audit", 200, tenant_query),
+    ("GET", "/v1/provenance/{tenant}/{name}/running"): Rule("audit", 200, lambda w, t: version_ref()),
+    # Node programs report what they hold: the node identities of the tenant the body names.
+    # Admission reviews and answered-review reports: administrators and the admission role (system-wide, none of
+    # the matrix's callers holds it: tests/integration/test_admission_webhook.py checks it).
+    ("POST", "/v1/admission/reviews"): Rule(ADMIN, 200, lambda w, t: {"json": {
+        "object": {"kind": "Pod", "namespace": "matrix", "name": "p", "uid": "u", "operation": "CREATE"},
+        "references": [{"uri": f"modelreg://{t}/{w.model[t]}@1", "path": "/spec/x", "kind": "init-fetch"}]}}),
+    ("POST", "/v1/admission/answered"): Rule(ADMIN, 200, lambda w, t: {"json": {"reviews": [{
+        "object": {"kind": "Pod", "namespace": "matrix", "name": "p", "uid": "u", "operation": "CREATE"},
+        "references": [{"uri": f"modelreg://{t}/{w.model[t]}@1", "path": "/spec/x", "kind": "init-fetch",
+                        "version": 1}], "decided_at": "2026-12-07T00:00:00+00:00"}]}}),
+    ("POST", "/v1/receipts"): Rule("fetch", 200, lambda w, t: {"json": {
+        "program": "fetch", "node": "matrix-node", "places": [
+            {"model": f"{t}/{w.model[t]}", "version": 1, "where": "path", "path": "/srv/matrix"}]}}),
     ("GET", "/v1/provenance/blobs/sha256:{digest}"): Rule(AUDITS_ANY_TENANT, 200),
     ("GET", "/v1/provenance/{tenant}/{name}/components"): Rule("audit", 200, lambda w, t: version_ref()),
     # The "other" component of sub/notes.txt, in versions of both tenants: each auditor finds its own tenant's.
@@ -273,6 +287,11 @@ RULES: dict[tuple[str, str], Rule] = {
                                                                path={"digest": lambda w, t: w.shared_component()}),
     ("GET", "/v1/provenance/{tenant}/{name}/aliases/{alias}/components/{component}"): Rule(
         "audit", 200, lambda w, t: w.released(t), path={"component": lambda w, t: "config"}),
+    # Adapters bound to these weights: none in the world, an empty list for every auditor (tenancy of the answer:
+    # tests/integration/test_adapter_provenance.py).
+    ("GET", "/v1/provenance/adapters/sha256:{digest}"): Rule(AUDITS_ANY_TENANT, 200),
+    # The world's models are no adapters: an auditor asking which base one is bound to is told so (409).
+    ("GET", "/v1/provenance/{tenant}/{name}/adapter-base"): Rule("audit", 409, lambda w, t: version_ref()),
     ("POST", "/v1/provenance/audit-log"): Rule(AUDITS_ANY_TENANT, 200, lambda w, t: {"json": {"checkpoints": []}}),
     ("GET", "/ui/sign-in"): Rule(PUBLIC, 200, console=True),
     ("POST", "/ui/sign-in"): Rule(SIGNS_IN, 303, console=True),

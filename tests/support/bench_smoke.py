@@ -18,6 +18,11 @@ BENCH = REPO / "bench"
 
 SMOKE: dict[str, tuple[list[str], list[str]]] = {
     # script: (tiny arguments, patterns its output must hold: the figures it exists to print)
+    "admission.py": (["--rate", "20", "--seconds", "1", "--connections", "2", "--rounds", "1"],
+                     [*(rf"round 1 {scenario}\s*: 20 reviews at [\d.]+/s: p50 [\d.]+ ms, p99 [\d.]+ ms, "
+                        rf"max [\d.]+ ms, errors 0, over 5 s \d+, p99/floor [\d.]+x"
+                        for scenario in ("floor", "live", "cache")),
+                      r"round 1: load average [\d. ]+ -> [\d. ]+"]),
     "bom.py": (["--files", "200", "--rounds", "1"],
                [r"a version of 205 files",
                 r"round 1: old [\d.]+ s, new [\d.]+ s, old/new [\d.]+x \([\d.]+ MB, identical\)"]),
@@ -46,6 +51,11 @@ SMOKE: dict[str, tuple[list[str], list[str]]] = {
                          [r"round 1: miss p50 [\d.]+ ms, hit p50 [\d.]+ ms, miss/hit [\d.]+x \(5 misses, 5 hits\)"]),
     "queue.py": (["--jobs", "40", "--workers", "2"],
                  [r"modelreg\s+2 process\(es\):\s+[\d.]+ s", r"modelreg x2 / raw UPDATE\.\.\.RETURNING x2: [\d.]+"]),
+    "receipts.py": (["--nodes", "20", "--every", "1", "--rounds", "1", "--tokens", "2", "--alert-timeout", "60"],
+                    [r"round 1: 20/20 reports answered in [\d.]+ s \(p50 \d+ ms, p99 \d+ ms; failures \{\}\); API CPU "
+                     r"[\d.]+% of a core; database [\d.]+ transactions/s, [\d.]+ rows written/s",
+                     r"revoke v1 \(in-process, [\d.]+ s to commit\) -> 20/20 version.still_running events at the "
+                     r"receiver; the last [\d.]+ s after the commit"]),
     "scan.py": (["--many-files", "4,8"],
                 [r"\(a\) 2 GiB safetensors .* ms", r"bypass samples flagged: modelreg \d+/\d+",
                  r"\(d\) regression set: \d+ files",
@@ -63,7 +73,7 @@ GROUPS: dict[str, list[str]] = {
     # What serving nodes run against (the longest: each starts a registry and node programs).
     "node": ["fanout.py", "fetch.py", "stream.py"],
     # The registry's own endpoints.
-    "registry": ["log.py", "manifest.py", "oci.py", "oci_referrers.py"],
+    "registry": ["admission.py", "log.py", "manifest.py", "oci.py", "oci_referrers.py", "receipts.py"],
     # The pipeline and its storage.
     "pipeline": ["bom.py", "chunks.py", "mirror.py", "queue.py", "scan.py"],
 }

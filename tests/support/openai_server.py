@@ -1,10 +1,10 @@
 """A small OpenAI-compatible chat server over a local transformers model, for the ``openai`` runner's tests.
 
-Run as a script (it imports only the standard library, torch and transformers, so it works from any
-directory)::
+Run as a script (it imports only the standard library, torch and transformers, and PEFT for adapters, so it
+works from any directory)::
 
     python tests/support/openai_server.py --model-dir MODEL --port 8000 [--request-log FILE]
-        [--config vllm-config.yaml] [--chat-template TEMPLATE]
+        [--config vllm-config.yaml] [--chat-template TEMPLATE] [--enable-lora --lora-modules NAME=DIR ...]
 
 It serves ``GET /v1/models`` and ``POST /v1/chat/completions``, streaming (server-sent events, with the
 usage chunk when ``stream_options.include_usage``) or not, in the shapes OpenAI's API uses. An ordinary
@@ -22,6 +22,11 @@ files); ``--request-log -`` prints each request there too (``openai_server: requ
 prompts show what it sees: a last user message starting with :data:`ECHO` is answered with the whole prompt as the chat
 template rendered it, and :data:`SHOW_CONFIG` with the engine config's text.
 
+As ``vllm serve --enable-lora --lora-modules NAME=DIR`` does, it serves LoRA adapters on the model: PEFT applies
+each one (``PeftModel.from_pretrained``, then ``load_adapter``), ``GET /v1/models`` lists the base and then each
+adapter (its ``parent`` the base), and a request naming an adapter is answered by the model with that adapter
+(one naming the base, with none). It prints ``openai_server: lora NAME DIR`` for each adapter it applied.
+
 Example:
     >>> SCRIPTED["What is 2+2? Answer with the number only."]
     {'content': '4'}
@@ -30,6 +35,7 @@ Example:
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import re
@@ -109,7 +115,8 @@ LOGGED_HEADERS = ("authorization", "content-type", "accept")
 class Backend:
     """The model and tokenizer, and the one lock that serializes generation."""
 
-    def __init__(self, model_dir: str, name: str, chat_template: str | None = None, config: str | None = None) -> None:
+    def __init__(self, model_dir: str, name: str, chat_template: str | None = None, config: str | None = None,
+                 lora_modules: dict[str, str] | None = None) -> None:
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
         self.chat_template = chat_template
         self.config = config
@@ -122,7 +129,35 @@ class Backend:
         self.tokenizer = AutoTokenizer.from_pretrained(model_dir, local_files_only=True)
         self.model = AutoModelForCausalLM.from_pretrained(model_dir, use_safetensors=True,
                                                           local_files_only=True).eval()
+        self.adapters = tuple(lora_modules or {})
+        if lora_modules:
+            from peft import PeftModel
+
+            for i, (adapter, path) in enumerate(lora_modules.items()):
+                if i == 0:
+                    self.model = PeftModel.from_pretrained(self.model, path, adapter_name=adapter,
+                                                           is_trainable=False).eval()
+                else:
+                    self.model.load_adapter(path, adapter_name=adapter, is_trainable=False)
+                sys.stderr.write(f"openai_server: lora {adapter} {path}\n")
         self.lock = threading.Lock()
+
+    def served(self) -> list[str]:
+        """The names requests may give: the model's, then each adapter's."""
+        return [self.name, *self.adapters]
+
+    @contextlib.contextmanager
+    def using(self, served: str) -> Iterator[Any]:
+        """The model as ``served`` names it (with that adapter, or the base with none), under the one lock."""
+        with self.lock:
+            if not self.adapters:
+                yield self.model
+            elif served == self.name:
+                with self.model.disable_adapter():
+                    yield self.model
+            else:
+                self.model.set_adapter(served)
+                yield self.model
 
     def prompt_text(self, messages: list[dict[str, Any]]) -> str:
         """The prompt as the chat template (``--chat-template``, else the tokenizer's) renders it."""
@@ -136,16 +171,17 @@ class Backend:
     def count(self, text: str) -> int:
         return len(self.tokenizer.encode(text, add_special_tokens=False))
 
-    def generate(self, prompt: list[int], max_tokens: int, result: dict[str, Any]) -> Iterator[str]:
-        """Text pieces of the greedy continuation, one per token; ``result`` gets the token count and
-        the finish reason."""
+    def generate(self, prompt: list[int], max_tokens: int, result: dict[str, Any],
+                 served: str | None = None) -> Iterator[str]:
+        """Text pieces of the greedy continuation by the model ``served`` names (default: the model), one per
+        token; ``result`` gets the token count and the finish reason."""
         torch = self.torch
         eos = self.tokenizer.eos_token_id
         ids: list[int] = []
         shown = ""
         result.update(tokens=0, finish_reason="length")
-        with self.lock, torch.inference_mode():
-            out = self.model(input_ids=torch.tensor([prompt]), use_cache=True)
+        with self.using(served or self.name) as model, torch.inference_mode():
+            out = model(input_ids=torch.tensor([prompt]), use_cache=True)
             for _ in range(max_tokens):
                 token = int(out.logits[0, -1].argmax())
                 if token == eos:
@@ -158,8 +194,8 @@ class Backend:
                 if not text.endswith("\ufffd") and len(text) > len(shown):
                     yield text[len(shown):]
                     shown = text
-                out = self.model(input_ids=torch.tensor([[token]]), past_key_values=out.past_key_values,
-                                 use_cache=True)
+                out = model(input_ids=torch.tensor([[token]]), past_key_values=out.past_key_values,
+                            use_cache=True)
 
     def pieces(self, text: str) -> list[str]:
         """``text`` cut where its tokens end, as a server streams it."""
@@ -186,9 +222,11 @@ class Handler(BaseHTTPRequestHandler):
     def do_GET(self) -> None:  # noqa: N802 - http.server's name
         if self.path.rstrip("/") != "/v1/models":
             return self._error(404, f"no route GET {self.path}", "NotFoundError")
+        backend = self.server.backend
         self._json(200, {"object": "list", "data": [
-            {"id": self.server.backend.name, "object": "model", "created": self.server.started,
-             "owned_by": "modelreg-tests"}]})
+            {"id": served, "object": "model", "created": self.server.started, "owned_by": "modelreg-tests",
+             "root": served, "parent": None if served == backend.name else backend.name}
+            for served in backend.served()]})
 
     def do_POST(self) -> None:  # noqa: N802
         length = int(self.headers.get("Content-Length") or 0)
@@ -200,7 +238,7 @@ class Handler(BaseHTTPRequestHandler):
         except ValueError:
             return self._error(400, "the body is not JSON", "BadRequestError")
         self.server.log_request_body(body, {h: self.headers.get(h) for h in LOGGED_HEADERS})
-        problem = _invalid(body, self.server.backend.name)
+        problem = _invalid(body, self.server.backend.served())
         if problem:
             return self._error(*problem)
         try:
@@ -225,7 +263,7 @@ class Handler(BaseHTTPRequestHandler):
         if script and script.get("status"):
             return self._error(script["status"], "scripted failure", "InternalServerError")
         max_tokens = body.get("max_completion_tokens") or body.get("max_tokens") or 16
-        answer = _Answer(backend, prompt, script, max_tokens)
+        answer = _Answer(backend, prompt, script, max_tokens, body["model"])
         if body.get("stream"):
             include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
             self._stream(answer, include_usage, script.get("break_after") if script else None)
@@ -273,8 +311,10 @@ class Handler(BaseHTTPRequestHandler):
 class _Answer:
     """One completion, scripted or generated, as stream chunks or as a whole response."""
 
-    def __init__(self, backend: Backend, prompt: list[int], script: dict[str, Any] | None, max_tokens: int):
+    def __init__(self, backend: Backend, prompt: list[int], script: dict[str, Any] | None, max_tokens: int,
+                 served: str):
         self.backend = backend
+        self.served = served
         self.prompt = prompt
         self.script = script or {}
         self.max_tokens = max_tokens
@@ -287,7 +327,7 @@ class _Answer:
 
     def _chunk(self, delta: dict[str, Any], finish_reason: str | None = None) -> dict[str, Any]:
         return {"id": self.id, "object": "chat.completion.chunk", "created": self.created,
-                "model": self.backend.name, "system_fingerprint": None,
+                "model": self.served, "system_fingerprint": None,
                 "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish_reason}]}
 
     def chunks(self) -> Iterator[dict[str, Any]]:
@@ -300,7 +340,7 @@ class _Answer:
             self.completion_tokens = self.backend.count(self.script["content"])
         else:
             result: dict[str, Any] = {}
-            pieces = self.backend.generate(self.prompt, self.max_tokens, result)
+            pieces = self.backend.generate(self.prompt, self.max_tokens, result, self.served)
         for piece in pieces:
             self.text += piece
             yield self._chunk({"content": piece})
@@ -334,7 +374,7 @@ class _Answer:
 
     def usage_chunk(self) -> dict[str, Any]:
         return {"id": self.id, "object": "chat.completion.chunk", "created": self.created,
-                "model": self.backend.name, "system_fingerprint": None, "choices": [], "usage": self.usage()}
+                "model": self.served, "system_fingerprint": None, "choices": [], "usage": self.usage()}
 
     def completion(self) -> dict[str, Any]:
         for _ in self.chunks():
@@ -343,7 +383,7 @@ class _Answer:
                                    "refusal": None}
         if self.tool_calls:
             message["tool_calls"] = self.tool_calls
-        return {"id": self.id, "object": "chat.completion", "created": self.created, "model": self.backend.name,
+        return {"id": self.id, "object": "chat.completion", "created": self.created, "model": self.served,
                 "system_fingerprint": None,
                 "choices": [{"index": 0, "message": message, "logprobs": None, "finish_reason": self.finish_reason}],
                 "usage": self.usage()}
@@ -372,12 +412,12 @@ class Server(ThreadingHTTPServer):
             f.write(json.dumps({"body": body, "headers": headers}) + "\n")
 
 
-def _invalid(body: Any, served: str) -> tuple[int, str, str] | None:
+def _invalid(body: Any, served: list[str]) -> tuple[int, str, str] | None:
     if not isinstance(body, dict) or not isinstance(body.get("messages"), list) or not body["messages"]:
         return 400, "messages is a non-empty list", "BadRequestError"
     if not all(isinstance(m, dict) and isinstance(m.get("role"), str) for m in body["messages"]):
         return 400, "each message has a role", "BadRequestError"
-    if body.get("model") != served:
+    if body.get("model") not in served:
         return 404, f"The model `{body.get('model')}` does not exist.", "NotFoundError"
     return None
 
@@ -385,6 +425,13 @@ def _invalid(body: Any, served: str) -> tuple[int, str, str] | None:
 def _last_user(messages: list[dict[str, Any]]) -> str:
     users = [m.get("content") for m in messages if m.get("role") == "user"]
     return users[-1] if users and isinstance(users[-1], str) else ""
+
+
+def _lora_module(parser: argparse.ArgumentParser, text: str) -> tuple[str, str]:
+    name, sep, path = text.partition("=")
+    if not sep or not re.fullmatch(r"[\w.:-]+", name) or not path:
+        parser.error(f"--lora-modules {text!r}: NAME=DIR, the name letters, digits, '_.:-'")
+    return name, path
 
 
 def _config_chat_template(config: str | None) -> str | None:
@@ -415,14 +462,23 @@ def main(argv: list[str] | None = None) -> None:
                         help="pause between streamed deltas, as a decoding step would take")
     parser.add_argument("--config", help="an engine config, as vllm serve --config takes (chat-template is used)")
     parser.add_argument("--chat-template", help="a chat template file rendering every prompt (over the config's)")
+    parser.add_argument("--enable-lora", action="store_true", help="serve LoRA adapters (--lora-modules)")
+    parser.add_argument("--lora-modules", nargs="+", default=[], metavar="NAME=DIR",
+                        help="LoRA adapters PEFT applies to the model, each served under its name")
     args = parser.parse_args(sys.argv[1:] if argv is None else argv)
     if not re.fullmatch(r"[\w.:-]+", args.served_model_name):
         parser.error("--served-model-name: letters, digits, '_.:-'")
+    lora_modules = dict(_lora_module(parser, m) for m in args.lora_modules)
+    if lora_modules and not args.enable_lora:
+        parser.error("--lora-modules needs --enable-lora (as vllm serve does)")
+    if args.served_model_name in lora_modules:
+        parser.error("an adapter may not have the model's name")
     config = open(args.config, encoding="utf-8").read() if args.config else None
     template_file = args.chat_template or _config_chat_template(config)
     template = open(template_file, encoding="utf-8").read() if template_file else None
     _report_start(sys.argv[1:] if argv is None else argv, config, template)
-    backend = Backend(args.model_dir, args.served_model_name, chat_template=template, config=config)
+    backend = Backend(args.model_dir, args.served_model_name, chat_template=template, config=config,
+                      lora_modules=lora_modules)
     server = Server((args.host, args.port), backend, args.request_log, args.delta_delay_ms / 1000)
     sys.stderr.write(f"openai_server: serving {args.model_dir} as {args.served_model_name} "
                      f"on http://{args.host}:{args.port}/v1\n")

@@ -20,11 +20,12 @@ def seed_files(number: int) -> dict[str, bytes]:
 
 
 def seed_release(data_dir: Path, clients: int, database_url: str | None = None, model: str = MODEL,
-                 files_of: Callable[[int], dict[str, bytes]] = seed_files) -> list[str]:
+                 files_of: Callable[[int], dict[str, bytes]] = seed_files, approved: int = 2) -> list[str]:
     """Seed the database of ``data_dir`` (SQLite there, unless ``database_url``); return the node tokens.
 
     ``model`` names the model (``acme/<model>``) when a test's manifests name another than ``llm``;
-    ``files_of`` gives version N's files (default :func:`seed_files`), e.g. a release unit's."""
+    ``files_of`` gives version N's files (default :func:`seed_files`), e.g. a release unit's; ``approved``
+    how many approved versions there are (1..approved; a benchmark revoking several wants more than two)."""
     from registry.auth import issue_token
     from registry.db.models import Principal, RoleBinding, Tenant
     from registry.domain.aliases import make_target
@@ -35,7 +36,7 @@ def seed_release(data_dir: Path, clients: int, database_url: str | None = None, 
 
     with _opened(data_dir, database_url, migrate=True) as container:
         admin = make_admin(container, TENANT)
-        for number in (1, 2):
+        for number in range(1, approved + 1):
             files = files_of(number)
             entries = []
             with container.session_factory() as session:

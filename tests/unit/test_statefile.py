@@ -113,10 +113,11 @@ def test_write_atomic_replaces_with_the_mode_asked(tmp_path):
 
 
 # Where a file is published by a rename that is not a secret or state file: blobs (committed under their
-# digest), a fetched release's directory, and a swept LocalModelCache folder (renamed aside before it is
-# deleted). Every other replace goes through registry/statefile.py.
+# digest), a fetched release's directory, a swept LocalModelCache folder (renamed aside before it is
+# deleted), and an adapter's signed config set aside inside a fetch's staging directory (published whole by
+# assemble's rename). Every other replace goes through registry/statefile.py.
 RENAMES_ALLOWED = {"registry/statefile.py", "registry/storage/local.py", "registry/node/cache.py",
-                   "registry/node/assemble.py", "registry/node/sweep.py"}
+                   "registry/node/assemble.py", "registry/node/sweep.py", "registry/node/adapters.py"}
 
 
 def test_every_secret_and_state_file_is_written_by_statefile():

@@ -39,3 +39,13 @@ def test_a_part_too_large_is_refused_before_any_read():
     with pytest.raises(InvalidInputError, match="at most"):
         read_held_parts(files, _reader(reads))
     assert reads == []
+
+
+def test_check_parts_reads_each_prompt_templates_variables_and_refuses_a_bad_name():
+    from registry.services.units import check_parts
+
+    parts = check_parts({"prompts/hi.jinja": b"Hello {{ name }}"}, None, {}, runtime_margin_bytes=0)
+    assert parts.prompts == {"hi": ["name"]} and parts.profile is None
+    with pytest.raises(InvalidInputError) as refused:
+        check_parts({"prompts/-bad.jinja": b"x"}, None, {}, runtime_margin_bytes=0)
+    assert refused.value.details["reason"] == "bad-prompt-name"

@@ -66,6 +66,22 @@ class LoadedEvalSet:
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
+class AdapterOnBase:
+    """The version evaluated is a LoRA adapter: it runs on the base it is bound to (issue 34).
+
+    Attributes:
+        name: The adapter's served name (its model's name, as ``--lora-modules NAME=DIR`` and requests name it).
+        base_ref: The bound base version (``acme/llm@3``), for messages.
+        base_dir: The base's files, each hash-checked, read-only; None when the suite does not load the base
+            (:func:`needs_base`).
+    """
+
+    name: str
+    base_ref: str
+    base_dir: Path | None = None
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
 class RunContext:
     """What a runner gets, inside its subprocess.
 
@@ -79,6 +95,8 @@ class RunContext:
         deadline: ``time.monotonic()`` value by which the runner must be done (the parent kills it then).
         endpoint_socket: a Unix socket joined to the one endpoint the suite names (the runner has no
             other network but loopback), or None.
+        adapter: set when the version is a LoRA adapter (``model_dir`` then holds the adapter's files): its name
+            and its base, which the runner evaluates it on.
     """
 
     model_dir: Path
@@ -89,6 +107,7 @@ class RunContext:
     trust_remote_code: bool
     deadline: float
     endpoint_socket: Path | None = None
+    adapter: AdapterOnBase | None = None
 
 
 @dataclasses.dataclass(slots=True)
@@ -129,6 +148,28 @@ def die_with_parent() -> Callable[[], None] | None:
     except OSError:
         return None
     return lambda: libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+
+
+BASE_DIR_PLACEHOLDER = "{base_dir}"
+
+
+def needs_base(runner: str, settings: Any) -> bool:
+    """Whether a suite evaluating an adapter loads its base: ``causal-lm`` always (it applies the adapter with
+    PEFT), an ``openai`` or ``command`` suite when its command names ``{base_dir}``; ``weights-sanity`` reads the
+    adapter's own tensors. The base is copied out of the store only for the suites that load it.
+
+    Example:
+        >>> needs_base("causal-lm", {}), needs_base("weights-sanity", {})
+        (True, False)
+        >>> needs_base("openai", {"serve": ["vllm", "serve", "{base_dir}", "--enable-lora"]})
+        True
+    """
+    if runner == "causal-lm":
+        return True
+    if runner not in ("openai", "command") or not isinstance(settings, dict):
+        return False
+    argv = settings.get("serve" if runner == "openai" else "command")
+    return isinstance(argv, list) and any(isinstance(a, str) and BASE_DIR_PLACEHOLDER in a for a in argv)
 
 
 def check_metrics(metrics: Any, where: str = "metrics") -> dict[str, float]:

@@ -12,6 +12,12 @@ perplexity:<lang> perplexity of the model on that text (``lm.perplexity.<lang>``
 generation        greedy generation of ``max_new_tokens`` from a prompt produces tokens
 ================  ==================================================================================
 
+A LoRA adapter (``ctx.adapter``) is evaluated on its base: the tokenizer and the model are loaded as above from
+the base's verified files (``ctx.adapter.base_dir``), then PEFT applies the adapter in ``ctx.model_dir``
+(``PeftModel.from_pretrained``, inference only) from its ``adapter_model.safetensors`` (a pickled
+``adapter_model.bin`` is refused, and ``torch.load`` stays refused while PEFT loads); every check then runs on base +
+adapter, and ``lm.adapter_parameters`` counts the parameters the adapter added.
+
 Settings (all optional): ``threads`` (torch threads, default 2), ``max_new_tokens`` (default 16),
 ``max_text_tokens`` (texts are cut to this many tokens, default 512) and ``texts``
 (``{language: text}``, replacing the built-in ``DEFAULT_TEXTS``).
@@ -52,6 +58,7 @@ SAMPLE_CONVERSATION = (
     {"role": "user", "content": "And of Germany?"},
 )
 _LANGUAGE = re.compile(r"[a-z]{2,3}(-[a-z0-9]{2,8})?")
+ADAPTER_SAFETENSORS = "adapter_model.safetensors"
 MAX_TEXT_CHARS = 20_000
 MAX_TEXTS = 32
 
@@ -64,7 +71,13 @@ def run(ctx: RunContext) -> RunnerResult:
             transformers cannot load.
     """
     settings = _settings(ctx.settings)
-    if not _has_safetensors(ctx.model_dir):
+    if ctx.adapter is not None:
+        if ctx.adapter.base_dir is None:
+            raise RunnerError(f"the adapter's base {ctx.adapter.base_ref} was not given to causal-lm")
+        if not (ctx.model_dir / ADAPTER_SAFETENSORS).is_file():
+            raise RunnerError(f"the adapter has no {ADAPTER_SAFETENSORS}: causal-lm applies safetensors adapters "
+                              "only, never a pickled adapter_model.bin")
+    if not _has_safetensors(_weights_dir(ctx)):
         raise RunnerError("no safetensors weights: causal-lm loads safetensors only, never pickled weights")
     with _offline(), _no_torch_load():
         try:
@@ -75,11 +88,18 @@ def run(ctx: RunContext) -> RunnerResult:
         torch.set_num_threads(settings["threads"])
         started = time.monotonic()
         tokenizer, model = _load(ctx, transformers, torch)
+        base_parameters = sum(p.numel() for p in model.parameters())
+        if ctx.adapter is not None:
+            model = _apply_adapter(ctx, model)
         load_seconds = time.monotonic() - started
         print(f"causal-lm: loaded {type(model).__name__} in {load_seconds:.1f}s", flush=True)
         checks = Checks()
         metrics: dict[str, float] = {"lm.load_seconds": round(load_seconds, 3),
                                      "lm.parameters": sum(p.numel() for p in model.parameters())}
+        if ctx.adapter is not None:
+            metrics["lm.adapter_parameters"] = metrics["lm.parameters"] - base_parameters
+            print(f"causal-lm: applied adapter {ctx.adapter.name} ({metrics['lm.adapter_parameters']} parameters) "
+                  f"to its base {ctx.adapter.base_ref}", flush=True)
         prompt = _chat_template(tokenizer, checks, metrics)
         breakdown: dict[str, dict[str, float]] = {}
         max_tokens = _max_tokens(model, settings["max_text_tokens"])
@@ -123,6 +143,13 @@ def _settings(settings: dict[str, Any]) -> dict[str, Any]:
             "max_new_tokens": _int_setting(settings, "max_new_tokens", 16, 1, 512),
             "max_text_tokens": _int_setting(settings, "max_text_tokens", 512, 2, 8192),
             "texts": dict(texts)}
+
+
+def _weights_dir(ctx: RunContext) -> Path:
+    """Where the model's weights (and tokenizer) are: the version's files, or an adapter's base."""
+    if ctx.adapter is not None and ctx.adapter.base_dir is not None:
+        return ctx.adapter.base_dir
+    return ctx.model_dir
 
 
 def _has_safetensors(root: Path) -> bool:
@@ -173,16 +200,35 @@ def _no_torch_load() -> Iterator[None]:
 
 def _load(ctx: RunContext, transformers: Any, torch: Any) -> tuple[Any, Any]:
     common = {"local_files_only": True, "trust_remote_code": ctx.trust_remote_code}
+    root = str(_weights_dir(ctx))
     try:
-        tokenizer = transformers.AutoTokenizer.from_pretrained(str(ctx.model_dir), **common)
+        tokenizer = transformers.AutoTokenizer.from_pretrained(root, **common)
         model = transformers.AutoModelForCausalLM.from_pretrained(
-            str(ctx.model_dir), use_safetensors=True, dtype=torch.float32, device_map=None, **common)
+            root, use_safetensors=True, dtype=torch.float32, device_map=None, **common)
     except TorchLoadRefusedError:
         raise
     except Exception as e:  # transformers raises anything from OSError to ValueError on a bad model
         raise RunnerError(f"transformers could not load the model: {type(e).__name__}: {e}"[:1000]) from None
     model.eval()
     return tokenizer, model
+
+
+def _apply_adapter(ctx: RunContext, model: Any) -> Any:
+    """The base ``model`` with the LoRA adapter in ``ctx.model_dir`` applied by PEFT, for inference."""
+    assert ctx.adapter is not None
+    try:
+        from peft import PeftModel
+    except ImportError as e:
+        raise RunnerError(f"causal-lm needs PEFT (the eval extra) to apply an adapter: {e}") from None
+    try:
+        adapted = PeftModel.from_pretrained(model, str(ctx.model_dir), is_trainable=False)
+    except TorchLoadRefusedError:
+        raise
+    except Exception as e:  # PEFT raises anything from ValueError to KeyError on an adapter that does not fit
+        raise RunnerError(f"PEFT could not apply the adapter to its base {ctx.adapter.base_ref}: "
+                          f"{type(e).__name__}: {e}"[:1000]) from None
+    adapted.eval()
+    return adapted
 
 
 def _max_tokens(model: Any, setting: int) -> int:

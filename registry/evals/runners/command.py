@@ -3,7 +3,9 @@
 Settings:
 
 - ``command``: the argv list (no shell). In each argument ``{model_dir}``, ``{output}`` (a path in the
-  runner's private work directory), ``{work_dir}`` and ``{python}`` (this interpreter) are replaced.
+  runner's private work directory), ``{work_dir}`` and ``{python}`` (this interpreter) are replaced; for a LoRA
+  adapter (``{model_dir}`` holds the adapter) also ``{base_dir}`` (its bound base's verified files) and
+  ``{adapter_name}``; a command naming those for a version that is no adapter fails.
 - ``timeout_s`` (optional): seconds the command may take; never past the eval's deadline.
 - ``metrics_key`` (optional): dotted path to the object holding the metrics in the output.
 - ``prefix`` (optional): a group put before every metric name (``lm_eval`` -> ``lm_eval.hellaswag.acc``).
@@ -14,7 +16,7 @@ one of ``{"metrics": {name: number}}``, a flat ``{name: number}``, or lm-evaluat
 ``{"results": {task: {"acc,none": 0.5, "alias": ...}}}``, flattened to ``task.acc``. Names are
 lowercased to the metric-name pattern (``registry.evals.runners.METRIC_NAME``).
 
-A suite's settings for lm-evaluation-harness::
+A suite's settings for lm-evaluation-harness (for an adapter: ``pretrained={base_dir},peft={model_dir}``)::
 
     {"command": ["lm_eval", "--model", "hf", "--model_args", "pretrained={model_dir}",
                  "--tasks", "hellaswag", "--output_path", "{output}"], "timeout_s": 3600, "prefix": "lm_eval"}
@@ -64,7 +66,7 @@ def run(ctx: RunContext) -> RunnerResult:
     argv, timeout, metrics_key, prefix = _settings(ctx.settings)
     output = ctx.work_dir / OUTPUT_NAME
     values = {"{model_dir}": str(ctx.model_dir), "{output}": str(output), "{work_dir}": str(ctx.work_dir),
-              "{python}": sys.executable}
+              "{python}": sys.executable, **_adapter_values(ctx, argv)}
     argv = [_substitute(arg, values) for arg in argv]
     left = ctx.deadline - time.monotonic() - DEADLINE_MARGIN_S
     if left <= 0:
@@ -103,6 +105,19 @@ def _settings(settings: dict[str, Any]) -> tuple[list[str], float | None, str | 
     if prefix is not None and (not isinstance(prefix, str) or not re.fullmatch(r"[a-z0-9_]{1,32}", prefix)):
         raise RunnerError("setting prefix is 1 to 32 of lowercase letters, digits and '_'")
     return list(argv), float(timeout) if timeout is not None else None, key, prefix
+
+
+def _adapter_values(ctx: RunContext, argv: list[str]) -> dict[str, str]:
+    """``{base_dir}`` and ``{adapter_name}`` of an adapter; a command naming them for another version fails."""
+    named = [p for p in ("{base_dir}", "{adapter_name}") if any(p in a for a in argv)]
+    if ctx.adapter is None:
+        if named:
+            raise RunnerError(f"the command names {', '.join(named)}, but the version is no adapter")
+        return {}
+    values = {"{adapter_name}": ctx.adapter.name}
+    if ctx.adapter.base_dir is not None:
+        values["{base_dir}"] = str(ctx.adapter.base_dir)
+    return values
 
 
 def _substitute(arg: str, values: dict[str, str]) -> str:

@@ -19,6 +19,17 @@ or whose profile names no chat template, fails the run with the reason when the 
 
     "serve": ["vllm", "serve", "{model_dir}", "--config", "{serving_config}", "--port", "{port}"]
 
+A LoRA adapter (``ctx.adapter``) is served on its base, as the engines serve one: its serve command must start the
+base (``{base_dir}``, the bound base's verified files) with the adapter (``{adapter_dir}``, the adapter's files, the
+same as ``{model_dir}``) under its name (``{adapter_name}``, its model's name), and requests name the adapter::
+
+    "serve": ["vllm", "serve", "{base_dir}", "--port", "{port}", "--enable-lora",
+              "--lora-modules", "{adapter_name}={adapter_dir}"]
+
+A command for an adapter that does not name ``{base_dir}`` and the adapter fails the run with the reason, and so
+does one naming them for a version that is no adapter. With an ``endpoint``, requests name the adapter too unless
+``model`` says otherwise.
+
 Cases may name one of the unit's prompt templates instead of writing a message out (``registry.evals.cases``);
 it is rendered here, in the registry's sandbox with its declared variables checked (:mod:`registry.evals.prompts`),
 and a case whose template the unit lacks fails with the reason, unsent, counted in ``requests.failed``.
@@ -29,9 +40,11 @@ Settings (anything else is refused):
 ``endpoint``            base URL of the API (``http://host:8000/v1``); or else
 ``serve``               argv list, no shell; ``{model_dir}``, ``{port}`` (a free port, required),
                         ``{python}`` (this interpreter), ``{serving_config}`` (the engine config written
-                        from the unit's serving profile) and ``{chat_template}`` (the chat template the
-                        profile names) are filled in; output goes to our stderr
-``model``               the model name sent; default: the first id ``GET /v1/models`` lists
+                        from the unit's serving profile), ``{chat_template}`` (the chat template the
+                        profile names) and, for an adapter, ``{base_dir}``, ``{adapter_dir}`` and
+                        ``{adapter_name}`` are filled in; output goes to our stderr
+``model``               the model name sent; default: an adapter's name, else the first id
+                        ``GET /v1/models`` lists
 ``api_key_env``         name of an environment variable holding the bearer key (optional)
 ``concurrency``         requests in flight, 1-32 (default 4)
 ``request_timeout_s``   seconds a request may take (default 60)
@@ -114,9 +127,12 @@ STOP_GRACE_S = 5.0
 DEADLINE_MARGIN_S = STOP_GRACE_S + 5.0
 """Kept free before ``ctx.deadline`` to stop the server and hand back the result."""
 OUTPUT_TAIL_LINES = 30
-PLACEHOLDER = re.compile(r"\{(model_dir|port|python|serving_config|chat_template)\}")
+PLACEHOLDER = re.compile(r"\{(model_dir|port|python|serving_config|chat_template|base_dir|adapter_dir|adapter_name)\}")
 UNIT_PLACEHOLDERS = ("serving_config", "chat_template")
 """Placeholders filled from the unit's serving profile (:func:`unit_serving_files`)."""
+ADAPTER_PLACEHOLDERS = ("base_dir", "adapter_dir", "adapter_name")
+"""Placeholders filled for a LoRA adapter (:func:`adapter_values`)."""
+LORA_EXAMPLE = "vllm serve {base_dir} --enable-lora --lora-modules {adapter_name}={adapter_dir}"
 UNIT_FILES_DIR = "unit"
 """Where in the work directory the unit's serving files are written for the serve command."""
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}")
@@ -171,7 +187,7 @@ def run(ctx: RunContext) -> RunnerResult:
         with httpx.Client(headers=headers, trust_env=settings.serve is None, follow_redirects=False,
                           limits=limits, transport=transport) as client:
             budget = min(settings.request_timeout_s, stop_at - time.monotonic())
-            model = settings.model or _first_model(client, base, budget)
+            model = settings.model or (ctx.adapter.name if ctx.adapter else None) or _first_model(client, base, budget)
             replies = iter(_complete_all(client, base, model, to_send, settings, stop_at))
     outcomes = [c if isinstance(c, CaseOutcome) else judge(c, next(replies), settings.refusal_markers)
                 for c in ready]
@@ -303,8 +319,11 @@ def _api_base(settings: OpenAISettings, ctx: RunContext, headers: dict[str, str]
         yield settings.endpoint
         return
     port = _free_port()
-    unit = unit_serving_files(ctx.model_dir, ctx.work_dir, placeholders_in(settings.serve))
-    argv = [fill_placeholders(a, model_dir=ctx.model_dir, port=port, unit=unit) for a in settings.serve]
+    named = placeholders_in(settings.serve)
+    adapter = adapter_values(ctx, named)
+    unit = unit_serving_files(ctx.model_dir, ctx.work_dir, named)
+    argv = [fill_placeholders(a, model_dir=ctx.model_dir, port=port, unit={**unit, **adapter})
+            for a in settings.serve]
     die_with_us = die_with_parent()
     try:
         proc = subprocess.Popen(argv, cwd=ctx.work_dir, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
@@ -323,11 +342,12 @@ def _api_base(settings: OpenAISettings, ctx: RunContext, headers: dict[str, str]
 
 
 def fill_placeholders(arg: str, *, model_dir: Path, port: int, unit: dict[str, str] | None = None) -> str:
-    """One serve argument with ``{model_dir}``, ``{port}``, ``{python}`` and the unit's placeholders filled in;
-    other braces stay.
+    """One serve argument with ``{model_dir}``, ``{port}``, ``{python}`` and the unit's and adapter's placeholders
+    filled in; other braces stay.
 
     Args:
-        unit: ``serving_config`` and ``chat_template`` -> their paths (:func:`unit_serving_files`), when the
+        unit: ``serving_config`` and ``chat_template`` -> their paths (:func:`unit_serving_files`), and an
+            adapter's ``base_dir``, ``adapter_dir`` and ``adapter_name`` (:func:`adapter_values`), when the
             command names them.
 
     Example:
@@ -348,6 +368,35 @@ def placeholders_in(argv: tuple[str, ...]) -> set[str]:
         ['model_dir', 'serving_config']
     """
     return {m.group(1) for a in argv for m in PLACEHOLDER.finditer(a)}
+
+
+def adapter_values(ctx: RunContext, named: set[str]) -> dict[str, str]:
+    """An adapter's placeholders for a serve command that names ``named``: the base's directory, the adapter's
+    and its name.
+
+    Raises:
+        RunnerError: the version is an adapter and the command does not start its base with it, or the command
+            names an adapter's placeholders and the version is no adapter.
+
+    Example:
+        >>> from registry.evals.runners import AdapterOnBase
+        >>> ctx = RunContext(Path("/a"), {}, (), Path("/w"), None, False, 0.0,
+        ...                  adapter=AdapterOnBase("support", "acme/llm@1", Path("/b")))
+        >>> adapter_values(ctx, {"base_dir", "adapter_dir", "adapter_name", "port"})
+        {'base_dir': '/b', 'adapter_dir': '/a', 'adapter_name': 'support'}
+    """
+    asked = sorted(named & set(ADAPTER_PLACEHOLDERS))
+    if ctx.adapter is None:
+        if asked:
+            raise RunnerError(f"openai runner: the serve command names {', '.join('{' + n + '}' for n in asked)}, "
+                              "but the version is no adapter (these name an adapter's base and the adapter)")
+        return {}
+    if "base_dir" not in named or not named & {"adapter_dir", "model_dir"} or ctx.adapter.base_dir is None:
+        raise RunnerError(f"openai runner: the version is an adapter of {ctx.adapter.base_ref}: the serve command "
+                          "must start the base ({base_dir}) with the adapter ({adapter_dir}, named {adapter_name}), "
+                          f"as in: {LORA_EXAMPLE}")
+    return {"base_dir": str(ctx.adapter.base_dir), "adapter_dir": str(ctx.model_dir),
+            "adapter_name": ctx.adapter.name}
 
 
 def unit_serving_files(model_dir: Path, work_dir: Path, needed: set[str]) -> dict[str, str]:

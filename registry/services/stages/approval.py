@@ -20,7 +20,7 @@ from registry.domain.errors import InvalidStateError
 from registry.domain.outcomes import Outcome, Passed, Pending
 from registry.policy import Decision, PolicyEngine
 from registry.services import units
-from registry.services.loaders import version_ref
+from registry.services.loaders import statement_binding, version_ref
 from registry.services.policy import decide_approval
 from registry.services.ports import Ports
 from registry.services.stages import evaluating
@@ -101,6 +101,7 @@ def approval_input_for(session: Session, version: Version, engine: PolicyEngine 
         baseline=evaluating.policy_baseline(session, version, alias),
         unit=units.policy_unit(session, version, *evaluating.replaced_unit(session, version, alias),
                                evaluating.suite_prompts(session, suites)),
+        adapter_of=statement_binding(version),
     )
 
 

@@ -21,7 +21,7 @@ from registry.domain.components import components_map
 from registry.domain.outcomes import Outcome, Passed, Pending
 from registry.evals.suites import EvalSetRef, Suite, SuiteError, suite_version, suites_of
 from registry.policy import PolicyEngine
-from registry.services import units
+from registry.services import adapter_evals, units
 from registry.services.ports import Ports
 
 PENDING, COMPLETED, FAILED = "pending", "completed", "failed"
@@ -67,12 +67,14 @@ def start(session: Session, version: Version, ports: Ports) -> Outcome:
                                created_at=now, finished_at=now))
     unit = units.components_of(session, version)
     covers = components_map(unit) if unit is not None else None
+    # An adapter's results name the base they run on: a result never covers another base.
+    base = adapter_evals.ran_on(session, version)
     for suite in suites:
         digests, missing = _resolve_evalsets(session, suite)
         definition = suite.definition(digests) if not missing else {"suite": suite.name, "runner": suite.runner}
         row = EvalResult(version_id=version.id, suite=suite.name, suite_version=suite_version(definition),
                          runner=suite.runner, runner_version=suite.runner_version, definition=definition,
-                         status=PENDING, created_at=now, components=covers)
+                         status=PENDING, created_at=now, components=covers, ran_on=base)
         if missing:
             row.status, row.reason, row.finished_at = FAILED, "missing_evalset", now
             row.error = f"eval set {missing} does not exist (or not with the pinned digest)"
@@ -132,10 +134,11 @@ def results_of(session: Session, version: Version) -> list[EvalResult]:
 
 
 def policy_evals(session: Session, version: Version) -> list[dict[str, Any]]:
-    """``input.evals``: each suite's status, reason, suite version and metrics, sorted by suite."""
+    """``input.evals``: each suite's status, reason, suite version and metrics, the unit and (for an adapter)
+    the base it ran on, sorted by suite."""
     return [{"suite": r.suite, "suite_version": r.suite_version, "runner": r.runner,
              "runner_version": r.runner_version, "status": r.status, "reason": r.reason, "metrics": r.metrics,
-             "components": r.components}
+             "components": r.components, "ran_on": r.ran_on}
             for r in results_of(session, version)]
 
 

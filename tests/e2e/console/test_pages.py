@@ -223,3 +223,19 @@ def test_models_and_versions_lists_filter_by_search_and_state(client, world, con
     assert rows(page) == [] and "No versions match." in page
     bad = client.get("/ui/models/acme/tiny", params={"state": "live"})
     assert bad.status_code == 422 and "state must be one of" in bad.text
+
+
+def test_the_version_page_shows_where_it_runs_to_auditors(client, world):
+    number, tokens = world["number"], world["tokens"]
+    r = client.post("/v1/receipts", headers={"Authorization": f"Bearer {tokens['node']}"}, json={
+        "program": "cache-warm", "node": "gpu-3", "places": [
+            {"model": "acme/tiny", "version": number, "where": "path", "path": "/var/cache/<b>modelreg</b>"}]})
+    assert r.status_code == 200 and r.json()["recorded"] == 1, r.text
+    sign_in(client, tokens["aud"])
+    page = client.get(f"/ui/models/acme/tiny/versions/{number}").text
+    assert "Where it runs" in page and "gpu-3" in page and "cache-warm" in page
+    assert "/var/cache/&lt;b&gt;modelreg&lt;/b&gt;" in page and "<b>modelreg" not in page
+    client.cookies.clear()
+    sign_in(client, tokens["sec"])  # an approver audits nothing: no places shown
+    page = client.get(f"/ui/models/acme/tiny/versions/{number}").text
+    assert "Where it runs" not in page and "gpu-3" not in page

@@ -96,3 +96,22 @@ def test_hostile_names_are_refused(cache):
         cache.remove_revoked("../etc", "tiny", 1)
     with pytest.raises(InvalidInputError):
         cache.hold("acme", "tiny", 1, {"not-a-digest": 1})
+
+
+def test_revocation_follows_an_adapters_binding_within_the_event_s_tenant_only():
+    from registry.node.revocations import revocations_of
+
+    revoked = {"type": "dev.modelreg.version.revoked", "data": {
+        "tenant": "acme", "model": "llm", "version": 1,
+        "adapters": ["acme/llm-support@2", "globex/theirs@1", "acme/../x@1", "acme/x@0", 7, "acme/y@3"]}}
+    assert revocations_of(revoked) == [("acme", "llm", 1), ("acme", "llm-support", 2), ("acme", "y", 3)]
+
+    def unservable(reason: str, **subject) -> dict:
+        return {"type": "dev.modelreg.adapter.unservable", "data": {"tenant": "globex", "model": "theirs",
+                                                                     "reason": reason, **subject}}
+
+    # Another tenant's adapter comes in its own tenant's event, naming the version; a moved base is no revocation.
+    assert revocations_of(unservable("base-revoked", version=1)) == [("globex", "theirs", 1)]
+    assert revocations_of(unservable("base-moved", alias="prod")) == []
+    assert revocations_of(unservable("base-revoked", alias="prod")) == []
+    assert revocations_of({"type": "dev.modelreg.alias.promoted", "data": {"tenant": "acme"}}) == []

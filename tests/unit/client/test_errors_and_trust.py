@@ -11,6 +11,8 @@ import pytest
 from registry.client.api import RegistryApi
 from registry.client.errors import EXIT_CODES, exit_code
 from registry.domain.errors import (
+    AdapterBaseMismatchError,
+    AdapterBaseMovedError,
     DigestMismatchError,
     InvalidPathError,
     NotApprovedError,
@@ -41,6 +43,14 @@ def test_the_seven_refusals_have_distinct_exit_codes():
     assert exit_code(RootError("x", reason="signature")) == (EXIT_CODES["signature"], "signature")
 
 
+def test_an_adapter_whose_base_is_not_the_bound_one_exits_with_the_next_free_code():
+    moved = AdapterBaseMovedError("acme/llm-support@prod", 1, bound_base="acme/llm@1", bound_weights="a" * 64,
+                                  base_alias="acme/llm@prod", base_version=2, base_weights="b" * 64)
+    mismatch = AdapterBaseMismatchError("acme/llm-support@prod", "acme/llm@2", ["weights_digest"])
+    assert exit_code(moved) == exit_code(mismatch) == (20, "adapter-base")
+    assert sorted(EXIT_CODES.values()) == [0, 1, 2, *range(10, 21)]
+
+
 def _api(status: int, problem: dict | None = None) -> RegistryApi:
     def handler(request: httpx.Request) -> httpx.Response:
         if problem is None:
@@ -53,6 +63,8 @@ def _api(status: int, problem: dict | None = None) -> RegistryApi:
 @pytest.mark.parametrize("code,status,kind", [
     ("revoked", 409, "revoked"), ("not-approved", 409, "not-approved"), ("alias-not-found", 404, "error"),
     ("unavailable", 503, "network"),
+    # An adapter's base alias moved to other weights: a code of its own; its base revoked: revoked.
+    ("adapter-base-moved", 409, "adapter-base"), ("adapter-base-revoked", 409, "revoked"),
 ])
 def test_problem_types_of_the_manifest_endpoint_map_to_exit_codes(code, status, kind):
     api = _api(status, {"type": f"https://modelreg.dev/problems/{code}", "status": status, "detail": code})

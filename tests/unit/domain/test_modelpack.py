@@ -193,3 +193,18 @@ def test_a_manifest_over_4_mib_is_refused_not_built():
         assert e.size > modelpack.MAX_MANIFEST
     else:
         raise AssertionError("a manifest over 4 MiB was built")
+
+
+def test_an_adapters_base_annotations_are_in_both_shapes_and_nothing_changes_without_them():
+    base = (("dev.modelreg.adapter.base", "acme/llm@sha256:" + "b" * 64),
+            ("dev.modelreg.adapter.base.weights-digest", "sha256:" + "c" * 64))
+    for shape in (build, lambda pack: modelpack.build_image(pack, _reader(FILES))):
+        plain, adapter = shape(_pack()), shape(_pack(annotations=base))
+        assert adapter.manifest["annotations"] == {"org.opencontainers.image.created": "2026-01-02T03:04:05.6Z",
+                                                   **dict(base)}
+        assert {k: v for k, v in adapter.manifest.items() if k != "annotations"} == \
+            {k: v for k, v in plain.manifest.items() if k != "annotations"}
+        assert adapter.manifest_digest != plain.manifest_digest
+    # Without a seal time, the base alone; a version that is no adapter keeps the bytes it always had.
+    assert build(_pack(created_at=None, annotations=base)).manifest["annotations"] == dict(base)
+    assert "annotations" not in build(_pack(created_at=None)).manifest

@@ -38,7 +38,7 @@ def build(**overrides):
 def test_every_field_of_the_schema_is_present():
     doc = build()
     assert set(doc) == {"version", "source", "facts", "files", "scans", "unscanned", "license", "evals", "baseline",
-                        "approvals", "submitter", "unit"}
+                        "approvals", "submitter", "unit", "adapter_of"}
     assert doc["version"] == {"tenant": "acme", "model": "tiny", "number": 3, "state": "awaiting_approval"}
     assert doc["source"] == {"kind": "hf", "repo": "org/tiny", "revision": "c" * 40}
     assert doc["facts"] is None and doc["evals"] == [] and doc["baseline"] is None
@@ -103,6 +103,7 @@ def test_promotion_input():
         "principal": {"name": "mia", "is_admin": False, "capacities": ["ml", "security"]},
         "alias": "prod", "target": {"number": 2, "state": "approved"}, "canary": None,
         "current": {"number": 1, "state": "approved"}, "evals": [], "baseline": None, "unit": None,
+        "adapter_of": None,
     }
 
 
