@@ -26,7 +26,7 @@ from sqlalchemy import create_engine, select
 from sqlalchemy.orm import Session
 
 from registry import audit
-from registry.db.models import AuditEvent, EvalResult, Job, Model, ScanResult, Version
+from registry.db.models import AuditEvent, AuditHead, EvalResult, Job, LogHead, Model, ScanResult, Version
 from tests.support import db as dbsupport
 from tests.support.console import csrf_of
 from tests.support.server import MODELREG, Server, free_port
@@ -193,17 +193,25 @@ def _check_one_console_session_on_both_replicas(servers: list[Server], token: st
 
 
 def _wait_for_no_pending_job(pg_url: str, workers: list[subprocess.Popen], tmp_path) -> None:
+    """Until no job is queued or running and the verifiable log holds and has checkpointed the whole chain.
+
+    A worker's timer (``workers/checkpoints.py``, every few seconds) queues the log's integration after
+    the last version reads done: an empty queue alone is not the end of the work, and a replica read
+    before the timer's job and the other after it report different job series."""
     engine = create_engine(pg_url)
     try:
         deadline = time.monotonic() + 60
         while True:
             with Session(engine) as session:
                 pending = session.scalars(select(Job.kind).where(Job.state.in_(("queued", "running")))).all()
-            if not pending:
+                chain = session.scalar(select(AuditHead.last_event_id)) or 0
+                log = session.execute(select(LogHead.size, LogHead.checkpoint_size)).first()
+            integrated = log is not None and log.size == chain and log.checkpoint_size == chain
+            if not pending and integrated:
                 return
             for w, worker in enumerate(workers):
                 assert worker.poll() is None, (tmp_path / f"worker-{w}.log").read_text()[-3000:]
-            assert time.monotonic() < deadline, f"jobs still pending after 60 s: {pending}"
+            assert time.monotonic() < deadline, f"jobs still pending after 60 s: {pending}, chain {chain}, log {log}"
             time.sleep(0.1)
     finally:
         engine.dispose()
