@@ -6,6 +6,10 @@ evaluated is exactly what the bundle digest names: sha256 over the sorted list o
 ``(relative path, sha256 of content)``. Each decision also carries the sha256 of the canonical JSON
 of its input, so a stored decision says which rules judged which facts.
 
+Each decision's query is compiled once per engine into a regopy plan (``Interpreter.build``) and run
+on a fresh interpreter holding only the input: a plain query compiles every module again (about 40
+ms of CPU for the shipped bundle), a kept plan answers in about 1.5 ms, with the same result.
+
 Example:
     >>> engine = PolicyEngine.from_directory(default_policy_dir())
     >>> engine.approval({"files": [], "scans": [], "approvals": [], "submitter": "alice",
@@ -32,6 +36,8 @@ import dataclasses
 import hashlib
 import json
 import re
+import threading
+from collections.abc import Callable
 from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
@@ -40,7 +46,7 @@ from registry.domain.errors import InvalidInputError
 from registry.signing.canonical import canonical_json
 
 if TYPE_CHECKING:
-    from regopy import Interpreter, RegoError
+    from regopy import Bundle, Interpreter, RegoError
 
 
 def _regopy() -> Any:
@@ -177,7 +183,8 @@ class PolicyEngine:
 
     Build it with :meth:`from_directory`, which never raises: a directory that cannot be loaded
     gives an engine whose every decision is an ``error`` (see :attr:`load_error`). Each evaluation
-    uses a fresh regopy interpreter, so one engine may be shared between threads.
+    runs its kept plan on a fresh regopy interpreter, one at a time, so one engine may be shared
+    between threads.
     """
 
     def __init__(self, directory: Path, bundle: PolicyBundle | None, load_error: str | None) -> None:
@@ -185,6 +192,9 @@ class PolicyEngine:
         self.bundle = bundle
         self.load_error = load_error
         self._admission_kept: dict[str, AdmissionDecision] = {}
+        # Compiled plans by query, with the interpreter that built each; the lock also serializes their runs.
+        self._plans: dict[str, tuple[Interpreter, Bundle]] = {}
+        self._lock = threading.Lock()
 
     @classmethod
     def from_directory(cls, directory: Path | str) -> PolicyEngine:
@@ -328,10 +338,8 @@ class PolicyEngine:
         source = self.bundle.modules.get("admission.rego")
         if source is None:
             raise PolicyEvaluationError(f"admission.rego is missing from {self.directory}")
-        rego = self.interpreter_of({"admission.rego": source})
-        rego.set_input_term(encoded.decode("utf-8"))
         where = "data.modelreg.admission.decision"
-        result = _query(rego, where)
+        result = self._evaluate({"admission.rego": source}, where, encoded)
         references = result.get("references") if isinstance(result, dict) else None
         if not isinstance(references, list) or len(references) != len(input_doc.get("references", ())):
             raise PolicyEvaluationError(f"{where} gives no verdict per reference")
@@ -361,10 +369,8 @@ class PolicyEngine:
             assert self.bundle is not None
             if f"{kind}.rego" not in self.bundle.modules:
                 raise PolicyEvaluationError(f"{kind}.rego is missing from {self.directory}")
-            rego = self.interpreter()
-            rego.set_input_term(encoded.decode("utf-8"))
             where = f"data.modelreg.{kind}.decision"
-            result = _query(rego, where)
+            result = self._evaluate(self.bundle.modules, where, encoded)
             if not isinstance(result, dict):
                 raise PolicyEvaluationError(f"{where} is {type(result).__name__}, not an object")
             unmet = _unmet(result.get("unmet"), where)
@@ -374,6 +380,29 @@ class PolicyEngine:
         except PolicyEvaluationError as exc:
             return self._error(kind, input_digest, str(exc))
         return Decision(kind, _outcome(kind, unmet, rejected), unmet, self.bundle_digest, input_digest)
+
+    def _evaluate(self, modules: dict[str, str], query: str, encoded: bytes) -> Any:
+        """``query``'s value for the input ``encoded`` (canonical JSON), from the plan compiled for it over
+        ``modules`` and data.json on first use.
+
+        Raises:
+            PolicyEvaluationError: a module that does not load or compile, a run-time error, an undefined
+                result or one that is not JSON.
+        """
+        regopy = _regopy()
+        with self._lock:
+            kept = self._plans.get(query)
+            if kept is None:
+                builder = self.interpreter_of(modules)
+                try:
+                    kept = (builder, builder.build(query))
+                except regopy.RegoError as exc:
+                    raise PolicyEvaluationError(f"{query} failed: {_first_line(exc)}") from None
+                self._plans[query] = kept
+            rego = regopy.Interpreter()
+            rego.strict_built_in_errors = True  # as interpreter_of: a failing built-in is an error
+            rego.set_input_term(encoded.decode("utf-8"))
+            return _result(lambda: rego.query_bundle(kept[1]), query)
 
     def _error(self, kind: Kind, input_digest: str, reason: str) -> Decision:
         message = f"policy failed, so it denies: {reason}"
@@ -392,10 +421,11 @@ def _outcome(kind: Kind, unmet: list[dict[str, Any]], rejected: bool) -> str:
     return "blocked" if any(u.get("satisfiable") is not True for u in unmet) else "pending"
 
 
-def _query(rego: "Interpreter", query: str) -> Any:
+def _result(run: Callable[[], Any], query: str) -> Any:
+    """The value of ``query`` from ``run`` (a regopy query or plan run)."""
     RegoError = _regopy().RegoError  # noqa: N806
     try:
-        output = rego.query(query)
+        output = run()
     except RegoError as exc:
         raise PolicyEvaluationError(f"{query} failed: {_first_line(exc)}") from None
     except ValueError as exc:

@@ -49,6 +49,9 @@ SMOKE: dict[str, tuple[list[str], list[str]]] = {
                 r"skopeo copy from modelreg\s+[\d.]+ s\s+API RSS\s+[\d.]+ -> peak\s+[\d.]+ MiB"]),
     "oci_referrers.py": (["--versions", "2", "--requests", "10", "--rounds", "1"],
                          [r"round 1: miss p50 [\d.]+ ms, hit p50 [\d.]+ ms, miss/hit [\d.]+x \(5 misses, 5 hits\)"]),
+    "policy.py": (["--decisions", "5", "--rounds", "1"],
+                  [r"round 1: 5 promotion decisions, compiled each time [\d.]+ ms CPU, kept plan [\d.]+ ms CPU "
+                   r"\(the first one compiles it\), old/new [\d.]+x \(same decision: \w+\)"]),
     "queue.py": (["--jobs", "40", "--workers", "2"],
                  [r"modelreg\s+2 process\(es\):\s+[\d.]+ s", r"modelreg x2 / raw UPDATE\.\.\.RETURNING x2: [\d.]+"]),
     "receipts.py": (["--nodes", "20", "--every", "1", "--rounds", "1", "--tokens", "2", "--alert-timeout", "60"],
@@ -73,7 +76,7 @@ GROUPS: dict[str, list[str]] = {
     # What serving nodes run against (the longest: each starts a registry and node programs).
     "node": ["fanout.py", "fetch.py", "stream.py"],
     # The registry's own endpoints.
-    "registry": ["admission.py", "log.py", "manifest.py", "oci.py", "oci_referrers.py", "receipts.py"],
+    "registry": ["admission.py", "log.py", "manifest.py", "oci.py", "oci_referrers.py", "policy.py", "receipts.py"],
     # The pipeline and its storage.
     "pipeline": ["bom.py", "chunks.py", "mirror.py", "queue.py", "scan.py"],
 }
