@@ -25,6 +25,29 @@ os.environ.setdefault("HF_HUB_OFFLINE", "0")
 from tests.support.seaweed import SeaweedS3, start_seaweed  # noqa: E402 (after the Hugging Face environment variables are set)
 
 
+def _share_httpx_default_tls_context() -> None:
+    """httpx makes a TLS context for every client it opens, reading certifi's whole CA bundle each time (about 10
+    ms of CPU), and ``httpx.get``/``post`` open a client per call: the suite's tests made tens of thousands, 5 % of
+    its workers' CPU. The default context (``verify=True``) is the same every time for one environment, so each
+    test process makes it once (``registry.client.http.tls_context``, which the registry's own clients use); a
+    client given ``verify=`` a file, a context or False, or a client certificate, still gets its own."""
+    import httpx._transports.default as transports
+
+    from registry.client.http import tls_context
+
+    make = transports.create_ssl_context
+
+    def shared(verify=True, cert=None, trust_env=True):
+        if verify is True and cert is None and trust_env:
+            return tls_context()
+        return make(verify=verify, cert=cert, trust_env=trust_env)
+
+    transports.create_ssl_context = shared
+
+
+_share_httpx_default_tls_context()
+
+
 @pytest.fixture(scope="session")
 def s3_server(tmp_path_factory) -> SeaweedS3:
     server = start_seaweed(tmp_path_factory.mktemp("seaweedfs"))

@@ -27,7 +27,7 @@ from urllib.parse import quote, urljoin
 import httpx
 
 from registry.client.errors import NetworkError, from_problem
-from registry.client.http import RegistryClient, RemoteError
+from registry.client.http import RegistryClient, RemoteError, tls_context
 from registry.client.token_file import TokenFile
 from registry.client.transfer import USER_AGENT, RangeReader, check_range_answer, redact
 from registry.domain.errors import ChunksNotRecordedError, RegistryError, SizeMismatchError
@@ -136,7 +136,7 @@ class RegistryApi:
         self.client = RegistryClient(url, token, timeout=timeout, transport=transport)
         # No Authorization header, no base URL: transport URLs are absolute and carry their own credentials.
         self.blobs = httpx.Client(timeout=httpx.Timeout(timeout, connect=10.0), follow_redirects=False,
-                                  headers={"User-Agent": USER_AGENT}, transport=transport)
+                                  headers={"User-Agent": USER_AGENT}, transport=transport, verify=tls_context())
         # An injected transport (tests, an in-process app) carries every request: no direct path around it.
         self._ranges = RangeReader(timeout=timeout) if transport is None else None
 

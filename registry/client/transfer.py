@@ -32,6 +32,7 @@ from collections.abc import Callable, Mapping
 from urllib.parse import urlsplit
 
 from registry.client.errors import NetworkError, TransportError
+from registry.client.http import tls_context
 from registry.domain.errors import SizeMismatchError
 
 USER_AGENT = "modelreg-client/0.1"
@@ -81,8 +82,6 @@ class RangeReader:
     def __init__(self, *, timeout: float) -> None:
         self.timeout = timeout
         self._local = threading.local()
-        self._ssl: ssl.SSLContext | None = None
-        self._ssl_lock = threading.Lock()
 
     def usable(self, url: str) -> bool:
         """Whether ``url`` goes straight to its server (``http``/``https``, no proxy for it)."""
@@ -179,9 +178,4 @@ class RangeReader:
             connection.close()
 
     def _ssl_context(self) -> ssl.SSLContext:
-        with self._ssl_lock:
-            if self._ssl is None:
-                import httpx
-
-                self._ssl = httpx.create_ssl_context()
-            return self._ssl
+        return tls_context()
