@@ -128,14 +128,24 @@ def problem_for(exc: errors.RegistryError, headers: dict[str, str] | None = None
                    **{**_jsonable(exc.details), **extra})
 
 
+_documents: dict[tuple[Any, ...], dict[str, Any]] = {}
+
+
 def install(app: FastAPI) -> None:
     """Install the error handlers, and the ``Problem`` schema the documented errors refer to."""
     generate = app.openapi
 
     def openapi() -> dict[str, Any]:
-        schema = generate()
-        components = schema.setdefault("components", {}).setdefault("schemas", {})
-        components.setdefault("Problem", _PROBLEM_SCHEMA)
+        # Kept per process by what it describes: the apps of one process share their documented routes
+        # (api/app.py), and making the document costs about 0.4 s of CPU.
+        key = (app.title, app.version, tuple(id(r) for r in app.routes if getattr(r, "include_in_schema", False)))
+        schema = _documents.get(key)
+        if schema is None:
+            schema = generate()
+            components = schema.setdefault("components", {}).setdefault("schemas", {})
+            components.setdefault("Problem", _PROBLEM_SCHEMA)
+            _documents.clear()
+            _documents[key] = schema
         return schema
 
     app.openapi = openapi  # type: ignore[method-assign]

@@ -88,8 +88,7 @@ class SignInRequired(Exception):
 
 
 def install(app: FastAPI) -> None:
-    """The console's routes and its answer to a request without a session."""
-    app.include_router(router)
+    """The console's answer to a request without a session (its routes are :data:`router`'s)."""
 
     @app.exception_handler(SignInRequired)
     async def _sign_in(_request: Request, exc: SignInRequired) -> Response:
