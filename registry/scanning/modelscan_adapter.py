@@ -11,7 +11,8 @@ modelscan imports TensorFlow when it is installed, and TensorFlow imported after
 process (``free(): invalid pointer``). A registry process loads regopy to judge versions, so when
 regopy is already loaded and TensorFlow is installed but not yet imported, the one-file scan runs in
 ``python -m registry.scanning.modelscan_adapter`` instead, under a memory and time limit
-(:func:`needs_child`). Where TensorFlow is absent (production images) modelscan runs in-process.
+(:func:`needs_child`); the child goes without TensorFlow unless the file is one a TensorFlow scanner may take
+(:data:`TENSORFLOW_EXTENSIONS`). Where TensorFlow is absent (production images) modelscan runs in-process.
 
 Usage (a sketch, not run as a doctest)::
 
@@ -244,8 +245,18 @@ def _safe_version() -> str:
         return ""
 
 
+TENSORFLOW_EXTENSIONS = frozenset({".pb", ".keras", ".h5", ".zip", ".npz"})
+"""Extensions under which modelscan may reach a scanner that uses TensorFlow: its saved-model and Keras scanners,
+or a zip's member they take."""
+
+
 def _main() -> None:
     request = json.loads(sys.stdin.buffer.read())
+    path, want = Path(request["path"]), EXTENSION_FOR_FORMAT.get(request["format"] or "")
+    if (want or path.suffix).lower() not in TENSORFLOW_EXTENSIONS:
+        # modelscan imports TensorFlow with its scanners (about 4 s of CPU) and uses it only for the extensions
+        # above; under any other every scanner that would use it declines the file, so the child goes without.
+        sys.modules["tensorflow"] = None  # type: ignore[assignment]
     scan = scan_file_with_modelscan(Path(request["path"]), name=request["name"], fmt=request["format"], isolated=False)
     sys.stdout.write(json.dumps(scan.as_dict()))
 

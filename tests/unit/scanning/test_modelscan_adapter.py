@@ -86,3 +86,31 @@ def test_a_process_that_judged_a_version_scans_with_modelscan_and_never_imports_
                           cwd=Path(__file__).resolve().parents[3])
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.split() == ["unsafe", "False"]
+
+
+def _child_imports_tensorflow(path: Path, fmt: str | None) -> tuple[dict, bool]:
+    """The child's result for ``path`` and whether it imported TensorFlow (``python -m`` as the adapter runs it)."""
+    script = (
+        "import runpy, sys\n"
+        "runpy.run_module('registry.scanning.modelscan_adapter', run_name='__main__')\n"
+        "print(sys.modules.get('tensorflow') is not None, file=sys.stderr)\n"
+    )
+    request = f'{{"path": "{path}", "name": "{path.name}", "format": {"null" if fmt is None else repr(fmt)}}}'
+    done = subprocess.run([sys.executable, "-c", script], input=request.replace("'", '"'), capture_output=True,
+                          text=True, timeout=300, cwd=Path(__file__).resolve().parents[3])
+    assert done.returncode == 0, done.stderr[-2000:]
+    import json
+
+    return json.loads(done.stdout), done.stderr.strip().splitlines()[-1] == "True"
+
+
+def test_the_child_imports_tensorflow_only_for_a_file_a_tensorflow_scanner_may_take(tmp_path: Path) -> None:
+    # TensorFlow costs the child about 4 s of CPU; modelscan uses it for .pb, .keras, .h5 and zip members only.
+    blob = tmp_path / ("ab" * 32)
+    blob.write_bytes(S.reduce_pickle())
+    result, imported = _child_imports_tensorflow(blob, "pickle")
+    assert not imported and result["findings"] and result["findings"][0]["severity"] == "unsafe", result
+    keras = tmp_path / "model.keras"
+    keras.write_bytes(b"not a zip")
+    _, imported = _child_imports_tensorflow(keras, None)
+    assert imported
