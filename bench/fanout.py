@@ -64,12 +64,26 @@ def raise_file_limit() -> int:
     return hard
 
 
+# The CLI of any commit, on today's environment: the baseline's code imports ``typer.exceptions``, which typer has
+# only from 0.26 on (pyproject.toml keeps typer below 0.26); click's ClickException is the same error there.
+SERVE = """
+import sys, types
+try:
+    import typer.exceptions
+except ImportError:
+    import click.exceptions
+    sys.modules["typer.exceptions"] = types.SimpleNamespace(TyperException=click.exceptions.ClickException)
+from registry.cli import main
+main()
+"""
+
+
 def start_server(code: Path, database_url: str, data_dir: Path, log: Path) -> tuple[subprocess.Popen, str]:
     port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("MODELREG_")}
     env.update(MODELREG_DATABASE_URL=database_url, PYTHONPATH=str(code))
     process = subprocess.Popen(
-        [sys.executable, "-c", "from registry.cli import main; main()", "serve", "--data-dir", str(data_dir),
+        [sys.executable, "-c", SERVE, "serve", "--data-dir", str(data_dir),
          "--host", "127.0.0.1", "--port", str(port), "--workers", "0"],
         stdout=open(log, "wb"), stderr=subprocess.STDOUT, env=env, cwd=code,
         # The server inherits the raised file limit.

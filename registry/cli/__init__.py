@@ -17,7 +17,7 @@ from __future__ import annotations
 import sys
 
 import typer
-from typer.exceptions import TyperException
+from click.exceptions import ClickException as TyperException
 
 from registry.cli import (  # noqa: F401 (commands)
     admission,
