@@ -17,7 +17,7 @@ from __future__ import annotations
 import sys
 
 import typer
-from click.exceptions import ClickException as TyperException
+from click.exceptions import ClickException
 
 from registry.cli import (  # noqa: F401 (commands)
     admission,
@@ -51,7 +51,7 @@ def main(argv: list[str] | None = None) -> int:
     except typer.Abort:
         typer.echo("aborted", err=True)
         return 130
-    except TyperException as exc:
+    except ClickException as exc:
         # Usage errors (unknown command, missing argument, bad option value): one line, exit 2.
         message = exc.format_message() if hasattr(exc, "format_message") else str(exc)
         _say(f"error: {' '.join(message.split())}", err=True)
