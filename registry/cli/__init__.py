@@ -53,8 +53,7 @@ def main(argv: list[str] | None = None) -> int:
         return 130
     except ClickException as exc:
         # Usage errors (unknown command, missing argument, bad option value): one line, exit 2.
-        message = exc.format_message() if hasattr(exc, "format_message") else str(exc)
-        _say(f"error: {' '.join(message.split())}", err=True)
+        _say(f"error: {' '.join(exc.format_message().split())}", err=True)
         return 2
     except RegistryError as exc:
         _say(f"error: {' '.join(str(exc).split())}", err=True)

@@ -132,6 +132,15 @@ def test_fetch_client_and_signing_load_without_sqlalchemy_or_fastapi():
     assert out.stdout.strip() == "[]"
 
 
+def test_a_cli_command_parses_its_options_without_pydantic():
+    """typer 0.26 and later coerce each option through pydantic at every start (0.35 s of CPU a command:
+    pyproject.toml pins typer below 0.26); a command against an unreachable registry must not load it."""
+    code = ("import sys; from registry.cli import main; "
+            "main(['whoami', '--url', 'http://127.0.0.1:1']); print('pydantic' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True)
+    assert out.stdout.strip() == "False", out.stderr[-500:]
+
+
 def test_the_eval_runner_subprocess_loads_no_database_or_web_code():
     """What ``python -m registry.evals.child`` imports before any runner: the runner sees no registry internals."""
     code = ("import sys, registry.evals.child, registry.evals.cases, registry.evals.runners, registry.evals.scoring, "
