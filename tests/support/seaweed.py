@@ -29,8 +29,14 @@ def _port_pair_free(port: int) -> bool:
     return True
 
 
-def free_ports(count: int, start: int = 20000, stop: int = 39000) -> list[int]:
-    """``count`` ports below 40000 whose +10000 sibling is free too, chosen from the pid for spread."""
+# Both ports of every pair stay below Linux's ephemeral range (32768-60999 by default), from which the kernel
+# takes the local port of every outgoing connection: with ports in it, a client socket of some other test could
+# take a port between the check here and weed's bind, and weed exited with 255 (CI of stop 45).
+PORT_RANGE = (12000, 22000)
+
+
+def free_ports(count: int, start: int = PORT_RANGE[0], stop: int = PORT_RANGE[1]) -> list[int]:
+    """``count`` ports whose +10000 sibling is free too, below the ephemeral range, chosen from the pid for spread."""
     ports: list[int] = []
     candidate = start + (os.getpid() * 7919) % (stop - start)
     for _ in range(stop - start):
@@ -82,7 +88,24 @@ class SeaweedS3:
         stop_process(self.process, signal.SIGKILL)
 
 
-def start_seaweed(directory: Path, timeout: float = 60.0) -> SeaweedS3:
+def start_seaweed(directory: Path, timeout: float = 60.0, attempts: int = 3) -> SeaweedS3:
+    """Start weed on free ports; when another process took one of them before weed bound it, start on others."""
+    for attempt in range(attempts):
+        # A fresh directory for each try: the master keeps the addresses of its first start in its state.
+        try:
+            return _start_seaweed(directory if attempt == 0 else directory.with_name(f"{directory.name}-{attempt}"),
+                                  timeout)
+        except PortTaken:
+            if attempt == attempts - 1:
+                raise
+    raise AssertionError("unreachable")
+
+
+class PortTaken(RuntimeError):
+    """weed exited because a port chosen for it was bound by another process first."""
+
+
+def _start_seaweed(directory: Path, timeout: float) -> SeaweedS3:
     weed = shutil.which("weed") or str(Path(os.__file__).parents[3] / "bin" / "weed")
     venv_weed = Path(__import__("sys").executable).parent / "weed"
     if venv_weed.exists():
@@ -116,7 +139,13 @@ def start_seaweed(directory: Path, timeout: float = 60.0) -> SeaweedS3:
     last_error: Exception | None = None
     while time.monotonic() < deadline:
         if process.poll() is not None:
-            raise RuntimeError(f"weed exited with {process.returncode}; see {directory / 'weed.log'}")
+            log.close()
+            message = f"weed exited with {process.returncode}; see {directory / 'weed.log'}"
+            taken = [line for line in (directory / "weed.log").read_text(errors="replace").splitlines()
+                     if "address already in use" in line]
+            if taken:
+                raise PortTaken(f"{message}: {taken[0].strip()}")
+            raise RuntimeError(message)
         try:
             client = server.client()
             client.create_bucket(Bucket="ready-probe")
