@@ -59,8 +59,12 @@ def require(tool: str) -> str:
     pytest.skip(reason)
 
 
-def free_loopback_port(start: int = 40000, stop: int = 50000) -> int:
-    """A free port in ``[start, stop)``, chosen from the pid for spread (below SeaweedFS' +10000 siblings)."""
+def free_loopback_port(start: int = 10000, stop: int = 12000) -> int:
+    """A free port in ``[start, stop)``, chosen from the pid for spread.
+
+    Below SeaweedFS' ports (tests/support/seaweed.py) and below the kernel's ephemeral range, from which every
+    outgoing connection takes its local port: a port there could be taken between this check and the bind.
+    """
     candidate = start + (os.getpid() * 7919) % (stop - start)
     for _ in range(stop - start):
         candidate = start + (candidate - start + 1) % (stop - start)
@@ -88,8 +92,25 @@ class DistributionRegistry:
 
 
 def start_distribution_registry(directory: Path, binary: str = "docker-registry",
-                                timeout: float = 60.0) -> DistributionRegistry:
-    """Start ``docker-registry serve`` with storage under ``directory``; return once ``/v2/`` answers 200."""
+                                timeout: float = 60.0, attempts: int = 3) -> DistributionRegistry:
+    """Start ``docker-registry serve`` with storage under ``directory``; return once ``/v2/`` answers 200.
+
+    When another process bound the chosen port first, it starts again on another.
+    """
+    for attempt in range(attempts):
+        try:
+            return _start_distribution_registry(directory, binary, timeout)
+        except PortTaken:
+            if attempt == attempts - 1:
+                raise
+    raise AssertionError("unreachable")
+
+
+class PortTaken(RuntimeError):
+    """docker-registry exited because its port was bound by another process first."""
+
+
+def _start_distribution_registry(directory: Path, binary: str, timeout: float) -> DistributionRegistry:
     directory.mkdir(parents=True, exist_ok=True)
     port = free_loopback_port()
     config = directory / "config.yml"
@@ -103,8 +124,10 @@ def start_distribution_registry(directory: Path, binary: str = "docker-registry"
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if process.poll() is not None:
-            raise RuntimeError(f"docker-registry exited {process.returncode}: "
-                               f"{(directory / 'registry.log').read_text()[-2000:]}")
+            log.close()
+            output = (directory / "registry.log").read_text(errors="replace")
+            error = PortTaken if "address already in use" in output else RuntimeError
+            raise error(f"docker-registry exited {process.returncode}: {output[-2000:]}")
         try:
             if httpx.get(f"{registry.url}/v2/", timeout=1).status_code == 200:
                 return registry
