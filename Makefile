@@ -11,8 +11,9 @@ $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip uv
 
-# uv installs what pip would, from the same sources (pip's find-links and constraints), in about a sixth of the
-# time (17 s against 100 s on a fresh clone here); where uv fails, pip installs it.
+# uv installs what pip would, from the same sources (pip's find-links and constraints), in a fraction of the time:
+# on a fresh clone here 9 s with uv's cache filled, 33 s with it empty, against about 100 s with pip. Where uv
+# fails, pip installs it.
 PIP_OPTION = $(shell $(BIN)/python -m pip config get global.$(1) 2>/dev/null)
 UV_SOURCES = $(foreach links,$(sort $(call PIP_OPTION,find-links) $(PIP_FIND_LINKS)),--find-links $(links)) \
 	$(foreach file,$(sort $(call PIP_OPTION,constraint) $(PIP_CONSTRAINT)),--constraint $(file))
