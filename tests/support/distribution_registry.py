@@ -26,7 +26,7 @@ from typing import Iterator
 
 import httpx
 
-from tests.support.server import stop_process
+from tests.support.server import PortTaken, start_again_when_port_taken, stop_process
 
 CONFIG = """\
 version: 0.1
@@ -97,17 +97,8 @@ def start_distribution_registry(directory: Path, binary: str = "docker-registry"
 
     When another process bound the chosen port first, it starts again on another.
     """
-    for attempt in range(attempts):
-        try:
-            return _start_distribution_registry(directory, binary, timeout)
-        except PortTaken:
-            if attempt == attempts - 1:
-                raise
-    raise AssertionError("unreachable")
-
-
-class PortTaken(RuntimeError):
-    """docker-registry exited because its port was bound by another process first."""
+    return start_again_when_port_taken(lambda _attempt: _start_distribution_registry(directory, binary, timeout),
+                                       attempts)
 
 
 def _start_distribution_registry(directory: Path, binary: str, timeout: float) -> DistributionRegistry:

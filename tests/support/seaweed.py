@@ -14,7 +14,7 @@ from pathlib import Path
 import boto3
 from botocore.config import Config
 
-from tests.support.server import stop_process
+from tests.support.server import PortTaken, start_again_when_port_taken, stop_process
 
 
 def _port_pair_free(port: int) -> bool:
@@ -90,19 +90,12 @@ class SeaweedS3:
 
 def start_seaweed(directory: Path, timeout: float = 60.0, attempts: int = 3) -> SeaweedS3:
     """Start weed on free ports; when another process took one of them before weed bound it, start on others."""
-    for attempt in range(attempts):
+    def start(attempt: int) -> SeaweedS3:
         # A fresh directory for each try: the master keeps the addresses of its first start in its state.
-        try:
-            return _start_seaweed(directory if attempt == 0 else directory.with_name(f"{directory.name}-{attempt}"),
-                                  timeout)
-        except PortTaken:
-            if attempt == attempts - 1:
-                raise
-    raise AssertionError("unreachable")
+        return _start_seaweed(directory if attempt == 0 else directory.with_name(f"{directory.name}-{attempt}"),
+                              timeout)
 
-
-class PortTaken(RuntimeError):
-    """weed exited because a port chosen for it was bound by another process first."""
+    return start_again_when_port_taken(start, attempts)
 
 
 def _start_seaweed(directory: Path, timeout: float) -> SeaweedS3:

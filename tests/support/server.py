@@ -10,6 +10,7 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable, TypeVar
 
 import httpx
 
@@ -59,6 +60,26 @@ def stop_process(process: subprocess.Popen, sig: int = signal.SIGTERM, *, grace:
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait(timeout=10)
+
+
+class PortTaken(RuntimeError):
+    """A peer exited because a port chosen for it was bound by another process before the peer bound it."""
+
+
+T = TypeVar("T")
+
+
+def start_again_when_port_taken(start: Callable[[int], T], attempts: int = 3) -> T:
+    """``start(attempt)``, called again while it raises :class:`PortTaken` (at most ``attempts`` times).
+
+    For a peer that must be told its port before it binds it: another process can bind the port between the
+    check that found it free and the peer's own bind. Any other failure is raised at once."""
+    for attempt in range(attempts - 1):
+        try:
+            return start(attempt)
+        except PortTaken:
+            continue
+    return start(attempts - 1)
 
 
 def start_server(data_dir: Path, extra_env: dict[str, str] | None = None, workers: int = 2,
