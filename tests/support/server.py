@@ -1,4 +1,5 @@
-"""A real ``modelreg serve`` process on a free loopback port, for end-to-end tests."""
+"""A real ``modelreg serve`` process on a free loopback port, for end-to-end tests; and starting any peer again
+when a port chosen for it was taken before it bound it."""
 
 from __future__ import annotations
 
