@@ -14,7 +14,6 @@
 from __future__ import annotations
 
 import os
-import uuid
 from pathlib import Path
 
 import pytest
@@ -57,15 +56,9 @@ def s3_server(tmp_path_factory) -> SeaweedS3:
 
 @pytest.fixture
 def s3_bucket(s3_server) -> str:
-    name = f"t-{uuid.uuid4().hex[:20]}"
-    client = s3_server.client()
-    client.create_bucket(Bucket=name)
-    yield name
-    # Every bucket is a SeaweedFS collection holding a volume of its own, and a server has room for only so many
-    # volumes (free disk / volume size): a worker that kept every test's bucket ran out after about 250 ("No
-    # writable volumes and no free volumes left"). Deleting the bucket (SeaweedFS deletes one that is not empty)
-    # deletes its collection and frees the volume.
-    client.delete_bucket(Bucket=name)
+    """A new bucket on the session's SeaweedFS, deleted after the test (``SeaweedS3.bucket``)."""
+    with s3_server.bucket() as name:
+        yield name
 
 
 # --- databases -------------------------------------------------------------------------------

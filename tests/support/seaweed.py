@@ -8,8 +8,11 @@ import signal
 import socket
 import subprocess
 import time
+import uuid
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Iterator
 
 import boto3
 from botocore.config import Config
@@ -68,6 +71,22 @@ class SeaweedS3:
             region_name=self.region,
             config=Config(s3={"addressing_style": "path"}, retries={"max_attempts": 3}),
         )
+
+    @contextmanager
+    def bucket(self) -> Iterator[str]:
+        """A new bucket, deleted on leaving, even when not empty.
+
+        Every bucket is a SeaweedFS collection holding a volume of its own, and a server has room for only so
+        many volumes (free disk / volume size): a worker that kept every test's bucket ran out after about 250
+        ("No writable volumes and no free volumes left"). Deleting the bucket (SeaweedFS deletes one that is not
+        empty) deletes its collection and frees the volume."""
+        name = f"t-{uuid.uuid4().hex[:20]}"
+        client = self.client()
+        client.create_bucket(Bucket=name)
+        try:
+            yield name
+        finally:
+            client.delete_bucket(Bucket=name)
 
     def blob_store(self, bucket: str):
         """The registry's blob store in ``bucket`` (under the prefix ``registry``), as the tests configure it."""
